@@ -1,0 +1,155 @@
+/* The RDMA transport's wire formats and data-path arithmetic (no verbs types: unit-tested alone).
+ *
+ * CTS FIFO (receiver-driven, as NCCL's IB transport):
+ *   The sender owns a FIFO of GDR_RDMA_FIFO_SLOTS slots x GDR_RDMA_MAX_RECVS entries, registered
+ *   REMOTE_WRITE.  For message number m (0, 1, 2, ... per connection; the message's sequence
+ *   number, named identically on both sides), the receiver fills n entries (one per buffer of
+ *   a grouped receive) of slot m % SLOTS and RDMA-WRITEs them in one work request.  Every entry
+ *   carries seq = m + 1 in its last 8 bytes; the sender consumes slot m % SLOTS once all n entries
+ *   show seq == m + 1.  An entry is 32 bytes and 32-byte aligned, so it never straddles two
+ *   aligned 32-byte blocks and is placed whole even when the NIC writes with relaxed ordering.
+ *
+ * Data:
+ *   The sender RDMA-WRITEs each buffer of the group to the address/rkey of its entry and ends
+ *   the message on each QP it used with one RDMA_WRITE_WITH_IMM (signaled; everything else is
+ *   unsignaled).  imm (host order, sent big-endian):
+ *     bit 31 = 0  single receive: imm = the number of bytes sent (0 .. 2^31-1); the data rides
+ *                 in the WRITE_WITH_IMM itself, so a message is exactly one WR per QP used;
+ *     bit 31 = 1  grouped receive (n > 1): low 31 bits = seq & 0x7fffffff; the WRITE_WITH_IMM
+ *                 carries the n sent sizes (int32) into the receiver's size array, slot m % SLOTS.
+ *   That is NCCL IB's count: n data WRITEs + 1 WRITE_WITH_IMM per QP for a group of n > 1,
+ *   1 WRITE_WITH_IMM per QP for a single receive.
+ *
+ * Multi-QP:
+ *   split = 0: message m goes whole to QP (m % nqps) (one completion per message);
+ *   split = 1: message m goes over every QP, QP q carrying bytes [q*chunk, min(size,(q+1)*chunk))
+ *              with chunk = roundup(ceil(size / nqps), 128): a 128-byte line (LL/LL128) never
+ *              straddles two QPs; QPs past the end carry a zero-length WRITE_WITH_IMM so that the
+ *              receiver counts exactly nqps completions per message.
+ *   A receive completes only when every QP that carries part of it has delivered its WRITE_WITH_IMM
+ *   (RC places a QP's writes before its later WRITE_WITH_IMM completes).
+ */
+#ifndef GDRNET_RDMA_PROTO_H
+#define GDRNET_RDMA_PROTO_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define GDR_RDMA_MAX_REQS 32      /* NCCL_NET_MAX_REQUESTS: in-flight messages per comm */
+#define GDR_RDMA_MAX_RECVS 8      /* maxRecvs: buffers of one grouped receive */
+#define GDR_RDMA_FIFO_SLOTS GDR_RDMA_MAX_REQS
+#define GDR_RDMA_MAX_QPS 16       /* GDRNET_QPS_PER_CONN upper bound */
+#define GDR_RDMA_CHUNK_ALIGN 128  /* LL128 line: never split across QPs */
+
+/* ---- CTS entry ---- */
+struct gdr_cts_entry {
+  uint64_t addr;  /* receive buffer (iova = VA) */
+  uint32_t size;  /* receive buffer size (the most the sender may write) */
+  uint32_t rkey;  /* rkey of the buffer's registration (one PD per device: good on every QP) */
+  uint32_t tag;   /* the receive's tag: matches isend's tag within a group */
+  uint8_t nreqs;  /* n of the grouped receive, identical in the group's n entries */
+  uint8_t idx;    /* position of this entry in the group */
+  uint16_t rsvd;  /* 0 */
+  uint64_t seq;   /* message sequence + 1 (never 0); written last, polled by the sender */
+};
+
+_Static_assert(sizeof(struct gdr_cts_entry) == 32, "a CTS entry is 32 bytes");
+_Static_assert(offsetof(struct gdr_cts_entry, seq) == 24, "seq is the entry's last 8 bytes");
+_Static_assert(sizeof(struct gdr_cts_entry) % 32 == 0, "entries are a multiple of 32 bytes");
+
+/* One FIFO slot = one message's entries. Allocated 32-byte (page) aligned. */
+struct gdr_cts_slot {
+  struct gdr_cts_entry e[GDR_RDMA_MAX_RECVS];
+};
+_Static_assert(sizeof(struct gdr_cts_slot) == 256, "a slot is 8 entries");
+
+/* Receiver's array of sent sizes (grouped receives), one row per slot; written by the sender. */
+struct gdr_sizes_slot {
+  int32_t size[GDR_RDMA_MAX_RECVS];
+};
+_Static_assert(sizeof(struct gdr_sizes_slot) == 32, "a sizes row is 32 bytes");
+
+/* ---- imm ---- */
+#define GDR_IMM_GROUP_BIT 0x80000000u
+
+static inline uint32_t gdr_imm_single(uint32_t size) { return size & 0x7fffffffu; }
+static inline uint32_t gdr_imm_group(uint64_t seq) { return GDR_IMM_GROUP_BIT | (uint32_t)(seq & 0x7fffffffu); }
+static inline int gdr_imm_is_group(uint32_t imm) { return (imm & GDR_IMM_GROUP_BIT) != 0; }
+
+/* ---- striping (split = 1) ---- */
+/* Bytes per QP: ceil(size / nqps) rounded up to 128; 0 for a zero-byte message. */
+static inline uint64_t gdr_stripe_chunk(uint64_t size, int nqps) {
+  if (nqps < 1) nqps = 1;
+  uint64_t per = (size + (uint64_t)nqps - 1) / (uint64_t)nqps;
+  return (per + GDR_RDMA_CHUNK_ALIGN - 1) / GDR_RDMA_CHUNK_ALIGN * GDR_RDMA_CHUNK_ALIGN;
+}
+
+/* Part q of a message of `size` bytes over nqps QPs: [*off, *off + *len). Parts past the end are
+ * empty (len 0, off = size). The parts tile [0, size) in order, every part but the last non-empty
+ * one is exactly `chunk` bytes, and every offset is a multiple of 128. */
+static inline void gdr_stripe_part(uint64_t size, int nqps, int q, uint64_t *off, uint64_t *len) {
+  uint64_t chunk = gdr_stripe_chunk(size, nqps);
+  uint64_t o = chunk * (uint64_t)q;
+  if (o > size) o = size;
+  uint64_t l = size - o;
+  if (l > chunk) l = chunk;
+  *off = o;
+  *len = l;
+}
+
+/* The QP that carries part `part` of message `seq` (split: part = 0..nqps-1; whole: part 0 only). */
+static inline int gdr_stripe_qp(uint64_t seq, int nqps, int split, int part) {
+  if (split) return part;
+  return (int)(seq % (uint64_t)nqps);
+}
+/* How many QPs (and hence WRITE_WITH_IMM completions) one message uses. */
+static inline int gdr_stripe_nparts(int nqps, int split) { return split ? nqps : 1; }
+
+/* ---- connection handshake (over the TCP control stream) ---- */
+#define GDR_RDMA_HS_MAGIC 0x31524447u /* "GDR1" little-endian; a byte-swapped peer reads 0x47445231 */
+#define GDR_RDMA_HS_VERSION 1
+enum { GDR_RDMA_ROLE_SEND = 1, GDR_RDMA_ROLE_RECV = 2 };
+#define GDR_RDMA_CAP_RELAXED_ORDERING 0x1u /* this side registers with relaxed ordering */
+#define GDR_RDMA_CAP_GDR 0x2u              /* this side can register device memory */
+#define GDR_RDMA_CAP_FLUSH 0x4u            /* receiver flushes GDR writes with a loopback READ */
+
+struct gdr_rdma_hs {
+  uint32_t magic;
+  uint16_t version;
+  uint16_t size;       /* sizeof(struct gdr_rdma_hs) */
+  uint32_t caps;       /* GDR_RDMA_CAP_* */
+  uint8_t role;        /* GDR_RDMA_ROLE_* of the writer */
+  uint8_t link_layer;  /* IBV_LINK_LAYER_INFINIBAND (1) or _ETHERNET (2) */
+  uint8_t port;
+  uint8_t mtu;         /* active MTU, enum ibv_mtu 1..5 (or the GDRNET_IB_MTU cap) */
+  uint8_t nqps;        /* data QPs (the sender decides; the receiver echoes) */
+  uint8_t split;       /* GDRNET_SPLIT_DATA (the sender decides; the receiver echoes) */
+  uint8_t gid_index;
+  uint8_t is_global;   /* GID valid/needed: RoCE, or IB with a GRH */
+  uint16_t lid;
+  uint16_t rsvd0;
+  uint32_t rsvd1;
+  uint8_t gid[16];      /* port GID at gid_index (IB: the subnet prefix decides whether a GRH is needed) */
+  uint32_t qpn[GDR_RDMA_MAX_QPS];
+  uint32_t psn[GDR_RDMA_MAX_QPS];
+  uint32_t rsvd3;
+  uint64_t raddr;      /* sender: its CTS FIFO; receiver: its sizes array */
+  uint32_t rkey;       /* rkey of raddr's registration */
+  uint32_t rsvd2;
+  char devname[64];    /* for logs */
+};
+_Static_assert(sizeof(struct gdr_rdma_hs) == 256, "the handshake blob is 256 bytes");
+
+/* Checks a received blob (sizes, magic, version, role, ranges). Returns NULL if well-formed,
+ * else a static string naming what is wrong. */
+const char *gdr_rdma_hs_check(const struct gdr_rdma_hs *hs, int expected_role);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,197 @@
+/* CTS entry layout, imm encoding, multi-QP striping arithmetic, handshake validation. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "proto.h"
+
+static void test_cts_layout(void **state) {
+  (void)state;
+  assert_int_equal(sizeof(struct gdr_cts_entry), 32);
+  assert_int_equal(offsetof(struct gdr_cts_entry, addr), 0);
+  assert_int_equal(offsetof(struct gdr_cts_entry, size), 8);
+  assert_int_equal(offsetof(struct gdr_cts_entry, rkey), 12);
+  assert_int_equal(offsetof(struct gdr_cts_entry, tag), 16);
+  assert_int_equal(offsetof(struct gdr_cts_entry, nreqs), 20);
+  assert_int_equal(offsetof(struct gdr_cts_entry, idx), 21);
+  assert_int_equal(offsetof(struct gdr_cts_entry, seq), 24);
+  assert_int_equal(sizeof(struct gdr_cts_slot), GDR_RDMA_MAX_RECVS * 32);
+  /* in a 32-byte aligned FIFO every entry starts on a 32-byte boundary: never split */
+  struct gdr_cts_slot *fifo = aligned_alloc(32, sizeof(struct gdr_cts_slot) * GDR_RDMA_FIFO_SLOTS);
+  assert_non_null(fifo);
+  for (int s = 0; s < GDR_RDMA_FIFO_SLOTS; s++)
+    for (int r = 0; r < GDR_RDMA_MAX_RECVS; r++) {
+      uintptr_t a = (uintptr_t)&fifo[s].e[r];
+      assert_int_equal(a % 32, 0);
+      assert_int_equal((a + sizeof(struct gdr_cts_entry) - 1) / 32, a / 32);
+    }
+  free(fifo);
+  assert_int_equal(sizeof(struct gdr_sizes_slot), 32);
+}
+
+static void test_imm(void **state) {
+  (void)state;
+  assert_false(gdr_imm_is_group(gdr_imm_single(0)));
+  assert_int_equal(gdr_imm_single(0x7fffffff), 0x7fffffffu);
+  assert_false(gdr_imm_is_group(gdr_imm_single(0x7fffffff)));
+  uint32_t g = gdr_imm_group(0x1234567890ull);
+  assert_true(gdr_imm_is_group(g));
+  assert_int_equal(g & 0x7fffffffu, 0x1234567890ull & 0x7fffffffu);
+}
+
+/* Checks the invariants of a split of `size` over nqps QPs. */
+static void check_split(uint64_t size, int nqps) {
+  uint64_t chunk = gdr_stripe_chunk(size, nqps);
+  assert_int_equal(chunk % GDR_RDMA_CHUNK_ALIGN, 0);
+  if (size) assert_true(chunk * (uint64_t)nqps >= size);
+  uint64_t expect = 0;
+  int seen_short = 0;
+  for (int q = 0; q < nqps; q++) {
+    uint64_t off, len;
+    gdr_stripe_part(size, nqps, q, &off, &len);
+    assert_int_equal(off % GDR_RDMA_CHUNK_ALIGN == 0 || off == size, 1);
+    assert_int_equal(off, expect); /* contiguous, in order */
+    assert_true(len <= chunk);
+    if (len < chunk) seen_short = 1;
+    else assert_false(seen_short); /* only the tail may be short */
+    /* no 128-byte line straddles two QPs: a part ends on a line boundary or at the end */
+    assert_true((off + len) % GDR_RDMA_CHUNK_ALIGN == 0 || off + len == size);
+    expect = off + len;
+  }
+  assert_int_equal(expect, size); /* every byte exactly once */
+}
+
+static void test_stripe_basic(void **state) {
+  (void)state;
+  assert_int_equal(gdr_stripe_chunk(0, 4), 0);
+  assert_int_equal(gdr_stripe_chunk(1, 4), 128);
+  assert_int_equal(gdr_stripe_chunk(512, 4), 128);
+  assert_int_equal(gdr_stripe_chunk(513, 4), 256);
+  assert_int_equal(gdr_stripe_chunk(1 << 20, 1), 1 << 20);
+  assert_int_equal(gdr_stripe_chunk(1000, 0), 1024); /* nqps < 1 reads as 1 */
+  uint64_t off, len;
+  /* smaller than the QP count: all on QP 0 */
+  gdr_stripe_part(3, 8, 0, &off, &len);
+  assert_int_equal(off, 0);
+  assert_int_equal(len, 3);
+  for (int q = 1; q < 8; q++) {
+    gdr_stripe_part(3, 8, q, &off, &len);
+    assert_int_equal(len, 0);
+    assert_int_equal(off, 3);
+  }
+  /* zero bytes: every part empty */
+  for (int q = 0; q < 4; q++) {
+    gdr_stripe_part(0, 4, q, &off, &len);
+    assert_int_equal(off, 0);
+    assert_int_equal(len, 0);
+  }
+  /* 1000 bytes over 3 QPs: chunk 384 -> 384, 384, 232 */
+  gdr_stripe_part(1000, 3, 0, &off, &len);
+  assert_int_equal(len, 384);
+  gdr_stripe_part(1000, 3, 2, &off, &len);
+  assert_int_equal(off, 768);
+  assert_int_equal(len, 232);
+}
+
+static void test_stripe_sweep(void **state) {
+  (void)state;
+  static const uint64_t sizes[] = {0, 1, 2, 63, 127, 128, 129, 255, 256, 257, 383, 384, 385, 1000, 1023, 1024,
+                                   1025, 4095, 4096, 4097, 65535, 65536, 65537, 1048575, 1048576, 1048577,
+                                   (1ull << 31) - 1};
+  for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++)
+    for (int nqps = 1; nqps <= GDR_RDMA_MAX_QPS; nqps++) check_split(sizes[i], nqps);
+  /* odd sizes */
+  for (uint64_t s = 0; s < 5000; s += 7)
+    for (int nqps = 1; nqps <= 5; nqps++) check_split(s, nqps);
+}
+
+static void test_stripe_qp_choice(void **state) {
+  (void)state;
+  /* whole messages rotate */
+  assert_int_equal(gdr_stripe_nparts(4, 0), 1);
+  for (uint64_t m = 0; m < 12; m++) assert_int_equal(gdr_stripe_qp(m, 4, 0, 0), (int)(m % 4));
+  /* split messages use every QP */
+  assert_int_equal(gdr_stripe_nparts(4, 1), 4);
+  for (int p = 0; p < 4; p++) assert_int_equal(gdr_stripe_qp(99, 4, 1, p), p);
+  assert_int_equal(gdr_stripe_qp(5, 1, 0, 0), 0);
+}
+
+static struct gdr_rdma_hs good_hs(void) {
+  struct gdr_rdma_hs hs;
+  memset(&hs, 0, sizeof(hs));
+  hs.magic = GDR_RDMA_HS_MAGIC;
+  hs.version = GDR_RDMA_HS_VERSION;
+  hs.size = sizeof(hs);
+  hs.role = GDR_RDMA_ROLE_SEND;
+  hs.link_layer = 2;
+  hs.port = 1;
+  hs.mtu = 3;
+  hs.nqps = 2;
+  hs.qpn[0] = 0x11;
+  hs.qpn[1] = 0x12;
+  hs.raddr = 0x10000;
+  hs.rkey = 7;
+  strcpy(hs.devname, "vemu0");
+  return hs;
+}
+
+static void test_hs_check(void **state) {
+  (void)state;
+  struct gdr_rdma_hs hs = good_hs();
+  assert_null(gdr_rdma_hs_check(&hs, GDR_RDMA_ROLE_SEND));
+  assert_non_null(gdr_rdma_hs_check(&hs, GDR_RDMA_ROLE_RECV));
+  hs.magic = __builtin_bswap32(GDR_RDMA_HS_MAGIC);
+  assert_non_null(gdr_rdma_hs_check(&hs, GDR_RDMA_ROLE_SEND));
+#define BAD(field, val)                                                                                              \
+  do {                                                                                                               \
+    hs = good_hs();                                                                                                  \
+    hs.field = val;                                                                                                  \
+    assert_non_null(gdr_rdma_hs_check(&hs, GDR_RDMA_ROLE_SEND));                                                    \
+  } while (0)
+  BAD(magic, 0);
+  BAD(version, 99);
+  BAD(size, 100);
+  BAD(link_layer, 0);
+  BAD(mtu, 0);
+  BAD(mtu, 6);
+  BAD(nqps, 0);
+  BAD(nqps, GDR_RDMA_MAX_QPS + 1);
+  BAD(split, 2);
+  BAD(port, 0);
+  BAD(qpn[1], 0);
+  BAD(qpn[0], 0x1000000);
+  BAD(psn[0], 0x1000000);
+  BAD(raddr, 0);
+  BAD(rkey, 0);
+  hs = good_hs();
+  memset(hs.devname, 'x', sizeof(hs.devname));
+  assert_non_null(gdr_rdma_hs_check(&hs, GDR_RDMA_ROLE_SEND));
+  /* IB without GRH needs a unicast LID */
+  hs = good_hs();
+  hs.link_layer = 1;
+  hs.lid = 0;
+  assert_non_null(gdr_rdma_hs_check(&hs, GDR_RDMA_ROLE_SEND));
+  hs.lid = 5;
+  assert_null(gdr_rdma_hs_check(&hs, GDR_RDMA_ROLE_SEND));
+  /* random garbage is rejected, never crashes */
+  srand(1);
+  for (int i = 0; i < 10000; i++) {
+    unsigned char *p = (unsigned char *)&hs;
+    for (size_t b = 0; b < sizeof(hs); b++) p[b] = (unsigned char)rand();
+    if (i % 2) hs.magic = GDR_RDMA_HS_MAGIC;
+    (void)gdr_rdma_hs_check(&hs, GDR_RDMA_ROLE_RECV);
+  }
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+    cmocka_unit_test(test_cts_layout),   cmocka_unit_test(test_imm),
+    cmocka_unit_test(test_stripe_basic), cmocka_unit_test(test_stripe_sweep),
+    cmocka_unit_test(test_stripe_qp_choice), cmocka_unit_test(test_hs_check),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
