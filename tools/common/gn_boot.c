@@ -1,0 +1,176 @@
+/* The two-process bootstrap: a byte stream carrying the 128-byte handle and small control words. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "gn.h"
+
+static int remaining_ms(uint64_t deadline) {
+  uint64_t now = gn_now_ns();
+  if (now >= deadline) return 0;
+  uint64_t ms = (deadline - now + 999999) / 1000000;
+  return ms > 1000000 ? 1000000 : (int)ms;
+}
+
+int gn_boot_socketpair(int sv[2]) {
+  return socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv);
+}
+
+int gn_boot_tcp_listen(const char *bind_host, int port, int *bound_port) {
+  struct addrinfo hints, *res = NULL;
+  memset(&hints, 0, sizeof hints);
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE;
+  char ps[16];
+  snprintf(ps, sizeof ps, "%d", port);
+  int rc = getaddrinfo(bind_host, ps, &hints, &res);
+  if (rc != 0) {
+    errno = EINVAL;
+    return -1;
+  }
+  int fd = -1;
+  for (struct addrinfo *a = res; a != NULL; a = a->ai_next) {
+    fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+    if (fd < 0) continue;
+    int one = 1;
+    (void)setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (a->ai_family == AF_INET6) {
+      int zero = 0; /* accept IPv4 too */
+      (void)setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero);
+    }
+    if (bind(fd, a->ai_addr, a->ai_addrlen) == 0 && listen(fd, 16) == 0) break;
+    close(fd);
+    fd = -1;
+  }
+  freeaddrinfo(res);
+  if (fd < 0) return -1;
+  if (bound_port != NULL) {
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof ss;
+    if (getsockname(fd, (struct sockaddr *)&ss, &sl) != 0) {
+      close(fd);
+      return -1;
+    }
+    *bound_port = ss.ss_family == AF_INET6 ? ntohs(((struct sockaddr_in6 *)&ss)->sin6_port)
+                                           : ntohs(((struct sockaddr_in *)&ss)->sin_port);
+  }
+  return fd;
+}
+
+int gn_boot_tcp_accept(int lfd, double timeout_s) {
+  uint64_t dl = gn_deadline_ns(timeout_s);
+  for (;;) {
+    struct pollfd p = {.fd = lfd, .events = POLLIN};
+    int r = poll(&p, 1, remaining_ms(dl));
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) return -1;
+    if (r == 0) {
+      errno = ETIMEDOUT;
+      return -1;
+    }
+    int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
+    if (fd < 0 && (errno == EINTR || errno == EAGAIN || errno == ECONNABORTED)) continue;
+    if (fd >= 0) {
+      int one = 1;
+      (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    }
+    return fd;
+  }
+}
+
+int gn_boot_tcp_connect(const char *host, int port, double timeout_s) {
+  uint64_t dl = gn_deadline_ns(timeout_s);
+  char ps[16];
+  snprintf(ps, sizeof ps, "%d", port);
+  for (;;) {
+    struct addrinfo hints, *res = NULL;
+    memset(&hints, 0, sizeof hints);
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    if (getaddrinfo(host, ps, &hints, &res) != 0) {
+      errno = EHOSTUNREACH;
+      return -1;
+    }
+    for (struct addrinfo *a = res; a != NULL; a = a->ai_next) {
+      int fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+      if (fd < 0) continue;
+      if (connect(fd, a->ai_addr, a->ai_addrlen) == 0) {
+        int one = 1;
+        (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        freeaddrinfo(res);
+        return fd;
+      }
+      close(fd);
+    }
+    freeaddrinfo(res);
+    if (gn_expired(dl)) {
+      errno = ETIMEDOUT;
+      return -1;
+    }
+    /* The server may not be up yet: retry, paced by poll() on nothing (a bounded wait, not a sync). */
+    (void)poll(NULL, 0, 100);
+  }
+}
+
+int gn_boot_send(int fd, const void *buf, size_t len) {
+  const char *p = buf;
+  while (len > 0) {
+    ssize_t n = send(fd, p, len, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return -1;
+    p += n;
+    len -= (size_t)n;
+  }
+  return 0;
+}
+
+int gn_boot_recv(int fd, void *buf, size_t len, double timeout_s) {
+  uint64_t dl = gn_deadline_ns(timeout_s);
+  char *p = buf;
+  while (len > 0) {
+    struct pollfd pf = {.fd = fd, .events = POLLIN};
+    int r = poll(&pf, 1, remaining_ms(dl));
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) return -1;
+    if (r == 0) {
+      errno = ETIMEDOUT;
+      return -1;
+    }
+    ssize_t n = recv(fd, p, len, 0);
+    if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+    if (n < 0) return -1;
+    if (n == 0) {
+      errno = EPIPE;
+      return -1;
+    }
+    p += n;
+    len -= (size_t)n;
+  }
+  return 0;
+}
+
+int gn_boot_send_u64(int fd, uint64_t v) { return gn_boot_send(fd, &v, sizeof v); }
+
+int gn_boot_recv_u64(int fd, uint64_t *v, double timeout_s) { return gn_boot_recv(fd, v, sizeof *v, timeout_s); }
+
+int gn_boot_barrier(int fd, double timeout_s) {
+  uint64_t token = 0x6764726e65746261ull; /* "gdrnetba" */
+  uint64_t got = 0;
+  if (gn_boot_send_u64(fd, token) != 0) return -1;
+  if (gn_boot_recv_u64(fd, &got, timeout_s) != 0) return -1;
+  if (got != token) {
+    errno = EPROTO;
+    return -1;
+  }
+  return 0;
+}

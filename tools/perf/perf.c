@@ -1,0 +1,1121 @@
+/* gdrnet-perf: measure the plugin through its own ABI between two processes, like perftest.
+ *
+ *   gdrnet-perf --local [options]             two processes forked on this host
+ *   gdrnet-perf --server [--port P] [options] one end; waits for a client
+ *   gdrnet-perf --client HOST [--port P] ...  the other end; its options (sizes, iterations, ...) rule
+ *
+ * Process A (--local parent, or the client) drives the run and prints the table; process B (the
+ * --local child, or the server) follows the commands A sends over the bootstrap socket. Both load the
+ * plugin after the fork, exactly as NCCL ranks do, and drive it as NCCL 2.28 does (DESIGN.md §4,
+ * NET_ABI.md): init, devices, getProperties, listen → handle over the bootstrap → connect / accept
+ * re-entered while NULL, closeListen after accept, regMr per buffer, isend/irecv on sub-ranges with up
+ * to --inflight outstanding, test() until done, iflush for GPUDirect receives, deregMr, close. */
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <math.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "gn.h"
+#include "perf_cuda.h"
+
+#ifndef GDRNET_VERSION
+#define GDRNET_VERSION "0.0.0"
+#endif
+
+#define MAX_INFLIGHT 32
+#define DEFAULT_PORT 18515
+#define BUF_CAP (128ull << 20)   /* data buffer cap per direction: slots shrink for big messages */
+#define CTRL_BYTES 4096          /* a control region after the data slots (acks) */
+#define SALT_A2B 0xa2bull
+#define SALT_B2A 0xb2aull
+
+enum { OP_RUN = 1, OP_DONE = 2 };
+
+/* What A tells B: the run parameters (once) and then one command per measurement. */
+typedef struct {
+  uint64_t magic;
+  uint64_t max_size;
+  uint32_t inflight;
+  uint32_t check;
+  uint32_t bidir;
+  uint32_t pad;
+} params_t;
+
+typedef struct {
+  uint32_t op;
+  uint32_t pad;
+  uint64_t size;
+  uint64_t lat_iters;
+  uint64_t bw_iters;
+  uint64_t iter_base;
+} cmd_t;
+
+typedef struct {
+  uint32_t status; /* 0 ok */
+  uint32_t pad;
+  uint64_t bw_ns;
+  uint64_t mismatches;
+  char msg[256];
+} result_t;
+
+#define PARAMS_MAGIC 0x6764726e70657266ull /* "gdrnperf" */
+
+typedef struct {
+  /* command line */
+  int mode; /* 'l' local, 's' server, 'c' client */
+  const char *host;
+  int port;
+  const char *transport;
+  uint64_t min_size, max_size;
+  uint64_t factor;
+  uint64_t iters;     /* 0: automatic */
+  double duration;    /* 0: none */
+  int inflight;
+  int qps;
+  int cuda_dev; /* -1: host memory */
+  int check;
+  int bidir;
+  const char *json, *csv;
+  const char *plugin;
+  int verbose;
+  int dev;
+  double timeout;
+} opts_t;
+
+typedef struct {
+  uint64_t size, lat_iters, bw_iters;
+  double gbps, avg_us, p50_us, p99_us, msgs;
+} row_t;
+
+typedef struct {
+  opts_t o;
+  int role; /* 'A' or 'B' */
+  int bootfd;
+  gn_plugin_t plug;
+  const ncclNet_v8_t *net;
+  ncclNetProperties_v8_t props;
+  void *scomm, *rcomm;
+  void *smh, *rmh;
+  char *sbuf, *rbuf; /* host or device pointers */
+  char *stage;       /* host staging for --check with device buffers */
+  size_t data_bytes, buf_bytes;
+  int cuda;          /* buffers are device memory */
+  int need_flush;    /* GPUDirect receives: iflush after each non-empty receive */
+  int use_dmabuf;
+  gn_ctx_t ctx;
+  /* per command */
+  uint64_t mismatches;
+  char first_err[256];
+  int fatal;
+  char fatal_msg[512];
+  uint64_t polls;
+  /* progress */
+  int tty;
+  uint64_t cmd_start_ns, last_progress_ns;
+  int progress_shown;
+} perf_t;
+
+static perf_t P;
+static pid_t g_child = -1;
+
+/* ------------------------------------------------------------------------------------------ */
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: gdrnet-perf --local  [options]\n"
+          "       gdrnet-perf --server [--port P] [options]\n"
+          "       gdrnet-perf --client HOST [--port P] [options]\n"
+          "\n"
+          "Measures the libnccl-net-gdr plugin through its ncclNet v8 ABI between two processes, driving it\n"
+          "exactly as NCCL does. Latency comes from a ping-pong phase (half round trip), bandwidth from a\n"
+          "streaming phase (one direction, or both with --bidir).\n"
+          "\n"
+          "  --local              fork both ends on this host\n"
+          "  --server             wait for a client (bootstrap on TCP port P)\n"
+          "  --client HOST        connect to a server; the client's run options are used by both ends\n"
+          "  --port P             bootstrap TCP port (default %d)\n"
+          "  --transport T        rdma|tcp|auto: sets GDRNET_TRANSPORT for the plugin\n"
+          "  --sizes MIN:MAX[:F]  message sizes MIN, MIN*F, ... and MAX (default 8:64M:4; K/M/G suffixes)\n"
+          "  --iters N            messages per size in each phase (default: 1000, fewer for large sizes)\n"
+          "  --duration S         instead of --iters: about S seconds per size and phase\n"
+          "  --inflight N         requests in flight per direction, 1..%d (default 8)\n"
+          "  --qps N              QPs per connection: sets GDRNET_QPS_PER_CONN\n"
+          "  --cuda DEV           CUDA device memory on GPU DEV (needs libcuda.so.1 and a GDR-capable plugin)\n"
+          "  --check              fill every message with a pattern of (size, iteration, offset) and verify\n"
+          "                       every byte and every reported size on the receiver\n"
+          "  --bidir              stream both directions at once in the bandwidth phase\n"
+          "  --dev N              plugin device (default 0)\n"
+          "  --json FILE          also write the rows as JSON\n"
+          "  --csv FILE           also write the rows as CSV\n"
+          "  --plugin PATH        plugin to load (default: $GDRNET_PLUGIN, else <bindir>/../lib/libnccl-net-gdr.so,\n"
+          "                       else libnccl-net-gdr.so from the loader's path)\n"
+          "  --timeout S          give up on any single phase after S seconds (default 120)\n"
+          "  -v, --verbose        print the plugin's INFO lines (NCCL_DEBUG=INFO does the same)\n"
+          "  -h, --help           this text\n"
+          "\n"
+          "Exit status: 0 on success, 1 on any error or data mismatch (the reason is printed), 2 on usage errors.\n",
+          DEFAULT_PORT, MAX_INFLIGHT);
+}
+
+static void usage_error(const char *fmt, const char *arg) {
+  fprintf(stderr, "gdrnet-perf: ");
+  fprintf(stderr, fmt, arg);
+  fprintf(stderr, "\n(try gdrnet-perf --help)\n");
+  exit(2);
+}
+
+static void perr(const char *fmt, ...) GN_PRINTF(1, 2);
+static void perr(const char *fmt, ...) {
+  char buf[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  if (P.tty && P.progress_shown) {
+    fputs("\r\033[K", stdout);
+    fflush(stdout);
+    P.progress_shown = 0;
+  }
+  fprintf(stderr, "gdrnet-perf%s: error: %s\n", P.role == 'B' ? " (peer B)" : "", buf);
+}
+
+static int parse_int(const char *s, long lo, long hi, const char *what) {
+  char *end = NULL;
+  errno = 0;
+  long v = strtol(s, &end, 10);
+  if (errno != 0 || end == s || *end != '\0' || v < lo || v > hi) {
+    char msg[128];
+    snprintf(msg, sizeof msg, "bad %s '%%s' (expected %ld..%ld)", what, lo, hi);
+    usage_error(msg, s);
+  }
+  return (int)v;
+}
+
+static void parse_sizes(const char *s, opts_t *o) {
+  char buf[128];
+  snprintf(buf, sizeof buf, "%s", s);
+  char *parts[3] = {NULL, NULL, NULL};
+  int n = 0;
+  char *save = NULL;
+  for (char *t = strtok_r(buf, ":", &save); t != NULL && n < 3; t = strtok_r(NULL, ":", &save)) parts[n++] = t;
+  if (n < 1 || strtok_r(NULL, ":", &save) != NULL) usage_error("bad --sizes '%s' (MIN:MAX[:FACTOR])", s);
+  if (gn_parse_size(parts[0], &o->min_size) != 0) usage_error("bad --sizes '%s': MIN", s);
+  o->max_size = o->min_size;
+  if (n >= 2 && gn_parse_size(parts[1], &o->max_size) != 0) usage_error("bad --sizes '%s': MAX", s);
+  if (n == 3) {
+    char *end = NULL;
+    errno = 0;
+    unsigned long long f = strtoull(parts[2], &end, 10);
+    if (errno || end == parts[2] || *end != '\0' || f < 2 || f > 1024)
+      usage_error("bad --sizes '%s': FACTOR must be 2..1024", s);
+    o->factor = f;
+  }
+  if (o->max_size < o->min_size) usage_error("bad --sizes '%s': MAX < MIN", s);
+  if (o->max_size > (1ull << 30)) usage_error("bad --sizes '%s': at most 1G per message (the v8 ABI's int size)", s);
+}
+
+static void parse_args(int argc, char **argv, opts_t *o) {
+  memset(o, 0, sizeof *o);
+  o->port = DEFAULT_PORT;
+  o->min_size = 8;
+  o->max_size = 64ull << 20;
+  o->factor = 4;
+  o->inflight = 8;
+  o->cuda_dev = -1;
+  o->timeout = 120;
+  enum { O_LOCAL = 256, O_SERVER, O_CLIENT, O_PORT, O_TRANSPORT, O_SIZES, O_ITERS, O_DURATION, O_INFLIGHT,
+         O_QPS, O_CUDA, O_CHECK, O_BIDIR, O_JSON, O_CSV, O_PLUGIN, O_DEV, O_TIMEOUT };
+  static const struct option lo[] = {
+      {"local", no_argument, NULL, O_LOCAL},         {"server", no_argument, NULL, O_SERVER},
+      {"client", required_argument, NULL, O_CLIENT}, {"port", required_argument, NULL, O_PORT},
+      {"transport", required_argument, NULL, O_TRANSPORT}, {"sizes", required_argument, NULL, O_SIZES},
+      {"iters", required_argument, NULL, O_ITERS},   {"duration", required_argument, NULL, O_DURATION},
+      {"inflight", required_argument, NULL, O_INFLIGHT}, {"qps", required_argument, NULL, O_QPS},
+      {"cuda", required_argument, NULL, O_CUDA},     {"check", no_argument, NULL, O_CHECK},
+      {"bidir", no_argument, NULL, O_BIDIR},         {"json", required_argument, NULL, O_JSON},
+      {"csv", required_argument, NULL, O_CSV},       {"plugin", required_argument, NULL, O_PLUGIN},
+      {"dev", required_argument, NULL, O_DEV},       {"timeout", required_argument, NULL, O_TIMEOUT},
+      {"verbose", no_argument, NULL, 'v'},           {"help", no_argument, NULL, 'h'},
+      {NULL, 0, NULL, 0}};
+  int c;
+  opterr = 0;
+  while ((c = getopt_long(argc, argv, "vh", lo, NULL)) != -1) {
+    switch (c) {
+    case O_LOCAL: case O_SERVER: case O_CLIENT:
+      if (o->mode != 0) usage_error("%s", "choose one of --local, --server, --client");
+      o->mode = c == O_LOCAL ? 'l' : c == O_SERVER ? 's' : 'c';
+      if (c == O_CLIENT) o->host = optarg;
+      break;
+    case O_PORT: o->port = parse_int(optarg, 1, 65535, "--port"); break;
+    case O_TRANSPORT:
+      if (strcmp(optarg, "rdma") != 0 && strcmp(optarg, "tcp") != 0 && strcmp(optarg, "auto") != 0)
+        usage_error("bad --transport '%s' (rdma, tcp or auto)", optarg);
+      o->transport = optarg;
+      break;
+    case O_SIZES: parse_sizes(optarg, o); break;
+    case O_ITERS: o->iters = (uint64_t)parse_int(optarg, 1, 100000000, "--iters"); break;
+    case O_DURATION: {
+      char *end = NULL;
+      errno = 0;
+      o->duration = strtod(optarg, &end);
+      if (errno || end == optarg || *end != '\0' || !(o->duration > 0) || o->duration > 3600)
+        usage_error("bad --duration '%s' (seconds, > 0)", optarg);
+      break;
+    }
+    case O_INFLIGHT: o->inflight = parse_int(optarg, 1, MAX_INFLIGHT, "--inflight"); break;
+    case O_QPS: o->qps = parse_int(optarg, 1, 16, "--qps"); break;
+    case O_CUDA: o->cuda_dev = parse_int(optarg, 0, 1023, "--cuda"); break;
+    case O_CHECK: o->check = 1; break;
+    case O_BIDIR: o->bidir = 1; break;
+    case O_JSON: o->json = optarg; break;
+    case O_CSV: o->csv = optarg; break;
+    case O_PLUGIN: o->plugin = optarg; break;
+    case O_DEV: o->dev = parse_int(optarg, 0, 1023, "--dev"); break;
+    case O_TIMEOUT: {
+      char *end = NULL;
+      o->timeout = strtod(optarg, &end);
+      if (end == optarg || *end != '\0' || !(o->timeout > 0)) usage_error("bad --timeout '%s'", optarg);
+      break;
+    }
+    case 'v': o->verbose = 1; break;
+    case 'h': usage(stdout); exit(0);
+    case '?':
+    default:
+      if (optopt != 0) {
+        char s[2] = {(char)optopt, 0};
+        usage_error("unknown option or missing argument: -%s", s);
+      }
+      usage_error("unknown option or missing argument: %s", argv[optind - 1]);
+    }
+  }
+  if (optind < argc) usage_error("unexpected argument '%s'", argv[optind]);
+  if (o->mode == 0) usage_error("%s", "one of --local, --server or --client HOST is required");
+  if (o->iters && o->duration > 0) usage_error("%s", "--iters and --duration exclude each other");
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Progress, peer liveness, waits. */
+
+static void progress(const char *phase, uint64_t size, uint64_t done, uint64_t total) {
+  if (!P.tty || P.role != 'A') return;
+  uint64_t now = gn_now_ns();
+  if (now - P.cmd_start_ns < 1000000000ull || now - P.last_progress_ns < 250000000ull) return;
+  P.last_progress_ns = now;
+  char sz[32];
+  gn_fmt_size(size, sz, sizeof sz);
+  printf("\r\033[K  ... %s B: %s %" PRIu64 "/%" PRIu64, sz, phase, done, total);
+  fflush(stdout);
+  P.progress_shown = 1;
+}
+
+static void progress_clear(void) {
+  if (P.progress_shown) {
+    fputs("\r\033[K", stdout);
+    fflush(stdout);
+    P.progress_shown = 0;
+  }
+}
+
+/* During a phase nothing travels on the bootstrap socket, so anything readable there means the
+ * peer died or gave up: stop rather than wait for the deadline. Checked every few thousand polls. */
+static int peer_gone(void) {
+  if ((++P.polls & 1023) != 0) return 0;
+  struct pollfd pf = {.fd = P.bootfd, .events = POLLIN};
+  int r = poll(&pf, 1, 0);
+  return r > 0 && (pf.revents & (POLLIN | POLLHUP | POLLERR));
+}
+
+static int fatal(const char *fmt, ...) GN_PRINTF(1, 2);
+static int fatal(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(P.fatal_msg, sizeof P.fatal_msg, fmt, ap);
+  va_end(ap);
+  P.fatal = 1;
+  return -1;
+}
+
+/* test() until done, watching the peer and the deadline. */
+static int wait_req(void *req, int *sizes, const char *what) {
+  for (;;) {
+    int done = 0;
+    ncclResult_t r = P.net->test(req, &done, sizes);
+    if (r != ncclSuccess) return fatal("%s: test() returned %s", what, gn_result_str(r));
+    if (done) return 0;
+    if (gn_expired(P.ctx.deadline_ns)) return fatal("%s: no completion within --timeout %.0f s", what, P.o.timeout);
+    if (peer_gone()) return fatal("%s: the peer process went away (see its message)", what);
+    sched_yield();
+  }
+}
+
+static int post_send(size_t off, int size, void **req) {
+  *req = NULL;
+  ncclResult_t r = P.net->isend(P.scomm, P.sbuf + off, size, 0, P.smh, req);
+  if (r != ncclSuccess) return fatal("isend(size %d) returned %s", size, gn_result_str(r));
+  return 0;
+}
+
+static int post_recv(size_t off, int size, void **req) {
+  *req = NULL;
+  void *data[1] = {P.rbuf + off}, *mh[1] = {P.rmh};
+  int sizes[1] = {size}, tags[1] = {0};
+  ncclResult_t r = P.net->irecv(P.rcomm, 1, data, sizes, tags, mh, req);
+  if (r != ncclSuccess) return fatal("irecv(size %d) returned %s", size, gn_result_str(r));
+  return 0;
+}
+
+/* Re-posts while the plugin answers with a NULL request ("try again later"). */
+static int send_blocking_post(size_t off, int size, void **req, const char *what) {
+  for (;;) {
+    if (post_send(off, size, req) != 0) return -1;
+    if (*req != NULL) return 0;
+    if (gn_expired(P.ctx.deadline_ns)) return fatal("%s: isend kept returning a NULL request", what);
+    if (peer_gone()) return fatal("%s: the peer process went away", what);
+    sched_yield();
+  }
+}
+
+static int recv_blocking_post(size_t off, int size, void **req, const char *what) {
+  for (;;) {
+    if (post_recv(off, size, req) != 0) return -1;
+    if (*req != NULL) return 0;
+    if (gn_expired(P.ctx.deadline_ns)) return fatal("%s: irecv kept returning a NULL request", what);
+    if (peer_gone()) return fatal("%s: the peer process went away", what);
+    sched_yield();
+  }
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Buffers and patterns. */
+
+static int fill_send(size_t off, uint64_t size, uint64_t seed) {
+  if (!P.cuda) {
+    gn_pattern_fill(P.sbuf + off, size, seed);
+    return 0;
+  }
+  gn_pattern_fill(P.stage, size, seed);
+  if (pc_htod(P.sbuf + off, P.stage, size) != 0) return fatal("cuMemcpyHtoD failed");
+  return 0;
+}
+
+static void mismatch(const char *fmt, ...) GN_PRINTF(1, 2);
+static void mismatch(const char *fmt, ...) {
+  if (P.mismatches++ == 0) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(P.first_err, sizeof P.first_err, fmt, ap);
+    va_end(ap);
+  }
+}
+
+/* Verifies a received message: the reported size and, with --check, every byte. */
+static int verify_recv(size_t off, uint64_t size, int got, uint64_t seed, uint64_t iter, const char *phase) {
+  if ((uint64_t)(int64_t)got != size) {
+    mismatch("%s: size %" PRIu64 " iteration %" PRIu64 ": test() reported %d bytes received, %" PRIu64 " were sent",
+             phase, size, iter, got, size);
+    return 0;
+  }
+  if (!P.o.check || size == 0) return 0;
+  const char *p = P.rbuf + off;
+  if (P.cuda) {
+    if (pc_dtoh(P.stage, P.rbuf + off, size) != 0) return fatal("cuMemcpyDtoH failed");
+    p = P.stage;
+  }
+  size_t bad = gn_pattern_check(p, size, seed);
+  if (bad != size)
+    mismatch("%s: size %" PRIu64 " iteration %" PRIu64 ": byte %zu is 0x%02x, expected 0x%02x", phase, size, iter, bad,
+             (unsigned char)p[bad], gn_pattern_byte(seed, bad));
+  return 0;
+}
+
+static int flush_recv(size_t off, int got) {
+  if (!P.need_flush || got <= 0) return 0;
+  void *data[1] = {P.rbuf + off}, *mh[1] = {P.rmh};
+  int sizes[1] = {got};
+  void *req = NULL;
+  ncclResult_t r = P.net->iflush(P.rcomm, 1, data, sizes, mh, &req);
+  if (r != ncclSuccess) return fatal("iflush returned %s", gn_result_str(r));
+  if (req == NULL) return 0; /* nothing to wait for */
+  return wait_req(req, NULL, "iflush");
+}
+
+static int alloc_buffers(uint64_t max_size, int inflight) {
+  uint64_t data = max_size * (uint64_t)inflight;
+  if (data > BUF_CAP) data = BUF_CAP;
+  if (data < max_size) data = max_size;
+  if (data < 4096) data = 4096;
+  data = (data + 4095) & ~4095ull;
+  P.data_bytes = data;
+  P.buf_bytes = data + CTRL_BYTES;
+  if (P.cuda) P.buf_bytes = (P.buf_bytes + (2u << 20) - 1) & ~(size_t)((2u << 20) - 1);
+  char err[256];
+  if (P.cuda) {
+    if ((P.sbuf = pc_alloc(P.buf_bytes, err, sizeof err)) == NULL) return fatal("%s", err);
+    if ((P.rbuf = pc_alloc(P.buf_bytes, err, sizeof err)) == NULL) return fatal("%s", err);
+    if ((P.stage = malloc(max_size ? max_size : 1)) == NULL) return fatal("out of memory");
+  } else {
+    if (posix_memalign((void **)&P.sbuf, 4096, P.buf_bytes) != 0 ||
+        posix_memalign((void **)&P.rbuf, 4096, P.buf_bytes) != 0)
+      return fatal("out of memory allocating 2 x %zu bytes", P.buf_bytes);
+    memset(P.sbuf, 0, P.buf_bytes);
+    memset(P.rbuf, 0, P.buf_bytes);
+  }
+  return 0;
+}
+
+static int reg_one(void *comm, void *buf, void **mh, const char *which) {
+  ncclResult_t r;
+  *mh = NULL;
+  if (!P.cuda) {
+    r = P.net->regMr(comm, buf, P.buf_bytes, NCCL_PTR_HOST, mh);
+  } else if (P.use_dmabuf) {
+    int fd = -1;
+    char err[256];
+    if (pc_dmabuf_fd(buf, P.buf_bytes, &fd, err, sizeof err) != 0) return fatal("%s", err);
+    r = P.net->regMrDmaBuf(comm, buf, P.buf_bytes, NCCL_PTR_CUDA, 0, fd, mh);
+    close(fd); /* NCCL closes the fd right after registering */
+  } else {
+    r = P.net->regMr(comm, buf, P.buf_bytes, NCCL_PTR_CUDA, mh);
+  }
+  if (r != ncclSuccess) return fatal("registering the %s buffer (%zu bytes) returned %s", which, P.buf_bytes,
+                                     gn_result_str(r));
+  return 0;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* The two phases. */
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* Ping-pong: A sends, B answers; per iteration A records the half round trip. */
+static int phase_latency(const cmd_t *c, double *lat_us) {
+  const uint64_t size = c->size;
+  const int isz = (int)size;
+  const uint64_t seed_base = c->iter_base;
+  if (P.role == 'A') {
+    for (uint64_t i = 0; i < c->lat_iters; i++) {
+      uint64_t it = seed_base + i;
+      if (P.o.check && fill_send(0, size, gn_pattern_seed(size, it, SALT_A2B)) != 0) return -1;
+      void *rreq = NULL, *sreq = NULL;
+      uint64_t t0 = gn_now_ns();
+      if (recv_blocking_post(0, isz, &rreq, "latency") != 0) return -1;
+      if (send_blocking_post(0, isz, &sreq, "latency") != 0) return -1;
+      if (wait_req(sreq, NULL, "latency send") != 0) return -1;
+      int got = -1;
+      if (wait_req(rreq, &got, "latency receive") != 0) return -1;
+      if (flush_recv(0, got) != 0) return -1;
+      uint64_t t1 = gn_now_ns();
+      if (lat_us) lat_us[i] = (double)(t1 - t0) / 2e3;
+      if (verify_recv(0, size, got, gn_pattern_seed(size, it, SALT_B2A), it, "latency (B->A)") != 0) return -1;
+      progress("latency", size, i + 1, c->lat_iters);
+    }
+  } else {
+    if (c->lat_iters > 0 && P.o.check && fill_send(0, size, gn_pattern_seed(size, seed_base, SALT_B2A)) != 0)
+      return -1;
+    for (uint64_t i = 0; i < c->lat_iters; i++) {
+      uint64_t it = seed_base + i;
+      void *rreq = NULL, *sreq = NULL;
+      if (recv_blocking_post(0, isz, &rreq, "latency") != 0) return -1;
+      int got = -1;
+      if (wait_req(rreq, &got, "latency receive") != 0) return -1;
+      if (flush_recv(0, got) != 0) return -1;
+      if (send_blocking_post(0, isz, &sreq, "latency") != 0) return -1;
+      if (wait_req(sreq, NULL, "latency send") != 0) return -1;
+      if (verify_recv(0, size, got, gn_pattern_seed(size, it, SALT_A2B), it, "latency (A->B)") != 0) return -1;
+      if (i + 1 < c->lat_iters && P.o.check && fill_send(0, size, gn_pattern_seed(size, it + 1, SALT_B2A)) != 0)
+        return -1;
+    }
+  }
+  return 0;
+}
+
+/* Streaming: the sender keeps up to `depth` isends in flight over distinct sub-ranges (slots), the
+ * receiver keeps `depth` irecvs posted; requests are tested oldest first, as NCCL's proxy does. When
+ * the receiver has everything it sends a zero-byte ack back; the sender's clock stops at the ack. */
+static int phase_bw(const cmd_t *c, uint64_t *ns_out) {
+  const uint64_t size = c->size, n = c->bw_iters;
+  const int isz = (int)size;
+  const int sending = P.role == 'A' || P.o.bidir;
+  const int receiving = P.role == 'B' || P.o.bidir;
+  uint64_t nslots = size ? P.data_bytes / size : (uint64_t)P.o.inflight;
+  uint64_t depth = (uint64_t)P.o.inflight < nslots ? (uint64_t)P.o.inflight : nslots;
+  if (depth < 1) depth = 1;
+  const uint64_t sbase = c->iter_base + c->lat_iters;
+  const uint64_t ssalt = P.role == 'A' ? SALT_A2B : SALT_B2A, rsalt = P.role == 'A' ? SALT_B2A : SALT_A2B;
+  void *sreq[MAX_INFLIGHT] = {0}, *rreq[MAX_INFLIGHT] = {0};
+  uint64_t sp = 0, sc = 0, rp = 0, rc = 0;
+  void *ack_s = NULL, *ack_r = NULL;
+  int ack_s_posted = 0, ack_s_done = !receiving, ack_r_posted = 0, ack_r_done = !sending;
+  const size_t ctrl = P.data_bytes;
+
+  if (gn_boot_barrier(P.bootfd, P.o.timeout) != 0) return fatal("bootstrap barrier failed: %s", strerror(errno));
+  uint64_t t0 = gn_now_ns(), t_end = 0;
+  for (;;) {
+    int progressed = 0;
+    /* sends */
+    while (sending && sp < n && sp - sc < depth) {
+      size_t off = (size_t)(sp % depth) * size;
+      if (P.o.check && fill_send(off, size, gn_pattern_seed(size, sbase + sp, ssalt)) != 0) return -1;
+      if (post_send(off, isz, &sreq[sp % depth]) != 0) return -1;
+      if (sreq[sp % depth] == NULL) break; /* try again later */
+      sp++;
+      progressed = 1;
+    }
+    while (sending && sc < sp) {
+      int done = 0;
+      ncclResult_t r = P.net->test(sreq[sc % depth], &done, NULL);
+      if (r != ncclSuccess) return fatal("bandwidth send: test() returned %s", gn_result_str(r));
+      if (!done) break;
+      sc++;
+      progressed = 1;
+    }
+    /* receives */
+    while (receiving && rp < n && rp - rc < depth) {
+      size_t off = (size_t)(rp % depth) * size;
+      if (post_recv(off, isz, &rreq[rp % depth]) != 0) return -1;
+      if (rreq[rp % depth] == NULL) break;
+      rp++;
+      progressed = 1;
+    }
+    while (receiving && rc < rp) {
+      int done = 0, got = -1;
+      ncclResult_t r = P.net->test(rreq[rc % depth], &done, &got);
+      if (r != ncclSuccess) return fatal("bandwidth receive: test() returned %s", gn_result_str(r));
+      if (!done) break;
+      size_t off = (size_t)(rc % depth) * size;
+      if (flush_recv(off, got) != 0) return -1;
+      if (verify_recv(off, size, got, gn_pattern_seed(size, sbase + rc, rsalt), sbase + rc,
+                      P.role == 'A' ? "bandwidth (B->A)" : "bandwidth (A->B)") != 0)
+        return -1;
+      rc++;
+      progressed = 1;
+    }
+    /* the ack, after every data send of ours was posted (messages match in post order) */
+    if (receiving && rc == n && !ack_s_posted && (!sending || sp == n)) {
+      if (post_send(ctrl, 0, &ack_s) != 0) return -1;
+      if (ack_s != NULL) ack_s_posted = 1;
+    }
+    if (ack_s_posted && !ack_s_done) {
+      int done = 0;
+      ncclResult_t r = P.net->test(ack_s, &done, NULL);
+      if (r != ncclSuccess) return fatal("ack send: test() returned %s", gn_result_str(r));
+      if (done) ack_s_done = 1;
+    }
+    if (sending && sp == n && !ack_r_posted && (!receiving || rp == n)) {
+      if (post_recv(ctrl, 8, &ack_r) != 0) return -1;
+      if (ack_r != NULL) ack_r_posted = 1;
+    }
+    if (ack_r_posted && !ack_r_done) {
+      int done = 0, got = -1;
+      ncclResult_t r = P.net->test(ack_r, &done, &got);
+      if (r != ncclSuccess) return fatal("ack receive: test() returned %s", gn_result_str(r));
+      if (done) {
+        if (got != 0) mismatch("bandwidth ack: test() reported %d bytes for a zero-byte message", got);
+        ack_r_done = 1;
+        t_end = gn_now_ns();
+      }
+    }
+    if (sc == (sending ? n : 0) && rc == (receiving ? n : 0) && ack_s_done && ack_r_done) break;
+    if (!progressed) {
+      if (gn_expired(P.ctx.deadline_ns))
+        return fatal("bandwidth phase, size %" PRIu64 ": stuck at %" PRIu64 "/%" PRIu64 " sent, %" PRIu64 "/%" PRIu64
+                     " received after --timeout %.0f s",
+                     size, sc, sending ? n : 0, rc, receiving ? n : 0, P.o.timeout);
+      if (peer_gone()) return fatal("bandwidth phase: the peer process went away");
+      sched_yield();
+    }
+    progress("bandwidth", size, sending ? sc : rc, n);
+  }
+  if (!sending) t_end = gn_now_ns();
+  *ns_out = t_end - t0;
+  return 0;
+}
+
+/* Runs one command on this process; fills the result for the bootstrap. */
+static int run_cmd(const cmd_t *c, double *lat_us, uint64_t *bw_ns) {
+  P.mismatches = 0;
+  P.first_err[0] = '\0';
+  gn_ctx_init(&P.ctx, P.net, P.o.timeout);
+  P.cmd_start_ns = gn_now_ns();
+  if (gn_boot_barrier(P.bootfd, P.o.timeout) != 0) return fatal("bootstrap barrier failed: %s", strerror(errno));
+  if (phase_latency(c, lat_us) != 0) return -1;
+  gn_ctx_init(&P.ctx, P.net, P.o.timeout);
+  if (phase_bw(c, bw_ns) != 0) return -1;
+  return 0;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+
+static void setup_env(void) {
+  if (P.o.transport) setenv("GDRNET_TRANSPORT", P.o.transport, 1);
+  if (P.o.qps) {
+    char v[16];
+    snprintf(v, sizeof v, "%d", P.o.qps);
+    setenv("GDRNET_QPS_PER_CONN", v, 1);
+  }
+  if (P.o.verbose) gn_log_set_level(NCCL_LOG_INFO);
+}
+
+/* Loads the plugin and opens the device. */
+static int setup_plugin(void) {
+  char path[4096], err[1024];
+  gn_plugin_resolve(P.o.plugin, path, sizeof path);
+  if (gn_plugin_open(&P.plug, path, err, sizeof err) != 0) return fatal("%s", err);
+  P.net = P.plug.net;
+  ncclResult_t r = P.net->init(gn_logger);
+  if (r != ncclSuccess)
+    return fatal("plugin %s: init() returned %s (its WARN lines above say why)", P.net->name, gn_result_str(r));
+  int ndev = 0;
+  r = P.net->devices(&ndev);
+  if (r != ncclSuccess) return fatal("devices() returned %s", gn_result_str(r));
+  if (ndev < 1) return fatal("the plugin reports no devices");
+  if (P.o.dev >= ndev) return fatal("--dev %d: the plugin has %d device(s)", P.o.dev, ndev);
+  memset(&P.props, 0, sizeof P.props);
+  r = P.net->getProperties(P.o.dev, &P.props);
+  if (r != ncclSuccess) return fatal("getProperties(%d) returned %s", P.o.dev, gn_result_str(r));
+  if (P.o.cuda_dev >= 0) {
+    if ((P.props.ptrSupport & (NCCL_PTR_CUDA | NCCL_PTR_DMABUF)) == 0)
+      return fatal("--cuda: device %s supports only %s buffers (no GPUDirect RDMA: NCCL would stage through host "
+                   "memory)",
+                   P.props.name ? P.props.name : "?", gn_ptr_support_str(P.props.ptrSupport));
+    if (pc_open(P.o.cuda_dev, err, sizeof err) != 0) return fatal("%s", err);
+    P.cuda = 1;
+    P.use_dmabuf = (P.props.ptrSupport & NCCL_PTR_DMABUF) && P.net->regMrDmaBuf != NULL && pc_dmabuf_supported();
+    if (!P.use_dmabuf && !(P.props.ptrSupport & NCCL_PTR_CUDA))
+      return fatal("--cuda: the plugin offers only DMA-BUF, which this GPU/driver does not support");
+    P.need_flush = 1;
+  }
+  return 0;
+}
+
+/* Connects both directions and registers the buffers. */
+static int setup_comms(uint64_t max_size, int inflight) {
+  gn_ctx_init(&P.ctx, P.net, P.o.timeout);
+  ncclResult_t r = gn_establish(&P.ctx, P.o.dev, P.bootfd, &P.scomm, &P.rcomm);
+  if (r != ncclSuccess) return fatal("connection setup: %s", P.ctx.err);
+  if (alloc_buffers(max_size, inflight) != 0) return -1;
+  if (reg_one(P.scomm, P.sbuf, &P.smh, "send") != 0) return -1;
+  if (reg_one(P.rcomm, P.rbuf, &P.rmh, "receive") != 0) return -1;
+  return 0;
+}
+
+static int teardown(void) {
+  int rc = 0;
+  ncclResult_t r;
+  if (P.smh && (r = P.net->deregMr(P.scomm, P.smh)) != ncclSuccess) rc = fatal("deregMr(send) returned %s", gn_result_str(r));
+  if (P.rmh && (r = P.net->deregMr(P.rcomm, P.rmh)) != ncclSuccess) rc = fatal("deregMr(recv) returned %s", gn_result_str(r));
+  P.smh = P.rmh = NULL;
+  if (P.scomm && (r = P.net->closeSend(P.scomm)) != ncclSuccess) rc = fatal("closeSend returned %s", gn_result_str(r));
+  if (P.rcomm && (r = P.net->closeRecv(P.rcomm)) != ncclSuccess) rc = fatal("closeRecv returned %s", gn_result_str(r));
+  P.scomm = P.rcomm = NULL;
+  if (P.cuda) {
+    pc_free(P.sbuf);
+    pc_free(P.rbuf);
+    free(P.stage);
+    pc_close();
+  } else {
+    free(P.sbuf);
+    free(P.rbuf);
+  }
+  P.sbuf = P.rbuf = P.stage = NULL;
+  gn_plugin_close(&P.plug);
+  return rc;
+}
+
+/* Both sides tell each other whether their last step worked; returns 0 when both did, else -1 with
+ * the reason printed (ours, or the peer's). */
+static int sync_status(int ok_local) {
+  result_t mine, peer;
+  memset(&mine, 0, sizeof mine);
+  if (!ok_local) {
+    mine.status = 1;
+    snprintf(mine.msg, sizeof mine.msg, "%.255s", P.fatal_msg);
+  }
+  if (gn_boot_send(P.bootfd, &mine, sizeof mine) != 0 || gn_boot_recv(P.bootfd, &peer, sizeof peer, P.o.timeout) != 0) {
+    if (!ok_local) perr("%s", P.fatal_msg);
+    else perr("bootstrap: lost the peer during setup: %s", strerror(errno));
+    return -1;
+  }
+  if (!ok_local) {
+    /* With --local, A prints B's reason (once) unless A failed the same way. */
+    if (P.role == 'A' || P.o.mode != 'l') perr("%s", P.fatal_msg);
+    if (P.role == 'A' && peer.status != 0 && strcmp(peer.msg, mine.msg) != 0) perr("peer B: %s", peer.msg);
+    return -1;
+  }
+  if (peer.status != 0) {
+    if (P.role == 'A') perr("peer B: %s", peer.msg);
+    return -1;
+  }
+  return 0;
+}
+
+static int setup_all(uint64_t max_size, int inflight) {
+  if (sync_status(setup_plugin() == 0) != 0) return -1;
+  if (sync_status(setup_comms(max_size, inflight) == 0) != 0) return -1;
+  return 0;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Role B: follow A's commands. */
+
+static int run_b(void) {
+  params_t prm;
+  if (gn_boot_recv(P.bootfd, &prm, sizeof prm, P.o.timeout) != 0 || prm.magic != PARAMS_MAGIC) {
+    perr("did not get the run parameters from the client: %s", strerror(errno ? errno : EPROTO));
+    return 1;
+  }
+  P.o.inflight = (int)prm.inflight;
+  P.o.check = (int)prm.check;
+  P.o.bidir = (int)prm.bidir;
+  P.o.max_size = prm.max_size;
+  if (setup_all(prm.max_size, (int)prm.inflight) != 0) return 1;
+  for (;;) {
+    cmd_t c;
+    if (gn_boot_recv(P.bootfd, &c, sizeof c, 3600) != 0) {
+      perr("lost the bootstrap connection to A: %s", strerror(errno));
+      return 1;
+    }
+    if (c.op == OP_DONE) break;
+    result_t res;
+    memset(&res, 0, sizeof res);
+    if (run_cmd(&c, NULL, &res.bw_ns) != 0) {
+      res.status = 1;
+      snprintf(res.msg, sizeof res.msg, "%.255s", P.fatal_msg);
+      /* With --local, A prints our reason; print it here only when it cannot reach A. */
+      if (gn_boot_send(P.bootfd, &res, sizeof res) != 0 || P.o.mode != 'l') perr("%s", P.fatal_msg);
+      return 1;
+    }
+    res.mismatches = P.mismatches;
+    snprintf(res.msg, sizeof res.msg, "%s", P.first_err);
+    if (gn_boot_send(P.bootfd, &res, sizeof res) != 0) return 1;
+  }
+  if (teardown() != 0) {
+    perr("%s", P.fatal_msg);
+    return 1;
+  }
+  return 0;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Role A: drive, measure, print. */
+
+static uint64_t auto_lat_iters(uint64_t size) {
+  uint64_t budget = 64ull << 20; /* bytes per direction */
+  uint64_t n = size ? budget / size : 1000;
+  if (n > 1000) n = 1000;
+  if (n < 4) n = 4;
+  return n;
+}
+
+static uint64_t auto_bw_iters(uint64_t size) {
+  uint64_t budget = 256ull << 20;
+  uint64_t n = size ? budget / size : 1000;
+  if (n > 1000) n = 1000;
+  if (n < 8) n = 8;
+  return n;
+}
+
+static int a_exchange(const cmd_t *c, double *lat, uint64_t *bw_ns, result_t *peer) {
+  if (gn_boot_send(P.bootfd, c, sizeof *c) != 0) return fatal("bootstrap: sending a command: %s", strerror(errno));
+  int rc = run_cmd(c, lat, bw_ns);
+  if (rc != 0) {
+    /* Prefer the peer's reason when it failed first. */
+    result_t pr;
+    if (gn_boot_recv(P.bootfd, &pr, sizeof pr, 2) == 0 && pr.status != 0)
+      snprintf(P.fatal_msg + strlen(P.fatal_msg), sizeof P.fatal_msg - strlen(P.fatal_msg), "; peer B: %s", pr.msg);
+    return -1;
+  }
+  if (gn_boot_recv(P.bootfd, peer, sizeof *peer, P.o.timeout) != 0)
+    return fatal("bootstrap: no result from the peer: %s", strerror(errno));
+  if (peer->status != 0) return fatal("peer B: %s", peer->msg);
+  return 0;
+}
+
+static void print_header(void) {
+  char sum[1024];
+  gn_props_summary(P.o.dev, &P.props, sum, sizeof sum);
+  const char *tr = getenv("GDRNET_TRANSPORT");
+  printf("# gdrnet-perf %s: plugin \"%s\" from %s\n", GDRNET_VERSION, P.net->name, P.plug.path);
+  printf("# %s\n", sum);
+  printf("# transport %s (GDRNET_TRANSPORT=%s)%s%s  buffers %s%s  inflight %d  check %s  %s\n",
+         tr ? tr : "auto", tr ? tr : "unset", P.o.qps ? "  qps/conn " : "", P.o.qps ? getenv("GDRNET_QPS_PER_CONN") : "",
+         P.cuda ? "cuda" : "host", P.cuda ? (P.use_dmabuf ? " (dmabuf)" : " (peermem)") : "", P.o.inflight,
+         P.o.check ? "on (every byte)" : "off", P.o.mode == 'l' ? "2 processes on this host" : "2 hosts");
+  printf("# latency: ping-pong, half round trip per message; bandwidth: %s streaming, up to %d in flight, "
+         "timed to the receiver's ack\n",
+         P.o.bidir ? "bidirectional (sum of both directions)" : "one-way", P.o.inflight);
+  printf("# %10s %8s %10s %10s %10s %10s %12s\n", "bytes", "iters", "GB/s", "avg_us", "p50_us", "p99_us", "msgs/s");
+  fflush(stdout);
+}
+
+static void print_row(const row_t *r) {
+  progress_clear();
+  printf("  %10" PRIu64 " %8" PRIu64 " %10.3f %10.2f %10.2f %10.2f %12.0f\n", r->size, r->bw_iters, r->gbps, r->avg_us,
+         r->p50_us, r->p99_us, r->msgs);
+  fflush(stdout);
+}
+
+static int write_outputs(const row_t *rows, int nrows) {
+  const char *tr = getenv("GDRNET_TRANSPORT");
+  if (P.o.json) {
+    FILE *f = fopen(P.o.json, "w");
+    if (f == NULL) return fatal("--json %s: %s", P.o.json, strerror(errno));
+    fprintf(f, "{\n  \"tool\": \"gdrnet-perf\",\n  \"version\": \"%s\",\n  \"plugin\": \"%s\",\n  \"name\": \"%s\",\n",
+            GDRNET_VERSION, P.plug.path, P.net->name);
+    fprintf(f, "  \"device\": {\"index\": %d, \"name\": \"%s\", \"speed_mbps\": %d, \"ptr_support\": \"%s\", "
+               "\"max_recvs\": %d},\n",
+            P.o.dev, P.props.name ? P.props.name : "", P.props.speed, gn_ptr_support_str(P.props.ptrSupport),
+            P.props.maxRecvs);
+    fprintf(f, "  \"transport\": \"%s\",\n  \"buffers\": \"%s\",\n  \"inflight\": %d,\n  \"check\": %s,\n"
+               "  \"bidir\": %s,\n  \"rows\": [\n",
+            tr ? tr : "auto", P.cuda ? "cuda" : "host", P.o.inflight, P.o.check ? "true" : "false",
+            P.o.bidir ? "true" : "false");
+    for (int i = 0; i < nrows; i++)
+      fprintf(f, "    {\"bytes\": %" PRIu64 ", \"iters\": %" PRIu64 ", \"lat_iters\": %" PRIu64
+                 ", \"gbps\": %.6f, \"avg_us\": %.3f, \"p50_us\": %.3f, \"p99_us\": %.3f, \"msgs_per_s\": %.1f}%s\n",
+              rows[i].size, rows[i].bw_iters, rows[i].lat_iters, rows[i].gbps, rows[i].avg_us, rows[i].p50_us,
+              rows[i].p99_us, rows[i].msgs, i + 1 < nrows ? "," : "");
+    fprintf(f, "  ]\n}\n");
+    if (fclose(f) != 0) return fatal("--json %s: %s", P.o.json, strerror(errno));
+  }
+  if (P.o.csv) {
+    FILE *f = fopen(P.o.csv, "w");
+    if (f == NULL) return fatal("--csv %s: %s", P.o.csv, strerror(errno));
+    fprintf(f, "bytes,iters,lat_iters,gbps,avg_us,p50_us,p99_us,msgs_per_s\n");
+    for (int i = 0; i < nrows; i++)
+      fprintf(f, "%" PRIu64 ",%" PRIu64 ",%" PRIu64 ",%.6f,%.3f,%.3f,%.3f,%.1f\n", rows[i].size, rows[i].bw_iters,
+              rows[i].lat_iters, rows[i].gbps, rows[i].avg_us, rows[i].p50_us, rows[i].p99_us, rows[i].msgs);
+    if (fclose(f) != 0) return fatal("--csv %s: %s", P.o.csv, strerror(errno));
+  }
+  return 0;
+}
+
+static int run_a(void) {
+  params_t prm = {.magic = PARAMS_MAGIC, .max_size = P.o.max_size, .inflight = (uint32_t)P.o.inflight,
+                  .check = (uint32_t)P.o.check, .bidir = (uint32_t)P.o.bidir};
+  if (gn_boot_send(P.bootfd, &prm, sizeof prm) != 0) {
+    perr("bootstrap: %s", strerror(errno));
+    return 1;
+  }
+  if (setup_all(P.o.max_size, P.o.inflight) != 0) return 1;
+  print_header();
+
+  /* sizes */
+  uint64_t sizes[128];
+  int ns = 0;
+  for (uint64_t s = P.o.min_size; ns < 127; s = s ? s * P.o.factor : 1) {
+    if (s > P.o.max_size) break;
+    sizes[ns++] = s;
+    if (s == P.o.max_size) break;
+    if (s > P.o.max_size / P.o.factor) break;
+  }
+  if (ns == 0 || sizes[ns - 1] != P.o.max_size) sizes[ns++] = P.o.max_size;
+
+  row_t *rows = calloc((size_t)ns, sizeof *rows);
+  if (rows == NULL) {
+    perr("out of memory");
+    return 1;
+  }
+  int nrows = 0, status = 0;
+  uint64_t iter_base = 0;
+  for (int k = 0; k < ns && status == 0; k++) {
+    uint64_t size = sizes[k];
+    uint64_t lat_n = P.o.iters ? P.o.iters : auto_lat_iters(size);
+    uint64_t bw_n = P.o.iters ? P.o.iters : auto_bw_iters(size);
+    /* warm-up (also the calibration for --duration) */
+    cmd_t w = {.op = OP_RUN, .size = size, .lat_iters = lat_n < 4 ? lat_n : 4,
+               .bw_iters = bw_n < (uint64_t)P.o.inflight ? bw_n : (uint64_t)P.o.inflight, .iter_base = iter_base};
+    if (P.o.duration > 0) {
+      w.lat_iters = 16;
+      w.bw_iters = 2 * (uint64_t)P.o.inflight;
+    }
+    double wl[32];
+    uint64_t wbw = 0;
+    result_t pr;
+    if (a_exchange(&w, wl, &wbw, &pr) != 0) {
+      perr("size %" PRIu64 " (warm-up): %s", size, P.fatal_msg);
+      status = 1;
+      break;
+    }
+    iter_base += w.lat_iters + w.bw_iters;
+    if (P.mismatches || pr.mismatches) {
+      perr("size %" PRIu64 " (warm-up): data check failed: %s", size, P.mismatches ? P.first_err : pr.msg);
+      status = 1;
+      break;
+    }
+    if (P.o.duration > 0) {
+      double half = P.o.duration / 2;
+      double rtt_s = 0;
+      for (uint64_t i = 0; i < w.lat_iters; i++) rtt_s += 2 * wl[i] / 1e6;
+      rtt_s /= (double)w.lat_iters;
+      lat_n = (uint64_t)(half / (rtt_s > 1e-7 ? rtt_s : 1e-7));
+      double per_msg = (double)wbw / 1e9 / (double)w.bw_iters;
+      bw_n = (uint64_t)(half / (per_msg > 1e-7 ? per_msg : 1e-7));
+      if (lat_n < 1) lat_n = 1;
+      if (bw_n < 1) bw_n = 1;
+      if (lat_n > 10000000) lat_n = 10000000;
+      if (bw_n > 10000000) bw_n = 10000000;
+    }
+    cmd_t c = {.op = OP_RUN, .size = size, .lat_iters = lat_n, .bw_iters = bw_n, .iter_base = iter_base};
+    iter_base += lat_n + bw_n;
+    double *lat = calloc(lat_n ? lat_n : 1, sizeof *lat);
+    if (lat == NULL) {
+      perr("out of memory");
+      status = 1;
+      break;
+    }
+    uint64_t bw_ns = 0;
+    if (a_exchange(&c, lat, &bw_ns, &pr) != 0) {
+      perr("size %" PRIu64 ": %s", size, P.fatal_msg);
+      free(lat);
+      status = 1;
+      break;
+    }
+    if (P.mismatches || pr.mismatches) {
+      perr("size %" PRIu64 ": data check failed: %" PRIu64 " bad message(s) seen by A, %" PRIu64 " by B; first: %s",
+           size, P.mismatches, pr.mismatches, P.mismatches ? P.first_err : pr.msg);
+      free(lat);
+      status = 1;
+      break;
+    }
+    row_t *r = &rows[nrows++];
+    r->size = size;
+    r->lat_iters = lat_n;
+    r->bw_iters = bw_n;
+    double sum = 0;
+    for (uint64_t i = 0; i < lat_n; i++) sum += lat[i];
+    r->avg_us = sum / (double)lat_n;
+    qsort(lat, lat_n, sizeof *lat, cmp_double);
+    r->p50_us = lat[(lat_n - 1) / 2];
+    uint64_t i99 = (uint64_t)ceil(0.99 * (double)lat_n);
+    r->p99_us = lat[i99 ? i99 - 1 : 0];
+    free(lat);
+    double secs = (double)bw_ns / 1e9;
+    double msgs = (double)bw_n;
+    if (P.o.bidir) {
+      double peer_s = (double)pr.bw_ns / 1e9;
+      if (peer_s > secs) secs = peer_s;
+      msgs *= 2;
+    }
+    if (secs <= 0) secs = 1e-9;
+    r->gbps = msgs * (double)size / secs / 1e9;
+    r->msgs = msgs / secs;
+    print_row(r);
+  }
+  cmd_t done = {.op = OP_DONE};
+  if (gn_boot_send(P.bootfd, &done, sizeof done) != 0 && status == 0) {
+    perr("bootstrap: %s", strerror(errno));
+    status = 1;
+  }
+  if (status == 0 && write_outputs(rows, nrows) != 0) {
+    perr("%s", P.fatal_msg);
+    status = 1;
+  }
+  free(rows);
+  if (teardown() != 0) {
+    perr("%s", P.fatal_msg);
+    status = 1;
+  }
+  return status;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+
+int main(int argc, char **argv) {
+  memset(&P, 0, sizeof P);
+  parse_args(argc, argv, &P.o);
+  setup_env();
+  P.tty = isatty(STDOUT_FILENO);
+  signal(SIGPIPE, SIG_IGN);
+
+  if (P.o.mode == 'l') {
+    int sv[2];
+    if (gn_boot_socketpair(sv) != 0) {
+      perror("gdrnet-perf: socketpair");
+      return 1;
+    }
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid < 0) {
+      perror("gdrnet-perf: fork");
+      return 1;
+    }
+    if (pid == 0) {
+      (void)prctl(PR_SET_PDEATHSIG, SIGKILL);
+      close(sv[0]);
+      P.role = 'B';
+      P.bootfd = sv[1];
+      P.tty = 0;
+      gn_log_set_prefix("1");
+      int rc = run_b();
+      fflush(stdout);
+      fflush(stderr);
+      _exit(rc);
+    }
+    g_child = pid;
+    close(sv[1]);
+    P.role = 'A';
+    P.bootfd = sv[0];
+    gn_log_set_prefix("0");
+    int rc = run_a();
+    close(P.bootfd);
+    int st = 0;
+    if (waitpid(pid, &st, 0) < 0) {
+      perror("gdrnet-perf: waitpid");
+      return 1;
+    }
+    g_child = -1;
+    if (WIFSIGNALED(st)) {
+      fprintf(stderr, "gdrnet-perf: error: peer process B died of signal %d\n", WTERMSIG(st));
+      return 1;
+    }
+    if (WEXITSTATUS(st) != 0) {
+      if (rc == 0) fprintf(stderr, "gdrnet-perf: error: peer process B exited with status %d\n", WEXITSTATUS(st));
+      return 1;
+    }
+    return rc;
+  }
+  if (P.o.mode == 's') {
+    int port = 0;
+    int lfd = gn_boot_tcp_listen(NULL, P.o.port, &port);
+    if (lfd < 0) {
+      fprintf(stderr, "gdrnet-perf: error: cannot listen on port %d: %s\n", P.o.port, strerror(errno));
+      return 1;
+    }
+    printf("# gdrnet-perf server: waiting for a client on port %d\n", port);
+    fflush(stdout);
+    P.bootfd = gn_boot_tcp_accept(lfd, 3600);
+    close(lfd);
+    if (P.bootfd < 0) {
+      fprintf(stderr, "gdrnet-perf: error: accepting the client: %s\n", strerror(errno));
+      return 1;
+    }
+    P.role = 'B';
+    int rc = run_b();
+    close(P.bootfd);
+    if (rc == 0) printf("# gdrnet-perf server: run complete\n");
+    return rc;
+  }
+  P.bootfd = gn_boot_tcp_connect(P.o.host, P.o.port, 30);
+  if (P.bootfd < 0) {
+    fprintf(stderr, "gdrnet-perf: error: cannot reach the server %s:%d: %s\n", P.o.host, P.o.port, strerror(errno));
+    return 1;
+  }
+  P.role = 'A';
+  int rc = run_a();
+  close(P.bootfd);
+  return rc;
+}
