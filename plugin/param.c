@@ -1,0 +1,375 @@
+#include "param.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "log.h"
+
+extern char **environ;
+
+static const struct gdr_param_info g_info[GDR_PARAM_COUNT] = {
+#define GDR_PARAM(ID, KIND, DEF, MIN, MAX, AUTOV, CHOICES, ALIAS, DOC)                                               \
+  [GDR_PARAM_##ID] = {"GDRNET_" #ID, GDR_PK_##KIND, DEF, MIN, MAX, AUTOV, CHOICES, ALIAS, DOC},
+#include "params.def"
+#undef GDR_PARAM
+};
+
+#define GDR_PARAM_STRMAX 512
+
+struct gdr_param_value {
+  int64_t i;
+  enum gdr_param_source src;
+  char s[GDR_PARAM_STRMAX];
+};
+
+/* The parsed knobs. Global because every part of the plugin reads them; written only under g_lock by
+ * gdr_params_load(), read lock-free after g_loaded is set (release/acquire). */
+static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+static atomic_int g_loaded; /* 0 not yet, 1 loaded */
+static ncclResult_t g_load_res;
+static struct gdr_param_value g_val[GDR_PARAM_COUNT];
+
+const struct gdr_param_info *gdr_param_info(enum gdr_param_id id) {
+  if ((int)id < 0 || id >= GDR_PARAM_COUNT) return NULL;
+  return &g_info[id];
+}
+
+enum gdr_param_id gdr_param_lookup(const char *name) {
+  for (int i = 0; i < GDR_PARAM_COUNT; i++)
+    if (strcmp(g_info[i].name, name) == 0) return (enum gdr_param_id)i;
+  return GDR_PARAM_COUNT;
+}
+
+/* Copies the i-th '|'-separated choice into buf; 0 if it exists. */
+static int choice_at(const char *choices, int i, char *buf, size_t len) {
+  const char *p = choices;
+  for (int k = 0; k < i; k++) {
+    p = strchr(p, '|');
+    if (p == NULL) return -1;
+    p++;
+  }
+  size_t n = strcspn(p, "|");
+  if (n + 1 > len) n = len - 1;
+  memcpy(buf, p, n);
+  buf[n] = '\0';
+  return 0;
+}
+
+void gdr_param_accepted(const struct gdr_param_info *p, char *buf, size_t len) {
+  switch (p->kind) {
+  case GDR_PK_INT:
+    snprintf(buf, len, "an integer in %" PRId64 "..%" PRId64, p->min, p->max);
+    break;
+  case GDR_PK_AUTOINT:
+    snprintf(buf, len, "auto or an integer in %" PRId64 "..%" PRId64, p->min, p->max);
+    break;
+  case GDR_PK_SIZE:
+    snprintf(buf, len, "a size in %" PRId64 "..%" PRId64 " bytes (K, M, G suffixes allowed)", p->min, p->max);
+    break;
+  case GDR_PK_ENUM: {
+    size_t off = (size_t)snprintf(buf, len, "one of ");
+    char c[64];
+    for (int i = 0; choice_at(p->choices, i, c, sizeof(c)) == 0 && off < len; i++)
+      off += (size_t)snprintf(buf + off, len - off, "%s%s", i ? ", " : "", c);
+    break;
+  }
+  case GDR_PK_STR:
+  default:
+    snprintf(buf, len, "a string");
+    break;
+  }
+}
+
+/* Strict integer: optional sign, decimal digits, optional K/M/G suffix when allow_suffix. */
+static int parse_int(const char *s, int allow_suffix, int64_t *out) {
+  char *end = NULL;
+  long long v;
+  int64_t mult = 1;
+
+  if (*s == '\0') return -1;
+  errno = 0;
+  v = strtoll(s, &end, 10);
+  if (errno != 0 || end == s) return -1;
+  if (allow_suffix && *end != '\0') {
+    switch (toupper((unsigned char)*end)) {
+    case 'K': mult = 1LL << 10; break;
+    case 'M': mult = 1LL << 20; break;
+    case 'G': mult = 1LL << 30; break;
+    default: return -1;
+    }
+    end++;
+    if (toupper((unsigned char)*end) == 'B' || toupper((unsigned char)*end) == 'I') {
+      /* accept 64KB, 64KiB */
+      if (toupper((unsigned char)*end) == 'I') end++;
+      if (toupper((unsigned char)*end) == 'B') end++;
+    }
+  }
+  if (*end != '\0') return -1;
+  if (v > INT64_MAX / mult || v < INT64_MIN / mult) return -1;
+  *out = (int64_t)v * mult;
+  return 0;
+}
+
+ncclResult_t gdr_param_parse(const struct gdr_param_info *p, const char *text, int64_t *value, char *why,
+                             size_t whylen) {
+  char buf[GDR_PARAM_STRMAX];
+  char acc[256];
+  size_t n;
+  const char *s = text;
+  int64_t v = 0;
+
+  while (isspace((unsigned char)*s)) s++;
+  n = strlen(s);
+  while (n > 0 && isspace((unsigned char)s[n - 1])) n--;
+  if (n >= sizeof(buf)) {
+    snprintf(why, whylen, "value too long (%zu characters, at most %zu)", n, sizeof(buf) - 1);
+    return ncclInvalidUsage;
+  }
+  memcpy(buf, s, n);
+  buf[n] = '\0';
+  gdr_param_accepted(p, acc, sizeof(acc));
+
+  switch (p->kind) {
+  case GDR_PK_STR:
+    *value = 0;
+    return ncclSuccess;
+  case GDR_PK_ENUM: {
+    char c[64];
+    for (int i = 0; choice_at(p->choices, i, c, sizeof(c)) == 0; i++) {
+      if (strcasecmp(c, buf) == 0) {
+        *value = i;
+        return ncclSuccess;
+      }
+    }
+    snprintf(why, whylen, "accepted values: %s", acc);
+    return ncclInvalidUsage;
+  }
+  case GDR_PK_AUTOINT:
+    if (strcasecmp(buf, "auto") == 0) {
+      *value = p->autov;
+      return ncclSuccess;
+    }
+    /* fall through */
+  case GDR_PK_INT:
+  case GDR_PK_SIZE:
+    if (parse_int(buf, p->kind == GDR_PK_SIZE, &v) != 0) {
+      snprintf(why, whylen, "not a number; accepted values: %s", acc);
+      return ncclInvalidUsage;
+    }
+    if (p->kind == GDR_PK_AUTOINT && v == p->autov) {
+      *value = v;
+      return ncclSuccess;
+    }
+    if (v < p->min || v > p->max) {
+      snprintf(why, whylen, "out of range; accepted values: %s", acc);
+      return ncclInvalidUsage;
+    }
+    *value = v;
+    return ncclSuccess;
+  }
+  snprintf(why, whylen, "unknown knob kind");
+  return ncclInternalError;
+}
+
+/* Stores a parsed value (the text as given, trimmed for numbers) into slot. */
+static void store(struct gdr_param_value *slot, const struct gdr_param_info *p, const char *text, int64_t v,
+                  enum gdr_param_source src) {
+  slot->i = v;
+  slot->src = src;
+  if (p->kind == GDR_PK_ENUM) {
+    choice_at(p->choices, (int)v, slot->s, sizeof(slot->s));
+  } else {
+    snprintf(slot->s, sizeof(slot->s), "%s", text);
+  }
+}
+
+static size_t min3(size_t a, size_t b, size_t c) {
+  size_t m = a < b ? a : b;
+  return m < c ? m : c;
+}
+
+/* Levenshtein distance, case-insensitive, of short strings (names are < 64 characters). */
+static size_t edit_distance(const char *a, const char *b) {
+  size_t la = strlen(a), lb = strlen(b);
+  size_t row[128];
+  if (la > 127 || lb > 127) return (size_t)-1;
+  for (size_t j = 0; j <= lb; j++) row[j] = j;
+  for (size_t i = 1; i <= la; i++) {
+    size_t prev = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= lb; j++) {
+      size_t cur = row[j];
+      size_t cost = toupper((unsigned char)a[i - 1]) == toupper((unsigned char)b[j - 1]) ? 0 : 1;
+      row[j] = min3(row[j] + 1, row[j - 1] + 1, prev + cost);
+      prev = cur;
+    }
+  }
+  return row[lb];
+}
+
+const char *gdr_param_suggest(const char *name) {
+  const char *best = NULL;
+  size_t bestd = (size_t)-1;
+  for (int i = 0; i < GDR_PARAM_COUNT; i++) {
+    size_t d = edit_distance(name, g_info[i].name);
+    if (d < bestd) {
+      bestd = d;
+      best = g_info[i].name;
+    }
+  }
+  /* close enough: a few typos, or the name is a known one with a missing/extra word piece */
+  size_t len = strlen(name);
+  size_t limit = len / 3 > 3 ? len / 3 : 3;
+  return bestd <= limit ? best : NULL;
+}
+
+static void warn_unknown(void) {
+  for (char **e = environ; e != NULL && *e != NULL; e++) {
+    char name[128];
+    size_t n;
+    if (strncmp(*e, "GDRNET_", 7) != 0) continue;
+    n = strcspn(*e, "=");
+    if (n >= sizeof(name)) n = sizeof(name) - 1;
+    memcpy(name, *e, n);
+    name[n] = '\0';
+    if (strncmp(name, "GDRNET_TEST_", 12) == 0) continue; /* test harness variables, not plugin knobs */
+    if (gdr_param_lookup(name) != GDR_PARAM_COUNT) continue;
+    const char *s = gdr_param_suggest(name);
+    if (s != NULL) {
+      GDR_WARN("unknown knob %s ignored; did you mean %s? (knobs: docs/configuration.md)", name, s);
+    } else {
+      GDR_WARN("unknown knob %s ignored (knobs: docs/configuration.md)", name);
+    }
+  }
+}
+
+/* Parses everything into vals; returns ncclInvalidUsage if any GDRNET_ value is bad. Logs as it goes. */
+static ncclResult_t load_all(struct gdr_param_value *vals) {
+  ncclResult_t res = ncclSuccess;
+  char why[384];
+
+  for (int i = 0; i < GDR_PARAM_COUNT; i++) {
+    const struct gdr_param_info *p = &g_info[i];
+    const char *env = getenv(p->name);
+    const char *alias = p->alias ? getenv(p->alias) : NULL;
+    int64_t v = 0;
+    ncclResult_t r;
+
+    /* The default must parse: a table mistake is a bug we want to see at once. */
+    r = gdr_param_parse(p, p->def, &v, why, sizeof(why));
+    if (r != ncclSuccess) {
+      GDR_WARN("internal: default \"%s\" of %s is invalid (%s)", p->def, p->name, why);
+      res = ncclInternalError;
+      continue;
+    }
+    store(&vals[i], p, p->def, v, GDR_PSRC_DEFAULT);
+
+    if (env != NULL && env[0] != '\0') {
+      r = gdr_param_parse(p, env, &v, why, sizeof(why));
+      if (r != ncclSuccess) {
+        GDR_WARN("%s=\"%s\" is invalid: %s", p->name, env, why);
+        if (res == ncclSuccess) res = r;
+        continue;
+      }
+      store(&vals[i], p, env, v, GDR_PSRC_ENV);
+      GDR_INFO(NCCL_INIT | NCCL_ENV, "%s set by environment to %s", p->name, vals[i].s);
+    } else if (alias != NULL && alias[0] != '\0') {
+      r = gdr_param_parse(p, alias, &v, why, sizeof(why));
+      if (r != ncclSuccess) {
+        GDR_WARN("%s=\"%s\" (read for %s) is invalid for this plugin: %s; using the default %s", p->alias, alias,
+                 p->name, why, p->def);
+        continue;
+      }
+      store(&vals[i], p, alias, v, GDR_PSRC_ALIAS);
+      GDR_INFO(NCCL_INIT | NCCL_ENV, "%s set from %s to %s", p->name, p->alias, vals[i].s);
+    }
+  }
+  warn_unknown();
+  return res;
+}
+
+ncclResult_t gdr_params_load(void) {
+  ncclResult_t res;
+  if (atomic_load_explicit(&g_loaded, memory_order_acquire)) return g_load_res;
+  pthread_mutex_lock(&g_lock);
+  if (!atomic_load_explicit(&g_loaded, memory_order_relaxed)) {
+    g_load_res = load_all(g_val);
+    atomic_store_explicit(&g_loaded, 1, memory_order_release);
+  }
+  res = g_load_res;
+  pthread_mutex_unlock(&g_lock);
+  return res;
+}
+
+void gdr_params_reset(void) {
+  pthread_mutex_lock(&g_lock);
+  atomic_store_explicit(&g_loaded, 0, memory_order_release);
+  memset(g_val, 0, sizeof(g_val));
+  g_load_res = ncclSuccess;
+  pthread_mutex_unlock(&g_lock);
+}
+
+int64_t gdr_param_int(enum gdr_param_id id) {
+  if ((int)id < 0 || id >= GDR_PARAM_COUNT) return 0;
+  gdr_params_load();
+  return g_val[id].i;
+}
+
+const char *gdr_param_str(enum gdr_param_id id) {
+  if ((int)id < 0 || id >= GDR_PARAM_COUNT) return "";
+  gdr_params_load();
+  return g_val[id].s;
+}
+
+enum gdr_param_source gdr_param_source(enum gdr_param_id id) {
+  if ((int)id < 0 || id >= GDR_PARAM_COUNT) return GDR_PSRC_DEFAULT;
+  gdr_params_load();
+  return g_val[id].src;
+}
+
+/* Markdown cell text: '|' escaped. */
+static int md_cell(FILE *f, const char *s) {
+  for (; *s; s++) {
+    if (*s == '|' && fputs("\\|", f) < 0) return -1;
+    if (*s != '|' && fputc(*s, f) == EOF) return -1;
+  }
+  return 0;
+}
+
+int gdr_params_markdown(FILE *f) {
+  char acc[256];
+  int rc = 0;
+  rc |= fputs("# Configuration\n\n"
+              "<!-- Generated from plugin/params.def by `gdrnet-gen-config-doc`; do not edit by hand.\n"
+              "     Regenerate: cmake --build build --target gdrnet-gen-config-doc && "
+              "build/plugin/gdrnet-gen-config-doc > docs/configuration.md -->\n\n"
+              "libnccl-net-gdr reads these environment variables once, when NCCL initialises the plugin.\n\n"
+              "- A knob set to an invalid value makes the plugin's init fail with a warning that names the knob,\n"
+              "  the value and the accepted values; NCCL then falls back to its own transports (loudly).\n"
+              "- Where NCCL's own transports have the same knob (the *NCCL alias* column), that variable is honoured\n"
+              "  when the `GDRNET_` one is unset. An invalid alias value is warned about and ignored (it was meant\n"
+              "  for NCCL's transport), the default is used.\n"
+              "- An unknown `GDRNET_*` variable is warned about with the closest known name (`GDRNET_TEST_*` are\n"
+              "  reserved for the test harnesses).\n"
+              "- Sizes accept K, M and G suffixes (binary: `64K` = 65536).\n\n"
+              "| knob | default | accepted values | NCCL alias | meaning |\n"
+              "|---|---|---|---|---|\n",
+              f) < 0;
+  for (int i = 0; i < GDR_PARAM_COUNT && rc == 0; i++) {
+    const struct gdr_param_info *p = &g_info[i];
+    gdr_param_accepted(p, acc, sizeof(acc));
+    rc |= fprintf(f, "| `%s` | %s%s%s | ", p->name, p->def[0] ? "`" : "", p->def[0] ? p->def : "(unset)",
+                  p->def[0] ? "`" : "") < 0;
+    rc |= md_cell(f, acc);
+    rc |= fprintf(f, " | %s%s%s | ", p->alias ? "`" : "", p->alias ? p->alias : "", p->alias ? "`" : "") < 0;
+    rc |= md_cell(f, p->doc);
+    rc |= fputs(" |\n", f) < 0;
+  }
+  return rc ? -1 : 0;
+}

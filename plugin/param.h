@@ -1,0 +1,73 @@
+/* Environment knobs: parsed once from params.def's table, cached, read through cheap accessors.
+ *
+ *   if (gdr_params_load() != ncclSuccess) -> init fails (every bad value has been WARNed:
+ *                                            knob, bad value, accepted values)
+ *   int nqps = (int)gdr_param_int(GDR_PARAM_QPS_PER_CONN);
+ *   const char *hca = gdr_param_str(GDR_PARAM_HCA);              "" when unset
+ *   if (gdr_param_int(GDR_PARAM_TRANSPORT) == GDR_TRANSPORT_TCP) ...
+ *
+ * Resolution per knob: GDRNET_<ID> if set (non-empty), else its NCCL alias if set and valid, else the default.
+ * Loading is thread-safe and happens once; accessors load on first use (using defaults if loading failed).
+ * Unknown GDRNET_* variables in the environment are WARNed with the closest known knob (GDRNET_TEST_* are left
+ * to the test harnesses and not reported). */
+#ifndef GDRNET_PARAM_H
+#define GDRNET_PARAM_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "gdrnet/net_v8.h"
+
+enum gdr_param_id {
+#define GDR_PARAM(ID, KIND, DEF, MIN, MAX, AUTOV, CHOICES, ALIAS, DOC) GDR_PARAM_##ID,
+#include "params.def"
+#undef GDR_PARAM
+  GDR_PARAM_COUNT
+};
+
+enum gdr_param_kind { GDR_PK_INT, GDR_PK_AUTOINT, GDR_PK_SIZE, GDR_PK_ENUM, GDR_PK_STR };
+enum gdr_param_source { GDR_PSRC_DEFAULT, GDR_PSRC_ENV, GDR_PSRC_ALIAS };
+
+/* Values of the ENUM knobs (the index of the choice in params.def). */
+enum { GDR_TRANSPORT_AUTO = 0, GDR_TRANSPORT_RDMA = 1, GDR_TRANSPORT_TCP = 2 };
+enum { GDR_SOCKET_FAMILY_AUTO = 0, GDR_SOCKET_FAMILY_INET = 1, GDR_SOCKET_FAMILY_INET6 = 2 };
+enum { GDR_IB_ADDR_FAMILY_INET = 0, GDR_IB_ADDR_FAMILY_INET6 = 1 };
+/* GDR_PARAM_IB_MTU: 0 = auto, 1..5 = IBV_MTU_256..IBV_MTU_4096 (the ibv_mtu enum values). */
+#define GDR_PARAM_AUTO (-1) /* what AUTOINT knobs with AUTO = -1 read as when "auto" */
+
+struct gdr_param_info {
+  const char *name;    /* "GDRNET_QPS_PER_CONN" */
+  enum gdr_param_kind kind;
+  const char *def;     /* default as text */
+  int64_t min, max;    /* INT, AUTOINT, SIZE */
+  int64_t autov;       /* AUTOINT: value of "auto" */
+  const char *choices; /* ENUM: "a|b|c" */
+  const char *alias;   /* NCCL_... or NULL */
+  const char *doc;
+};
+
+/* Parses the environment (once). ncclInvalidUsage if any GDRNET_ value is bad (all of them are WARNed). */
+ncclResult_t gdr_params_load(void);
+/* Forgets the cached values so that the next load re-reads the environment (tests; re-init after unload). */
+void gdr_params_reset(void);
+
+int64_t gdr_param_int(enum gdr_param_id id);    /* INT/AUTOINT/SIZE value, ENUM index */
+const char *gdr_param_str(enum gdr_param_id id); /* STR text ("" unset), ENUM choice name, numbers as given */
+enum gdr_param_source gdr_param_source(enum gdr_param_id id);
+const struct gdr_param_info *gdr_param_info(enum gdr_param_id id);
+/* Finds a knob by its GDRNET_ name; GDR_PARAM_COUNT if unknown. */
+enum gdr_param_id gdr_param_lookup(const char *name);
+
+/* Parses one value for a knob without touching the cache. On failure returns ncclInvalidUsage and writes into why
+ * a sentence naming the accepted values. */
+ncclResult_t gdr_param_parse(const struct gdr_param_info *p, const char *text, int64_t *value, char *why,
+                             size_t whylen);
+/* The known knob closest (edit distance) to name, or NULL if nothing is reasonably close. */
+const char *gdr_param_suggest(const char *name);
+/* "accepted values" text of a knob, e.g. "an integer in 1..16" or "one of auto, rdma, tcp". */
+void gdr_param_accepted(const struct gdr_param_info *p, char *buf, size_t len);
+/* Writes docs/configuration.md's text. Returns 0, or -1 on a write error. */
+int gdr_params_markdown(FILE *f);
+
+#endif /* GDRNET_PARAM_H */

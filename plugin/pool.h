@@ -1,0 +1,25 @@
+/* A fixed-capacity object pool: O(1) get/put, no allocation after init, detects foreign and double puts.
+ * Not thread-safe on its own: one pool per comm, used by the thread that drives that comm's data path. */
+#ifndef GDRNET_POOL_H
+#define GDRNET_POOL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct gdr_pool {
+  char *mem;
+  size_t objsize;
+  int cap;
+  int nfree;
+  int *freelist; /* stack of free indices */
+  uint8_t *used;
+};
+
+int gdr_pool_init(struct gdr_pool *p, size_t objsize, int cap); /* 0, or -1 (ENOMEM, bad args) */
+void gdr_pool_fini(struct gdr_pool *p);
+void *gdr_pool_get(struct gdr_pool *p);        /* zeroed object, or NULL when all cap objects are out */
+int gdr_pool_put(struct gdr_pool *p, void *o); /* 0, or -1 if o is not an outstanding object of p */
+int gdr_pool_in_use(const struct gdr_pool *p);
+int gdr_pool_index(const struct gdr_pool *p, const void *o); /* index of an object, -1 if foreign */
+
+#endif /* GDRNET_POOL_H */

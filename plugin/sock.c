@@ -1,0 +1,822 @@
+#include "sock.h"
+
+#include <arpa/inet.h>
+#include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ifaddrs.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "param.h"
+
+/* ------------------------------------------------------------------------------------------------- misc -- */
+
+uint64_t gdr_time_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+ncclResult_t gdr_random_bytes(void *buf, size_t len) {
+  size_t off = 0;
+  while (off < len) {
+    ssize_t n = getrandom((char *)buf + off, len - off, 0);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      GDR_WARN("getrandom failed: %s", strerror(errno));
+      return ncclSystemError;
+    }
+    off += (size_t)n;
+  }
+  return ncclSuccess;
+}
+
+/* ------------------------------------------------------------------------------------------------ addresses -- */
+
+socklen_t gdr_sockaddr_len(const union gdr_sockaddr *a) {
+  if (a->sa.sa_family == AF_INET) return sizeof(struct sockaddr_in);
+  if (a->sa.sa_family == AF_INET6) return sizeof(struct sockaddr_in6);
+  return 0;
+}
+
+int gdr_sockaddr_port(const union gdr_sockaddr *a) {
+  if (a->sa.sa_family == AF_INET) return ntohs(a->sin.sin_port);
+  if (a->sa.sa_family == AF_INET6) return ntohs(a->sin6.sin6_port);
+  return -1;
+}
+
+const char *gdr_sockaddr_str(const union gdr_sockaddr *a, char *buf, size_t len) {
+  char host[INET6_ADDRSTRLEN] = "";
+  if (a->sa.sa_family == AF_INET && inet_ntop(AF_INET, &a->sin.sin_addr, host, sizeof(host)) != NULL) {
+    snprintf(buf, len, "%s:%d", host, ntohs(a->sin.sin_port));
+  } else if (a->sa.sa_family == AF_INET6 && inet_ntop(AF_INET6, &a->sin6.sin6_addr, host, sizeof(host)) != NULL) {
+    if (a->sin6.sin6_scope_id != 0) {
+      snprintf(buf, len, "[%s%%%u]:%d", host, a->sin6.sin6_scope_id, ntohs(a->sin6.sin6_port));
+    } else {
+      snprintf(buf, len, "[%s]:%d", host, ntohs(a->sin6.sin6_port));
+    }
+  } else {
+    snprintf(buf, len, "<unknown address family %d>", a->sa.sa_family);
+  }
+  return buf;
+}
+
+static void wire_from_sockaddr(struct gdr_wire_addr *w, const union gdr_sockaddr *a) {
+  memset(w, 0, sizeof(*w));
+  w->family = a->sa.sa_family;
+  if (a->sa.sa_family == AF_INET) {
+    w->port = a->sin.sin_port;
+    memcpy(w->addr, &a->sin.sin_addr, 4);
+  } else if (a->sa.sa_family == AF_INET6) {
+    w->port = a->sin6.sin6_port;
+    w->scope_id = a->sin6.sin6_scope_id;
+    memcpy(w->addr, &a->sin6.sin6_addr, 16);
+  }
+}
+
+static int sockaddr_from_wire(union gdr_sockaddr *a, const struct gdr_wire_addr *w) {
+  memset(a, 0, sizeof(*a));
+  if (w->family == AF_INET) {
+    a->sin.sin_family = AF_INET;
+    a->sin.sin_port = w->port;
+    memcpy(&a->sin.sin_addr, w->addr, 4);
+    return 0;
+  }
+  if (w->family == AF_INET6) {
+    a->sin6.sin6_family = AF_INET6;
+    a->sin6.sin6_port = w->port;
+    a->sin6.sin6_scope_id = w->scope_id;
+    memcpy(&a->sin6.sin6_addr, w->addr, 16);
+    return 0;
+  }
+  return -1;
+}
+
+/* ---------------------------------------------------------------------------------------------- interfaces -- */
+
+ncclResult_t gdr_filter_parse(const char *spec, struct gdr_filter *f, char *why, size_t whylen) {
+  const char *p = spec ? spec : "";
+  memset(f, 0, sizeof(*f));
+  while (isspace((unsigned char)*p)) p++;
+  if (*p == '^') {
+    f->exclude = 1;
+    p++;
+  }
+  if (*p == '=') {
+    f->exact = 1;
+    p++;
+  }
+  if (*p == '\0') {
+    if (f->exclude || f->exact) {
+      snprintf(why, whylen, "\"%s\" has no names after its prefix", spec);
+      return ncclInvalidUsage;
+    }
+    return ncclSuccess;
+  }
+  for (;;) {
+    size_t n = strcspn(p, ",");
+    const char *tok = p;
+    while (n > 0 && isspace((unsigned char)*tok)) {
+      tok++;
+      n--;
+    }
+    while (n > 0 && isspace((unsigned char)tok[n - 1])) n--;
+    if (n == 0) {
+      snprintf(why, whylen, "\"%s\" has an empty entry", spec);
+      return ncclInvalidUsage;
+    }
+    if (f->n == GDR_FILTER_MAX) {
+      snprintf(why, whylen, "\"%s\" has more than %d entries", spec, GDR_FILTER_MAX);
+      return ncclInvalidUsage;
+    }
+    if (n >= sizeof(f->e[0].name)) {
+      snprintf(why, whylen, "an entry of \"%s\" is longer than %zu characters", spec, sizeof(f->e[0].name) - 1);
+      return ncclInvalidUsage;
+    }
+    memcpy(f->e[f->n].name, tok, n);
+    f->e[f->n].name[n] = '\0';
+    f->e[f->n].port = -1;
+    char *colon = strrchr(f->e[f->n].name, ':');
+    if (colon != NULL) {
+      char *end = NULL;
+      long port = strtol(colon + 1, &end, 10);
+      if (colon == f->e[f->n].name || colon[1] == '\0' || *end != '\0' || port < 0 || port > 65535) {
+        snprintf(why, whylen, "entry \"%s\" of \"%s\": expected name or name:port", f->e[f->n].name, spec);
+        return ncclInvalidUsage;
+      }
+      f->e[f->n].port = (int)port;
+    }
+    f->n++;
+    p += strcspn(p, ",");
+    if (*p == '\0') break;
+    p++;
+  }
+  return ncclSuccess;
+}
+
+static int filter_entry_match(const struct gdr_filter *f, int i, const char *name, int port) {
+  char ename[64];
+  const char *entry = f->e[i].name;
+  if (f->e[i].port >= 0) {
+    if (port < 0) {
+      /* An interface (no port): an entry like "eth0:1" names the alias interface "eth0:1" as a whole. */
+    } else {
+      size_t n = (size_t)(strrchr(entry, ':') - entry);
+      memcpy(ename, entry, n);
+      ename[n] = '\0';
+      entry = ename;
+      if (f->e[i].port != port) return 0;
+    }
+  }
+  if (f->exact) return strcmp(name, entry) == 0;
+  return strncmp(name, entry, strlen(entry)) == 0;
+}
+
+int gdr_filter_match(const struct gdr_filter *f, const char *name, int port) {
+  int matched = 0;
+  if (f->n == 0) return 1;
+  for (int i = 0; i < f->n && !matched; i++) matched = filter_entry_match(f, i, name, port);
+  return f->exclude ? !matched : matched;
+}
+
+/* Address preference within one interface: lower is better; -1 = unusable for this family setting. */
+static int addr_rank(const struct sockaddr *sa, int family) {
+  if (sa->sa_family == AF_INET) {
+    if (family == GDR_SOCKET_FAMILY_INET6) return -1;
+    return 0;
+  }
+  if (sa->sa_family == AF_INET6) {
+    const struct in6_addr *a6 = &((const struct sockaddr_in6 *)sa)->sin6_addr;
+    if (family == GDR_SOCKET_FAMILY_INET) return -1;
+    if (IN6_IS_ADDR_LOOPBACK(a6) && family != GDR_SOCKET_FAMILY_INET6) return 3;
+    if (IN6_IS_ADDR_LINKLOCAL(a6)) return 2;
+    return 1;
+  }
+  return -1;
+}
+
+static int find_with_filter(struct ifaddrs *list, const struct gdr_filter *f, int family, struct gdr_if *out,
+                            int max) {
+  int n = 0;
+  int rank[GDR_MAX_IFS];
+  for (struct ifaddrs *ifa = list; ifa != NULL; ifa = ifa->ifa_next) {
+    int r, k;
+    if (ifa->ifa_addr == NULL || !(ifa->ifa_flags & IFF_UP)) continue;
+    r = addr_rank(ifa->ifa_addr, family);
+    if (r < 0 || !gdr_filter_match(f, ifa->ifa_name, -1)) continue;
+    for (k = 0; k < n; k++)
+      if (strcmp(out[k].name, ifa->ifa_name) == 0) break;
+    if (k == n) {
+      if (n == max || n == GDR_MAX_IFS) continue;
+      n++;
+      memset(&out[k], 0, sizeof(out[k]));
+      snprintf(out[k].name, sizeof(out[k].name), "%s", ifa->ifa_name);
+      out[k].index = (int)if_nametoindex(ifa->ifa_name);
+    } else if (r >= rank[k]) {
+      continue;
+    }
+    rank[k] = r;
+    memset(&out[k].addr, 0, sizeof(out[k].addr));
+    if (ifa->ifa_addr->sa_family == AF_INET) {
+      memcpy(&out[k].addr.sin, ifa->ifa_addr, sizeof(struct sockaddr_in));
+      out[k].addr.sin.sin_port = 0;
+    } else {
+      memcpy(&out[k].addr.sin6, ifa->ifa_addr, sizeof(struct sockaddr_in6));
+      out[k].addr.sin6.sin6_port = 0;
+      if (IN6_IS_ADDR_LINKLOCAL(&out[k].addr.sin6.sin6_addr) && out[k].addr.sin6.sin6_scope_id == 0)
+        out[k].addr.sin6.sin6_scope_id = (uint32_t)out[k].index;
+    }
+  }
+  return n;
+}
+
+ncclResult_t gdr_if_find(const char *spec, int family, struct gdr_if *out, int max, int *n) {
+  ncclResult_t res = ncclSuccess;
+  struct ifaddrs *list = NULL;
+  struct gdr_filter f;
+  char why[256];
+
+  *n = 0;
+  if (getifaddrs(&list) != 0) {
+    GDR_WARN("getifaddrs failed: %s", strerror(errno));
+    res = ncclSystemError;
+    goto out;
+  }
+  if (spec != NULL && spec[0] != '\0') {
+    if (gdr_filter_parse(spec, &f, why, sizeof(why)) != ncclSuccess) {
+      GDR_WARN("GDRNET_SOCKET_IFNAME: %s", why);
+      res = ncclInvalidUsage;
+      goto out;
+    }
+    *n = find_with_filter(list, &f, family, out, max);
+  } else {
+    /* NCCL's default: anything but docker bridges and loopback; loopback if that is all there is. */
+    GDR_CHECK(gdr_filter_parse("^docker,lo", &f, why, sizeof(why)));
+    *n = find_with_filter(list, &f, family, out, max);
+    if (*n == 0) {
+      GDR_CHECK(gdr_filter_parse("lo", &f, why, sizeof(why)));
+      *n = find_with_filter(list, &f, family, out, max);
+    }
+  }
+out:
+  if (list != NULL) freeifaddrs(list);
+  return res;
+}
+
+/* ------------------------------------------------------------------------------------------------- handle -- */
+
+#define GDR_STATE_MAGIC 0x4554415453524447ull /* "GDRSTATE" */
+
+struct gdr_handle_state {
+  uint64_t magic;
+  void *ptr;
+};
+_Static_assert(sizeof(struct gdr_handle_state) <= sizeof(((struct gdr_handle *)0)->state), "state fits");
+
+void *gdr_handle_state_get(const struct gdr_handle *h) {
+  struct gdr_handle_state s;
+  memcpy(&s, h->state, sizeof(s));
+  return s.magic == GDR_STATE_MAGIC ? s.ptr : NULL;
+}
+
+void gdr_handle_state_set(struct gdr_handle *h, void *state) {
+  struct gdr_handle_state s = {state ? GDR_STATE_MAGIC : 0, state};
+  memcpy(h->state, &s, sizeof(s));
+}
+
+ncclResult_t gdr_handle_check(const struct gdr_handle *h, union gdr_sockaddr *peer) {
+  if (h->magic != GDR_HANDLE_MAGIC) {
+    GDR_WARN("connect: the handle is not from libnccl-net-gdr (magic 0x%08x, expected 0x%08x); are both ranks "
+             "using the same plugin?",
+             h->magic, GDR_HANDLE_MAGIC);
+    return ncclInvalidUsage;
+  }
+  if (h->version != GDR_HANDLE_VERSION) {
+    GDR_WARN("connect: handle version %u, this plugin speaks %u; use the same plugin version on every rank",
+             h->version, GDR_HANDLE_VERSION);
+    return ncclInvalidUsage;
+  }
+  if (sockaddr_from_wire(peer, &h->addr) != 0) {
+    GDR_WARN("connect: the handle carries address family %u, not IPv4/IPv6", h->addr.family);
+    return ncclInvalidUsage;
+  }
+  return ncclSuccess;
+}
+
+/* -------------------------------------------------------------------------------------------------- hello -- */
+
+int gdr_hello_verify(const struct gdr_hello *h, uint64_t nonce, uint8_t transport, char *why, size_t whylen) {
+  if (h->magic != GDR_HELLO_MAGIC) {
+    snprintf(why, whylen, "not a libnccl-net-gdr peer (magic 0x%08x)", h->magic);
+    return -1;
+  }
+  if (h->version != GDR_HANDLE_VERSION) {
+    snprintf(why, whylen, "protocol version %u, expected %u", h->version, GDR_HANDLE_VERSION);
+    return -1;
+  }
+  if (h->nonce != nonce) {
+    snprintf(why, whylen, "wrong nonce (a stray or stale peer: it did not get this listen's handle)");
+    return -1;
+  }
+  if (h->transport != transport) {
+    snprintf(why, whylen, "transport %u, this listener serves %u", h->transport, transport);
+    return -1;
+  }
+  if (h->kind != GDR_STREAM_CTRL && h->kind != GDR_STREAM_DATA) {
+    snprintf(why, whylen, "unknown stream kind %u", h->kind);
+    return -1;
+  }
+  if (h->stream > h->nstreams) {
+    snprintf(why, whylen, "stream %u of %u", h->stream, h->nstreams);
+    return -1;
+  }
+  return 0;
+}
+
+/* -------------------------------------------------------------------------------------------------- I/O -- */
+
+static ncclResult_t io_error(int err) {
+  switch (err) {
+  case ECONNRESET:
+  case EPIPE:
+  case ETIMEDOUT:
+  case EHOSTUNREACH:
+  case ENETUNREACH:
+  case ENETDOWN:
+  case ECONNABORTED:
+  case ECONNREFUSED:
+    return ncclRemoteError;
+  default:
+    return ncclSystemError;
+  }
+}
+
+ncclResult_t gdr_sock_send_nb(int fd, const void *buf, size_t len, size_t *off) {
+  while (*off < len) {
+    ssize_t n = send(fd, (const char *)buf + *off, len - *off, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return ncclSuccess;
+      return io_error(errno);
+    }
+    *off += (size_t)n;
+  }
+  return ncclSuccess;
+}
+
+ncclResult_t gdr_sock_recv_nb(int fd, void *buf, size_t len, size_t *off) {
+  while (*off < len) {
+    ssize_t n = recv(fd, (char *)buf + *off, len - *off, MSG_DONTWAIT);
+    if (n == 0) {
+      errno = 0;
+      return ncclRemoteError;
+    }
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return ncclSuccess;
+      return io_error(errno);
+    }
+    *off += (size_t)n;
+  }
+  return ncclSuccess;
+}
+
+ncclResult_t gdr_sock_send_all(int fd, const void *buf, size_t len) {
+  size_t off = 0;
+  while (off < len) {
+    ssize_t n = send(fd, (const char *)buf + off, len - off, MSG_NOSIGNAL);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) {
+        struct pollfd p = {fd, POLLOUT, 0};
+        poll(&p, 1, 100);
+        continue;
+      }
+      return io_error(errno);
+    }
+    off += (size_t)n;
+  }
+  return ncclSuccess;
+}
+
+ncclResult_t gdr_sock_recv_all(int fd, void *buf, size_t len) {
+  size_t off = 0;
+  while (off < len) {
+    ssize_t n = recv(fd, (char *)buf + off, len - off, MSG_WAITALL);
+    if (n == 0) {
+      errno = 0;
+      return ncclRemoteError;
+    }
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) {
+        struct pollfd p = {fd, POLLIN, 0};
+        poll(&p, 1, 100);
+        continue;
+      }
+      return io_error(errno);
+    }
+    off += (size_t)n;
+  }
+  return ncclSuccess;
+}
+
+ncclResult_t gdr_sock_blob_send(int fd, struct gdr_blob_io *io, uint32_t type, const void *data, uint32_t len,
+                                int *done) {
+  ncclResult_t res = ncclSuccess;
+  size_t hoff;
+  *done = 0;
+  if (len > GDR_BLOB_MAX) {
+    GDR_WARN("internal: blob of %u bytes exceeds %u", len, GDR_BLOB_MAX);
+    return ncclInternalError;
+  }
+  io->hdr[0] = type;
+  io->hdr[1] = len;
+  if (io->off < sizeof(io->hdr)) {
+    hoff = io->off;
+    res = gdr_sock_send_nb(fd, io->hdr, sizeof(io->hdr), &hoff);
+    io->off = hoff;
+    if (res != ncclSuccess || io->off < sizeof(io->hdr)) return res;
+  }
+  hoff = io->off - sizeof(io->hdr);
+  res = gdr_sock_send_nb(fd, data, len, &hoff);
+  io->off = hoff + sizeof(io->hdr);
+  if (res == ncclSuccess && hoff == len) *done = 1;
+  return res;
+}
+
+ncclResult_t gdr_sock_blob_recv(int fd, struct gdr_blob_io *io, uint32_t expect_type, void *data, uint32_t cap,
+                                uint32_t *len, int *done) {
+  ncclResult_t res = ncclSuccess;
+  size_t hoff;
+  *done = 0;
+  if (io->off < sizeof(io->hdr)) {
+    hoff = io->off;
+    res = gdr_sock_recv_nb(fd, io->hdr, sizeof(io->hdr), &hoff);
+    io->off = hoff;
+    if (res != ncclSuccess || io->off < sizeof(io->hdr)) return res;
+    if (io->hdr[0] != expect_type || io->hdr[1] > cap) {
+      GDR_WARN("control stream: got a message of type %u and %u bytes, expected type %u of at most %u bytes",
+               io->hdr[0], io->hdr[1], expect_type, cap);
+      return ncclRemoteError;
+    }
+  }
+  hoff = io->off - sizeof(io->hdr);
+  res = gdr_sock_recv_nb(fd, data, io->hdr[1], &hoff);
+  io->off = hoff + sizeof(io->hdr);
+  if (res == ncclSuccess && hoff == io->hdr[1]) {
+    *len = io->hdr[1];
+    *done = 1;
+  }
+  return res;
+}
+
+/* --------------------------------------------------------------------------------------------- options -- */
+
+ncclResult_t gdr_sock_set_nonblocking(int fd, int nonblocking) {
+  int fl = fcntl(fd, F_GETFL);
+  if (fl < 0) return ncclSystemError;
+  fl = nonblocking ? (fl | O_NONBLOCK) : (fl & ~O_NONBLOCK);
+  if (fcntl(fd, F_SETFL, fl) < 0) return ncclSystemError;
+  return ncclSuccess;
+}
+
+ncclResult_t gdr_sock_tune(int fd, int nodelay, size_t bufsize, int timeout_ms) {
+  ncclResult_t res = ncclSuccess;
+  int one = 1;
+  if (nodelay) GDR_SYSCHECK(setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)), "setsockopt(TCP_NODELAY)");
+  if (bufsize > 0) {
+    int b = bufsize > (size_t)(1 << 30) ? (1 << 30) : (int)bufsize;
+    GDR_SYSCHECK(setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &b, sizeof(b)), "setsockopt(SO_SNDBUF)");
+    GDR_SYSCHECK(setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &b, sizeof(b)), "setsockopt(SO_RCVBUF)");
+  }
+  if (timeout_ms > 0) {
+    int secs = timeout_ms / 1000 > 0 ? timeout_ms / 1000 : 1;
+    int idle = secs / 2 > 0 ? secs / 2 : 1;
+    int intvl = secs / 10 > 0 ? secs / 10 : 1;
+    int cnt = (secs - idle) / intvl > 0 ? (secs - idle) / intvl : 1;
+    unsigned int ut = (unsigned int)timeout_ms;
+    GDR_SYSCHECK(setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one)), "setsockopt(SO_KEEPALIVE)");
+    GDR_SYSCHECK(setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle)), "setsockopt(TCP_KEEPIDLE)");
+    GDR_SYSCHECK(setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof(intvl)), "setsockopt(TCP_KEEPINTVL)");
+    GDR_SYSCHECK(setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof(cnt)), "setsockopt(TCP_KEEPCNT)");
+    GDR_SYSCHECK(setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &ut, sizeof(ut)), "setsockopt(TCP_USER_TIMEOUT)");
+  }
+out:
+  return res;
+}
+
+/* ------------------------------------------------------------------------------------------------ listen -- */
+
+ncclResult_t gdr_listener_open(struct gdr_listener *l, const union gdr_sockaddr *local, uint8_t transport,
+                               uint32_t caps) {
+  ncclResult_t res = ncclSuccess;
+  char addr[GDR_ADDR_STRLEN];
+  socklen_t alen;
+  int one = 1;
+
+  memset(l, 0, sizeof(*l));
+  l->fd = -1;
+  for (int i = 0; i < GDR_LISTEN_PENDING; i++) l->pend[i].fd = -1;
+  l->transport = transport;
+  l->caps = caps;
+  GDR_CHECK(gdr_random_bytes(&l->nonce, sizeof(l->nonce)));
+  l->addr = *local;
+  if (l->addr.sa.sa_family == AF_INET) {
+    l->addr.sin.sin_port = 0;
+  } else if (l->addr.sa.sa_family == AF_INET6) {
+    l->addr.sin6.sin6_port = 0;
+  } else {
+    GDR_WARN("listen: address family %d is not IPv4/IPv6", l->addr.sa.sa_family);
+    res = ncclInternalError;
+    goto out;
+  }
+  l->fd = socket(l->addr.sa.sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  GDR_SYSCHECK(l->fd, "socket");
+  GDR_SYSCHECK(setsockopt(l->fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)), "setsockopt(SO_REUSEADDR)");
+  if (bind(l->fd, &l->addr.sa, gdr_sockaddr_len(&l->addr)) != 0) {
+    GDR_WARN("listen: bind to %s failed: %s", gdr_sockaddr_str(&l->addr, addr, sizeof(addr)), strerror(errno));
+    res = ncclSystemError;
+    goto out;
+  }
+  GDR_SYSCHECK(listen(l->fd, 256), "listen");
+  alen = sizeof(l->addr);
+  GDR_SYSCHECK(getsockname(l->fd, &l->addr.sa, &alen), "getsockname");
+out:
+  if (res != ncclSuccess && l->fd >= 0) {
+    close(l->fd);
+    l->fd = -1;
+  }
+  return res;
+}
+
+void gdr_listener_handle(const struct gdr_listener *l, uint32_t dev, struct gdr_handle *h) {
+  memset(h, 0, sizeof(*h));
+  h->magic = GDR_HANDLE_MAGIC;
+  h->version = GDR_HANDLE_VERSION;
+  h->transport = l->transport;
+  h->caps = (uint8_t)l->caps;
+  h->nonce = l->nonce;
+  wire_from_sockaddr(&h->addr, &l->addr);
+  h->dev = dev;
+}
+
+static void pending_drop(struct gdr_pending_conn *p) {
+  if (p->fd >= 0) close(p->fd);
+  memset(p, 0, sizeof(*p));
+  p->fd = -1;
+}
+
+static void pending_reject(struct gdr_listener *l, struct gdr_pending_conn *p, const char *why) {
+  char a[GDR_ADDR_STRLEN], me[GDR_ADDR_STRLEN];
+  GDR_WARN("listener %s: rejected connection from %s: %s", gdr_sockaddr_str(&l->addr, me, sizeof(me)),
+           gdr_sockaddr_str(&p->peer, a, sizeof(a)), why);
+  pending_drop(p);
+}
+
+ncclResult_t gdr_listener_poll(struct gdr_listener *l, struct gdr_stream *out, int *got) {
+  ncclResult_t res = ncclSuccess;
+  uint64_t now = gdr_time_ns();
+  char why[256];
+
+  *got = 0;
+  /* 1. take every connection waiting in the backlog */
+  for (;;) {
+    union gdr_sockaddr peer;
+    socklen_t plen = sizeof(peer);
+    int slot = -1, fd;
+    memset(&peer, 0, sizeof(peer));
+    fd = accept4(l->fd, &peer.sa, &plen, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno == EINTR || errno == ECONNABORTED) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) break;
+      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+        GDR_WARN("listener: accept failed: %s (will retry)", strerror(errno));
+        break;
+      }
+      GDR_WARN("listener: accept failed: %s", strerror(errno));
+      res = ncclSystemError;
+      goto out;
+    }
+    for (int i = 0; i < GDR_LISTEN_PENDING && slot < 0; i++)
+      if (l->pend[i].fd < 0) slot = i;
+    if (slot < 0) {
+      /* Full of silent peers: evict the oldest (a real peer says HELLO at once). */
+      slot = 0;
+      for (int i = 1; i < GDR_LISTEN_PENDING; i++)
+        if (l->pend[i].deadline_ns < l->pend[slot].deadline_ns) slot = i;
+      pending_reject(l, &l->pend[slot], "evicted: too many connections waiting to say hello");
+    }
+    memset(&l->pend[slot], 0, sizeof(l->pend[slot]));
+    l->pend[slot].fd = fd;
+    l->pend[slot].peer = peer;
+    l->pend[slot].deadline_ns = now + (uint64_t)GDR_HELLO_TIMEOUT_MS * 1000000ull;
+  }
+  /* 2. progress each pending connection; hand out at most one */
+  for (int i = 0; i < GDR_LISTEN_PENDING; i++) {
+    struct gdr_pending_conn *p = &l->pend[i];
+    ncclResult_t r;
+    if (p->fd < 0) continue;
+    if (!p->acking) {
+      r = gdr_sock_recv_nb(p->fd, &p->hello, sizeof(p->hello), &p->off);
+      if (r != ncclSuccess) {
+        snprintf(why, sizeof(why), "%s after %zu of %zu hello bytes", errno ? strerror(errno) : "closed", p->off,
+                 sizeof(p->hello));
+        pending_reject(l, p, why);
+        continue;
+      }
+      if (p->off < sizeof(p->hello)) {
+        if (now > p->deadline_ns) {
+          snprintf(why, sizeof(why), "no hello within %d ms (%zu of %zu bytes)", GDR_HELLO_TIMEOUT_MS, p->off,
+                   sizeof(p->hello));
+          pending_reject(l, p, why);
+        }
+        continue;
+      }
+      if (gdr_hello_verify(&p->hello, l->nonce, l->transport, why, sizeof(why)) != 0) {
+        pending_reject(l, p, why);
+        continue;
+      }
+      p->acking = 1;
+      p->off = 0;
+      p->ack.magic = GDR_ACK_MAGIC;
+      p->ack.version = GDR_HANDLE_VERSION;
+      p->ack.status = 0;
+      p->ack.caps = l->caps;
+    }
+    r = gdr_sock_send_nb(p->fd, &p->ack, sizeof(p->ack), &p->off);
+    if (r != ncclSuccess) {
+      snprintf(why, sizeof(why), "sending the ack failed: %s", errno ? strerror(errno) : "closed");
+      pending_reject(l, p, why);
+      continue;
+    }
+    if (p->off < sizeof(p->ack)) {
+      if (now > p->deadline_ns) pending_reject(l, p, "ack not taken in time");
+      continue;
+    }
+    out->fd = p->fd;
+    out->peer = p->peer;
+    out->hello = p->hello;
+    p->fd = -1;
+    pending_drop(p);
+    *got = 1;
+    break;
+  }
+out:
+  return res;
+}
+
+void gdr_listener_close(struct gdr_listener *l) {
+  for (int i = 0; i < GDR_LISTEN_PENDING; i++) {
+    if (l->pend[i].fd >= 0) pending_drop(&l->pend[i]);
+  }
+  if (l->fd >= 0) close(l->fd);
+  l->fd = -1;
+}
+
+/* ----------------------------------------------------------------------------------------------- connect -- */
+
+enum { CONN_START = 0, CONN_CONNECTING, CONN_HELLO, CONN_ACK, CONN_DONE, CONN_FAILED };
+
+ncclResult_t gdr_connector_start(struct gdr_connector *c, const struct gdr_handle *h, uint8_t kind, uint16_t stream,
+                                 uint16_t nstreams, uint64_t conn_id, uint32_t caps, const void *tp_data) {
+  ncclResult_t res = ncclSuccess;
+  memset(c, 0, sizeof(*c));
+  c->fd = -1;
+  c->stage = CONN_START;
+  GDR_CHECK(gdr_handle_check(h, &c->peer));
+  c->start_ns = gdr_time_ns();
+  c->deadline_ns = c->start_ns + (uint64_t)gdr_param_int(GDR_PARAM_CONNECT_TIMEOUT_MS) * 1000000ull;
+  c->retry_ns = c->start_ns;
+  c->hello.magic = GDR_HELLO_MAGIC;
+  c->hello.version = GDR_HANDLE_VERSION;
+  c->hello.transport = h->transport;
+  c->hello.kind = kind;
+  c->hello.nonce = h->nonce;
+  c->hello.conn_id = conn_id;
+  c->hello.stream = stream;
+  c->hello.nstreams = nstreams;
+  c->hello.caps = caps;
+  if (tp_data != NULL) memcpy(c->hello.tp_data, tp_data, sizeof(c->hello.tp_data));
+out:
+  return res;
+}
+
+static int retryable_connect_error(int err) {
+  return err == ECONNREFUSED || err == ETIMEDOUT || err == ENETUNREACH || err == EHOSTUNREACH || err == EAGAIN ||
+         err == ECONNRESET;
+}
+
+/* Schedules another attempt after a failed TCP connect; error if the deadline passed. */
+static ncclResult_t connector_retry(struct gdr_connector *c, int err, uint64_t now) {
+  char a[GDR_ADDR_STRLEN];
+  uint64_t backoff_ms;
+  if (c->fd >= 0) close(c->fd);
+  c->fd = -1;
+  c->attempts++;
+  if (!retryable_connect_error(err) || now >= c->deadline_ns) {
+    GDR_WARN("connect to %s failed after %d attempt(s) in %llu ms: %s", gdr_sockaddr_str(&c->peer, a, sizeof(a)),
+             c->attempts, (unsigned long long)((now - c->start_ns) / 1000000ull), strerror(err));
+    c->stage = CONN_FAILED;
+    return ncclRemoteError;
+  }
+  backoff_ms = 1ull << (c->attempts < 9 ? c->attempts : 9); /* 2 ms .. 512 ms */
+  c->retry_ns = now + backoff_ms * 1000000ull;
+  c->stage = CONN_START;
+  return ncclSuccess;
+}
+
+ncclResult_t gdr_connector_poll(struct gdr_connector *c, int *done) {
+  ncclResult_t res = ncclSuccess;
+  uint64_t now = gdr_time_ns();
+  char a[GDR_ADDR_STRLEN];
+
+  *done = 0;
+  if (c->stage == CONN_FAILED) return ncclRemoteError;
+  if (c->stage == CONN_DONE) {
+    *done = 1;
+    return ncclSuccess;
+  }
+  if (c->stage != CONN_START && now > c->deadline_ns) {
+    GDR_WARN("connect to %s: no answer within %lld ms (stage %d); is the peer alive and reachable?",
+             gdr_sockaddr_str(&c->peer, a, sizeof(a)), (long long)gdr_param_int(GDR_PARAM_CONNECT_TIMEOUT_MS),
+             c->stage);
+    res = ncclRemoteError;
+    goto out;
+  }
+  if (c->stage == CONN_START) {
+    if (now < c->retry_ns) return ncclSuccess;
+    c->fd = socket(c->peer.sa.sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    GDR_SYSCHECK(c->fd, "socket");
+    if (connect(c->fd, &c->peer.sa, gdr_sockaddr_len(&c->peer)) == 0) {
+      c->stage = CONN_HELLO;
+    } else if (errno == EINPROGRESS || errno == EINTR) {
+      c->stage = CONN_CONNECTING;
+      return ncclSuccess;
+    } else {
+      return connector_retry(c, errno, now);
+    }
+  }
+  if (c->stage == CONN_CONNECTING) {
+    struct pollfd p = {c->fd, POLLOUT, 0};
+    int err = 0;
+    socklen_t elen = sizeof(err);
+    int n = poll(&p, 1, 0);
+    if (n < 0 && errno != EINTR) GDR_SYSCHECK(n, "poll");
+    if (n <= 0) return ncclSuccess;
+    GDR_SYSCHECK(getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &err, &elen), "getsockopt(SO_ERROR)");
+    if (err != 0) return connector_retry(c, err, now);
+    c->stage = CONN_HELLO;
+    c->off = 0;
+  }
+  if (c->stage == CONN_HELLO) {
+    res = gdr_sock_send_nb(c->fd, &c->hello, sizeof(c->hello), &c->off);
+    if (res != ncclSuccess) {
+      GDR_WARN("connect to %s: sending hello failed: %s", gdr_sockaddr_str(&c->peer, a, sizeof(a)),
+               errno ? strerror(errno) : "connection closed");
+      goto out;
+    }
+    if (c->off < sizeof(c->hello)) return ncclSuccess;
+    c->stage = CONN_ACK;
+    c->off = 0;
+  }
+  if (c->stage == CONN_ACK) {
+    res = gdr_sock_recv_nb(c->fd, &c->ack, sizeof(c->ack), &c->off);
+    if (res != ncclSuccess) {
+      GDR_WARN("connect to %s: the listener closed the connection instead of accepting it (%s); it rejected our "
+               "hello (stale handle? different plugin version?) -- see the peer's log",
+               gdr_sockaddr_str(&c->peer, a, sizeof(a)), errno ? strerror(errno) : "EOF");
+      goto out;
+    }
+    if (c->off < sizeof(c->ack)) return ncclSuccess;
+    if (c->ack.magic != GDR_ACK_MAGIC || c->ack.status != 0) {
+      GDR_WARN("connect to %s: bad acknowledgement (magic 0x%08x status %u)",
+               gdr_sockaddr_str(&c->peer, a, sizeof(a)), c->ack.magic, c->ack.status);
+      res = ncclRemoteError;
+      goto out;
+    }
+    c->stage = CONN_DONE;
+    *done = 1;
+  }
+out:
+  if (res != ncclSuccess) {
+    if (c->fd >= 0) close(c->fd);
+    c->fd = -1;
+    c->stage = CONN_FAILED;
+  }
+  return res;
+}
+
+void gdr_connector_abort(struct gdr_connector *c) {
+  if (c->stage != CONN_DONE && c->fd >= 0) close(c->fd);
+  c->fd = -1;
+  c->stage = CONN_FAILED;
+}

@@ -1,0 +1,102 @@
+/* The internal transport interface. The core (core_*.c) implements the ncclNet ABI once and dispatches to one
+ * of these; the TCP transport (plugin/tcp/, gdr_transport_tcp) and the RDMA transport (plugin/rdma/,
+ * gdr_transport_rdma, built only when GDRNET_HAVE_RDMA is defined) implement it.
+ *
+ * It mirrors the ncclNet table with the version differences taken out: sizes are size_t, properties are the
+ * union of every ABI version's fields (the api_vN adapters convert), there are no device handles.
+ *
+ * The core wraps every comm, request and memory handle a transport returns (struct gdr_comm / gdr_request /
+ * gdr_mr in core.h) so that a connection can later move to another transport under NCCL's feet (RDMA -> TCP
+ * fallback); a transport never sees the core's objects.
+ *
+ * Threading (as NCCL drives the plugin, NET_ABI.md): init/devices/get_properties on the application thread;
+ * listen/connect/accept/reg_mr/dereg_mr/close_* on NCCL's service thread; isend/irecv/iflush/test on its progress
+ * thread. Several comms and GPUs of one process share the transport: global state needs a lock. One comm is used
+ * by one thread at a time for the data path.
+ *
+ * Contracts every transport keeps:
+ *   - connect/accept never block: *comm = NULL means "call again" (state lives in the handle / listen comm).
+ *   - isend/irecv never block: *request = NULL means "try again later" (no credit, no free request, no CTS).
+ *   - at least NCCL_NET_MAX_REQUESTS (32) requests in flight per comm (x max_recvs on send comms).
+ *   - test frees the request when it reports done; sizes[i] = bytes actually received (the sent size).
+ *   - a send larger than the posted receive fails (ncclInvalidUsage) with a WARN naming both sizes on both sides.
+ *   - a dead peer becomes an error from test within a bounded time, never a hang.
+ *   - iflush may return *request = NULL: nothing to wait for.
+ *   - quiesce(): no comm is left in the process (NCCL may dlclose the plugin right after): stop and join every
+ *     thread the transport started; later listen/connect must work again (restart lazily).
+ */
+#ifndef GDRNET_TRANSPORT_H
+#define GDRNET_TRANSPORT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gdrnet/net_v8.h"
+#include "sock.h"
+
+#define GDR_MAX_RECVS 8 /* largest grouped receive any transport may announce (NIB: 8) */
+
+/* Device properties: every field of ncclNetProperties v8..v12. Strings are owned by the transport and live until
+ * its fini(). */
+struct gdr_props {
+  const char *name;     /* unique, stable: a key in NCCL's topology */
+  const char *pci_path; /* realpath of the NIC's PCI device in sysfs, or NULL */
+  uint64_t guid;
+  int ptr_support; /* NCCL_PTR_HOST | NCCL_PTR_CUDA | NCCL_PTR_DMABUF */
+  int reg_is_global;
+  int force_flush; /* v9+ */
+  int speed;       /* Mbps */
+  int port;
+  float latency; /* us, 0 = NCCL default */
+  int max_comms;
+  int max_recvs;
+  int net_device_type; /* NCCL_NET_DEVICE_HOST */
+  int net_device_version;
+  size_t max_p2p_bytes;  /* v9+ */
+  size_t max_coll_bytes; /* v9+ */
+};
+
+struct gdr_transport {
+  const char *name; /* "tcp", "rdma" */
+  uint8_t id;       /* GDR_TP_* (sock.h): goes into handles and hellos */
+
+  /* Finds and opens devices. Success means usable with *ndev >= 1. On failure, or ndev == 0, `why` says why in
+   * one sentence for the user (e.g. "libibverbs.so.1 not found: dlopen: ..."). On success `why` may describe the
+   * devices ("mlx5_0:1 (RoCE v2, GID 3), GDR via DMA-BUF"). Called once per core init, under the core's lock. */
+  ncclResult_t (*init)(int *ndev, char *why, size_t whylen);
+  ncclResult_t (*get_properties)(int dev, struct gdr_props *props);
+
+  /* handle: NCCL's 128-byte buffer. listen fills it (use gdr_listener_open + gdr_listener_handle). */
+  ncclResult_t (*listen)(int dev, struct gdr_handle *handle, void **listen_comm);
+  ncclResult_t (*connect)(int dev, struct gdr_handle *handle, void **send_comm);
+  ncclResult_t (*accept)(void *listen_comm, void **recv_comm);
+
+  /* comm: a send or recv comm of this transport. type: NCCL_PTR_HOST / NCCL_PTR_CUDA. reg_mr_dmabuf may be NULL
+   * (the core then answers ncclInternalError: NCCL only calls it when ptr_support has NCCL_PTR_DMABUF). */
+  ncclResult_t (*reg_mr)(void *comm, void *data, size_t size, int type, void **mhandle);
+  ncclResult_t (*reg_mr_dmabuf)(void *comm, void *data, size_t size, int type, uint64_t offset, int fd,
+                                void **mhandle);
+  ncclResult_t (*dereg_mr)(void *comm, void *mhandle);
+
+  ncclResult_t (*isend)(void *send_comm, void *data, size_t size, int tag, void *mhandle, void **request);
+  /* n <= max_recvs of the device */
+  ncclResult_t (*irecv)(void *recv_comm, int n, void **data, size_t *sizes, int *tags, void **mhandles,
+                        void **request);
+  ncclResult_t (*iflush)(void *recv_comm, int n, void **data, int *sizes, void **mhandles, void **request);
+  /* sizes: NULL, or n entries for a receive (1 for a send). */
+  ncclResult_t (*test)(void *request, int *done, size_t *sizes);
+
+  ncclResult_t (*close_send)(void *send_comm);
+  ncclResult_t (*close_recv)(void *recv_comm);
+  ncclResult_t (*close_listen)(void *listen_comm);
+
+  void (*quiesce)(void); /* may be NULL */
+  void (*fini)(void);    /* forget the devices; init may follow (a new load or a re-init) */
+};
+
+extern const struct gdr_transport gdr_transport_tcp;
+#ifdef GDRNET_HAVE_RDMA
+extern const struct gdr_transport gdr_transport_rdma;
+#endif
+
+#endif /* GDRNET_TRANSPORT_H */
