@@ -1,0 +1,1316 @@
+/* verbs emulator: the per-process agent thread that plays the NIC.
+ *
+ * Every process that opens a device runs one agent. Agents talk over AF_UNIX stream sockets that
+ * rendezvous in VEMU_DIR (agent-<pid>.sock). A QP's requests always travel on the connection its
+ * process opened to the peer's process, and the responses come back on that same connection, so the
+ * byte stream gives in-order placement per QP. The agent that owns the target memory places the
+ * bytes (the target process never calls into verbs for a one-sided operation). The agent blocks in
+ * epoll_wait (eventfd doorbell from post_send, sockets, timers) and never spins.
+ *
+ * Locking: the conn structures are touched by the agent thread only. QPs, MRs and CQs are under g.mu;
+ * payload bytes are copied without the lock. */
+#include "vemu.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+enum { F_SEND = 1, F_WRITE, F_READ_REQ, F_READ_RESP, F_ACK, F_NAK, F_RNR };
+enum { HF_IMM = 1 };
+
+struct whdr {
+	uint8_t type;
+	uint8_t rnr_retry;
+	uint8_t flags;
+	uint8_t pad;
+	uint32_t dst_qpn;
+	uint32_t src_qpn;
+	uint32_t rkey;
+	uint64_t seq;
+	uint64_t raddr;
+	uint64_t len;
+	uint32_t imm;
+	uint32_t status;
+};
+
+struct oframe {
+	struct oframe *next;
+	struct whdr h;
+	uint64_t off;               /* bytes of header+payload written */
+	int nseg;
+	struct vseg *segs;
+	char *heap;                 /* owned payload */
+	uint32_t qpn;               /* local QP of a request (progress accounting), 0 for responses */
+	/* staging of a CUDA source */
+	char *stage;
+	uint64_t stage_pos, stage_len;
+};
+
+struct lazyrec {
+	struct lazyrec *next;
+	struct vseg dst;
+	char *data;
+};
+
+struct held {
+	struct held *next;
+	struct whdr h;
+	char *data;
+	struct vconn *conn;
+	int rnr_count;
+	uint64_t next_try;
+	int counted;                /* no_recv_credit already consulted */
+};
+
+/* what to do once an incoming payload is fully read */
+enum { RX_NONE, RX_DISCARD, RX_PLACE, RX_HOLD, RX_READ_RESP };
+
+struct vconn {
+	int fd;
+	int pid;
+	int dead;
+	struct vconn *next;
+	struct oframe *oq_head, *oq_tail;
+	/* input */
+	char *ibuf;
+	size_t ibuf_off, ibuf_len;
+	int in_payload;
+	struct whdr ih;
+	size_t ih_got;
+	uint64_t in_left;
+	struct vseg *isegs;
+	int nisegs, iseg_i;
+	uint64_t iseg_off;
+	int rx_kind;
+	struct vrwr *rx_recv;       /* receive WR consumed by this message */
+	int rx_status;              /* NAK status to send when done (0 = ACK) */
+	int rx_recv_status;         /* status of the receive completion */
+	struct lazyrec *rx_lazy;
+	char *rx_heap;
+	char *stage;
+	uint64_t stage_fill;
+	int want_out;
+};
+
+#define IBUF_SZ (256 * 1024)
+#define STAGE_SZ (4u << 20)
+
+static int ep = -1;
+static struct vconn *conns;
+static struct lazyrec *lazy_head[VEMU_MAX_DEVS], *lazy_tail[VEMU_MAX_DEVS];
+static uint64_t next_deadline;
+static int self_pid;
+
+void vemu_agent_fork_child(void)
+{
+	ep = -1;
+	conns = NULL;
+	memset(lazy_head, 0, sizeof(lazy_head));
+	memset(lazy_tail, 0, sizeof(lazy_tail));
+}
+
+/* ------------------------------------------------------------ time */
+static uint64_t qp_timeout_ns(struct vqp *q)
+{
+	if (!q->timeout)
+		return 0; /* infinite */
+	double ns = (double)(4096ull << q->timeout) * g.time_scale;
+	return ns < 1000 ? 1000 : (uint64_t)ns;
+}
+
+static uint64_t rnr_ns(int t)
+{
+	static const uint32_t us100[32] = { 65536, 1,    2,    3,    4,    6,    8,     12,    16,    24,   32,
+					    48,    64,   96,   128,  192,  256,  384,   512,   768,   1024, 1536,
+					    2048,  3072, 4096, 6144, 8192, 12288, 16384, 24576, 32768, 49152 };
+	double ns = (double)us100[t & 31] * 10000.0 * g.time_scale;
+	return ns < 1000 ? 1000 : (uint64_t)ns;
+}
+
+static void want_deadline(uint64_t t)
+{
+	if (t && (!next_deadline || t < next_deadline))
+		next_deadline = t;
+}
+
+/* ------------------------------------------------------------ CUDA-aware copies */
+static void seg_copy_in(const struct vseg *s, uint64_t off, const void *src, uint64_t n)
+{
+	if (s->cuda)
+		vemu_cuda_htod(s->cuctx, s->addr + off, src, n);
+	else
+		memcpy((void *)(uintptr_t)(s->addr + off), src, n);
+}
+
+static void seg_copy_out(const struct vseg *s, uint64_t off, void *dst, uint64_t n)
+{
+	if (s->cuda)
+		vemu_cuda_dtoh(s->cuctx, dst, s->addr + off, n);
+	else
+		memcpy(dst, (void *)(uintptr_t)(s->addr + off), n);
+}
+
+/* GDR_LAZY: bytes parked for device memory become visible at the next RDMA READ on the device */
+static void lazy_flush(struct vdev *d)
+{
+	struct lazyrec *l = lazy_head[d->index];
+	lazy_head[d->index] = lazy_tail[d->index] = NULL;
+	int n = 0;
+	while (l) {
+		struct lazyrec *nx = l->next;
+		seg_copy_in(&l->dst, 0, l->data, l->dst.len);
+		free(l->data);
+		free(l);
+		l = nx;
+		n++;
+	}
+	if (n)
+		VTRACE("gdr_lazy flush dev=%s writes=%d\n", d->dev.name, n);
+}
+
+/* replace lazy segments by heap buffers; the records are published when the payload is complete */
+static int lazify(struct vseg *s, int n, struct lazyrec **out)
+{
+	*out = NULL;
+	struct lazyrec **tail = out;
+	for (int i = 0; i < n; i++) {
+		if (!s[i].lazy || !s[i].len)
+			continue;
+		struct lazyrec *l = calloc(1, sizeof(*l));
+		char *buf = malloc(s[i].len);
+		if (!l || !buf) {
+			free(l);
+			free(buf);
+			return -1;
+		}
+		l->dst = s[i];
+		l->data = buf;
+		*tail = l;
+		tail = &l->next;
+		s[i].addr = (uint64_t)(uintptr_t)buf;
+		s[i].cuda = 0;
+		s[i].lazy = 0;
+	}
+	return 0;
+}
+
+static void lazy_publish(struct lazyrec *l)
+{
+	while (l) {
+		struct lazyrec *nx = l->next;
+		int d = l->dst.dev ? l->dst.dev->index : 0;
+		l->next = NULL;
+		if (lazy_tail[d])
+			lazy_tail[d]->next = l;
+		else
+			lazy_head[d] = l;
+		lazy_tail[d] = l;
+		l = nx;
+	}
+}
+
+/* ------------------------------------------------------------ connections */
+static void conn_epoll(struct vconn *c, int out)
+{
+	struct epoll_event ev = { .events = EPOLLIN | (out ? EPOLLOUT : 0), .data.ptr = c };
+	epoll_ctl(ep, EPOLL_CTL_MOD, c->fd, &ev);
+	c->want_out = out;
+}
+
+static void tune_socket(int fd)
+{
+	int sz = 4 << 20;
+	if (setsockopt(fd, SOL_SOCKET, SO_SNDBUFFORCE, &sz, sizeof(sz)))
+		setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sz, sizeof(sz));
+	if (setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &sz, sizeof(sz)))
+		setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &sz, sizeof(sz));
+	fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+}
+
+static struct vconn *conn_new(int fd, int pid)
+{
+	struct vconn *c = calloc(1, sizeof(*c));
+	if (!c)
+		return NULL;
+	c->fd = fd;
+	c->pid = pid;
+	c->ibuf = malloc(IBUF_SZ);
+	if (fd >= 0) {
+		tune_socket(fd);
+		struct epoll_event ev = { .events = EPOLLIN, .data.ptr = c };
+		if (!vemu_fault_is_lost())
+			epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev);
+	} else {
+		c->dead = 1;
+	}
+	c->next = conns;
+	conns = c;
+	return c;
+}
+
+static void frame_free(struct oframe *f)
+{
+	free(f->segs);
+	free(f->heap);
+	free(f->stage);
+	free(f);
+}
+
+static void conn_kill(struct vconn *c)
+{
+	if (c->dead)
+		return;
+	VTRACE("conn lost pid=%d\n", c->pid);
+	c->dead = 1;
+	epoll_ctl(ep, EPOLL_CTL_DEL, c->fd, NULL);
+	close(c->fd);
+	c->fd = -1;
+	for (struct oframe *f = c->oq_head, *n; f; f = n) {
+		n = f->next;
+		frame_free(f);
+	}
+	c->oq_head = c->oq_tail = NULL;
+	/* an incoming message cut short: its receive WR is lost with the connection (the initiator times out) */
+	free(c->isegs);
+	c->isegs = NULL;
+	free(c->rx_heap);
+	c->rx_heap = NULL;
+	free(c->rx_recv);
+	c->rx_recv = NULL;
+	c->in_payload = 0;
+}
+
+/* the owner pid of a QPN (g.mu held); 0 when unknown */
+static int qpn_owner(uint32_t qpn)
+{
+	if (vemu_qp_find(qpn))
+		return self_pid;
+	char path[PATH_MAX], buf[32] = { 0 };
+	snprintf(path, sizeof(path), "%s/qpn/%u", g.dir, qpn / VEMU_QPN_BLOCK);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return 0;
+	ssize_t n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	return n > 0 ? atoi(buf) : 0;
+}
+
+static struct vconn *conn_to(int pid)
+{
+	for (struct vconn *c = conns; c; c = c->next)
+		if (c->pid == pid && (c->fd >= 0 || c->dead))
+			return c;
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	struct sockaddr_un a = { .sun_family = AF_UNIX };
+	snprintf(a.sun_path, sizeof(a.sun_path), "%s/agent-%d.sock", g.dir, pid);
+	if (fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof(a))) {
+		VTRACE("conn connect pid=%d failed: %s\n", pid, strerror(errno));
+		close(fd);
+		fd = -1;
+	}
+	return conn_new(fd, pid);
+}
+
+static void enqueue(struct vconn *c, struct oframe *f)
+{
+	if (c->dead) {
+		frame_free(f);
+		return;
+	}
+	f->next = NULL;
+	if (c->oq_tail)
+		c->oq_tail->next = f;
+	else
+		c->oq_head = f;
+	c->oq_tail = f;
+}
+
+static struct oframe *frame_new(int type, uint32_t dst, uint32_t src, uint64_t seq)
+{
+	struct oframe *f = calloc(1, sizeof(*f));
+	if (!f)
+		abort();
+	f->h.type = (uint8_t)type;
+	f->h.dst_qpn = dst;
+	f->h.src_qpn = src;
+	f->h.seq = seq;
+	return f;
+}
+
+static void respond(struct vconn *c, const struct whdr *req, int type, int status)
+{
+	struct oframe *f = frame_new(type, req->src_qpn, req->dst_qpn, req->seq);
+	f->h.status = (uint32_t)status;
+	enqueue(c, f);
+}
+
+/* ------------------------------------------------------------ writing */
+static int conn_write(struct vconn *c)
+{
+	if (vemu_fault_is_lost())
+		return 0;
+	while (c->oq_head && !c->dead) {
+		struct iovec iov[64];
+		int n = 0;
+		struct oframe *f = c->oq_head;
+		/* gather header and host payload of consecutive frames */
+		for (; f && n < 62; f = f->next) {
+			uint64_t off = f->off;
+			if (off < sizeof(f->h)) {
+				iov[n].iov_base = (char *)&f->h + off;
+				iov[n].iov_len = sizeof(f->h) - off;
+				n++;
+				off = sizeof(f->h);
+			}
+			uint64_t p = off - sizeof(f->h), base = 0;
+			int stop = 0;
+			for (int i = 0; i < f->nseg && n < 63; i++) {
+				struct vseg *s = &f->segs[i];
+				if (p >= base + s->len) {
+					base += s->len;
+					continue;
+				}
+				uint64_t so = p - base;
+				if (s->cuda) {
+					if (!f->stage)
+						f->stage = malloc(STAGE_SZ);
+					if (!(p >= f->stage_pos && p < f->stage_pos + f->stage_len)) {
+						uint64_t k = s->len - so < STAGE_SZ ? s->len - so : STAGE_SZ;
+						seg_copy_out(s, so, f->stage, k);
+						f->stage_pos = p;
+						f->stage_len = k;
+					}
+					iov[n].iov_base = f->stage + (p - f->stage_pos);
+					iov[n].iov_len = f->stage_pos + f->stage_len - p;
+					n++;
+					stop = 1;
+					break;
+				}
+				iov[n].iov_base = (char *)(uintptr_t)(s->addr + so);
+				iov[n].iov_len = s->len - so;
+				n++;
+				p = base + s->len;
+				base += s->len;
+			}
+			if (stop || n >= 63)
+				break;
+			if (f->heap && f->h.len && p < f->h.len) {
+				iov[n].iov_base = f->heap + p;
+				iov[n].iov_len = f->h.len - p;
+				n++;
+			}
+		}
+		ssize_t w = writev(c->fd, iov, n);
+		if (w < 0) {
+			if (errno == EINTR)
+				continue;
+			if (errno == EAGAIN) {
+				if (!c->want_out)
+					conn_epoll(c, 1);
+				return 0;
+			}
+			conn_kill(c);
+			return -1;
+		}
+		/* account the written bytes to the frames */
+		uint64_t left = (uint64_t)w;
+		uint64_t now = 0;
+		while (left && c->oq_head) {
+			f = c->oq_head;
+			uint64_t total = sizeof(f->h) + f->h.len;
+			if (f->h.type == F_READ_REQ)
+				total = sizeof(f->h);
+			uint64_t k = total - f->off < left ? total - f->off : left;
+			f->off += k;
+			left -= k;
+			uint64_t hb = sizeof(f->h);
+			uint64_t before = f->off - k > hb ? f->off - k : hb, after = f->off > hb ? f->off : hb;
+			if (after > before)
+				vemu_fault_peer_lost(after - before);
+			if (f->qpn) {
+				if (!now)
+					now = vemu_now_ns();
+				pthread_mutex_lock(&g.mu);
+				struct vqp *q = vemu_qp_find(f->qpn);
+				if (q)
+					q->last_progress = now;
+				pthread_mutex_unlock(&g.mu);
+			}
+			if (f->off == total) {
+				c->oq_head = f->next;
+				if (!c->oq_head)
+					c->oq_tail = NULL;
+				frame_free(f);
+			}
+		}
+	}
+	if (c->want_out && !c->dead)
+		conn_epoll(c, 0);
+	return 0;
+}
+
+/* ------------------------------------------------------------ validation helpers (g.mu held) */
+static int mr_range(struct vmr *m, uint64_t addr, uint64_t len)
+{
+	return addr >= m->iova && len <= m->len && addr - m->iova <= m->len - len;
+}
+
+static void seg_from_mr(struct vseg *s, struct vmr *m, uint64_t addr, uint64_t len)
+{
+	memset(s, 0, sizeof(*s));
+	s->addr = m->base + (addr - m->iova);
+	s->len = len;
+	s->cuda = m->cuda;
+	s->cuctx = m->cuctx;
+	s->dev = m->dev;
+	s->lazy = g.gdr_lazy && m->is_dev;
+}
+
+/* local SGEs of a WR -> segments; returns 0 or an IBV_WC_* status */
+static int local_segs(struct vqp *q, const struct ibv_sge *sge, int n, int need_write, struct vseg **out, int *nout)
+{
+	struct vseg *s = calloc((size_t)(n ? n : 1), sizeof(*s));
+	int k = 0;
+	if (!s)
+		return IBV_WC_LOC_PROT_ERR;
+	for (int i = 0; i < n; i++) {
+		if (!sge[i].length)
+			continue;
+		struct vmr *m = vemu_mr_find(sge[i].lkey);
+		if (!m || m->mr.pd != q->qp.pd || !mr_range(m, sge[i].addr, sge[i].length) ||
+		    (need_write && !(m->access & IBV_ACCESS_LOCAL_WRITE))) {
+			free(s);
+			return IBV_WC_LOC_PROT_ERR;
+		}
+		seg_from_mr(&s[k++], m, sge[i].addr, sge[i].length);
+	}
+	*out = s;
+	*nout = k;
+	return 0;
+}
+
+/* ------------------------------------------------------------ transmit (g.mu held) */
+static void transmit_qp(struct vqp *q)
+{
+	if (q->qp.state == IBV_QPS_ERR) {
+		/* WRs posted in ERR are flushed */
+		vemu_qp_to_err(q);
+		return;
+	}
+	if (q->qp.state != IBV_QPS_RTS)
+		return;
+	if (q->ctx->dev->port_state != IBV_PORT_ACTIVE)
+		return;
+	struct vwr *w;
+	while ((w = q->sq_head)) {
+		if (!w->status) {
+			int st = vemu_fault_wc(w->opcode);
+			if (st) {
+				VTRACE("fault wc qp=0x%x op=%s wr_id=0x%llx status=%s\n", q->qp.qp_num,
+				       vemu_wr_opname(w->opcode), (unsigned long long)w->wr_id, ibv_wc_status_str(st));
+				w->status = st;
+			}
+		}
+		struct vseg *segs = NULL;
+		int nseg = 0;
+		if (!w->status && !w->inl) {
+			int st = local_segs(q, w->sge, w->nsge, w->opcode == IBV_WR_RDMA_READ, &segs, &nseg);
+			if (st)
+				w->status = st;
+		}
+		if (w->status) {
+			/* complete in order: wait until the earlier WRs are done */
+			if (q->if_head)
+				return;
+			q->sq_head = w->next;
+			if (!q->sq_head)
+				q->sq_tail = NULL;
+			int st = w->status;
+			vemu_complete_send(q, w, st);
+			vemu_qp_to_err(q);
+			return;
+		}
+		if (!q->peer_pid)
+			q->peer_pid = qpn_owner(q->dest_qpn);
+		if (!q->conn)
+			q->conn = q->peer_pid ? conn_to(q->peer_pid) : NULL;
+		if (!q->conn) {
+			/* nobody owns the destination QPN: nothing answers, the WR times out */
+			q->conn = conn_new(-1, -1);
+		}
+		int type;
+		switch (w->opcode) {
+		case IBV_WR_SEND:
+		case IBV_WR_SEND_WITH_IMM: type = F_SEND; break;
+		case IBV_WR_RDMA_READ: type = F_READ_REQ; break;
+		default: type = F_WRITE; break;
+		}
+		struct oframe *f = frame_new(type, q->dest_qpn, q->qp.qp_num, w->seq);
+		f->h.rnr_retry = q->rnr_retry;
+		f->h.rkey = w->rkey;
+		f->h.raddr = w->raddr;
+		f->h.len = w->len;
+		f->h.imm = w->imm;
+		if (w->opcode == IBV_WR_SEND_WITH_IMM || w->opcode == IBV_WR_RDMA_WRITE_WITH_IMM)
+			f->h.flags |= HF_IMM;
+		f->qpn = q->qp.qp_num;
+		if (type == F_READ_REQ) {
+			w->rsegs = segs;
+			w->nrsegs = nseg;
+			lazy_flush(q->ctx->dev);
+		} else if (w->inl) {
+			if (w->len) {
+				f->heap = malloc(w->len);
+				memcpy(f->heap, w->inl, w->len);
+			}
+			free(segs);
+		} else {
+			f->segs = segs;
+			f->nseg = nseg;
+		}
+		if (g.trace) {
+			char acc[64] = "";
+			vemu_trace("exec qp=0x%x op=%s wr_id=0x%llx len=%llu dest=0x%x seq=%llu\n", q->qp.qp_num,
+				   vemu_wr_opname(w->opcode), (unsigned long long)w->wr_id, (unsigned long long)w->len,
+				   q->dest_qpn, (unsigned long long)w->seq);
+			(void)acc;
+		}
+		q->sq_head = w->next;
+		if (!q->sq_head)
+			q->sq_tail = NULL;
+		w->next = NULL;
+		w->sent = 1;
+		if (q->if_tail)
+			q->if_tail->next = w;
+		else
+			q->if_head = w;
+		q->if_tail = w;
+		q->last_progress = vemu_now_ns();
+		enqueue(q->conn, f);
+		uint64_t t = qp_timeout_ns(q);
+		if (t)
+			want_deadline(q->last_progress + t * (uint64_t)(q->retry_cnt + 1));
+	}
+}
+
+/* ------------------------------------------------------------ target side (g.mu held) */
+static int needs_recv(const struct whdr *h)
+{
+	return h->type == F_SEND || (h->type == F_WRITE && (h->flags & HF_IMM));
+}
+
+static struct vrwr *pop_recv(struct vqp *q)
+{
+	struct vrwr *r = q->rq_head;
+	if (r) {
+		q->rq_head = r->next;
+		if (!q->rq_head)
+			q->rq_tail = NULL;
+		q->rq_count--;
+	}
+	return r;
+}
+
+static void responder_error(struct vqp *q, int event)
+{
+	vemu_qp_to_err(q);
+	vemu_async_event(q->ctx, (enum ibv_event_type)event, &q->qp, 0);
+}
+
+/* decide where an incoming request's payload goes. Returns an RX_* kind and fills the conn rx fields. */
+static int plan_request(struct vconn *c, struct vqp *q, const struct whdr *h, struct held **hold)
+{
+	*hold = NULL;
+	c->rx_recv = NULL;
+	c->rx_status = 0;
+	c->rx_recv_status = IBV_WC_SUCCESS;
+	c->rx_lazy = NULL;
+	if (!q || (q->qp.state != IBV_QPS_RTR && q->qp.state != IBV_QPS_RTS) || q->dest_qpn != h->src_qpn) {
+		VTRACE("drop op=%d dst=0x%x src=0x%x (no such connected QP)\n", h->type, h->dst_qpn, h->src_qpn);
+		return RX_DISCARD; /* silently dropped: the initiator times out */
+	}
+	int park = q->held_head != NULL || q->ctx->dev->port_state != IBV_PORT_ACTIVE;
+	int credit_fault = 0;
+	if (!park && needs_recv(h)) {
+		credit_fault = vemu_fault_no_recv_credit();
+		if (credit_fault || !q->rq_head)
+			park = 1;
+	}
+	if (park) {
+		struct held *hd = calloc(1, sizeof(*hd));
+		hd->h = *h;
+		hd->conn = c;
+		hd->counted = 1;
+		hd->next_try = vemu_now_ns() + rnr_ns(q->min_rnr_timer);
+		want_deadline(hd->next_try);
+		if (h->type != F_READ_REQ && h->len)
+			hd->data = malloc(h->len);
+		*hold = hd;
+		if (needs_recv(h))
+			VTRACE("rnr qp=0x%x seq=%llu%s\n", q->qp.qp_num, (unsigned long long)h->seq,
+			       credit_fault ? " (fault no_recv_credit)" : "");
+		return RX_HOLD;
+	}
+	return -1; /* execute now */
+}
+
+/* build the placement for an executable request; returns RX_PLACE/RX_DISCARD or RX_NONE (READ handled) */
+static int exec_request(struct vconn *c, struct vqp *q, const struct whdr *h)
+{
+	free(c->isegs);
+	c->isegs = NULL;
+	c->nisegs = 0;
+	if (h->type == F_READ_REQ) {
+		struct vmr *m = h->len ? vemu_mr_find(h->rkey) : NULL;
+		if (h->len && (!m || m->mr.pd != q->qp.pd || !(m->access & IBV_ACCESS_REMOTE_READ) ||
+			       !(q->access & IBV_ACCESS_REMOTE_READ) || !mr_range(m, h->raddr, h->len))) {
+			respond(c, h, F_NAK, IBV_WC_REM_ACCESS_ERR);
+			responder_error(q, IBV_EVENT_QP_ACCESS_ERR);
+			return RX_NONE;
+		}
+		lazy_flush(q->ctx->dev);
+		struct oframe *f = frame_new(F_READ_RESP, h->src_qpn, h->dst_qpn, h->seq);
+		f->h.len = h->len;
+		if (h->len) {
+			f->segs = calloc(1, sizeof(struct vseg));
+			seg_from_mr(f->segs, m, h->raddr, h->len);
+			f->segs->lazy = 0;
+			f->nseg = 1;
+		}
+		enqueue(c, f);
+		VTRACE("exec target qp=0x%x op=READ len=%llu rkey=0x%x\n", q->qp.qp_num, (unsigned long long)h->len,
+		       h->rkey);
+		return RX_NONE;
+	}
+	if (h->type == F_WRITE) {
+		if (h->len) {
+			struct vmr *m = vemu_mr_find(h->rkey);
+			if (!m || m->mr.pd != q->qp.pd || !(m->access & IBV_ACCESS_REMOTE_WRITE) ||
+			    !(q->access & IBV_ACCESS_REMOTE_WRITE) || !mr_range(m, h->raddr, h->len)) {
+				c->rx_status = IBV_WC_REM_ACCESS_ERR;
+				responder_error(q, IBV_EVENT_QP_ACCESS_ERR);
+				return RX_DISCARD;
+			}
+			c->isegs = calloc(1, sizeof(struct vseg));
+			seg_from_mr(c->isegs, m, h->raddr, h->len);
+			c->nisegs = 1;
+		}
+		if (h->flags & HF_IMM)
+			c->rx_recv = pop_recv(q);
+		VTRACE("exec target qp=0x%x op=%s len=%llu rkey=0x%x\n", q->qp.qp_num,
+		       h->flags & HF_IMM ? "WRITE_IMM" : "WRITE", (unsigned long long)h->len, h->rkey);
+		if (lazify(c->isegs, c->nisegs, &c->rx_lazy))
+			return RX_DISCARD;
+		return RX_PLACE;
+	}
+	/* SEND: scatter into the receive */
+	struct vrwr *r = pop_recv(q);
+	c->rx_recv = r;
+	uint64_t cap = 0;
+	for (int i = 0; i < r->nsge; i++)
+		cap += r->sge[i].length;
+	if (cap < h->len) {
+		c->rx_recv_status = IBV_WC_LOC_LEN_ERR;
+		c->rx_status = IBV_WC_REM_INV_REQ_ERR;
+		return RX_DISCARD;
+	}
+	struct vseg *segs;
+	int n;
+	if (local_segs(q, r->sge, r->nsge, 1, &segs, &n)) {
+		c->rx_recv_status = IBV_WC_LOC_PROT_ERR;
+		c->rx_status = IBV_WC_REM_OP_ERR;
+		return RX_DISCARD;
+	}
+	/* trim to the message length */
+	uint64_t left = h->len;
+	int k = 0;
+	for (; k < n && left; k++) {
+		if (segs[k].len > left)
+			segs[k].len = left;
+		left -= segs[k].len;
+	}
+	c->isegs = segs;
+	c->nisegs = k;
+	VTRACE("exec target qp=0x%x op=%s len=%llu\n", q->qp.qp_num, h->flags & HF_IMM ? "SEND_IMM" : "SEND",
+	       (unsigned long long)h->len);
+	if (lazify(c->isegs, c->nisegs, &c->rx_lazy))
+		return RX_DISCARD;
+	return RX_PLACE;
+}
+
+/* the payload of an executed request has been placed (or discarded): complete it (g.mu held) */
+static void finish_request(struct vconn *c, const struct whdr *h)
+{
+	struct vqp *q = vemu_qp_find(h->dst_qpn);
+	lazy_publish(c->rx_lazy);
+	c->rx_lazy = NULL;
+	struct vrwr *r = c->rx_recv;
+	c->rx_recv = NULL;
+	if (r) {
+		if (q && q->qp.state != IBV_QPS_RESET) {
+			struct ibv_wc wc;
+			memset(&wc, 0, sizeof(wc));
+			wc.wr_id = r->wr_id;
+			wc.status = (enum ibv_wc_status)c->rx_recv_status;
+			if (q->qp.state == IBV_QPS_ERR && wc.status == IBV_WC_SUCCESS)
+				wc.status = IBV_WC_WR_FLUSH_ERR;
+			wc.opcode = h->type == F_SEND ? IBV_WC_RECV : IBV_WC_RECV_RDMA_WITH_IMM;
+			wc.byte_len = wc.status == IBV_WC_SUCCESS ? (uint32_t)h->len : 0;
+			if (h->flags & HF_IMM) {
+				wc.imm_data = h->imm;
+				wc.wc_flags |= IBV_WC_WITH_IMM;
+			}
+			wc.qp_num = h->dst_qpn;
+			wc.src_qp = h->src_qpn;
+			vemu_cq_push(q->rcq, &wc);
+			if (c->rx_recv_status != IBV_WC_SUCCESS)
+				responder_error(q, IBV_EVENT_QP_REQ_ERR);
+		}
+		free(r);
+	}
+	if (c->rx_status)
+		respond(c, h, F_NAK, c->rx_status);
+	else
+		respond(c, h, F_ACK, 0);
+}
+
+/* ------------------------------------------------------------ held requests (RNR, port down) */
+static void held_free(struct held *h)
+{
+	free(h->data);
+	free(h);
+}
+
+void vemu_held_drop(struct vqp *q)
+{
+	for (struct held *h = q->held_head, *n; h; h = n) {
+		n = h->next;
+		held_free(h);
+	}
+	q->held_head = q->held_tail = NULL;
+}
+
+static void place_from_buffer(struct vseg *s, int n, const char *data)
+{
+	uint64_t o = 0;
+	for (int i = 0; i < n; i++) {
+		seg_copy_in(&s[i], 0, data + o, s[i].len);
+		o += s[i].len;
+	}
+}
+
+static void run_held(struct vqp *q, uint64_t now)
+{
+	while (q->held_head && q->ctx->dev->port_state == IBV_PORT_ACTIVE) {
+		struct held *hd = q->held_head;
+		if (q->qp.state != IBV_QPS_RTR && q->qp.state != IBV_QPS_RTS) {
+			vemu_held_drop(q);
+			return;
+		}
+		struct vconn *c = hd->conn;
+		if (needs_recv(&hd->h)) {
+			int ok = q->rq_head != NULL;
+			if (!hd->counted)
+				ok = ok && !vemu_fault_no_recv_credit();
+			hd->counted = 0;
+			if (!ok) {
+				if (now < hd->next_try) {
+					want_deadline(hd->next_try);
+					return;
+				}
+				hd->rnr_count++;
+				if (hd->h.rnr_retry != 7 && hd->rnr_count > hd->h.rnr_retry) {
+					VTRACE("rnr exhausted qp=0x%x seq=%llu\n", q->qp.qp_num,
+					       (unsigned long long)hd->h.seq);
+					respond(c, &hd->h, F_NAK, IBV_WC_RNR_RETRY_EXC_ERR);
+					/* the responder discards what followed the NAKed request */
+					vemu_held_drop(q);
+					return;
+				}
+				respond(c, &hd->h, F_RNR, 0);
+				hd->next_try = now + rnr_ns(q->min_rnr_timer);
+				want_deadline(hd->next_try);
+				return;
+			}
+		}
+		q->held_head = hd->next;
+		if (!q->held_head)
+			q->held_tail = NULL;
+		int kind = exec_request(c, q, &hd->h);
+		if (kind == RX_PLACE) {
+			/* a lazy target was turned into heap buffers by exec_request */
+			place_from_buffer(c->isegs, c->nisegs, hd->data);
+			vemu_fault_peer_lost(hd->h.len);
+		}
+		if (kind != RX_NONE)
+			finish_request(c, &hd->h);
+		free(c->isegs);
+		c->isegs = NULL;
+		c->nisegs = 0;
+		held_free(hd);
+		if (q->qp.state == IBV_QPS_ERR)
+			return;
+	}
+}
+
+/* ------------------------------------------------------------ initiator side responses (g.mu held) */
+static void handle_response(struct vconn *c, const struct whdr *h)
+{
+	struct vqp *q = vemu_qp_find(h->dst_qpn);
+	c->rx_kind = RX_DISCARD;
+	if (!q)
+		return;
+	struct vwr *w = q->if_head;
+	if (h->type == F_RNR) {
+		q->last_progress = vemu_now_ns();
+		VTRACE("ack qp=0x%x seq=%llu kind=RNR_NAK\n", q->qp.qp_num, (unsigned long long)h->seq);
+		return;
+	}
+	if (!w || w->seq != h->seq)
+		return; /* flushed or reset meanwhile */
+	q->last_progress = vemu_now_ns();
+	if (h->type == F_READ_RESP) {
+		free(c->isegs);
+		c->isegs = NULL;
+		c->nisegs = 0;
+		if (w->nrsegs) {
+			c->isegs = malloc(sizeof(struct vseg) * (size_t)w->nrsegs);
+			memcpy(c->isegs, w->rsegs, sizeof(struct vseg) * (size_t)w->nrsegs);
+			c->nisegs = w->nrsegs;
+			for (int i = 0; i < c->nisegs; i++)
+				c->isegs[i].lazy = 0;
+		}
+		c->rx_kind = RX_READ_RESP;
+		return;
+	}
+	VTRACE("ack qp=0x%x seq=%llu wr_id=0x%llx kind=%s\n", q->qp.qp_num, (unsigned long long)h->seq,
+	       (unsigned long long)w->wr_id, h->type == F_ACK ? "ACK" : ibv_wc_status_str(h->status));
+	q->if_head = w->next;
+	if (!q->if_head)
+		q->if_tail = NULL;
+	if (h->type == F_ACK) {
+		vemu_complete_send(q, w, IBV_WC_SUCCESS);
+		if (q->sq_head) {
+			transmit_qp(q);
+		}
+	} else {
+		vemu_complete_send(q, w, (int)h->status);
+		vemu_qp_to_err(q);
+	}
+}
+
+static void finish_read_resp(const struct whdr *h)
+{
+	struct vqp *q = vemu_qp_find(h->dst_qpn);
+	if (!q)
+		return;
+	struct vwr *w = q->if_head;
+	if (!w || w->seq != h->seq)
+		return;
+	VTRACE("ack qp=0x%x seq=%llu wr_id=0x%llx kind=READ_RESP len=%llu\n", q->qp.qp_num,
+	       (unsigned long long)h->seq, (unsigned long long)w->wr_id, (unsigned long long)h->len);
+	q->if_head = w->next;
+	if (!q->if_head)
+		q->if_tail = NULL;
+	vemu_complete_send(q, w, IBV_WC_SUCCESS);
+	if (q->sq_head)
+		transmit_qp(q);
+}
+
+/* ------------------------------------------------------------ reading */
+static void header_done(struct vconn *c)
+{
+	struct whdr *h = &c->ih;
+	c->in_left = (h->type == F_SEND || h->type == F_WRITE || h->type == F_READ_RESP) ? h->len : 0;
+	c->iseg_i = 0;
+	c->iseg_off = 0;
+	c->rx_kind = RX_NONE;
+	pthread_mutex_lock(&g.mu);
+	if (h->type == F_ACK || h->type == F_NAK || h->type == F_RNR || h->type == F_READ_RESP) {
+		handle_response(c, h);
+		if (h->type != F_READ_RESP)
+			c->rx_kind = RX_NONE;
+	} else {
+		struct vqp *q = vemu_qp_find(h->dst_qpn);
+		struct held *hd;
+		int kind = plan_request(c, q, h, &hd);
+		if (kind == RX_HOLD) {
+			if (q->held_tail)
+				q->held_tail->next = hd;
+			else
+				q->held_head = hd;
+			q->held_tail = hd;
+			c->rx_heap = hd->data;
+		} else if (kind == -1) {
+			kind = exec_request(c, q, h);
+		}
+		c->rx_kind = kind;
+	}
+	pthread_mutex_unlock(&g.mu);
+}
+
+static void payload_done(struct vconn *c)
+{
+	struct whdr *h = &c->ih;
+	pthread_mutex_lock(&g.mu);
+	switch (c->rx_kind) {
+	case RX_PLACE:
+		finish_request(c, h);
+		break;
+	case RX_DISCARD:
+		if (h->type != F_ACK && h->type != F_NAK && h->type != F_RNR && h->type != F_READ_RESP &&
+		    (c->rx_status || c->rx_recv))
+			finish_request(c, h);
+		break;
+	case RX_READ_RESP:
+		finish_read_resp(h);
+		break;
+	case RX_HOLD: {
+		c->rx_heap = NULL;
+		struct vqp *q = vemu_qp_find(h->dst_qpn);
+		if (q)
+			run_held(q, vemu_now_ns());
+		break;
+	}
+	default:
+		break;
+	}
+	pthread_mutex_unlock(&g.mu);
+	free(c->isegs);
+	c->isegs = NULL;
+	c->nisegs = 0;
+	c->rx_kind = RX_NONE;
+	c->in_payload = 0;
+	c->ih_got = 0;
+}
+
+/* deliver n bytes of payload from buf to the current sink */
+static void sink_bytes(struct vconn *c, const char *buf, uint64_t n)
+{
+	if (c->rx_kind == RX_HOLD && c->rx_heap) {
+		memcpy(c->rx_heap + (c->ih.len - c->in_left), buf, n);
+	} else if (c->rx_kind == RX_PLACE || c->rx_kind == RX_READ_RESP) {
+		while (n && c->iseg_i < c->nisegs) {
+			struct vseg *s = &c->isegs[c->iseg_i];
+			uint64_t k = s->len - c->iseg_off < n ? s->len - c->iseg_off : n;
+			seg_copy_in(s, c->iseg_off, buf, k);
+			buf += k;
+			n -= k;
+			c->iseg_off += k;
+			if (c->iseg_off == s->len) {
+				c->iseg_i++;
+				c->iseg_off = 0;
+			}
+		}
+	}
+}
+
+/* read directly into host sink memory when the remaining payload is large */
+static ssize_t read_direct(struct vconn *c)
+{
+	struct iovec iov[16];
+	int n = 0;
+	uint64_t want = c->in_left;
+	if (c->rx_kind == RX_HOLD && c->rx_heap) {
+		iov[0].iov_base = c->rx_heap + (c->ih.len - c->in_left);
+		iov[0].iov_len = want;
+		n = 1;
+	} else if (c->rx_kind == RX_PLACE || c->rx_kind == RX_READ_RESP) {
+		int i = c->iseg_i;
+		uint64_t off = c->iseg_off;
+		for (; i < c->nisegs && n < 16 && want; i++) {
+			struct vseg *s = &c->isegs[i];
+			if (s->cuda)
+				break;
+			uint64_t k = s->len - off < want ? s->len - off : want;
+			iov[n].iov_base = (char *)(uintptr_t)(s->addr + off);
+			iov[n].iov_len = k;
+			want -= k;
+			n++;
+			off = 0;
+		}
+	}
+	if (!n)
+		return -2; /* no direct path (device memory or discard) */
+	ssize_t r = readv(c->fd, iov, n);
+	if (r > 0) {
+		uint64_t left = (uint64_t)r;
+		if (c->rx_kind == RX_HOLD) {
+			c->in_left -= left;
+			return r;
+		}
+		while (left) {
+			struct vseg *s = &c->isegs[c->iseg_i];
+			uint64_t k = s->len - c->iseg_off < left ? s->len - c->iseg_off : left;
+			c->iseg_off += k;
+			left -= k;
+			if (c->iseg_off == s->len) {
+				c->iseg_i++;
+				c->iseg_off = 0;
+			}
+		}
+		c->in_left -= (uint64_t)r;
+	}
+	return r;
+}
+
+static int conn_read(struct vconn *c)
+{
+	if (vemu_fault_is_lost())
+		return 0;
+	for (int rounds = 0; rounds < 64 && !c->dead; rounds++) {
+		/* consume buffered input */
+		while (c->ibuf_off < c->ibuf_len) {
+			size_t avail = c->ibuf_len - c->ibuf_off;
+			if (!c->in_payload) {
+				size_t k = sizeof(c->ih) - c->ih_got < avail ? sizeof(c->ih) - c->ih_got : avail;
+				memcpy((char *)&c->ih + c->ih_got, c->ibuf + c->ibuf_off, k);
+				c->ih_got += k;
+				c->ibuf_off += k;
+				if (c->ih_got == sizeof(c->ih)) {
+					c->in_payload = 1;
+					header_done(c);
+					if (!c->in_left)
+						payload_done(c);
+				}
+			} else {
+				uint64_t k = c->in_left < avail ? c->in_left : avail;
+				sink_bytes(c, c->ibuf + c->ibuf_off, k);
+				c->ibuf_off += k;
+				c->in_left -= k;
+				vemu_fault_peer_lost(k);
+				if (!c->in_left)
+					payload_done(c);
+			}
+		}
+		c->ibuf_off = c->ibuf_len = 0;
+		ssize_t r;
+		if (c->in_payload && c->in_left >= 65536) {
+			r = read_direct(c);
+			if (r > 0) {
+				vemu_fault_peer_lost((uint64_t)r);
+				if (!c->in_left)
+					payload_done(c);
+				continue;
+			}
+			if (r == -2)
+				r = read(c->fd, c->ibuf, IBUF_SZ < c->in_left ? IBUF_SZ : c->in_left);
+		} else {
+			r = read(c->fd, c->ibuf, IBUF_SZ);
+		}
+		if (r > 0) {
+			c->ibuf_len = (size_t)r;
+			continue;
+		}
+		if (r == 0) {
+			conn_kill(c);
+			return -1;
+		}
+		if (errno == EINTR)
+			continue;
+		if (errno == EAGAIN)
+			return 0;
+		conn_kill(c);
+		return -1;
+	}
+	return 0;
+}
+
+/* ------------------------------------------------------------ timers */
+static void check_timers(uint64_t now)
+{
+	/* g.mu held */
+	next_deadline = 0;
+	for (struct vqp *q = g.qps; q; q = q->anext) {
+		if (q->held_head)
+			run_held(q, now);
+		if (q->qp.state != IBV_QPS_RTS || (!q->if_head && !q->sq_head))
+			continue;
+		uint64_t t = qp_timeout_ns(q);
+		if (!t)
+			continue;
+		uint64_t dl = q->last_progress + t * (uint64_t)(q->retry_cnt + 1);
+		if (now >= dl) {
+			struct vwr *w = q->if_head ? q->if_head : q->sq_head;
+			VTRACE("timeout qp=0x%x wr_id=0x%llx retry_exc after %llu ns\n", q->qp.qp_num,
+			       (unsigned long long)w->wr_id, (unsigned long long)(now - q->last_progress));
+			if (q->if_head) {
+				q->if_head = w->next;
+				if (!q->if_head)
+					q->if_tail = NULL;
+			} else {
+				q->sq_head = w->next;
+				if (!q->sq_head)
+					q->sq_tail = NULL;
+			}
+			vemu_complete_send(q, w, IBV_WC_RETRY_EXC_ERR);
+			vemu_qp_to_err(q);
+		} else {
+			want_deadline(dl);
+		}
+	}
+}
+
+/* ------------------------------------------------------------ the loop */
+static void process_dirty(void)
+{
+	pthread_mutex_lock(&g.mu);
+	struct vqp *q = g.dirty_head;
+	g.dirty_head = NULL;
+	for (; q; q = q->dnext) {
+		q->dirty = 0;
+		transmit_qp(q);
+		uint64_t t = qp_timeout_ns(q);
+		if (t && q->qp.state == IBV_QPS_RTS && (q->sq_head || q->if_head))
+			want_deadline(q->last_progress + t * (uint64_t)(q->retry_cnt + 1));
+	}
+	pthread_mutex_unlock(&g.mu);
+}
+
+/* agent thread: a port came back ACTIVE: resume what waited for it */
+void vemu_port_changed(struct vdev *d)
+{
+	pthread_mutex_lock(&g.mu);
+	uint64_t now = vemu_now_ns();
+	for (struct vqp *q = g.qps; q; q = q->anext) {
+		if (q->ctx->dev != d)
+			continue;
+		if (q->held_head)
+			run_held(q, now);
+		transmit_qp(q);
+	}
+	pthread_mutex_unlock(&g.mu);
+}
+
+/* peer_loss: stop all socket I/O, as if unplugged (timers keep running) */
+static void go_dark(void)
+{
+	static int applied;
+	if (applied)
+		return;
+	applied = 1;
+	VTRACE("fault peer_loss: this process stops answering\n");
+	for (struct vconn *c = conns; c; c = c->next)
+		if (!c->dead)
+			epoll_ctl(ep, EPOLL_CTL_DEL, c->fd, NULL);
+	epoll_ctl(ep, EPOLL_CTL_DEL, g.listen_fd, NULL);
+}
+
+static void *agent_main(void *arg)
+{
+	(void)arg;
+	sigset_t all;
+	sigfillset(&all);
+	pthread_sigmask(SIG_BLOCK, &all, NULL);
+	struct epoll_event evs[64];
+	for (;;) {
+		uint64_t now = vemu_now_ns();
+		int tmo = -1;
+		uint64_t port_dl = 0;
+		vemu_fault_port_timers(now, &port_dl);
+		want_deadline(port_dl);
+		if (next_deadline) {
+			if (next_deadline <= now)
+				tmo = 0;
+			else
+				tmo = (int)((next_deadline - now + 999999) / 1000000);
+		}
+		int n = epoll_wait(ep, evs, 64, tmo);
+		if (n < 0 && errno != EINTR)
+			break;
+		for (int i = 0; i < n; i++) {
+			void *p = evs[i].data.ptr;
+			if (p == &g.doorbell) {
+				uint64_t v;
+				ssize_t r = read(g.doorbell, &v, sizeof(v));
+				(void)r;
+				__atomic_store_n(&g.doorbell_rung, 0, __ATOMIC_RELEASE);
+				continue;
+			}
+			if (p == &g.listen_fd) {
+				for (;;) {
+					int fd = accept4(g.listen_fd, NULL, NULL, SOCK_CLOEXEC);
+					if (fd < 0)
+						break;
+					conn_new(fd, 0);
+				}
+				continue;
+			}
+			struct vconn *c = p;
+			if (evs[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR))
+				conn_read(c);
+			if (!c->dead && (evs[i].events & EPOLLOUT))
+				conn_write(c);
+		}
+		process_dirty();
+		if (vemu_fault_is_lost())
+			go_dark();
+		now = vemu_now_ns();
+		if (next_deadline && now >= next_deadline) {
+			pthread_mutex_lock(&g.mu);
+			check_timers(now);
+			pthread_mutex_unlock(&g.mu);
+		}
+		for (struct vconn *c = conns; c; c = c->next)
+			if (c->oq_head && !c->dead)
+				conn_write(c);
+	}
+	return NULL;
+}
+
+static void unlink_sock(void)
+{
+	if (g.sock_path[0] && self_pid == getpid())
+		unlink(g.sock_path);
+}
+
+/* g.mu held */
+int vemu_agent_start(void)
+{
+	if (g.agent_started)
+		return 0;
+	self_pid = (int)getpid();
+	ep = epoll_create1(EPOLL_CLOEXEC);
+	g.doorbell = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	g.listen_fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (ep < 0 || g.doorbell < 0 || g.listen_fd < 0)
+		return -1;
+	struct sockaddr_un a = { .sun_family = AF_UNIX };
+	int len = snprintf(a.sun_path, sizeof(a.sun_path), "%s/agent-%d.sock", g.dir, self_pid);
+	if (len >= (int)sizeof(a.sun_path)) {
+		fprintf(stderr, "vemu: VEMU_DIR path too long for a unix socket: %s\n", g.dir);
+		errno = ENAMETOOLONG;
+		return -1;
+	}
+	snprintf(g.sock_path, sizeof(g.sock_path), "%s", a.sun_path);
+	unlink(a.sun_path);
+	if (bind(g.listen_fd, (struct sockaddr *)&a, sizeof(a)) || listen(g.listen_fd, 512)) {
+		fprintf(stderr, "vemu: cannot listen on %s: %s\n", a.sun_path, strerror(errno));
+		return -1;
+	}
+	struct epoll_event ev = { .events = EPOLLIN, .data.ptr = &g.listen_fd };
+	epoll_ctl(ep, EPOLL_CTL_ADD, g.listen_fd, &ev);
+	struct epoll_event ev2 = { .events = EPOLLIN, .data.ptr = &g.doorbell };
+	epoll_ctl(ep, EPOLL_CTL_ADD, g.doorbell, &ev2);
+	g.start_ns = vemu_now_ns();
+	pthread_attr_t at;
+	pthread_attr_init(&at);
+	pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+	if (pthread_create(&g.agent, &at, agent_main, NULL)) {
+		pthread_attr_destroy(&at);
+		return -1;
+	}
+	pthread_attr_destroy(&at);
+	atexit(unlink_sock);
+	g.agent_started = 1;
+	return 0;
+}

@@ -1,0 +1,163 @@
+/* verbs emulator: CUDA device memory through the driver API, dlopened (never linked).
+ *
+ * The driver is used only when libcuda.so.1 is already loaded in the process (a process cannot hold
+ * device pointers otherwise), or when VEMU_CUDA=1 asks to load it. Copies run in the agent thread on the
+ * emulator's own CU_STREAM_NON_BLOCKING stream (one per context) followed by a synchronize of that
+ * stream only: a synchronous or legacy-default-stream copy could wait behind the application's kernels
+ * (NCCL's kernels wait for the network, which waits for the agent: a deadlock). */
+#include "vemu.h"
+
+#include <dlfcn.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef int CUresult;
+typedef unsigned long long CUdeviceptr;
+typedef void *CUcontext;
+typedef void *CUstream;
+typedef int CUdevice;
+
+#define CU_POINTER_ATTRIBUTE_CONTEXT 1
+#define CU_POINTER_ATTRIBUTE_MEMORY_TYPE 2
+#define CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL 9
+#define CU_MEMORYTYPE_DEVICE 2
+#define CU_STREAM_NON_BLOCKING 1
+
+static struct {
+	int tried, ok;
+	void *h;
+	CUresult (*cuInit)(unsigned);
+	CUresult (*cuPointerGetAttribute)(void *, int, CUdeviceptr);
+	CUresult (*cuCtxSetCurrent)(CUcontext);
+	CUresult (*cuDevicePrimaryCtxRetain)(CUcontext *, CUdevice);
+	CUresult (*cuStreamCreate)(CUstream *, unsigned);
+	CUresult (*cuStreamSynchronize)(CUstream);
+	CUresult (*cuMemcpyHtoDAsync)(CUdeviceptr, const void *, size_t, CUstream);
+	CUresult (*cuMemcpyDtoHAsync)(void *, CUdeviceptr, size_t, CUstream);
+	CUresult (*cuMemcpyDtoDAsync)(CUdeviceptr, CUdeviceptr, size_t, CUstream);
+} cu;
+
+static pthread_mutex_t cmu = PTHREAD_MUTEX_INITIALIZER;
+
+#define MAX_CTX 64
+static struct {
+	CUcontext ctx;
+	CUstream stream;
+} streams[MAX_CTX];
+
+static int load(void)
+{
+	void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+	const char *force = getenv("VEMU_CUDA");
+	if (!h && force && !strcmp(force, "1"))
+		h = dlopen("libcuda.so.1", RTLD_NOW);
+	if (!h)
+		return 0;
+#define SYM(field, name)                                                                                         \
+	do {                                                                                                     \
+		*(void **)&cu.field = dlsym(h, name);                                                            \
+		if (!cu.field)                                                                                   \
+			return 0;                                                                                \
+	} while (0)
+	SYM(cuInit, "cuInit");
+	SYM(cuPointerGetAttribute, "cuPointerGetAttribute");
+	SYM(cuCtxSetCurrent, "cuCtxSetCurrent");
+	SYM(cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain");
+	SYM(cuStreamCreate, "cuStreamCreate");
+	SYM(cuStreamSynchronize, "cuStreamSynchronize");
+	SYM(cuMemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2");
+	SYM(cuMemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2");
+	SYM(cuMemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2");
+#undef SYM
+	if (cu.cuInit(0))
+		return 0;
+	cu.h = h;
+	return 1;
+}
+
+int vemu_cuda_available(void)
+{
+	pthread_mutex_lock(&cmu);
+	if (!cu.ok) {
+		/* retry until the application has loaded the driver */
+		cu.ok = load();
+		cu.tried = 1;
+	}
+	int ok = cu.ok;
+	pthread_mutex_unlock(&cmu);
+	return ok;
+}
+
+int vemu_cuda_is_dev_ptr(uint64_t ptr, void **ctx)
+{
+	if (!ptr)
+		return 0;
+	unsigned int type = 0;
+	if (cu.cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, ptr) || type != CU_MEMORYTYPE_DEVICE)
+		return 0;
+	CUcontext c = NULL;
+	if (cu.cuPointerGetAttribute(&c, CU_POINTER_ATTRIBUTE_CONTEXT, ptr) || !c) {
+		/* cuMem* (VMM) allocations have no owning context: use the device's primary context */
+		int ord = -1;
+		if (cu.cuPointerGetAttribute(&ord, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, ptr) || ord < 0 ||
+		    cu.cuDevicePrimaryCtxRetain(&c, ord))
+			return 0;
+	}
+	*ctx = c;
+	return 1;
+}
+
+static CUstream stream_for(CUcontext ctx)
+{
+	for (int i = 0; i < MAX_CTX; i++)
+		if (streams[i].ctx == ctx)
+			return streams[i].stream;
+	for (int i = 0; i < MAX_CTX; i++)
+		if (!streams[i].ctx) {
+			CUstream s = NULL;
+			if (cu.cuStreamCreate(&s, CU_STREAM_NON_BLOCKING))
+				return NULL;
+			streams[i].ctx = ctx;
+			streams[i].stream = s;
+			return s;
+		}
+	return NULL;
+}
+
+static CUstream enter(void *ctx)
+{
+	if (cu.cuCtxSetCurrent(ctx))
+		return NULL;
+	return stream_for(ctx);
+}
+
+int vemu_cuda_htod(void *ctx, uint64_t dst, const void *src, size_t n)
+{
+	pthread_mutex_lock(&cmu);
+	CUstream s = enter(ctx);
+	int rc = !s || cu.cuMemcpyHtoDAsync(dst, src, n, s) || cu.cuStreamSynchronize(s);
+	pthread_mutex_unlock(&cmu);
+	if (rc)
+		fprintf(stderr, "vemu: CUDA host-to-device copy of %zu bytes failed\n", n);
+	return rc ? -1 : 0;
+}
+
+int vemu_cuda_dtoh(void *ctx, void *dst, uint64_t src, size_t n)
+{
+	pthread_mutex_lock(&cmu);
+	CUstream s = enter(ctx);
+	int rc = !s || cu.cuMemcpyDtoHAsync(dst, src, n, s) || cu.cuStreamSynchronize(s);
+	pthread_mutex_unlock(&cmu);
+	if (rc)
+		fprintf(stderr, "vemu: CUDA device-to-host copy of %zu bytes failed\n", n);
+	return rc ? -1 : 0;
+}
+
+int vemu_cuda_dtod(void *ctx, uint64_t dst, uint64_t src, size_t n)
+{
+	pthread_mutex_lock(&cmu);
+	CUstream s = enter(ctx);
+	int rc = !s || cu.cuMemcpyDtoDAsync(dst, src, n, s) || cu.cuStreamSynchronize(s);
+	pthread_mutex_unlock(&cmu);
+	return rc ? -1 : 0;
+}

@@ -1,0 +1,227 @@
+/* verbs emulator: internal declarations shared by the library's source files.
+ * See tests/verbs-emu/README.md for the design. */
+#ifndef VEMU_H
+#define VEMU_H
+
+#include <infiniband/verbs.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <sys/types.h>
+
+#define VEMU_EXPORT __attribute__((visibility("default")))
+#define VEMU_MAX_DEVS 16
+#define VEMU_NGID 6
+#define VEMU_QPN_BLOCK 16
+#define VEMU_MAX_INLINE 1024
+#define VEMU_MAX_SGE 32
+#define VEMU_MAX_QP_WR 16384
+#define VEMU_MAX_CQE (1 << 22)
+
+/* ------------------------------------------------------------ devices */
+struct vdev {
+	struct ibv_device dev;      /* must be first: handed out to users */
+	void *ops_guard;            /* NULL: where a verbs_device keeps its ops (mlx5dv_is_supported reads it) */
+	int index;
+	int is_ib;
+	uint16_t lid;
+	uint64_t guid;              /* host order */
+	union ibv_gid gid[VEMU_NGID];
+	int gid_type[VEMU_NGID];    /* IBV_GID_TYPE_* */
+	int ngid;
+	volatile int port_state;    /* IBV_PORT_ACTIVE / IBV_PORT_DOWN */
+};
+
+struct vctx {
+	struct verbs_context vc;    /* ibv_context is the last member of verbs_context */
+	struct vdev *dev;
+	int async_wr;               /* write end of the async event pipe (read end is context.async_fd) */
+	struct vctx *next;          /* open contexts */
+};
+
+static inline struct vctx *to_vctx(struct ibv_context *c)
+{
+	return (struct vctx *)((char *)c - offsetof(struct verbs_context, context));
+}
+
+struct vpd {
+	struct ibv_pd pd;
+};
+
+struct vmr {
+	struct ibv_mr mr;
+	struct vmr *hnext;
+	uint64_t iova;              /* address the peers use */
+	uint64_t base;              /* local address of iova (host pointer or device VA) */
+	uint64_t len;
+	int access;
+	int is_dev;                 /* device memory (CUDA pointer or a DMA-BUF registration) */
+	int cuda;                   /* base is a CUDA device address (copies go through the driver) */
+	void *cuctx;                /* CUcontext of a CUDA registration */
+	struct vdev *dev;
+};
+
+struct vcq {
+	struct ibv_cq cq;
+	pthread_mutex_t lock;
+	struct ibv_wc *ring;
+	uint32_t cap, head, count;
+	int armed;
+	int overrun;
+	struct vctx *ctx;
+};
+
+struct vchan {
+	struct ibv_comp_channel ch;
+	int wfd;
+};
+
+/* one copied send work request */
+struct vwr {
+	struct vwr *next;
+	uint64_t wr_id;
+	uint64_t seq;
+	int opcode;                 /* IBV_WR_* */
+	unsigned flags;
+	uint32_t imm;
+	uint64_t raddr;
+	uint32_t rkey;
+	uint64_t len;
+	int nsge;
+	struct ibv_sge *sge;
+	char *inl;                  /* inline copy */
+	int signaled;
+	int status;                 /* pending local error (IBV_WC_*), 0 = none */
+	int sent;                   /* frame handed to the wire */
+	struct vseg *rsegs;         /* RDMA READ sink (local) */
+	int nrsegs;
+};
+
+struct vrwr {
+	struct vrwr *next;
+	uint64_t wr_id;
+	int nsge;
+	struct ibv_sge sge[];
+};
+
+struct held;                    /* incoming request parked at the target (RNR, port down) */
+
+struct vqp {
+	struct ibv_qp qp;
+	struct vqp *hnext;          /* qpn hash */
+	struct vqp *anext;          /* all QPs list */
+	struct vctx *ctx;
+	struct vcq *scq, *rcq;
+	struct ibv_qp_cap cap;
+	int sq_sig_all;
+	/* attributes */
+	int port;
+	unsigned access;
+	uint16_t pkey_index;
+	int mtu;
+	uint32_t dest_qpn;
+	uint32_t rq_psn, sq_psn;
+	uint8_t timeout, retry_cnt, rnr_retry, min_rnr_timer, max_rd_atomic, max_dest_rd_atomic;
+	struct ibv_ah_attr ah;
+	/* send side */
+	struct vwr *sq_head, *sq_tail;      /* posted, not handed to the wire */
+	struct vwr *if_head, *if_tail;      /* on the wire, waiting for a response */
+	int sq_count;                       /* outstanding send WRs (both lists) */
+	uint64_t next_seq;
+	uint64_t last_progress;             /* ns */
+	int dirty;
+	struct vqp *dnext;
+	int peer_pid;                       /* resolved owner of dest_qpn, 0 = unknown */
+	struct vconn *conn;
+	/* receive side */
+	struct vrwr *rq_head, *rq_tail;
+	int rq_count;
+	struct held *held_head, *held_tail; /* parked incoming requests, in order */
+	int destroyed;
+};
+
+/* a payload segment: host memory or a CUDA device address */
+struct vseg {
+	uint64_t addr;
+	uint64_t len;
+	int cuda;
+	void *cuctx;
+	int lazy;                           /* GDR_LAZY target: park the bytes instead of placing them */
+	struct vdev *dev;
+};
+
+/* ------------------------------------------------------------ globals */
+struct vglobal {
+	pthread_mutex_t mu;
+	int inited;
+	int init_err;
+	char dir[512];
+	double time_scale;
+	int gdr_lazy;
+	char pci_path[512];
+	int ndev;
+	struct vdev *devs[VEMU_MAX_DEVS];
+	struct ibv_device *devlist[VEMU_MAX_DEVS + 1];
+	struct vctx *ctxs;
+	/* keys and qpns */
+	uint32_t key_counter;
+	uint32_t qpn_next, qpn_end;
+	struct vmr *mr_hash[4096];
+	struct vqp *qp_hash[4096];
+	struct vqp *qps;
+	struct vqp *dirty_head;
+	int nqp_rts;                        /* counts QPs that reached RTS (qp_fatal rule) */
+	/* agent */
+	int agent_started;
+	pthread_t agent;
+	int doorbell;                       /* eventfd */
+	int doorbell_rung;
+	int listen_fd;
+	char sock_path[600];
+	uint64_t start_ns;
+	/* trace */
+	FILE *trace;
+	pthread_mutex_t trace_mu;
+};
+extern struct vglobal g;
+
+/* core.c */
+uint64_t vemu_now_ns(void);
+struct vqp *vemu_qp_find(uint32_t qpn);
+struct vmr *vemu_mr_find(uint32_t key);
+void vemu_cq_push(struct vcq *cq, const struct ibv_wc *wc);
+void vemu_async_event(struct vctx *ctx, enum ibv_event_type type, void *elem, int port);
+void vemu_qp_to_err(struct vqp *qp);               /* g.mu held: flush everything */
+void vemu_complete_send(struct vqp *qp, struct vwr *w, int status);
+int vemu_ensure_init(void);
+void vemu_ring(void);
+const char *vemu_wr_opname(int op);
+void vemu_access_str(unsigned access, char *buf, size_t n);
+
+/* agent.c */
+int vemu_agent_start(void);
+void vemu_agent_fork_child(void);
+void vemu_held_drop(struct vqp *q);                 /* g.mu held */
+void vemu_port_changed(struct vdev *d);             /* agent thread: port came back, resume traffic */
+
+/* fault.c */
+int vemu_faults_parse(const char *spec);            /* 0 ok, -1 malformed (message printed) */
+int vemu_fault_call(const char *call);              /* errno to fail with, 0 = proceed */
+int vemu_fault_wc(int wr_opcode);                   /* IBV_WC_* status to force, 0 = none */
+int vemu_fault_qp_fatal(void);                      /* 1 when this QP (reaching RTS) must fail */
+int vemu_fault_no_recv_credit(void);                /* 1 when this incoming message must see RNR */
+int vemu_fault_peer_lost(uint64_t add_bytes);       /* accounts payload bytes; 1 once lost */
+int vemu_fault_is_lost(void);
+void vemu_fault_port_timers(uint64_t now, uint64_t *next_deadline); /* agent: apply port_down rules */
+void vemu_trace(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+#define VTRACE(...) do { if (g.trace) vemu_trace(__VA_ARGS__); } while (0)
+
+/* cuda.c */
+int vemu_cuda_available(void);
+int vemu_cuda_is_dev_ptr(uint64_t ptr, void **ctx);
+int vemu_cuda_htod(void *ctx, uint64_t dst, const void *src, size_t n);
+int vemu_cuda_dtoh(void *ctx, void *dst, uint64_t src, size_t n);
+int vemu_cuda_dtod(void *ctx, uint64_t dst, uint64_t src, size_t n);
+
+#endif
