@@ -95,7 +95,7 @@ struct gdr_transport {
 };
 
 /* Define the RDMA table as `const struct gdr_transport gdr_transport_rdma = {` at the start of a line in a
- * plugin/rdma/*.c file: plugin/CMakeLists.txt looks for that line to define GDRNET_HAVE_RDMA. */
+ * .c file under plugin/rdma/: plugin/CMakeLists.txt looks for that line to define GDRNET_HAVE_RDMA. */
 extern const struct gdr_transport gdr_transport_tcp;
 #ifdef GDRNET_HAVE_RDMA
 extern const struct gdr_transport gdr_transport_rdma;
