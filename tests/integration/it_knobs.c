@@ -1,0 +1,95 @@
+/* Bad knob values: init must fail and the logger output must name the knob. Each case runs in a fresh
+ * process (setenv, dlopen, init with a capturing logger, dlclose). Positive controls: valid values
+ * load; a bad value of an NCCL_IB_* alias is only WARNed (it was meant for NCCL's own transport);
+ * an unknown GDRNET_ variable draws a WARN. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+#include "it.h"
+
+typedef struct {
+  const char *knob, *value;
+  int must_fail;      /* 1: init fails; 0: init succeeds */
+  const char *expect; /* text the log must contain (NULL: nothing required) */
+} knob_case_t;
+
+static const knob_case_t k_cases[] = {
+    {"GDRNET_TRANSPORT", "bogus", 1, "GDRNET_TRANSPORT"},
+    {"GDRNET_TRANSPORT", "", 1, "GDRNET_TRANSPORT"},
+    {"GDRNET_QPS_PER_CONN", "99", 1, "GDRNET_QPS_PER_CONN"},
+    {"GDRNET_QPS_PER_CONN", "0", 1, "GDRNET_QPS_PER_CONN"},
+    {"GDRNET_QPS_PER_CONN", "abc", 1, "GDRNET_QPS_PER_CONN"},
+    {"GDRNET_QPS_PER_CONN", "4x", 1, "GDRNET_QPS_PER_CONN"},
+    {"GDRNET_SPLIT_DATA", "2", 1, "GDRNET_SPLIT_DATA"},
+    {"GDRNET_RELAXED_ORDERING", "7", 1, "GDRNET_RELAXED_ORDERING"},
+    {"GDRNET_GDR", "maybe", 1, "GDRNET_GDR"},
+    {"GDRNET_FALLBACK", "2", 1, "GDRNET_FALLBACK"},
+    {"GDRNET_IB_TIMEOUT", "99", 1, "GDRNET_IB_TIMEOUT"},
+    {"GDRNET_IB_RETRY_CNT", "8", 1, "GDRNET_IB_RETRY_CNT"},
+    {"GDRNET_RNR_RETRY", "-1", 1, "GDRNET_RNR_RETRY"},
+    {"GDRNET_RECOVERY_ATTEMPTS", "-5", 1, "GDRNET_RECOVERY_ATTEMPTS"},
+    {"GDRNET_TCP_NSOCKS", "0", 1, "GDRNET_TCP_NSOCKS"},
+    {"GDRNET_TCP_NTHREADS", "lots", 1, "GDRNET_TCP_NTHREADS"},
+    /* positive controls */
+    {"GDRNET_QPS_PER_CONN", "16", 0, NULL},
+    {"GDRNET_SPLIT_DATA", "1", 0, NULL},
+    {"GDRNET_TCP_NSOCKS", "auto", 0, NULL},
+    {"NCCL_IB_QPS_PER_CONNECTION", "99", 0, "NCCL_IB_QPS_PER_CONNECTION"},
+};
+#define NCASES (int)(sizeof k_cases / sizeof k_cases[0])
+
+static int case_main(int fd, void *arg) {
+  (void)fd;
+  const knob_case_t *k = arg;
+  IT_CHECK(setenv(k->knob, k->value, 1) == 0, "setenv");
+  it_step("init with %s=%s", k->knob, k->value);
+  gn_plugin_t p;
+  char err[1024];
+  IT_CHECK(gn_plugin_open(&p, it_plugin_path(), err, sizeof err) == 0, "%s", err);
+  gn_log_capture(1);
+  gn_log_set_level(NCCL_LOG_NONE); /* captured, not printed */
+  ncclResult_t r = p.net->init(gn_logger);
+  char *log = gn_log_captured();
+  gn_log_set_level(-1);
+  int ndev = 0;
+  if (r == ncclSuccess) IT_OK(p.net->devices(&ndev));
+  if (k->must_fail) {
+    IT_CHECK(r != ncclSuccess, "%s=\"%s\": init succeeded (%d devices); it must fail. Log:\n%s", k->knob, k->value,
+             ndev, log);
+  } else {
+    IT_CHECK(r == ncclSuccess, "%s=\"%s\": init returned %s; it must work. Log:\n%s", k->knob, k->value,
+             gn_result_str(r), log);
+    IT_CHECK(ndev >= 1, "%s=%s: %d devices", k->knob, k->value, ndev);
+  }
+  if (k->expect != NULL)
+    IT_CHECK(strstr(log, k->expect) != NULL, "%s=\"%s\": the log does not name %s:\n%s", k->knob, k->value, k->expect,
+             log);
+  /* the first line naming the knob, for the record */
+  const char *at = k->expect ? strstr(log, k->expect) : NULL;
+  if (at != NULL) {
+    const char *b = at, *e = strchr(at, '\n');
+    while (b > log && b[-1] != '\n') b--;
+    it_log("%s=\"%s\" -> %s: %.*s", k->knob, k->value, gn_result_str(r), (int)(e ? e - b : (long)strlen(b)), b);
+  } else {
+    it_log("%s=\"%s\" -> %s", k->knob, k->value, gn_result_str(r));
+  }
+  free(log);
+  IT_CHECK(gn_plugin_close(&p) == 0, "dlclose");
+  return 0;
+}
+
+int main(void) {
+  it_init("knobs", 100);
+  int failures = 0;
+  for (int i = 0; i < NCASES; i++) {
+    it_child_t c;
+    it_fork(&c, case_main, (void *)&k_cases[i]);
+    int st = it_reap(&c, 30);
+    if (!(WIFEXITED(st) && WEXITSTATUS(st) == 0)) failures++;
+  }
+  IT_CHECK(failures == 0, "%d of %d knob cases failed (FAIL lines above)", failures, NCASES);
+  it_log("PASS");
+  return 0;
+}
