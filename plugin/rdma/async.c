@@ -1,0 +1,166 @@
+/* RDMA transport: one thread per device reading verbs async events.
+ *
+ * The thread polls the context's async_fd (made non-blocking) together with an eventfd that stops
+ * it, so it never sits inside ibv_get_async_event when asked to stop.  It runs while the device has
+ * comms (started by the first, joined by the last: NCCL >= 2.28 dlcloses the plugin after its last
+ * communicator and a v8 plugin gets no finalize).  Fatal events mark the connections they hit; the
+ * next isend/irecv/test of such a connection returns an error with a WARN (conn.c). */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "rdma.h"
+
+static int comm_has_qp(const struct gdr_rdma_comm *c, const struct ibv_qp *qp) {
+  for (int i = 0; i < c->nqps; i++)
+    if (c->qps[i] == qp) return 1;
+  return c->flush_qp == qp;
+}
+
+static void handle_event(struct gdr_rdma_dev *d, struct ibv_async_event *ev) {
+  const char *what = gdr_ibv_event_str(ev->event_type);
+  pthread_mutex_lock(&d->lock);
+  switch (ev->event_type) {
+  case IBV_EVENT_QP_FATAL:
+  case IBV_EVENT_QP_REQ_ERR:
+  case IBV_EVENT_QP_ACCESS_ERR:
+  case IBV_EVENT_PATH_MIG_ERR: {
+    int found = 0;
+    for (struct gdr_rdma_comm *c = d->comms; c; c = c->next) {
+      if (!comm_has_qp(c, ev->element.qp)) continue;
+      found = 1;
+      gdr_rdma_comm_mark_fatal(c, "async event %s on %s port %d, QP 0x%x, peer %s", what, d->name, d->port,
+                               ev->element.qp->qp_num, c->peer);
+    }
+    if (!found) GDR_INFO(NCCL_NET, "%s: async event %s on a QP of no open connection", d->name, what);
+    break;
+  }
+  case IBV_EVENT_CQ_ERR: {
+    for (struct gdr_rdma_comm *c = d->comms; c; c = c->next)
+      if (c->cq == ev->element.cq)
+        gdr_rdma_comm_mark_fatal(c, "async event %s (CQ overrun) on %s port %d, peer %s", what, d->name, d->port,
+                                 c->peer);
+    break;
+  }
+  case IBV_EVENT_PORT_ERR:
+    if (ev->element.port_num != d->port) break;
+    GDR_WARN("%s port %d: %s (link down): its %d connection(s) fail", d->name, d->port, what, d->ncomms);
+    for (struct gdr_rdma_comm *c = d->comms; c; c = c->next) {
+      char qps[64] = "";
+      if (c->nqps) snprintf(qps, sizeof(qps), ", QP 0x%x%s", c->qps[0]->qp_num, c->nqps > 1 ? "..." : "");
+      gdr_rdma_comm_mark_fatal(c, "async event %s on %s port %d%s, peer %s", what, d->name, d->port, qps, c->peer);
+    }
+    break;
+  case IBV_EVENT_DEVICE_FATAL:
+    d->fatal = 1;
+    GDR_WARN("%s: %s: every connection of the device fails", d->name, what);
+    for (struct gdr_rdma_comm *c = d->comms; c; c = c->next)
+      gdr_rdma_comm_mark_fatal(c, "async event %s on %s port %d, peer %s", what, d->name, d->port, c->peer);
+    break;
+  case IBV_EVENT_PORT_ACTIVE:
+    if (ev->element.port_num == d->port)
+      GDR_INFO(NCCL_NET, "%s port %d: %s", d->name, d->port, what);
+    break;
+  default:
+    GDR_INFO(NCCL_NET, "%s: async event %s (%d)", d->name, what, (int)ev->event_type);
+    break;
+  }
+  pthread_mutex_unlock(&d->lock);
+}
+
+static void *async_main(void *arg) {
+  struct gdr_rdma_dev *d = arg;
+  struct pollfd pfd[2] = {{d->ctx->async_fd, POLLIN, 0}, {d->stop_fd, POLLIN, 0}};
+  for (;;) {
+    int n = poll(pfd, 2, -1);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      GDR_WARN("%s: async event thread: poll failed: %s", d->name, strerror(errno));
+      break;
+    }
+    if (pfd[1].revents) break;
+    if (pfd[0].revents & (POLLERR | POLLNVAL)) {
+      GDR_WARN("%s: async event fd failed; async events are no longer watched", d->name);
+      break;
+    }
+    if (pfd[0].revents & (POLLIN | POLLHUP)) {
+      struct ibv_async_event ev;
+      if (gdr_ibv.get_async_event(d->ctx, &ev) != 0) {
+        if (errno == EAGAIN || errno == EINTR) continue;
+        if (pfd[0].revents & POLLHUP) break; /* context closed */
+        continue;
+      }
+      handle_event(d, &ev);
+      gdr_ibv.ack_async_event(&ev);
+    }
+  }
+  return NULL;
+}
+
+ncclResult_t gdr_rdma_async_attach(struct gdr_rdma_comm *c) {
+  struct gdr_rdma_dev *d = c->dev;
+  ncclResult_t res = ncclSuccess;
+  pthread_mutex_lock(&d->lock);
+  if (!d->thread_running) {
+    int fl = fcntl(d->ctx->async_fd, F_GETFL);
+    if (fl >= 0) fcntl(d->ctx->async_fd, F_SETFL, fl | O_NONBLOCK);
+    d->stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (d->stop_fd < 0) {
+      GDR_WARN("%s: eventfd failed: %s", d->name, strerror(errno));
+      res = ncclSystemError;
+      goto out;
+    }
+    int rc = pthread_create(&d->thread, NULL, async_main, d);
+    if (rc) {
+      GDR_WARN("%s: cannot start the async event thread: %s", d->name, strerror(rc));
+      close(d->stop_fd);
+      d->stop_fd = -1;
+      res = ncclSystemError;
+      goto out;
+    }
+    d->thread_running = 1;
+  }
+  c->next = d->comms;
+  d->comms = c;
+  d->ncomms++;
+  c->attached = 1;
+  if (d->fatal) gdr_rdma_comm_mark_fatal(c, "device %s had a fatal error (DEVICE_FATAL)", d->name);
+out:
+  pthread_mutex_unlock(&d->lock);
+  return res;
+}
+
+void gdr_rdma_async_detach(struct gdr_rdma_comm *c) {
+  struct gdr_rdma_dev *d = c->dev;
+  if (!c->attached) return;
+  pthread_t t;
+  int join = 0, stop_fd = -1;
+  pthread_mutex_lock(&d->lock);
+  for (struct gdr_rdma_comm **pp = &d->comms; *pp; pp = &(*pp)->next)
+    if (*pp == c) {
+      *pp = c->next;
+      break;
+    }
+  c->attached = 0;
+  if (--d->ncomms == 0 && d->thread_running) {
+    /* hand the running thread and its stop fd over to this caller; a concurrent attach starts a
+     * fresh thread with a fresh fd */
+    uint64_t one = 1;
+    ssize_t w = write(d->stop_fd, &one, sizeof(one));
+    (void)w;
+    t = d->thread;
+    stop_fd = d->stop_fd;
+    d->stop_fd = -1;
+    d->thread_running = 0;
+    join = 1;
+  }
+  pthread_mutex_unlock(&d->lock);
+  if (join) {
+    pthread_join(t, NULL);
+    close(stop_fd);
+  }
+}

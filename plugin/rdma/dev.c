@@ -1,0 +1,533 @@
+/* RDMA transport: devices, properties, GPUDirect RDMA probes, relaxed ordering, registration. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../cuda.h"
+#include "gid.h"
+#include "rdma.h"
+
+struct gdr_rdma_state gdr_rdma;
+
+/* ------------------------------------------------------------------------------------- port speed -- */
+
+/* Mbps per lane of ibv_port_attr.active_speed (IB and extended speeds). */
+static int lane_mbps(int active_speed) {
+  switch (active_speed) {
+  case 1: return 2500;    /* SDR */
+  case 2: return 5000;    /* DDR */
+  case 4: return 10000;   /* QDR */
+  case 8: return 10000;   /* FDR10 (10.3125 Gb/s, 64/66) */
+  case 16: return 14000;  /* FDR */
+  case 32: return 25000;  /* EDR */
+  case 64: return 50000;  /* HDR */
+  case 128: return 100000; /* NDR */
+  case 256: return 200000; /* XDR */
+  default: return 10000;
+  }
+}
+
+static int width_lanes(int active_width) {
+  switch (active_width) {
+  case 1: return 1;
+  case 2: return 4;
+  case 4: return 8;
+  case 8: return 12;
+  case 16: return 2;
+  default: return 1;
+  }
+}
+
+/* ------------------------------------------------------------------------------------------ sysfs -- */
+
+static int read_small_file(const char *path, char *buf, size_t len) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  ssize_t n = read(fd, buf, len - 1);
+  int e = errno;
+  close(fd);
+  if (n < 0) {
+    errno = e;
+    return -1;
+  }
+  buf[n] = '\0';
+  return (int)n;
+}
+
+/* GID type from <ibdev_path>/ports/<port>/gid_attrs/types/<index>; UNKNOWN when hidden (containers
+ * mount a partial sysfs, and the kernel answers EINVAL for unpopulated entries). */
+static int gid_type_of(const char *ibdev_path, int port, int index) {
+  char path[PATH_MAX], buf[64];
+  snprintf(path, sizeof(path), "%s/ports/%d/gid_attrs/types/%d", ibdev_path, port, index);
+  if (read_small_file(path, buf, sizeof(buf)) <= 0) return GDR_GID_TYPE_UNKNOWN;
+  return gdr_gid_type_parse(buf);
+}
+
+/* -------------------------------------------------------------------------------------------- GIDs -- */
+
+static void choose_gid(struct gdr_rdma_dev *d, struct ibv_device *ibdev, const struct ibv_port_attr *pa) {
+  int forced = (int)gdr_param_int(GDR_PARAM_GID_INDEX);
+  d->gid_index = 0;
+  if (forced >= 0) {
+    d->gid_index = forced;
+  } else if (d->link_layer == IBV_LINK_LAYER_ETHERNET) {
+    int n = pa->gid_tbl_len;
+    if (n > 256) n = 256;
+    struct gdr_gid_entry *tbl = calloc((size_t)(n > 0 ? n : 1), sizeof(*tbl));
+    if (tbl) {
+      for (int i = 0; i < n; i++) {
+        union ibv_gid g;
+        if (gdr_ibv.query_gid(d->ctx, (uint8_t)d->port, i, &g) != 0) continue;
+        memcpy(tbl[i].raw, g.raw, 16);
+        tbl[i].valid = 1;
+        tbl[i].type = gid_type_of(ibdev->ibdev_path, d->port, i);
+      }
+      int family = gdr_param_int(GDR_PARAM_IB_ADDR_FAMILY) == GDR_IB_ADDR_FAMILY_INET6 ? GDR_GID_FAMILY_IPV6
+                                                                                       : GDR_GID_FAMILY_IPV4;
+      int idx = gdr_gid_select(tbl, n, family, (int)gdr_param_int(GDR_PARAM_IB_ROCE_VERSION));
+      if (idx < 0) {
+        GDR_INFO(NCCL_NET | NCCL_INIT,
+                 "%s: no routable RoCE GID (only link-local or empty entries); using GID index 0", d->name);
+        idx = 0;
+      }
+      d->gid_index = idx;
+      free(tbl);
+    }
+  }
+  memset(&d->gid, 0, sizeof(d->gid));
+  if (gdr_ibv.query_gid(d->ctx, (uint8_t)d->port, d->gid_index, &d->gid) != 0) {
+    GDR_INFO(NCCL_NET | NCCL_INIT, "%s: cannot read GID index %d (%s)", d->name, d->gid_index,
+             strerror(errno));
+  }
+}
+
+/* ------------------------------------------------------------------------------------------- GDR -- */
+
+static void probe_gdr(struct gdr_rdma_dev *d) {
+  int mode = (int)gdr_param_int(GDR_PARAM_GDR);       /* -1 auto, 0, 1 */
+  int dmode = (int)gdr_param_int(GDR_PARAM_DMABUF);   /* -1 auto, 0, 1 */
+  d->ptr_support = NCCL_PTR_HOST;
+  if (mode == 0) {
+    snprintf(d->gdr_desc, sizeof(d->gdr_desc), "GDR off: GDRNET_GDR=0 (host memory only)");
+    return;
+  }
+  static const char *peermem_files[] = {"/sys/kernel/mm/memory_peers/nv_mem/version",
+                                        "/sys/module/nvidia_peermem/version", "/sys/module/nv_peer_mem/version"};
+  int peermem = 0;
+  for (size_t i = 0; i < sizeof(peermem_files) / sizeof(peermem_files[0]) && !peermem; i++)
+    peermem = access(peermem_files[i], F_OK) == 0;
+
+  /* DMA-BUF, NIC side: registering fd -1 fails with EBADF when the kernel and driver support
+   * DMA-BUF MRs (the fd was looked at), with EOPNOTSUPP/EPROTONOSUPPORT when they do not. */
+  char nic_why[128] = "";
+  int nic_dmabuf = 0;
+  if (gdr_ibv.reg_dmabuf_mr == NULL) {
+    snprintf(nic_why, sizeof(nic_why), "%s has no ibv_reg_dmabuf_mr (rdma-core < 34)", gdr_ibv_lib_name());
+  } else {
+    errno = 0;
+    struct ibv_mr *mr = gdr_ibv.reg_dmabuf_mr(d->pd, 0, 0, 0, -1, 0);
+    int e = errno;
+    if (mr != NULL) {
+      gdr_ibv.dereg_mr(mr); /* cannot happen with fd -1; be safe */
+      nic_dmabuf = 1;
+    } else if (e == EBADF) {
+      nic_dmabuf = 1;
+    } else {
+      snprintf(nic_why, sizeof(nic_why), "the NIC driver/kernel refuse DMA-BUF MRs (probe: %s)", strerror(e));
+    }
+  }
+  char cuda_why[160] = "";
+  int cuda_dmabuf = 0;
+  if (nic_dmabuf && mode != 1) {
+    char w[128] = "";
+    if (gdr_cuda_load(w, sizeof(w)) != ncclSuccess) {
+      snprintf(cuda_why, sizeof(cuda_why), "no CUDA driver (%s)", w);
+    } else {
+      int s = 0;
+      if (gdr_cuda_dmabuf_supported(0, &s) != ncclSuccess || !s)
+        snprintf(cuda_why, sizeof(cuda_why), "the GPU/driver lacks DMA-BUF support (CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED=0)");
+      else
+        cuda_dmabuf = 1;
+    }
+  }
+  int dmabuf = nic_dmabuf && (mode == 1 || cuda_dmabuf) && dmode != 0;
+  int cuda = mode == 1 || peermem;
+  if (cuda) d->ptr_support |= NCCL_PTR_CUDA;
+  if (dmabuf) d->ptr_support |= NCCL_PTR_DMABUF;
+
+  if (cuda || dmabuf) {
+    snprintf(d->gdr_desc, sizeof(d->gdr_desc), "GDR on:%s%s%s", cuda ? (mode == 1 ? " GDRNET_GDR=1" : " nvidia-peermem") : "",
+             cuda && dmabuf ? "," : "", dmabuf ? " DMA-BUF" : "");
+    return;
+  }
+  /* off: say every reason */
+  snprintf(d->gdr_desc, sizeof(d->gdr_desc),
+           "GDR off: nvidia-peermem not loaded (modprobe nvidia-peermem) and DMA-BUF unusable (%s%s%s)",
+           dmode == 0 ? "GDRNET_DMABUF=0" : nic_why, (dmode != 0 && nic_why[0] && cuda_why[0]) ? "; " : "",
+           dmode == 0 ? "" : cuda_why);
+}
+
+/* ----------------------------------------------------------------------------- relaxed ordering -- */
+
+static void probe_relaxed(struct gdr_rdma_dev *d, int *warned) {
+  int mode = (int)gdr_param_int(GDR_PARAM_RELAXED_ORDERING); /* 0, 1, 2 = auto */
+  d->relaxed = 0;
+  if (mode == 0) return;
+  if (gdr_ibv.reg_mr_iova2 == NULL) {
+    if (mode == 1 && !*warned) {
+      GDR_WARN("GDRNET_RELAXED_ORDERING=1 but %s has no ibv_reg_mr_iova2 (rdma-core < 29): relaxed ordering off",
+               gdr_ibv_lib_name());
+      *warned = 1;
+    }
+    return;
+  }
+  /* probe: a small registration with the flag */
+  long page = sysconf(_SC_PAGESIZE);
+  void *buf = NULL;
+  if (posix_memalign(&buf, (size_t)(page > 0 ? page : 4096), 4096) != 0) return;
+  struct ibv_mr *mr = gdr_ibv.reg_mr_iova2(d->pd, buf, 4096, (uint64_t)(uintptr_t)buf,
+                                           IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_RELAXED_ORDERING);
+  if (mr) {
+    gdr_ibv.dereg_mr(mr);
+    d->relaxed = 1;
+  } else if (mode == 1) {
+    GDR_WARN("%s: relaxed-ordering registration refused (%s): relaxed ordering off", d->name,
+             strerror(errno));
+  }
+  free(buf);
+}
+
+/* --------------------------------------------------------------------------------- registration -- */
+
+const char *gdr_rdma_reg_hint(int err) {
+  switch (err) {
+  case ENOMEM:
+  case EAGAIN:
+    return " (locked-memory limit too low? raise `ulimit -l` to unlimited; in containers grant IPC_LOCK and memlock)";
+  case EFAULT:
+    return " (address not mapped, or device memory without nvidia-peermem/DMA-BUF)";
+  case EPERM:
+  case EACCES:
+    return " (permission: check /dev/infiniband access and memlock/IPC_LOCK)";
+  default:
+    return "";
+  }
+}
+
+static void *reg_cb(void *ctx, uintptr_t base, size_t len, const struct gdr_reg_req *req, uint32_t *lkey,
+                    uint32_t *rkey, int *err) {
+  struct gdr_rdma_dev *d = ctx;
+  struct ibv_mr *mr;
+  errno = 0;
+  if (req->kind == GDR_REG_DMABUF)
+    mr = gdr_ibv.reg_dmabuf_mr(d->pd, req->dmabuf_offset, len, (uint64_t)base, req->dmabuf_fd, req->access);
+  else if ((req->access & IBV_ACCESS_RELAXED_ORDERING) && gdr_ibv.reg_mr_iova2)
+    mr = gdr_ibv.reg_mr_iova2(d->pd, (void *)base, len, (uint64_t)base, (unsigned)req->access);
+  else
+    mr = gdr_ibv.reg_mr(d->pd, (void *)base, len, req->access & ~IBV_ACCESS_RELAXED_ORDERING);
+  if (mr == NULL) {
+    *err = errno ? errno : EIO;
+    return NULL;
+  }
+  *lkey = mr->lkey;
+  *rkey = mr->rkey;
+  return mr;
+}
+
+static int dereg_cb(void *ctx, void *mr) {
+  (void)ctx;
+  return gdr_ibv.dereg_mr(mr);
+}
+
+static const struct gdr_regcache_ops reg_ops = {reg_cb, dereg_cb};
+
+struct ibv_mr *gdr_rdma_reg_internal(struct gdr_rdma_dev *d, void *buf, size_t len, int access) {
+  struct ibv_mr *mr = gdr_ibv.reg_mr(d->pd, buf, len, access);
+  if (mr == NULL) {
+    int e = errno;
+    GDR_WARN("%s: ibv_reg_mr(%zu bytes) failed: %s%s", d->name, len, strerror(e), gdr_rdma_reg_hint(e));
+    errno = e;
+  }
+  return mr;
+}
+
+static ncclResult_t reg_common(struct gdr_rdma_comm *c, void *data, size_t size, int type, int kind, int fd,
+                               uint64_t offset, void **mhandle) {
+  *mhandle = NULL;
+  if (c == NULL) return ncclInternalError;
+  struct gdr_rdma_dev *d = c->dev;
+  if (type == NCCL_PTR_CUDA && !(d->ptr_support & (NCCL_PTR_CUDA | NCCL_PTR_DMABUF))) {
+    GDR_WARN("%s: registration of CUDA memory %p (%zu bytes) but GPUDirect RDMA is off on this device (%s)",
+             d->name, data, size, d->gdr_desc);
+    return ncclInvalidUsage;
+  }
+  if (kind == GDR_REG_DMABUF && gdr_ibv.reg_dmabuf_mr == NULL) {
+    GDR_WARN("%s: DMA-BUF registration asked but %s has no ibv_reg_dmabuf_mr", d->name, gdr_ibv_lib_name());
+    return ncclInvalidUsage;
+  }
+  /* least privilege: the peer writes only into receive buffers; the flush reads only device receive
+   * buffers (GDR); a send buffer is only read locally by the NIC */
+  int access = 0;
+  if (c->kind == GDR_RCOMM_RECV) {
+    access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
+    if (kind != GDR_REG_HOST && c->flush_qp) access |= IBV_ACCESS_REMOTE_READ;
+  }
+  if (d->relaxed) access |= IBV_ACCESS_RELAXED_ORDERING;
+  struct gdr_reg_req req = {(uintptr_t)data, size, access, kind, fd, offset};
+  struct gdr_reg_entry *e = NULL;
+  int err = gdr_regcache_get(&d->cache, &req, &e);
+  if (err) {
+    GDR_WARN("%s: %s registration of %p (%zu bytes, %s memory) failed: %s%s", d->name,
+             kind == GDR_REG_DMABUF ? "DMA-BUF" : "memory", data, size, type == NCCL_PTR_CUDA ? "CUDA" : "host",
+             strerror(err), gdr_rdma_reg_hint(err));
+    return ncclSystemError;
+  }
+  GDR_TRACE(NCCL_NET | NCCL_REG, "%s: reg %p+%zu kind %d access 0x%x -> lkey 0x%x rkey 0x%x", d->name, data,
+            size, kind, access, e->lkey, e->rkey);
+  *mhandle = e;
+  return ncclSuccess;
+}
+
+ncclResult_t gdr_rdma_reg_mr(void *comm, void *data, size_t size, int type, void **mhandle) {
+  return reg_common(comm, data, size, type, type == NCCL_PTR_CUDA ? GDR_REG_CUDA : GDR_REG_HOST, -1, 0, mhandle);
+}
+
+ncclResult_t gdr_rdma_reg_mr_dmabuf(void *comm, void *data, size_t size, int type, uint64_t offset, int fd,
+                                    void **mhandle) {
+  struct gdr_rdma_comm *c = comm;
+  if (c && !(c->dev->ptr_support & NCCL_PTR_DMABUF)) {
+    GDR_WARN("%s: DMA-BUF registration but DMA-BUF is not supported here (%s)", c->dev->name,
+             c->dev->gdr_desc);
+    return ncclInvalidUsage;
+  }
+  (void)type;
+  return reg_common(c, data, size, NCCL_PTR_CUDA, GDR_REG_DMABUF, fd, offset, mhandle);
+}
+
+ncclResult_t gdr_rdma_dereg_mr(void *comm, void *mhandle) {
+  (void)comm;
+  if (mhandle == NULL) return ncclSuccess;
+  int rc = gdr_regcache_put(mhandle);
+  if (rc) {
+    GDR_WARN("ibv_dereg_mr failed: %s", strerror(rc));
+    return ncclSystemError;
+  }
+  return ncclSuccess;
+}
+
+/* ------------------------------------------------------------------------------------------ init -- */
+
+static void close_dev(struct gdr_rdma_dev *d) {
+  int leaked = gdr_regcache_fini(&d->cache);
+  if (leaked) GDR_INFO(NCCL_NET, "%s: %d registrations were still live at fini", d->name, leaked);
+  if (d->pd) gdr_ibv.dealloc_pd(d->pd);
+  if (d->ctx) gdr_ibv.close_device(d->ctx);
+  free(d->pci_path);
+  pthread_mutex_destroy(&d->lock);
+  memset(d, 0, sizeof(*d));
+}
+
+/* Opens one (device, port) entry; 0 if kept. */
+static int open_port(struct ibv_device *ibdev, const struct ibv_device_attr *da, int port,
+                     const struct ibv_port_attr *pa, struct gdr_rdma_dev *d, int *ro_warned) {
+  const char *ibname = gdr_ibv.get_device_name(ibdev);
+  memset(d, 0, sizeof(*d));
+  snprintf(d->ibname, sizeof(d->ibname), "%s", ibname);
+  if (da->phys_port_cnt > 1)
+    snprintf(d->name, sizeof(d->name), "%s:%d", ibname, port);
+  else
+    snprintf(d->name, sizeof(d->name), "%s", ibname);
+  d->ctx = gdr_ibv.open_device(ibdev);
+  if (d->ctx == NULL) {
+    GDR_INFO(NCCL_NET | NCCL_INIT, "%s: ibv_open_device failed: %s", d->name, strerror(errno));
+    return -1;
+  }
+  d->pd = gdr_ibv.alloc_pd(d->ctx);
+  if (d->pd == NULL) {
+    GDR_INFO(NCCL_NET | NCCL_INIT, "%s: ibv_alloc_pd failed: %s", d->name, strerror(errno));
+    gdr_ibv.close_device(d->ctx);
+    d->ctx = NULL;
+    return -1;
+  }
+  pthread_mutex_init(&d->lock, NULL);
+  d->stop_fd = -1;
+  d->port = port;
+  d->link_layer = pa->link_layer == IBV_LINK_LAYER_ETHERNET ? IBV_LINK_LAYER_ETHERNET : IBV_LINK_LAYER_INFINIBAND;
+  d->active_mtu = pa->active_mtu;
+  d->lid = pa->lid;
+  d->guid = da->sys_image_guid;
+  d->speed = lane_mbps(pa->active_speed) * width_lanes(pa->active_width);
+  d->max_qp = da->max_qp;
+  d->max_qp_wr = da->max_qp_wr;
+  char path[PATH_MAX];
+  snprintf(path, sizeof(path), "%s/device", ibdev->ibdev_path);
+  d->pci_path = realpath(path, NULL); /* NULL: NCCL then places the NIC on the CPU */
+  if (d->pci_path == NULL)
+    GDR_INFO(NCCL_NET | NCCL_INIT, "%s: no PCI path (%s: %s): NCCL will treat the NIC as far from the GPUs",
+             d->name, path, strerror(errno));
+  choose_gid(d, ibdev, pa);
+  probe_gdr(d);
+  probe_relaxed(d, ro_warned);
+  gdr_regcache_init(&d->cache, &reg_ops, d, 0);
+  return 0;
+}
+
+ncclResult_t gdr_rdma_init(int *ndev, char *why, size_t whylen) {
+  *ndev = 0;
+  if (why && whylen) why[0] = '\0';
+  if (gdr_rdma.ndevs > 0) { /* already initialised (re-init without fini) */
+    *ndev = gdr_rdma.ndevs;
+    return ncclSuccess;
+  }
+  memset(&gdr_rdma, 0, sizeof(gdr_rdma));
+  char w[512];
+  if (gdr_ibv_load(w, sizeof(w)) != 0) {
+    snprintf(why, whylen, "%s", w);
+    return ncclSuccess;
+  }
+  gdr_rdma.nqps = (int)gdr_param_int(GDR_PARAM_QPS_PER_CONN);
+  if (gdr_rdma.nqps < 1) gdr_rdma.nqps = 1;
+  if (gdr_rdma.nqps > GDR_RDMA_MAX_QPS) gdr_rdma.nqps = GDR_RDMA_MAX_QPS;
+  gdr_rdma.split = gdr_param_int(GDR_PARAM_SPLIT_DATA) ? 1 : 0;
+
+  /* the address our listeners bind (handshake and control channel) */
+  struct gdr_if ifs[1];
+  int nif = 0;
+  if (gdr_if_find(gdr_param_str(GDR_PARAM_SOCKET_IFNAME), (int)gdr_param_int(GDR_PARAM_SOCKET_FAMILY), ifs, 1,
+                  &nif) != ncclSuccess ||
+      nif == 0) {
+    snprintf(why, whylen, "no usable IP interface for the RDMA handshake (GDRNET_SOCKET_IFNAME=\"%s\")",
+             gdr_param_str(GDR_PARAM_SOCKET_IFNAME));
+    return ncclSuccess;
+  }
+  gdr_rdma.if_addr = ifs[0].addr;
+  snprintf(gdr_rdma.if_name, sizeof(gdr_rdma.if_name), "%s", ifs[0].name);
+
+  /* GDRNET_HCA / NCCL_IB_HCA: the core's filter speaks NCCL's syntax (^ exclude, = exact, dev:port) */
+  struct gdr_filter filter;
+  const char *spec = gdr_param_str(GDR_PARAM_HCA);
+  char fwhy[256] = "";
+  if (gdr_filter_parse(spec, &filter, fwhy, sizeof(fwhy)) != ncclSuccess) {
+    GDR_WARN("GDRNET_HCA/NCCL_IB_HCA: %s; no RDMA device is used", fwhy);
+    snprintf(why, whylen, "GDRNET_HCA/NCCL_IB_HCA is malformed: %s", fwhy);
+    return ncclSuccess;
+  }
+
+  int nib = 0;
+  struct ibv_device **list = gdr_ibv.get_device_list(&nib);
+  if (list == NULL || nib == 0) {
+    snprintf(why, whylen, "no RDMA device found by %s%s%s", gdr_ibv_lib_name(), list ? "" : ": ",
+             list ? "" : strerror(errno));
+    if (list) gdr_ibv.free_device_list(list);
+    return ncclSuccess;
+  }
+  int ro_warned = 0, seen_ports = 0, inactive = 0, filtered = 0;
+  for (int i = 0; i < nib && gdr_rdma.ndevs < GDR_RDMA_MAX_DEVS; i++) {
+    const char *ibname = gdr_ibv.get_device_name(list[i]);
+    struct ibv_context *qctx = gdr_ibv.open_device(list[i]);
+    if (qctx == NULL) {
+      GDR_INFO(NCCL_NET | NCCL_INIT, "%s: cannot open (%s), skipped", ibname, strerror(errno));
+      continue;
+    }
+    struct ibv_device_attr da;
+    if (gdr_ibv.query_device(qctx, &da) != 0) {
+      GDR_INFO(NCCL_NET | NCCL_INIT, "%s: ibv_query_device failed (%s), skipped", ibname, strerror(errno));
+      gdr_ibv.close_device(qctx);
+      continue;
+    }
+    for (int p = 1; p <= da.phys_port_cnt && gdr_rdma.ndevs < GDR_RDMA_MAX_DEVS; p++) {
+      struct ibv_port_attr pa;
+      seen_ports++;
+      if (gdr_ibv_query_port(qctx, (uint8_t)p, &pa) != 0) {
+        GDR_INFO(NCCL_NET | NCCL_INIT, "%s:%d: ibv_query_port failed, skipped", ibname, p);
+        continue;
+      }
+      if (pa.state != IBV_PORT_ACTIVE) {
+        GDR_INFO(NCCL_NET | NCCL_INIT, "%s:%d: port not active (state %d), skipped", ibname, p, pa.state);
+        inactive++;
+        continue;
+      }
+      if (pa.link_layer != IBV_LINK_LAYER_INFINIBAND && pa.link_layer != IBV_LINK_LAYER_ETHERNET &&
+          pa.link_layer != IBV_LINK_LAYER_UNSPECIFIED) {
+        GDR_INFO(NCCL_NET | NCCL_INIT, "%s:%d: unknown link layer %d, skipped", ibname, p, pa.link_layer);
+        continue;
+      }
+      if (!gdr_filter_match(&filter, ibname, p)) {
+        GDR_INFO(NCCL_NET | NCCL_INIT, "%s:%d: excluded by GDRNET_HCA/NCCL_IB_HCA=\"%s\"", ibname, p, spec);
+        filtered++;
+        continue;
+      }
+      struct gdr_rdma_dev *d = &gdr_rdma.devs[gdr_rdma.ndevs];
+      if (open_port(list[i], &da, p, &pa, d, &ro_warned) != 0) continue;
+      char gidstr[64];
+      gdr_gid_format(d->gid.raw, gidstr, sizeof(gidstr));
+      GDR_INFO(NCCL_NET | NCCL_INIT, "[%d] %s: %s, port %d, %d Mbps, MTU %d, PCI %s%s", gdr_rdma.ndevs, d->name,
+               d->link_layer == IBV_LINK_LAYER_ETHERNET ? "RoCE" : "IB", p, d->speed, 128 << d->active_mtu,
+               d->pci_path ? d->pci_path : "(none)", d->relaxed ? ", relaxed ordering" : "");
+      GDR_INFO(NCCL_NET | NCCL_INIT, "%s: %s", d->name, d->gdr_desc);
+      if (d->link_layer == IBV_LINK_LAYER_ETHERNET)
+        GDR_INFO(NCCL_NET | NCCL_INIT, "%s: RoCE GID index %d = %s%s", d->name, d->gid_index, gidstr,
+                 gdr_param_int(GDR_PARAM_GID_INDEX) >= 0 ? " (GDRNET_GID_INDEX)" : " (auto)");
+      else
+        GDR_INFO(NCCL_NET | NCCL_INIT, "%s: IB LID %u, GID index %d = %s", d->name, d->lid, d->gid_index,
+                 gidstr);
+      gdr_rdma.ndevs++;
+    }
+    gdr_ibv.close_device(qctx);
+  }
+  gdr_ibv.free_device_list(list);
+  if (gdr_rdma.ndevs == 0) {
+    snprintf(why, whylen, "no usable RDMA port: %d device(s), %d port(s), %d not active, %d excluded by GDRNET_HCA",
+             nib, seen_ports, inactive, filtered);
+    return ncclSuccess;
+  }
+  *ndev = gdr_rdma.ndevs;
+  int off = snprintf(why, whylen, "%d RDMA device(s):", gdr_rdma.ndevs);
+  for (int i = 0; i < gdr_rdma.ndevs && off > 0 && (size_t)off < whylen; i++)
+    off += snprintf(why + off, whylen - (size_t)off, "%s %s (%s, %s)", i ? "," : "", gdr_rdma.devs[i].name,
+                    gdr_rdma.devs[i].link_layer == IBV_LINK_LAYER_ETHERNET ? "RoCE" : "IB",
+                    (gdr_rdma.devs[i].ptr_support & (NCCL_PTR_CUDA | NCCL_PTR_DMABUF)) ? "GDR" : "no GDR");
+  return ncclSuccess;
+}
+
+ncclResult_t gdr_rdma_get_properties(int dev, struct gdr_props *props) {
+  if (dev < 0 || dev >= gdr_rdma.ndevs) return ncclInvalidArgument;
+  struct gdr_rdma_dev *d = &gdr_rdma.devs[dev];
+  memset(props, 0, sizeof(*props));
+  props->name = d->name;
+  props->pci_path = d->pci_path;
+  props->guid = d->guid;
+  props->ptr_support = d->ptr_support;
+  props->reg_is_global = 1;
+  props->force_flush = 0;
+  props->speed = d->speed;
+  props->port = d->port;
+  props->latency = 0;
+  int per_conn = gdr_rdma.nqps + 1;
+  props->max_comms = d->max_qp / per_conn > 0 ? d->max_qp / per_conn : 1;
+  props->max_recvs = GDR_RDMA_MAX_RECVS;
+  props->net_device_type = NCCL_NET_DEVICE_HOST;
+  props->net_device_version = 0;
+  props->max_p2p_bytes = 0x7fffffff; /* the imm carries 31 bits of size */
+  props->max_coll_bytes = 0x7fffffff;
+  return ncclSuccess;
+}
+
+void gdr_rdma_quiesce(void) {
+  /* async threads stop with the last comm (async.c); nothing else runs on its own */
+  for (int i = 0; i < gdr_rdma.ndevs; i++) {
+    struct gdr_rdma_dev *d = &gdr_rdma.devs[i];
+    pthread_mutex_lock(&d->lock);
+    int n = d->ncomms;
+    pthread_mutex_unlock(&d->lock);
+    if (n) GDR_INFO(NCCL_NET, "%s: quiesce with %d comm(s) still open", d->name, n);
+  }
+}
+
+void gdr_rdma_fini(void) {
+  for (int i = 0; i < gdr_rdma.ndevs; i++) close_dev(&gdr_rdma.devs[i]);
+  gdr_rdma.ndevs = 0;
+}

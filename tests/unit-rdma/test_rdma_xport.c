@@ -1,0 +1,765 @@
+/* The RDMA transport end to end over the verbs emulator, below the ABI: two processes (a receiver
+ * that listens and accepts, a sender that connects) drive gdr_transport_rdma exactly as the core
+ * does, every byte checked.  Each case runs in fresh processes with its own VEMU_DIR.
+ *
+ *   test_rdma_xport            every case
+ *   test_rdma_xport NAME...    only those cases (names below)
+ * XT_VERBOSE=1 prints the plugin's INFO lines. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "param.h"
+#include "transport.h"
+
+#ifndef XT_VEMU_LIB
+#error "XT_VEMU_LIB (path of the emulator's libibverbs.so.1) must be defined"
+#endif
+
+static const char *who = "parent";
+static const struct gdr_transport *T = &gdr_transport_rdma;
+
+#define CK(cond)                                                                                                     \
+  do {                                                                                                               \
+    if (!(cond)) {                                                                                                   \
+      fprintf(stderr, "[%s] %s:%d: check failed: %s\n", who, __FILE__, __LINE__, #cond);                            \
+      _exit(2);                                                                                                      \
+    }                                                                                                                \
+  } while (0)
+#define CKR(call)                                                                                                    \
+  do {                                                                                                               \
+    ncclResult_t r_ = (call);                                                                                        \
+    if (r_ != ncclSuccess) {                                                                                         \
+      fprintf(stderr, "[%s] %s:%d: %s returned %d\n", who, __FILE__, __LINE__, #call, (int)r_);                      \
+      _exit(3);                                                                                                      \
+    }                                                                                                                \
+  } while (0)
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void logger(ncclDebugLogLevel level, unsigned long flags, const char *file, int line, const char *fmt, ...) {
+  (void)flags;
+  (void)file;
+  (void)line;
+  if (level > NCCL_LOG_WARN && !getenv("XT_VERBOSE")) return;
+  char msg[1200];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof(msg), fmt, ap);
+  va_end(ap);
+  fprintf(stderr, "[%s %d] %s %s\n", who, (int)getpid(), level == NCCL_LOG_WARN ? "WARN" : "INFO", msg);
+}
+
+/* ----------------------------------------------------------------------------------- a test case -- */
+
+#define MAXCOMMS 8
+
+struct xcase;
+typedef void (*body_fn)(const struct xcase *x, void **comms, int *devs, int ncomms);
+
+struct xcase {
+  const char *name;
+  const char *env[12];      /* both sides */
+  const char *env_send[4];  /* sender only */
+  const char *env_recv[4];  /* receiver only */
+  body_fn send, recv;
+  int ncomms;               /* 1 if 0 */
+  int alldevs;              /* comm i on device i % ndev */
+  int expect_fail_send;     /* the sender must exit non-zero... */
+  int expect_fail_recv;     /* ...the receiver too */
+  int timeout_s;
+  /* stream parameters */
+  const uint32_t *sizes;
+  int nsizes;
+  int iters;
+  int inflight;
+};
+
+static void put_env(const char *const *kv, int n) {
+  for (int i = 0; i < n && kv[i]; i++) putenv((char *)kv[i]);
+}
+
+static int setup_process(const struct xcase *x, int sender, const char *vemu_dir) {
+  static char dirvar[512];
+  snprintf(dirvar, sizeof(dirvar), "VEMU_DIR=%s", vemu_dir);
+  putenv(dirvar);
+  putenv((char *)"GDRNET_IBVERBS_LIB=" XT_VEMU_LIB);
+  putenv((char *)"GDRNET_SOCKET_IFNAME=lo");
+  if (!getenv("VEMU_DEVICES")) putenv((char *)"VEMU_DEVICES=vemu0:roce");
+  put_env(x->env, 12);
+  put_env(sender ? x->env_send : x->env_recv, 4);
+  gdr_log_init(logger);
+  gdr_params_reset();
+  CKR(gdr_params_load());
+  int ndev = 0;
+  char why[512] = "";
+  CKR(T->init(&ndev, why, sizeof(why)));
+  if (ndev < 1) fprintf(stderr, "[%s] no device: %s\n", who, why);
+  CK(ndev >= 1);
+  return ndev;
+}
+
+static void run_receiver(const struct xcase *x, int fd, const char *vemu_dir) {
+  who = "recv";
+  int ndev = setup_process(x, 0, vemu_dir);
+  int n = (x->ncomms > 0 && x->ncomms <= MAXCOMMS) ? x->ncomms : 1;
+  void *lc[MAXCOMMS], *rc[MAXCOMMS];
+  int devs[MAXCOMMS];
+  struct gdr_handle h[MAXCOMMS];
+  for (int i = 0; i < n; i++) {
+    devs[i] = x->alldevs ? i % ndev : 0;
+    memset(&h[i], 0, sizeof(h[i]));
+    CKR(T->listen(devs[i], &h[i], &lc[i]));
+  }
+  size_t hbytes = sizeof(h[0]) * (size_t)(n & (2 * MAXCOMMS - 1));
+  CK(write(fd, h, hbytes) == (ssize_t)hbytes);
+  for (int i = 0; i < n; i++) {
+    rc[i] = NULL;
+    double t0 = now_s();
+    while (rc[i] == NULL) {
+      CKR(T->accept(lc[i], &rc[i]));
+      CK(now_s() - t0 < 30);
+    }
+    CKR(T->close_listen(lc[i]));
+  }
+  x->recv(x, rc, devs, n);
+  for (int i = 0; i < n; i++) CKR(T->close_recv(rc[i]));
+  T->quiesce();
+  T->fini();
+  _exit(0);
+}
+
+static void run_sender(const struct xcase *x, int fd, const char *vemu_dir) {
+  who = "send";
+  int ndev = setup_process(x, 1, vemu_dir);
+  int n = (x->ncomms > 0 && x->ncomms <= MAXCOMMS) ? x->ncomms : 1;
+  void *sc[MAXCOMMS];
+  int devs[MAXCOMMS];
+  struct gdr_handle h[MAXCOMMS];
+  size_t got = 0;
+  while (got < sizeof(h[0]) * (size_t)n) {
+    ssize_t r = read(fd, (char *)h + got, sizeof(h[0]) * (size_t)n - got);
+    CK(r > 0);
+    got += (size_t)r;
+  }
+  for (int i = 0; i < n; i++) {
+    devs[i] = x->alldevs ? i % ndev : 0;
+    sc[i] = NULL;
+    double t0 = now_s();
+    while (sc[i] == NULL) {
+      CKR(T->connect(devs[i], &h[i], &sc[i]));
+      CK(now_s() - t0 < 30);
+    }
+  }
+  x->send(x, sc, devs, n);
+  for (int i = 0; i < n; i++) CKR(T->close_send(sc[i]));
+  T->quiesce();
+  T->fini();
+  _exit(0);
+}
+
+static int wait_child(pid_t pid, double deadline, int *status) {
+  for (;;) {
+    pid_t r = waitpid(pid, status, WNOHANG);
+    if (r == pid) return 0;
+    if (now_s() > deadline) {
+      kill(pid, SIGKILL);
+      waitpid(pid, status, 0);
+      return -1;
+    }
+    usleep(2000);
+  }
+}
+
+static void run_case(const struct xcase *x) {
+  char dir[] = "/tmp/gdr-xt-XXXXXX";
+  assert_non_null(mkdtemp(dir));
+  int sv[2];
+  assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+  fflush(NULL);
+  pid_t pr = fork();
+  assert_true(pr >= 0);
+  if (pr == 0) {
+    close(sv[0]);
+    run_receiver(x, sv[1], dir);
+  }
+  pid_t ps = fork();
+  assert_true(ps >= 0);
+  if (ps == 0) {
+    close(sv[1]);
+    run_sender(x, sv[0], dir);
+  }
+  close(sv[0]);
+  close(sv[1]);
+  double deadline = now_s() + (x->timeout_s ? x->timeout_s : 60);
+  int st_s = 0, st_r = 0;
+  int to_s = wait_child(ps, deadline, &st_s);
+  int to_r = wait_child(pr, deadline + 5, &st_r);
+  char cmd[600];
+  snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+  if (system(cmd) != 0) fprintf(stderr, "cannot remove %s\n", dir);
+  if (to_s || to_r) fprintf(stderr, "[%s] timed out (sender %d, receiver %d)\n", x->name, to_s, to_r);
+  assert_int_equal(to_s, 0);
+  assert_int_equal(to_r, 0);
+  int ok_s = WIFEXITED(st_s) && WEXITSTATUS(st_s) == 0;
+  int ok_r = WIFEXITED(st_r) && WEXITSTATUS(st_r) == 0;
+  if (ok_s == x->expect_fail_send || ok_r == x->expect_fail_recv)
+    fprintf(stderr, "[%s] sender status 0x%x, receiver status 0x%x\n", x->name, st_s, st_r);
+  assert_int_equal(ok_s, !x->expect_fail_send);
+  assert_int_equal(ok_r, !x->expect_fail_recv);
+}
+
+/* ------------------------------------------------------------------------------------- helpers -- */
+
+static void pattern(uint8_t *p, size_t n, uint64_t seed) {
+  uint64_t s = seed * 0x9e3779b97f4a7c15ull + 1;
+  for (size_t i = 0; i < n; i++) {
+    if ((i & 7) == 0) {
+      s ^= s << 13;
+      s ^= s >> 7;
+      s ^= s << 17;
+    }
+    p[i] = (uint8_t)(s >> ((i & 7) * 8));
+  }
+}
+
+static int pattern_ok(const uint8_t *p, size_t n, uint64_t seed, size_t *bad) {
+  uint64_t s = seed * 0x9e3779b97f4a7c15ull + 1;
+  for (size_t i = 0; i < n; i++) {
+    if ((i & 7) == 0) {
+      s ^= s << 13;
+      s ^= s >> 7;
+      s ^= s << 17;
+    }
+    if (p[i] != (uint8_t)(s >> ((i & 7) * 8))) {
+      *bad = i;
+      return 0;
+    }
+  }
+  return 1;
+}
+
+/* Tests until done; returns the result of test(). */
+static ncclResult_t wait_req(void *req, size_t *sizes, double limit_s) {
+  double t0 = now_s();
+  for (;;) {
+    int done = 0;
+    ncclResult_t r = T->test(req, &done, sizes);
+    if (r != ncclSuccess) return r;
+    if (done) return ncclSuccess;
+    if (now_s() - t0 > limit_s) {
+      fprintf(stderr, "[%s] request %p not done after %.0f s\n", who, req, limit_s);
+      _exit(4);
+    }
+  }
+}
+
+#define EXTRA 100 /* receives are larger than the sends: the reported size must be the sent one */
+#define CANARY 0xEE
+
+static uint32_t msg_size(const struct xcase *x, int m) { return x->sizes[m % x->nsizes]; }
+
+static size_t max_size(const struct xcase *x) {
+  size_t mx = 0;
+  for (int i = 0; i < x->nsizes; i++)
+    if (x->sizes[i] > mx) mx = x->sizes[i];
+  return mx;
+}
+
+/* ------------------------------------------------------------------------------- stream bodies -- */
+
+/* Every comm carries iters x nsizes messages, inflight at a time, round-robin over the comms. */
+struct stream {
+  void *comm;
+  uint8_t *buf;
+  void *mh;
+  size_t slot_len;
+  void *req[32];
+  int msg[32];
+  int posted, completed, total;
+};
+
+static void stream_send(const struct xcase *x, void **comms, int *devs, int n) {
+  (void)devs;
+  int inflight = x->inflight ? x->inflight : 4;
+  struct stream s[MAXCOMMS];
+  for (int c = 0; c < n; c++) {
+    memset(&s[c], 0, sizeof(s[c]));
+    s[c].comm = comms[c];
+    s[c].slot_len = max_size(x) + EXTRA;
+    s[c].buf = malloc(s[c].slot_len * (size_t)inflight + 1);
+    CK(s[c].buf);
+    CKR(T->reg_mr(comms[c], s[c].buf, s[c].slot_len * (size_t)inflight, NCCL_PTR_HOST, &s[c].mh));
+    s[c].total = x->iters * x->nsizes;
+  }
+  double t0 = now_s();
+  int left = n;
+  while (left) {
+    CK(now_s() - t0 < 60);
+    for (int c = 0; c < n; c++) {
+      struct stream *st = &s[c];
+      if (st->completed == st->total) continue;
+      /* post */
+      if (st->posted < st->total && st->posted - st->completed < inflight) {
+        int m = st->posted, k = m % inflight;
+        uint8_t *p = st->buf + st->slot_len * (size_t)k;
+        uint32_t sz = msg_size(x, m);
+        if (st->req[k] == NULL) pattern(p, sz, (uint64_t)m * 31 + (uint64_t)c);
+        void *req = NULL;
+        CKR(T->isend(st->comm, p, sz, 7, st->mh, &req));
+        if (req) {
+          st->req[k] = req;
+          st->msg[k] = m;
+          st->posted++;
+        }
+      }
+      /* complete, in order */
+      if (st->completed < st->posted) {
+        int k = st->completed % inflight, done = 0;
+        size_t sz = 0;
+        CKR(T->test(st->req[k], &done, &sz));
+        if (done) {
+          CK(sz == msg_size(x, st->msg[k]));
+          st->req[k] = NULL;
+          if (++st->completed == st->total) left--;
+        }
+      }
+    }
+  }
+  for (int c = 0; c < n; c++) {
+    CKR(T->dereg_mr(comms[c], s[c].mh));
+    free(s[c].buf);
+  }
+}
+
+static void stream_recv(const struct xcase *x, void **comms, int *devs, int n) {
+  (void)devs;
+  int inflight = x->inflight ? x->inflight : 4;
+  struct stream s[MAXCOMMS];
+  for (int c = 0; c < n; c++) {
+    memset(&s[c], 0, sizeof(s[c]));
+    s[c].comm = comms[c];
+    s[c].slot_len = max_size(x) + EXTRA;
+    s[c].buf = malloc(s[c].slot_len * (size_t)inflight + 1);
+    CK(s[c].buf);
+    CKR(T->reg_mr(comms[c], s[c].buf, s[c].slot_len * (size_t)inflight, NCCL_PTR_HOST, &s[c].mh));
+    s[c].total = x->iters * x->nsizes;
+  }
+  double t0 = now_s();
+  int left = n;
+  while (left) {
+    CK(now_s() - t0 < 60);
+    for (int c = 0; c < n; c++) {
+      struct stream *st = &s[c];
+      if (st->completed == st->total) continue;
+      if (st->posted < st->total && st->posted - st->completed < inflight) {
+        int m = st->posted, k = m % inflight;
+        uint8_t *p = st->buf + st->slot_len * (size_t)k;
+        if (st->req[k] == NULL) memset(p, CANARY, st->slot_len);
+        void *data[1] = {p};
+        size_t cap[1] = {msg_size(x, m) + EXTRA};
+        int tags[1] = {7};
+        void *mhs[1] = {st->mh};
+        void *req = NULL;
+        CKR(T->irecv(st->comm, 1, data, cap, tags, mhs, &req));
+        if (req) {
+          st->req[k] = req;
+          st->msg[k] = m;
+          st->posted++;
+        }
+      }
+      if (st->completed < st->posted) {
+        int k = st->completed % inflight, done = 0;
+        size_t sz = 0;
+        CKR(T->test(st->req[k], &done, &sz));
+        if (done) {
+          int m = st->msg[k];
+          uint32_t want = msg_size(x, m);
+          if (sz != want) fprintf(stderr, "[recv] comm %d msg %d: size %zu, sent %u\n", c, m, sz, want);
+          CK(sz == want);
+          uint8_t *p = st->buf + st->slot_len * (size_t)k;
+          size_t bad = 0;
+          if (!pattern_ok(p, want, (uint64_t)m * 31 + (uint64_t)c, &bad)) {
+            fprintf(stderr, "[recv] comm %d msg %d (%u bytes): wrong byte at %zu\n", c, m, want, bad);
+            CK(0);
+          }
+          for (size_t i = want; i < want + EXTRA; i++) CK(p[i] == CANARY); /* nothing past the sent bytes */
+          st->req[k] = NULL;
+          if (++st->completed == st->total) left--;
+        }
+      }
+    }
+  }
+  for (int c = 0; c < n; c++) {
+    CKR(T->dereg_mr(comms[c], s[c].mh));
+    free(s[c].buf);
+  }
+}
+
+static const uint32_t sizes_small[] = {0, 1, 7, 127, 128, 129, 255, 256, 383, 1000, 4096, 4097, 65536, 65537};
+static const uint32_t sizes_mixed[] = {0, 1, 128, 129, 4095, 65537, 1048576 + 3, 3 * 1048576 + 129, 8u << 20};
+#define N(a) ((int)(sizeof(a) / sizeof((a)[0])))
+
+/* ------------------------------------------------------------------------------ grouped receive -- */
+
+#define GROUP_N 3
+static const int group_tags[GROUP_N] = {10, 11, 12};
+static uint32_t group_size(int m, int i) {
+  static const uint32_t s[] = {0, 1, 129, 4096, 70000, 300};
+  return s[(m + i * 2) % 6];
+}
+
+static void group_send(const struct xcase *x, void **comms, int *devs, int n) {
+  (void)devs;
+  (void)n;
+  void *comm = comms[0];
+  size_t len = 80000;
+  uint8_t *buf = malloc(len * GROUP_N);
+  void *mh;
+  CKR(T->reg_mr(comm, buf, len * GROUP_N, NCCL_PTR_HOST, &mh));
+  static const int order[GROUP_N] = {2, 0, 1}; /* tags out of order */
+  for (int m = 0; m < x->iters; m++) {
+    void *req[GROUP_N] = {0};
+    for (int j = 0; j < GROUP_N; j++) {
+      int i = order[j];
+      uint8_t *p = buf + len * (size_t)i;
+      pattern(p, group_size(m, i), (uint64_t)m * 8 + (uint64_t)i);
+      double t0 = now_s();
+      while (req[i] == NULL) {
+        CKR(T->isend(comm, p, group_size(m, i), group_tags[i], mh, &req[i]));
+        CK(now_s() - t0 < 30);
+      }
+    }
+    for (int i = 0; i < GROUP_N; i++) {
+      size_t sz = 0;
+      CKR(wait_req(req[i], &sz, 30));
+      CK(sz == group_size(m, i));
+    }
+  }
+  CKR(T->dereg_mr(comm, mh));
+  free(buf);
+}
+
+static void group_recv(const struct xcase *x, void **comms, int *devs, int n) {
+  (void)devs;
+  (void)n;
+  void *comm = comms[0];
+  size_t len = 80000;
+  uint8_t *buf = malloc(len * GROUP_N);
+  void *mh;
+  CKR(T->reg_mr(comm, buf, len * GROUP_N, NCCL_PTR_HOST, &mh));
+  for (int m = 0; m < x->iters; m++) {
+    memset(buf, CANARY, len * GROUP_N);
+    void *data[GROUP_N], *mhs[GROUP_N];
+    size_t cap[GROUP_N];
+    int tags[GROUP_N];
+    for (int i = 0; i < GROUP_N; i++) {
+      data[i] = buf + len * (size_t)i;
+      mhs[i] = mh;
+      cap[i] = len;
+      tags[i] = group_tags[i];
+    }
+    void *req = NULL;
+    double t0 = now_s();
+    while (req == NULL) {
+      CKR(T->irecv(comm, GROUP_N, data, cap, tags, mhs, &req));
+      CK(now_s() - t0 < 30);
+    }
+    size_t sz[GROUP_N] = {0};
+    CKR(wait_req(req, sz, 30));
+    for (int i = 0; i < GROUP_N; i++) {
+      CK(sz[i] == group_size(m, i));
+      size_t bad;
+      CK(pattern_ok(data[i], sz[i], (uint64_t)m * 8 + (uint64_t)i, &bad));
+      CK(((uint8_t *)data[i])[sz[i]] == CANARY);
+    }
+  }
+  CKR(T->dereg_mr(comm, mh));
+  free(buf);
+}
+
+/* ------------------------------------------------------------------------------ size mismatch -- */
+
+static void oversize_send(const struct xcase *x, void **comms, int *devs, int n) {
+  (void)x;
+  (void)devs;
+  (void)n;
+  uint8_t *buf = calloc(1, 4096);
+  void *mh, *req = NULL;
+  CKR(T->reg_mr(comms[0], buf, 4096, NCCL_PTR_HOST, &mh));
+  double t0 = now_s();
+  ncclResult_t r = ncclSuccess;
+  while (req == NULL && r == ncclSuccess) {
+    r = T->isend(comms[0], buf, 200, 7, mh, &req);
+    CK(now_s() - t0 < 30);
+  }
+  CK(r == ncclInvalidUsage);
+  CK(req == NULL);
+  CKR(T->dereg_mr(comms[0], mh));
+  free(buf);
+}
+
+static void oversize_recv(const struct xcase *x, void **comms, int *devs, int n) {
+  (void)x;
+  (void)devs;
+  (void)n;
+  uint8_t *buf = calloc(1, 4096);
+  void *mh, *req = NULL;
+  CKR(T->reg_mr(comms[0], buf, 4096, NCCL_PTR_HOST, &mh));
+  void *data[1] = {buf};
+  size_t cap[1] = {100};
+  int tags[1] = {7};
+  CKR(T->irecv(comms[0], 1, data, cap, tags, &mh, &req));
+  CK(req != NULL);
+  double t0 = now_s();
+  ncclResult_t r;
+  int done = 0;
+  do {
+    r = T->test(req, &done, NULL);
+    CK(now_s() - t0 < 30);
+  } while (r == ncclSuccess && !done);
+  CK(r == ncclInvalidUsage);
+  CKR(T->dereg_mr(comms[0], mh));
+  free(buf);
+}
+
+/* ------------------------------------------------------------------------------------- flush -- */
+
+/* VEMU_GDR_LAZY=1: writes into "device" memory (a DMA-BUF registration, which the emulator takes as
+ * device memory) land only at the next RDMA READ on the device.  Without the flush the receiver
+ * would read stale bytes: this case fails if iflush does not post its READ. */
+#define FLUSH_LEN 65536
+#define FLUSH_MSGS 8
+
+static void flush_send(const struct xcase *x, void **comms, int *devs, int n) {
+  (void)x;
+  (void)devs;
+  (void)n;
+  uint8_t *buf = malloc(FLUSH_LEN);
+  void *mh;
+  CKR(T->reg_mr(comms[0], buf, FLUSH_LEN, NCCL_PTR_HOST, &mh));
+  for (int m = 0; m < FLUSH_MSGS; m++) {
+    pattern(buf, FLUSH_LEN, (uint64_t)m + 1000);
+    void *req = NULL;
+    double t0 = now_s();
+    while (req == NULL) {
+      CKR(T->isend(comms[0], buf, FLUSH_LEN, 3, mh, &req));
+      CK(now_s() - t0 < 30);
+    }
+    CKR(wait_req(req, NULL, 30));
+  }
+  CKR(T->dereg_mr(comms[0], mh));
+  free(buf);
+}
+
+static void flush_recv(const struct xcase *x, void **comms, int *devs, int n) {
+  (void)x;
+  (void)devs;
+  (void)n;
+  long pg = sysconf(_SC_PAGESIZE);
+  uint8_t *dev = aligned_alloc((size_t)pg, FLUSH_LEN); /* "device" memory, registered through DMA-BUF */
+  uint8_t *host = malloc(FLUSH_LEN);
+  void *mh_dev, *mh_host;
+  int fd = open("/dev/null", O_RDONLY); /* any open fd: the emulator resolves the DMA-BUF by its iova */
+  CK(fd >= 0);
+  CKR(T->reg_mr_dmabuf(comms[0], dev, FLUSH_LEN, NCCL_PTR_CUDA, 0, fd, &mh_dev));
+  close(fd); /* as NCCL does, right after the registration */
+  CKR(T->reg_mr(comms[0], host, FLUSH_LEN, NCCL_PTR_HOST, &mh_host));
+  int stale_seen = 0;
+  for (int m = 0; m < FLUSH_MSGS; m++) {
+    memset(dev, CANARY, FLUSH_LEN);
+    void *data[1] = {dev};
+    size_t cap[1] = {FLUSH_LEN};
+    int tags[1] = {3};
+    void *req = NULL;
+    double t0 = now_s();
+    while (req == NULL) {
+      CKR(T->irecv(comms[0], 1, data, cap, tags, &mh_dev, &req));
+      CK(now_s() - t0 < 30);
+    }
+    size_t sz = 0;
+    CKR(wait_req(req, &sz, 30));
+    CK(sz == FLUSH_LEN);
+    size_t bad;
+    if (!pattern_ok(dev, FLUSH_LEN, (uint64_t)m + 1000, &bad)) stale_seen++;
+    /* a flush on host memory has nothing to wait for */
+    int hsz[1] = {FLUSH_LEN};
+    void *hdata[1] = {host}, *freq = (void *)1;
+    CKR(T->iflush(comms[0], 1, hdata, hsz, &mh_host, &freq));
+    CK(freq == NULL);
+    /* zero bytes received: nothing to flush either */
+    int zsz[1] = {0};
+    freq = (void *)1;
+    CKR(T->iflush(comms[0], 1, data, zsz, &mh_dev, &freq));
+    CK(freq == NULL);
+    /* the real flush */
+    int fsz[1] = {(int)sz};
+    freq = NULL;
+    CKR(T->iflush(comms[0], 1, data, fsz, &mh_dev, &freq));
+    CK(freq != NULL);
+    CKR(wait_req(freq, NULL, 30));
+    if (!pattern_ok(dev, FLUSH_LEN, (uint64_t)m + 1000, &bad)) {
+      fprintf(stderr, "[recv] message %d wrong at byte %zu after the flush\n", m, bad);
+      CK(0);
+    }
+  }
+  /* the emulator really was lazy: without the flush the data was not there */
+  if (stale_seen == 0) fprintf(stderr, "[recv] VEMU_GDR_LAZY had no effect: the case proves nothing\n");
+  CK(stale_seen == FLUSH_MSGS);
+  CKR(T->dereg_mr(comms[0], mh_dev));
+  CKR(T->dereg_mr(comms[0], mh_host));
+  free(dev);
+  free(host);
+}
+
+/* ----------------------------------------------------------------------------------- failures -- */
+
+/* Sends until a call fails; exits 1 on failure (expected), 0 if everything went through. */
+static void until_error_send(const struct xcase *x, void **comms, int *devs, int n) {
+  (void)devs;
+  (void)n;
+  uint8_t *buf = calloc(1, 65536);
+  void *mh;
+  CKR(T->reg_mr(comms[0], buf, 65536, NCCL_PTR_HOST, &mh));
+  double t0 = now_s();
+  for (int m = 0; m < x->iters; m++) {
+    void *req = NULL;
+    ncclResult_t r = ncclSuccess;
+    while (req == NULL && r == ncclSuccess) {
+      r = T->isend(comms[0], buf, 65536, 7, mh, &req);
+      CK(now_s() - t0 < 30);
+    }
+    while (r == ncclSuccess) {
+      int done = 0;
+      r = T->test(req, &done, NULL);
+      if (done) break;
+      CK(now_s() - t0 < 30);
+    }
+    if (r != ncclSuccess) {
+      fprintf(stderr, "[send] message %d failed with %d after %.2f s (expected)\n", m, (int)r, now_s() - t0);
+      CK(r == ncclRemoteError || r == ncclSystemError);
+      /* and it stays failed */
+      void *req2 = NULL;
+      CK(T->isend(comms[0], buf, 1, 7, mh, &req2) != ncclSuccess);
+      _exit(1);
+    }
+  }
+  CKR(T->dereg_mr(comms[0], mh));
+  free(buf);
+}
+
+static void until_error_recv(const struct xcase *x, void **comms, int *devs, int n) {
+  (void)devs;
+  (void)n;
+  uint8_t *buf = calloc(1, 65536);
+  void *mh;
+  CKR(T->reg_mr(comms[0], buf, 65536, NCCL_PTR_HOST, &mh));
+  double t0 = now_s();
+  for (int m = 0; m < x->iters; m++) {
+    void *req = NULL;
+    ncclResult_t r = ncclSuccess;
+    void *data[1] = {buf};
+    size_t cap[1] = {65536};
+    int tags[1] = {7};
+    while (req == NULL && r == ncclSuccess) {
+      r = T->irecv(comms[0], 1, data, cap, tags, &mh, &req);
+      CK(now_s() - t0 < 30);
+    }
+    while (r == ncclSuccess) {
+      int done = 0;
+      r = T->test(req, &done, NULL);
+      if (done) break;
+      CK(now_s() - t0 < 30);
+    }
+    if (r != ncclSuccess) {
+      fprintf(stderr, "[recv] message %d failed with %d after %.2f s (expected)\n", m, (int)r, now_s() - t0);
+      _exit(1);
+    }
+  }
+  CKR(T->dereg_mr(comms[0], mh));
+  free(buf);
+}
+
+/* The receiver vanishes right after the handshake (no close, no BYE): the sender waiting for a
+ * clear-to-send must get an error, not hang. */
+static void vanish_recv(const struct xcase *x, void **comms, int *devs, int n) {
+  (void)x;
+  (void)comms;
+  (void)devs;
+  (void)n;
+  _exit(0);
+}
+
+/* ----------------------------------------------------------------------------------- the cases -- */
+
+static const struct xcase cases[] = {
+  {.name = "basic_roce", .send = stream_send, .recv = stream_recv, .sizes = sizes_small, .nsizes = N(sizes_small),
+   .iters = 6, .inflight = 8},
+  {.name = "basic_ib", .env = {"VEMU_DEVICES=vemu1:ib"}, .send = stream_send, .recv = stream_recv,
+   .sizes = sizes_small, .nsizes = N(sizes_small), .iters = 4, .inflight = 8},
+  {.name = "large", .send = stream_send, .recv = stream_recv, .sizes = sizes_mixed, .nsizes = N(sizes_mixed),
+   .iters = 2, .inflight = 4, .timeout_s = 120},
+  {.name = "qps4_rr", .env = {"GDRNET_QPS_PER_CONN=4", "GDRNET_SPLIT_DATA=0"}, .send = stream_send,
+   .recv = stream_recv, .sizes = sizes_small, .nsizes = N(sizes_small), .iters = 5, .inflight = 16},
+  {.name = "qps4_split", .env = {"GDRNET_QPS_PER_CONN=4", "GDRNET_SPLIT_DATA=1"}, .send = stream_send,
+   .recv = stream_recv, .sizes = sizes_mixed, .nsizes = N(sizes_mixed), .iters = 2, .inflight = 8,
+   .timeout_s = 120},
+  {.name = "qps3_split_small", .env = {"GDRNET_QPS_PER_CONN=3", "GDRNET_SPLIT_DATA=1"}, .send = stream_send,
+   .recv = stream_recv, .sizes = sizes_small, .nsizes = N(sizes_small), .iters = 5, .inflight = 32},
+  {.name = "group", .send = group_send, .recv = group_recv, .iters = 70},
+  {.name = "group_qps2_split", .env = {"GDRNET_QPS_PER_CONN=2", "GDRNET_SPLIT_DATA=1"}, .send = group_send,
+   .recv = group_recv, .iters = 40},
+  {.name = "oversize", .send = oversize_send, .recv = oversize_recv},
+  {.name = "flush_lazy", .env = {"GDRNET_GDR=1", "VEMU_GDR_LAZY=1"}, .send = flush_send, .recv = flush_recv},
+  {.name = "many_comms", .ncomms = 8, .send = stream_send, .recv = stream_recv, .sizes = sizes_small,
+   .nsizes = N(sizes_small), .iters = 2, .inflight = 4, .timeout_s = 120},
+  {.name = "two_devices", .env = {"VEMU_DEVICES=vemu0:roce,vemu1:ib"}, .ncomms = 2, .alldevs = 1,
+   .send = stream_send, .recv = stream_recv, .sizes = sizes_small, .nsizes = N(sizes_small), .iters = 3,
+   .inflight = 8},
+  {.name = "fatal_qp_event", .env = {"VEMU_TIME_SCALE=0.001"}, .env_send = {"VEMU_FAULTS=qp_fatal:nth=1"},
+   .send = until_error_send, .recv = until_error_recv, .iters = 1000, .expect_fail_send = 1,
+   .expect_fail_recv = 1},
+  {.name = "wc_error", .env = {"VEMU_TIME_SCALE=0.001"},
+   .env_send = {"VEMU_FAULTS=wc:op=write_imm:nth=5:status=rem_access"}, .send = until_error_send,
+   .recv = until_error_recv, .iters = 1000, .expect_fail_send = 1, .expect_fail_recv = 1},
+  {.name = "peer_vanishes", .send = until_error_send, .recv = vanish_recv, .iters = 10, .expect_fail_send = 1},
+};
+
+static const struct xcase *current;
+static void run_current(void **state) {
+  (void)state;
+  run_case(current);
+}
+
+int main(int argc, char **argv) {
+  int failed = 0;
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+    int pick = argc < 2;
+    for (int a = 1; a < argc; a++) pick |= strcmp(argv[a], cases[i].name) == 0;
+    if (!pick) continue;
+    current = &cases[i];
+    const struct CMUnitTest t[] = {cmocka_unit_test(run_current)};
+    double t0 = now_s();
+    int f = _cmocka_run_group_tests(cases[i].name, t, 1, NULL, NULL);
+    fprintf(stderr, "  %-20s %s %.2f s\n", cases[i].name, f ? "FAILED" : "ok", now_s() - t0);
+    failed += f;
+  }
+  return failed ? 1 : 0;
+}
