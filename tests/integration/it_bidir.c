@@ -1,5 +1,5 @@
 /* Both directions at once: each process streams to the other while receiving, 8 requests in flight
- * each way, sizes 0 B .. 4 MiB, every byte checked; first from one thread (as NCCL's proxy progresses
+ * each way, sizes 0 B .. 2 MiB, every byte checked; first from one thread (as NCCL's proxy progresses
  * sends and receives together), then with the send and receive sides on two threads. */
 #include <pthread.h>
 #include <stdio.h>
@@ -9,11 +9,11 @@
 #include "it.h"
 
 #define DEPTH 8
-#define SLOT (4u << 20)
-#define MSGS 400
+#define SLOT (2u << 20)
+#define MSGS 300
 
 static int size_of(int i) {
-  static const int pool[] = {0, 1, 1000, 65536, 65537, 1 << 20, 4 << 20, 12345, 300000};
+  static const int pool[] = {0, 1, 1000, 65536, 65537, 1 << 20, 2 << 20, 12345, 300000};
   return pool[i % (int)(sizeof pool / sizeof pool[0])];
 }
 
