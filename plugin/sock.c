@@ -569,6 +569,12 @@ void gdr_listener_handle(const struct gdr_listener *l, uint32_t dev, struct gdr_
   h->dev = dev;
 }
 
+/* A peer gets this long to say hello: GDR_HELLO_TIMEOUT_MS, or less if the connect timeout is shorter. */
+static uint64_t hello_timeout_ms(void) {
+  int64_t ct = gdr_param_int(GDR_PARAM_CONNECT_TIMEOUT_MS);
+  return (uint64_t)(ct < GDR_HELLO_TIMEOUT_MS ? ct : GDR_HELLO_TIMEOUT_MS);
+}
+
 static void pending_drop(struct gdr_pending_conn *p) {
   if (p->fd >= 0) close(p->fd);
   memset(p, 0, sizeof(*p));
@@ -618,7 +624,7 @@ ncclResult_t gdr_listener_poll(struct gdr_listener *l, struct gdr_stream *out, i
     memset(&l->pend[slot], 0, sizeof(l->pend[slot]));
     l->pend[slot].fd = fd;
     l->pend[slot].peer = peer;
-    l->pend[slot].deadline_ns = now + (uint64_t)GDR_HELLO_TIMEOUT_MS * 1000000ull;
+    l->pend[slot].deadline_ns = now + hello_timeout_ms() * 1000000ull;
   }
   /* 2. progress each pending connection; hand out at most one */
   for (int i = 0; i < GDR_LISTEN_PENDING; i++) {
@@ -635,7 +641,8 @@ ncclResult_t gdr_listener_poll(struct gdr_listener *l, struct gdr_stream *out, i
       }
       if (p->off < sizeof(p->hello)) {
         if (now > p->deadline_ns) {
-          snprintf(why, sizeof(why), "no hello within %d ms (%zu of %zu bytes)", GDR_HELLO_TIMEOUT_MS, p->off,
+          snprintf(why, sizeof(why), "no hello within %llu ms (%zu of %zu bytes)",
+                   (unsigned long long)hello_timeout_ms(), p->off,
                    sizeof(p->hello));
           pending_reject(l, p, why);
         }

@@ -161,7 +161,7 @@ struct gdr_stream {
 /* ------------------------------------------------------------------------------------------------ listen -- */
 
 #define GDR_LISTEN_PENDING 16           /* connections whose HELLO is awaited; more are refused */
-#define GDR_HELLO_TIMEOUT_MS 10000      /* a peer that does not say HELLO within this is closed */
+#define GDR_HELLO_TIMEOUT_MS 10000 /* a peer that does not say HELLO within this (or GDRNET_CONNECT_TIMEOUT_MS if less) is closed */
 
 struct gdr_pending_conn {
   int fd; /* -1: free slot */

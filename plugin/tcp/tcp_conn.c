@@ -1,0 +1,405 @@
+/* TCP transport: listen, connect, accept (non-blocking state machines over sock.h), comm set-up and teardown,
+ * helper threads' lifecycle. */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "param.h"
+#include "tcp.h"
+
+#define TCP_MAX_GROUPS 8
+
+struct tcp_group { /* streams of one incoming connection, gathered by conn_id */
+  int used;
+  uint64_t conn_id;
+  uint64_t deadline_ns;
+  union gdr_sockaddr peer;
+  int ctrl_fd;
+  int nfds;
+  int fds[TCP_MAX_STREAMS];
+};
+
+struct tcp_listen {
+  struct gdr_listener l;
+  int dev;
+  int nsocks, nthreads;
+  struct tcp_group groups[TCP_MAX_GROUPS];
+};
+
+struct tcp_connecting { /* lives in the handle's state while connect() is re-entered */
+  uint64_t conn_id;
+  int nsocks, nthreads;
+  int ndone;
+  int done[1 + TCP_MAX_STREAMS];
+  struct gdr_connector conn[1 + TCP_MAX_STREAMS];
+};
+
+void gdr_tcp_comm_fail(struct tcp_comm *c, ncclResult_t res, const char *fmt, ...) {
+  va_list ap;
+  pthread_mutex_lock(&c->fail_mu);
+  if (!atomic_load(&c->failed)) {
+    c->fail_res = res;
+    va_start(ap, fmt);
+    vsnprintf(c->fail_why, sizeof(c->fail_why), fmt, ap);
+    va_end(ap);
+    atomic_store(&c->failed, 1);
+  }
+  pthread_mutex_unlock(&c->fail_mu);
+}
+
+static void group_clear(struct tcp_group *g) {
+  if (g->ctrl_fd >= 0) close(g->ctrl_fd);
+  for (int i = 0; i < TCP_MAX_STREAMS; i++)
+    if (g->fds[i] >= 0) close(g->fds[i]);
+  memset(g, 0, sizeof(*g));
+  g->ctrl_fd = -1;
+  for (int i = 0; i < TCP_MAX_STREAMS; i++) g->fds[i] = -1;
+}
+
+/* Frees a comm whose threads are not running (or were joined). */
+static void comm_free(struct tcp_comm *c) {
+  if (c == NULL) return;
+  if (c->threads != NULL) {
+    for (int t = 0; t < c->nthreads; t++) {
+      pthread_mutex_destroy(&c->threads[t].mu);
+      pthread_cond_destroy(&c->threads[t].cv);
+    }
+    free(c->threads);
+  }
+  for (int s = 0; s < c->nsocks; s++)
+    if (c->fds[s] >= 0) close(c->fds[s]);
+  if (c->ctrl_fd >= 0) close(c->ctrl_fd);
+  pthread_mutex_destroy(&c->fail_mu);
+  free(c->rx);
+  free(c);
+}
+
+/* Builds a comm from established streams; takes ownership of the fds (closed on failure). */
+static ncclResult_t comm_create(int is_send, int dev, int ctrl_fd, const int *fds, int nsocks, int nthreads,
+                                const union gdr_sockaddr *peer, struct tcp_comm **out) {
+  ncclResult_t res = ncclSuccess;
+  struct tcp_comm *c = calloc(1, sizeof(*c));
+  int timeout = (int)gdr_param_int(GDR_PARAM_TCP_TIMEOUT_MS);
+  size_t sockbuf = (size_t)gdr_param_int(GDR_PARAM_TCP_SOCKBUF);
+
+  *out = NULL;
+  if (c == NULL) {
+    GDR_WARN("TCP: out of memory for a comm");
+    close(ctrl_fd);
+    for (int s = 0; s < nsocks; s++) close(fds[s]);
+    return ncclSystemError;
+  }
+  pthread_mutex_init(&c->fail_mu, NULL);
+  c->is_send = is_send;
+  c->dev = dev;
+  c->ctrl_fd = ctrl_fd;
+  c->nsocks = nsocks;
+  c->nthreads = nthreads;
+  for (int s = 0; s < TCP_MAX_STREAMS; s++) c->fds[s] = s < nsocks ? fds[s] : -1;
+  c->peer = *peer;
+  gdr_sockaddr_str(peer, c->peer_str, sizeof(c->peer_str));
+  c->inline_max = (size_t)gdr_param_int(GDR_PARAM_TCP_INLINE);
+  c->min_chunk = (size_t)gdr_param_int(GDR_PARAM_TCP_MIN_CHUNK);
+  c->max_chunk = (size_t)gdr_param_int(GDR_PARAM_TCP_MAX_CHUNK);
+  for (int i = 0; i < TCP_NREQ; i++) {
+    c->req[i].comm = c;
+    atomic_init(&c->req[i].armed, 0);
+    atomic_init(&c->req[i].done, 0);
+    atomic_init(&c->req[i].total, SIZE_MAX);
+  }
+  c->rx = malloc(TCP_RXBUF);
+  c->threads = calloc((size_t)nthreads, sizeof(*c->threads));
+  if (c->rx == NULL || c->threads == NULL) {
+    GDR_WARN("TCP: out of memory for a comm");
+    res = ncclSystemError;
+    goto out;
+  }
+  for (int t = 0; t < nthreads; t++) {
+    struct tcp_thread *th = &c->threads[t];
+    th->comm = c;
+    th->idx = t;
+    pthread_mutex_init(&th->mu, NULL);
+    pthread_cond_init(&th->cv, NULL);
+    for (int s = t; s < nsocks; s += nthreads) th->fds[th->nfds++] = fds[s];
+  }
+  GDR_CHECK(gdr_sock_set_nonblocking(ctrl_fd, 1));
+  GDR_CHECK(gdr_sock_tune(ctrl_fd, 1, 0, timeout));
+  for (int s = 0; s < nsocks; s++) {
+    GDR_CHECK(gdr_sock_set_nonblocking(fds[s], 0));
+    GDR_CHECK(gdr_sock_tune(fds[s], 1, sockbuf, timeout));
+  }
+  GDR_CHECK(gdr_tcp_comm_start(c));
+  *out = c;
+  c = NULL;
+out:
+  if (c != NULL) comm_free(c);
+  return res;
+}
+
+static void comm_stop_threads(struct tcp_comm *c) {
+  for (int t = 0; t < c->nthreads; t++) {
+    struct tcp_thread *th = &c->threads[t];
+    pthread_mutex_lock(&th->mu);
+    th->stop = 1;
+    pthread_cond_signal(&th->cv);
+    pthread_mutex_unlock(&th->mu);
+  }
+  /* Wakes helpers blocked in send/recv. Data already queued in the kernel is still delivered (FIN follows it). */
+  for (int s = 0; s < c->nsocks; s++)
+    if (c->fds[s] >= 0) shutdown(c->fds[s], SHUT_RDWR);
+  for (int t = 0; t < c->nthreads; t++) {
+    if (c->threads[t].started) pthread_join(c->threads[t].tid, NULL);
+    c->threads[t].started = 0;
+  }
+}
+
+ncclResult_t gdr_tcp_comm_start(struct tcp_comm *c) {
+  for (int t = 0; t < c->nthreads; t++) {
+    struct tcp_thread *th = &c->threads[t];
+    int rc = pthread_create(&th->tid, NULL, c->is_send ? gdr_tcp_send_thread : gdr_tcp_recv_thread, th);
+    if (rc != 0) {
+      GDR_WARN("TCP: cannot start helper thread %d of %d: %s", t, c->nthreads, strerror(rc));
+      comm_stop_threads(c);
+      return ncclSystemError;
+    }
+    th->started = 1;
+  }
+  return ncclSuccess;
+}
+
+/* ------------------------------------------------------------------------------------------------ listen -- */
+
+ncclResult_t gdr_tcp_listen(int dev, struct gdr_handle *handle, void **listen_comm) {
+  ncclResult_t res = ncclSuccess;
+  struct tcp_listen *lc = calloc(1, sizeof(*lc));
+  union gdr_sockaddr addr;
+
+  *listen_comm = NULL;
+  if (lc == NULL) {
+    GDR_WARN("TCP listen: out of memory");
+    return ncclSystemError;
+  }
+  lc->l.fd = -1;
+  for (int g = 0; g < TCP_MAX_GROUPS; g++) group_clear(&lc->groups[g]);
+  lc->dev = dev;
+  gdr_tcp_resolve_streams(&lc->nsocks, &lc->nthreads);
+  GDR_CHECK(gdr_tcp_dev_addr(dev, &addr));
+  GDR_CHECK(gdr_listener_open(&lc->l, &addr, GDR_TP_TCP, GDR_CAP_TCP));
+  gdr_listener_handle(&lc->l, (uint32_t)dev, handle);
+  handle->nstreams = (uint16_t)lc->nsocks;
+  handle->nthreads = (uint16_t)lc->nthreads;
+  *listen_comm = lc;
+  lc = NULL;
+out:
+  if (lc != NULL) {
+    gdr_listener_close(&lc->l);
+    free(lc);
+  }
+  return res;
+}
+
+ncclResult_t gdr_tcp_close_listen(void *listen_comm) {
+  struct tcp_listen *lc = listen_comm;
+  if (lc == NULL) return ncclSuccess;
+  gdr_listener_close(&lc->l);
+  for (int g = 0; g < TCP_MAX_GROUPS; g++) group_clear(&lc->groups[g]);
+  free(lc);
+  return ncclSuccess;
+}
+
+/* ----------------------------------------------------------------------------------------------- connect -- */
+
+static void connecting_free(struct tcp_connecting *st) {
+  for (int i = 0; i <= st->nsocks; i++) {
+    if (st->done[i]) {
+      if (st->conn[i].fd >= 0) close(st->conn[i].fd);
+    } else {
+      gdr_connector_abort(&st->conn[i]);
+    }
+  }
+  free(st);
+}
+
+ncclResult_t gdr_tcp_connect(int dev, struct gdr_handle *handle, void **send_comm) {
+  ncclResult_t res = ncclSuccess;
+  struct tcp_connecting *st = gdr_handle_state_get(handle);
+  union gdr_sockaddr peer;
+  int fds[TCP_MAX_STREAMS];
+
+  *send_comm = NULL;
+  if (st == NULL) {
+    GDR_CHECK(gdr_handle_check(handle, &peer));
+    if (handle->transport != GDR_TP_TCP) {
+      GDR_WARN("connect: the peer listens with transport %u but this process uses TCP; set the same "
+               "GDRNET_TRANSPORT on every rank",
+               handle->transport);
+      res = ncclInvalidUsage;
+      goto out;
+    }
+    if (handle->nstreams < 1 || handle->nstreams > TCP_MAX_STREAMS || handle->nthreads < 1 ||
+        handle->nthreads > handle->nstreams) {
+      GDR_WARN("connect: the handle asks for %u streams and %u threads (1..%d, threads <= streams)",
+               handle->nstreams, handle->nthreads, TCP_MAX_STREAMS);
+      res = ncclInvalidUsage;
+      goto out;
+    }
+    st = calloc(1, sizeof(*st));
+    if (st == NULL) {
+      GDR_WARN("TCP connect: out of memory");
+      res = ncclSystemError;
+      goto out;
+    }
+    st->nsocks = handle->nstreams;
+    st->nthreads = handle->nthreads;
+    for (int i = 0; i <= st->nsocks; i++) st->conn[i].fd = -1;
+    res = gdr_random_bytes(&st->conn_id, sizeof(st->conn_id));
+    for (int i = 0; i <= st->nsocks && res == ncclSuccess; i++)
+      res = gdr_connector_start(&st->conn[i], handle, i == 0 ? GDR_STREAM_CTRL : GDR_STREAM_DATA, (uint16_t)i,
+                                (uint16_t)st->nsocks, st->conn_id, GDR_CAP_TCP, NULL);
+    if (res != ncclSuccess) {
+      connecting_free(st);
+      st = NULL;
+      goto out;
+    }
+    gdr_handle_state_set(handle, st);
+  }
+  for (int i = 0; i <= st->nsocks; i++) {
+    int done = 0;
+    if (st->done[i]) continue;
+    res = gdr_connector_poll(&st->conn[i], &done);
+    if (res != ncclSuccess) goto fail;
+    if (done) {
+      st->done[i] = 1;
+      st->ndone++;
+    }
+  }
+  if (st->ndone <= st->nsocks) goto out; /* not yet: NCCL calls again */
+  for (int i = 0; i < st->nsocks; i++) fds[i] = st->conn[1 + i].fd;
+  peer = st->conn[0].peer;
+  {
+    struct tcp_comm *c = NULL;
+    int ctrl = st->conn[0].fd;
+    int ns = st->nsocks, nt = st->nthreads;
+    /* comm_create owns the fds from here, whatever happens */
+    for (int i = 0; i <= st->nsocks; i++) st->conn[i].fd = -1;
+    free(st);
+    st = NULL;
+    gdr_handle_state_set(handle, NULL);
+    GDR_CHECK(comm_create(1, dev, ctrl, fds, ns, nt, &peer, &c));
+    GDR_INFO(NCCL_NET, "TCP: connected to %s with %d data stream(s), %d helper thread(s)", c->peer_str, ns, nt);
+    *send_comm = c;
+  }
+  goto out;
+fail:
+  connecting_free(st);
+  gdr_handle_state_set(handle, NULL);
+out:
+  return res;
+}
+
+/* ------------------------------------------------------------------------------------------------ accept -- */
+
+static void group_reject(struct tcp_listen *lc, struct gdr_stream *s, const char *why) {
+  char a[GDR_ADDR_STRLEN];
+  GDR_WARN("TCP accept: dropped a stream from %s: %s", gdr_sockaddr_str(&s->peer, a, sizeof(a)), why);
+  close(s->fd);
+  (void)lc;
+}
+
+ncclResult_t gdr_tcp_accept(void *listen_comm, void **recv_comm) {
+  ncclResult_t res = ncclSuccess;
+  struct tcp_listen *lc = listen_comm;
+  uint64_t now = gdr_time_ns();
+
+  *recv_comm = NULL;
+  for (;;) {
+    struct gdr_stream s;
+    struct tcp_group *g = NULL;
+    int got = 0;
+    GDR_CHECK(gdr_listener_poll(&lc->l, &s, &got));
+    if (!got) break;
+    if (s.hello.nstreams != lc->nsocks) {
+      group_reject(lc, &s, "its connection has a different stream count than this listener offered");
+      continue;
+    }
+    for (int i = 0; i < TCP_MAX_GROUPS && g == NULL; i++)
+      if (lc->groups[i].used && lc->groups[i].conn_id == s.hello.conn_id) g = &lc->groups[i];
+    for (int i = 0; i < TCP_MAX_GROUPS && g == NULL; i++) {
+      if (!lc->groups[i].used) {
+        g = &lc->groups[i];
+        g->used = 1;
+        g->conn_id = s.hello.conn_id;
+        g->peer = s.peer;
+        g->deadline_ns = now + (uint64_t)gdr_param_int(GDR_PARAM_CONNECT_TIMEOUT_MS) * 1000000ull;
+      }
+    }
+    if (g == NULL) {
+      group_reject(lc, &s, "too many connections being set up on one listener");
+      continue;
+    }
+    if (s.hello.kind == GDR_STREAM_CTRL && s.hello.stream == 0 && g->ctrl_fd < 0) {
+      g->ctrl_fd = s.fd;
+      g->peer = s.peer;
+    } else if (s.hello.kind == GDR_STREAM_DATA && s.hello.stream >= 1 && g->fds[s.hello.stream - 1] < 0) {
+      g->fds[s.hello.stream - 1] = s.fd;
+      g->nfds++;
+    } else {
+      group_reject(lc, &s, "duplicate or inconsistent stream");
+      continue;
+    }
+    if (g->ctrl_fd >= 0 && g->nfds == lc->nsocks) {
+      struct tcp_comm *c = NULL;
+      int ctrl = g->ctrl_fd;
+      int fds[TCP_MAX_STREAMS];
+      union gdr_sockaddr peer = g->peer;
+      for (int i = 0; i < lc->nsocks; i++) {
+        fds[i] = g->fds[i];
+        g->fds[i] = -1;
+      }
+      g->ctrl_fd = -1;
+      group_clear(g);
+      GDR_CHECK(comm_create(0, lc->dev, ctrl, fds, lc->nsocks, lc->nthreads, &peer, &c));
+      GDR_INFO(NCCL_NET, "TCP: accepted %s with %d data stream(s), %d helper thread(s)", c->peer_str, lc->nsocks,
+               lc->nthreads);
+      *recv_comm = c;
+      goto out;
+    }
+  }
+  for (int i = 0; i < TCP_MAX_GROUPS; i++) {
+    struct tcp_group *g = &lc->groups[i];
+    if (g->used && now > g->deadline_ns) {
+      char a[GDR_ADDR_STRLEN];
+      GDR_WARN("TCP accept: connection from %s incomplete after %lld ms (%d of %d data streams%s); dropped",
+               gdr_sockaddr_str(&g->peer, a, sizeof(a)), (long long)gdr_param_int(GDR_PARAM_CONNECT_TIMEOUT_MS),
+               g->nfds, lc->nsocks, g->ctrl_fd >= 0 ? "" : ", no control stream");
+      group_clear(g);
+    }
+  }
+out:
+  return res;
+}
+
+/* ------------------------------------------------------------------------------------------------- close -- */
+
+static ncclResult_t close_comm(struct tcp_comm *c) {
+  if (c == NULL) return ncclSuccess;
+  comm_stop_threads(c);
+  if (c->is_send && c->ctrl_fd >= 0) {
+    /* Read what the receiver sent (unused CTS): closing with unread data would reset the stream and could drop
+     * inline data the receiver has not read yet. */
+    char buf[4096];
+    while (recv(c->ctrl_fd, buf, sizeof(buf), MSG_DONTWAIT) > 0) {
+    }
+    shutdown(c->ctrl_fd, SHUT_WR);
+  }
+  comm_free(c);
+  return ncclSuccess;
+}
+
+ncclResult_t gdr_tcp_close_send(void *send_comm) { return close_comm(send_comm); }
+ncclResult_t gdr_tcp_close_recv(void *recv_comm) { return close_comm(recv_comm); }

@@ -1,0 +1,205 @@
+/* TCP transport: devices (usable IP interfaces), properties, stream counts, chunk arithmetic, the table. */
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "param.h"
+#include "tcp.h"
+
+struct tcp_dev {
+  char name[IF_NAMESIZE];
+  char *pci_path; /* malloc'd realpath, or NULL */
+  union gdr_sockaddr addr;
+  int speed;
+  uint64_t guid;
+};
+
+/* The devices found by init. Global: NCCL's devices are process-wide. Written only by init/fini, which the core
+ * serialises under its lock before/after any comm exists; read-only in between. */
+static struct tcp_dev g_devs[GDR_MAX_IFS];
+static int g_ndev;
+
+void gdr_tcp_plan_chunks(size_t size, int nthreads, size_t min_chunk, size_t max_chunk, struct gdr_tcp_plan *plan) {
+  size_t c;
+  if (nthreads < 1) nthreads = 1;
+  if (min_chunk == 0) min_chunk = 1;
+  if (max_chunk < min_chunk) max_chunk = min_chunk;
+  c = size / (size_t)nthreads + (size % (size_t)nthreads != 0);
+  c = (c + 4095) & ~(size_t)4095;
+  if (c < min_chunk) c = min_chunk;
+  if (c > max_chunk) c = max_chunk;
+  plan->chunk = c;
+  plan->nchunks = (uint32_t)(size / c + (size % c != 0));
+}
+
+static int env_int(const char *name, int *v) {
+  const char *s = getenv(name);
+  char *end = NULL;
+  long x;
+  if (s == NULL || *s == '\0') return -1;
+  x = strtol(s, &end, 10);
+  if (*end != '\0' || x < 0 || x > 1024) return -1;
+  *v = (int)x;
+  return 0;
+}
+
+void gdr_tcp_resolve_streams(int *nsocks, int *nthreads) {
+  int ns = (int)gdr_param_int(GDR_PARAM_TCP_NSOCKS);
+  int nt = (int)gdr_param_int(GDR_PARAM_TCP_NTHREADS);
+  if (ns == GDR_PARAM_AUTO) {
+    int nthr = 0, per = 0;
+    if (env_int("NCCL_SOCKET_NTHREADS", &nthr) == 0 && env_int("NCCL_NSOCKS_PERTHREAD", &per) == 0 && nthr > 0 &&
+        per > 0) {
+      ns = nthr * per; /* NCCL Socket's total stream count */
+    } else {
+      /* One loopback stream carries ~4 GB/s and scales about linearly to 16 (ANCHORS.md): a quarter of the cores,
+       * 2..8, leaves room for several comms at once. */
+      long cores = sysconf(_SC_NPROCESSORS_ONLN);
+      ns = cores > 0 ? (int)(cores / 4) : 2;
+      if (ns < 2) ns = 2;
+      if (ns > 8) ns = 8;
+    }
+  }
+  if (ns < 1) ns = 1;
+  if (ns > TCP_MAX_STREAMS) ns = TCP_MAX_STREAMS;
+  if (nt == GDR_PARAM_AUTO || nt > ns) nt = ns;
+  if (nt < 1) nt = 1;
+  *nsocks = ns;
+  *nthreads = nt;
+}
+
+/* Reads a small sysfs file into buf (trailing newline removed); -1 if absent. */
+static int read_sysfs(const char *ifname, const char *file, char *buf, size_t len) {
+  char path[256];
+  FILE *f;
+  size_t n;
+  snprintf(path, sizeof(path), "/sys/class/net/%.64s/%.64s", ifname, file);
+  f = fopen(path, "r");
+  if (f == NULL) return -1;
+  n = fread(buf, 1, len - 1, f);
+  fclose(f);
+  if (n == 0) return -1;
+  buf[n] = '\0';
+  while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == ' ')) buf[--n] = '\0';
+  return 0;
+}
+
+static uint64_t fnv1a(const char *s, uint64_t h) {
+  for (; *s; s++) {
+    h ^= (unsigned char)*s;
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+static void tcp_fini(void) {
+  for (int i = 0; i < g_ndev; i++) free(g_devs[i].pci_path);
+  memset(g_devs, 0, sizeof(g_devs));
+  g_ndev = 0;
+}
+
+static ncclResult_t tcp_init(int *ndev, char *why, size_t whylen) {
+  ncclResult_t res = ncclSuccess;
+  struct gdr_if ifs[GDR_MAX_IFS];
+  const char *spec = gdr_param_str(GDR_PARAM_SOCKET_IFNAME);
+  int family = (int)gdr_param_int(GDR_PARAM_SOCKET_FAMILY);
+  int64_t speed_knob = gdr_param_int(GDR_PARAM_TCP_SPEED);
+  int n = 0, ns, nt;
+  size_t off = 0;
+
+  *ndev = 0;
+  tcp_fini();
+  res = gdr_if_find(spec, family, ifs, GDR_MAX_IFS, &n);
+  if (res != ncclSuccess) {
+    snprintf(why, whylen, "interface selection failed (GDRNET_SOCKET_IFNAME=\"%s\")", spec);
+    goto out;
+  }
+  if (n == 0) {
+    snprintf(why, whylen, "no IP interface is up%s%s%s", spec[0] ? " and matches GDRNET_SOCKET_IFNAME=\"" : "",
+             spec, spec[0] ? "\"" : "");
+    goto out;
+  }
+  for (int i = 0; i < n; i++) {
+    struct tcp_dev *d = &g_devs[i];
+    char buf[PATH_MAX], path[300];
+    memcpy(d->name, ifs[i].name, sizeof(d->name));
+    d->name[sizeof(d->name) - 1] = '\0';
+    d->addr = ifs[i].addr;
+    snprintf(path, sizeof(path), "/sys/class/net/%.64s/device", d->name);
+    d->pci_path = realpath(path, NULL); /* NULL for virtual interfaces (lo, bridges): NCCL puts them on the CPU */
+    d->speed = 10000;
+    if (speed_knob != GDR_PARAM_AUTO) {
+      d->speed = (int)speed_knob;
+    } else if (read_sysfs(d->name, "speed", buf, sizeof(buf)) == 0) {
+      long s = strtol(buf, NULL, 10);
+      if (s > 0 && s < INT_MAX) d->speed = (int)s;
+    }
+    d->guid = fnv1a(d->name, 14695981039346656037ull);
+    if (read_sysfs(d->name, "address", buf, sizeof(buf)) == 0) d->guid = fnv1a(buf, d->guid);
+  }
+  g_ndev = n;
+  *ndev = n;
+  gdr_tcp_resolve_streams(&ns, &nt);
+  for (int i = 0; i < n && off < whylen; i++) {
+    char a[GDR_ADDR_STRLEN];
+    off += (size_t)snprintf(why + off, whylen - off, "%s%s=%s", i ? ", " : "", g_devs[i].name,
+                            gdr_sockaddr_str(&g_devs[i].addr, a, sizeof(a)));
+  }
+  if (off < whylen)
+    snprintf(why + off, whylen - off, "; %d data stream(s) and %d helper thread(s) per connection, inline <= %lld B",
+             ns, nt, (long long)gdr_param_int(GDR_PARAM_TCP_INLINE));
+out:
+  return res;
+}
+
+static ncclResult_t tcp_get_properties(int dev, struct gdr_props *p) {
+  if (dev < 0 || dev >= g_ndev) return ncclInvalidArgument;
+  memset(p, 0, sizeof(*p));
+  p->name = g_devs[dev].name;
+  p->pci_path = g_devs[dev].pci_path;
+  p->guid = g_devs[dev].guid;
+  p->ptr_support = NCCL_PTR_HOST;
+  p->reg_is_global = 1;
+  p->force_flush = 0;
+  p->speed = g_devs[dev].speed;
+  p->port = 0;
+  p->latency = 0;
+  p->max_comms = 65536;
+  p->max_recvs = 1;
+  p->net_device_type = NCCL_NET_DEVICE_HOST;
+  p->net_device_version = 0;
+  p->max_p2p_bytes = (size_t)1 << 31;
+  p->max_coll_bytes = (size_t)1 << 31;
+  return ncclSuccess;
+}
+
+ncclResult_t gdr_tcp_dev_addr(int dev, union gdr_sockaddr *addr) {
+  if (dev < 0 || dev >= g_ndev) return ncclInvalidArgument;
+  *addr = g_devs[dev].addr;
+  return ncclSuccess;
+}
+
+const struct gdr_transport gdr_transport_tcp = {
+    .name = "tcp",
+    .id = GDR_TP_TCP,
+    .init = tcp_init,
+    .get_properties = tcp_get_properties,
+    .listen = gdr_tcp_listen,
+    .connect = gdr_tcp_connect,
+    .accept = gdr_tcp_accept,
+    .reg_mr = gdr_tcp_reg_mr,
+    .reg_mr_dmabuf = NULL,
+    .dereg_mr = gdr_tcp_dereg_mr,
+    .isend = gdr_tcp_isend,
+    .irecv = gdr_tcp_irecv,
+    .iflush = NULL,
+    .test = gdr_tcp_test,
+    .close_send = gdr_tcp_close_send,
+    .close_recv = gdr_tcp_close_recv,
+    .close_listen = gdr_tcp_close_listen,
+    .quiesce = NULL, /* helper threads belong to comms and are joined when their comm closes */
+    .fini = tcp_fini,
+};

@@ -1,0 +1,503 @@
+/* The TCP transport end to end, in one process, through the core (exactly the calls the v8 table makes). */
+#include <pthread.h>
+#include <unistd.h>
+
+#include "core.h"
+#include "param.h"
+#include "tcp/tcp.h"
+#include "unit_common.h"
+
+struct pair {
+  void *l, *s, *r;
+  char handle[NCCL_NET_HANDLE_MAXSIZE];
+};
+
+static void init_plugin(void) {
+  ut_warn_reset();
+  assert_int_equal(gdr_core_init(ut_logger), ncclSuccess);
+}
+
+static void fini_plugin(void) { gdr_core_fini(); }
+
+static void pair_open(struct pair *p) {
+  double t0 = ut_now();
+  char h[NCCL_NET_HANDLE_MAXSIZE];
+  memset(p, 0, sizeof(*p));
+  assert_int_equal(gdr_core_listen(0, p->handle, &p->l), ncclSuccess);
+  assert_non_null(p->l);
+  memcpy(h, p->handle, sizeof(h)); /* what NCCL ships to the peer */
+  while (p->s == NULL || p->r == NULL) {
+    if (p->s == NULL) assert_int_equal(gdr_core_connect(0, h, &p->s), ncclSuccess);
+    if (p->r == NULL) assert_int_equal(gdr_core_accept(p->l, &p->r), ncclSuccess);
+    assert_true(ut_now() - t0 < 20.0);
+  }
+  assert_int_equal(gdr_core_close_listen(p->l), ncclSuccess);
+  p->l = NULL;
+}
+
+static void pair_close(struct pair *p) {
+  if (p->s) assert_int_equal(gdr_core_close_send(p->s), ncclSuccess);
+  if (p->r) assert_int_equal(gdr_core_close_recv(p->r), ncclSuccess);
+  memset(p, 0, sizeof(*p));
+}
+
+static void fill(unsigned char *b, size_t n, unsigned seed) {
+  uint32_t x = seed * 2654435761u + 1;
+  for (size_t i = 0; i < n; i++) {
+    x = x * 1103515245u + 12345u;
+    b[i] = (unsigned char)(x >> 16);
+  }
+}
+
+/* Posts one receive of rsize and one send of ssize, drives both to completion, checks bytes and reported size. */
+static void xfer(struct pair *p, size_t ssize, size_t rsize, unsigned seed) {
+  unsigned char *sb = malloc(ssize ? ssize : 1), *rb = malloc(rsize + 16);
+  void *smr = NULL, *rmr = NULL, *sreq = NULL, *rreq = NULL;
+  void *data[1] = {rb};
+  size_t sizes[1] = {rsize};
+  int tags[1] = {7};
+  int sdone = 0, rdone = 0, n = 0;
+  size_t got[GDR_MAX_RECVS] = {0};
+  double t0 = ut_now();
+
+  assert_non_null(sb);
+  assert_non_null(rb);
+  fill(sb, ssize, seed);
+  memset(rb, 0xA5, rsize + 16);
+  assert_int_equal(gdr_core_reg_mr(p->s, sb, ssize ? ssize : 1, NCCL_PTR_HOST, &smr), ncclSuccess);
+  assert_int_equal(gdr_core_reg_mr(p->r, rb, rsize + 16, NCCL_PTR_HOST, &rmr), ncclSuccess);
+  void *mh[1] = {rmr};
+  while (rreq == NULL) assert_int_equal(gdr_core_irecv(p->r, 1, data, sizes, tags, mh, &rreq), ncclSuccess);
+  while (!sdone || !rdone) {
+    if (sreq == NULL) assert_int_equal(gdr_core_isend(p->s, sb, ssize, 7, smr, &sreq), ncclSuccess);
+    if (sreq != NULL && !sdone) assert_int_equal(gdr_core_test(sreq, &sdone, NULL, NULL), ncclSuccess);
+    if (!rdone) assert_int_equal(gdr_core_test(rreq, &rdone, got, &n), ncclSuccess);
+    assert_true(ut_now() - t0 < 60.0);
+  }
+  assert_int_equal(n, 1);
+  assert_int_equal(got[0], ssize);
+  assert_memory_equal(sb, rb, ssize);
+  for (size_t i = ssize; i < rsize + 16; i++) assert_int_equal(rb[i], 0xA5); /* nothing written past the message */
+  assert_int_equal(gdr_core_dereg_mr(p->s, smr), ncclSuccess);
+  assert_int_equal(gdr_core_dereg_mr(p->r, rmr), ncclSuccess);
+  free(sb);
+  free(rb);
+}
+
+static void test_chunk_plan(void **state) {
+  struct gdr_tcp_plan p;
+  (void)state;
+  gdr_tcp_plan_chunks(1 << 20, 4, 64 << 10, 1 << 20, &p);
+  assert_int_equal(p.chunk, 256 << 10);
+  assert_int_equal(p.nchunks, 4);
+  gdr_tcp_plan_chunks(100000, 4, 64 << 10, 1 << 20, &p); /* 25000 -> 28672 < min: 64K chunks */
+  assert_int_equal(p.chunk, 64 << 10);
+  assert_int_equal(p.nchunks, 2);
+  assert_int_equal(gdr_tcp_chunk_len(&p, 100000, 0), 65536);
+  assert_int_equal(gdr_tcp_chunk_len(&p, 100000, 1), 100000 - 65536);
+  assert_int_equal(gdr_tcp_chunk_len(&p, 100000, 2), 0);
+  assert_int_equal(gdr_tcp_chunk_off(&p, 1), 65536);
+  gdr_tcp_plan_chunks((size_t)64 << 20, 8, 64 << 10, 1 << 20, &p); /* capped at max: pipelined */
+  assert_int_equal(p.chunk, 1 << 20);
+  assert_int_equal(p.nchunks, 64);
+  gdr_tcp_plan_chunks(3 * 4096 + 1, 3, 4096, 1 << 20, &p); /* rounded up to 4 KiB */
+  assert_int_equal(p.chunk, 8192);
+  assert_int_equal(p.nchunks, 2);
+  gdr_tcp_plan_chunks(5, 0, 0, 0, &p); /* degenerate inputs stay sane */
+  assert_true(p.chunk >= 1);
+  assert_true((size_t)p.chunk * p.nchunks >= 5);
+  /* every byte covered exactly once */
+  for (size_t size = 1; size < (3u << 20); size = size * 3 + 4097) {
+    for (int t = 1; t <= 5; t++) {
+      size_t sum = 0;
+      gdr_tcp_plan_chunks(size, t, 64 << 10, 1 << 20, &p);
+      for (uint32_t i = 0; i < p.nchunks; i++) {
+        assert_int_equal(gdr_tcp_chunk_off(&p, i), sum);
+        assert_true(gdr_tcp_chunk_len(&p, size, i) > 0);
+        sum += gdr_tcp_chunk_len(&p, size, i);
+      }
+      assert_int_equal(sum, size);
+    }
+  }
+}
+
+static void test_resolve_streams(void **state) {
+  int ns, nt;
+  (void)state;
+  setenv("GDRNET_TCP_NSOCKS", "4", 1);
+  setenv("GDRNET_TCP_NTHREADS", "2", 1);
+  gdr_params_reset();
+  gdr_tcp_resolve_streams(&ns, &nt);
+  assert_int_equal(ns, 4);
+  assert_int_equal(nt, 2);
+  setenv("GDRNET_TCP_NTHREADS", "9", 1); /* more threads than streams: one per stream */
+  gdr_params_reset();
+  gdr_tcp_resolve_streams(&ns, &nt);
+  assert_int_equal(nt, 4);
+  unsetenv("GDRNET_TCP_NSOCKS");
+  unsetenv("GDRNET_TCP_NTHREADS");
+  setenv("NCCL_SOCKET_NTHREADS", "2", 1);
+  setenv("NCCL_NSOCKS_PERTHREAD", "3", 1);
+  gdr_params_reset();
+  gdr_tcp_resolve_streams(&ns, &nt);
+  assert_int_equal(ns, 6);
+  assert_int_equal(nt, 2);
+  unsetenv("NCCL_SOCKET_NTHREADS");
+  unsetenv("NCCL_NSOCKS_PERTHREAD");
+  gdr_params_reset();
+  gdr_tcp_resolve_streams(&ns, &nt);
+  assert_true(ns >= 2 && ns <= 8);
+  assert_int_equal(nt, ns);
+  gdr_params_reset();
+}
+
+static void test_properties(void **state) {
+  struct gdr_props p;
+  int ndev = 0;
+  (void)state;
+  init_plugin();
+  assert_int_equal(gdr_core_devices(&ndev), ncclSuccess);
+  assert_int_equal(ndev, 1); /* GDRNET_SOCKET_IFNAME=lo in the test environment */
+  assert_int_equal(gdr_core_get_properties(0, &p), ncclSuccess);
+  assert_string_equal(p.name, "lo");
+  assert_null(p.pci_path);
+  assert_int_equal(p.ptr_support, NCCL_PTR_HOST);
+  assert_int_equal(p.reg_is_global, 1);
+  assert_int_equal(p.max_recvs, 1);
+  assert_true(p.speed > 0);
+  assert_true(p.max_comms >= 1024);
+  assert_int_equal(p.net_device_type, NCCL_NET_DEVICE_HOST);
+  assert_int_equal(gdr_core_get_properties(1, &p), ncclInvalidArgument);
+  fini_plugin();
+}
+
+static void test_sizes(void **state) {
+  static const size_t sizes[] = {0, 1, 7, 127, 128, 4095, 4096, 8191, 8192, 8193, 65535, 65536, 65537,
+                                 (1 << 20) + 3, (4 << 20) + 4096, (16 << 20) + 17};
+  struct pair p;
+  (void)state;
+  setenv("GDRNET_TCP_NSOCKS", "3", 1);
+  init_plugin();
+  pair_open(&p);
+  for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+    xfer(&p, sizes[i], sizes[i], (unsigned)i);
+    xfer(&p, sizes[i], sizes[i] + 1000, (unsigned)i + 100); /* receive larger than send reports the sent size */
+  }
+  xfer(&p, (64u << 20) + 1, (64u << 20) + 1, 999);
+  pair_close(&p);
+  assert_int_equal(ut_nwarn, 0);
+  fini_plugin();
+  unsetenv("GDRNET_TCP_NSOCKS");
+}
+
+static void test_streams_threads_variants(void **state) {
+  static const char *cfg[][2] = {{"1", "1"}, {"4", "2"}, {"5", "3"}, {"8", "8"}};
+  (void)state;
+  for (size_t k = 0; k < 4; k++) {
+    struct pair p;
+    setenv("GDRNET_TCP_NSOCKS", cfg[k][0], 1);
+    setenv("GDRNET_TCP_NTHREADS", cfg[k][1], 1);
+    setenv("GDRNET_TCP_MIN_CHUNK", "4K", 1);
+    init_plugin();
+    pair_open(&p);
+    for (unsigned i = 0; i < 12; i++) xfer(&p, 9000 + i * 77777, 9000 + i * 77777, i);
+    pair_close(&p);
+    fini_plugin();
+  }
+  unsetenv("GDRNET_TCP_NSOCKS");
+  unsetenv("GDRNET_TCP_NTHREADS");
+  unsetenv("GDRNET_TCP_MIN_CHUNK");
+}
+
+/* 32 receives and 32 sends in flight; the 33rd receive is refused (NULL) until one completes. */
+static void test_inflight_32(void **state) {
+  enum { N = NCCL_NET_MAX_REQUESTS };
+  struct pair p;
+  unsigned char *sb[N], *rb[N];
+  void *sreq[N] = {0}, *rreq[N] = {0}, *extra = NULL;
+  size_t sz[N];
+  int sdone[N] = {0}, rdone[N] = {0}, left = 2 * N;
+  double t0;
+  (void)state;
+  init_plugin();
+  pair_open(&p);
+  for (int i = 0; i < N; i++) {
+    void *data[1];
+    size_t s[1];
+    int tag = 0;
+    sz[i] = (size_t)(i % 4 == 0 ? 3000 * i : (i % 4 == 1 ? 0 : 50000 * i + 13));
+    sb[i] = malloc(sz[i] + 1);
+    rb[i] = malloc(sz[i] + 1);
+    fill(sb[i], sz[i], (unsigned)i);
+    data[0] = rb[i];
+    s[0] = sz[i];
+    assert_int_equal(gdr_core_irecv(p.r, 1, data, s, &tag, NULL, &rreq[i]), ncclSuccess);
+    assert_non_null(rreq[i]);
+  }
+  {
+    void *data[1] = {rb[0]};
+    size_t s[1] = {1};
+    int tag = 0;
+    assert_int_equal(gdr_core_irecv(p.r, 1, data, s, &tag, NULL, &extra), ncclSuccess);
+    assert_null(extra); /* 33rd: try again later */
+  }
+  t0 = ut_now();
+  for (int i = 0; i < N; i++) {
+    while (sreq[i] == NULL) {
+      assert_int_equal(gdr_core_isend(p.s, sb[i], sz[i], 0, NULL, &sreq[i]), ncclSuccess);
+      assert_true(ut_now() - t0 < 30.0);
+    }
+  }
+  while (left > 0) {
+    for (int i = 0; i < N; i++) {
+      size_t got[GDR_MAX_RECVS];
+      if (!sdone[i]) {
+        assert_int_equal(gdr_core_test(sreq[i], &sdone[i], NULL, NULL), ncclSuccess);
+        left -= sdone[i];
+      }
+      if (!rdone[i]) {
+        assert_int_equal(gdr_core_test(rreq[i], &rdone[i], got, NULL), ncclSuccess);
+        if (rdone[i]) {
+          assert_int_equal(got[0], sz[i]);
+          assert_memory_equal(sb[i], rb[i], sz[i]);
+          left--;
+        }
+      }
+    }
+    assert_true(ut_now() - t0 < 60.0);
+  }
+  /* the pool is whole again: another 32 round trips reuse it */
+  for (int i = 0; i < N; i++) xfer(&p, 100 + (size_t)i, 100 + (size_t)i, (unsigned)i);
+  for (int i = 0; i < N; i++) {
+    free(sb[i]);
+    free(rb[i]);
+  }
+  pair_close(&p);
+  fini_plugin();
+}
+
+/* A send larger than the posted receive: InvalidUsage with both sizes named, on both sides. */
+static void test_send_larger_than_recv(void **state) {
+  static char sbuf[200000], rbuf[100000];
+  size_t ssizes[] = {200, 200000};
+  (void)state;
+  for (int k = 0; k < 2; k++) {
+    struct pair p;
+    void *sreq = NULL, *rreq = NULL;
+    void *data[1] = {rbuf};
+    size_t rs[1] = {ssizes[k] / 2};
+    int tag = 0, done = 0;
+    ncclResult_t sr = ncclSuccess, rr = ncclSuccess;
+    char a[32], b[32];
+    double t0 = ut_now();
+    init_plugin();
+    pair_open(&p);
+    assert_int_equal(gdr_core_irecv(p.r, 1, data, rs, &tag, NULL, &rreq), ncclSuccess);
+    assert_non_null(rreq);
+    while (sreq == NULL && sr == ncclSuccess) {
+      sr = gdr_core_isend(p.s, sbuf, ssizes[k], 0, NULL, &sreq);
+      assert_true(ut_now() - t0 < 10.0);
+    }
+    if (sr == ncclSuccess) {
+      while (sr == ncclSuccess && !done) sr = gdr_core_test(sreq, &done, NULL, NULL);
+    }
+    assert_int_equal(sr, ncclInvalidUsage);
+    done = 0;
+    while (rr == ncclSuccess && !done) {
+      rr = gdr_core_test(rreq, &done, NULL, NULL);
+      assert_true(ut_now() - t0 < 10.0);
+    }
+    assert_int_equal(rr, ncclInvalidUsage);
+    snprintf(a, sizeof(a), "%zu", ssizes[k]);
+    snprintf(b, sizeof(b), "%zu", ssizes[k] / 2);
+    assert_true(ut_warned("isend of"));
+    assert_true(ut_warned("this receive posted only"));
+    assert_true(ut_warned(a));
+    assert_true(ut_warned(b));
+    pair_close(&p);
+    fini_plugin();
+  }
+}
+
+/* The sender goes away: the receiver's pending request fails within a bounded time, never hangs. */
+static void test_peer_closes(void **state) {
+  static char rbuf[1 << 20];
+  struct pair p;
+  void *rreq = NULL;
+  void *data[1] = {rbuf};
+  size_t rs[1] = {sizeof(rbuf)};
+  int tag = 0, done = 0;
+  ncclResult_t r = ncclSuccess;
+  double t0;
+  (void)state;
+  init_plugin();
+  pair_open(&p);
+  xfer(&p, 1000, 1000, 1);
+  assert_int_equal(gdr_core_irecv(p.r, 1, data, rs, &tag, NULL, &rreq), ncclSuccess);
+  assert_int_equal(gdr_core_close_send(p.s), ncclSuccess);
+  p.s = NULL;
+  t0 = ut_now();
+  while (r == ncclSuccess && !done) {
+    r = gdr_core_test(rreq, &done, NULL, NULL);
+    assert_true(ut_now() - t0 < 10.0);
+  }
+  assert_int_equal(done, 0);
+  assert_int_equal(r, ncclRemoteError);
+  assert_true(ut_warned("127.0.0.1")); /* names the peer */
+  pair_close(&p);
+  fini_plugin();
+}
+
+/* The sender completes sends and closes at once: what it sent still arrives. */
+static void test_close_after_send_delivers(void **state) {
+  enum { N = 6 };
+  static unsigned char sb[N][3 << 20], rb[N][3 << 20];
+  struct pair p;
+  void *sreq[N] = {0}, *rreq[N] = {0};
+  size_t sz[N] = {0, 10, 5000, 70000, 1 << 20, 3 << 20};
+  (void)state;
+  init_plugin();
+  pair_open(&p);
+  for (int i = 0; i < N; i++) {
+    void *data[1] = {rb[i]};
+    size_t s[1] = {sz[i]};
+    int tag = 0;
+    fill(sb[i], sz[i], (unsigned)i + 5);
+    assert_int_equal(gdr_core_irecv(p.r, 1, data, s, &tag, NULL, &rreq[i]), ncclSuccess);
+  }
+  for (int i = 0; i < N; i++) {
+    int done = 0;
+    double t0 = ut_now();
+    while (sreq[i] == NULL) assert_int_equal(gdr_core_isend(p.s, sb[i], sz[i], 0, NULL, &sreq[i]), ncclSuccess);
+    while (!done) {
+      assert_int_equal(gdr_core_test(sreq[i], &done, NULL, NULL), ncclSuccess);
+      assert_true(ut_now() - t0 < 10.0);
+    }
+  }
+  assert_int_equal(gdr_core_close_send(p.s), ncclSuccess);
+  p.s = NULL;
+  for (int i = 0; i < N; i++) {
+    int done = 0;
+    size_t got[GDR_MAX_RECVS];
+    double t0 = ut_now();
+    while (!done) {
+      assert_int_equal(gdr_core_test(rreq[i], &done, got, NULL), ncclSuccess);
+      assert_true(ut_now() - t0 < 10.0);
+    }
+    assert_int_equal(got[0], sz[i]);
+    assert_memory_equal(sb[i], rb[i], sz[i]);
+  }
+  pair_close(&p);
+  fini_plugin();
+}
+
+static void test_reg_refuses_cuda(void **state) {
+  struct pair p;
+  char buf[64];
+  void *mh = NULL;
+  (void)state;
+  init_plugin();
+  pair_open(&p);
+  assert_int_equal(gdr_core_reg_mr(p.s, buf, sizeof(buf), NCCL_PTR_CUDA, &mh), ncclInvalidUsage);
+  assert_null(mh);
+  assert_true(ut_warned("TCP transport needs host memory; NCCL stages GPU buffers when ptrSupport is HOST"));
+  assert_int_equal(gdr_core_reg_mr(p.r, buf, sizeof(buf), NCCL_PTR_HOST, &mh), ncclSuccess);
+  assert_int_equal(gdr_core_dereg_mr(p.r, mh), ncclSuccess);
+  {
+    void *req = (void *)1;
+    void *data[1] = {buf};
+    int sizes[1] = {64};
+    assert_int_equal(gdr_core_iflush(p.r, 1, data, sizes, NULL, &req), ncclSuccess);
+    assert_null(req); /* nothing to wait for */
+  }
+  pair_close(&p);
+  fini_plugin();
+}
+
+/* Several connections at once, driven round-robin, each with its own data. */
+static void test_many_comms(void **state) {
+  enum { C = 8 };
+  struct pair p[C];
+  (void)state;
+  setenv("GDRNET_TCP_NSOCKS", "2", 1);
+  init_plugin();
+  for (int i = 0; i < C; i++) pair_open(&p[i]);
+  for (int round = 0; round < 3; round++)
+    for (int i = 0; i < C; i++) xfer(&p[i], (size_t)(round * 300000 + i * 1000), (size_t)(round * 300000 + i * 1000) + 1, (unsigned)(i * 10 + round));
+  for (int i = 0; i < C; i++) pair_close(&p[i]);
+  fini_plugin();
+  unsetenv("GDRNET_TCP_NSOCKS");
+}
+
+/* A throughput smoke (prints, asserts nothing about speed). */
+static void test_loopback_throughput(void **state) {
+  enum { D = 8 };
+  size_t msg = 4 << 20;
+  int iters = 64;
+  struct pair p;
+  char *sb = malloc(msg), *rb = malloc(msg);
+  void *sreq[D] = {0}, *rreq[D] = {0};
+  int posted_s = 0, posted_r = 0, done_s = 0, done_r = 0;
+  double t0, dt;
+  (void)state;
+  init_plugin();
+  pair_open(&p);
+  memset(sb, 1, msg);
+  t0 = ut_now();
+  while (done_r < iters || done_s < iters) {
+    for (int k = 0; k < D; k++) {
+      int d = 0;
+      if (rreq[k] == NULL && posted_r < iters) {
+        void *data[1] = {rb};
+        size_t s[1] = {msg};
+        int tag = 0;
+        assert_int_equal(gdr_core_irecv(p.r, 1, data, s, &tag, NULL, &rreq[k]), ncclSuccess);
+        if (rreq[k]) posted_r++;
+      }
+      if (sreq[k] == NULL && posted_s < posted_r) {
+        assert_int_equal(gdr_core_isend(p.s, sb, msg, 0, NULL, &sreq[k]), ncclSuccess);
+        if (sreq[k]) posted_s++;
+      }
+      if (rreq[k]) {
+        assert_int_equal(gdr_core_test(rreq[k], &d, NULL, NULL), ncclSuccess);
+        if (d) {
+          rreq[k] = NULL;
+          done_r++;
+        }
+      }
+      d = 0;
+      if (sreq[k]) {
+        assert_int_equal(gdr_core_test(sreq[k], &d, NULL, NULL), ncclSuccess);
+        if (d) {
+          sreq[k] = NULL;
+          done_s++;
+        }
+      }
+    }
+    assert_true(ut_now() - t0 < 120.0);
+  }
+  dt = ut_now() - t0;
+  printf("loopback throughput: %d x %zu B in %.3f s = %.2f GB/s\n", iters, msg, dt, (double)iters * (double)msg / dt / 1e9);
+  pair_close(&p);
+  fini_plugin();
+  free(sb);
+  free(rb);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_chunk_plan),
+      cmocka_unit_test(test_resolve_streams),
+      cmocka_unit_test(test_properties),
+      cmocka_unit_test(test_sizes),
+      cmocka_unit_test(test_streams_threads_variants),
+      cmocka_unit_test(test_inflight_32),
+      cmocka_unit_test(test_send_larger_than_recv),
+      cmocka_unit_test(test_peer_closes),
+      cmocka_unit_test(test_close_after_send_delivers),
+      cmocka_unit_test(test_reg_refuses_cuda),
+      cmocka_unit_test(test_many_comms),
+      cmocka_unit_test(test_loopback_throughput),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
