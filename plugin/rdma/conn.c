@@ -313,7 +313,7 @@ static ncclResult_t fill_local_hs(struct gdr_rdma_comm *c, int role) {
     hs->raddr = (uint64_t)(uintptr_t)c->sizes;
     hs->rkey = c->sizes_mr->rkey;
   }
-  snprintf(hs->devname, sizeof(hs->devname), "%s", d->name);
+  snprintf(hs->devname, sizeof(hs->devname), "%.63s", d->name);
   return ncclSuccess;
 }
 
