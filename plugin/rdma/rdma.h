@@ -49,7 +49,7 @@ struct gdr_rdma_dev {
   int max_qp_wr;
   int ptr_support;     /* NCCL_PTR_* */
   int relaxed;         /* register data buffers with IBV_ACCESS_RELAXED_ORDERING */
-  char gdr_desc[256];  /* "GDR via nvidia-peermem", "GDR off: ..." */
+  char gdr_desc[512];  /* "GDR via nvidia-peermem", "GDR off: ..." */
   struct gdr_regcache cache;
 
   /* comms of this device, for the async thread */
