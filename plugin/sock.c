@@ -729,6 +729,7 @@ static ncclResult_t connector_retry(struct gdr_connector *c, int err, uint64_t n
   if (c->fd >= 0) close(c->fd);
   c->fd = -1;
   c->attempts++;
+  c->last_err = err;
   if (!retryable_connect_error(err) || now >= c->deadline_ns) {
     GDR_WARN("connect to %s failed after %d attempt(s) in %llu ms: %s", gdr_sockaddr_str(&c->peer, a, sizeof(a)),
              c->attempts, (unsigned long long)((now - c->start_ns) / 1000000ull), strerror(err));
@@ -752,10 +753,17 @@ ncclResult_t gdr_connector_poll(struct gdr_connector *c, int *done) {
     *done = 1;
     return ncclSuccess;
   }
-  if (c->stage != CONN_START && now > c->deadline_ns) {
-    GDR_WARN("connect to %s: no answer within %lld ms (stage %d); is the peer alive and reachable?",
-             gdr_sockaddr_str(&c->peer, a, sizeof(a)), (long long)gdr_param_int(GDR_PARAM_CONNECT_TIMEOUT_MS),
-             c->stage);
+  if (now > c->deadline_ns) {
+    if (c->stage <= CONN_CONNECTING) {
+      GDR_WARN("connect to %s failed: no connection within %lld ms (%d attempt(s), last error: %s); is the peer "
+               "alive and reachable?",
+               gdr_sockaddr_str(&c->peer, a, sizeof(a)), (long long)gdr_param_int(GDR_PARAM_CONNECT_TIMEOUT_MS),
+               c->attempts, c->last_err ? strerror(c->last_err) : "still in progress");
+    } else {
+      GDR_WARN("connect to %s: connected, but no answer to our hello within %lld ms; is the peer's plugin stuck, or "
+               "is something else listening there?",
+               gdr_sockaddr_str(&c->peer, a, sizeof(a)), (long long)gdr_param_int(GDR_PARAM_CONNECT_TIMEOUT_MS));
+    }
     res = ncclRemoteError;
     goto out;
   }

@@ -200,6 +200,7 @@ struct gdr_connector {
   union gdr_sockaddr peer;
   uint64_t start_ns, deadline_ns, retry_ns;
   int attempts;
+  int last_err; /* errno of the last failed TCP connect attempt */
   size_t off;
   struct gdr_hello hello;
   struct gdr_hello_ack ack;
