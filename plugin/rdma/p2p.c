@@ -237,8 +237,10 @@ ncclResult_t gdr_rdma_irecv(void *recv_comm, int n, void **data, size_t *sizes, 
   for (int p = 0; p < c->nparts; p++) {
     int qpi = gdr_stripe_qp(seq, c->nqps, c->split, p);
     struct ibv_recv_wr rw, *bad = NULL;
+    struct ibv_sge none = {0, 0, 0};
     memset(&rw, 0, sizeof(rw));
     rw.wr_id = gdr_wr_id(GDR_WR_RECV, slot, seq);
+    rw.sg_list = &none; /* num_sge 0 (WRITE_WITH_IMM consumes no buffer); a valid pointer all the same */
     int rc = gdr_ibv_post_recv(c->qps[qpi], &rw, &bad);
     if (rc) {
       req->type = GDR_RREQ_FREE;
