@@ -195,14 +195,15 @@ void dr_check_gdr(struct dr_ctx *c) {
   char how[512] = "";
   const char *pm_src = NULL;
   char *pmver = NULL;
-  if (dr_path(c, p, sizeof p, "/sys/module/nvidia_peermem") == 0 && dr_exists(p)) {
-    pm_src = "/sys/module/nvidia_peermem";
-    pmver = dr_read_rel(c, "/sys/module/nvidia_peermem/version");
+  /* the files the plugin (and NCCL) test for */
+  if ((pmver = dr_read_rel(c, "/sys/module/nvidia_peermem/version")) != NULL) {
+    pm_src = "/sys/module/nvidia_peermem/version";
   } else if ((pmver = dr_read_rel(c, "/sys/kernel/mm/memory_peers/nv_mem/version")) != NULL) {
     pm_src = "/sys/kernel/mm/memory_peers/nv_mem/version (legacy nv_peer_mem)";
-  } else if (dr_path(c, p, sizeof p, "/sys/module/nv_peer_mem") == 0 && dr_exists(p)) {
-    pm_src = "/sys/module/nv_peer_mem (legacy)";
+  } else if ((pmver = dr_read_rel(c, "/sys/module/nv_peer_mem/version")) != NULL) {
+    pm_src = "/sys/module/nv_peer_mem/version (legacy)";
   }
+  bool pm_dir_only = pm_src == NULL && dr_path(c, p, sizeof p, "/sys/module/nvidia_peermem") == 0 && dr_exists(p);
   c->peermem = pm_src ? DR_YES : DR_NO;
 
   /* DMA-BUF */
@@ -249,8 +250,10 @@ void dr_check_gdr(struct dr_ctx *c) {
                c->dmabuf == DR_YES ? " (not needed: the DMA-BUF path is available)"
                : !loaded           ? " (nor the NVIDIA driver it belongs to)"
                                    : "");
-    dr_evidence(r, f, "no /sys/module/nvidia_peermem, no /sys/kernel/mm/memory_peers/nv_mem/version, no "
-                      "/sys/module/nv_peer_mem");
+    dr_evidence(r, f, "no /sys/module/nvidia_peermem/version, /sys/kernel/mm/memory_peers/nv_mem/version or "
+                      "/sys/module/nv_peer_mem/version (the files the plugin and NCCL test)");
+    if (pm_dir_only)
+      dr_evidence(r, f, "/sys/module/nvidia_peermem exists but has no version file: the plugin will not detect it");
     if (c->dmabuf != DR_YES)
       dr_fix(r, f, "modprobe nvidia-peermem (ships with the NVIDIA driver; it must be built against the running "
                    "ib_core: after installing MLNX_OFED/DOCA-OFED, reinstall the driver); persist it in "

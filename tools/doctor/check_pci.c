@@ -344,6 +344,7 @@ void dr_check_topology(struct dr_ctx *c) {
       dr_evidence(r, f, "device link: %s", d->pcidir[0] ? dr_unroot(c, d->pcidir) : "(none)");
       continue;
     }
+    if (!d->selected) continue; /* excluded by GDRNET_HCA / NCCL_IB_HCA */
     npci++;
     check_relaxed_ordering(c, d);
   }
@@ -355,21 +356,22 @@ void dr_check_topology(struct dr_ctx *c) {
     int best = 99;
     for (size_t i = 0; i < c->ndevs; i++) {
       const struct dr_rdma_dev *d = &c->devs[i];
-      if (!d->is_pci) continue;
+      if (!d->is_pci || !d->selected) continue;
       int dist = (int)dr_pci_distance(&g->path, &d->path, g->numa, d->numa, NULL);
       if (dist < best) best = dist;
     }
     char *farther = NULL;
     for (size_t i = 0; i < c->ndevs; i++) {
       const struct dr_rdma_dev *d = &c->devs[i];
-      if (!d->is_pci) continue;
+      if (!d->is_pci || !d->selected) continue;
       enum dr_dist dist = dr_pci_distance(&g->path, &d->path, g->numa, d->numa, NULL);
       if ((int)dist != best && dr_append(&farther, "%s %s", d->name, dr_dist_name(dist)) < 0) r->oom = true;
     }
     size_t before = r->n;
     for (size_t i = 0; i < c->ndevs; i++) {
       const struct dr_rdma_dev *d = &c->devs[i];
-      if (d->is_pci && (int)dr_pci_distance(&g->path, &d->path, g->numa, d->numa, NULL) == best) check_pair(c, d, g);
+      if (d->is_pci && d->selected && (int)dr_pci_distance(&g->path, &d->path, g->numa, d->numa, NULL) == best)
+        check_pair(c, d, g);
     }
     if (farther && r->n > before) {
       /* attach to this GPU's first topo finding */

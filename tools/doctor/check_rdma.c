@@ -1,5 +1,6 @@
 /* check_rdma.c - RDMA devices from /sys/class/infiniband: ports, link layer, speed, and the RoCE GID
  * the plugin would choose (gid_select.c). */
+#include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -169,6 +170,8 @@ static void check_gids(struct dr_ctx *c, const struct dr_rdma_dev *d, const char
     }
   } else if (chosen < 0) {
     f = dr_add(r, id, DR_FAIL, "%s port %d: no usable RoCE GID (%s)", d->name, port, why);
+    dr_evidence(r, f, "the plugin then falls back to GID index 0, which is not routable: connections fail or stay "
+                      "within one L2 segment");
     dr_fix(r, f, "give the port's network interface an IP address (ip addr add <addr>/<len> dev <netdev>): the RoCE "
                  "GID table is filled from the interface's addresses");
   } else {
@@ -250,6 +253,77 @@ static void check_port(struct dr_ctx *c, struct dr_rdma_dev *d, struct dr_rdma_p
   check_gids(c, d, portdir, pt->num, roce);
 }
 
+int dr_hca_parse(const char *spec, struct dr_hca_filter *f, char *why, size_t whylen) {
+  const char *p = spec ? spec : "";
+  memset(f, 0, sizeof *f);
+  while (isspace((unsigned char)*p)) p++;
+  if (*p == '^') {
+    f->exclude = true;
+    p++;
+  }
+  if (*p == '=') {
+    f->exact = true;
+    p++;
+  }
+  if (*p == '\0') {
+    if (f->exclude || f->exact) {
+      snprintf(why, whylen, "\"%s\" has no names after its prefix", spec);
+      return -1;
+    }
+    return 0;
+  }
+  for (;;) {
+    size_t n = strcspn(p, ",");
+    const char *tok = p;
+    while (n > 0 && isspace((unsigned char)*tok)) {
+      tok++;
+      n--;
+    }
+    while (n > 0 && isspace((unsigned char)tok[n - 1])) n--;
+    if (n == 0) {
+      snprintf(why, whylen, "\"%s\" has an empty entry", spec);
+      return -1;
+    }
+    if (f->n == DR_HCA_MAX) {
+      snprintf(why, whylen, "\"%s\" has more than %d entries", spec, DR_HCA_MAX);
+      return -1;
+    }
+    if (n >= sizeof f->e[0].name) {
+      snprintf(why, whylen, "an entry of \"%s\" is longer than %zu characters", spec, sizeof f->e[0].name - 1);
+      return -1;
+    }
+    memcpy(f->e[f->n].name, tok, n);
+    f->e[f->n].name[n] = '\0';
+    f->e[f->n].port = -1;
+    char *colon = strrchr(f->e[f->n].name, ':');
+    if (colon != NULL) {
+      char *end = NULL;
+      long port = strtol(colon + 1, &end, 10);
+      if (colon == f->e[f->n].name || colon[1] == '\0' || *end != '\0' || port < 0 || port > 65535) {
+        snprintf(why, whylen, "entry \"%s\" of \"%s\": expected name or name:port", f->e[f->n].name, spec);
+        return -1;
+      }
+      f->e[f->n].port = (int)port;
+      *colon = '\0';
+    }
+    f->n++;
+    p += strcspn(p, ",");
+    if (*p == '\0') break;
+    p++;
+  }
+  return 0;
+}
+
+bool dr_hca_match(const struct dr_hca_filter *f, const char *name, int port) {
+  if (f->n == 0) return true;
+  bool matched = false;
+  for (int i = 0; i < f->n && !matched; i++) {
+    if (f->e[i].port >= 0 && f->e[i].port != port) continue;
+    matched = f->exact ? strcmp(name, f->e[i].name) == 0 : strncmp(name, f->e[i].name, strlen(f->e[i].name)) == 0;
+  }
+  return f->exclude ? !matched : matched;
+}
+
 static void no_device(struct dr_ctx *c, const char *base, ssize_t n) {
   struct dr_report *r = c->rep;
   struct dr_finding *f = dr_add(r, "rdma-devices", DR_FAIL,
@@ -290,8 +364,15 @@ void dr_check_rdma_devices(struct dr_ctx *c) {
     dr_free_list(names, (size_t)n);
     return;
   }
+  const char *hwhich = NULL;
+  const char *hspec = knob("GDRNET_HCA", "NCCL_IB_HCA", &hwhich);
+  struct dr_hca_filter filt;
+  char hwhy[256] = "";
+  bool hbad = dr_hca_parse(hspec, &filt, hwhy, sizeof hwhy) != 0;
+  if (hbad) memset(&filt, 0, sizeof filt);
   struct dr_finding *sum = dr_add(r, "rdma-devices", DR_OK, "%zd RDMA device%s", n, n == 1 ? "" : "s");
-  size_t active = 0, nports_total = 0;
+  size_t active = 0, nports_total = 0, active_sel = 0;
+  char *sel_list = NULL;
   for (ssize_t i = 0; i < n; i++) {
     struct dr_rdma_dev *d = &c->devs[c->ndevs++];
     char devdir[8192], link[8300], drv[128];
@@ -323,9 +404,15 @@ void dr_check_rdma_devices(struct dr_ctx *c) {
       if (end == ports[k] || *end) continue;
       struct dr_rdma_port *pt = &d->ports[d->nports++];
       pt->num = (int)num;
+      pt->selected = !hbad && dr_hca_match(&filt, d->name, pt->num);
+      d->selected |= pt->selected;
       check_port(c, d, pt, devdir);
       nports_total++;
       active += pt->active;
+      if (pt->active && pt->selected) {
+        active_sel++;
+        if (dr_append(&sel_list, "%s:%d", d->name, pt->num) < 0) r->oom = true;
+      }
     }
     if (np <= 0) {
       char id[160];
@@ -345,4 +432,21 @@ void dr_check_rdma_devices(struct dr_ctx *c) {
     }
     dr_fix(r, sum, "bring a port up (see the port findings); `ibstat` / `rdma link` show the state");
   }
+  if (hwhich) {
+    struct dr_finding *f;
+    if (hbad) {
+      f = dr_add(r, "hca", DR_FAIL, "%s=%s is malformed: the plugin uses no RDMA device", hwhich, hspec);
+      dr_evidence(r, f, "%s", hwhy);
+      dr_fix(r, f, "syntax: [^][=]name[:port][,...] (prefix match unless \"=\", \"^\" excludes), e.g. mlx5_0:1,mlx5_1");
+    } else if (active_sel == 0 && active > 0) {
+      f = dr_add(r, "hca", DR_FAIL, "%s=%s selects none of the ACTIVE ports: the plugin falls back to TCP", hwhich,
+                 hspec);
+      dr_fix(r, f, "name an ACTIVE port (see the port findings), or unset %s", hwhich);
+    } else {
+      f = dr_add(r, "hca", active_sel ? DR_OK : DR_INFO, "%s=%s selects %s", hwhich, hspec,
+                 sel_list ? sel_list : "no ACTIVE port");
+    }
+    if (strcmp(hwhich, "NCCL_IB_HCA") == 0) dr_evidence(r, f, "GDRNET_HCA unset: the plugin honours NCCL_IB_HCA");
+  }
+  free(sel_list);
 }

@@ -38,6 +38,7 @@ enum dr_tri { DR_NO = 0, DR_YES = 1, DR_UNKNOWN = 2 };
 
 struct dr_rdma_port {
   int num;
+  bool selected; /* by GDRNET_HCA / NCCL_IB_HCA (everything when unset) */
   char state[32], phys_state[32], link_layer[32], rate[64];
   bool active;
 };
@@ -50,7 +51,22 @@ struct dr_rdma_dev {
   int numa;
   struct dr_rdma_port *ports;
   size_t nports;
+  bool selected; /* some port selected by GDRNET_HCA / NCCL_IB_HCA */
 };
+
+/* GDRNET_HCA / NCCL_IB_HCA: "[^][=]name[:port][,name[:port]...]": prefix match unless "=", "^" excludes,
+ * ":port" restricts an entry to one port (the plugin's syntax, which is NCCL's). */
+#define DR_HCA_MAX 32
+struct dr_hca_filter {
+  bool exclude, exact;
+  int n;
+  struct {
+    char name[64];
+    int port; /* -1: any */
+  } e[DR_HCA_MAX];
+};
+int dr_hca_parse(const char *spec, struct dr_hca_filter *f, char *why, size_t whylen);
+bool dr_hca_match(const struct dr_hca_filter *f, const char *name, int port);
 
 struct dr_gpu {
   char bdf[16];

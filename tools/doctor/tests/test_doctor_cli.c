@@ -520,6 +520,14 @@ static void gpu_memory_paths(void **state) {
   assert_int_equal(r.rc, 1);
   res_free(&r);
 
+  /* a module directory without its version file is not what the plugin detects */
+  assert_int_equal(fx_mkdir(f, "sys/module/nvidia_peermem"), 0);
+  r = run_json(f, NULL, NULL);
+  expect(&r, "peermem", "WARN");
+  expect_has(&r, "peermem", "evidence", "has no version file");
+  expect(&r, "gdr", "FAIL");
+  res_free(&r);
+
   /* legacy nv_peer_mem rescues it */
   assert_int_equal(fx_write(f, "sys/kernel/mm/memory_peers/nv_mem/version", "1.3-0\n"), 0);
   r = run_json(f, NULL, NULL);
@@ -674,6 +682,48 @@ static void closest_nic_only(void **state) {
   expect(&r, "rdma-devices", "OK");
   expect_has(&r, "uverbs", "title", "2 /dev/infiniband/uverbs* nodes");
   assert_int_equal(r.rc, 0);
+  res_free(&r);
+
+  /* GDRNET_HCA pins the far NIC: now that pair is judged, and its root port's ACS matters */
+  const char *env[] = {"GDRNET_HCA=mlx5_1", "NCCL_IB_HCA=mlx5_0", NULL};
+  r = run_json(f, NULL, env);
+  expect(&r, "hca", "OK");
+  expect_has(&r, "hca", "title", "GDRNET_HCA=mlx5_1 selects mlx5_1:1");
+  expect(&r, "topo/mlx5_1/" GPU, "WARN");
+  expect_has(&r, "topo/mlx5_1/" GPU, "title", ": SYS (");
+  expect(&r, "acs/mlx5_1/" GPU, "WARN");
+  expect_has(&r, "acs/mlx5_1/" GPU, "fix", "setpci -s 0000:80:01.0 ECAP_ACS+0x6.w=0000");
+  assert_false(has_finding(&r, "topo/mlx5_0/" GPU));
+  assert_false(has_finding(&r, "relaxed-ordering/mlx5_0"));
+  res_free(&r);
+}
+
+static void hca_filter(void **state) {
+  struct fx *f = *state;
+  static const struct {
+    const char *env, *status, *title;
+  } cases[] = {
+      {"GDRNET_HCA=mlx5", "OK", "GDRNET_HCA=mlx5 selects mlx5_0:1"},
+      {"GDRNET_HCA==mlx5_0:1", "OK", "selects mlx5_0:1"},
+      {"NCCL_IB_HCA=mlx5_1", "FAIL", "NCCL_IB_HCA=mlx5_1 selects none of the ACTIVE ports"},
+      {"GDRNET_HCA=^=mlx5_0", "FAIL", "selects none of the ACTIVE ports"},
+      {"GDRNET_HCA=^mlx5_9", "OK", "selects mlx5_0:1"},
+      {"GDRNET_HCA=mlx5_0:2", "FAIL", "selects none"},
+      {"GDRNET_HCA==mlx5", "FAIL", "selects none"},
+      {"GDRNET_HCA=mlx5_0:x", "FAIL", "is malformed"},
+      {"GDRNET_HCA=mlx5_0,,mlx5_1", "FAIL", "is malformed"},
+      {"GDRNET_HCA=^", "FAIL", "is malformed"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    const char *env[] = {cases[i].env, NULL};
+    struct res r = run_json(f, NULL, env);
+    expect(&r, "hca", cases[i].status);
+    expect_has(&r, "hca", "title", cases[i].title);
+    assert_int_equal(r.rc, strcmp(cases[i].status, "FAIL") == 0 ? 1 : 0);
+    res_free(&r);
+  }
+  struct res r = run_json(f, NULL, NULL);
+  assert_false(has_finding(&r, "hca"));
   res_free(&r);
 }
 
@@ -948,6 +998,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test_setup_teardown(iommu_modes, setup, teardown),
       cmocka_unit_test(topology_distances),
       cmocka_unit_test_setup_teardown(closest_nic_only, setup, teardown),
+      cmocka_unit_test_setup_teardown(hca_filter, setup, teardown),
       cmocka_unit_test_setup_teardown(acs_on_the_path, setup, teardown),
       cmocka_unit_test_setup_teardown(relaxed_ordering, setup, teardown),
       cmocka_unit_test_setup_teardown(nccl_environment, setup, teardown),
