@@ -46,8 +46,9 @@ static void idle_check(struct gdr_rdma_comm *c) {
   c->ctrl_next_check_ns = now + CTRL_CHECK_NS;
   gdr_rdma_ctrl_poll(c);
   if (c->eof_ns && now > c->eof_ns + EOF_GRACE_NS)
-    gdr_rdma_comm_mark_fatal(c, "the peer closed the connection (control channel EOF) while %llu message(s) had been "
-                             "posted here and one is still waited for", (unsigned long long)c->head);
+    gdr_rdma_comm_mark_fatal(c, "the peer closed the connection (control channel EOF) %s #%llu",
+                             c->kind == GDR_RCOMM_SEND ? "while this side waited on message" : "with receives pending, the last posted",
+                             (unsigned long long)(c->kind == GDR_RCOMM_SEND ? c->head : c->head - 1));
 }
 
 /* ------------------------------------------------------------------------------------------ send -- */
@@ -95,10 +96,11 @@ static ncclResult_t post_message(struct gdr_rdma_comm *c, int slot, int n) {
       if ((int)sges[nw].length <= c->max_inline) w->send_flags = IBV_SEND_INLINE;
       nw++;
     }
-    for (int i = 0; i < nw - 1; i++) wrs[i].next = &wrs[i + 1];
-    wrs[nw - 1].next = NULL;
+    for (int i = 0; i < nw; i++) {
+      wrs[i].next = i + 1 < nw ? &wrs[i + 1] : NULL;
+      wrs[i].wr_id = gdr_wr_id(GDR_WR_DATA, slot, seq); /* unsignaled ones too: a failed completion names it */
+    }
     wrs[nw - 1].send_flags |= IBV_SEND_SIGNALED;
-    wrs[nw - 1].wr_id = gdr_wr_id(GDR_WR_DATA, slot, seq);
     struct ibv_send_wr *bad = NULL;
     int rc = gdr_ibv_post_send(c->qps[qpi], wrs, &bad);
     if (rc) {
@@ -260,10 +262,8 @@ ncclResult_t gdr_rdma_irecv(void *recv_comm, int n, void **data, size_t *sizes, 
   w.wr.rdma.remote_addr = c->rfifo_addr + (uint64_t)slot * sizeof(struct gdr_cts_slot);
   w.wr.rdma.rkey = c->rfifo_rkey;
   if ((int)sge.length <= c->max_inline) w.send_flags = IBV_SEND_INLINE;
-  if (c->cts_count[cq]++ % GDR_RDMA_CTS_SIGNAL_EVERY == 0) {
-    w.send_flags |= IBV_SEND_SIGNALED;
-    w.wr_id = gdr_wr_id(GDR_WR_CTS, slot, seq);
-  }
+  w.wr_id = gdr_wr_id(GDR_WR_CTS, slot, seq); /* unsignaled too: a failed completion names it */
+  if (c->cts_count[cq]++ % GDR_RDMA_CTS_SIGNAL_EVERY == 0) w.send_flags |= IBV_SEND_SIGNALED;
   int rc = gdr_ibv_post_send(c->qps[cq], &w, &bad);
   if (rc) {
     req->type = GDR_RREQ_FREE;

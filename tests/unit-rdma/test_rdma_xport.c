@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -96,6 +97,17 @@ static void put_env(const char *const *kv, int n) {
   for (int i = 0; i < n && kv[i]; i++) putenv((char *)kv[i]);
 }
 
+/* Threads of this process (the transport's async thread must be gone once its comms are closed). */
+static int thread_count(void) {
+  int n = 0;
+  DIR *d = opendir("/proc/self/task");
+  if (d == NULL) return -1;
+  for (struct dirent *e; (e = readdir(d)) != NULL;)
+    if (e->d_name[0] != '.') n++;
+  closedir(d);
+  return n;
+}
+
 static int setup_process(const struct xcase *x, int sender, const char *vemu_dir) {
   static char dirvar[512];
   snprintf(dirvar, sizeof(dirvar), "VEMU_DIR=%s", vemu_dir);
@@ -119,6 +131,7 @@ static int setup_process(const struct xcase *x, int sender, const char *vemu_dir
 static void run_receiver(const struct xcase *x, int fd, const char *vemu_dir) {
   who = "recv";
   int ndev = setup_process(x, 0, vemu_dir);
+  int threads0 = thread_count();
   int n = (x->ncomms > 0 && x->ncomms <= MAXCOMMS) ? x->ncomms : 1;
   void *lc[MAXCOMMS], *rc[MAXCOMMS];
   int devs[MAXCOMMS];
@@ -139,8 +152,10 @@ static void run_receiver(const struct xcase *x, int fd, const char *vemu_dir) {
     }
     CKR(T->close_listen(lc[i]));
   }
+  CK(thread_count() > threads0); /* the device's async event thread runs while comms are open */
   x->recv(x, rc, devs, n);
   for (int i = 0; i < n; i++) CKR(T->close_recv(rc[i]));
+  CK(thread_count() == threads0); /* ... and is joined with the last one */
   T->quiesce();
   T->fini();
   exit(0); /* not _exit: LeakSanitizer checks the child at exit */
@@ -149,6 +164,7 @@ static void run_receiver(const struct xcase *x, int fd, const char *vemu_dir) {
 static void run_sender(const struct xcase *x, int fd, const char *vemu_dir) {
   who = "send";
   int ndev = setup_process(x, 1, vemu_dir);
+  int threads0 = thread_count();
   int n = (x->ncomms > 0 && x->ncomms <= MAXCOMMS) ? x->ncomms : 1;
   void *sc[MAXCOMMS];
   int devs[MAXCOMMS];
@@ -168,8 +184,10 @@ static void run_sender(const struct xcase *x, int fd, const char *vemu_dir) {
       CK(now_s() - t0 < 30);
     }
   }
+  CK(thread_count() > threads0);
   x->send(x, sc, devs, n);
   for (int i = 0; i < n; i++) CKR(T->close_send(sc[i]));
+  CK(thread_count() == threads0);
   T->quiesce();
   T->fini();
   exit(0); /* not _exit: LeakSanitizer checks the child at exit */
@@ -739,6 +757,12 @@ static const struct xcase cases[] = {
   {.name = "wc_error", .env = {"VEMU_TIME_SCALE=0.001"},
    .env_send = {"VEMU_FAULTS=wc:op=write_imm:nth=5:status=rem_access"}, .send = until_error_send,
    .recv = until_error_recv, .iters = 1000, .expect_fail_send = 1, .expect_fail_recv = 1},
+  {.name = "port_down", .env = {"VEMU_TIME_SCALE=0.001"},
+   .env_send = {"VEMU_FAULTS=port_down:dev=vemu0:after_ms=300"}, .send = until_error_send,
+   .recv = until_error_recv, .iters = 1000000, .expect_fail_send = 1, .expect_fail_recv = 1},
+  {.name = "rnr_recovers", .env = {"VEMU_TIME_SCALE=0.01"}, .env_recv = {"VEMU_FAULTS=no_recv_credit:nth=3"},
+   .send = stream_send, .recv = stream_recv, .sizes = sizes_small, .nsizes = N(sizes_small), .iters = 2,
+   .inflight = 4},
   {.name = "peer_vanishes", .send = until_error_send, .recv = vanish_recv, .iters = 10, .expect_fail_send = 1},
 };
 
