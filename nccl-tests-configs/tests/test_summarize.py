@@ -1,0 +1,202 @@
+#!/usr/bin/env python3
+"""Tests for nccl-tests-configs/summarize on the captured sample logs (tests/logs, see its README)."""
+
+import csv
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SUMMARIZE = os.path.join(os.path.dirname(HERE), "summarize")
+LOGS = os.path.join(HERE, "logs")
+PY = sys.executable
+
+
+def run(*args, env=None):
+    p = subprocess.run([PY, SUMMARIZE] + list(args), capture_output=True, text=True, env=env, cwd=LOGS)
+    return p.returncode, p.stdout, p.stderr
+
+
+def table_rows(out, case):
+    """The markdown rows of one case's table, as lists of cells."""
+    lines = out.splitlines()
+    start = lines.index("## " + case)
+    rows = []
+    for line in lines[start + 1:]:
+        if line.startswith("## "):
+            break
+        if line.startswith("| ") and not line.startswith("| size"):
+            rows.append([c.strip() for c in line.strip("|").split("|")])
+    return rows
+
+
+def have_matplotlib():
+    try:
+        import matplotlib  # noqa: F401
+        return True
+    except ImportError:
+        return False
+
+
+class Summarize(unittest.TestCase):
+    def test_plugin_vs_baseline_dirs(self):
+        rc, out, err = run("plugin", "--baseline", "baseline")
+        self.assertEqual(rc, 0, err)
+        for case in ("all_reduce.Simple", "all_gather.LL", "reduce_scatter.LL128", "sendrecv.Simple"):
+            self.assertIn("## " + case, out)
+        self.assertIn("network GDR", out)
+        self.assertIn("(network Socket)", out)
+        self.assertIn("PASS: 4 log(s) + 4 baseline", out)
+        rows = table_rows(out, "all_reduce.Simple")
+        self.assertEqual(len(rows), 25)                   # 8 B .. 128 MiB, factor 2
+        last = rows[-1]
+        self.assertEqual(last[0], "128 MiB")
+        self.assertEqual(last[1], "14364.30")             # time oop, as printed
+        self.assertEqual(last[2], "9.34")                 # busbw oop
+        self.assertEqual(last[4], "9.54")                 # busbw ip
+        self.assertEqual(last[5], "0/0")
+        self.assertEqual(last[7], "3.05")                 # baseline busbw oop
+        # busbw ratio from the time columns: 44044.20 / 14364.30
+        self.assertEqual(last[9], "%.2fx" % (44044.20 / 14364.30))
+        self.assertIn("geometric mean over sizes >= 1 MiB", out)
+        self.assertIn("latency at 8 B: 24.41 us vs baseline 26.71 us", out)
+
+    def test_sendrecv_inplace_not_checked(self):
+        rc, out, err = run("plugin/sendrecv.Simple.log")
+        self.assertEqual(rc, 0, err)
+        rows = table_rows(out, "sendrecv.Simple")
+        self.assertTrue(rows)
+        self.assertTrue(all(r[5] == "0/N/A" for r in rows), rows[:3])
+
+    def test_all_gather_zero_byte_rows_kept(self):
+        rc, out, err = run("plugin/all_gather.LL.log", "--baseline", "baseline/all_gather.LL.log")
+        self.assertEqual(rc, 0, err)
+        rows = table_rows(out, "all_gather.LL")
+        self.assertEqual([r[0] for r in rows[:3]], ["0 B", "0 B", "32 B"])
+        self.assertEqual(len(rows), 22)                   # 8 B .. 16 MiB
+
+    def test_old_format(self):
+        rc, out, err = run("plugin/reduce_scatter.LL128.log")
+        self.assertEqual(rc, 0, err)
+        rows = table_rows(out, "reduce_scatter.LL128")
+        self.assertEqual(len(rows), 22)
+        self.assertEqual(rows[-1][0], "16 MiB")
+        self.assertEqual(rows[-1][2], "4.63")
+
+    def test_truncated_log_fails(self):
+        rc, out, err = run("bad/truncated.all_reduce.LL.log")
+        self.assertEqual(rc, 1)
+        self.assertIn("short row", err)
+        self.assertIn("Avg bus bandwidth", err)
+        self.assertIn("19 result rows", err)
+        self.assertIn("FAIL", out)
+
+    def test_wrong_data_fails(self):
+        rc, out, err = run("bad/wrong.all_reduce.LL128.log")
+        self.assertEqual(rc, 1)
+        self.assertIn("#wrong 16384", err)
+        self.assertIn("Out of bounds values: 2", err)
+        self.assertIn("1 with wrong data", out)
+        rows = table_rows(out, "all_reduce.LL128")
+        self.assertIn(["64 KiB"], [r[:1] for r in rows])
+        wrong = [r for r in rows if r[0] == "64 KiB"][0]
+        self.assertEqual(wrong[5], "16384/0")
+
+    def test_one_bad_log_fails_the_set(self):
+        rc, out, err = run("plugin", "bad/wrong.all_reduce.LL128.log", "--baseline", "baseline")
+        self.assertEqual(rc, 1)
+
+    def test_per_iteration_and_timestamps(self):
+        rc, out, err = run("variants/periter_timestamps.log")
+        self.assertEqual(rc, 0, err)
+        rows = table_rows(out, "periter_timestamps")
+        self.assertEqual([r[0] for r in rows], ["1 KiB", "4 KiB", "16 KiB", "64 KiB", "256 KiB", "1 MiB"])
+        self.assertEqual(rows[-1][1:6], ["133.46", "7.86", "133.36", "7.86", "0/0"])
+
+    def test_no_check_is_not_an_error(self):
+        rc, out, err = run("variants/nocheck.log")
+        self.assertEqual(rc, 0, err)
+        rows = table_rows(out, "nocheck")
+        self.assertTrue(all(r[5] == "N/A/N/A" for r in rows))
+
+    def test_csv(self):
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "out.csv")
+            rc, out, err = run("plugin", "--baseline", "baseline", "--csv", path, "-q")
+            self.assertEqual(rc, 0, err)
+            with open(path) as fh:
+                rows = list(csv.DictReader(fh))
+        plugin = [r for r in rows if r["role"] == "plugin"]
+        base = [r for r in rows if r["role"] == "baseline"]
+        self.assertEqual(len(plugin), 25 + 22 + 22 + 22)   # all_reduce to 128 MiB, the others to 16 MiB
+        self.assertEqual(len(base), len(plugin))
+        big = [r for r in plugin if r["case"] == "all_reduce.Simple" and r["size"] == "134217728"][0]
+        self.assertEqual(big["network"], "GDR")
+        self.assertAlmostEqual(float(big["busbw_oop"]), 9.34)
+        self.assertAlmostEqual(float(big["baseline_busbw_oop"]), 3.05)
+        self.assertAlmostEqual(float(big["busbw_ratio_oop"]), 44044.20 / 14364.30, places=6)
+        self.assertEqual(big["wrong_oop"], "0")
+        sr = [r for r in plugin if r["case"] == "sendrecv.Simple"][0]
+        self.assertEqual(sr["wrong_ip"], "N/A")
+
+    def test_pairs_by_collective_without_run_matrix_header(self):
+        with tempfile.TemporaryDirectory() as d:
+            for role in ("plugin", "baseline"):
+                src = os.path.join(LOGS, role, "all_reduce.Simple.log")
+                dst = os.path.join(d, "%s-run.txt" % role)
+                with open(src) as fi, open(dst, "w") as fo:
+                    fo.writelines(l for l in fi if not l.startswith("# run-matrix"))
+            rc, out, err = run(os.path.join(d, "plugin-run.txt"), "--baseline", os.path.join(d, "baseline-run.txt"))
+        self.assertEqual(rc, 0, err)
+        self.assertIn("## plugin-run", out)
+        self.assertIn("baseline `", out)
+        self.assertNotIn("no baseline log matches", err)
+
+    def test_usage_errors(self):
+        rc, out, err = run("does-not-exist.log")
+        self.assertEqual(rc, 2)
+        self.assertIn("no such file", err)
+        rc, out, err = run()
+        self.assertEqual(rc, 2)
+
+    @unittest.skipUnless(have_matplotlib(), "matplotlib not importable by %s" % PY)
+    def test_plot(self):
+        with tempfile.TemporaryDirectory() as d:
+            png = os.path.join(d, "busbw.png")
+            rc, out, err = run("plugin", "--baseline", "baseline", "--plot", png, "-q")
+            self.assertEqual(rc, 0, err)
+            with open(png, "rb") as fh:
+                self.assertEqual(fh.read(8), b"\x89PNG\r\n\x1a\n")
+            self.assertGreater(os.path.getsize(png), 10000)
+
+    def test_plot_without_matplotlib_says_so(self):
+        with tempfile.TemporaryDirectory() as d:
+            # A matplotlib that cannot be imported shadows the real one.
+            os.makedirs(os.path.join(d, "matplotlib"))
+            with open(os.path.join(d, "matplotlib", "__init__.py"), "w") as fh:
+                fh.write("raise ImportError('No module named matplotlib (test)')\n")
+            env = dict(os.environ, PYTHONPATH=d)
+            csvp = os.path.join(d, "x.csv")
+            rc, out, err = run("plugin", "--plot", os.path.join(d, "x.png"), "--csv", csvp, env=env)
+            self.assertEqual(rc, 3)
+            self.assertIn("--plot needs matplotlib", err)
+            self.assertIn("PASS", out)                    # the table is still printed ...
+            self.assertTrue(os.path.exists(csvp))         # ... and the CSV written
+            self.assertFalse(os.path.exists(os.path.join(d, "x.png")))
+
+    def test_stdlib_only_without_plot(self):
+        # The default path must not import matplotlib (it is optional).
+        code = ("import runpy, sys; sys.argv=['summarize','-q','plugin']\n"
+                "try:\n runpy.run_path(%r, run_name='__main__')\n"
+                "except SystemExit as e:\n"
+                " assert 'matplotlib' not in sys.modules, 'matplotlib imported'\n"
+                " raise\n" % SUMMARIZE)
+        p = subprocess.run([PY, "-c", code], capture_output=True, text=True, cwd=LOGS)
+        self.assertEqual(p.returncode, 0, p.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
