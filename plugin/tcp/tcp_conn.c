@@ -52,6 +52,12 @@ void gdr_tcp_comm_fail(struct tcp_comm *c, ncclResult_t res, const char *fmt, ..
   pthread_mutex_unlock(&c->fail_mu);
 }
 
+static void group_init(struct tcp_group *g) {
+  memset(g, 0, sizeof(*g));
+  g->ctrl_fd = -1;
+  for (int i = 0; i < TCP_MAX_STREAMS; i++) g->fds[i] = -1;
+}
+
 static void group_clear(struct tcp_group *g) {
   if (g->ctrl_fd >= 0) close(g->ctrl_fd);
   for (int i = 0; i < TCP_MAX_STREAMS; i++)
@@ -185,7 +191,7 @@ ncclResult_t gdr_tcp_listen(int dev, struct gdr_handle *handle, void **listen_co
     return ncclSystemError;
   }
   lc->l.fd = -1;
-  for (int g = 0; g < TCP_MAX_GROUPS; g++) group_clear(&lc->groups[g]);
+  for (int g = 0; g < TCP_MAX_GROUPS; g++) group_init(&lc->groups[g]);
   lc->dev = dev;
   gdr_tcp_resolve_streams(&lc->nsocks, &lc->nthreads);
   GDR_CHECK(gdr_tcp_dev_addr(dev, &addr));

@@ -1,5 +1,8 @@
 /* The TCP transport end to end, in one process, through the core (exactly the calls the v8 table makes). */
+#include <dirent.h>
+#include <fcntl.h>
 #include <pthread.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "core.h"
@@ -429,6 +432,55 @@ static void test_many_comms(void **state) {
   unsetenv("GDRNET_TCP_NSOCKS");
 }
 
+static int count_fds(void) {
+  DIR *d = opendir("/proc/self/fd");
+  struct dirent *e;
+  int n = 0;
+  assert_non_null(d);
+  while ((e = readdir(d)) != NULL) {
+    if (e->d_name[0] != '.') n++;
+    if (getenv("GDRNET_TEST_VERBOSE") && e->d_name[0] != '.') {
+      char p[300], t[300] = "";
+      snprintf(p, sizeof(p), "/proc/self/fd/%s", e->d_name);
+      ssize_t k = readlink(p, t, sizeof(t) - 1);
+      if (k > 0) t[k] = 0;
+      fprintf(stderr, "fd %s -> %s\n", e->d_name, t);
+    }
+  }
+  closedir(d);
+  return n;
+}
+
+/* Listen/connect/accept/close cycles leak no descriptor and never close one they do not own (fd 0 included: a
+ * calloc'd fd field is 0, not -1). */
+static void test_no_fd_leak_or_stray_close(void **state) {
+  struct stat before, after;
+  int n0;
+  (void)state;
+  if (fstat(0, &before) != 0) { /* no stdin here: put something on fd 0 to watch */
+    int fd = open("/dev/null", O_RDONLY);
+    assert_int_equal(fd, 0);
+  }
+  init_plugin();
+  assert_int_equal(fstat(0, &before), 0);
+  n0 = count_fds();
+  for (int k = 0; k < 5; k++) {
+    struct pair p;
+    void *l = NULL;
+    char h[NCCL_NET_HANDLE_MAXSIZE];
+    pair_open(&p);
+    xfer(&p, 100000, 100000, (unsigned)k);
+    pair_close(&p);
+    assert_int_equal(gdr_core_listen(0, h, &l), ncclSuccess); /* a listen closed without any accept */
+    assert_int_equal(gdr_core_close_listen(l), ncclSuccess);
+  }
+  assert_int_equal(count_fds(), n0);
+  assert_int_equal(fstat(0, &after), 0);
+  assert_int_equal(before.st_ino, after.st_ino);
+  assert_int_equal(before.st_dev, after.st_dev);
+  fini_plugin();
+}
+
 /* A throughput smoke (prints, asserts nothing about speed). */
 static void test_loopback_throughput(void **state) {
   enum { D = 8 };
@@ -485,6 +537,7 @@ static void test_loopback_throughput(void **state) {
 }
 
 int main(void) {
+  setenv("GDRNET_SOCKET_IFNAME", "lo", 0); /* single-host: loopback (CTest sets it too) */
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_chunk_plan),
       cmocka_unit_test(test_resolve_streams),
@@ -497,6 +550,7 @@ int main(void) {
       cmocka_unit_test(test_close_after_send_delivers),
       cmocka_unit_test(test_reg_refuses_cuda),
       cmocka_unit_test(test_many_comms),
+      cmocka_unit_test(test_no_fd_leak_or_stray_close),
       cmocka_unit_test(test_loopback_throughput),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
