@@ -9,6 +9,7 @@
  * The receiver's QPs reach RTS before it answers; the sender's before READY.  The stream then stays
  * open as the control channel: size errors travel on it, and its EOF tells a dead peer. */
 #include <errno.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,8 +25,12 @@
 
 /* ---------------------------------------------------------------------------------------- fatal -- */
 
+/* fatal: 0 healthy, 2 a reason is being written (by the async thread or the progress thread, whoever
+ * came first), 1 failed with fatal_why complete. */
 void gdr_rdma_comm_mark_fatal(struct gdr_rdma_comm *c, const char *fmt, ...) {
-  if (atomic_load_explicit(&c->fatal, memory_order_acquire)) return;
+  int expect = 0;
+  if (!atomic_compare_exchange_strong_explicit(&c->fatal, &expect, 2, memory_order_acq_rel, memory_order_acquire))
+    return; /* the first reason wins */
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(c->fatal_why, sizeof(c->fatal_why), fmt, ap);
@@ -34,7 +39,12 @@ void gdr_rdma_comm_mark_fatal(struct gdr_rdma_comm *c, const char *fmt, ...) {
 }
 
 ncclResult_t gdr_rdma_comm_check(struct gdr_rdma_comm *c) {
-  if (!atomic_load_explicit(&c->fatal, memory_order_acquire)) return ncclSuccess;
+  int f = atomic_load_explicit(&c->fatal, memory_order_acquire);
+  if (f == 0) return ncclSuccess;
+  for (int i = 0; f == 2 && i < 100000; i++) { /* the reason is being written (a snprintf away) */
+    sched_yield();
+    f = atomic_load_explicit(&c->fatal, memory_order_acquire);
+  }
   if (!c->fatal_warned) {
     c->fatal_warned = 1;
     GDR_WARN("%s connection to %s (%s port %d) failed: %s", c->kind == GDR_RCOMM_SEND ? "send" : "receive",
