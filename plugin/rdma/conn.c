@@ -53,6 +53,14 @@ ncclResult_t gdr_rdma_comm_check(struct gdr_rdma_comm *c) {
   return ncclRemoteError;
 }
 
+void gdr_rdma_addr_str(const struct gdr_rdma_comm *c, int remote, char *buf, size_t len) {
+  const struct gdr_rdma_dev *d = c->dev;
+  if (d->link_layer == IBV_LINK_LAYER_ETHERNET)
+    gdr_gid_format(remote ? c->remote.gid : d->gid.raw, buf, (int)len);
+  else
+    snprintf(buf, len, "LID %u", remote ? c->remote.lid : d->lid);
+}
+
 /* ------------------------------------------------------------------------------ control channel -- */
 
 ncclResult_t gdr_rdma_ctrl_poll(struct gdr_rdma_comm *c) {
@@ -359,13 +367,8 @@ static ncclResult_t connect_qps(struct gdr_rdma_comm *c, int expected_role) {
     c->rfifo_rkey = r->rkey;
   }
   char lg[64], rg[64];
-  if (d->link_layer == IBV_LINK_LAYER_ETHERNET) {
-    gdr_gid_format(d->gid.raw, lg, sizeof(lg));
-    gdr_gid_format(r->gid, rg, sizeof(rg));
-  } else {
-    snprintf(lg, sizeof(lg), "LID %u", d->lid);
-    snprintf(rg, sizeof(rg), "LID %u", r->lid);
-  }
+  gdr_rdma_addr_str(c, 0, lg, sizeof(lg));
+  gdr_rdma_addr_str(c, 1, rg, sizeof(rg));
   GDR_INFO(NCCL_NET, "%s connection %s %s <-> %s %.64s %s: %d QP%s (%s), MTU %d%s",
            c->kind == GDR_RCOMM_SEND ? "send" : "recv", d->name, lg, c->peer, r->devname, rg, c->nqps,
            c->nqps > 1 ? "s" : "", c->split ? "split, 128-byte chunks" : "whole messages", 128 << mtu,

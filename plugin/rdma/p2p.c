@@ -10,7 +10,6 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "gid.h"
 #include "rdma.h"
 
 #define CTRL_CHECK_NS 1000000ull       /* look at the control channel at most every 1 ms while idle */
@@ -333,13 +332,8 @@ static const char *wr_kind_str(int k) {
 static void wc_failed(struct gdr_rdma_comm *c, const struct ibv_wc *wc) {
   struct gdr_rdma_dev *d = c->dev;
   char lg[64], rg[64];
-  if (d->link_layer == IBV_LINK_LAYER_ETHERNET) {
-    gdr_gid_format(d->gid.raw, lg, sizeof(lg));
-    gdr_gid_format(c->remote.gid, rg, sizeof(rg));
-  } else {
-    snprintf(lg, sizeof(lg), "LID %u", d->lid);
-    snprintf(rg, sizeof(rg), "LID %u", c->remote.lid);
-  }
+  gdr_rdma_addr_str(c, 0, lg, sizeof(lg));
+  gdr_rdma_addr_str(c, 1, rg, sizeof(rg));
   int kind = gdr_wr_kind(wc->wr_id);
   gdr_rdma_comm_mark_fatal(c,
                            "work completion error: status %s (%d), vendor_err 0x%x, %s of message #%llu, QP 0x%x, "
@@ -432,38 +426,27 @@ static void req_release(struct gdr_rdma_comm *c, struct gdr_rdma_req *r) {
   r->type = GDR_RREQ_FREE;
 }
 
+/* A request that failed on its own (the peer reported a size error for it): released with its error. */
+static ncclResult_t req_failed(struct gdr_rdma_comm *c, struct gdr_rdma_req *r) {
+  ncclResult_t e = r->error;
+  req_release(c, r);
+  return e;
+}
+
 ncclResult_t gdr_rdma_test(void *request, int *done, size_t *sizes) {
   struct gdr_rdma_req *r = request;
   struct gdr_rdma_comm *c = r->comm;
   *done = 0;
-  if (r->error != ncclSuccess) {
-    ncclResult_t e = r->error;
-    req_release(c, r);
-    return e;
-  }
+  if (r->error != ncclSuccess) return req_failed(c, r);
   ncclResult_t res = gdr_rdma_comm_check(c);
   if (res != ncclSuccess) return res;
   if (r->events > 0) {
     int progress = 0;
     res = poll_cq(c, &progress);
     if (res != ncclSuccess) return res;
-    if (r->error != ncclSuccess) {
-      ncclResult_t e = r->error;
-      req_release(c, r);
-      return e;
-    }
-    if (r->events > 0) {
-      if (progress == 0) {
-        idle_check(c);
-        if (r->error != ncclSuccess) {
-          ncclResult_t e = r->error;
-          req_release(c, r);
-          return e;
-        }
-        return gdr_rdma_comm_check(c);
-      }
-      return ncclSuccess;
-    }
+    if (r->events > 0 && progress == 0) idle_check(c); /* nothing moved: is the peer still there? */
+    if (r->error != ncclSuccess) return req_failed(c, r);
+    if (r->events > 0) return gdr_rdma_comm_check(c);
   }
   /* done */
   if (r->type == GDR_RREQ_RECV) {

@@ -226,6 +226,8 @@ ncclResult_t gdr_rdma_close_listen(void *listen_comm);
 void gdr_rdma_comm_mark_fatal(struct gdr_rdma_comm *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* The error a comm's calls return once it failed (WARNs the reason once). ncclSuccess if healthy. */
 ncclResult_t gdr_rdma_comm_check(struct gdr_rdma_comm *c);
+/* "::ffff:10.0.0.1" (RoCE GID) or "LID 5" (IB) of this side (remote = 0) or of the peer (remote = 1). */
+void gdr_rdma_addr_str(const struct gdr_rdma_comm *c, int remote, char *buf, size_t len);
 /* Reads what the peer said on the control channel (non-blocking). */
 ncclResult_t gdr_rdma_ctrl_poll(struct gdr_rdma_comm *c);
 
