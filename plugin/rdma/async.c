@@ -164,3 +164,28 @@ void gdr_rdma_async_detach(struct gdr_rdma_comm *c) {
     close(stop_fd);
   }
 }
+
+void gdr_rdma_async_stop(struct gdr_rdma_dev *d) {
+  pthread_t t;
+  int stop_fd = -1;
+  pthread_mutex_lock(&d->lock);
+  int running = d->thread_running;
+  if (running) {
+    uint64_t one = 1;
+    ssize_t w = write(d->stop_fd, &one, sizeof(one));
+    (void)w;
+    t = d->thread;
+    stop_fd = d->stop_fd;
+    d->stop_fd = -1;
+    d->thread_running = 0;
+  }
+  /* comms still attached were leaked by the user: forget them (their verbs objects die with the context) */
+  for (struct gdr_rdma_comm *c = d->comms; c; c = c->next) c->attached = 0;
+  d->comms = NULL;
+  d->ncomms = 0;
+  pthread_mutex_unlock(&d->lock);
+  if (running) {
+    pthread_join(t, NULL);
+    close(stop_fd);
+  }
+}

@@ -321,6 +321,8 @@ ncclResult_t gdr_rdma_dereg_mr(void *comm, void *mhandle) {
 /* ------------------------------------------------------------------------------------------ init -- */
 
 static void close_dev(struct gdr_rdma_dev *d) {
+  if (d->ncomms) GDR_INFO(NCCL_NET, "%s: %d connection(s) still open at fini", d->name, d->ncomms);
+  gdr_rdma_async_stop(d); /* never close the context under the thread that reads its events */
   int leaked = gdr_regcache_fini(&d->cache);
   if (leaked) GDR_INFO(NCCL_NET, "%s: %d registrations were still live at fini", d->name, leaked);
   if (d->pd) gdr_ibv.dealloc_pd(d->pd);

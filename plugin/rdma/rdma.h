@@ -90,6 +90,8 @@ const char *gdr_rdma_reg_hint(int err); /* a fix for a registration errno (memlo
  * the last remove stops and joins it. */
 ncclResult_t gdr_rdma_async_attach(struct gdr_rdma_comm *c);
 void gdr_rdma_async_detach(struct gdr_rdma_comm *c);
+/* Stops and joins the device's thread even if comms are still open (fini after leaked comms). */
+void gdr_rdma_async_stop(struct gdr_rdma_dev *d);
 
 /* ---------------------------------------------------------------------------------------- requests -- */
 
