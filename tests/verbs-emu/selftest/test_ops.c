@@ -393,8 +393,10 @@ static void test_flush_order(void)
 	memset(&a, 0, sizeof(a));
 	a.qp_state = IBV_QPS_RESET;
 	CHECK_EQ(ibv_modify_qp(qp, &a, IBV_QP_STATE), 0);
+	CHECK_EQ(ibv_modify_qp(peer, &a, IBV_QP_STATE), 0); /* both sides restart their PSNs */
 	struct vt_rc rc = VT_RC_DEFAULT;
 	vt_connect(&d, qp, peer->qp_num, rc);
+	vt_connect(&d, peer, qp->qp_num, rc);
 	one(qp, IBV_WR_RDMA_WRITE, src, 64, msrc->lkey, (uintptr_t)dst, mdst->rkey, 0, IBV_WC_SUCCESS);
 	CHECK_EQ(ibv_destroy_qp(qp), 0);
 	CHECK_EQ(ibv_destroy_qp(peer), 0);

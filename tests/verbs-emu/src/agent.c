@@ -94,6 +94,7 @@ struct vconn {
 	struct vrwr *rx_recv;       /* receive WR consumed by this message */
 	int rx_status;              /* NAK status to send when done (0 = ACK) */
 	int rx_recv_status;         /* status of the receive completion */
+	int rx_ack;                 /* acknowledge a discarded duplicate */
 	struct lazyrec *rx_lazy;
 	char *rx_heap;
 	char *stage;
@@ -274,10 +275,15 @@ static void conn_kill(struct vconn *c)
 	epoll_ctl(ep, EPOLL_CTL_DEL, c->fd, NULL);
 	close(c->fd);
 	c->fd = -1;
+	pthread_mutex_lock(&g.mu);
 	for (struct oframe *f = c->oq_head, *n; f; f = n) {
 		n = f->next;
+		struct vqp *q = f->qpn ? vemu_qp_find(f->qpn) : NULL;
+		if (q && q->unsent > 0)
+			q->unsent--;
 		frame_free(f);
 	}
+	pthread_mutex_unlock(&g.mu);
 	c->oq_head = c->oq_tail = NULL;
 	/* an incoming message cut short: its receive WR is lost with the connection (the initiator times out) */
 	free(c->isegs);
@@ -441,8 +447,11 @@ static int conn_write(struct vconn *c)
 					now = vemu_now_ns();
 				pthread_mutex_lock(&g.mu);
 				struct vqp *q = vemu_qp_find(f->qpn);
-				if (q)
+				if (q) {
 					q->last_progress = now;
+					if (f->off == total && q->unsent > 0)
+						q->unsent--;
+				}
 				pthread_mutex_unlock(&g.mu);
 			}
 			if (f->off == total) {
@@ -499,6 +508,8 @@ static int local_segs(struct vqp *q, const struct ibv_sge *sge, int n, int need_
 }
 
 /* ------------------------------------------------------------ transmit (g.mu held) */
+static void send_request(struct vqp *q, struct vwr *w);
+
 static void transmit_qp(struct vqp *q)
 {
 	if (q->qp.state == IBV_QPS_ERR) {
@@ -539,51 +550,14 @@ static void transmit_qp(struct vqp *q)
 			vemu_qp_to_err(q);
 			return;
 		}
-		if (!q->peer_pid)
-			q->peer_pid = qpn_owner(q->dest_qpn);
-		if (!q->conn)
-			q->conn = q->peer_pid ? conn_to(q->peer_pid) : NULL;
-		if (!q->conn) {
-			/* nobody owns the destination QPN: nothing answers, the WR times out */
-			q->conn = conn_new(-1, -1);
-		}
-		int type;
-		switch (w->opcode) {
-		case IBV_WR_SEND:
-		case IBV_WR_SEND_WITH_IMM: type = F_SEND; break;
-		case IBV_WR_RDMA_READ: type = F_READ_REQ; break;
-		default: type = F_WRITE; break;
-		}
-		struct oframe *f = frame_new(type, q->dest_qpn, q->qp.qp_num, w->seq);
-		f->h.rnr_retry = q->rnr_retry;
-		f->h.rkey = w->rkey;
-		f->h.raddr = w->raddr;
-		f->h.len = w->len;
-		f->h.imm = w->imm;
-		if (w->opcode == IBV_WR_SEND_WITH_IMM || w->opcode == IBV_WR_RDMA_WRITE_WITH_IMM)
-			f->h.flags |= HF_IMM;
-		f->qpn = q->qp.qp_num;
-		if (type == F_READ_REQ) {
-			w->rsegs = segs;
-			w->nrsegs = nseg;
+		w->rsegs = segs; /* the local segments stay with the WR (READ sink, retransmissions) */
+		w->nrsegs = nseg;
+		if (w->opcode == IBV_WR_RDMA_READ)
 			lazy_flush(q->ctx->dev);
-		} else if (w->inl) {
-			if (w->len) {
-				f->heap = malloc(w->len);
-				memcpy(f->heap, w->inl, w->len);
-			}
-			free(segs);
-		} else {
-			f->segs = segs;
-			f->nseg = nseg;
-		}
-		if (g.trace) {
-			char acc[64] = "";
-			vemu_trace("exec qp=0x%x op=%s wr_id=0x%llx len=%llu dest=0x%x seq=%llu\n", q->qp.qp_num,
+		if (g.trace)
+			vemu_trace("exec qp=0x%x op=%s wr_id=0x%llx len=%llu dest=0x%x psn=%u\n", q->qp.qp_num,
 				   vemu_wr_opname(w->opcode), (unsigned long long)w->wr_id, (unsigned long long)w->len,
-				   q->dest_qpn, (unsigned long long)w->seq);
-			(void)acc;
-		}
+				   q->dest_qpn, w->seq);
 		q->sq_head = w->next;
 		if (!q->sq_head)
 			q->sq_tail = NULL;
@@ -594,11 +568,68 @@ static void transmit_qp(struct vqp *q)
 		else
 			q->if_head = w;
 		q->if_tail = w;
-		q->last_progress = vemu_now_ns();
-		enqueue(q->conn, f);
+		if (!q->unsent && q->if_head == w) {
+			q->last_progress = vemu_now_ns();
+			q->retries = 0;
+		}
+		send_request(q, w);
 		uint64_t t = qp_timeout_ns(q);
 		if (t)
-			want_deadline(q->last_progress + t * (uint64_t)(q->retry_cnt + 1));
+			want_deadline(q->last_progress + t);
+	}
+}
+
+/* put a request frame for w on the wire (first transmission and retransmissions); g.mu held */
+static void send_request(struct vqp *q, struct vwr *w)
+{
+	if (!q->peer_pid)
+		q->peer_pid = qpn_owner(q->dest_qpn);
+	if (!q->conn)
+		q->conn = q->peer_pid ? conn_to(q->peer_pid) : NULL;
+	if (!q->conn) /* nobody owns the destination QPN: nothing answers, the WR times out */
+		q->conn = conn_new(-1, -1);
+	int type;
+	switch (w->opcode) {
+	case IBV_WR_SEND:
+	case IBV_WR_SEND_WITH_IMM: type = F_SEND; break;
+	case IBV_WR_RDMA_READ: type = F_READ_REQ; break;
+	default: type = F_WRITE; break;
+	}
+	struct oframe *f = frame_new(type, q->dest_qpn, q->qp.qp_num, w->seq);
+	f->h.rnr_retry = q->rnr_retry;
+	f->h.rkey = w->rkey;
+	f->h.raddr = w->raddr;
+	f->h.len = w->len;
+	f->h.imm = w->imm;
+	if (w->opcode == IBV_WR_SEND_WITH_IMM || w->opcode == IBV_WR_RDMA_WRITE_WITH_IMM)
+		f->h.flags |= HF_IMM;
+	f->qpn = q->qp.qp_num;
+	if (type != F_READ_REQ) {
+		if (w->inl) {
+			if (w->len) {
+				f->heap = malloc(w->len);
+				memcpy(f->heap, w->inl, w->len);
+			}
+		} else if (w->nrsegs) {
+			f->segs = malloc(sizeof(struct vseg) * (size_t)w->nrsegs);
+			memcpy(f->segs, w->rsegs, sizeof(struct vseg) * (size_t)w->nrsegs);
+			f->nseg = w->nrsegs;
+			for (int i = 0; i < f->nseg; i++)
+				f->segs[i].lazy = 0;
+		}
+	}
+	if (!q->conn->dead)
+		q->unsent++;
+	enqueue(q->conn, f);
+}
+
+/* the retry timer fired with requests outstanding: resend them all, in order (g.mu held) */
+static void retransmit(struct vqp *q)
+{
+	for (struct vwr *w = q->if_head; w; w = w->next) {
+		VTRACE("retransmit qp=0x%x op=%s wr_id=0x%llx psn=%u try=%d\n", q->qp.qp_num, vemu_wr_opname(w->opcode),
+		       (unsigned long long)w->wr_id, w->seq, q->retries);
+		send_request(q, w);
 	}
 }
 
@@ -634,10 +665,28 @@ static int plan_request(struct vconn *c, struct vqp *q, const struct whdr *h, st
 	c->rx_status = 0;
 	c->rx_recv_status = IBV_WC_SUCCESS;
 	c->rx_lazy = NULL;
+	c->rx_ack = 0;
 	if (!q || (q->qp.state != IBV_QPS_RTR && q->qp.state != IBV_QPS_RTS) || q->dest_qpn != h->src_qpn) {
-		VTRACE("drop op=%d dst=0x%x src=0x%x (no such connected QP)\n", h->type, h->dst_qpn, h->src_qpn);
-		return RX_DISCARD; /* silently dropped: the initiator times out */
+		VTRACE("drop op=%d dst=0x%x src=0x%x psn=%u (no such connected QP)\n", h->type, h->dst_qpn, h->src_qpn,
+		       (unsigned)h->seq);
+		return RX_DISCARD; /* silently dropped: the initiator times out and retransmits */
 	}
+	uint32_t diff = ((uint32_t)h->seq - q->rx_psn) & VEMU_PSN_MASK;
+	if (diff >= 0x800000) {
+		/* a duplicate (a retransmission of something already accepted) */
+		if (q->held_head)
+			return RX_DISCARD; /* still parked here: answered when it executes */
+		if (h->type == F_READ_REQ)
+			return -1; /* reads are executed again */
+		VTRACE("duplicate qp=0x%x psn=%u: acknowledged again\n", q->qp.qp_num, (unsigned)h->seq);
+		c->rx_ack = 1;
+		return RX_DISCARD;
+	}
+	if (diff) {
+		VTRACE("drop qp=0x%x psn=%u expected %u (out of sequence)\n", q->qp.qp_num, (unsigned)h->seq, q->rx_psn);
+		return RX_DISCARD;
+	}
+	q->rx_psn = (q->rx_psn + 1) & VEMU_PSN_MASK;
 	int park = q->held_head != NULL || q->ctx->dev->port_state != IBV_PORT_ACTIVE;
 	int credit_fault = 0;
 	if (!park && needs_recv(h)) {
@@ -863,21 +912,41 @@ static void run_held(struct vqp *q, uint64_t now)
 }
 
 /* ------------------------------------------------------------ initiator side responses (g.mu held) */
+static int psn_before(uint32_t a, uint32_t b)
+{
+	uint32_t d = (b - a) & VEMU_PSN_MASK;
+	return d && d < 0x800000;
+}
+
+/* a response for PSN psn implicitly acknowledges every earlier request (IB acks are cumulative) */
+static void ack_before(struct vqp *q, uint32_t psn)
+{
+	struct vwr *w;
+	while ((w = q->if_head) && psn_before(w->seq, psn)) {
+		q->if_head = w->next;
+		if (!q->if_head)
+			q->if_tail = NULL;
+		vemu_complete_send(q, w, IBV_WC_SUCCESS);
+	}
+}
+
 static void handle_response(struct vconn *c, const struct whdr *h)
 {
 	struct vqp *q = vemu_qp_find(h->dst_qpn);
 	c->rx_kind = RX_DISCARD;
-	if (!q)
+	if (!q || q->qp.state != IBV_QPS_RTS || q->dest_qpn != h->src_qpn)
 		return;
-	struct vwr *w = q->if_head;
+	uint32_t psn = (uint32_t)h->seq;
+	q->last_progress = vemu_now_ns();
+	q->retries = 0;
 	if (h->type == F_RNR) {
-		q->last_progress = vemu_now_ns();
-		VTRACE("ack qp=0x%x seq=%llu kind=RNR_NAK\n", q->qp.qp_num, (unsigned long long)h->seq);
+		VTRACE("ack qp=0x%x psn=%u kind=RNR_NAK\n", q->qp.qp_num, psn);
 		return;
 	}
-	if (!w || w->seq != h->seq)
-		return; /* flushed or reset meanwhile */
-	q->last_progress = vemu_now_ns();
+	ack_before(q, psn);
+	struct vwr *w = q->if_head;
+	if (!w || w->seq != psn)
+		return; /* a late answer to something already completed, flushed or reset */
 	if (h->type == F_READ_RESP) {
 		free(c->isegs);
 		c->isegs = NULL;
@@ -892,16 +961,15 @@ static void handle_response(struct vconn *c, const struct whdr *h)
 		c->rx_kind = RX_READ_RESP;
 		return;
 	}
-	VTRACE("ack qp=0x%x seq=%llu wr_id=0x%llx kind=%s\n", q->qp.qp_num, (unsigned long long)h->seq,
-	       (unsigned long long)w->wr_id, h->type == F_ACK ? "ACK" : ibv_wc_status_str(h->status));
+	VTRACE("ack qp=0x%x psn=%u wr_id=0x%llx kind=%s\n", q->qp.qp_num, psn, (unsigned long long)w->wr_id,
+	       h->type == F_ACK ? "ACK" : ibv_wc_status_str(h->status));
 	q->if_head = w->next;
 	if (!q->if_head)
 		q->if_tail = NULL;
 	if (h->type == F_ACK) {
 		vemu_complete_send(q, w, IBV_WC_SUCCESS);
-		if (q->sq_head) {
+		if (q->sq_head)
 			transmit_qp(q);
-		}
 	} else {
 		vemu_complete_send(q, w, (int)h->status);
 		vemu_qp_to_err(q);
@@ -914,10 +982,10 @@ static void finish_read_resp(const struct whdr *h)
 	if (!q)
 		return;
 	struct vwr *w = q->if_head;
-	if (!w || w->seq != h->seq)
+	if (!w || w->seq != (uint32_t)h->seq)
 		return;
-	VTRACE("ack qp=0x%x seq=%llu wr_id=0x%llx kind=READ_RESP len=%llu\n", q->qp.qp_num,
-	       (unsigned long long)h->seq, (unsigned long long)w->wr_id, (unsigned long long)h->len);
+	VTRACE("ack qp=0x%x psn=%u wr_id=0x%llx kind=READ_RESP len=%llu\n", q->qp.qp_num, w->seq,
+	       (unsigned long long)w->wr_id, (unsigned long long)h->len);
 	q->if_head = w->next;
 	if (!q->if_head)
 		q->if_tail = NULL;
@@ -967,9 +1035,12 @@ static void payload_done(struct vconn *c)
 		finish_request(c, h);
 		break;
 	case RX_DISCARD:
-		if (h->type != F_ACK && h->type != F_NAK && h->type != F_RNR && h->type != F_READ_RESP &&
-		    (c->rx_status || c->rx_recv))
-			finish_request(c, h);
+		if (h->type != F_ACK && h->type != F_NAK && h->type != F_RNR && h->type != F_READ_RESP) {
+			if (c->rx_status || c->rx_recv)
+				finish_request(c, h);
+			else if (c->rx_ack)
+				respond(c, h, F_ACK, 0);
+		}
 		break;
 	case RX_READ_RESP:
 		finish_read_resp(h);
@@ -1067,8 +1138,8 @@ static int conn_read(struct vconn *c)
 {
 	if (vemu_fault_is_lost())
 		return 0;
-	for (int rounds = 0; rounds < 64 && !c->dead; rounds++) {
-		/* consume buffered input */
+	for (int rounds = 0; !c->dead; rounds++) {
+		/* consume buffered input (always before leaving, or bytes would wait for the next epoll event) */
 		while (c->ibuf_off < c->ibuf_len) {
 			size_t avail = c->ibuf_len - c->ibuf_off;
 			if (!c->in_payload) {
@@ -1093,6 +1164,8 @@ static int conn_read(struct vconn *c)
 			}
 		}
 		c->ibuf_off = c->ibuf_len = 0;
+		if (rounds >= 64)
+			return 0; /* let the other connections have their turn; epoll reports the rest */
 		ssize_t r;
 		if (c->in_payload && c->in_left >= 65536) {
 			r = read_direct(c);
@@ -1138,25 +1211,34 @@ static void check_timers(uint64_t now)
 		uint64_t t = qp_timeout_ns(q);
 		if (!t)
 			continue;
-		uint64_t dl = q->last_progress + t * (uint64_t)(q->retry_cnt + 1);
-		if (now >= dl) {
-			struct vwr *w = q->if_head ? q->if_head : q->sq_head;
-			VTRACE("timeout qp=0x%x wr_id=0x%llx retry_exc after %llu ns\n", q->qp.qp_num,
-			       (unsigned long long)w->wr_id, (unsigned long long)(now - q->last_progress));
-			if (q->if_head) {
-				q->if_head = w->next;
-				if (!q->if_head)
-					q->if_tail = NULL;
-			} else {
-				q->sq_head = w->next;
-				if (!q->sq_head)
-					q->sq_tail = NULL;
-			}
-			vemu_complete_send(q, w, IBV_WC_RETRY_EXC_ERR);
-			vemu_qp_to_err(q);
-		} else {
+		uint64_t dl = q->last_progress + t;
+		if (now < dl) {
 			want_deadline(dl);
+			continue;
 		}
+		if (q->retries < q->retry_cnt) {
+			/* the retry timer: retransmit what is outstanding (unless it has not even left yet) */
+			q->retries++;
+			if (!q->unsent && q->if_head && q->ctx->dev->port_state == IBV_PORT_ACTIVE)
+				retransmit(q);
+			q->last_progress = now;
+			want_deadline(now + t);
+			continue;
+		}
+		struct vwr *w = q->if_head ? q->if_head : q->sq_head;
+		VTRACE("timeout qp=0x%x wr_id=0x%llx retry_exc after %d retries\n", q->qp.qp_num,
+		       (unsigned long long)w->wr_id, q->retries);
+		if (q->if_head) {
+			q->if_head = w->next;
+			if (!q->if_head)
+				q->if_tail = NULL;
+		} else {
+			q->sq_head = w->next;
+			if (!q->sq_head)
+				q->sq_tail = NULL;
+		}
+		vemu_complete_send(q, w, IBV_WC_RETRY_EXC_ERR);
+		vemu_qp_to_err(q);
 	}
 }
 
@@ -1171,7 +1253,7 @@ static void process_dirty(void)
 		transmit_qp(q);
 		uint64_t t = qp_timeout_ns(q);
 		if (t && q->qp.state == IBV_QPS_RTS && (q->sq_head || q->if_head))
-			want_deadline(q->last_progress + t * (uint64_t)(q->retry_cnt + 1));
+			want_deadline(q->last_progress + t);
 	}
 	pthread_mutex_unlock(&g.mu);
 }
@@ -1211,6 +1293,7 @@ static void *agent_main(void *arg)
 	sigset_t all;
 	sigfillset(&all);
 	pthread_sigmask(SIG_BLOCK, &all, NULL);
+	vemu_set_agent_thread();
 	struct epoll_event evs[64];
 	for (;;) {
 		uint64_t now = vemu_now_ns();
@@ -1263,6 +1346,7 @@ static void *agent_main(void *arg)
 		for (struct vconn *c = conns; c; c = c->next)
 			if (c->oq_head && !c->dead)
 				conn_write(c);
+		vemu_flush_deferred();
 	}
 	return NULL;
 }

@@ -992,6 +992,8 @@ VEMU_EXPORT struct ibv_cq *ibv_create_cq(struct ibv_context *c, int cqe, void *c
 	return &q->cq;
 }
 
+static void cq_forget_deferred(struct vcq *q);
+
 VEMU_EXPORT int ibv_destroy_cq(struct ibv_cq *cq)
 {
 	struct vcq *q = (struct vcq *)cq;
@@ -1001,6 +1003,7 @@ VEMU_EXPORT int ibv_destroy_cq(struct ibv_cq *cq)
 			pthread_mutex_unlock(&g.mu);
 			return EBUSY;
 		}
+	cq_forget_deferred(q);
 	pthread_mutex_unlock(&g.mu);
 	if (cq->channel)
 		__atomic_sub_fetch(&cq->channel->refcnt, 1, __ATOMIC_ACQ_REL);
@@ -1017,7 +1020,66 @@ VEMU_EXPORT int ibv_resize_cq(struct ibv_cq *cq, int cqe)
 	return EOPNOTSUPP;
 }
 
+/* Completions produced by the agent thread are queued (under g.mu) and pushed at the end of its loop
+ * iteration, after the responses it produced were written: an ACK is on the wire before the target
+ * sees its completion, as with a NIC (a target that exits right after its completion loses nothing). */
+struct deferred {
+	struct vcq *cq;
+	struct ibv_wc wc;
+};
+static __thread int in_agent;
+static struct deferred *defq;
+static size_t defq_n, defq_cap;
+
+void vemu_set_agent_thread(void)
+{
+	in_agent = 1;
+}
+
+static void cq_push_now(struct vcq *q, const struct ibv_wc *wc);
+
 void vemu_cq_push(struct vcq *q, const struct ibv_wc *wc)
+{
+	if (!in_agent) {
+		cq_push_now(q, wc);
+		return;
+	}
+	/* g.mu is held by the agent here */
+	if (defq_n == defq_cap) {
+		size_t cap = defq_cap ? defq_cap * 2 : 256;
+		struct deferred *n = realloc(defq, cap * sizeof(*n));
+		if (!n) {
+			cq_push_now(q, wc);
+			return;
+		}
+		defq = n;
+		defq_cap = cap;
+	}
+	defq[defq_n].cq = q;
+	defq[defq_n].wc = *wc;
+	defq_n++;
+}
+
+void vemu_flush_deferred(void)
+{
+	pthread_mutex_lock(&g.mu);
+	for (size_t i = 0; i < defq_n; i++)
+		cq_push_now(defq[i].cq, &defq[i].wc);
+	defq_n = 0;
+	pthread_mutex_unlock(&g.mu);
+}
+
+static void cq_forget_deferred(struct vcq *q)
+{
+	/* g.mu held */
+	size_t k = 0;
+	for (size_t i = 0; i < defq_n; i++)
+		if (defq[i].cq != q)
+			defq[k++] = defq[i];
+	defq_n = k;
+}
+
+static void cq_push_now(struct vcq *q, const struct ibv_wc *wc)
 {
 	int notify = 0, overrun = 0;
 	pthread_mutex_lock(&q->lock);
@@ -1448,13 +1510,19 @@ VEMU_EXPORT int ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int m
 		drop_queues(q);
 		q->qp.state = IBV_QPS_RESET;
 		q->next_seq = 0;
+		q->retries = 0;
+		q->unsent = 0;
 		q->peer_pid = 0;
 		q->conn = NULL;
 	} else if (next == IBV_QPS_ERR) {
 		vemu_qp_to_err(q);
 	} else {
 		q->qp.state = (enum ibv_qp_state)next;
+		if (next == IBV_QPS_RTR && cur == IBV_QPS_INIT)
+			q->rx_psn = q->rq_psn & VEMU_PSN_MASK;
 		if (next == IBV_QPS_RTS && cur == IBV_QPS_RTR) {
+			q->next_seq = q->sq_psn & VEMU_PSN_MASK;
+			q->retries = 0;
 			q->last_progress = vemu_now_ns();
 			fatal = vemu_fault_qp_fatal();
 		}
@@ -1590,7 +1658,8 @@ static int vemu_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_
 			w->nsge = wr->num_sge;
 			memcpy(w->sge, wr->sg_list, sizeof(struct ibv_sge) * (size_t)wr->num_sge);
 		}
-		w->seq = q->next_seq++;
+		w->seq = q->next_seq;
+		q->next_seq = (q->next_seq + 1) & VEMU_PSN_MASK;
 		if (!q->sq_head && !q->if_head)
 			q->last_progress = vemu_now_ns();
 		if (q->sq_tail)

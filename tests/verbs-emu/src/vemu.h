@@ -18,6 +18,7 @@
 #define VEMU_MAX_SGE 32
 #define VEMU_MAX_QP_WR 16384
 #define VEMU_MAX_CQE (1 << 22)
+#define VEMU_PSN_MASK 0xffffffu
 
 /* ------------------------------------------------------------ devices */
 struct vdev {
@@ -81,7 +82,7 @@ struct vchan {
 struct vwr {
 	struct vwr *next;
 	uint64_t wr_id;
-	uint64_t seq;
+	uint32_t seq;               /* PSN */
 	int opcode;                 /* IBV_WR_* */
 	unsigned flags;
 	uint32_t imm;
@@ -128,8 +129,11 @@ struct vqp {
 	struct vwr *sq_head, *sq_tail;      /* posted, not handed to the wire */
 	struct vwr *if_head, *if_tail;      /* on the wire, waiting for a response */
 	int sq_count;                       /* outstanding send WRs (both lists) */
-	uint64_t next_seq;
-	uint64_t last_progress;             /* ns */
+	uint32_t next_seq;                  /* next PSN (24 bits), starts at sq_psn */
+	uint64_t last_progress;             /* ns: last sign of life of the peer for this QP */
+	int retries;                        /* retransmissions since the last progress */
+	int unsent;                         /* request frames queued and not yet fully written */
+	uint32_t rx_psn;                    /* responder: next expected PSN, starts at rq_psn */
 	int dirty;
 	struct vqp *dnext;
 	int peer_pid;                       /* resolved owner of dest_qpn, 0 = unknown */
@@ -191,6 +195,8 @@ uint64_t vemu_now_ns(void);
 struct vqp *vemu_qp_find(uint32_t qpn);
 struct vmr *vemu_mr_find(uint32_t key);
 void vemu_cq_push(struct vcq *cq, const struct ibv_wc *wc);
+void vemu_set_agent_thread(void);
+void vemu_flush_deferred(void);
 void vemu_async_event(struct vctx *ctx, enum ibv_event_type type, void *elem, int port);
 void vemu_qp_to_err(struct vqp *qp);               /* g.mu held: flush everything */
 void vemu_complete_send(struct vqp *qp, struct vwr *w, int status);
