@@ -95,13 +95,11 @@ static ncclResult_t choose_transport(void) {
   g_tp = tp;
   g_ndev = ndev;
   describe_devices(tp, ndev, devs, sizeof(devs));
-  if (tp == &gdr_transport_tcp && want == GDR_TRANSPORT_AUTO) {
-    GDR_INFO(NCCL_INIT | NCCL_NET, "using the %s transport (%s: %s), %d device(s): %s", tp->name, reason, rdma_why,
-             ndev, devs);
-  } else {
-    GDR_INFO(NCCL_INIT | NCCL_NET, "using the %s transport (%s), %d device(s): %s%s%s", tp->name, reason, ndev, devs,
-             (tp == &gdr_transport_tcp ? tcp_why : rdma_why)[0] ? "; " : "",
-             tp == &gdr_transport_tcp ? tcp_why : rdma_why);
+  {
+    const char *tpwhy = tp == &gdr_transport_tcp ? tcp_why : rdma_why;
+    int auto_tcp = tp == &gdr_transport_tcp && want == GDR_TRANSPORT_AUTO;
+    GDR_INFO(NCCL_INIT | NCCL_NET, "using the %s transport (%s%s%s); %d device(s): %s%s%s", tp->name, reason,
+             auto_tcp ? ": " : "", auto_tcp ? rdma_why : "", ndev, devs, tpwhy[0] ? "; " : "", tpwhy);
   }
 out:
   return res;

@@ -594,11 +594,24 @@ ncclResult_t gdr_listener_poll(struct gdr_listener *l, struct gdr_stream *out, i
   char why[256];
 
   *got = 0;
-  /* 1. take every connection waiting in the backlog */
+  /* 1. take the connections waiting in the backlog, as long as there is room to hear their hello */
   for (;;) {
     union gdr_sockaddr peer;
     socklen_t plen = sizeof(peer);
-    int slot = -1, fd;
+    int slot = -1, oldest = -1, fd;
+    for (int i = 0; i < GDR_LISTEN_PENDING && slot < 0; i++) {
+      if (l->pend[i].fd < 0) slot = i;
+      else if (oldest < 0 || l->pend[i].accepted_ns < l->pend[oldest].accepted_ns) oldest = i;
+    }
+    if (slot < 0) {
+      /* Full. A real peer says hello at once: evict a peer silent for a while, else let the rest wait in the
+       * kernel's backlog until the pending ones are done. */
+      struct pollfd pfd = {l->fd, POLLIN, 0};
+      if (now - l->pend[oldest].accepted_ns < (uint64_t)GDR_LISTEN_EVICT_MS * 1000000ull) break;
+      if (poll(&pfd, 1, 0) != 1) break; /* nobody else is waiting */
+      pending_reject(l, &l->pend[oldest], "evicted: too many connections waiting to say hello");
+      slot = oldest;
+    }
     memset(&peer, 0, sizeof(peer));
     fd = accept4(l->fd, &peer.sa, &plen, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
@@ -612,18 +625,10 @@ ncclResult_t gdr_listener_poll(struct gdr_listener *l, struct gdr_stream *out, i
       res = ncclSystemError;
       goto out;
     }
-    for (int i = 0; i < GDR_LISTEN_PENDING && slot < 0; i++)
-      if (l->pend[i].fd < 0) slot = i;
-    if (slot < 0) {
-      /* Full of silent peers: evict the oldest (a real peer says HELLO at once). */
-      slot = 0;
-      for (int i = 1; i < GDR_LISTEN_PENDING; i++)
-        if (l->pend[i].deadline_ns < l->pend[slot].deadline_ns) slot = i;
-      pending_reject(l, &l->pend[slot], "evicted: too many connections waiting to say hello");
-    }
     memset(&l->pend[slot], 0, sizeof(l->pend[slot]));
     l->pend[slot].fd = fd;
     l->pend[slot].peer = peer;
+    l->pend[slot].accepted_ns = now;
     l->pend[slot].deadline_ns = now + hello_timeout_ms() * 1000000ull;
   }
   /* 2. progress each pending connection; hand out at most one */

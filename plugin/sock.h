@@ -160,13 +160,14 @@ struct gdr_stream {
 
 /* ------------------------------------------------------------------------------------------------ listen -- */
 
-#define GDR_LISTEN_PENDING 16           /* connections whose HELLO is awaited; more are refused */
+#define GDR_LISTEN_PENDING 128 /* connections whose HELLO is awaited at once; more wait in the kernel's backlog */
+#define GDR_LISTEN_EVICT_MS 500 /* when the table is full, a peer silent for this long makes room for the next */
 #define GDR_HELLO_TIMEOUT_MS 10000 /* a peer that does not say HELLO within this (or GDRNET_CONNECT_TIMEOUT_MS if less) is closed */
 
 struct gdr_pending_conn {
   int fd; /* -1: free slot */
   union gdr_sockaddr peer;
-  uint64_t deadline_ns;
+  uint64_t accepted_ns, deadline_ns;
   size_t off; /* bytes of hello received, then of ack sent (after hello is complete) */
   int acking; /* hello verified, ack being sent */
   struct gdr_hello hello;

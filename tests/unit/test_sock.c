@@ -368,15 +368,52 @@ static void test_rejects_garbage_and_strays(void **state) {
     gdr_connector_abort(&c);
   }
 
-  /* silent peers: dropped after the hello timeout; more than the pending table: the oldest evicted */
+  /* silent peers: more than the pending table: a peer silent for GDR_LISTEN_EVICT_MS makes room; then the rest are
+   * dropped at the hello timeout */
+  ut_warn_reset();
+  setenv("GDRNET_CONNECT_TIMEOUT_MS", "1500", 1);
+  gdr_params_reset();
+  {
+    enum { NS = GDR_LISTEN_PENDING + 2 };
+    int silent[NS];
+    for (int i = 0; i < NS; i++) silent[i] = raw_connect(&l.addr);
+    assert_false(poll_listener(&l, 0.3));
+    assert_false(ut_warned("evicted")); /* not before they had a chance */
+    assert_false(poll_listener(&l, 0.5));
+    assert_true(ut_warned("evicted"));
+    assert_false(poll_listener(&l, 1.2));
+    assert_true(ut_warned("no hello within"));
+    for (int i = 0; i < NS; i++) close(silent[i]);
+  }
+  /* many real streams at once (a TCP connection with 64 data streams): none is evicted */
   ut_warn_reset();
   {
-    int silent[GDR_LISTEN_PENDING + 2];
-    for (int i = 0; i < GDR_LISTEN_PENDING + 2; i++) silent[i] = raw_connect(&l.addr);
-    assert_false(poll_listener(&l, 0.6));
-    assert_true(ut_warned("evicted"));
-    assert_true(ut_warned("no hello within"));
-    for (int i = 0; i < GDR_LISTEN_PENDING + 2; i++) close(silent[i]);
+    enum { NC = 1 + 64 };
+    static struct gdr_connector cs[NC];
+    int done[NC] = {0}, ndone = 0, got = 0;
+    double t0 = ut_now();
+    for (int i = 0; i < NC; i++)
+      assert_int_equal(gdr_connector_start(&cs[i], &h, i ? GDR_STREAM_DATA : GDR_STREAM_CTRL, (uint16_t)i, NC - 1, 9,
+                                           GDR_CAP_TCP, NULL),
+                       ncclSuccess);
+    while (ndone < NC || got < NC) {
+      for (int i = 0; i < NC; i++) {
+        if (done[i]) continue;
+        assert_int_equal(gdr_connector_poll(&cs[i], &done[i]), ncclSuccess);
+        ndone += done[i];
+      }
+      for (;;) {
+        struct gdr_stream s;
+        int g = 0;
+        assert_int_equal(gdr_listener_poll(&l, &s, &g), ncclSuccess);
+        if (!g) break;
+        got++;
+        close(s.fd);
+      }
+      assert_true(ut_now() - t0 < 10.0);
+    }
+    for (int i = 0; i < NC; i++) close(cs[i].fd);
+    assert_int_equal(ut_nwarn, 0);
   }
 
   /* and after all that, a good peer still gets in */

@@ -194,9 +194,9 @@ static void test_sizes(void **state) {
 }
 
 static void test_streams_threads_variants(void **state) {
-  static const char *cfg[][2] = {{"1", "1"}, {"4", "2"}, {"5", "3"}, {"8", "8"}};
+  static const char *cfg[][2] = {{"1", "1"}, {"4", "2"}, {"5", "3"}, {"8", "8"}, {"64", "8"}};
   (void)state;
-  for (size_t k = 0; k < 4; k++) {
+  for (size_t k = 0; k < sizeof(cfg) / sizeof(cfg[0]); k++) {
     struct pair p;
     setenv("GDRNET_TCP_NSOCKS", cfg[k][0], 1);
     setenv("GDRNET_TCP_NTHREADS", cfg[k][1], 1);
