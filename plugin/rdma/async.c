@@ -137,7 +137,7 @@ out:
 void gdr_rdma_async_detach(struct gdr_rdma_comm *c) {
   struct gdr_rdma_dev *d = c->dev;
   if (!c->attached) return;
-  pthread_t t;
+  pthread_t t = 0;
   int join = 0, stop_fd = -1;
   pthread_mutex_lock(&d->lock);
   for (struct gdr_rdma_comm **pp = &d->comms; *pp; pp = &(*pp)->next)
@@ -166,7 +166,7 @@ void gdr_rdma_async_detach(struct gdr_rdma_comm *c) {
 }
 
 void gdr_rdma_async_stop(struct gdr_rdma_dev *d) {
-  pthread_t t;
+  pthread_t t = 0;
   int stop_fd = -1;
   pthread_mutex_lock(&d->lock);
   int running = d->thread_running;
