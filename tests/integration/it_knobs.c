@@ -17,7 +17,6 @@ typedef struct {
 
 static const knob_case_t k_cases[] = {
     {"GDRNET_TRANSPORT", "bogus", 1, "GDRNET_TRANSPORT"},
-    {"GDRNET_TRANSPORT", "", 1, "GDRNET_TRANSPORT"},
     {"GDRNET_QPS_PER_CONN", "99", 1, "GDRNET_QPS_PER_CONN"},
     {"GDRNET_QPS_PER_CONN", "0", 1, "GDRNET_QPS_PER_CONN"},
     {"GDRNET_QPS_PER_CONN", "abc", 1, "GDRNET_QPS_PER_CONN"},

@@ -325,13 +325,14 @@ static void progress_clear(void) {
   }
 }
 
-/* During a phase nothing travels on the bootstrap socket, so anything readable there means the
- * peer died or gave up: stop rather than wait for the deadline. Checked every few thousand polls. */
+/* A peer that fails reports on the bootstrap socket and exits, closing it: once the socket is shut
+ * down from the other side, stop rather than wait for the deadline. (Data alone proves nothing: the
+ * peer may simply be ahead of us, already in the next barrier.) Checked every thousand polls. */
 static int peer_gone(void) {
   if ((++P.polls & 1023) != 0) return 0;
-  struct pollfd pf = {.fd = P.bootfd, .events = POLLIN};
+  struct pollfd pf = {.fd = P.bootfd, .events = POLLRDHUP};
   int r = poll(&pf, 1, 0);
-  return r > 0 && (pf.revents & (POLLIN | POLLHUP | POLLERR));
+  return r > 0 && (pf.revents & (POLLRDHUP | POLLHUP | POLLERR));
 }
 
 static int fatal(const char *fmt, ...) GN_PRINTF(1, 2);
@@ -793,8 +794,8 @@ static int run_b(void) {
     if (run_cmd(&c, NULL, &res.bw_ns) != 0) {
       res.status = 1;
       snprintf(res.msg, sizeof res.msg, "%.255s", P.fatal_msg);
-      /* With --local, A prints our reason; print it here only when it cannot reach A. */
-      if (gn_boot_send(P.bootfd, &res, sizeof res) != 0 || P.o.mode != 'l') perr("%s", P.fatal_msg);
+      perr("%s", P.fatal_msg);
+      (void)gn_boot_send(P.bootfd, &res, sizeof res);
       return 1;
     }
     res.mismatches = P.mismatches;
