@@ -487,7 +487,7 @@ static void test_loopback_throughput(void **state) {
   size_t msg = 4 << 20;
   int iters = 64;
   struct pair p;
-  char *sb = malloc(msg), *rb = malloc(msg);
+  char *sb = malloc(msg), *rb = malloc(msg * D); /* one receive buffer per request in flight */
   void *sreq[D] = {0}, *rreq[D] = {0};
   int posted_s = 0, posted_r = 0, done_s = 0, done_r = 0;
   double t0, dt;
@@ -500,7 +500,7 @@ static void test_loopback_throughput(void **state) {
     for (int k = 0; k < D; k++) {
       int d = 0;
       if (rreq[k] == NULL && posted_r < iters) {
-        void *data[1] = {rb};
+        void *data[1] = {rb + (size_t)k * msg};
         size_t s[1] = {msg};
         int tag = 0;
         assert_int_equal(gdr_core_irecv(p.r, 1, data, s, &tag, NULL, &rreq[k]), ncclSuccess);
