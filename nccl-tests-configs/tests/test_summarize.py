@@ -64,6 +64,24 @@ class Summarize(unittest.TestCase):
         self.assertIn("geometric mean over sizes >= 1 MiB", out)
         self.assertIn("latency at 8 B: 24.41 us vs baseline 26.71 us", out)
 
+    def test_captured_real_logs(self):
+        """Real output (logs/captured, see README): nccl-tests 2.19.6 on NCCL 2.28.3, 2x H200, the plugin's TCP
+        transport against NCCL Socket, one process -g 2 and two MPI processes."""
+        rc, out, err = run("captured/g2/plugin", "--baseline", "captured/g2/baseline")
+        self.assertEqual(rc, 0, err)
+        self.assertIn("network GDR", out)
+        self.assertIn("(network Socket)", out)
+        self.assertIn("NCCL 2.28.3+cuda13.0", out)
+        self.assertIn("nccl-tests 2.19.6", out)
+        rows = table_rows(out, "all_reduce.Simple")
+        self.assertEqual(len(rows), 24)                   # 8 B .. 64 MiB
+        self.assertEqual(rows[-1][:6], ["64 MiB", "6609.80", "10.15", "6619.34", "10.14", "0/0"])
+        sr = table_rows(out, "sendrecv.Simple")
+        self.assertTrue(all(r[5] == "0/N/A" for r in sr))
+        rc, out, err = run("captured/mpi/plugin", "--baseline", "captured/mpi/baseline")
+        self.assertEqual(rc, 0, err)
+        self.assertEqual(len(table_rows(out, "all_reduce.Simple")), 24)
+
     def test_sendrecv_inplace_not_checked(self):
         rc, out, err = run("plugin/sendrecv.Simple.log")
         self.assertEqual(rc, 0, err)
