@@ -384,9 +384,12 @@ static void test_rejects_garbage_and_strays(void **state) {
     assert_false(poll_listener(&l, 1.2));
     assert_true(ut_warned("no hello within"));
     for (int i = 0; i < NS; i++) close(silent[i]);
+    assert_false(poll_listener(&l, 0.3)); /* the last ones (accepted late) see EOF */
   }
   /* many real streams at once (a TCP connection with 64 data streams): none is evicted */
   ut_warn_reset();
+  assert_int_equal(l.fd >= 0, 1);
+  for (int i = 0; i < GDR_LISTEN_PENDING; i++) assert_int_equal(l.pend[i].fd, -1); /* nothing left over */
   {
     enum { NC = 1 + 64 };
     static struct gdr_connector cs[NC];
