@@ -66,9 +66,9 @@ struct held {
 	struct whdr h;
 	char *data;
 	struct vconn *conn;
-	int rnr_count;
+	int rnr_count;              /* RNR NAKs sent for it */
 	uint64_t next_try;
-	int counted;                /* no_recv_credit already consulted */
+	int force_rnr;              /* no_recv_credit: the first check finds no receive */
 };
 
 /* what to do once an incoming payload is fully read */
@@ -523,14 +523,6 @@ static void transmit_qp(struct vqp *q)
 		return;
 	struct vwr *w;
 	while ((w = q->sq_head)) {
-		if (!w->status) {
-			int st = vemu_fault_wc(w->opcode);
-			if (st) {
-				VTRACE("fault wc qp=0x%x op=%s wr_id=0x%llx status=%s\n", q->qp.qp_num,
-				       vemu_wr_opname(w->opcode), (unsigned long long)w->wr_id, ibv_wc_status_str(st));
-				w->status = st;
-			}
-		}
 		struct vseg *segs = NULL;
 		int nseg = 0;
 		if (!w->status && !w->inl) {
@@ -689,8 +681,8 @@ static int plan_request(struct vconn *c, struct vqp *q, const struct whdr *h, st
 	q->rx_psn = (q->rx_psn + 1) & VEMU_PSN_MASK;
 	int park = q->held_head != NULL || q->ctx->dev->port_state != IBV_PORT_ACTIVE;
 	int credit_fault = 0;
-	if (!park && needs_recv(h)) {
-		credit_fault = vemu_fault_no_recv_credit();
+	if (needs_recv(h)) {
+		credit_fault = vemu_fault_no_recv_credit(); /* counts every incoming SEND/WRITE_WITH_IMM */
 		if (credit_fault || !q->rq_head)
 			park = 1;
 	}
@@ -698,9 +690,7 @@ static int plan_request(struct vconn *c, struct vqp *q, const struct whdr *h, st
 		struct held *hd = calloc(1, sizeof(*hd));
 		hd->h = *h;
 		hd->conn = c;
-		hd->counted = 1;
-		hd->next_try = vemu_now_ns() + rnr_ns(q->min_rnr_timer);
-		want_deadline(hd->next_try);
+		hd->force_rnr = credit_fault;
 		if (h->type != F_READ_REQ && h->len)
 			hd->data = malloc(h->len);
 		*hold = hd;
@@ -867,21 +857,21 @@ static void run_held(struct vqp *q, uint64_t now)
 		}
 		struct vconn *c = hd->conn;
 		if (needs_recv(&hd->h)) {
-			int ok = q->rq_head != NULL;
-			if (!hd->counted)
-				ok = ok && !vemu_fault_no_recv_credit();
-			hd->counted = 0;
+			/* RNR: NAK now, the initiator retries after min_rnr_timer, up to rnr_retry times (7: forever) */
+			int ok = q->rq_head != NULL && !hd->force_rnr;
 			if (!ok) {
-				if (now < hd->next_try) {
+				if (hd->rnr_count && now < hd->next_try) {
 					want_deadline(hd->next_try);
 					return;
 				}
+				hd->force_rnr = 0;
 				hd->rnr_count++;
 				if (hd->h.rnr_retry != 7 && hd->rnr_count > hd->h.rnr_retry) {
 					VTRACE("rnr exhausted qp=0x%x seq=%llu\n", q->qp.qp_num,
 					       (unsigned long long)hd->h.seq);
 					respond(c, &hd->h, F_NAK, IBV_WC_RNR_RETRY_EXC_ERR);
-					/* the responder discards what followed the NAKed request */
+					/* the NAKed request was not accepted: what follows is out of sequence */
+					q->rx_psn = (uint32_t)hd->h.seq & VEMU_PSN_MASK;
 					vemu_held_drop(q);
 					return;
 				}

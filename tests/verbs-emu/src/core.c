@@ -882,13 +882,13 @@ VEMU_EXPORT struct ibv_mr *ibv_reg_mr_iova(struct ibv_pd *pd, void *addr, size_t
 VEMU_EXPORT struct ibv_mr *ibv_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset, size_t length, uint64_t iova,
 					     int fd, int access)
 {
-	int e = vemu_fault_call("reg_dmabuf_mr");
-	if (e) {
-		errno = e;
-		return NULL;
-	}
 	if (fd < 0 || fcntl(fd, F_GETFD) < 0) {
 		errno = EBADF;
+		return NULL;
+	}
+	int e = vemu_fault_call("reg_dmabuf_mr"); /* the fd = -1 probe above is not counted */
+	if (e) {
+		errno = e;
 		return NULL;
 	}
 	(void)offset;
@@ -1657,6 +1657,15 @@ static int vemu_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_
 			w->sge = (struct ibv_sge *)(w + 1);
 			w->nsge = wr->num_sge;
 			memcpy(w->sge, wr->sg_list, sizeof(struct ibv_sge) * (size_t)wr->num_sge);
+		}
+		if (q->qp.state == IBV_QPS_RTS) {
+			/* wc fault rules count the work requests as they are posted */
+			int st = vemu_fault_wc(w->opcode);
+			if (st) {
+				VTRACE("fault wc qp=0x%x op=%s wr_id=0x%llx status=%s\n", qp->qp_num,
+				       vemu_wr_opname(w->opcode), (unsigned long long)w->wr_id, ibv_wc_status_str(st));
+				w->status = st;
+			}
 		}
 		w->seq = q->next_seq;
 		q->next_seq = (q->next_seq + 1) & VEMU_PSN_MASK;
