@@ -28,22 +28,24 @@ def make_fake_nccl_tests(d, fail=()):
     plus an NCCL-style line showing the environment the case got."""
     os.makedirs(d, exist_ok=True)
     for c in COLLS:
-        sample = os.path.join(LOGS, "plugin", {"all_reduce": "all_reduce.Simple.log",
-                                               "all_gather": "all_gather.LL.log",
-                                               "reduce_scatter": "reduce_scatter.LL128.log",
-                                               "sendrecv": "sendrecv.Simple.log"}[c])
+        # the plugin's sample log, or the baseline's when the preset selects NCCL's Socket transport
+        sample = os.path.join(LOGS, "${role}", {"all_reduce": "all_reduce.Simple.log",
+                                                "all_gather": "all_gather.LL.log",
+                                                "reduce_scatter": "reduce_scatter.LL128.log",
+                                                "sendrecv": "sendrecv.Simple.log"}[c])
         path = os.path.join(d, c + "_perf")
         with open(path, "w") as fh:
             fh.write("#!/bin/sh\n")
+            fh.write('case "$NCCL_NET" in Socket) role=baseline ;; *) role=plugin ;; esac\n')
             fh.write('echo "fakehost:1:1 [0] NCCL INFO stub args=$* proto=$NCCL_PROTO algo=$NCCL_ALGO '
                      'net=$NCCL_NET plugin=$NCCL_NET_PLUGIN p2p=${NCCL_P2P_DISABLE:-unset}"\n')
             if c in fail:
                 # killed half-way: some rows, no footer, non-zero exit
-                fh.write("grep -v '^# run-matrix' '%s' | head -n 40\n" % sample)
+                fh.write("grep -v '^# run-matrix' \"%s\" | head -n 40\n" % sample)
                 fh.write("echo 'fakehost: Test NCCL failure common.cu:1 remote process exited' >&2\n")
                 fh.write("exit 3\n")
             else:
-                fh.write("grep -v '^# run-matrix' '%s'\n" % sample)
+                fh.write("grep -v '^# run-matrix' \"%s\"\n" % sample)
         os.chmod(path, os.stat(path).st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
 
 
@@ -214,6 +216,19 @@ class RealRun(unittest.TestCase):
         self.assertIn("# run-matrix: exit status 3", text)
         with open(os.path.join(out_dir, "summary.md")) as fh:
             self.assertIn("FAIL", fh.read())
+
+    def test_timeout_kills_a_hung_case(self):
+        nt = os.path.join(self.tmp, "nt")
+        make_fake_nccl_tests(nt)
+        with open(os.path.join(nt, "all_reduce_perf"), "w") as fh:
+            fh.write("#!/bin/sh\necho '# nThread 1 nGpus 2 minBytes 8 maxBytes 8 step: 2(factor)'\nexec sleep 60\n")
+        out_dir = os.path.join(self.tmp, "out")
+        rc, out, err = rm("-o", out_dir, "--collectives", "all_reduce", "--protos", "LL", "--timeout", "1", nt, "tcp")
+        self.assertEqual(rc, 1, out + err)
+        self.assertIn("exit 124", err)
+        with open(os.path.join(out_dir, "summary.md")) as fh:
+            summary = fh.read()
+        self.assertIn("killed by run-matrix --timeout", summary)
 
     def test_missing_binary(self):
         nt = os.path.join(self.tmp, "nt")

@@ -82,6 +82,22 @@ class Summarize(unittest.TestCase):
         self.assertEqual(rc, 0, err)
         self.assertEqual(len(table_rows(out, "all_reduce.Simple")), 24)
 
+    def test_silent_fallback_is_caught(self):
+        # A plugin log in which NCCL used another network than NCCL_NET asked for.
+        with tempfile.TemporaryDirectory() as d:
+            src = os.path.join(LOGS, "plugin", "all_reduce.Simple.log")
+            dst = os.path.join(d, "all_reduce.Simple.log")
+            with open(src) as fi, open(dst, "w") as fo:
+                fo.write(fi.read().replace("Using network GDR", "Using network Socket"))
+            rc, out, err = run(dst)
+            self.assertEqual(rc, 1)
+            self.assertIn("NCCL_NET=GDR but NCCL used network Socket", err)
+            rc, out, err = run("variants/nocheck.log", "--expect-network", "GDR")      # no NCCL lines: nothing to say
+            self.assertEqual(rc, 0, err)
+            rc, out, err = run("plugin/all_reduce.Simple.log", "--expect-network", "IB")
+            self.assertEqual(rc, 1)
+            self.assertIn("NCCL_NET=IB but NCCL used network GDR", err)
+
     def test_sendrecv_inplace_not_checked(self):
         rc, out, err = run("plugin/sendrecv.Simple.log")
         self.assertEqual(rc, 0, err)
