@@ -33,7 +33,10 @@ struct gdr_comm {
 
 enum { GDR_REQ_SEND = 1, GDR_REQ_RECV = 2, GDR_REQ_FLUSH = 3 };
 
+#define GDR_REQ_MAGIC 0x51524447u /* "GDRQ" */
+
 struct gdr_request {
+  uint32_t magic; /* GDR_REQ_MAGIC while outstanding */
   struct gdr_comm *comm;
   void *treq;
   int kind; /* GDR_REQ_* */

@@ -118,6 +118,7 @@ ncclResult_t gdr_core_isend(void *send_comm, void *data, size_t size, int tag, v
   if (treq == NULL) goto out;
   r->comm = c;
   r->treq = treq;
+  r->magic = GDR_REQ_MAGIC;
   r->kind = GDR_REQ_SEND;
   r->n = 1;
   *request = r;
@@ -151,6 +152,7 @@ ncclResult_t gdr_core_irecv(void *recv_comm, int n, void **data, size_t *sizes, 
   if (treq == NULL) goto out;
   r->comm = c;
   r->treq = treq;
+  r->magic = GDR_REQ_MAGIC;
   r->kind = GDR_REQ_RECV;
   r->n = n;
   *request = r;
@@ -187,6 +189,7 @@ ncclResult_t gdr_core_iflush(void *recv_comm, int n, void **data, int *sizes, vo
   if (treq == NULL) goto out; /* nothing to wait for */
   r->comm = c;
   r->treq = treq;
+  r->magic = GDR_REQ_MAGIC;
   r->kind = GDR_REQ_FLUSH;
   r->n = 0;
   *request = r;
@@ -204,7 +207,7 @@ ncclResult_t gdr_core_test(void *request, int *done, size_t *sizes, int *n) {
 
   *done = 0;
   if (n) *n = 0;
-  if (r == NULL || r->comm == NULL || gdr_pool_index(&r->comm->reqs, r) < 0) {
+  if (r == NULL || r->magic != GDR_REQ_MAGIC || r->comm == NULL || gdr_pool_index(&r->comm->reqs, r) < 0) {
     GDR_WARN("test: %p is not an outstanding request of this plugin", request);
     return ncclInternalError;
   }
@@ -214,6 +217,7 @@ ncclResult_t gdr_core_test(void *request, int *done, size_t *sizes, int *n) {
     int k = r->kind == GDR_REQ_FLUSH ? 0 : r->n;
     if (sizes) memcpy(sizes, tsizes, (size_t)k * sizeof(size_t));
     if (n) *n = k;
+    r->magic = 0;
     gdr_pool_put(&c->reqs, r);
   }
 out:

@@ -154,6 +154,8 @@ struct tcp_comm {
   _Atomic int streams_eof; /* data streams that saw a clean EOF */
   _Atomic int failed;      /* fail_res is set */
   pthread_mutex_t fail_mu;
+  int fail_mu_ok; /* fail_mu initialised */
+  int nsync;      /* threads[] whose mu/cv are initialised */
   ncclResult_t fail_res;
   char fail_why[256];
 };

@@ -71,7 +71,7 @@ static void group_clear(struct tcp_group *g) {
 static void comm_free(struct tcp_comm *c) {
   if (c == NULL) return;
   if (c->threads != NULL) {
-    for (int t = 0; t < c->nthreads; t++) {
+    for (int t = 0; t < c->nsync; t++) {
       pthread_mutex_destroy(&c->threads[t].mu);
       pthread_cond_destroy(&c->threads[t].cv);
     }
@@ -80,7 +80,7 @@ static void comm_free(struct tcp_comm *c) {
   for (int s = 0; s < c->nsocks; s++)
     if (c->fds[s] >= 0) close(c->fds[s]);
   if (c->ctrl_fd >= 0) close(c->ctrl_fd);
-  pthread_mutex_destroy(&c->fail_mu);
+  if (c->fail_mu_ok) pthread_mutex_destroy(&c->fail_mu);
   free(c->rx);
   free(c);
 }
@@ -100,7 +100,6 @@ static ncclResult_t comm_create(int is_send, int dev, int ctrl_fd, const int *fd
     for (int s = 0; s < nsocks; s++) close(fds[s]);
     return ncclSystemError;
   }
-  pthread_mutex_init(&c->fail_mu, NULL);
   c->is_send = is_send;
   c->dev = dev;
   c->ctrl_fd = ctrl_fd;
@@ -125,12 +124,28 @@ static ncclResult_t comm_create(int is_send, int dev, int ctrl_fd, const int *fd
     res = ncclSystemError;
     goto out;
   }
+  if (pthread_mutex_init(&c->fail_mu, NULL) != 0) {
+    GDR_WARN("TCP: pthread_mutex_init failed");
+    res = ncclSystemError;
+    goto out;
+  }
+  c->fail_mu_ok = 1;
   for (int t = 0; t < nthreads; t++) {
     struct tcp_thread *th = &c->threads[t];
     th->comm = c;
     th->idx = t;
-    pthread_mutex_init(&th->mu, NULL);
-    pthread_cond_init(&th->cv, NULL);
+    if (pthread_mutex_init(&th->mu, NULL) != 0) {
+      GDR_WARN("TCP: pthread_mutex_init failed");
+      res = ncclSystemError;
+      goto out;
+    }
+    if (pthread_cond_init(&th->cv, NULL) != 0) {
+      pthread_mutex_destroy(&th->mu);
+      GDR_WARN("TCP: pthread_cond_init failed");
+      res = ncclSystemError;
+      goto out;
+    }
+    c->nsync++;
     for (int s = t; s < nsocks; s += nthreads) th->fds[th->nfds++] = fds[s];
   }
   GDR_CHECK(gdr_sock_set_nonblocking(ctrl_fd, 1));

@@ -201,15 +201,21 @@ static void test_streams_threads_variants(void **state) {
     setenv("GDRNET_TCP_NSOCKS", cfg[k][0], 1);
     setenv("GDRNET_TCP_NTHREADS", cfg[k][1], 1);
     setenv("GDRNET_TCP_MIN_CHUNK", "4K", 1);
+    setenv("GDRNET_TCP_INLINE", k % 2 ? "0" : "1K", 1);
+    setenv("GDRNET_TCP_SOCKBUF", k == 2 ? "256K" : "0", 1);
     init_plugin();
     pair_open(&p);
     for (unsigned i = 0; i < 12; i++) xfer(&p, 9000 + i * 77777, 9000 + i * 77777, i);
+    xfer(&p, 0, 10, 77); /* zero bytes with inline 0: still inline (a header only) */
+    xfer(&p, 1, 10, 78);
     pair_close(&p);
     fini_plugin();
   }
   unsetenv("GDRNET_TCP_NSOCKS");
   unsetenv("GDRNET_TCP_NTHREADS");
   unsetenv("GDRNET_TCP_MIN_CHUNK");
+  unsetenv("GDRNET_TCP_INLINE");
+  unsetenv("GDRNET_TCP_SOCKBUF");
 }
 
 /* 32 receives and 32 sends in flight; the 33rd receive is refused (NULL) until one completes. */
@@ -481,6 +487,39 @@ static void test_no_fd_leak_or_stray_close(void **state) {
   fini_plugin();
 }
 
+/* Misuse through the core is an error with a WARN, never a crash. */
+static void test_core_misuse(void **state) {
+  struct pair p;
+  char buf[64] = {0};
+  void *req = NULL, *mh = NULL;
+  int done = 0;
+  size_t sz[1] = {sizeof(buf)};
+  void *data[1] = {buf};
+  int tag = 0;
+  (void)state;
+  init_plugin();
+  pair_open(&p);
+  assert_int_equal(gdr_core_isend(p.r, buf, 1, 0, NULL, &req), ncclInternalError); /* a recv comm */
+  assert_int_equal(gdr_core_irecv(p.s, 1, data, sz, &tag, NULL, &req), ncclInternalError);
+  assert_int_equal(gdr_core_irecv(p.r, 2, data, sz, &tag, NULL, &req), ncclInternalError); /* maxRecvs 1 */
+  assert_int_equal(gdr_core_test(buf, &done, NULL, NULL), ncclInternalError);
+  assert_int_equal(gdr_core_reg_mr(buf, buf, 1, NCCL_PTR_HOST, &mh), ncclInternalError);
+  assert_int_equal(gdr_core_close_send(p.r), ncclInternalError);
+  assert_int_equal(gdr_core_accept(p.s, &req), ncclInternalError);
+  {
+    char h[NCCL_NET_HANDLE_MAXSIZE];
+    void *s = NULL;
+    memset(h, 0x5a, sizeof(h)); /* a handle that is not ours */
+    assert_int_equal(gdr_core_connect(0, h, &s), ncclInvalidUsage);
+    assert_int_equal(gdr_core_listen(7, h, &s), ncclInvalidArgument);
+    assert_int_equal(gdr_core_connect(-1, h, &s), ncclInvalidArgument);
+  }
+  assert_true(ut_nwarn >= 8);
+  pair_close(&p);
+  fini_plugin();
+  assert_int_equal(gdr_core_devices(&done), ncclInternalError); /* before init */
+}
+
 /* A throughput smoke (prints, asserts nothing about speed). */
 static void test_loopback_throughput(void **state) {
   enum { D = 8 };
@@ -551,6 +590,7 @@ int main(void) {
       cmocka_unit_test(test_reg_refuses_cuda),
       cmocka_unit_test(test_many_comms),
       cmocka_unit_test(test_no_fd_leak_or_stray_close),
+      cmocka_unit_test(test_core_misuse),
       cmocka_unit_test(test_loopback_throughput),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
