@@ -506,6 +506,8 @@ static void sc_gdr_lazy(void)
 		 0);
 	vt_wait(&d, d.cq, wc, 1, 5000);
 	CHECK_EQ(buf[100000], 'D');
+	CHECK_EQ(ibv_dereg_mr(dmr), 0);
+	free(dev);
 }
 
 /* ---------------------------------------------------------------- malformed rules */

@@ -219,6 +219,7 @@ static void order_target(int fd)
 	CHECK_EQ(ibv_destroy_qp(qp), 0);
 	CHECK_EQ(ibv_dereg_mr(mr), 0);
 	vt_close(&d);
+	free(buf);
 }
 
 static void order_initiator(int fd)
@@ -269,6 +270,8 @@ static void order_initiator(int fd)
 	CHECK_EQ(ibv_dereg_mr(mr), 0);
 	CHECK_EQ(ibv_dereg_mr(ms), 0);
 	vt_close(&d);
+	free(buf);
+	free(srcs);
 }
 
 /* ------------------------------------------------------------ ring of N processes */
@@ -334,6 +337,8 @@ static void ring_member(int rank, int n, int *left_fd, int *right_fd)
 	CHECK_EQ(ibv_dereg_mr(mrx), 0);
 	CHECK_EQ(ibv_dereg_mr(mtx), 0);
 	vt_close(&d);
+	free(rx);
+	free(tx);
 }
 
 static int run_ring(int n)
@@ -354,6 +359,8 @@ static int run_ring(int n)
 					close(sp[i][1]);
 			}
 			ring_member(r, n, &left, &right);
+			free(sp);
+			free(pids);
 			exit(0);
 		}
 	}
@@ -364,6 +371,8 @@ static int run_ring(int n)
 	int rc = 0;
 	for (int r = 0; r < n; r++)
 		rc |= vt_wait_child(pids[r]);
+	free(sp);
+	free(pids);
 	return rc;
 }
 
@@ -425,6 +434,7 @@ static void manyqp_side(int fd, int initiator)
 		CHECK_EQ(ibv_destroy_qp(qp[i]), 0);
 	CHECK_EQ(ibv_dereg_mr(mr), 0);
 	vt_close(&d);
+	free(buf);
 }
 
 /* ------------------------------------------------------------ peer loss */
@@ -470,6 +480,7 @@ static void peerloss_initiator(int fd, pid_t target)
 	CHECK_EQ(ibv_destroy_qp(qp), 0);
 	CHECK_EQ(ibv_dereg_mr(mr), 0);
 	vt_close(&d);
+	free(buf);
 }
 
 static void peerloss_target(int fd)
@@ -542,6 +553,7 @@ static void rnr_target(int fd)
 	CHECK_EQ(ibv_destroy_qp(qp), 0);
 	CHECK_EQ(ibv_dereg_mr(mr), 0);
 	vt_close(&d);
+	free(buf);
 }
 
 static void rnr_initiator(int fd)
@@ -593,6 +605,7 @@ static void rnr_initiator(int fd)
 	CHECK_EQ(ibv_destroy_qp(qp1), 0);
 	CHECK_EQ(ibv_dereg_mr(mr), 0);
 	vt_close(&d);
+	free(buf);
 }
 
 /* ------------------------------------------------------------ main */

@@ -24,7 +24,10 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-enum { F_SEND = 1, F_WRITE, F_READ_REQ, F_READ_RESP, F_ACK, F_NAK, F_RNR };
+/* wire frames. PROBE/PROBE_RESP stand in for the retry timer's retransmission: on expiry the initiator asks
+ * the responder (behind everything already sent on that stream) which PSN it expects next, and resends from
+ * there: exactly go-back-N from the first request that was dropped, without resending what is merely slow. */
+enum { F_SEND = 1, F_WRITE, F_READ_REQ, F_READ_RESP, F_ACK, F_NAK, F_RNR, F_PROBE, F_PROBE_RESP };
 enum { HF_IMM = 1 };
 
 struct whdr {
@@ -615,14 +618,31 @@ static void send_request(struct vqp *q, struct vwr *w)
 	enqueue(q->conn, f);
 }
 
-/* the retry timer fired with requests outstanding: resend them all, in order (g.mu held) */
-static void retransmit(struct vqp *q)
+/* the retry timer fired with requests outstanding: ask the responder where it stands (g.mu held) */
+static void send_probe(struct vqp *q)
 {
+	if (!q->conn || q->conn->dead)
+		return;
+	VTRACE("probe qp=0x%x try=%d first_psn=%u\n", q->qp.qp_num, q->retries, q->if_head ? q->if_head->seq : 0);
+	struct oframe *f = frame_new(F_PROBE, q->dest_qpn, q->qp.qp_num, 0);
+	enqueue(q->conn, f);
+}
+
+/* the responder expects PSN psn next: resend every outstanding request from there on (g.mu held) */
+static void retransmit_from(struct vqp *q, uint32_t psn)
+{
+	int n = 0;
 	for (struct vwr *w = q->if_head; w; w = w->next) {
+		uint32_t d = (w->seq - psn) & VEMU_PSN_MASK;
+		if (d >= 0x800000)
+			continue; /* accepted already: its answer is on its way (or it waits for a receive) */
 		VTRACE("retransmit qp=0x%x op=%s wr_id=0x%llx psn=%u try=%d\n", q->qp.qp_num, vemu_wr_opname(w->opcode),
 		       (unsigned long long)w->wr_id, w->seq, q->retries);
 		send_request(q, w);
+		n++;
 	}
+	if (!n)
+		q->retries = 0; /* the responder has everything: it is alive, just busy */
 }
 
 /* ------------------------------------------------------------ target side (g.mu held) */
@@ -663,6 +683,10 @@ static int plan_request(struct vconn *c, struct vqp *q, const struct whdr *h, st
 		       (unsigned)h->seq);
 		return RX_DISCARD; /* silently dropped: the initiator times out and retransmits */
 	}
+	if (q->ctx->dev->port_state != IBV_PORT_ACTIVE) {
+		VTRACE("drop qp=0x%x psn=%u (port down)\n", q->qp.qp_num, (unsigned)h->seq);
+		return RX_DISCARD; /* lost on a down link: the initiator's retry timer decides */
+	}
 	uint32_t diff = ((uint32_t)h->seq - q->rx_psn) & VEMU_PSN_MASK;
 	if (diff >= 0x800000) {
 		/* a duplicate (a retransmission of something already accepted) */
@@ -679,7 +703,7 @@ static int plan_request(struct vconn *c, struct vqp *q, const struct whdr *h, st
 		return RX_DISCARD;
 	}
 	q->rx_psn = (q->rx_psn + 1) & VEMU_PSN_MASK;
-	int park = q->held_head != NULL || q->ctx->dev->port_state != IBV_PORT_ACTIVE;
+	int park = q->held_head != NULL;
 	int credit_fault = 0;
 	if (needs_recv(h)) {
 		credit_fault = vemu_fault_no_recv_credit(); /* counts every incoming SEND/WRITE_WITH_IMM */
@@ -928,9 +952,15 @@ static void handle_response(struct vconn *c, const struct whdr *h)
 		return;
 	uint32_t psn = (uint32_t)h->seq;
 	q->last_progress = vemu_now_ns();
-	q->retries = 0;
+	if (h->type != F_PROBE_RESP)
+		q->retries = 0;
 	if (h->type == F_RNR) {
 		VTRACE("ack qp=0x%x psn=%u kind=RNR_NAK\n", q->qp.qp_num, psn);
+		return;
+	}
+	if (h->type == F_PROBE_RESP) {
+		VTRACE("probe answer qp=0x%x expects psn=%u\n", q->qp.qp_num, psn);
+		retransmit_from(q, psn);
 		return;
 	}
 	ack_before(q, psn);
@@ -993,7 +1023,17 @@ static void header_done(struct vconn *c)
 	c->iseg_off = 0;
 	c->rx_kind = RX_NONE;
 	pthread_mutex_lock(&g.mu);
-	if (h->type == F_ACK || h->type == F_NAK || h->type == F_RNR || h->type == F_READ_RESP) {
+	if (h->type == F_PROBE) {
+		struct vqp *q = vemu_qp_find(h->dst_qpn);
+		/* answered only by a connected QP on a live port, as packets would be */
+		if (q && (q->qp.state == IBV_QPS_RTR || q->qp.state == IBV_QPS_RTS) && q->dest_qpn == h->src_qpn &&
+		    q->ctx->dev->port_state == IBV_PORT_ACTIVE) {
+			struct oframe *f = frame_new(F_PROBE_RESP, h->src_qpn, h->dst_qpn, q->rx_psn);
+			enqueue(c, f);
+		}
+		c->rx_kind = RX_NONE;
+	} else if (h->type == F_ACK || h->type == F_NAK || h->type == F_RNR || h->type == F_READ_RESP ||
+		   h->type == F_PROBE_RESP) {
 		handle_response(c, h);
 		if (h->type != F_READ_RESP)
 			c->rx_kind = RX_NONE;
@@ -1025,7 +1065,7 @@ static void payload_done(struct vconn *c)
 		finish_request(c, h);
 		break;
 	case RX_DISCARD:
-		if (h->type != F_ACK && h->type != F_NAK && h->type != F_RNR && h->type != F_READ_RESP) {
+		if (h->type == F_SEND || h->type == F_WRITE || h->type == F_READ_REQ) {
 			if (c->rx_status || c->rx_recv)
 				finish_request(c, h);
 			else if (c->rx_ack)
@@ -1207,10 +1247,10 @@ static void check_timers(uint64_t now)
 			continue;
 		}
 		if (q->retries < q->retry_cnt) {
-			/* the retry timer: retransmit what is outstanding (unless it has not even left yet) */
+			/* the retry timer: find out what the responder lacks (unless nothing has even left yet) */
 			q->retries++;
 			if (!q->unsent && q->if_head && q->ctx->dev->port_state == IBV_PORT_ACTIVE)
-				retransmit(q);
+				send_probe(q);
 			q->last_progress = now;
 			want_deadline(now + t);
 			continue;

@@ -1382,7 +1382,7 @@ void vemu_qp_to_err(struct vqp *q)
 	q->if_tail = NULL;
 	while ((w = q->sq_head)) {
 		q->sq_head = w->next;
-		vemu_complete_send(q, w, w->status ? w->status : IBV_WC_WR_FLUSH_ERR);
+		vemu_complete_send(q, w, IBV_WC_WR_FLUSH_ERR);
 	}
 	q->sq_tail = NULL;
 	struct vrwr *r;
@@ -1658,10 +1658,10 @@ static int vemu_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_
 			w->nsge = wr->num_sge;
 			memcpy(w->sge, wr->sg_list, sizeof(struct ibv_sge) * (size_t)wr->num_sge);
 		}
-		if (q->qp.state == IBV_QPS_RTS) {
+		{
 			/* wc fault rules count the work requests as they are posted */
 			int st = vemu_fault_wc(w->opcode);
-			if (st) {
+			if (st && q->qp.state == IBV_QPS_RTS) {
 				VTRACE("fault wc qp=0x%x op=%s wr_id=0x%llx status=%s\n", qp->qp_num,
 				       vemu_wr_opname(w->opcode), (unsigned long long)w->wr_id, ibv_wc_status_str(st));
 				w->status = st;
