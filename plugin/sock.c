@@ -258,11 +258,11 @@ ncclResult_t gdr_if_find(const char *spec, int family, struct gdr_if *out, int m
     }
     *n = find_with_filter(list, &f, family, out, max);
   } else {
-    /* NCCL's default: anything but docker bridges and loopback; loopback if that is all there is. */
-    GDR_CHECK(gdr_filter_parse("^docker,lo", &f, why, sizeof(why)));
-    *n = find_with_filter(list, &f, family, out, max);
-    if (*n == 0) {
-      GDR_CHECK(gdr_filter_parse("lo", &f, why, sizeof(why)));
+    /* NCCL Socket's default order: IPoIB interfaces, else anything but docker bridges and loopback, else docker,
+     * else loopback (single-host runs). */
+    static const char *const order[] = {"ib", "^docker,lo", "docker", "lo"};
+    for (size_t k = 0; k < sizeof(order) / sizeof(order[0]) && *n == 0; k++) {
+      GDR_CHECK(gdr_filter_parse(order[k], &f, why, sizeof(why)));
       *n = find_with_filter(list, &f, family, out, max);
     }
   }

@@ -66,8 +66,9 @@ struct gdr_if {
 };
 #define GDR_MAX_IFS 32
 /* Usable IP interfaces, in getifaddrs order, one address per interface (IPv4 preferred unless family says so;
- * IPv6 link-local only when the interface has nothing else). spec = GDRNET_SOCKET_IFNAME text ("" = default:
- * everything but docker* and lo, and lo alone if nothing else is up). family: GDR_SOCKET_FAMILY_* (param.h).
+ * IPv6 link-local only when the interface has nothing else). spec = GDRNET_SOCKET_IFNAME text ("" = NCCL Socket's
+ * default: ib* interfaces, else everything but docker* and lo, else docker*, else lo). family:
+ * GDR_SOCKET_FAMILY_* (param.h).
  * *n = 0 is not an error here. */
 ncclResult_t gdr_if_find(const char *spec, int family, struct gdr_if *out, int max, int *n);
 

@@ -487,6 +487,32 @@ static void test_no_fd_leak_or_stray_close(void **state) {
   fini_plugin();
 }
 
+/* IPv6: the loopback's ::1 when the host has it. */
+static void test_ipv6(void **state) {
+  struct pair p;
+  struct gdr_props props;
+  FILE *f = fopen("/proc/net/if_inet6", "r");
+  char line[256];
+  int have = 0;
+  (void)state;
+  while (f && fgets(line, sizeof(line), f))
+    if (strncmp(line, "00000000000000000000000000000001", 32) == 0) have = 1;
+  if (f) fclose(f);
+  if (!have) {
+    skip();
+  }
+  setenv("GDRNET_SOCKET_FAMILY", "AF_INET6", 1);
+  init_plugin();
+  assert_int_equal(gdr_core_get_properties(0, &props), ncclSuccess);
+  assert_string_equal(props.name, "lo");
+  pair_open(&p);
+  xfer(&p, 12345, 12345, 1);
+  xfer(&p, 3 << 20, 3 << 20, 2);
+  pair_close(&p);
+  fini_plugin();
+  unsetenv("GDRNET_SOCKET_FAMILY");
+}
+
 /* Misuse through the core is an error with a WARN, never a crash. */
 static void test_core_misuse(void **state) {
   struct pair p;
@@ -591,6 +617,7 @@ int main(void) {
       cmocka_unit_test(test_many_comms),
       cmocka_unit_test(test_no_fd_leak_or_stray_close),
       cmocka_unit_test(test_core_misuse),
+      cmocka_unit_test(test_ipv6),
       cmocka_unit_test(test_loopback_throughput),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
