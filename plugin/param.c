@@ -229,6 +229,17 @@ const char *gdr_param_suggest(const char *name) {
   return bestd <= limit ? best : NULL;
 }
 
+/* GDRNET_ variables the project's tools, tests and CI read: not plugin knobs, never reported. */
+static int not_a_knob(const char *name) {
+  static const char *const prefixes[] = {"GDRNET_TEST_", "GDRNET_IT_", "GDRNET_SKIP_", "GDRNET_PERF_", "GDRNET_DOCTOR_"};
+  static const char *const names[] = {"GDRNET_PLUGIN"};
+  for (size_t i = 0; i < sizeof(prefixes) / sizeof(prefixes[0]); i++)
+    if (strncmp(name, prefixes[i], strlen(prefixes[i])) == 0) return 1;
+  for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+    if (strcmp(name, names[i]) == 0) return 1;
+  return 0;
+}
+
 static void warn_unknown(void) {
   for (char **e = environ; e != NULL && *e != NULL; e++) {
     char name[128];
@@ -238,7 +249,7 @@ static void warn_unknown(void) {
     if (n >= sizeof(name)) n = sizeof(name) - 1;
     memcpy(name, *e, n);
     name[n] = '\0';
-    if (strncmp(name, "GDRNET_TEST_", 12) == 0) continue; /* test harness variables, not plugin knobs */
+    if (not_a_knob(name)) continue;
     if (gdr_param_lookup(name) != GDR_PARAM_COUNT) continue;
     const char *s = gdr_param_suggest(name);
     if (s != NULL) {
@@ -355,8 +366,9 @@ int gdr_params_markdown(FILE *f) {
               "- Where NCCL's own transports have the same knob (the *NCCL alias* column), that variable is honoured\n"
               "  when the `GDRNET_` one is unset. An invalid alias value is warned about and ignored (it was meant\n"
               "  for NCCL's transport), the default is used.\n"
-              "- An unknown `GDRNET_*` variable is warned about with the closest known name (`GDRNET_TEST_*` are\n"
-              "  reserved for the test harnesses).\n"
+              "- An unknown `GDRNET_*` variable is warned about with the closest known name. Variables of the\n"
+              "  project's tools and tests (`GDRNET_PLUGIN`, `GDRNET_TEST_*`, `GDRNET_IT_*`, `GDRNET_SKIP_*`,\n"
+              "  `GDRNET_PERF_*`, `GDRNET_DOCTOR_*`) are not knobs and are not reported.\n"
               "- Sizes accept K, M and G suffixes (binary: `64K` = 65536).\n\n"
               "| knob | default | accepted values | NCCL alias | meaning |\n"
               "|---|---|---|---|---|\n",
