@@ -108,7 +108,7 @@ static void mkdir_p(const char *path) {
 
 void it_init(const char *name, int timeout_s) {
   g_name = name;
-  g_timeout_s = (int)it_env_double("GDRNET_IT_TIMEOUT_S", timeout_s);
+  g_timeout_s = (int)it_env_double("GNIT_TIMEOUT_S", timeout_s);
   signal(SIGPIPE, SIG_IGN);
   struct sigaction sa;
   memset(&sa, 0, sizeof sa);
@@ -217,7 +217,7 @@ void it_conn_open(it_plugin_t *ip, int dev, int fd, size_t len, it_conn_t *c) {
   c->net = ip->net;
   c->len = len;
   gn_ctx_t ctx;
-  gn_ctx_init(&ctx, ip->net, it_env_double("GDRNET_IT_CONNECT_S", 60));
+  gn_ctx_init(&ctx, ip->net, it_env_double("GNIT_CONNECT_S", 60));
   it_step("connecting on dev %d", dev);
   IT_GN(&ctx, gn_establish(&ctx, dev, fd, &c->s, &c->r));
   IT_CHECK(posix_memalign((void **)&c->sbuf, 4096, len ? len : 1) == 0, "out of memory");

@@ -121,8 +121,8 @@ static int side(int fd, int parent) {
   it_plugin_t ip;
   it_load(&ip);
   /* the emulator runs announce their device count (VEMU_DEVICES): every one must show up */
-  int expect = (int)it_env_double("GDRNET_IT_EXPECT_NDEV", 0);
-  IT_CHECK(expect == 0 || ip.ndev == expect, "devices() gave %d, expected %d (GDRNET_IT_EXPECT_NDEV)", ip.ndev, expect);
+  int expect = (int)it_env_double("GNIT_EXPECT_NDEV", 0);
+  IT_CHECK(expect == 0 || ip.ndev == expect, "devices() gave %d, expected %d (GNIT_EXPECT_NDEV)", ip.ndev, expect);
   check_props(&ip);
   /* listen: the handle is filled, the listen comm is closed without ever accepting */
   {

@@ -31,7 +31,7 @@ static void stream(dir_t *a) {
   int sp = 0, sc = 0, rp = 0, rc = 0;
   int sn = a->do_send ? MSGS : 0, rn = a->do_recv ? MSGS : 0;
   uint64_t my = a->parent ? 1 : 2, peer = a->parent ? 2 : 1;
-  uint64_t dl = gn_deadline_ns(it_env_double("GDRNET_IT_PHASE_S", 120));
+  uint64_t dl = gn_deadline_ns(it_env_double("GNIT_PHASE_S", 120));
   while (sc < sn || rc < rn) {
     while (sp < sn && sp - sc < DEPTH) {
       int slot = sp % DEPTH, sz = size_of(sp);

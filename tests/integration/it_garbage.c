@@ -140,7 +140,7 @@ static int raw_connect(const lport_t *lp) {
 
 /* Calls accept (must give nothing) until the plugin closed our socket. */
 static void expect_rejected(it_plugin_t *ip, void *lc, int fd, const char *what) {
-  double bound = it_env_double("GDRNET_IT_REJECT_BOUND_S", 15);
+  double bound = it_env_double("GNIT_REJECT_BOUND_S", 15);
   uint64_t dl = gn_deadline_ns(bound);
   it_step("garbage '%s': waiting for the plugin to drop it", what);
   for (;;) {

@@ -30,7 +30,7 @@ static int side(int fd, int parent) {
   it_conn_t c;
   it_conn_open(&ip, 0, fd, (size_t)MAXN * BUFSZ, &c);
   it_log("maxRecvs %d", ip.props[0].maxRecvs);
-  uint64_t dl = gn_deadline_ns(it_env_double("GDRNET_IT_PHASE_S", 120));
+  uint64_t dl = gn_deadline_ns(it_env_double("GNIT_PHASE_S", 120));
   for (int round = 0; round < ROUNDS; round++) {
     int n = 1 + round % maxr;
     int tags[MAXN];

@@ -102,7 +102,7 @@ static int side(int fd, int parent) {
   it_conn_t c;
   it_conn_open(&ip, 0, fd, (size_t)N * SLOT, &c);
   gn_ctx_t ctx;
-  gn_ctx_init(&ctx, ip.net, it_env_double("GDRNET_IT_PHASE_S", 120));
+  gn_ctx_init(&ctx, ip.net, it_env_double("GNIT_PHASE_S", 120));
   for (int round = 0; round < 4; round++) {
     int parent_sends = round % 2 == 0;
     burst(&ctx, &c, parent == parent_sends, (uint64_t)round * N, round / 2, 7);

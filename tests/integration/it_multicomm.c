@@ -75,7 +75,7 @@ static void drive(mc_t *m, int lo, int hi, uint64_t base) {
   int sent[NC] = {0}, rcvd[NC] = {0};
   int left = 2 * (hi - lo);
   uint64_t my = m->parent ? 100 : 200, peer = m->parent ? 200 : 100;
-  uint64_t dl = gn_deadline_ns(it_env_double("GDRNET_IT_PHASE_S", 120));
+  uint64_t dl = gn_deadline_ns(it_env_double("GNIT_PHASE_S", 120));
   while (left > 0) {
     for (int i = lo; i < hi; i++) {
       if (sent[i] < MSGS) {

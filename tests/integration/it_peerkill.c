@@ -1,5 +1,5 @@
 /* A peer killed mid-stream (SIGKILL, no goodbye): the survivor's isend/irecv/test must return an
- * error within a bound (GDRNET_IT_PEER_DEATH_BOUND_S, default 15 s) rather than hang, and its comms
+ * error within a bound (GNIT_PEER_DEATH_BOUND_S, default 15 s) rather than hang, and its comms
  * must still close. Both ways: the survivor receiving, and the survivor sending. */
 #include <sched.h>
 #include <signal.h>
@@ -59,7 +59,7 @@ static void survive(int victim_sends) {
   it_conn_t c;
   it_conn_open(&ip, 0, ch.fd, (size_t)DEPTH * SLOT, &c);
   const ncclNet_v8_t *net = ip.net;
-  double bound = it_env_double("GDRNET_IT_PEER_DEATH_BOUND_S", 15);
+  double bound = it_env_double("GNIT_PEER_DEATH_BOUND_S", 15);
   void *req[DEPTH] = {0};
   uint64_t posted = 0, done = 0;
   uint64_t t_kill = 0;

@@ -57,7 +57,7 @@ static int side(int fd, int parent) {
   it_conn_t c;
   it_conn_open(&ip, 0, fd, BUF, &c);
   gn_ctx_t ctx;
-  gn_ctx_init(&ctx, ip.net, it_env_double("GDRNET_IT_PHASE_S", 120));
+  gn_ctx_init(&ctx, ip.net, it_env_double("GNIT_PHASE_S", 120));
   /* parent -> child, then child -> parent */
   if (parent) sender(&ctx, &c, 1);
   else receiver(&ctx, &c, 1);

@@ -42,7 +42,7 @@ static int run_case(int fd, const case_t *k, int sender, report_t *rep) {
   it_conn_open(&ip, 0, fd, (size_t)k->send + 65536, &c);
   gn_ctx_t ctx;
   gn_ctx_init(&ctx, ip.net, 60);
-  double bound = it_env_double("GDRNET_IT_ERROR_BOUND_S", 20);
+  double bound = it_env_double("GNIT_ERROR_BOUND_S", 20);
   /* a good message first */
   it_step("good message");
   if (sender) it_send_pattern(&ctx, &c, 0, 100, 0, 1);

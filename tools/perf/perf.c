@@ -813,7 +813,7 @@ static int run_b(void) {
 /* Role A: drive, measure, print. */
 
 static uint64_t auto_lat_iters(uint64_t size) {
-  uint64_t budget = 64ull << 20; /* bytes per direction */
+  uint64_t budget = 32ull << 20; /* bytes per direction */
   uint64_t n = size ? budget / size : 1000;
   if (n > 1000) n = 1000;
   if (n < 4) n = 4;
@@ -821,7 +821,7 @@ static uint64_t auto_lat_iters(uint64_t size) {
 }
 
 static uint64_t auto_bw_iters(uint64_t size) {
-  uint64_t budget = 256ull << 20;
+  uint64_t budget = 128ull << 20;
   uint64_t n = size ? budget / size : 1000;
   if (n > 1000) n = 1000;
   if (n < 8) n = 8;
