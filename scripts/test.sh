@@ -26,5 +26,5 @@ fi
 
 if [ -x packaging/test-packages.sh ] && [ "${GDRNET_SKIP_PACKAGES:-0}" != 1 ]; then
   echo "== packages =="
-  packaging/test-packages.sh build
+  packaging/test-packages.sh build-pkg
 fi
