@@ -116,6 +116,7 @@ static int self_pid;
 
 void vemu_agent_fork_child(void)
 {
+	/* the parent's connections and agent do not exist in the child */
 	ep = -1;
 	conns = NULL;
 	memset(lazy_head, 0, sizeof(lazy_head));
@@ -391,7 +392,7 @@ static int conn_write(struct vconn *c)
 				uint64_t so = p - base;
 				if (s->cuda) {
 					if (!f->stage)
-						f->stage = malloc(STAGE_SZ);
+						f->stage = malloc(f->h.len < STAGE_SZ ? f->h.len : STAGE_SZ);
 					if (!(p >= f->stage_pos && p < f->stage_pos + f->stage_len)) {
 						uint64_t k = s->len - so < STAGE_SZ ? s->len - so : STAGE_SZ;
 						seg_copy_out(s, so, f->stage, k);

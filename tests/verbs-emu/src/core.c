@@ -260,6 +260,8 @@ static int parse_devices(const char *spec)
 	return 0;
 }
 
+static void defq_reset(void);
+
 static void reset_in_child(void)
 {
 	/* the child of a fork has no agent thread: start over (the parent's objects are unusable there) */
@@ -269,6 +271,7 @@ static void reset_in_child(void)
 	g.trace_mu = m;
 	g.listen_fd = -1;
 	g.doorbell = -1;
+	defq_reset();
 	vemu_agent_fork_child();
 }
 
@@ -1067,6 +1070,11 @@ void vemu_flush_deferred(void)
 		cq_push_now(defq[i].cq, &defq[i].wc);
 	defq_n = 0;
 	pthread_mutex_unlock(&g.mu);
+}
+
+static void defq_reset(void)
+{
+	defq_n = 0;
 }
 
 static void cq_forget_deferred(struct vcq *q)
