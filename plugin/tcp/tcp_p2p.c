@@ -465,6 +465,8 @@ ncclResult_t gdr_tcp_isend(void *send_comm, void *data, size_t size, int tag, vo
   r->size = size;
   r->err = ncclSuccess;
   atomic_store_explicit(&r->done, 0, memory_order_relaxed);
+  GDR_TRACE(NCCL_NET, "TCP isend %s seq %llu size %zu %s", c->peer_str, (unsigned long long)seq, size,
+            size <= c->inline_max ? "inline" : "chunked");
   if (size <= c->inline_max) {
     GDR_CHECK(tx_push(c, TCP_MSG_INLINE, seq, size, data, size, r));
     GDR_CHECK(tx_flush(c));
@@ -503,6 +505,7 @@ ncclResult_t gdr_tcp_irecv(void *recv_comm, int n, void **data, size_t *sizes, i
   atomic_store_explicit(&r->total, SIZE_MAX, memory_order_relaxed);
   atomic_store_explicit(&r->armed, seq + 1, memory_order_release);
   c->next_seq++;
+  GDR_TRACE(NCCL_NET, "TCP irecv %s seq %llu posted %zu", c->peer_str, (unsigned long long)seq, sizes[0]);
   GDR_CHECK(tx_push(c, TCP_MSG_CTS, seq, sizes[0], NULL, 0, NULL));
   GDR_CHECK(tx_flush(c));
   *request = r;
@@ -555,6 +558,8 @@ ncclResult_t gdr_tcp_test(void *request, int *done, size_t *sizes) {
     goto out;
   }
   if (sizes) sizes[0] = bytes;
+  GDR_TRACE(NCCL_NET, "TCP %s done %s seq %llu bytes %zu", c->is_send ? "send" : "recv", c->peer_str,
+            (unsigned long long)r->seq, bytes);
   atomic_store_explicit(&r->armed, 0, memory_order_relaxed);
   r->state = TCP_REQ_FREE;
   *done = 1;
