@@ -513,6 +513,104 @@ static void test_ipv6(void **state) {
   unsetenv("GDRNET_SOCKET_FAMILY");
 }
 
+/* Randomised traffic: sizes 0..2 MiB, receives posted ahead up to 32, requests tested in random order, across
+ * random stream/thread/inline/chunk settings; every byte and every reported size checked. */
+static void test_random_traffic(void **state) {
+  enum { N = NCCL_NET_MAX_REQUESTS, MSGS = 400, MAXSZ = 2 << 20 };
+  uint32_t x = 12345;
+  (void)state;
+#define RND() (x = x * 1664525u + 1013904223u, x >> 8)
+  for (int cfg = 0; cfg < 4; cfg++) {
+    struct pair p;
+    char v[4][16];
+    unsigned char *sb[N], *rb[N];
+    void *sreq[N] = {0}, *rreq[N] = {0};
+    size_t rsz[N];
+    int rseq[N];
+    int posted_r = 0, posted_s = 0, done_r = 0, done_s = 0;
+    double t0 = ut_now();
+    snprintf(v[0], 16, "%u", 1 + RND() % 6);
+    snprintf(v[1], 16, "%u", 1 + RND() % 3);
+    snprintf(v[2], 16, "%u", (unsigned)(RND() % 3) * 16384);
+    snprintf(v[3], 16, "%u", 4096u << (RND() % 5));
+    setenv("GDRNET_TCP_NSOCKS", v[0], 1);
+    setenv("GDRNET_TCP_NTHREADS", v[1], 1);
+    setenv("GDRNET_TCP_INLINE", v[2], 1);
+    setenv("GDRNET_TCP_MIN_CHUNK", v[3], 1);
+    init_plugin();
+    pair_open(&p);
+    for (int i = 0; i < N; i++) {
+      sb[i] = malloc(MAXSZ);
+      rb[i] = malloc(MAXSZ + 64);
+    }
+    /* message k: size sz(k), the receive posted for it is at least that big */
+    while (done_r < MSGS || done_s < MSGS) {
+      int k = (int)(RND() % N);
+      int op = (int)(RND() % 4);
+      if (op == 0 && posted_r < MSGS) {
+        for (int i = 0; i < N; i++) {
+          if (rreq[i] != NULL) continue;
+          uint32_t y = (uint32_t)posted_r * 2654435761u;
+          size_t sz = (y >> 4) % 4 == 0 ? (y >> 8) % 64 : (y >> 8) % MAXSZ;
+          void *data[1] = {rb[i]};
+          size_t s1[1] = {sz + (RND() % 64)};
+          int tag = 0;
+          memset(rb[i], 0xee, s1[0]);
+          assert_int_equal(gdr_core_irecv(p.r, 1, data, s1, &tag, NULL, &rreq[i]), ncclSuccess);
+          if (rreq[i] == NULL) break; /* the plugin's 32 are out */
+          rsz[i] = sz;
+          rseq[i] = posted_r++;
+          break;
+        }
+      } else if (op == 1 && posted_s < posted_r) {
+        for (int i = 0; i < N; i++) {
+          if (sreq[i] != NULL) continue;
+          uint32_t y = (uint32_t)posted_s * 2654435761u;
+          size_t sz = (y >> 4) % 4 == 0 ? (y >> 8) % 64 : (y >> 8) % MAXSZ;
+          fill(sb[i], sz, (unsigned)posted_s);
+          assert_int_equal(gdr_core_isend(p.s, sb[i], sz, 0, NULL, &sreq[i]), ncclSuccess);
+          if (sreq[i] == NULL) break;
+          posted_s++;
+          break;
+        }
+      } else if (op == 2 && sreq[k] != NULL) {
+        int d = 0;
+        assert_int_equal(gdr_core_test(sreq[k], &d, NULL, NULL), ncclSuccess);
+        if (d) {
+          sreq[k] = NULL;
+          done_s++;
+        }
+      } else if (op == 3 && rreq[k] != NULL) {
+        int d = 0, n = 0;
+        size_t got[GDR_MAX_RECVS];
+        assert_int_equal(gdr_core_test(rreq[k], &d, got, &n), ncclSuccess);
+        if (d) {
+          unsigned char *ref = malloc(rsz[k] + 1);
+          assert_int_equal(got[0], rsz[k]);
+          fill(ref, rsz[k], (unsigned)rseq[k]);
+          assert_memory_equal(ref, rb[k], rsz[k]);
+          free(ref);
+          rreq[k] = NULL;
+          done_r++;
+        }
+      }
+      assert_true(ut_now() - t0 < 120.0);
+    }
+    for (int i = 0; i < N; i++) {
+      free(sb[i]);
+      free(rb[i]);
+    }
+    pair_close(&p);
+    assert_int_equal(ut_nwarn, 0);
+    fini_plugin();
+  }
+#undef RND
+  unsetenv("GDRNET_TCP_NSOCKS");
+  unsetenv("GDRNET_TCP_NTHREADS");
+  unsetenv("GDRNET_TCP_INLINE");
+  unsetenv("GDRNET_TCP_MIN_CHUNK");
+}
+
 /* Misuse through the core is an error with a WARN, never a crash. */
 static void test_core_misuse(void **state) {
   struct pair p;
@@ -617,6 +715,7 @@ int main(void) {
       cmocka_unit_test(test_many_comms),
       cmocka_unit_test(test_no_fd_leak_or_stray_close),
       cmocka_unit_test(test_core_misuse),
+      cmocka_unit_test(test_random_traffic),
       cmocka_unit_test(test_ipv6),
       cmocka_unit_test(test_loopback_throughput),
   };
