@@ -8,7 +8,6 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-#include "cuda.h"
 #include "log.h"
 #include "tcp.h"
 
@@ -16,11 +15,11 @@
 
 ncclResult_t gdr_tcp_reg_mr(void *comm, void *data, size_t size, int type, void **mhandle) {
   struct tcp_mr *mr;
-  enum gdr_mem_kind kind = GDR_MEM_HOST;
   (void)comm;
   *mhandle = NULL;
-  if (type == NCCL_PTR_HOST && size > 0) gdr_cuda_ptr_kind(data, &kind, NULL);
-  if (type != NCCL_PTR_HOST || kind != GDR_MEM_HOST) {
+  /* NCCL's type is trusted: with ptrSupport HOST it passes its pinned host buffers, which may be cuMem host
+   * allocations that a pointer query would not call plain host memory. */
+  if (type != NCCL_PTR_HOST) {
     GDR_WARN("regMr of %zu bytes at %p (type %d): TCP transport needs host memory; NCCL stages GPU buffers when "
              "ptrSupport is HOST",
              size, data, type);
