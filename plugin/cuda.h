@@ -15,8 +15,10 @@
 ncclResult_t gdr_cuda_load(char *why, size_t whylen);
 
 enum gdr_mem_kind { GDR_MEM_HOST = 0, GDR_MEM_CUDA = 1 };
-/* Where ptr lives. Without a driver, or for memory CUDA does not know (malloc), GDR_MEM_HOST. Pinned host memory
- * (cudaHostAlloc) is GDR_MEM_HOST. *cuda_dev (may be NULL) gets the device ordinal for device memory, else -1. */
+/* Where ptr lives, per CU_POINTER_ATTRIBUTE_MEMORY_TYPE. Without a driver, or for memory CUDA does not know
+ * (malloc), GDR_MEM_HOST. Pinned host memory (cudaHostAlloc) is GDR_MEM_HOST. *cuda_dev (may be NULL) gets the
+ * device ordinal for device memory, else -1. Prefer NCCL's own type argument where it has one: NCCL's cuMem host
+ * allocations (NCCL_CUMEM_HOST_ENABLE) are not guaranteed to answer "host" here. */
 ncclResult_t gdr_cuda_ptr_kind(const void *ptr, enum gdr_mem_kind *kind, int *cuda_dev);
 
 /* Device attributes of CUDA device ordinal dev: 1/0. Errors when there is no driver or no such device. */
