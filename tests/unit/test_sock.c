@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <poll.h>
+#include <pthread.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -485,6 +486,41 @@ static void test_connect_timeout_bounded(void **state) {
   }
 }
 
+struct blob_arg {
+  int fd;
+  size_t len;
+};
+
+static void *writer(void *a) {
+  struct blob_arg *b = a;
+  char *buf = malloc(b->len);
+  for (size_t i = 0; i < b->len; i++) buf[i] = (char)(i * 13);
+  assert_int_equal(gdr_sock_send_all(b->fd, buf, b->len), ncclSuccess);
+  free(buf);
+  return NULL;
+}
+
+/* Exact blocking helpers: a 4 MiB transfer through a socket pair (many short transfers), then EOF. */
+static void test_exact_blocking_io(void **state) {
+  int sv[2];
+  struct blob_arg a;
+  pthread_t t;
+  size_t len = 4 << 20;
+  char *buf = malloc(len);
+  (void)state;
+  assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+  a.fd = sv[0];
+  a.len = len;
+  assert_int_equal(pthread_create(&t, NULL, writer, &a), 0);
+  assert_int_equal(gdr_sock_recv_all(sv[1], buf, len), ncclSuccess);
+  assert_int_equal(pthread_join(t, NULL), 0);
+  for (size_t i = 0; i < len; i++) assert_int_equal(buf[i], (char)(i * 13));
+  close(sv[0]);
+  assert_int_equal(gdr_sock_recv_all(sv[1], buf, 1), ncclRemoteError); /* EOF */
+  close(sv[1]);
+  free(buf);
+}
+
 static void test_tune_and_io(void **state) {
   int sv[2];
   char buf[1 << 16];
@@ -528,6 +564,7 @@ int main(void) {
       cmocka_unit_test_setup(test_rejects_garbage_and_strays, setup),
       cmocka_unit_test_setup(test_connect_timeout_bounded, setup),
       cmocka_unit_test_setup(test_tune_and_io, setup),
+      cmocka_unit_test_setup(test_exact_blocking_io, setup),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
