@@ -142,7 +142,7 @@ static void usage(FILE *f) {
           "  --local              fork both ends on this host\n"
           "  --server             wait for a client (bootstrap on TCP port P)\n"
           "  --client HOST        connect to a server; the client's run options are used by both ends\n"
-          "  --port P             bootstrap TCP port (default %d)\n"
+          "  --port P             bootstrap TCP port (default %d; --server --port 0 picks a free one and prints it)\n"
           "  --transport T        rdma|tcp|auto: sets GDRNET_TRANSPORT for the plugin\n"
           "  --sizes MIN:MAX[:F]  message sizes MIN, MIN*F, ... and MAX (default 8:64M:4; K/M/G suffixes)\n"
           "  --iters N            messages per size in each phase (default: 1000, fewer for large sizes)\n"
@@ -255,7 +255,7 @@ static void parse_args(int argc, char **argv, opts_t *o) {
       o->mode = c == O_LOCAL ? 'l' : c == O_SERVER ? 's' : 'c';
       if (c == O_CLIENT) o->host = optarg;
       break;
-    case O_PORT: o->port = parse_int(optarg, 1, 65535, "--port"); break;
+    case O_PORT: o->port = parse_int(optarg, 0, 65535, "--port"); break;
     case O_TRANSPORT:
       if (strcmp(optarg, "rdma") != 0 && strcmp(optarg, "tcp") != 0 && strcmp(optarg, "auto") != 0)
         usage_error("bad --transport '%s' (rdma, tcp or auto)", optarg);
@@ -300,6 +300,7 @@ static void parse_args(int argc, char **argv, opts_t *o) {
   if (optind < argc) usage_error("unexpected argument '%s'", argv[optind]);
   if (o->mode == 0) usage_error("%s", "one of --local, --server or --client HOST is required");
   if (o->iters && o->duration > 0) usage_error("%s", "--iters and --duration exclude each other");
+  if (o->mode == 'c' && o->port == 0) usage_error("%s", "--client needs the server's --port (0 is for --server only)");
 }
 
 /* ------------------------------------------------------------------------------------------ */

@@ -1,0 +1,36 @@
+#!/bin/sh
+# perf_remote.sh PERF PLUGIN [client options...]: gdrnet-perf --server on a free port and gdrnet-perf
+# --client against it on this host (their own TCP bootstrap carries the handle). Both must exit 0. The
+# server's first line names its port; reading it through a FIFO is the synchronisation (no sleeps).
+# Plugin: $GDRNET_TEST_PLUGIN when set, else PLUGIN.
+set -u
+perf=$1
+plugin=${GDRNET_TEST_PLUGIN:-$2}
+shift 2
+dir=$(mktemp -d "${TMPDIR:-/tmp}/gdrnet-perf-remote.XXXXXX") || exit 1
+trap 'rm -rf "$dir"' EXIT
+mkfifo "$dir/out" || exit 1
+"$perf" --server --port 0 --timeout 60 --plugin "$plugin" >"$dir/out" 2>"$dir/server.err" &
+spid=$!
+exec 3<"$dir/out"
+if ! read -r line <&3; then
+  echo "perf_remote: the server printed nothing" >&2
+  cat "$dir/server.err" >&2
+  exit 1
+fi
+echo "server: $line"
+port=$(printf '%s\n' "$line" | sed -n 's/.*waiting for a client on port \([0-9][0-9]*\).*/\1/p')
+if [ -z "$port" ]; then
+  echo "perf_remote: no port in the server's first line" >&2
+  kill "$spid" 2>/dev/null
+  exit 1
+fi
+cat <&3 >"$dir/server.out" &
+"$perf" --client 127.0.0.1 --port "$port" --plugin "$plugin" "$@"
+crc=$?
+wait "$spid"
+src=$?
+echo "--- server output:"
+cat "$dir/server.out" "$dir/server.err"
+echo "client exit $crc, server exit $src"
+[ "$crc" -eq 0 ] && [ "$src" -eq 0 ] && grep -q "run complete" "$dir/server.out"
