@@ -84,9 +84,20 @@ static void two_target(int fd)
 	for (int i = 0; i < 8192; i++)
 		CHECK_EQ((unsigned char)buf[8192 + i], (unsigned char)(i ^ 0x5a));
 	vt_send(fd, "k", 1);
-	/* 3: big writes, the initiator reads back */
+	/* 3: big writes, the initiator reads back; then 4: answer each WRITE_WITH_IMM with one */
 	vt_recv(fd, &c, 1);
+	CHECK_EQ(vt_post_recv(qp, NULL, 0, 0, 30), 0);
 	vt_send(fd, "k", 1);
+	for (int i = 0; i < 1000; i++) {
+		struct ibv_wc w1;
+		vt_wait(&d, d.cq, &w1, 1, 10000);
+		CHECK_EQ(w1.status, IBV_WC_SUCCESS);
+		CHECK_EQ(w1.opcode, IBV_WC_RECV_RDMA_WITH_IMM);
+		if (i < 999)
+			CHECK_EQ(vt_post_recv(qp, NULL, 0, 0, 30), 0);
+		CHECK_EQ(vt_post_write(qp, IBV_WR_RDMA_WRITE_WITH_IMM, buf, 8, mr->lkey, peer.addr, peer.rkey, 31, 0, 0),
+			 0);
+	}
 	vt_recv(fd, &c, 1);
 	CHECK_EQ(ibv_destroy_qp(qp), 0);
 	CHECK_EQ(ibv_dereg_mr(mr), 0);
@@ -175,8 +186,23 @@ static void two_initiator(int fd)
 	while (wc.wr_id != 13);
 	t1 = now_s();
 	printf("two: 8-byte WRITEs: %.0f k/s\n", nsmall / (t1 - t0) / 1e3);
+	/* ping-pong latency: WRITE_WITH_IMM each way, both sides blocked on their completion channel */
 	vt_send(fd, "2", 1);
 	vt_recv(fd, &c, 1);
+	int nlat = 1000;
+	t0 = now_s();
+	for (int i = 0; i < nlat; i++) {
+		CHECK_EQ(vt_post_recv(qp, NULL, 0, 0, 20), 0);
+		CHECK_EQ(vt_post_write(qp, IBV_WR_RDMA_WRITE_WITH_IMM, buf, 8, mr->lkey, peer.addr, peer.rkey, 21,
+				       IBV_SEND_SIGNALED, 0),
+			 0);
+		struct ibv_wc w2[2];
+		vt_wait(&d, d.cq, w2, 2, 10000);
+		CHECK_EQ(w2[0].status, IBV_WC_SUCCESS);
+		CHECK_EQ(w2[1].status, IBV_WC_SUCCESS);
+	}
+	t1 = now_s();
+	printf("two: WRITE_WITH_IMM ping-pong: %.1f us round trip\n", (t1 - t0) / nlat * 1e6);
 	vt_send(fd, "3", 1);
 	CHECK_EQ(ibv_destroy_qp(qp), 0);
 	CHECK_EQ(ibv_dereg_mr(mr), 0);

@@ -103,6 +103,7 @@ struct vconn {
 	char *stage;
 	uint64_t stage_fill;
 	int want_out;
+	int writing;                /* a thread is in writev on it (g.mu) */
 };
 
 #define IBUF_SZ (256 * 1024)
@@ -114,11 +115,16 @@ static struct lazyrec *lazy_head[VEMU_MAX_DEVS], *lazy_tail[VEMU_MAX_DEVS];
 static uint64_t next_deadline;
 static int self_pid;
 
+static __thread int agent_thread;
+static uint64_t pending_dl, sleep_until = 1;
+
 void vemu_agent_fork_child(void)
 {
 	/* the parent's connections and agent do not exist in the child */
 	ep = -1;
 	conns = NULL;
+	pending_dl = 0;
+	sleep_until = 1;
 	memset(lazy_head, 0, sizeof(lazy_head));
 	memset(lazy_tail, 0, sizeof(lazy_tail));
 }
@@ -141,10 +147,26 @@ static uint64_t rnr_ns(int t)
 	return ns < 1000 ? 1000 : (uint64_t)ns;
 }
 
+/* Timers. The agent keeps next_deadline; application threads (the direct send path) publish theirs in
+ * pending_dl and ring the doorbell when the agent sleeps past it. sleep_until: 1 = the agent is awake (it reads
+ * pending_dl before sleeping), 0 = asleep without timeout, else asleep until that time. */
+
 static void want_deadline(uint64_t t)
 {
-	if (t && (!next_deadline || t < next_deadline))
-		next_deadline = t;
+	if (!t)
+		return;
+	if (agent_thread) {
+		if (!next_deadline || t < next_deadline)
+			next_deadline = t;
+		return;
+	}
+	uint64_t cur = __atomic_load_n(&pending_dl, __ATOMIC_SEQ_CST);
+	while ((!cur || t < cur) &&
+	       !__atomic_compare_exchange_n(&pending_dl, &cur, t, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST))
+		;
+	uint64_t su = __atomic_load_n(&sleep_until, __ATOMIC_SEQ_CST);
+	if (su != 1 && (su == 0 || t < su))
+		vemu_ring();
 }
 
 /* ------------------------------------------------------------ CUDA-aware copies */
@@ -270,16 +292,23 @@ static void frame_free(struct oframe *f)
 	free(f);
 }
 
-static void conn_kill(struct vconn *c)
+/* mark a connection lost (g.mu held, any thread); the agent reaps it when nobody is writing on it */
+static void conn_mark_dead(struct vconn *c)
 {
 	if (c->dead)
 		return;
 	VTRACE("conn lost pid=%d\n", c->pid);
 	c->dead = 1;
+}
+
+/* agent thread, g.mu held: close a dead connection and drop what it carried */
+static void conn_reap(struct vconn *c)
+{
+	if (!c->dead || c->writing || c->fd < 0)
+		return;
 	epoll_ctl(ep, EPOLL_CTL_DEL, c->fd, NULL);
 	close(c->fd);
 	c->fd = -1;
-	pthread_mutex_lock(&g.mu);
 	for (struct oframe *f = c->oq_head, *n; f; f = n) {
 		n = f->next;
 		struct vqp *q = f->qpn ? vemu_qp_find(f->qpn) : NULL;
@@ -287,7 +316,6 @@ static void conn_kill(struct vconn *c)
 			q->unsent--;
 		frame_free(f);
 	}
-	pthread_mutex_unlock(&g.mu);
 	c->oq_head = c->oq_tail = NULL;
 	/* an incoming message cut short: its receive WR is lost with the connection (the initiator times out) */
 	free(c->isegs);
@@ -363,17 +391,27 @@ static void respond(struct vconn *c, const struct whdr *req, int type, int statu
 	enqueue(c, f);
 }
 
-/* ------------------------------------------------------------ writing */
-static int conn_write(struct vconn *c)
+/* ------------------------------------------------------------ writing
+ * The out queue of a connection is under g.mu. One thread at a time writes on a connection (c->writing): the
+ * agent, or an application thread in ibv_post_send when the connection is idle (the direct path, which saves
+ * a thread wake-up per message). The syscall itself runs without the lock. */
+static int conn_write_locked(struct vconn *c)
 {
-	if (vemu_fault_is_lost())
+	if (c->writing || c->dead || c->fd < 0 || vemu_fault_is_lost())
 		return 0;
+	c->writing = 1;
+	int rc = 0;
 	while (c->oq_head && !c->dead) {
+		struct oframe *snap[62];
+		int ns = 0;
+		for (struct oframe *f = c->oq_head; f && ns < 62; f = f->next)
+			snap[ns++] = f;
+		pthread_mutex_unlock(&g.mu);
 		struct iovec iov[64];
 		int n = 0;
-		struct oframe *f = c->oq_head;
-		/* gather header and host payload of consecutive frames */
-		for (; f && n < 62; f = f->next) {
+		/* gather header and host payload of consecutive frames (only the writer touches off/stage) */
+		for (int fi = 0; fi < ns && n < 62; fi++) {
+			struct oframe *f = snap[fi];
 			uint64_t off = f->off;
 			if (off < sizeof(f->h)) {
 				iov[n].iov_base = (char *)&f->h + off;
@@ -384,18 +422,18 @@ static int conn_write(struct vconn *c)
 			uint64_t p = off - sizeof(f->h), base = 0;
 			int stop = 0;
 			for (int i = 0; i < f->nseg && n < 63; i++) {
-				struct vseg *s = &f->segs[i];
-				if (p >= base + s->len) {
-					base += s->len;
+				struct vseg *sg = &f->segs[i];
+				if (p >= base + sg->len) {
+					base += sg->len;
 					continue;
 				}
 				uint64_t so = p - base;
-				if (s->cuda) {
+				if (sg->cuda) {
 					if (!f->stage)
 						f->stage = malloc(f->h.len < STAGE_SZ ? f->h.len : STAGE_SZ);
 					if (!(p >= f->stage_pos && p < f->stage_pos + f->stage_len)) {
-						uint64_t k = s->len - so < STAGE_SZ ? s->len - so : STAGE_SZ;
-						seg_copy_out(s, so, f->stage, k);
+						uint64_t k = sg->len - so < STAGE_SZ ? sg->len - so : STAGE_SZ;
+						seg_copy_out(sg, so, f->stage, k);
 						f->stage_pos = p;
 						f->stage_len = k;
 					}
@@ -405,11 +443,11 @@ static int conn_write(struct vconn *c)
 					stop = 1;
 					break;
 				}
-				iov[n].iov_base = (char *)(uintptr_t)(s->addr + so);
-				iov[n].iov_len = s->len - so;
+				iov[n].iov_base = (char *)(uintptr_t)(sg->addr + so);
+				iov[n].iov_len = sg->len - so;
 				n++;
-				p = base + s->len;
-				base += s->len;
+				p = base + sg->len;
+				base += sg->len;
 			}
 			if (stop || n >= 63)
 				break;
@@ -419,23 +457,28 @@ static int conn_write(struct vconn *c)
 				n++;
 			}
 		}
-		ssize_t w = writev(c->fd, iov, n);
+		/* sendmsg with MSG_NOSIGNAL: a vanished peer must not SIGPIPE the application's thread */
+		struct msghdr mh = { .msg_iov = iov, .msg_iovlen = (size_t)n };
+		ssize_t w = sendmsg(c->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+		int err = errno;
+		pthread_mutex_lock(&g.mu);
 		if (w < 0) {
-			if (errno == EINTR)
+			if (err == EINTR)
 				continue;
-			if (errno == EAGAIN) {
+			if (err == EAGAIN) {
 				if (!c->want_out)
 					conn_epoll(c, 1);
-				return 0;
+				break;
 			}
-			conn_kill(c);
-			return -1;
+			conn_mark_dead(c);
+			rc = -1;
+			break;
 		}
 		/* account the written bytes to the frames */
 		uint64_t left = (uint64_t)w;
 		uint64_t now = 0;
 		while (left && c->oq_head) {
-			f = c->oq_head;
+			struct oframe *f = c->oq_head;
 			uint64_t total = sizeof(f->h) + f->h.len;
 			if (f->h.type == F_READ_REQ)
 				total = sizeof(f->h);
@@ -449,14 +492,12 @@ static int conn_write(struct vconn *c)
 			if (f->qpn) {
 				if (!now)
 					now = vemu_now_ns();
-				pthread_mutex_lock(&g.mu);
 				struct vqp *q = vemu_qp_find(f->qpn);
 				if (q) {
 					q->last_progress = now;
 					if (f->off == total && q->unsent > 0)
 						q->unsent--;
 				}
-				pthread_mutex_unlock(&g.mu);
 			}
 			if (f->off == total) {
 				c->oq_head = f->next;
@@ -466,9 +507,18 @@ static int conn_write(struct vconn *c)
 			}
 		}
 	}
-	if (c->want_out && !c->dead)
+	if (!c->oq_head && c->want_out && !c->dead)
 		conn_epoll(c, 0);
-	return 0;
+	c->writing = 0;
+	return rc;
+}
+
+static int conn_write(struct vconn *c)
+{
+	pthread_mutex_lock(&g.mu);
+	int rc = conn_write_locked(c);
+	pthread_mutex_unlock(&g.mu);
+	return rc;
 }
 
 /* ------------------------------------------------------------ validation helpers (g.mu held) */
@@ -1167,7 +1217,7 @@ static ssize_t read_direct(struct vconn *c)
 
 static int conn_read(struct vconn *c)
 {
-	if (vemu_fault_is_lost())
+	if (vemu_fault_is_lost() || c->dead || c->fd < 0)
 		return 0;
 	for (int rounds = 0; !c->dead; rounds++) {
 		/* consume buffered input (always before leaving, or bytes would wait for the next epoll event) */
@@ -1215,16 +1265,15 @@ static int conn_read(struct vconn *c)
 			c->ibuf_len = (size_t)r;
 			continue;
 		}
-		if (r == 0) {
-			conn_kill(c);
+		if (r == 0 || (errno != EINTR && errno != EAGAIN)) {
+			pthread_mutex_lock(&g.mu);
+			conn_mark_dead(c);
+			pthread_mutex_unlock(&g.mu);
 			return -1;
 		}
 		if (errno == EINTR)
 			continue;
-		if (errno == EAGAIN)
-			return 0;
-		conn_kill(c);
-		return -1;
+		return 0;
 	}
 	return 0;
 }
@@ -1289,6 +1338,30 @@ static void process_dirty(void)
 	pthread_mutex_unlock(&g.mu);
 }
 
+/* application thread in ibv_post_send, g.mu held: when the QP's connection is idle, put the new work requests
+ * on the wire from this thread (saves waking the agent). Returns 1 when nothing is left for the agent. g.mu is
+ * released around the write. */
+int vemu_try_direct(struct vqp *q)
+{
+	static int enabled = -1;
+	if (enabled < 0) {
+		const char *e = getenv("VEMU_DIRECT");
+		enabled = !(e && !strcmp(e, "0"));
+	}
+	struct vconn *c = q->conn;
+	/* only when the QP has nothing in flight: a latency-bound exchange. A running stream of requests is left
+	 * to the agent, which batches them into fewer system calls. */
+	if (!enabled || agent_thread || q->dirty || q->if_head || q->qp.state != IBV_QPS_RTS || !c || c->dead ||
+	    c->writing ||
+	    c->oq_head || c->fd < 0 || q->ctx->dev->port_state != IBV_PORT_ACTIVE || vemu_fault_is_lost())
+		return 0;
+	transmit_qp(q);
+	if (q->sq_head)
+		return 0; /* an error waits for earlier requests: the agent finishes it */
+	conn_write_locked(c);
+	return 1;
+}
+
 /* agent thread: a port came back ACTIVE: resume what waited for it */
 void vemu_port_changed(struct vdev *d)
 {
@@ -1325,6 +1398,7 @@ static void *agent_main(void *arg)
 	sigfillset(&all);
 	pthread_sigmask(SIG_BLOCK, &all, NULL);
 	vemu_set_agent_thread();
+	agent_thread = 1;
 	struct epoll_event evs[64];
 	for (;;) {
 		uint64_t now = vemu_now_ns();
@@ -1332,6 +1406,12 @@ static void *agent_main(void *arg)
 		uint64_t port_dl = 0;
 		vemu_fault_port_timers(now, &port_dl);
 		want_deadline(port_dl);
+		__atomic_store_n(&sleep_until, next_deadline, __ATOMIC_SEQ_CST);
+		uint64_t pend = __atomic_exchange_n(&pending_dl, 0, __ATOMIC_SEQ_CST);
+		if (pend) {
+			want_deadline(pend);
+			__atomic_store_n(&sleep_until, next_deadline, __ATOMIC_SEQ_CST);
+		}
 		if (next_deadline) {
 			if (next_deadline <= now)
 				tmo = 0;
@@ -1339,6 +1419,7 @@ static void *agent_main(void *arg)
 				tmo = (int)((next_deadline - now + 999999) / 1000000);
 		}
 		int n = epoll_wait(ep, evs, 64, tmo);
+		__atomic_store_n(&sleep_until, 1, __ATOMIC_SEQ_CST);
 		if (n < 0 && errno != EINTR)
 			break;
 		for (int i = 0; i < n; i++) {
@@ -1374,9 +1455,14 @@ static void *agent_main(void *arg)
 			check_timers(now);
 			pthread_mutex_unlock(&g.mu);
 		}
-		for (struct vconn *c = conns; c; c = c->next)
+		pthread_mutex_lock(&g.mu);
+		for (struct vconn *c = conns; c; c = c->next) {
 			if (c->oq_head && !c->dead)
-				conn_write(c);
+				conn_write_locked(c);
+			if (c->dead)
+				conn_reap(c);
+		}
+		pthread_mutex_unlock(&g.mu);
 		vemu_flush_deferred();
 	}
 	return NULL;

@@ -1695,6 +1695,8 @@ static int vemu_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_
 		}
 		rung = 1;
 	}
+	if (rung && vemu_try_direct(q))
+		rung = 0;
 	if (rung)
 		mark_dirty(q);
 	pthread_mutex_unlock(&g.mu);

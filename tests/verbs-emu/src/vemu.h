@@ -209,6 +209,7 @@ void vemu_access_str(unsigned access, char *buf, size_t n);
 int vemu_agent_start(void);
 void vemu_agent_fork_child(void);
 void vemu_held_drop(struct vqp *q);                 /* g.mu held */
+int vemu_try_direct(struct vqp *q);                 /* g.mu held: send from the posting thread */
 void vemu_port_changed(struct vdev *d);             /* agent thread: port came back, resume traffic */
 
 /* fault.c */
