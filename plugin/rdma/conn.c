@@ -153,9 +153,9 @@ static int qp_to_rtr_rts(struct gdr_rdma_comm *c, struct ibv_qp *qp, uint32_t rq
   at.ah_attr.sl = (uint8_t)gdr_param_int(GDR_PARAM_IB_SL);
   at.ah_attr.src_path_bits = 0;
   at.ah_attr.port_num = (uint8_t)d->port;
-  /* RoCE always routes by GID; IB needs a GRH only across subnets */
-  int global = d->link_layer == IBV_LINK_LAYER_ETHERNET || memcmp(remote->gid, d->gid.raw, 8) != 0;
-  if (d->link_layer == IBV_LINK_LAYER_INFINIBAND && gdr_gid_is_zero(remote->gid)) global = 0;
+  /* RoCE always routes by GID; IB needs a GRH across subnets or where the port requires one */
+  int global = d->link_layer == IBV_LINK_LAYER_ETHERNET || d->grh_required || memcmp(remote->gid, d->gid.raw, 8) != 0;
+  if (d->link_layer == IBV_LINK_LAYER_INFINIBAND && !d->grh_required && gdr_gid_is_zero(remote->gid)) global = 0;
   if (global) {
     at.ah_attr.is_global = 1;
     memcpy(at.ah_attr.grh.dgid.raw, remote->gid, 16);

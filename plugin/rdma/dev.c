@@ -360,6 +360,7 @@ static int open_port(struct ibv_device *ibdev, const struct ibv_device_attr *da,
   d->link_layer = pa->link_layer == IBV_LINK_LAYER_ETHERNET ? IBV_LINK_LAYER_ETHERNET : IBV_LINK_LAYER_INFINIBAND;
   d->active_mtu = pa->active_mtu;
   d->lid = pa->lid;
+  d->grh_required = (pa->flags & IBV_QPF_GRH_REQUIRED) != 0;
   d->guid = da->sys_image_guid;
   d->speed = lane_mbps(pa->active_speed) * width_lanes(pa->active_width);
   d->max_qp = da->max_qp;

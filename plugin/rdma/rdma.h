@@ -43,6 +43,7 @@ struct gdr_rdma_dev {
   int gid_index;
   union ibv_gid gid;
   uint16_t lid;
+  int grh_required;    /* the port says every packet needs a GRH (IBV_QPF_GRH_REQUIRED) */
   uint64_t guid;       /* sys_image_guid, as NCCL's IB transport */
   int speed;           /* Mbps */
   int max_qp;
