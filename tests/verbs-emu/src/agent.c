@@ -115,7 +115,7 @@ static struct lazyrec *lazy_head[VEMU_MAX_DEVS], *lazy_tail[VEMU_MAX_DEVS];
 static uint64_t next_deadline;
 static int self_pid;
 
-static __thread int agent_thread;
+#define agent_thread vemu_in_agent()
 static uint64_t pending_dl, sleep_until = 1;
 
 void vemu_agent_fork_child(void)
@@ -1398,7 +1398,6 @@ static void *agent_main(void *arg)
 	sigfillset(&all);
 	pthread_sigmask(SIG_BLOCK, &all, NULL);
 	vemu_set_agent_thread();
-	agent_thread = 1;
 	struct epoll_event evs[64];
 	for (;;) {
 		uint64_t now = vemu_now_ns();

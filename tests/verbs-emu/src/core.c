@@ -1030,20 +1030,28 @@ struct deferred {
 	struct vcq *cq;
 	struct ibv_wc wc;
 };
-static __thread int in_agent;
+/* no __thread: LeakSanitizer's tracer trips over the dynamic TLS of a dlopened library */
+static pthread_t agent_tid;
+static int agent_tid_set;
+
+int vemu_in_agent(void)
+{
+	return __atomic_load_n(&agent_tid_set, __ATOMIC_ACQUIRE) && pthread_equal(pthread_self(), agent_tid);
+}
 static struct deferred *defq;
 static size_t defq_n, defq_cap;
 
 void vemu_set_agent_thread(void)
 {
-	in_agent = 1;
+	agent_tid = pthread_self();
+	__atomic_store_n(&agent_tid_set, 1, __ATOMIC_RELEASE);
 }
 
 static void cq_push_now(struct vcq *q, const struct ibv_wc *wc);
 
 void vemu_cq_push(struct vcq *q, const struct ibv_wc *wc)
 {
-	if (!in_agent) {
+	if (!vemu_in_agent()) {
 		cq_push_now(q, wc);
 		return;
 	}
@@ -1075,6 +1083,7 @@ void vemu_flush_deferred(void)
 static void defq_reset(void)
 {
 	defq_n = 0;
+	agent_tid_set = 0;
 }
 
 static void cq_forget_deferred(struct vcq *q)

@@ -196,6 +196,7 @@ struct vqp *vemu_qp_find(uint32_t qpn);
 struct vmr *vemu_mr_find(uint32_t key);
 void vemu_cq_push(struct vcq *cq, const struct ibv_wc *wc);
 void vemu_set_agent_thread(void);
+int vemu_in_agent(void);
 void vemu_flush_deferred(void);
 void vemu_async_event(struct vctx *ctx, enum ibv_event_type type, void *elem, int port);
 void vemu_qp_to_err(struct vqp *qp);               /* g.mu held: flush everything */
