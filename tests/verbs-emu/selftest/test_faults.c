@@ -448,6 +448,8 @@ static void sc_trace(void)
 	snprintf(execq, sizeof(execq), "exec qp=0x%x ", a->qp_num);
 	CHECK_EQ(count_lines(path, execq, NULL), 4);
 	CHECK_EQ(count_lines(path, "exec target ", "op=WRITE len=100"), 3);
+	CHECK_EQ(count_lines(path, "exec target ", "access=LOCAL_WRITE|REMOTE_WRITE|RELAXED_ORDERING"), 3);
+	CHECK_EQ(count_lines(path, "exec target ", "op=READ len=10 "), 1);
 	CHECK_EQ(count_lines(path, "ack ", qp), 4);
 	CHECK_EQ(count_lines(path, "cqe ", qp), 2);
 	CHECK_EQ(count_lines(path, "flags=UNSIGNALED", qp), 2);

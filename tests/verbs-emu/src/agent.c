@@ -801,8 +801,13 @@ static int exec_request(struct vconn *c, struct vqp *q, const struct whdr *h)
 			f->nseg = 1;
 		}
 		enqueue(c, f);
-		VTRACE("exec target qp=0x%x op=READ len=%llu rkey=0x%x\n", q->qp.qp_num, (unsigned long long)h->len,
-		       h->rkey);
+		if (g.trace) {
+			char acc[160] = "-";
+			if (m)
+				vemu_access_str((unsigned)m->access, acc, sizeof(acc));
+			vemu_trace("exec target qp=0x%x op=READ len=%llu rkey=0x%x access=%s\n", q->qp.qp_num,
+				   (unsigned long long)h->len, h->rkey, acc);
+		}
 		return RX_NONE;
 	}
 	if (h->type == F_WRITE) {
@@ -820,8 +825,14 @@ static int exec_request(struct vconn *c, struct vqp *q, const struct whdr *h)
 		}
 		if (h->flags & HF_IMM)
 			c->rx_recv = pop_recv(q);
-		VTRACE("exec target qp=0x%x op=%s len=%llu rkey=0x%x\n", q->qp.qp_num,
-		       h->flags & HF_IMM ? "WRITE_IMM" : "WRITE", (unsigned long long)h->len, h->rkey);
+		if (g.trace) {
+			char acc[160] = "-";
+			struct vmr *m = h->len ? vemu_mr_find(h->rkey) : NULL;
+			if (m)
+				vemu_access_str((unsigned)m->access, acc, sizeof(acc));
+			vemu_trace("exec target qp=0x%x op=%s len=%llu rkey=0x%x access=%s\n", q->qp.qp_num,
+				   h->flags & HF_IMM ? "WRITE_IMM" : "WRITE", (unsigned long long)h->len, h->rkey, acc);
+		}
 		if (lazify(c->isegs, c->nisegs, &c->rx_lazy))
 			return RX_DISCARD;
 		return RX_PLACE;
@@ -1355,9 +1366,15 @@ int vemu_try_direct(struct vqp *q)
 	    c->writing ||
 	    c->oq_head || c->fd < 0 || q->ctx->dev->port_state != IBV_PORT_ACTIVE || vemu_fault_is_lost())
 		return 0;
+	if (g.gdr_lazy)
+		return 0; /* a READ would apply parked device writes: CUDA work stays in the agent */
 	transmit_qp(q);
 	if (q->sq_head)
 		return 0; /* an error waits for earlier requests: the agent finishes it */
+	for (struct oframe *f = c->oq_head; f; f = f->next)
+		for (int i = 0; i < f->nseg; i++)
+			if (f->segs[i].cuda)
+				return 0; /* device memory is staged by the agent (CUDA calls stay in its thread) */
 	conn_write_locked(c);
 	return 1;
 }

@@ -1,9 +1,9 @@
 /* verbs emulator: CUDA device memory through the driver API, dlopened (never linked).
  *
  * The driver is used only when libcuda.so.1 is already loaded in the process (a process cannot hold
- * device pointers otherwise), or when VEMU_CUDA=1 asks to load it. Copies run in the agent thread on the
- * emulator's own CU_STREAM_NON_BLOCKING stream (one per context) followed by a synchronize of that
- * stream only: a synchronous or legacy-default-stream copy could wait behind the application's kernels
+ * device pointers otherwise), or when VEMU_CUDA=1 asks to load it. Copies run in the agent thread (the pointer's
+ * context pushed for the copy and popped after) on the emulator's own CU_STREAM_NON_BLOCKING stream (one per
+ * context) followed by a synchronize of that stream only: a synchronous or legacy-default-stream copy could wait behind the application's kernels
  * (NCCL's kernels wait for the network, which waits for the agent: a deadlock). */
 #include "vemu.h"
 
@@ -28,7 +28,8 @@ static struct {
 	void *h;
 	CUresult (*cuInit)(unsigned);
 	CUresult (*cuPointerGetAttribute)(void *, int, CUdeviceptr);
-	CUresult (*cuCtxSetCurrent)(CUcontext);
+	CUresult (*cuCtxPushCurrent)(CUcontext);
+	CUresult (*cuCtxPopCurrent)(CUcontext *);
 	CUresult (*cuDevicePrimaryCtxRetain)(CUcontext *, CUdevice);
 	CUresult (*cuStreamCreate)(CUstream *, unsigned);
 	CUresult (*cuStreamSynchronize)(CUstream);
@@ -61,7 +62,8 @@ static int load(void)
 	} while (0)
 	SYM(cuInit, "cuInit");
 	SYM(cuPointerGetAttribute, "cuPointerGetAttribute");
-	SYM(cuCtxSetCurrent, "cuCtxSetCurrent");
+	SYM(cuCtxPushCurrent, "cuCtxPushCurrent_v2");
+	SYM(cuCtxPopCurrent, "cuCtxPopCurrent_v2");
 	SYM(cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain");
 	SYM(cuStreamCreate, "cuStreamCreate");
 	SYM(cuStreamSynchronize, "cuStreamSynchronize");
@@ -124,11 +126,23 @@ static CUstream stream_for(CUcontext ctx)
 	return NULL;
 }
 
+/* make ctx current for this copy and restore the thread's own context afterwards (push/pop) */
 static CUstream enter(void *ctx)
 {
-	if (cu.cuCtxSetCurrent(ctx))
+	if (cu.cuCtxPushCurrent(ctx))
 		return NULL;
-	return stream_for(ctx);
+	CUstream s = stream_for(ctx);
+	if (!s) {
+		CUcontext old;
+		cu.cuCtxPopCurrent(&old);
+	}
+	return s;
+}
+
+static void leave(void)
+{
+	CUcontext old;
+	cu.cuCtxPopCurrent(&old);
 }
 
 int vemu_cuda_htod(void *ctx, uint64_t dst, const void *src, size_t n)
@@ -136,6 +150,8 @@ int vemu_cuda_htod(void *ctx, uint64_t dst, const void *src, size_t n)
 	pthread_mutex_lock(&cmu);
 	CUstream s = enter(ctx);
 	int rc = !s || cu.cuMemcpyHtoDAsync(dst, src, n, s) || cu.cuStreamSynchronize(s);
+	if (s)
+		leave();
 	pthread_mutex_unlock(&cmu);
 	if (rc)
 		fprintf(stderr, "vemu: CUDA host-to-device copy of %zu bytes failed\n", n);
@@ -147,6 +163,8 @@ int vemu_cuda_dtoh(void *ctx, void *dst, uint64_t src, size_t n)
 	pthread_mutex_lock(&cmu);
 	CUstream s = enter(ctx);
 	int rc = !s || cu.cuMemcpyDtoHAsync(dst, src, n, s) || cu.cuStreamSynchronize(s);
+	if (s)
+		leave();
 	pthread_mutex_unlock(&cmu);
 	if (rc)
 		fprintf(stderr, "vemu: CUDA device-to-host copy of %zu bytes failed\n", n);
@@ -158,6 +176,8 @@ int vemu_cuda_dtod(void *ctx, uint64_t dst, uint64_t src, size_t n)
 	pthread_mutex_lock(&cmu);
 	CUstream s = enter(ctx);
 	int rc = !s || cu.cuMemcpyDtoDAsync(dst, src, n, s) || cu.cuStreamSynchronize(s);
+	if (s)
+		leave();
 	pthread_mutex_unlock(&cmu);
 	return rc ? -1 : 0;
 }
