@@ -422,8 +422,10 @@ ncclResult_t gdr_rdma_init(int *ndev, char *why, size_t whylen) {
   int nib = 0;
   struct ibv_device **list = gdr_ibv.get_device_list(&nib);
   if (list == NULL || nib == 0) {
+    int e = errno;
     snprintf(why, whylen, "no RDMA device found by %s%s%s", gdr_ibv_lib_name(), list ? "" : ": ",
-             list ? "" : strerror(errno));
+             list ? "" : (e == ENOSYS ? "the kernel has no RDMA support (ib_uverbs not loaded, or no RDMA NIC driver)"
+                                      : strerror(e)));
     if (list) gdr_ibv.free_device_list(list);
     return ncclSuccess;
   }
