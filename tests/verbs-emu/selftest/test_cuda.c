@@ -1,0 +1,219 @@
+/* the CUDA device-memory path, on CPU, against the fake driver (fakecuda.c, loaded as libcuda.so.1 before the
+ * first verbs call, as a CUDA program would have it loaded). Device memory there is PROT_NONE: the emulator
+ * can only reach it through cuMemcpy*Async on its own non-blocking stream with a context pushed.
+ * FAKECU_VMM=1: pointers without a context (cuMem* allocations) use the device's primary context.
+ * VEMU_GDR_LAZY=1: device writes appear only after the flush READ. */
+#include "vt.h"
+
+#include <dlfcn.h>
+#include <sys/mman.h>
+
+struct fakecu_stats {
+	int htod, dtoh, dtod, syncs, streams, pushes, pops, bad;
+};
+static void *(*cu_alloc)(size_t);
+static int (*cu_poke)(void *, const void *, size_t);
+static int (*cu_peek)(void *, const void *, size_t);
+static void (*cu_stats)(struct fakecu_stats *);
+
+#define DLEN (8u << 20)
+static struct vt_dev d;
+static char *host;
+static struct ibv_mr *hmr;
+static int lazy;
+
+static void load_fake(void)
+{
+	void *h = dlopen(FAKECUDA_PATH, RTLD_NOW | RTLD_GLOBAL);
+	CHECK(h);
+	*(void **)&cu_alloc = dlsym(h, "fakecu_alloc");
+	*(void **)&cu_poke = dlsym(h, "fakecu_poke");
+	*(void **)&cu_peek = dlsym(h, "fakecu_peek");
+	*(void **)&cu_stats = dlsym(h, "fakecu_get_stats");
+	CHECK(cu_alloc && cu_poke && cu_peek && cu_stats);
+}
+
+static void fill(char *p, size_t n, int seed)
+{
+	for (size_t i = 0; i < n; i++)
+		p[i] = (char)(i * 7 + (size_t)seed);
+}
+
+static void check_dev(const char *dev, size_t n, int seed)
+{
+	char *tmp = malloc(n);
+	CHECK_EQ(cu_peek(tmp, dev, n), 0);
+	for (size_t i = 0; i < n; i++)
+		if (tmp[i] != (char)(i * 7 + (size_t)seed)) {
+			fprintf(stderr, "device byte %zu: %d != %d\n", i, tmp[i], (char)(i * 7 + (size_t)seed));
+			CHECK(!"device memory content");
+		}
+	free(tmp);
+}
+
+static void one(struct ibv_qp *qp, int op, void *buf, uint32_t len, uint32_t lkey, uint64_t raddr, uint32_t rkey)
+{
+	struct ibv_wc wc;
+	CHECK_EQ(vt_post_write(qp, op, buf, len, lkey, raddr, rkey, 1, IBV_SEND_SIGNALED, 0), 0);
+	vt_wait(&d, d.cq, &wc, 1, 20000);
+	CHECK_EQ(wc.status, IBV_WC_SUCCESS);
+}
+
+static void flush(struct ibv_qp *self, char *dev, struct ibv_mr *dmr)
+{
+	/* the GPUDirect flush: a loopback RDMA READ of one byte of device memory */
+	one(self, IBV_WR_RDMA_READ, host + DLEN - 1, 1, hmr->lkey, (uintptr_t)dev, dmr->rkey);
+}
+
+static void single(void)
+{
+	vt_name = "cuda/single";
+	vt_open(&d, 0, 256);
+	int acc = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+	host = aligned_alloc(4096, DLEN);
+	hmr = vt_mr(&d, host, DLEN, acc);
+	char *dev = cu_alloc(DLEN), *dev2 = cu_alloc(DLEN);
+	CHECK(dev && dev2);
+	struct ibv_mr *dmr = ibv_reg_mr(d.pd, dev, DLEN, acc);
+	CHECK(dmr);
+	int fd = memfd_create("dmabuf", 0);
+	struct ibv_mr *dmr2 = ibv_reg_dmabuf_mr(d.pd, 0, DLEN, (uintptr_t)dev2, fd, acc);
+	CHECK(dmr2);
+	close(fd);
+	CHECK(dmr2->addr == dev2);
+	struct vt_rc rc = VT_RC_DEFAULT;
+	struct ibv_qp *a = vt_qp(&d, 64, 0, NULL), *b = vt_qp(&d, 64, 0, NULL), *self = vt_qp(&d, 64, 0, NULL);
+	vt_connect(&d, a, b->qp_num, rc);
+	vt_connect(&d, b, a->qp_num, rc);
+	vt_connect(&d, self, self->qp_num, rc);
+
+	/* host -> device (WRITE) */
+	fill(host, 1 << 20, 1);
+	one(a, IBV_WR_RDMA_WRITE, host, 1 << 20, hmr->lkey, (uintptr_t)dev + 4096, dmr->rkey);
+	if (lazy) {
+		char z[16], zero[16] = { 0 };
+		CHECK_EQ(cu_peek(z, dev + 4096, 16), 0);
+		CHECK(!memcmp(z, zero, 16)); /* not visible before the flush */
+		flush(self, dev, dmr);
+	}
+	check_dev(dev + 4096, 1 << 20, 1);
+	/* device -> host (WRITE from device memory) */
+	char *pat = malloc(DLEN);
+	fill(pat, DLEN, 2);
+	CHECK_EQ(cu_poke(dev, pat, DLEN), 0);
+	memset(host, 0, DLEN);
+	one(a, IBV_WR_RDMA_WRITE, dev + 100, 300000, dmr->lkey, (uintptr_t)host + 7, hmr->rkey);
+	CHECK(!memcmp(host + 7, pat + 100, 300000));
+	/* READ of device memory into host, on a QP connected to itself */
+	memset(host, 0, DLEN);
+	one(self, IBV_WR_RDMA_READ, host, 1 << 20, hmr->lkey, (uintptr_t)dev, dmr->rkey);
+	CHECK(!memcmp(host, pat, 1 << 20));
+	/* READ into device memory (DMA-BUF MR) */
+	fill(host, 1 << 20, 3);
+	one(self, IBV_WR_RDMA_READ, dev2, 1 << 20, dmr2->lkey, (uintptr_t)host, hmr->rkey);
+	check_dev(dev2, 1 << 20, 3);
+	/* SEND into a device receive buffer, with immediate */
+	fill(host, 65536, 4);
+	CHECK_EQ(vt_post_recv(b, dev2 + 65536, 65536, dmr2->lkey, 9), 0);
+	CHECK_EQ(vt_post_write(a, IBV_WR_SEND, host, 65536, hmr->lkey, 0, 0, 10, IBV_SEND_SIGNALED, 0), 0);
+	struct ibv_wc wc[2];
+	vt_wait(&d, d.cq, wc, 2, 20000);
+	CHECK_EQ(wc[0].status, IBV_WC_SUCCESS);
+	CHECK_EQ(wc[1].status, IBV_WC_SUCCESS);
+	if (lazy)
+		flush(self, dev2, dmr2);
+	check_dev(dev2 + 65536, 65536, 4);
+	/* device -> device, larger than one staging buffer, through WRITE_WITH_IMM */
+	CHECK_EQ(cu_poke(dev, pat, DLEN), 0);
+	CHECK_EQ(vt_post_recv(b, NULL, 0, 0, 11), 0);
+	CHECK_EQ(vt_post_write(a, IBV_WR_RDMA_WRITE_WITH_IMM, dev, DLEN, dmr->lkey, (uintptr_t)dev2, dmr2->rkey, 12,
+			       IBV_SEND_SIGNALED, htonl(5)),
+		 0);
+	vt_wait(&d, d.cq, wc, 2, 20000);
+	CHECK_EQ(wc[0].status, IBV_WC_SUCCESS);
+	CHECK_EQ(wc[1].status, IBV_WC_SUCCESS);
+	if (lazy)
+		flush(self, dev2, dmr2);
+	check_dev(dev2, DLEN, 2);
+	/* the driver saw only correct calls */
+	struct fakecu_stats s;
+	cu_stats(&s);
+	printf("cuda: htod=%d dtoh=%d syncs=%d streams=%d pushes=%d pops=%d bad=%d\n", s.htod, s.dtoh, s.syncs,
+	       s.streams, s.pushes, s.pops, s.bad);
+	CHECK_EQ(s.bad, 0);
+	CHECK(s.htod > 0 && s.dtoh > 0);
+	CHECK_EQ(s.pushes, s.pops);
+	CHECK(s.syncs >= s.htod + s.dtoh);
+	CHECK_EQ(s.streams, 1);
+	free(pat);
+}
+
+/* two processes: device memory to device memory */
+static void procs(void)
+{
+	int sp[2];
+	CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sp), 0);
+	pid_t pid = fork();
+	CHECK(pid >= 0);
+	int acc = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+	vt_open(&d, 0, 64);
+	char *dev = cu_alloc(1 << 20);
+	struct ibv_mr *dmr = ibv_reg_mr(d.pd, dev, 1 << 20, acc);
+	CHECK(dmr);
+	struct vt_rc rc = VT_RC_DEFAULT;
+	struct ibv_qp *qp = vt_qp(&d, 16, 0, NULL);
+	uint64_t me[3] = { qp->qp_num, dmr->rkey, (uintptr_t)dev }, peer[3];
+	int fd = pid == 0 ? sp[1] : sp[0];
+	vt_send(fd, me, sizeof(me));
+	vt_recv(fd, peer, sizeof(peer));
+	vt_connect(&d, qp, (uint32_t)peer[0], rc);
+	struct ibv_wc wc;
+	if (pid == 0) {
+		vt_name = "cuda/procs/child";
+		char *pat = malloc(1 << 20);
+		fill(pat, 1 << 20, 6);
+		CHECK_EQ(cu_poke(dev, pat, 1 << 20), 0);
+		char c;
+		vt_recv(fd, &c, 1);
+		CHECK_EQ(vt_post_write(qp, IBV_WR_RDMA_WRITE_WITH_IMM, dev, 1 << 20, dmr->lkey, peer[2], (uint32_t)peer[1],
+				       1, IBV_SEND_SIGNALED, 0),
+			 0);
+		vt_wait(&d, d.cq, &wc, 1, 20000);
+		CHECK_EQ(wc.status, IBV_WC_SUCCESS);
+		vt_recv(fd, &c, 1);
+		free(pat);
+		exit(0);
+	}
+	vt_name = "cuda/procs/parent";
+	CHECK_EQ(vt_post_recv(qp, NULL, 0, 0, 2), 0);
+	vt_send(fd, "r", 1);
+	vt_wait(&d, d.cq, &wc, 1, 20000);
+	CHECK_EQ(wc.status, IBV_WC_SUCCESS);
+	if (lazy) {
+		struct ibv_qp *self = vt_qp(&d, 4, 0, NULL);
+		vt_connect(&d, self, self->qp_num, rc);
+		char *h = aligned_alloc(4096, 4096);
+		struct ibv_mr *m = vt_mr(&d, h, 4096, IBV_ACCESS_LOCAL_WRITE);
+		one(self, IBV_WR_RDMA_READ, h, 1, m->lkey, (uintptr_t)dev, dmr->rkey);
+		CHECK_EQ(ibv_destroy_qp(self), 0);
+		CHECK_EQ(ibv_dereg_mr(m), 0);
+		free(h);
+	}
+	check_dev(dev, 1 << 20, 6);
+	vt_send(fd, "d", 1);
+	CHECK_EQ(vt_wait_child(pid), 0);
+}
+
+int main(int argc, char **argv)
+{
+	setvbuf(stdout, NULL, _IONBF, 0);
+	const char *l = getenv("VEMU_GDR_LAZY");
+	lazy = l && !strcmp(l, "1");
+	load_fake();
+	if (argc > 1 && !strcmp(argv[1], "procs"))
+		procs();
+	else
+		single();
+	printf("test_cuda %s: OK\n", argc > 1 ? argv[1] : "single");
+	return 0;
+}
