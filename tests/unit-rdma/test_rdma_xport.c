@@ -198,6 +198,13 @@ static int wait_child(pid_t pid, double deadline, int *status) {
     pid_t r = waitpid(pid, status, WNOHANG);
     if (r == pid) return 0;
     if (now_s() > deadline) {
+      /* a hang: show where every thread of the child is before killing it (when gdb is there) */
+      if (access("/usr/bin/gdb", X_OK) == 0) {
+        char cmd[256];
+        snprintf(cmd, sizeof(cmd), "timeout 60 /usr/bin/gdb -p %d -batch -ex 'thread apply all bt' >&2 2>/dev/null",
+                 (int)pid);
+        if (system(cmd) != 0) fprintf(stderr, "(gdb could not attach to %d)\n", (int)pid);
+      }
       kill(pid, SIGKILL);
       waitpid(pid, status, 0);
       return -1;
