@@ -682,14 +682,15 @@ VEMU_EXPORT int ibv_close_device(struct ibv_context *c)
 			*pp = v->next;
 			break;
 		}
-	pthread_mutex_unlock(&g.mu);
 	/* EOF first so a thread blocked in ibv_get_async_event returns */
 	close(v->async_wr);
+	v->async_wr = -1;
+	pthread_mutex_unlock(&g.mu);
 	close(c->async_fd);
 	if (c->cmd_fd >= 0)
 		close(c->cmd_fd);
-	pthread_mutex_destroy(&c->mutex);
-	free(v);
+	/* the context's memory stays: QPs, CQs and MRs that the application did not destroy still point to it
+	 * (rdma-core would leak them too) */
 	return 0;
 }
 
@@ -702,8 +703,8 @@ struct async_rec {
 void vemu_async_event(struct vctx *ctx, enum ibv_event_type type, void *elem, int port)
 {
 	struct async_rec r = { .type = type, .port = port, .elem = elem };
-	if (!ctx)
-		return;
+	if (!ctx || ctx->async_wr < 0)
+		return; /* closed */
 	ssize_t n = write(ctx->async_wr, &r, sizeof(r));
 	(void)n;
 	VTRACE("async ctx=%s event=%s\n", ctx->dev->dev.name, ibv_event_type_str(type));
