@@ -682,6 +682,8 @@ VEMU_EXPORT int ibv_close_device(struct ibv_context *c)
 			*pp = v->next;
 			break;
 		}
+	v->next = g.closed_ctxs; /* kept (and reachable): see below */
+	g.closed_ctxs = v;
 	/* EOF first so a thread blocked in ibv_get_async_event returns */
 	close(v->async_wr);
 	v->async_wr = -1;

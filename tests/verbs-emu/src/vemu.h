@@ -168,6 +168,7 @@ struct vglobal {
 	struct vdev *devs[VEMU_MAX_DEVS];
 	struct ibv_device *devlist[VEMU_MAX_DEVS + 1];
 	struct vctx *ctxs;
+	struct vctx *closed_ctxs;
 	/* keys and qpns */
 	uint32_t key_counter;
 	uint32_t qpn_next, qpn_end;
