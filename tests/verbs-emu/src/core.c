@@ -1054,11 +1054,12 @@ static void cq_push_now(struct vcq *q, const struct ibv_wc *wc);
 
 void vemu_cq_push(struct vcq *q, const struct ibv_wc *wc)
 {
-	if (!vemu_in_agent()) {
+	/* g.mu is held by every caller. An application thread pushes directly unless the agent has completions
+	 * queued (they come first: completions of one QP stay in order). */
+	if (!vemu_in_agent() && !defq_n) {
 		cq_push_now(q, wc);
 		return;
 	}
-	/* g.mu is held by the agent here */
 	if (defq_n == defq_cap) {
 		size_t cap = defq_cap ? defq_cap * 2 : 256;
 		struct deferred *n = realloc(defq, cap * sizeof(*n));
