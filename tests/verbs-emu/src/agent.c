@@ -342,15 +342,32 @@ static int qpn_owner(uint32_t qpn)
 	return n > 0 ? atoi(buf) : 0;
 }
 
+/* the agent socket of process pid: VEMU_DIR/agent-<pid>.sock, or an abstract-namespace name derived from
+ * VEMU_DIR when that path does not fit in sun_path */
+static socklen_t agent_addr(int pid, struct sockaddr_un *a)
+{
+	memset(a, 0, sizeof(*a));
+	a->sun_family = AF_UNIX;
+	int len = snprintf(a->sun_path, sizeof(a->sun_path), "%s/agent-%d.sock", g.dir, pid);
+	if (len < (int)sizeof(a->sun_path))
+		return (socklen_t)sizeof(*a);
+	uint64_t h = 1469598103934665603ull;
+	for (const char *p = g.dir; *p; p++)
+		h = (h ^ (uint8_t)*p) * 1099511628211ull;
+	memset(a->sun_path, 0, sizeof(a->sun_path));
+	len = snprintf(a->sun_path + 1, sizeof(a->sun_path) - 1, "vemu-%016llx-%d", (unsigned long long)h, pid);
+	return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)len);
+}
+
 static struct vconn *conn_to(int pid)
 {
 	for (struct vconn *c = conns; c; c = c->next)
 		if (c->pid == pid && (c->fd >= 0 || c->dead))
 			return c;
 	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	struct sockaddr_un a = { .sun_family = AF_UNIX };
-	snprintf(a.sun_path, sizeof(a.sun_path), "%s/agent-%d.sock", g.dir, pid);
-	if (fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof(a))) {
+	struct sockaddr_un a;
+	socklen_t alen = agent_addr(pid, &a);
+	if (fd >= 0 && connect(fd, (struct sockaddr *)&a, alen)) {
 		VTRACE("conn connect pid=%d failed: %s\n", pid, strerror(errno));
 		close(fd);
 		fd = -1;
@@ -1501,17 +1518,15 @@ int vemu_agent_start(void)
 	g.listen_fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (ep < 0 || g.doorbell < 0 || g.listen_fd < 0)
 		return -1;
-	struct sockaddr_un a = { .sun_family = AF_UNIX };
-	int len = snprintf(a.sun_path, sizeof(a.sun_path), "%s/agent-%d.sock", g.dir, self_pid);
-	if (len >= (int)sizeof(a.sun_path)) {
-		fprintf(stderr, "vemu: VEMU_DIR path too long for a unix socket: %s\n", g.dir);
-		errno = ENAMETOOLONG;
-		return -1;
+	struct sockaddr_un a;
+	socklen_t alen = agent_addr(self_pid, &a);
+	if (a.sun_path[0]) {
+		snprintf(g.sock_path, sizeof(g.sock_path), "%s", a.sun_path);
+		unlink(a.sun_path);
 	}
-	snprintf(g.sock_path, sizeof(g.sock_path), "%s", a.sun_path);
-	unlink(a.sun_path);
-	if (bind(g.listen_fd, (struct sockaddr *)&a, sizeof(a)) || listen(g.listen_fd, 512)) {
-		fprintf(stderr, "vemu: cannot listen on %s: %s\n", a.sun_path, strerror(errno));
+	if (bind(g.listen_fd, (struct sockaddr *)&a, alen) || listen(g.listen_fd, 512)) {
+		fprintf(stderr, "vemu: cannot listen on %s%s: %s\n", a.sun_path[0] ? "" : "@",
+			a.sun_path[0] ? a.sun_path : a.sun_path + 1, strerror(errno));
 		return -1;
 	}
 	struct epoll_event ev = { .events = EPOLLIN, .data.ptr = &g.listen_fd };
