@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
@@ -72,9 +73,18 @@ static void handle_event(struct gdr_rdma_dev *d, struct ibv_async_event *ev) {
   pthread_mutex_unlock(&d->lock);
 }
 
-static void *async_main(void *arg) {
-  struct gdr_rdma_dev *d = arg;
-  struct pollfd pfd[2] = {{d->ctx->async_fd, POLLIN, 0}, {d->stop_fd, POLLIN, 0}};
+/* The thread's own copy of its stop fd: the stopper hands d->stop_fd over (sets it to -1) before the
+ * thread may even have run its first instruction, so the thread must never read it from d. */
+struct async_arg {
+  struct gdr_rdma_dev *d;
+  int stop_fd;
+};
+
+static void *async_main(void *argp) {
+  struct async_arg arg = *(struct async_arg *)argp;
+  free(argp);
+  struct gdr_rdma_dev *d = arg.d;
+  struct pollfd pfd[2] = {{d->ctx->async_fd, POLLIN, 0}, {arg.stop_fd, POLLIN, 0}};
   for (;;) {
     int n = poll(pfd, 2, -1);
     if (n < 0) {
@@ -114,7 +124,14 @@ ncclResult_t gdr_rdma_async_attach(struct gdr_rdma_comm *c) {
       res = ncclSystemError;
       goto out;
     }
-    int rc = pthread_create(&d->thread, NULL, async_main, d);
+    struct async_arg *arg = malloc(sizeof(*arg));
+    int rc = arg ? 0 : ENOMEM;
+    if (arg) {
+      arg->d = d;
+      arg->stop_fd = d->stop_fd;
+      rc = pthread_create(&d->thread, NULL, async_main, arg);
+      if (rc) free(arg);
+    }
     if (rc) {
       GDR_WARN("%s: cannot start the async event thread: %s", d->name, strerror(rc));
       close(d->stop_fd);
