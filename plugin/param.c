@@ -354,7 +354,6 @@ static int md_cell(FILE *f, const char *s) {
 }
 
 int gdr_params_markdown(FILE *f) {
-  char acc[256];
   int rc = 0;
   rc |= fputs("# Configuration\n\n"
               "<!-- Generated from plugin/params.def by `gdrnet-gen-config-doc`; do not edit by hand.\n"
@@ -369,10 +368,17 @@ int gdr_params_markdown(FILE *f) {
               "- An unknown `GDRNET_*` variable is warned about with the closest known name. Variables of the\n"
               "  project's tools and tests (`GDRNET_PLUGIN`, `GDRNET_TEST_*`, `GDRNET_IT_*`, `GDRNET_SKIP_*`,\n"
               "  `GDRNET_PERF_*`, `GDRNET_DOCTOR_*`) are not knobs and are not reported.\n"
-              "- Sizes accept K, M and G suffixes (binary: `64K` = 65536).\n\n"
-              "| knob | default | accepted values | NCCL alias | meaning |\n"
-              "|---|---|---|---|---|\n",
+              "- Sizes accept K, M and G suffixes (binary: `64K` = 65536).\n\n",
               f) < 0;
+  if (rc == 0) rc = gdr_params_markdown_table(f);
+  return rc ? -1 : 0;
+}
+
+int gdr_params_markdown_table(FILE *f) {
+  char acc[256];
+  int rc = fputs("| knob | default | accepted values | NCCL alias | meaning |\n"
+                 "|---|---|---|---|---|\n",
+                 f) < 0;
   for (int i = 0; i < GDR_PARAM_COUNT && rc == 0; i++) {
     const struct gdr_param_info *p = &g_info[i];
     gdr_param_accepted(p, acc, sizeof(acc));

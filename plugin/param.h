@@ -69,5 +69,7 @@ const char *gdr_param_suggest(const char *name);
 void gdr_param_accepted(const struct gdr_param_info *p, char *buf, size_t len);
 /* Writes docs/configuration.md's text. Returns 0, or -1 on a write error. */
 int gdr_params_markdown(FILE *f);
+/* Just the knob table (header row included), e.g. for the README. */
+int gdr_params_markdown_table(FILE *f);
 
 #endif /* GDRNET_PARAM_H */
