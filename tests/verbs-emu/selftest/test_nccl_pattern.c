@@ -61,7 +61,7 @@ static void sender(int fd)
 	struct ibv_qp *qp[NQP];
 	for (int i = 0; i < NQP; i++)
 		qp[i] = vt_qp(&d, 512, 64, NULL);
-	volatile struct cts *fifo = aligned_alloc(4096, sizeof(struct cts) * FIFO_N);
+	volatile struct cts *fifo = aligned_alloc(4096, 4096); /* >= sizeof(struct cts) * FIFO_N */
 	memset((void *)fifo, 0, sizeof(struct cts) * FIFO_N);
 	struct ibv_mr *fmr = vt_mr(&d, (void *)fifo, sizeof(struct cts) * FIFO_N,
 				   IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ);

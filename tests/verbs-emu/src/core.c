@@ -1671,13 +1671,15 @@ static int vemu_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_
 			w->inl = (char *)(w + 1);
 			uint64_t o = 0;
 			for (int i = 0; i < wr->num_sge; i++) {
-				memcpy(w->inl + o, (void *)(uintptr_t)wr->sg_list[i].addr, wr->sg_list[i].length);
+				if (wr->sg_list[i].length)
+					memcpy(w->inl + o, (void *)(uintptr_t)wr->sg_list[i].addr, wr->sg_list[i].length);
 				o += wr->sg_list[i].length;
 			}
 		} else {
 			w->sge = (struct ibv_sge *)(w + 1);
 			w->nsge = wr->num_sge;
-			memcpy(w->sge, wr->sg_list, sizeof(struct ibv_sge) * (size_t)wr->num_sge);
+			if (wr->num_sge)
+				memcpy(w->sge, wr->sg_list, sizeof(struct ibv_sge) * (size_t)wr->num_sge);
 		}
 		{
 			/* wc fault rules count the work requests as they are posted */
@@ -1746,7 +1748,8 @@ static int vemu_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_
 		r->next = NULL;
 		r->wr_id = wr->wr_id;
 		r->nsge = wr->num_sge;
-		memcpy(r->sge, wr->sg_list, sizeof(struct ibv_sge) * (size_t)wr->num_sge);
+		if (wr->num_sge) /* NCCL posts receives with sg_list = NULL, num_sge = 0 */
+			memcpy(r->sge, wr->sg_list, sizeof(struct ibv_sge) * (size_t)wr->num_sge);
 		VTRACE("post qp=0x%x op=RECV wr_id=0x%llx sge=%d\n", qp->qp_num, (unsigned long long)r->wr_id,
 		       r->nsge);
 		if (q->qp.state == IBV_QPS_ERR) {
