@@ -11,7 +11,7 @@
 
 struct tcp_dev {
   char name[IF_NAMESIZE];
-  char *pci_path; /* malloc'd realpath, or NULL */
+  char pci_path[256]; /* realpath of the PCI device, "" if none (no heap: v8 has no finalize, dlclose must not leak) */
   union gdr_sockaddr addr;
   int speed;
   uint64_t guid;
@@ -96,7 +96,6 @@ static uint64_t fnv1a(const char *s, uint64_t h) {
 }
 
 static void tcp_fini(void) {
-  for (int i = 0; i < g_ndev; i++) free(g_devs[i].pci_path);
   memset(g_devs, 0, sizeof(g_devs));
   g_ndev = 0;
 }
@@ -129,7 +128,8 @@ static ncclResult_t tcp_init(int *ndev, char *why, size_t whylen) {
     d->name[sizeof(d->name) - 1] = '\0';
     d->addr = ifs[i].addr;
     snprintf(path, sizeof(path), "/sys/class/net/%.64s/device", d->name);
-    d->pci_path = realpath(path, NULL); /* NULL for virtual interfaces (lo, bridges): NCCL puts them on the CPU */
+    /* none for virtual interfaces (lo, bridges): NCCL then puts them on the CPU */
+    if (realpath(path, buf) != NULL && strlen(buf) < sizeof(d->pci_path)) memcpy(d->pci_path, buf, strlen(buf) + 1);
     d->speed = 10000;
     if (speed_knob != GDR_PARAM_AUTO) {
       d->speed = (int)speed_knob;
@@ -159,7 +159,7 @@ static ncclResult_t tcp_get_properties(int dev, struct gdr_props *p) {
   if (dev < 0 || dev >= g_ndev) return ncclInvalidArgument;
   memset(p, 0, sizeof(*p));
   p->name = g_devs[dev].name;
-  p->pci_path = g_devs[dev].pci_path;
+  p->pci_path = g_devs[dev].pci_path[0] ? g_devs[dev].pci_path : NULL;
   p->guid = g_devs[dev].guid;
   p->ptr_support = NCCL_PTR_HOST;
   p->reg_is_global = 1;
