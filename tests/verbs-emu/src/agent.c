@@ -74,6 +74,8 @@ struct held {
 	int force_rnr;              /* no_recv_credit: the first check finds no receive */
 };
 
+static void held_free(struct held *h);
+
 /* what to do once an incoming payload is fully read */
 enum { RX_NONE, RX_DISCARD, RX_PLACE, RX_HOLD, RX_READ_RESP };
 
@@ -99,6 +101,7 @@ struct vconn {
 	int rx_recv_status;         /* status of the receive completion */
 	int rx_ack;                 /* acknowledge a discarded duplicate */
 	struct lazyrec *rx_lazy;
+	struct held *rx_hold;       /* a parked request whose payload is being read */
 	char *rx_heap;
 	char *stage;
 	uint64_t stage_fill;
@@ -320,7 +323,15 @@ static void conn_reap(struct vconn *c)
 	/* an incoming message cut short: its receive WR is lost with the connection (the initiator times out) */
 	free(c->isegs);
 	c->isegs = NULL;
-	free(c->rx_heap);
+	for (struct lazyrec *l = c->rx_lazy, *n; l; l = n) {
+		n = l->next;
+		free(l->data);
+		free(l);
+	}
+	c->rx_lazy = NULL;
+	if (c->rx_hold)
+		held_free(c->rx_hold);
+	c->rx_hold = NULL;
 	c->rx_heap = NULL;
 	free(c->rx_recv);
 	c->rx_recv = NULL;
@@ -1121,11 +1132,8 @@ static void header_done(struct vconn *c)
 		struct held *hd;
 		int kind = plan_request(c, q, h, &hd);
 		if (kind == RX_HOLD) {
-			if (q->held_tail)
-				q->held_tail->next = hd;
-			else
-				q->held_head = hd;
-			q->held_tail = hd;
+			/* owned by the connection until its payload is in; then queued on the QP */
+			c->rx_hold = hd;
 			c->rx_heap = hd->data;
 		} else if (kind == -1) {
 			kind = exec_request(c, q, h);
@@ -1155,10 +1163,21 @@ static void payload_done(struct vconn *c)
 		finish_read_resp(h);
 		break;
 	case RX_HOLD: {
+		struct held *hd = c->rx_hold;
+		c->rx_hold = NULL;
 		c->rx_heap = NULL;
 		struct vqp *q = vemu_qp_find(h->dst_qpn);
-		if (q)
-			run_held(q, vemu_now_ns());
+		if (!q || (q->qp.state != IBV_QPS_RTR && q->qp.state != IBV_QPS_RTS) || q->dest_qpn != h->src_qpn) {
+			held_free(hd); /* the QP went away or into error meanwhile */
+			break;
+		}
+		hd->next = NULL;
+		if (q->held_tail)
+			q->held_tail->next = hd;
+		else
+			q->held_head = hd;
+		q->held_tail = hd;
+		run_held(q, vemu_now_ns());
 		break;
 	}
 	default:
