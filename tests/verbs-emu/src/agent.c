@@ -1,7 +1,7 @@
 /* verbs emulator: the per-process agent thread that plays the NIC.
  *
  * Every process that opens a device runs one agent. Agents talk over AF_UNIX stream sockets that
- * rendezvous in VEMU_DIR (agent-<pid>.sock). A QP's requests always travel on the connection its
+ * rendezvous in VEMU_DIR (agent-<id>.sock, id: a random 64-bit id per process). A QP's requests always travel on the connection its
  * process opened to the peer's process, and the responses come back on that same connection, so the
  * byte stream gives in-order placement per QP. The agent that owns the target memory places the
  * bytes (the target process never calls into verbs for a one-sided operation). The agent blocks in
@@ -81,7 +81,7 @@ enum { RX_NONE, RX_DISCARD, RX_PLACE, RX_HOLD, RX_READ_RESP };
 
 struct vconn {
 	int fd;
-	int pid;
+	uint64_t peer;              /* the peer's emulator id (0: accepted, unknown) */
 	int dead;
 	struct vconn *next;
 	struct oframe *oq_head, *oq_tail;
@@ -116,7 +116,7 @@ static int ep = -1;
 static struct vconn *conns;
 static struct lazyrec *lazy_head[VEMU_MAX_DEVS], *lazy_tail[VEMU_MAX_DEVS];
 static uint64_t next_deadline;
-static int self_pid;
+static uint64_t self_id;
 
 #define agent_thread vemu_in_agent()
 static uint64_t pending_dl, sleep_until = 1;
@@ -266,13 +266,13 @@ static void tune_socket(int fd)
 	fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
 }
 
-static struct vconn *conn_new(int fd, int pid)
+static struct vconn *conn_new(int fd, uint64_t peer)
 {
 	struct vconn *c = calloc(1, sizeof(*c));
 	if (!c)
 		return NULL;
 	c->fd = fd;
-	c->pid = pid;
+	c->peer = peer;
 	c->ibuf = malloc(IBUF_SZ);
 	if (fd >= 0) {
 		tune_socket(fd);
@@ -300,7 +300,7 @@ static void conn_mark_dead(struct vconn *c)
 {
 	if (c->dead)
 		return;
-	VTRACE("conn lost pid=%d\n", c->pid);
+	VTRACE("conn lost peer=%016llx\n", (unsigned long long)c->peer);
 	c->dead = 1;
 }
 
@@ -338,11 +338,11 @@ static void conn_reap(struct vconn *c)
 	c->in_payload = 0;
 }
 
-/* the owner pid of a QPN (g.mu held); 0 when unknown */
-static int qpn_owner(uint32_t qpn)
+/* the emulator id owning a QPN (g.mu held); 0 when unknown */
+static uint64_t qpn_owner(uint32_t qpn)
 {
 	if (vemu_qp_find(qpn))
-		return self_pid;
+		return self_id;
 	char path[PATH_MAX], buf[32] = { 0 };
 	snprintf(path, sizeof(path), "%s/qpn/%u", g.dir, qpn / VEMU_QPN_BLOCK);
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -350,40 +350,41 @@ static int qpn_owner(uint32_t qpn)
 		return 0;
 	ssize_t n = read(fd, buf, sizeof(buf) - 1);
 	close(fd);
-	return n > 0 ? atoi(buf) : 0;
+	return n > 0 ? strtoull(buf, NULL, 16) : 0;
 }
 
-/* the agent socket of process pid: VEMU_DIR/agent-<pid>.sock, or an abstract-namespace name derived from
+/* the agent socket of emulator id: VEMU_DIR/agent-<id>.sock, or an abstract-namespace name derived from
  * VEMU_DIR when that path does not fit in sun_path */
-static socklen_t agent_addr(int pid, struct sockaddr_un *a)
+static socklen_t agent_addr(uint64_t id, struct sockaddr_un *a)
 {
 	memset(a, 0, sizeof(*a));
 	a->sun_family = AF_UNIX;
-	int len = snprintf(a->sun_path, sizeof(a->sun_path), "%s/agent-%d.sock", g.dir, pid);
+	int len = snprintf(a->sun_path, sizeof(a->sun_path), "%s/agent-%016llx.sock", g.dir, (unsigned long long)id);
 	if (len < (int)sizeof(a->sun_path))
 		return (socklen_t)sizeof(*a);
 	uint64_t h = 1469598103934665603ull;
 	for (const char *p = g.dir; *p; p++)
 		h = (h ^ (uint8_t)*p) * 1099511628211ull;
 	memset(a->sun_path, 0, sizeof(a->sun_path));
-	len = snprintf(a->sun_path + 1, sizeof(a->sun_path) - 1, "vemu-%016llx-%d", (unsigned long long)h, pid);
+	len = snprintf(a->sun_path + 1, sizeof(a->sun_path) - 1, "vemu-%016llx-%016llx", (unsigned long long)h,
+		       (unsigned long long)id);
 	return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)len);
 }
 
-static struct vconn *conn_to(int pid)
+static struct vconn *conn_to(uint64_t id)
 {
 	for (struct vconn *c = conns; c; c = c->next)
-		if (c->pid == pid && (c->fd >= 0 || c->dead))
+		if (c->peer == id && (c->fd >= 0 || c->dead))
 			return c;
 	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	struct sockaddr_un a;
-	socklen_t alen = agent_addr(pid, &a);
+	socklen_t alen = agent_addr(id, &a);
 	if (fd >= 0 && connect(fd, (struct sockaddr *)&a, alen)) {
-		VTRACE("conn connect pid=%d failed: %s\n", pid, strerror(errno));
+		VTRACE("conn connect peer=%016llx failed: %s\n", (unsigned long long)id, strerror(errno));
 		close(fd);
 		fd = -1;
 	}
-	return conn_new(fd, pid);
+	return conn_new(fd, id);
 }
 
 static void enqueue(struct vconn *c, struct oframe *f)
@@ -656,12 +657,12 @@ static void transmit_qp(struct vqp *q)
 /* put a request frame for w on the wire (first transmission and retransmissions); g.mu held */
 static void send_request(struct vqp *q, struct vwr *w)
 {
-	if (!q->peer_pid)
-		q->peer_pid = qpn_owner(q->dest_qpn);
+	if (!q->peer_id)
+		q->peer_id = qpn_owner(q->dest_qpn);
 	if (!q->conn)
-		q->conn = q->peer_pid ? conn_to(q->peer_pid) : NULL;
+		q->conn = q->peer_id ? conn_to(q->peer_id) : NULL;
 	if (!q->conn) /* nobody owns the destination QPN: nothing answers, the WR times out */
-		q->conn = conn_new(-1, -1);
+		q->conn = conn_new(-1, 0);
 	int type;
 	switch (w->opcode) {
 	case IBV_WR_SEND:
@@ -1522,7 +1523,7 @@ static void *agent_main(void *arg)
 
 static void unlink_sock(void)
 {
-	if (g.sock_path[0] && self_pid == getpid())
+	if (g.sock_path[0]) /* cleared in a forked child (core.c) */
 		unlink(g.sock_path);
 }
 
@@ -1531,14 +1532,14 @@ int vemu_agent_start(void)
 {
 	if (g.agent_started)
 		return 0;
-	self_pid = (int)getpid();
+	self_id = g.run_id;
 	ep = epoll_create1(EPOLL_CLOEXEC);
 	g.doorbell = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 	g.listen_fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (ep < 0 || g.doorbell < 0 || g.listen_fd < 0)
 		return -1;
 	struct sockaddr_un a;
-	socklen_t alen = agent_addr(self_pid, &a);
+	socklen_t alen = agent_addr(self_id, &a);
 	if (a.sun_path[0]) {
 		snprintf(g.sock_path, sizeof(g.sock_path), "%s", a.sun_path);
 		unlink(a.sun_path);

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/file.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -64,7 +65,7 @@ static int put_file(const char *dir, const char *name, const char *fmt, ...)
 	if (mkdir_p(path))
 		return -1;
 	*slash = '/';
-	snprintf(tmp, sizeof(tmp), "%s.tmp.%d", path, (int)getpid());
+	snprintf(tmp, sizeof(tmp), "%s.tmp.%016llx", path, (unsigned long long)g.run_id);
 	int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
 	if (fd < 0)
 		return -1;
@@ -80,7 +81,7 @@ static int put_file(const char *dir, const char *name, const char *fmt, ...)
 static int put_link(const char *target, const char *path)
 {
 	char tmp[PATH_MAX + 32];
-	snprintf(tmp, sizeof(tmp), "%s.tmp.%d", path, (int)getpid());
+	snprintf(tmp, sizeof(tmp), "%s.tmp.%016llx", path, (unsigned long long)g.run_id);
 	unlink(tmp);
 	if (symlink(target, tmp))
 		return -1;
@@ -281,6 +282,11 @@ int vemu_ensure_init(void)
 	if (g.inited)
 		return g.init_err ? -1 : 0;
 	g.inited = 1;
+	/* a random id, not the pid: processes of several PID namespaces (containers) may share VEMU_DIR */
+	uint64_t rnd = 0;
+	if (getrandom(&rnd, sizeof(rnd), GRND_NONBLOCK) != (ssize_t)sizeof(rnd))
+		rnd = 0;
+	g.run_id = (rnd ^ vemu_now_ns() * 0x9e3779b97f4a7c15ull ^ (uint64_t)getpid() << 32) | 1;
 	static int atfork_done;
 	if (!atfork_done) {
 		atfork_done = 1;
@@ -1188,7 +1194,7 @@ struct vqp *vemu_qp_find(uint32_t qpn)
 }
 
 /* QPNs are unique across the processes of a run: blocks of VEMU_QPN_BLOCK numbers are taken from a
- * counter file under flock, and VEMU_DIR/qpn/<block> names the owning pid. g.mu held. */
+ * counter file under flock, and VEMU_DIR/qpn/<block> names the owner's emulator id. g.mu held. */
 static int alloc_qpn(uint32_t *out)
 {
 	if (g.qpn_next == g.qpn_end) {
@@ -1219,7 +1225,7 @@ static int alloc_qpn(uint32_t *out)
 		mkdir_p(dir);
 		char name[32];
 		snprintf(name, sizeof(name), "%lu", blk);
-		if (put_file(dir, name, "%d\n", (int)getpid()))
+		if (put_file(dir, name, "%016llx\n", (unsigned long long)g.run_id))
 			return -1;
 		g.qpn_next = (uint32_t)blk * VEMU_QPN_BLOCK;
 		g.qpn_end = g.qpn_next + VEMU_QPN_BLOCK;
@@ -1502,7 +1508,7 @@ VEMU_EXPORT int ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int m
 		q->mtu = attr->path_mtu;
 	if (mask & IBV_QP_DEST_QPN) {
 		q->dest_qpn = attr->dest_qp_num;
-		q->peer_pid = 0;
+		q->peer_id = 0;
 		q->conn = NULL;
 	}
 	if (mask & IBV_QP_RQ_PSN)
@@ -1533,7 +1539,7 @@ VEMU_EXPORT int ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int m
 		q->next_seq = 0;
 		q->retries = 0;
 		q->unsent = 0;
-		q->peer_pid = 0;
+		q->peer_id = 0;
 		q->conn = NULL;
 	} else if (next == IBV_QPS_ERR) {
 		vemu_qp_to_err(q);

@@ -136,7 +136,7 @@ struct vqp {
 	uint32_t rx_psn;                    /* responder: next expected PSN, starts at rq_psn */
 	int dirty;
 	struct vqp *dnext;
-	int peer_pid;                       /* resolved owner of dest_qpn, 0 = unknown */
+	uint64_t peer_id;                   /* agent id of dest_qpn's owner, 0 = unknown */
 	struct vconn *conn;
 	/* receive side */
 	struct vrwr *rq_head, *rq_tail;
@@ -161,6 +161,7 @@ struct vglobal {
 	int inited;
 	int init_err;
 	char dir[512];
+	uint64_t run_id;                    /* random id of this process's emulator (agent socket, QPN owner) */
 	double time_scale;
 	int gdr_lazy;
 	char pci_path[512];
