@@ -416,6 +416,34 @@ static void arm_deadline(struct gdr_rdma_comm *c) {
   c->deadline_ns = gdr_time_ns() + (uint64_t)gdr_param_int(GDR_PARAM_CONNECT_TIMEOUT_MS) * 1000000ull;
 }
 
+/* One non-blocking step of a handshake blob on the control stream. *done once it is through (the blob
+ * io is then reset for the next step); waiting past the handshake deadline fails. A received blob must
+ * have exactly len bytes. `what` names the step in messages. */
+static ncclResult_t hs_send(struct gdr_rdma_comm *c, uint32_t type, const void *data, uint32_t len, const char *what,
+                            int *done) {
+  *done = 0;
+  ncclResult_t r = gdr_sock_blob_send(c->fd, &c->bio, type, data, len, done);
+  if (r != ncclSuccess) return r;
+  if (!*done) return stage_deadline(c, what);
+  memset(&c->bio, 0, sizeof(c->bio));
+  return ncclSuccess;
+}
+
+static ncclResult_t hs_recv(struct gdr_rdma_comm *c, uint32_t type, void *data, uint32_t len, const char *what,
+                            int *done) {
+  uint32_t got = 0;
+  *done = 0;
+  ncclResult_t r = gdr_sock_blob_recv(c->fd, &c->bio, type, data, len, &got, done);
+  if (r != ncclSuccess) return r;
+  if (!*done) return stage_deadline(c, what);
+  memset(&c->bio, 0, sizeof(c->bio));
+  if (got != len) {
+    GDR_WARN("%s: %s from %s: %u bytes, expected %u; connection rejected", c->dev->name, what, c->peer, got, len);
+    return ncclRemoteError;
+  }
+  return ncclSuccess;
+}
+
 /* --------------------------------------------------------------------------------------- connect -- */
 
 enum { CS_TCP = 1, CS_SEND_HS, CS_RECV_HS, CS_SEND_READY };
@@ -452,46 +480,27 @@ ncclResult_t gdr_rdma_connect(int dev, struct gdr_handle *handle, void **send_co
     c->fd = c->connector.fd;
     gdr_sockaddr_str(&c->connector.peer, c->peer, sizeof(c->peer));
     GDR_CHECK(fill_local_hs(c, GDR_RDMA_ROLE_SEND));
-    memset(&c->bio, 0, sizeof(c->bio));
     arm_deadline(c);
     c->stage = CS_SEND_HS;
   } /* fall through */
   case CS_SEND_HS: {
     int done = 0;
-    GDR_CHECK(gdr_sock_blob_send(c->fd, &c->bio, GDR_RDMA_BLOB_HS, &c->local, sizeof(c->local), &done));
-    if (!done) {
-      GDR_CHECK(stage_deadline(c, "sending our handshake"));
-      return ncclSuccess;
-    }
-    memset(&c->bio, 0, sizeof(c->bio));
+    GDR_CHECK(hs_send(c, GDR_RDMA_BLOB_HS, &c->local, sizeof(c->local), "sending our handshake", &done));
+    if (!done) return ncclSuccess;
     c->stage = CS_RECV_HS;
   } /* fall through */
   case CS_RECV_HS: {
     int done = 0;
-    uint32_t len = 0;
-    GDR_CHECK(gdr_sock_blob_recv(c->fd, &c->bio, GDR_RDMA_BLOB_HS, &c->remote, sizeof(c->remote), &len, &done));
-    if (!done) {
-      GDR_CHECK(stage_deadline(c, "waiting for the receiver's handshake"));
-      return ncclSuccess;
-    }
-    if (len != sizeof(c->remote)) {
-      GDR_WARN("RDMA handshake from %s has %u bytes, expected %zu; connection rejected", c->peer, len,
-               sizeof(c->remote));
-      res = ncclRemoteError;
-      goto out;
-    }
+    GDR_CHECK(hs_recv(c, GDR_RDMA_BLOB_HS, &c->remote, sizeof(c->remote), "the receiver's handshake", &done));
+    if (!done) return ncclSuccess;
     GDR_CHECK(connect_qps(c, GDR_RDMA_ROLE_RECV));
-    memset(&c->bio, 0, sizeof(c->bio));
     c->ready_word = GDR_RDMA_BLOB_READY;
     c->stage = CS_SEND_READY;
   } /* fall through */
   case CS_SEND_READY: {
     int done = 0;
-    GDR_CHECK(gdr_sock_blob_send(c->fd, &c->bio, GDR_RDMA_BLOB_READY, &c->ready_word, sizeof(c->ready_word), &done));
-    if (!done) {
-      GDR_CHECK(stage_deadline(c, "sending READY"));
-      return ncclSuccess;
-    }
+    GDR_CHECK(hs_send(c, GDR_RDMA_BLOB_READY, &c->ready_word, sizeof(c->ready_word), "sending READY", &done));
+    if (!done) return ncclSuccess;
     break;
   }
   default:
@@ -537,13 +546,9 @@ ncclResult_t gdr_rdma_accept(void *listen_comm, void **recv_comm) {
   switch (c->stage) {
   case AS_RECV_HS: {
     int done = 0;
-    uint32_t len = 0;
-    GDR_CHECK(gdr_sock_blob_recv(c->fd, &c->bio, GDR_RDMA_BLOB_HS, &c->remote, sizeof(c->remote), &len, &done));
-    if (!done) {
-      GDR_CHECK(stage_deadline(c, "waiting for the sender's handshake"));
-      return ncclSuccess;
-    }
-    const char *bad = len != sizeof(c->remote) ? "wrong size" : gdr_rdma_hs_check(&c->remote, GDR_RDMA_ROLE_SEND);
+    GDR_CHECK(hs_recv(c, GDR_RDMA_BLOB_HS, &c->remote, sizeof(c->remote), "the sender's handshake", &done));
+    if (!done) return ncclSuccess;
+    const char *bad = gdr_rdma_hs_check(&c->remote, GDR_RDMA_ROLE_SEND);
     if (bad) {
       GDR_WARN("%s: malformed RDMA handshake from %s: %s; connection rejected", c->dev->name, c->peer, bad);
       res = ncclRemoteError;
@@ -557,29 +562,19 @@ ncclResult_t gdr_rdma_accept(void *listen_comm, void **recv_comm) {
     GDR_CHECK(comm_setup_verbs(c));
     GDR_CHECK(fill_local_hs(c, GDR_RDMA_ROLE_RECV));
     GDR_CHECK(connect_qps(c, GDR_RDMA_ROLE_SEND));
-    memset(&c->bio, 0, sizeof(c->bio));
     c->stage = AS_SEND_HS;
   } /* fall through */
   case AS_SEND_HS: {
     int done = 0;
-    GDR_CHECK(gdr_sock_blob_send(c->fd, &c->bio, GDR_RDMA_BLOB_HS, &c->local, sizeof(c->local), &done));
-    if (!done) {
-      GDR_CHECK(stage_deadline(c, "sending our handshake"));
-      return ncclSuccess;
-    }
-    memset(&c->bio, 0, sizeof(c->bio));
+    GDR_CHECK(hs_send(c, GDR_RDMA_BLOB_HS, &c->local, sizeof(c->local), "sending our handshake", &done));
+    if (!done) return ncclSuccess;
     c->stage = AS_RECV_READY;
   } /* fall through */
   case AS_RECV_READY: {
     int done = 0;
-    uint32_t len = 0;
-    GDR_CHECK(gdr_sock_blob_recv(c->fd, &c->bio, GDR_RDMA_BLOB_READY, &c->ready_word, sizeof(c->ready_word), &len,
-                                 &done));
-    if (!done) {
-      GDR_CHECK(stage_deadline(c, "waiting for READY"));
-      return ncclSuccess;
-    }
-    if (len != sizeof(c->ready_word) || c->ready_word != GDR_RDMA_BLOB_READY) {
+    GDR_CHECK(hs_recv(c, GDR_RDMA_BLOB_READY, &c->ready_word, sizeof(c->ready_word), "READY", &done));
+    if (!done) return ncclSuccess;
+    if (c->ready_word != GDR_RDMA_BLOB_READY) {
       GDR_WARN("%s: bad READY from %s; connection rejected", c->dev->name, c->peer);
       res = ncclRemoteError;
       goto out;

@@ -81,6 +81,7 @@ struct xcase {
   const char *env_send[4];  /* sender only */
   const char *env_recv[4];  /* receiver only */
   body_fn send, recv;
+  void (*raw_send)(struct gdr_handle *h); /* instead of connect + send: speaks to the listener itself */
   int ncomms;               /* 1 if 0 */
   int alldevs;              /* comm i on device i % ndev */
   int expect_fail_send;     /* the sender must exit non-zero... */
@@ -174,6 +175,11 @@ static void run_sender(const struct xcase *x, int fd, const char *vemu_dir) {
     ssize_t r = read(fd, (char *)h + got, sizeof(h[0]) * (size_t)n - got);
     CK(r > 0);
     got += (size_t)r;
+  }
+  if (x->raw_send) {
+    x->raw_send(&h[0]);
+    T->fini();
+    exit(0);
   }
   for (int i = 0; i < n; i++) {
     devs[i] = x->alldevs ? i % ndev : 0;
@@ -321,10 +327,8 @@ struct stream {
   int posted, completed, total;
 };
 
-static void stream_send(const struct xcase *x, void **comms, int *devs, int n) {
-  (void)devs;
-  int inflight = x->inflight ? x->inflight : 4;
-  struct stream s[MAXCOMMS];
+/* Per comm: `inflight` buffers of the largest size (+EXTRA), one registration. */
+static void stream_open(const struct xcase *x, void **comms, int n, int inflight, struct stream *s) {
   for (int c = 0; c < n; c++) {
     memset(&s[c], 0, sizeof(s[c]));
     s[c].comm = comms[c];
@@ -334,6 +338,20 @@ static void stream_send(const struct xcase *x, void **comms, int *devs, int n) {
     CKR(T->reg_mr(comms[c], s[c].buf, s[c].slot_len * (size_t)inflight, NCCL_PTR_HOST, &s[c].mh));
     s[c].total = x->iters * x->nsizes;
   }
+}
+
+static void stream_close(struct stream *s, int n) {
+  for (int c = 0; c < n; c++) {
+    CKR(T->dereg_mr(s[c].comm, s[c].mh));
+    free(s[c].buf);
+  }
+}
+
+static void stream_send(const struct xcase *x, void **comms, int *devs, int n) {
+  (void)devs;
+  int inflight = x->inflight ? x->inflight : 4;
+  struct stream s[MAXCOMMS];
+  stream_open(x, comms, n, inflight, s);
   double t0 = now_s();
   int left = n;
   while (left) {
@@ -368,25 +386,14 @@ static void stream_send(const struct xcase *x, void **comms, int *devs, int n) {
       }
     }
   }
-  for (int c = 0; c < n; c++) {
-    CKR(T->dereg_mr(comms[c], s[c].mh));
-    free(s[c].buf);
-  }
+  stream_close(s, n);
 }
 
 static void stream_recv(const struct xcase *x, void **comms, int *devs, int n) {
   (void)devs;
   int inflight = x->inflight ? x->inflight : 4;
   struct stream s[MAXCOMMS];
-  for (int c = 0; c < n; c++) {
-    memset(&s[c], 0, sizeof(s[c]));
-    s[c].comm = comms[c];
-    s[c].slot_len = max_size(x) + EXTRA;
-    s[c].buf = malloc(s[c].slot_len * (size_t)inflight + 1);
-    CK(s[c].buf);
-    CKR(T->reg_mr(comms[c], s[c].buf, s[c].slot_len * (size_t)inflight, NCCL_PTR_HOST, &s[c].mh));
-    s[c].total = x->iters * x->nsizes;
-  }
+  stream_open(x, comms, n, inflight, s);
   double t0 = now_s();
   int left = n;
   while (left) {
@@ -432,10 +439,7 @@ static void stream_recv(const struct xcase *x, void **comms, int *devs, int n) {
       }
     }
   }
-  for (int c = 0; c < n; c++) {
-    CKR(T->dereg_mr(comms[c], s[c].mh));
-    free(s[c].buf);
-  }
+  stream_close(s, n);
 }
 
 static const uint32_t sizes_small[] = {0, 1, 7, 127, 128, 129, 255, 256, 383, 1000, 4096, 4097, 65536, 65537};
@@ -732,6 +736,44 @@ static void vanish_recv(const struct xcase *x, void **comms, int *devs, int n) {
   _exit(0);
 }
 
+/* A peer that passes the core's HELLO (it has the handle and its nonce) but then sends a malformed RDMA
+ * handshake: the receiver's accept must reject it with a WARN, neither crash nor hang. */
+static void bad_handshake_send(struct gdr_handle *h) {
+  struct gdr_connector con;
+  memset(&con, 0, sizeof(con));
+  CKR(gdr_connector_start(&con, h, GDR_STREAM_CTRL, 0, 0, 42, GDR_CAP_RDMA, NULL));
+  int done = 0;
+  double t0 = now_s();
+  while (!done) {
+    CKR(gdr_connector_poll(&con, &done));
+    CK(now_s() - t0 < 30);
+  }
+  unsigned char junk[256];
+  for (size_t i = 0; i < sizeof(junk); i++) junk[i] = (unsigned char)(i * 37 + 11);
+  struct gdr_blob_io io;
+  memset(&io, 0, sizeof(io));
+  done = 0;
+  while (!done) CKR(gdr_sock_blob_send(con.fd, &io, 0x52444831u /* the RDMA handshake's blob type */, junk,
+                                       sizeof(junk), &done));
+  /* wait for the receiver to hang up on us */
+  char c;
+  t0 = now_s();
+  while (now_s() - t0 < 30) {
+    ssize_t r = recv(con.fd, &c, 1, MSG_DONTWAIT);
+    if (r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) break;
+    usleep(1000);
+  }
+  close(con.fd);
+}
+
+static void never_recv(const struct xcase *x, void **comms, int *devs, int n) {
+  (void)x;
+  (void)comms;
+  (void)devs;
+  (void)n;
+  CK(0); /* accept must have failed */
+}
+
 /* ----------------------------------------------------------------------------------- the cases -- */
 
 static const struct xcase cases[] = {
@@ -770,6 +812,7 @@ static const struct xcase cases[] = {
   {.name = "rnr_recovers", .env = {"VEMU_TIME_SCALE=0.01"}, .env_recv = {"VEMU_FAULTS=no_recv_credit:nth=3"},
    .send = stream_send, .recv = stream_recv, .sizes = sizes_small, .nsizes = N(sizes_small), .iters = 2,
    .inflight = 4},
+  {.name = "bad_handshake", .raw_send = bad_handshake_send, .recv = never_recv, .expect_fail_recv = 1},
   {.name = "peer_vanishes", .send = until_error_send, .recv = vanish_recv, .iters = 10, .expect_fail_send = 1},
 };
 
