@@ -122,6 +122,15 @@ __attribute__((noinline)) static void *calib_isend(void *comm, void *data, int s
   return req;
 }
 
+/* A finished probe thread stays parked until probes_release(): valgrind reuses the id of a thread that
+ * has exited, and callgrind would then add the next probe's counts to the same per-thread file. */
+static pthread_mutex_t park_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t park_cv = PTHREAD_COND_INITIALIZER;
+static int park_open;
+static int probe_done_flag;
+static pthread_t probe_threads[4];
+static int nprobe_threads;
+
 static void *probe_main(void *arg) {
   struct probe *p = arg;
   CALLGRIND_START_INSTRUMENTATION;
@@ -135,12 +144,31 @@ static void *probe_main(void *arg) {
     if (!p->done) p->empty++;
   }
   CALLGRIND_STOP_INSTRUMENTATION;
+  pthread_mutex_lock(&park_mu);
+  probe_done_flag = 1;
+  pthread_cond_broadcast(&park_cv);
+  while (!park_open) pthread_cond_wait(&park_cv, &park_mu);
+  pthread_mutex_unlock(&park_mu);
   return NULL;
 }
 
 static void probe_run(struct probe *p) {
-  pthread_t t;
-  if (pthread_create(&t, NULL, probe_main, p) != 0 || pthread_join(t, NULL) != 0) die("probe thread");
+  pthread_mutex_lock(&park_mu);
+  probe_done_flag = 0;
+  pthread_mutex_unlock(&park_mu);
+  if (nprobe_threads >= 4 || pthread_create(&probe_threads[nprobe_threads++], NULL, probe_main, p) != 0)
+    die("probe thread");
+  pthread_mutex_lock(&park_mu);
+  while (!probe_done_flag) pthread_cond_wait(&park_cv, &park_mu);
+  pthread_mutex_unlock(&park_mu);
+}
+
+static void probes_release(void) {
+  pthread_mutex_lock(&park_mu);
+  park_open = 1;
+  pthread_cond_broadcast(&park_cv);
+  pthread_mutex_unlock(&park_mu);
+  for (int i = 0; i < nprobe_threads; i++) pthread_join(probe_threads[i], NULL);
 }
 
 static void *post_recv(void *comm, void *data, int size, void *mh) {
@@ -292,6 +320,7 @@ int main(int argc, char **argv) {
     if (pi.req) wait_done(pi.req, NULL);
     get('k');
   }
+  probes_release();
   unsigned long setup_retries = retries + post_retries;
   retries = post_retries = 0;
   CALLGRIND_START_INSTRUMENTATION;
