@@ -463,6 +463,58 @@ static void manyqp_side(int fd, int initiator)
 	free(buf);
 }
 
+/* ------------------------------------------------------------ bidirectional bulk */
+#define BIDIR (16u << 20)
+
+/* both processes write and read 4 MiB messages to each other at the same time (full socket buffers both
+ * ways must not deadlock the agents), each with its own pattern */
+static void bidir_side(int fd, int side)
+{
+	vt_name = side ? "bidir/b" : "bidir/a";
+	char *buf;
+	struct ibv_mr *mr;
+	struct info peer;
+	struct vt_rc rc = VT_RC_DEFAULT;
+	struct ibv_qp *qp = setup(fd, &buf, 2 * BIDIR, &mr, &peer, rc);
+	/* first half: what I send (and what the peer reads back), second half: what the peer writes to me */
+	for (size_t i = 0; i < BIDIR; i++)
+		buf[i] = (char)(i * 13 + (size_t)side * 101);
+	char c;
+	vt_send(fd, "r", 1);
+	vt_recv(fd, &c, 1);
+	int n = 0;
+	for (uint32_t off = 0; off < BIDIR; off += 4u << 20) {
+		CHECK_EQ(vt_post_write(qp, IBV_WR_RDMA_WRITE, buf + off, 4u << 20, mr->lkey, peer.addr + BIDIR + off,
+				       peer.rkey, (uint64_t)n, IBV_SEND_SIGNALED, 0),
+			 0);
+		n++;
+	}
+	char *rd = malloc(BIDIR);
+	struct ibv_mr *rmr = vt_mr(&d, rd, BIDIR, IBV_ACCESS_LOCAL_WRITE);
+	CHECK_EQ(vt_post_write(qp, IBV_WR_RDMA_READ, rd, BIDIR, rmr->lkey, peer.addr, peer.rkey, 100, IBV_SEND_SIGNALED,
+			       0),
+		 0);
+	n++;
+	struct ibv_wc wc[8];
+	vt_wait(&d, d.cq, wc, n, 60000);
+	for (int i = 0; i < n; i++)
+		CHECK_EQ(wc[i].status, IBV_WC_SUCCESS);
+	for (size_t i = 0; i < BIDIR; i += 4093)
+		CHECK_EQ(rd[i], (char)(i * 13 + (size_t)(1 - side) * 101));
+	vt_send(fd, "w", 1); /* my writes are complete at the peer */
+	vt_recv(fd, &c, 1);
+	for (size_t i = 0; i < BIDIR; i += 4093)
+		CHECK_EQ(buf[BIDIR + i], (char)(i * 13 + (size_t)(1 - side) * 101));
+	vt_send(fd, "d", 1);
+	vt_recv(fd, &c, 1);
+	CHECK_EQ(ibv_destroy_qp(qp), 0);
+	CHECK_EQ(ibv_dereg_mr(mr), 0);
+	CHECK_EQ(ibv_dereg_mr(rmr), 0);
+	vt_close(&d);
+	free(buf);
+	free(rd);
+}
+
 /* ------------------------------------------------------------ peer loss */
 static void peerloss_initiator(int fd, pid_t target)
 {
@@ -671,6 +723,18 @@ int main(int argc, char **argv)
 			exit(0);
 		}
 		manyqp_side(sp[0], 1);
+		return vt_wait_child(p);
+	}
+	if (!strcmp(t, "bidir")) {
+		int sp[2];
+		CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sp), 0);
+		pid_t p = fork();
+		CHECK(p >= 0);
+		if (p == 0) {
+			bidir_side(sp[1], 1);
+			exit(0);
+		}
+		bidir_side(sp[0], 0);
 		return vt_wait_child(p);
 	}
 	if (!strcmp(t, "peerloss")) {
