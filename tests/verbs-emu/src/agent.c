@@ -333,6 +333,9 @@ static void conn_reap(struct vconn *c)
 		held_free(c->rx_hold);
 	c->rx_hold = NULL;
 	c->rx_heap = NULL;
+	free(c->stage);
+	c->stage = NULL;
+	c->stage_fill = 0;
 	free(c->rx_recv);
 	c->rx_recv = NULL;
 	c->in_payload = 0;
@@ -1188,9 +1191,32 @@ static void payload_done(struct vconn *c)
 	free(c->isegs);
 	c->isegs = NULL;
 	c->nisegs = 0;
+	c->stage_fill = 0;
 	c->rx_kind = RX_NONE;
 	c->in_payload = 0;
 	c->ih_got = 0;
+}
+
+/* bytes for device memory are gathered in a host staging buffer and copied with one driver call per chunk of up
+ * to STAGE_SZ (a chunk never crosses a segment end, so the stage is empty between messages) */
+static uint64_t stage_target(struct vconn *c, const struct vseg *s)
+{
+	uint64_t rest = s->len - c->iseg_off;
+	return rest < STAGE_SZ ? rest : STAGE_SZ;
+}
+
+static void stage_advance(struct vconn *c, struct vseg *s)
+{
+	uint64_t t = stage_target(c, s);
+	if (c->stage_fill < t)
+		return;
+	seg_copy_in(s, c->iseg_off, c->stage, t);
+	c->iseg_off += t;
+	c->stage_fill = 0;
+	if (c->iseg_off == s->len) {
+		c->iseg_i++;
+		c->iseg_off = 0;
+	}
 }
 
 /* deliver n bytes of payload from buf to the current sink */
@@ -1201,6 +1227,18 @@ static void sink_bytes(struct vconn *c, const char *buf, uint64_t n)
 	} else if (c->rx_kind == RX_PLACE || c->rx_kind == RX_READ_RESP) {
 		while (n && c->iseg_i < c->nisegs) {
 			struct vseg *s = &c->isegs[c->iseg_i];
+			if (s->cuda) {
+				if (!c->stage && !(c->stage = malloc(STAGE_SZ)))
+					abort();
+				uint64_t t = stage_target(c, s);
+				uint64_t k = t - c->stage_fill < n ? t - c->stage_fill : n;
+				memcpy(c->stage + c->stage_fill, buf, k);
+				c->stage_fill += k;
+				buf += k;
+				n -= k;
+				stage_advance(c, s);
+				continue;
+			}
 			uint64_t k = s->len - c->iseg_off < n ? s->len - c->iseg_off : n;
 			seg_copy_in(s, c->iseg_off, buf, k);
 			buf += k;
@@ -1220,6 +1258,23 @@ static ssize_t read_direct(struct vconn *c)
 	struct iovec iov[16];
 	int n = 0;
 	uint64_t want = c->in_left;
+	if ((c->rx_kind == RX_PLACE || c->rx_kind == RX_READ_RESP) && c->iseg_i < c->nisegs &&
+	    c->isegs[c->iseg_i].cuda) {
+		/* device memory: straight into the staging buffer */
+		struct vseg *s = &c->isegs[c->iseg_i];
+		if (!c->stage && !(c->stage = malloc(STAGE_SZ)))
+			abort();
+		uint64_t t = stage_target(c, s) - c->stage_fill;
+		if (t > c->in_left)
+			t = c->in_left;
+		ssize_t r = read(c->fd, c->stage + c->stage_fill, t);
+		if (r > 0) {
+			c->stage_fill += (uint64_t)r;
+			c->in_left -= (uint64_t)r;
+			stage_advance(c, s);
+		}
+		return r;
+	}
 	if (c->rx_kind == RX_HOLD && c->rx_heap) {
 		iov[0].iov_base = c->rx_heap + (c->ih.len - c->in_left);
 		iov[0].iov_len = want;
