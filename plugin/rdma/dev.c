@@ -14,7 +14,7 @@ struct gdr_rdma_state gdr_rdma;
 
 /* ------------------------------------------------------------------------------------- port speed -- */
 
-/* Mbps per lane of ibv_port_attr.active_speed (IB and extended speeds). */
+/* Mbps per lane of ibv_port_attr.active_speed, or of active_speed_ex (XDR: 256) where the library has it. */
 static int lane_mbps(int active_speed) {
   switch (active_speed) {
   case 1: return 2500;    /* SDR */
@@ -334,7 +334,7 @@ static void close_dev(struct gdr_rdma_dev *d) {
 
 /* Opens one (device, port) entry; 0 if kept. */
 static int open_port(struct ibv_device *ibdev, const struct ibv_device_attr *da, int port,
-                     const struct ibv_port_attr *pa, struct gdr_rdma_dev *d, int *ro_warned) {
+                     const struct ibv_port_attr *pa, uint32_t speed_ex, struct gdr_rdma_dev *d, int *ro_warned) {
   const char *ibname = gdr_ibv.get_device_name(ibdev);
   memset(d, 0, sizeof(*d));
   snprintf(d->ibname, sizeof(d->ibname), "%s", ibname);
@@ -362,7 +362,7 @@ static int open_port(struct ibv_device *ibdev, const struct ibv_device_attr *da,
   d->lid = pa->lid;
   d->grh_required = (pa->flags & IBV_QPF_GRH_REQUIRED) != 0;
   d->guid = da->sys_image_guid;
-  d->speed = lane_mbps(pa->active_speed) * width_lanes(pa->active_width);
+  d->speed = lane_mbps(speed_ex ? (int)speed_ex : pa->active_speed) * width_lanes(pa->active_width);
   d->max_qp = da->max_qp;
   d->max_qp_wr = da->max_qp_wr;
   char path[PATH_MAX];
@@ -446,7 +446,8 @@ ncclResult_t gdr_rdma_init(int *ndev, char *why, size_t whylen) {
     for (int p = 1; p <= da.phys_port_cnt && gdr_rdma.ndevs < GDR_RDMA_MAX_DEVS; p++) {
       struct ibv_port_attr pa;
       seen_ports++;
-      if (gdr_ibv_query_port(qctx, (uint8_t)p, &pa) != 0) {
+      uint32_t speed_ex = 0;
+      if (gdr_ibv_query_port(qctx, (uint8_t)p, &pa, &speed_ex) != 0) {
         GDR_INFO(NCCL_NET | NCCL_INIT, "%s:%d: ibv_query_port failed, skipped", ibname, p);
         continue;
       }
@@ -466,7 +467,7 @@ ncclResult_t gdr_rdma_init(int *ndev, char *why, size_t whylen) {
         continue;
       }
       struct gdr_rdma_dev *d = &gdr_rdma.devs[gdr_rdma.ndevs];
-      if (open_port(list[i], &da, p, &pa, d, &ro_warned) != 0) continue;
+      if (open_port(list[i], &da, p, &pa, speed_ex, d, &ro_warned) != 0) continue;
       char gidstr[64];
       gdr_gid_format(d->gid.raw, gidstr, sizeof(gidstr));
       GDR_INFO(NCCL_NET | NCCL_INIT, "[%d] %s: %s, port %d, %d Mbps, MTU %d, PCI %s%s", gdr_rdma.ndevs, d->name,

@@ -95,14 +95,32 @@ const char *gdr_ibv_lib_name(void) {
   return lib_name;
 }
 
-int gdr_ibv_query_port(struct ibv_context *ctx, uint8_t port, struct ibv_port_attr *attr) {
+/* Where rdma-core >= 47 keeps active_speed_ex: the 4-byte word right after port_cap_flags2 (what an
+ * older struct ibv_port_attr ends with, padded to 4 bytes), whichever verbs.h this was built with. */
+#define GDR_SPEED_EX_OFF ((offsetof(struct ibv_port_attr, port_cap_flags2) + sizeof(uint16_t) + 3) & ~(size_t)3)
+
+int gdr_ibv_query_port(struct ibv_context *ctx, uint8_t port, struct ibv_port_attr *attr, uint32_t *speed_ex) {
   memset(attr, 0, sizeof(*attr));
+  if (speed_ex) *speed_ex = 0;
   /* verbs_get_ctx_op(), open-coded in ISO C: an extended context carries query_port with a size. */
   if (ctx->abi_compat == __VERBS_ABI_IS_EXTENDED) {
     struct verbs_context *vctx =
       (struct verbs_context *)(void *)((uint8_t *)ctx - offsetof(struct verbs_context, context));
-    if (vctx->sz >= sizeof(*vctx) - offsetof(struct verbs_context, query_port) && vctx->query_port)
-      return vctx->query_port(ctx, port, attr, sizeof(*attr));
+    if (vctx->sz >= sizeof(*vctx) - offsetof(struct verbs_context, query_port) && vctx->query_port) {
+      /* room for the fields newer libraries append (zeroed by them when they know fewer) */
+      union {
+        struct ibv_port_attr a;
+        unsigned char raw[sizeof(struct ibv_port_attr) + 32];
+      } big;
+      memset(&big, 0, sizeof(big));
+      int rc = vctx->query_port(ctx, port, &big.a, sizeof(big));
+      if (rc == EINVAL) rc = vctx->query_port(ctx, port, &big.a, sizeof(big.a)); /* a size it refuses */
+      if (rc == 0) {
+        memcpy(attr, &big.a, sizeof(*attr));
+        if (speed_ex) memcpy(speed_ex, big.raw + GDR_SPEED_EX_OFF, sizeof(*speed_ex));
+      }
+      return rc;
+    }
   }
   /* the compat entry point fills the leading, historical part of the structure */
   return gdr_ibv.query_port_compat(ctx, port, attr);

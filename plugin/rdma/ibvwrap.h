@@ -69,8 +69,10 @@ int gdr_ibv_load(char *why, size_t whylen);
 const char *gdr_ibv_lib_name(void);
 
 /* ibv_query_port through the extended context op when the provider has it (fills every field of
- * struct ibv_port_attr), else through the IBVERBS_1.1 compat entry point. */
-int gdr_ibv_query_port(struct ibv_context *ctx, uint8_t port, struct ibv_port_attr *attr);
+ * struct ibv_port_attr), else through the IBVERBS_1.1 compat entry point. speed_ex (may be NULL): the
+ * port's active_speed_ex where the library reports it (rdma-core >= 47; XDR does not fit active_speed's
+ * 8 bits), else 0. */
+int gdr_ibv_query_port(struct ibv_context *ctx, uint8_t port, struct ibv_port_attr *attr, uint32_t *speed_ex);
 
 /* Names for logs; never NULL. */
 const char *gdr_ibv_wc_status_str(enum ibv_wc_status status);
