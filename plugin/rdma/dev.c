@@ -154,6 +154,9 @@ static void probe_gdr(struct gdr_rdma_dev *d) {
     }
   }
   int dmabuf = nic_dmabuf && (mode == 1 || cuda_dmabuf) && dmode != 0;
+  if (dmode == 1 && !dmabuf)
+    GDR_WARN("%s: GDRNET_DMABUF=1 but DMA-BUF registration cannot work here: %s%s%s", d->name, nic_why,
+             nic_why[0] && cuda_why[0] ? "; " : "", cuda_why);
   int cuda = mode == 1 || peermem;
   if (cuda) d->ptr_support |= NCCL_PTR_CUDA;
   if (dmabuf) d->ptr_support |= NCCL_PTR_DMABUF;
