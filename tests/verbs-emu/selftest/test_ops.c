@@ -214,13 +214,33 @@ static void test_unsignaled_batch(struct ibv_qp *qp)
 	CHECK_EQ(vt_post_write(s, IBV_WR_RDMA_WRITE, src, 8, msrc->lkey, (uintptr_t)dst, mdst->rkey, 9, 0, 0), 0);
 	vt_wait(&d, d.cq, wc, 1, 5000);
 	CHECK_EQ(wc[0].wr_id, 9);
-	/* send queue depth */
+	CHECK_EQ(ibv_destroy_qp(s), 0);
+	/* send-queue slots, as on hardware: unsignaled WRs keep theirs until a later completion is polled */
+	ia.sq_sig_all = 0;
+	s = ibv_create_qp(d.pd, &ia); /* max_send_wr = 4 */
+	CHECK(s);
+	vt_connect(&d, s, s->qp_num, rc);
+	CHECK_EQ(ibv_req_notify_cq(d.cq, 0), 0);
 	for (int i = 0; i < 4; i++)
-		CHECK_EQ(vt_post_write(s, IBV_WR_RDMA_READ, dst, 8, mdst->lkey, (uintptr_t)src, msrc->rkey, 10, 0, 0), 0);
-	int r = vt_post_write(s, IBV_WR_RDMA_READ, dst, 8, mdst->lkey, (uintptr_t)src, msrc->rkey, 11, 0, 0);
-	/* the 5th may be refused (ENOMEM) unless the first ones already completed */
-	CHECK(r == 0 || r == ENOMEM);
-	vt_wait(&d, d.cq, wc, r == 0 ? 5 : 4, 5000);
+		CHECK_EQ(vt_post_write(s, IBV_WR_RDMA_WRITE, src, 8, msrc->lkey, (uintptr_t)dst, mdst->rkey,
+				       (uint64_t)(20 + i), i == 3 ? IBV_SEND_SIGNALED : 0, 0),
+			 0);
+	CHECK_EQ(vt_post_write(s, IBV_WR_RDMA_WRITE, src, 8, msrc->lkey, (uintptr_t)dst, mdst->rkey, 24, 0, 0), ENOMEM);
+	/* the signaled completion has arrived (event) but is not polled yet: still full */
+	struct ibv_cq *ecq;
+	void *ectx;
+	CHECK_EQ(ibv_get_cq_event(d.ch, &ecq, &ectx), 0);
+	ibv_ack_cq_events(ecq, 1);
+	CHECK_EQ(vt_post_write(s, IBV_WR_RDMA_WRITE, src, 8, msrc->lkey, (uintptr_t)dst, mdst->rkey, 24, 0, 0), ENOMEM);
+	CHECK_EQ(ibv_poll_cq(d.cq, 8, wc), 1);
+	CHECK_EQ(wc[0].wr_id, 23);
+	/* polled: all four slots are free again */
+	for (int i = 0; i < 4; i++)
+		CHECK_EQ(vt_post_write(s, IBV_WR_RDMA_WRITE, src, 8, msrc->lkey, (uintptr_t)dst, mdst->rkey,
+				       (uint64_t)(30 + i), i == 3 ? IBV_SEND_SIGNALED : 0, 0),
+			 0);
+	vt_wait(&d, d.cq, wc, 1, 5000);
+	CHECK_EQ(wc[0].wr_id, 33);
 	CHECK_EQ(ibv_destroy_qp(s), 0);
 }
 

@@ -928,7 +928,7 @@ static void finish_request(struct vconn *c, const struct whdr *h)
 			}
 			wc.qp_num = h->dst_qpn;
 			wc.src_qp = h->src_qpn;
-			vemu_cq_push(q->rcq, &wc);
+			vemu_cq_push(q->rcq, &wc, NULL, 0);
 			if (c->rx_recv_status != IBV_WC_SUCCESS)
 				responder_error(q, IBV_EVENT_QP_REQ_ERR);
 		}

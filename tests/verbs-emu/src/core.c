@@ -986,7 +986,10 @@ VEMU_EXPORT struct ibv_cq *ibv_create_cq(struct ibv_context *c, int cqe, void *c
 	}
 	q->cap = (uint32_t)cqe;
 	q->ring = calloc(q->cap, sizeof(struct ibv_wc));
-	if (!q->ring) {
+	q->meta = calloc(q->cap, sizeof(struct cqmeta));
+	if (!q->ring || !q->meta) {
+		free(q->ring);
+		free(q->meta);
 		free(q);
 		errno = ENOMEM;
 		return NULL;
@@ -1019,8 +1022,13 @@ VEMU_EXPORT int ibv_destroy_cq(struct ibv_cq *cq)
 	pthread_mutex_unlock(&g.mu);
 	if (cq->channel)
 		__atomic_sub_fetch(&cq->channel->refcnt, 1, __ATOMIC_ACQ_REL);
+	for (uint32_t i = 0; i < q->count; i++) {
+		struct cqmeta m = q->meta[(q->head + i) % q->cap];
+		vemu_sq_unref(m.sq);
+	}
 	pthread_mutex_destroy(&q->lock);
 	free(q->ring);
+	free(q->meta);
 	free(q);
 	return 0;
 }
@@ -1035,9 +1043,33 @@ VEMU_EXPORT int ibv_resize_cq(struct ibv_cq *cq, int cqe)
 /* Completions produced by the agent thread are queued (under g.mu) and pushed at the end of its loop
  * iteration, after the responses it produced were written: an ACK is on the wire before the target
  * sees its completion, as with a NIC (a target that exits right after its completion loses nothing). */
+struct vsq *vemu_sq_new(void)
+{
+	struct vsq *sq = calloc(1, sizeof(*sq));
+	if (!sq)
+		abort();
+	sq->refs = 1;
+	return sq;
+}
+
+void vemu_sq_unref(struct vsq *sq)
+{
+	if (sq && __atomic_sub_fetch(&sq->refs, 1, __ATOMIC_ACQ_REL) == 0)
+		free(sq);
+}
+
+static void sq_release(struct vsq *sq, int slots)
+{
+	if (!sq)
+		return;
+	__atomic_sub_fetch(&sq->used, slots, __ATOMIC_ACQ_REL);
+	vemu_sq_unref(sq);
+}
+
 struct deferred {
 	struct vcq *cq;
 	struct ibv_wc wc;
+	struct cqmeta meta;
 };
 /* no __thread: LeakSanitizer's tracer trips over the dynamic TLS of a dlopened library */
 static pthread_t agent_tid;
@@ -1056,21 +1088,25 @@ void vemu_set_agent_thread(void)
 	__atomic_store_n(&agent_tid_set, 1, __ATOMIC_RELEASE);
 }
 
-static void cq_push_now(struct vcq *q, const struct ibv_wc *wc);
+static void cq_push_now(struct vcq *q, const struct ibv_wc *wc, struct cqmeta meta);
 
-void vemu_cq_push(struct vcq *q, const struct ibv_wc *wc)
+/* sq/slots: the send-queue slots this completion frees when it is polled (a reference on sq is taken) */
+void vemu_cq_push(struct vcq *q, const struct ibv_wc *wc, struct vsq *sq, int slots)
 {
+	struct cqmeta meta = { sq, slots };
+	if (sq)
+		__atomic_add_fetch(&sq->refs, 1, __ATOMIC_ACQ_REL);
 	/* g.mu is held by every caller. An application thread pushes directly unless the agent has completions
 	 * queued (they come first: completions of one QP stay in order). */
 	if (!vemu_in_agent() && !defq_n) {
-		cq_push_now(q, wc);
+		cq_push_now(q, wc, meta);
 		return;
 	}
 	if (defq_n == defq_cap) {
 		size_t cap = defq_cap ? defq_cap * 2 : 256;
 		struct deferred *n = realloc(defq, cap * sizeof(*n));
 		if (!n) {
-			cq_push_now(q, wc);
+			cq_push_now(q, wc, meta);
 			return;
 		}
 		defq = n;
@@ -1078,6 +1114,7 @@ void vemu_cq_push(struct vcq *q, const struct ibv_wc *wc)
 	}
 	defq[defq_n].cq = q;
 	defq[defq_n].wc = *wc;
+	defq[defq_n].meta = meta;
 	defq_n++;
 }
 
@@ -1085,7 +1122,7 @@ void vemu_flush_deferred(void)
 {
 	pthread_mutex_lock(&g.mu);
 	for (size_t i = 0; i < defq_n; i++)
-		cq_push_now(defq[i].cq, &defq[i].wc);
+		cq_push_now(defq[i].cq, &defq[i].wc, defq[i].meta);
 	defq_n = 0;
 	pthread_mutex_unlock(&g.mu);
 }
@@ -1103,18 +1140,23 @@ static void cq_forget_deferred(struct vcq *q)
 	for (size_t i = 0; i < defq_n; i++)
 		if (defq[i].cq != q)
 			defq[k++] = defq[i];
+		else
+			sq_release(defq[i].meta.sq, defq[i].meta.slots);
 	defq_n = k;
 }
 
-static void cq_push_now(struct vcq *q, const struct ibv_wc *wc)
+static void cq_push_now(struct vcq *q, const struct ibv_wc *wc, struct cqmeta meta)
 {
-	int notify = 0, overrun = 0;
+	int notify = 0, overrun = 0, lost = 0;
 	pthread_mutex_lock(&q->lock);
 	if (q->count == q->cap) {
 		overrun = !q->overrun;
 		q->overrun = 1;
+		lost = 1;
 	} else {
-		q->ring[(q->head + q->count) % q->cap] = *wc;
+		uint32_t at = (q->head + q->count) % q->cap;
+		q->ring[at] = *wc;
+		q->meta[at] = meta;
 		q->count++;
 		if (q->armed && q->cq.channel) {
 			q->armed = 0;
@@ -1122,6 +1164,8 @@ static void cq_push_now(struct vcq *q, const struct ibv_wc *wc)
 		}
 	}
 	pthread_mutex_unlock(&q->lock);
+	if (lost)
+		sq_release(meta.sq, meta.slots); /* a lost completion frees its slots (the QP would be in error anyway) */
 	VTRACE("cqe qp=0x%x wr_id=0x%llx status=%s opcode=%d byte_len=%u%s\n", wc->qp_num,
 	       (unsigned long long)wc->wr_id, ibv_wc_status_str(wc->status), (int)wc->opcode, wc->byte_len,
 	       overrun ? " OVERRUN" : "");
@@ -1143,6 +1187,9 @@ static int vemu_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc)
 	int k = 0;
 	while (k < n && q->count) {
 		wc[k++] = q->ring[q->head];
+		struct cqmeta m = q->meta[q->head];
+		if (m.sq)
+			sq_release(m.sq, m.slots); /* polling frees the send-queue slots */
 		q->head = (q->head + 1) % q->cap;
 		q->count--;
 	}
@@ -1291,6 +1338,7 @@ VEMU_EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_a
 	}
 	q->qp.qp_num = qpn;
 	q->qp.handle = qpn;
+	q->sq = vemu_sq_new();
 	q->hnext = g.qp_hash[qpn & 4095];
 	g.qp_hash[qpn & 4095] = q;
 	q->anext = g.qps;
@@ -1325,7 +1373,11 @@ static void drop_queues(struct vqp *q)
 	vemu_held_drop(q);
 	q->sq_head = q->sq_tail = q->if_head = q->if_tail = NULL;
 	q->rq_head = q->rq_tail = NULL;
-	q->sq_count = q->rq_count = 0;
+	q->rq_count = 0;
+	/* completions still in a CQ keep the old slot counter alive; the QP starts over with a new one */
+	vemu_sq_unref(q->sq);
+	q->sq = q->destroyed ? NULL : vemu_sq_new();
+	q->sq_unsig = 0;
 }
 
 VEMU_EXPORT int ibv_destroy_qp(struct ibv_qp *qp)
@@ -1347,6 +1399,7 @@ VEMU_EXPORT int ibv_destroy_qp(struct ibv_qp *qp)
 			*pp = q->dnext;
 			break;
 		}
+	q->destroyed = 1;
 	drop_queues(q);
 	pthread_mutex_unlock(&g.mu);
 	VTRACE("qp destroy qp=0x%x\n", qp->qp_num);
@@ -1377,9 +1430,12 @@ void vemu_complete_send(struct vqp *q, struct vwr *w, int status)
 		wc.opcode = (enum ibv_wc_opcode)wc_opcode(w->opcode);
 		wc.byte_len = status == IBV_WC_SUCCESS ? (uint32_t)w->len : 0;
 		wc.qp_num = q->qp.qp_num;
-		vemu_cq_push(q->scq, &wc);
+		/* polling it frees its slot and those of the unsignaled WRs completed before it */
+		vemu_cq_push(q->scq, &wc, q->sq, q->sq_unsig + 1);
+		q->sq_unsig = 0;
+	} else {
+		q->sq_unsig++;
 	}
-	q->sq_count--;
 	free_wr(w);
 }
 
@@ -1391,7 +1447,7 @@ static void flush_recv(struct vqp *q, struct vrwr *r)
 	wc.status = IBV_WC_WR_FLUSH_ERR;
 	wc.opcode = IBV_WC_RECV;
 	wc.qp_num = q->qp.qp_num;
-	vemu_cq_push(q->rcq, &wc);
+	vemu_cq_push(q->rcq, &wc, NULL, 0);
 	free(r);
 }
 
@@ -1639,7 +1695,7 @@ static int vemu_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_
 			err = EINVAL;
 			break;
 		}
-		if ((uint32_t)q->sq_count >= q->cap.max_send_wr) {
+		if ((uint32_t)__atomic_load_n(&q->sq->used, __ATOMIC_ACQUIRE) >= q->cap.max_send_wr) {
 			err = ENOMEM;
 			break;
 		}
@@ -1705,7 +1761,7 @@ static int vemu_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_
 		else
 			q->sq_head = w;
 		q->sq_tail = w;
-		q->sq_count++;
+		__atomic_add_fetch(&q->sq->used, 1, __ATOMIC_ACQ_REL);
 		if (g.trace) {
 			char acc[32];
 			snprintf(acc, sizeof(acc), "%s%s", w->signaled ? "SIGNALED" : "UNSIGNALED",

@@ -63,10 +63,24 @@ struct vmr {
 	struct vdev *dev;
 };
 
+/* send-queue slots of a QP. As with hardware, a completed unsignaled WR keeps its slot until a later completion
+ * of that QP is polled; the completion carries the slots it frees. Shared (refcounted) by the QP and those
+ * completions, so a QP can be reset or destroyed with completions still in a CQ. */
+struct vsq {
+	int used;  /* atomic */
+	int refs;  /* atomic */
+};
+
+struct cqmeta {
+	struct vsq *sq;
+	int slots;
+};
+
 struct vcq {
 	struct ibv_cq cq;
 	pthread_mutex_t lock;
 	struct ibv_wc *ring;
+	struct cqmeta *meta;
 	uint32_t cap, head, count;
 	int armed;
 	int overrun;
@@ -128,7 +142,8 @@ struct vqp {
 	/* send side */
 	struct vwr *sq_head, *sq_tail;      /* posted, not handed to the wire */
 	struct vwr *if_head, *if_tail;      /* on the wire, waiting for a response */
-	int sq_count;                       /* outstanding send WRs (both lists) */
+	struct vsq *sq;                     /* send-queue slots in use (freed when completions are polled) */
+	int sq_unsig;                       /* unsignaled WRs completed since the last completion of this QP */
 	uint32_t next_seq;                  /* next PSN (24 bits), starts at sq_psn */
 	uint64_t last_progress;             /* ns: last sign of life of the peer for this QP */
 	int retries;                        /* retransmissions since the last progress */
@@ -196,7 +211,9 @@ extern struct vglobal g;
 uint64_t vemu_now_ns(void);
 struct vqp *vemu_qp_find(uint32_t qpn);
 struct vmr *vemu_mr_find(uint32_t key);
-void vemu_cq_push(struct vcq *cq, const struct ibv_wc *wc);
+void vemu_cq_push(struct vcq *cq, const struct ibv_wc *wc, struct vsq *sq, int slots);
+struct vsq *vemu_sq_new(void);
+void vemu_sq_unref(struct vsq *sq);
 void vemu_set_agent_thread(void);
 int vemu_in_agent(void);
 void vemu_flush_deferred(void);
