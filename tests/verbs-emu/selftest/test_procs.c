@@ -515,6 +515,74 @@ static void bidir_side(int fd, int side)
 	free(rd);
 }
 
+/* ------------------------------------------------------------ teardown under traffic */
+/* the target destroys its QP and deregisters its memory while writes stream in; the initiator's QP fails
+ * with RETRY_EXC_ERR (what follows is flushed) and nobody crashes; then the initiator destroys its QP with
+ * work still queued, and both close their devices. */
+static void teardown_side(int fd, int initiator)
+{
+	vt_name = initiator ? "teardown/initiator" : "teardown/target";
+	char *buf;
+	struct ibv_mr *mr;
+	struct info peer;
+	struct vt_rc rc = VT_RC_DEFAULT;
+	rc.timeout = 12; /* 16.8 ms x 8 */
+	struct ibv_qp *qp = setup(fd, &buf, 8u << 20, &mr, &peer, rc);
+	char c;
+	vt_send(fd, "r", 1);
+	vt_recv(fd, &c, 1);
+	if (!initiator) {
+		vt_recv(fd, &c, 1); /* traffic is flowing */
+		CHECK_EQ(ibv_destroy_qp(qp), 0);
+		CHECK_EQ(ibv_dereg_mr(mr), 0);
+		vt_send(fd, "x", 1);
+		vt_recv(fd, &c, 1);
+		vt_close(&d);
+		free(buf);
+		return;
+	}
+	struct ibv_wc wc[64];
+	int failed = 0, n = 0, told = 0, flushed = 0;
+	uint64_t end = vt_now_ms() + 30000;
+	while (!failed) {
+		CHECK(vt_now_ms() < end);
+		int r = vt_post_write(qp, IBV_WR_RDMA_WRITE, buf, 1u << 20, mr->lkey, peer.addr, peer.rkey, (uint64_t)n,
+				      n % 8 == 7 ? IBV_SEND_SIGNALED : 0, 0);
+		if (r == ENOMEM || n % 8 == 7) {
+			vt_wait(&d, d.cq, wc, 1, 20000);
+			if (wc[0].status != IBV_WC_SUCCESS) {
+				CHECK_EQ(wc[0].status, IBV_WC_RETRY_EXC_ERR);
+				failed = 1;
+			}
+		} else {
+			CHECK_EQ(r, 0);
+		}
+		if (r == 0)
+			n++;
+		if (n == 16 && !told) {
+			vt_send(fd, "g", 1);
+			vt_recv(fd, &c, 1); /* the target's QP is gone */
+			told = 1;
+		}
+	}
+	/* everything after the failure is flushed */
+	int k;
+	while ((k = ibv_poll_cq(d.cq, 64, wc)) > 0)
+		for (int i = 0; i < k; i++) {
+			CHECK_EQ(wc[i].status, IBV_WC_WR_FLUSH_ERR);
+			flushed++;
+		}
+	printf("teardown: %d writes posted, RETRY_EXC then %d flushed\n", n, flushed);
+	/* destroy with work still queued */
+	for (int i = 0; i < 3; i++)
+		CHECK_EQ(vt_post_write(qp, IBV_WR_RDMA_WRITE, buf, 4096, mr->lkey, peer.addr, peer.rkey, 1000, 0, 0), 0);
+	CHECK_EQ(ibv_destroy_qp(qp), 0);
+	CHECK_EQ(ibv_dereg_mr(mr), 0);
+	vt_send(fd, "d", 1);
+	vt_close(&d);
+	free(buf);
+}
+
 /* ------------------------------------------------------------ peer loss */
 static void peerloss_initiator(int fd, pid_t target)
 {
@@ -723,6 +791,18 @@ int main(int argc, char **argv)
 			exit(0);
 		}
 		manyqp_side(sp[0], 1);
+		return vt_wait_child(p);
+	}
+	if (!strcmp(t, "teardown")) {
+		int sp[2];
+		CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sp), 0);
+		pid_t p = fork();
+		CHECK(p >= 0);
+		if (p == 0) {
+			teardown_side(sp[1], 0);
+			exit(0);
+		}
+		teardown_side(sp[0], 1);
 		return vt_wait_child(p);
 	}
 	if (!strcmp(t, "bidir")) {
