@@ -306,6 +306,49 @@ static void test_unsupported(struct vt_dev *d)
 	CHECK(strlen(ibv_event_type_str(IBV_EVENT_PORT_ERR)) > 0);
 }
 
+/* a child forked after the parent used the emulator starts over with its own agent; the parent is unaffected */
+static void test_fork(struct vt_dev *d)
+{
+	vt_name = "fork";
+	static char buf[4096];
+	pid_t p = fork();
+	CHECK(p >= 0);
+	if (p == 0) {
+		struct vt_dev c;
+		vt_open(&c, 0, 16);
+		struct ibv_mr *m = vt_mr(&c, buf, sizeof(buf),
+					 IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ);
+		struct ibv_qp *q = vt_qp(&c, 4, 0, NULL);
+		struct vt_rc rc = VT_RC_DEFAULT;
+		vt_connect(&c, q, q->qp_num, rc);
+		memcpy(buf, "child", 6);
+		CHECK_EQ(vt_post_write(q, IBV_WR_RDMA_WRITE, buf, 6, m->lkey, (uintptr_t)buf + 100, m->rkey, 1,
+				       IBV_SEND_SIGNALED, 0),
+			 0);
+		struct ibv_wc wc;
+		vt_wait(&c, c.cq, &wc, 1, 5000);
+		CHECK_EQ(wc.status, IBV_WC_SUCCESS);
+		CHECK(!strcmp(buf + 100, "child"));
+		_exit(0);
+	}
+	CHECK_EQ(vt_wait_child(p), 0);
+	/* the parent still works */
+	struct ibv_mr *m = vt_mr(d, buf, sizeof(buf), IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+	struct ibv_qp *q = vt_qp(d, 4, 0, NULL);
+	struct vt_rc rc = VT_RC_DEFAULT;
+	vt_connect(d, q, q->qp_num, rc);
+	memcpy(buf, "parent", 7);
+	CHECK_EQ(vt_post_write(q, IBV_WR_RDMA_WRITE, buf, 7, m->lkey, (uintptr_t)buf + 200, m->rkey, 2, IBV_SEND_SIGNALED,
+			       0),
+		 0);
+	struct ibv_wc wc;
+	vt_wait(d, d->cq, &wc, 1, 5000);
+	CHECK_EQ(wc.status, IBV_WC_SUCCESS);
+	CHECK(!strcmp(buf + 200, "parent"));
+	CHECK_EQ(ibv_destroy_qp(q), 0);
+	CHECK_EQ(ibv_dereg_mr(m), 0);
+}
+
 int main(void)
 {
 	test_devices();
@@ -315,6 +358,7 @@ int main(void)
 	test_state_table(&d);
 	test_registration(&d);
 	test_unsupported(&d);
+	test_fork(&d);
 	vt_close(&d);
 	printf("test_basic: OK\n");
 	return 0;
