@@ -26,10 +26,14 @@ if [ -z "$port" ]; then
   exit 1
 fi
 cat <&3 >"$dir/server.out" &
+cpid=$!
 "$perf" --client 127.0.0.1 --port "$port" --plugin "$plugin" "$@"
 crc=$?
+# a client that failed may have left the server waiting for it
+[ "$crc" -eq 0 ] || kill "$spid" 2>/dev/null
 wait "$spid"
 src=$?
+wait "$cpid" # the rest of the server's output is in server.out once cat has seen EOF
 echo "--- server output:"
 cat "$dir/server.out" "$dir/server.err"
 echo "client exit $crc, server exit $src"

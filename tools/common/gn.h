@@ -49,8 +49,8 @@ typedef struct {
 } gn_plugin_t;
 
 /* Resolve the plugin path the way gdrnet-perf documents: explicit (--plugin), else $GDRNET_PLUGIN,
- * else <dir of /proc/self/exe>/../lib/libnccl-net-gdr.so if it exists, else the bare soname
- * "libnccl-net-gdr.so" (installed case: the dynamic loader's search path). */
+ * else <dir of /proc/self/exe>/../lib/libnccl-net-gdr.so (build tree) or ../<CMAKE_INSTALL_LIBDIR>/
+ * (install tree) if it exists, else the bare soname "libnccl-net-gdr.so" (the loader's search path). */
 void gn_plugin_resolve(const char *explicit_path, char *out, size_t outlen);
 /* dlopen(path, RTLD_NOW|RTLD_LOCAL) + dlsym("ncclNetPlugin_v8") + sanity of the table.
  * Returns 0, or -1 with a reason in err. */

@@ -10,6 +10,9 @@
 #include "gn.h"
 
 #define GN_PLUGIN_SONAME "libnccl-net-gdr.so"
+#ifndef GDRNET_INSTALL_LIBDIR
+#define GDRNET_INSTALL_LIBDIR "lib"
+#endif
 
 void gn_plugin_resolve(const char *explicit_path, char *out, size_t outlen) {
   if (explicit_path != NULL && *explicit_path != '\0') {
@@ -28,12 +31,16 @@ void gn_plugin_resolve(const char *explicit_path, char *out, size_t outlen) {
     char *slash = strrchr(exe, '/');
     if (slash != NULL) {
       *slash = '\0';
-      char cand[PATH_MAX + 64];
-      snprintf(cand, sizeof cand, "%s/../lib/%s", exe, GN_PLUGIN_SONAME);
-      if (access(cand, R_OK) == 0) {
-        char real[PATH_MAX];
-        snprintf(out, outlen, "%s", realpath(cand, real) ? real : cand);
-        return;
+      /* the build tree (bin/ next to lib/), then the install tree's libdir (lib/x86_64-linux-gnu...) */
+      const char *libdirs[] = {"lib", GDRNET_INSTALL_LIBDIR};
+      for (size_t i = 0; i < sizeof libdirs / sizeof libdirs[0]; i++) {
+        char cand[PATH_MAX + 300];
+        snprintf(cand, sizeof cand, "%s/../%s/%s", exe, libdirs[i], GN_PLUGIN_SONAME);
+        if (access(cand, R_OK) == 0) {
+          char real[PATH_MAX];
+          snprintf(out, outlen, "%s", realpath(cand, real) ? real : cand);
+          return;
+        }
       }
     }
   }
