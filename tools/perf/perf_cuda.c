@@ -30,6 +30,7 @@ static struct {
   CUresult (*cuMemcpyDtoH)(void *, CUdeviceptr, size_t);
   CUresult (*cuMemGetHandleForAddressRange)(void *, CUdeviceptr, size_t, int, unsigned long long);
   CUresult (*cuGetErrorString)(CUresult, const char **);
+  CUresult (*cuCtxSynchronize)(void);
 } g;
 
 static const char *cu_err(CUresult r) {
@@ -66,6 +67,7 @@ int pc_open(int dev, char *err, size_t errlen) {
   LOAD(cuMemcpyHtoD, "cuMemcpyHtoD_v2");
   LOAD(cuMemcpyDtoH, "cuMemcpyDtoH_v2");
   LOAD(cuGetErrorString, "cuGetErrorString");
+  LOAD(cuCtxSynchronize, "cuCtxSynchronize");
   *(void **)(&g.cuMemGetHandleForAddressRange) = dlsym(g.dl, "cuMemGetHandleForAddressRange"); /* optional */
   CUresult r = g.cuInit(0);
   if (r != 0) {
@@ -109,7 +111,10 @@ void pc_free(void *dptr) {
 
 int pc_htod(void *dst, const void *src, size_t len) {
   if (len == 0) return 0;
-  return g.cuMemcpyHtoD((CUdeviceptr)(uintptr_t)dst, src, len) == 0 ? 0 : -1;
+  if (g.cuMemcpyHtoD((CUdeviceptr)(uintptr_t)dst, src, len) != 0) return -1;
+  /* From pageable memory the copy may return before the data has landed in device memory; the NIC (or
+   * the emulator, on its own non-blocking stream) must read what we wrote: wait for it. */
+  return g.cuCtxSynchronize() == 0 ? 0 : -1;
 }
 
 int pc_dtoh(void *dst, const void *src, size_t len) {
