@@ -1,6 +1,8 @@
 /* gid_select.c - RoCE GID choice; see gid_select.h. */
 #include "gid_select.h"
 
+#include "rdma/gid.h"
+
 #include <ctype.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -30,16 +32,6 @@ const char *dr_gid_type_name(enum dr_gid_type t) {
   }
 }
 
-/* higher is better: the wanted version 3, an unknown twin of an earlier GID 2 (when v2 is wanted),
- * unknown 1, the other version 0 */
-static int version_rank(enum dr_gid_type t, int twin, int want) {
-  if (want != 1 && want != 2) return 0;
-  if ((int)t == want) return 3;
-  if (t != DR_GID_TYPE_UNKNOWN) return 0;
-  return (twin && want == 2) ? 2 : 1;
-}
-
-static void put_why(char *why, size_t whylen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static void put_why(char *why, size_t whylen, const char *fmt, ...) {
   if (why == NULL || whylen == 0) return;
   va_list ap;
@@ -49,41 +41,39 @@ static void put_why(char *why, size_t whylen, const char *fmt, ...) {
   if (r < 0) why[0] = '\0';
 }
 
+/* The ranking itself is the plugin's (plugin/rdma/gid.c, compiled into the doctor), so the doctor names exactly
+ * the GID the plugin will use; this wrapper maps the doctor's table onto it and explains the choice. */
 int dr_gid_select(const struct dr_gid_entry *tab, size_t n, enum dr_gid_family family, int roce_version, char *why,
                   size_t whylen) {
-  int best = -1, best_score = -1, best_twin = 0;
+  enum { MAX_GIDS = 1024 };
+  struct gdr_gid_entry tbl[MAX_GIDS];
   size_t nzero = 0, nll = 0;
   if (tab == NULL) n = 0;
+  if (n > MAX_GIDS) n = MAX_GIDS;
   for (size_t i = 0; i < n; i++) {
-    const struct dr_gid_entry *e = &tab[i];
-    enum dr_gid_class c = dr_gid_classify(e->gid);
-    if (c == DR_GID_ZERO) {
-      nzero++;
-      continue;
-    }
-    if (c == DR_GID_LINK_LOCAL) {
-      nll++;
-      continue;
-    }
-    int twin = 0;
-    if (e->type == DR_GID_TYPE_UNKNOWN)
-      for (size_t j = 0; j < i && !twin; j++) twin = memcmp(tab[j].gid, e->gid, 16) == 0;
-    int fam = family == DR_GID_FAMILY_IPV4 ? c == DR_GID_IPV4 : family == DR_GID_FAMILY_IPV6 ? c == DR_GID_IPV6 : 0;
-    int score = fam * 16 + version_rank(e->type, twin, roce_version);
-    if (score > best_score) { /* strict: ties keep the earlier entry */
-      best = (int)i;
-      best_score = score;
-      best_twin = twin;
-    }
+    memcpy(tbl[i].raw, tab[i].gid, 16);
+    tbl[i].type = tab[i].type == DR_GID_TYPE_V1   ? GDR_GID_TYPE_V1
+                  : tab[i].type == DR_GID_TYPE_V2 ? GDR_GID_TYPE_V2
+                                                  : GDR_GID_TYPE_UNKNOWN;
+    tbl[i].valid = 1;
+    enum dr_gid_class c = dr_gid_classify(tab[i].gid);
+    nzero += c == DR_GID_ZERO;
+    nll += c == DR_GID_LINK_LOCAL;
   }
+  int fam = family == DR_GID_FAMILY_IPV4 ? GDR_GID_FAMILY_IPV4
+            : family == DR_GID_FAMILY_IPV6 ? GDR_GID_FAMILY_IPV6
+                                           : GDR_GID_FAMILY_ANY;
+  int best = gdr_gid_select(tbl, (int)n, fam, roce_version);
   if (best < 0) {
     put_why(why, whylen, "no usable GID among %zu entries (%zu all-zero, %zu link-local fe80::/10)", n, nzero, nll);
     return -1;
   }
   const struct dr_gid_entry *e = &tab[best];
-  enum dr_gid_class c = dr_gid_classify(e->gid);
-  put_why(why, whylen, "%s %s GID%s", c == DR_GID_IPV4 ? "IPv4-mapped" : "IPv6", dr_gid_type_name(e->type),
-          best_twin && e->type == DR_GID_TYPE_UNKNOWN ? " (repeats an earlier entry: probably its v2 twin)" : "");
+  int twin = 0;
+  if (e->type == DR_GID_TYPE_UNKNOWN)
+    for (int j = 0; j < best && !twin; j++) twin = memcmp(tab[j].gid, e->gid, 16) == 0;
+  put_why(why, whylen, "%s %s GID%s", dr_gid_classify(e->gid) == DR_GID_IPV4 ? "IPv4-mapped" : "IPv6",
+          dr_gid_type_name(e->type), twin ? " (repeats an earlier entry: probably its v2 twin)" : "");
   return e->index;
 }
 

@@ -2,8 +2,8 @@
  *
  * Pure function over a GID table (no I/O): the doctor feeds it what it read from
  * /sys/class/infiniband/<dev>/ports/<n>/gids and gid_attrs; a transport can feed it what
- * ibv_query_gid_table() returned. The rules mirror the plugin's (plugin/rdma/gid.c), so the doctor
- * names the GID the plugin will really use:
+ * ibv_query_gid_table() returned. The ranking is the plugin's own (plugin/rdma/gid.c, linked in), so
+ * the doctor names the GID the plugin will really use:
  *   1. skip all-zero entries (unused slots), ::ffff:0.0.0.0 and link-local fe80::/10 entries;
  *   2. prefer the wanted address family (IPv4-mapped ::ffff:a.b.c.d by default, i.e. IPv4 before IPv6);
  *   3. then the wanted RoCE version (v2 by default); an entry whose type is unknown (gid_attrs/types
