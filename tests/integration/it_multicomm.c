@@ -2,7 +2,9 @@
  * (8 listens, then every connect and accept re-entered round-robin, as NCCL's service thread does for
  * several peers/channels), spread over every device; then traffic on all 16 comms interleaved from one
  * thread, each comm with its own pattern (any cross-talk shows), then 4 threads per process each
- * driving its own comms at the same time (the plugin is shared by NCCL's per-GPU proxy threads). */
+ * driving its own comms at the same time (the plugin is shared by NCCL's per-GPU proxy threads), then
+ * new connections set up, used and closed on the main thread while 2 threads stream on the others (NCCL's
+ * service thread and progress threads). */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -128,6 +130,12 @@ static void *thread_main(void *a) {
   return NULL;
 }
 
+static void *thread_main_b(void *a) {
+  th_arg_t *t = a;
+  drive(t->m, t->lo, t->hi, 90000);
+  return NULL;
+}
+
 static int side(int fd, int parent) {
   it_plugin_t ip;
   it_load(&ip);
@@ -147,6 +155,31 @@ static int side(int fd, int parent) {
     IT_CHECK(pthread_create(&th[t], NULL, thread_main, &ta[t]) == 0, "pthread_create");
   }
   for (int t = 0; t < 4; t++) IT_CHECK(pthread_join(th[t], NULL) == 0, "pthread_join");
+  IT_CHECK(gn_boot_barrier(fd, 60) == 0, "barrier");
+  /* NCCL's service thread sets connections up (listen/connect/accept/regMr/close) while its progress
+   * threads move data on others: new comms come and go here while two threads stream on comms 0..3. */
+  it_step("set-up and teardown on the main thread while 2 threads stream");
+  pthread_t tb[2];
+  th_arg_t tba[2];
+  for (int t = 0; t < 2; t++) {
+    tba[t] = (th_arg_t){&m, 2 * t, 2 * t + 2};
+    IT_CHECK(pthread_create(&tb[t], NULL, thread_main_b, &tba[t]) == 0, "pthread_create");
+  }
+  for (int k = 0; k < 3; k++) {
+    it_conn_t extra;
+    it_conn_open(&ip, k % ip.ndev, fd, 1 << 16, &extra);
+    gn_ctx_t ctx;
+    gn_ctx_init(&ctx, ip.net, 60);
+    if (parent) {
+      it_send_pattern(&ctx, &extra, 0, 60000, (uint64_t)k, 300);
+      it_recv_pattern(&ctx, &extra, 0, 1 << 16, 60000, (uint64_t)k, 301);
+    } else {
+      it_recv_pattern(&ctx, &extra, 0, 1 << 16, 60000, (uint64_t)k, 300);
+      it_send_pattern(&ctx, &extra, 0, 60000, (uint64_t)k, 301);
+    }
+    it_conn_close(&extra);
+  }
+  for (int t = 0; t < 2; t++) IT_CHECK(pthread_join(tb[t], NULL) == 0, "pthread_join");
   IT_CHECK(gn_boot_barrier(fd, 60) == 0, "barrier");
   it_step("closing");
   for (int i = 0; i < NC; i++) {
