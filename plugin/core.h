@@ -35,12 +35,15 @@ enum { GDR_REQ_SEND = 1, GDR_REQ_RECV = 2, GDR_REQ_FLUSH = 3 };
 
 #define GDR_REQ_MAGIC 0x51524447u /* "GDRQ" */
 
+/* Wraps a transport request (the seam that lets a connection change transport). Taken from the comm's pool only
+ * once the transport has accepted the operation, every field set (no zeroing), freed by index. */
 struct gdr_request {
   uint32_t magic; /* GDR_REQ_MAGIC while outstanding */
+  int kind;       /* GDR_REQ_* */
+  int n;          /* receives in the group */
+  int idx;        /* in comm->reqs */
   struct gdr_comm *comm;
   void *treq;
-  int kind; /* GDR_REQ_* */
-  int n;    /* receives in the group */
 };
 
 struct gdr_mr {
@@ -87,8 +90,8 @@ ncclResult_t gdr_core_isend(void *send_comm, void *data, size_t size, int tag, v
 ncclResult_t gdr_core_irecv(void *recv_comm, int n, void **data, size_t *sizes, int *tags, void **mhandles,
                             void **request);
 ncclResult_t gdr_core_iflush(void *recv_comm, int n, void **data, int *sizes, void **mhandles, void **request);
-/* sizes: NULL or GDR_MAX_RECVS entries; *n (may be NULL) gets how many were filled (1 for a send, the group size
- * for a receive, 0 for a flush). */
+/* sizes: NULL or GDR_MAX_RECVS entries, meaningful only once *done (the transport writes them directly); *n (may be
+ * NULL) gets how many were filled (1 for a send, the group size for a receive, 0 for a flush). */
 ncclResult_t gdr_core_test(void *request, int *done, size_t *sizes, int *n);
 
 #endif /* GDRNET_CORE_H */

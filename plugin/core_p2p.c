@@ -101,40 +101,42 @@ static void *tmr_of(void *mhandle) {
   return mr != NULL ? mr->tmr : NULL;
 }
 
+/* The wrapper of an operation the transport accepted. The pool holds 2 x 32 x maxRecvs: callers check nfree
+ * before asking the transport, so this never fails. */
+static void *wrap_req(struct gdr_comm *c, int kind, int n, void *treq) {
+  int idx = -1;
+  struct gdr_request *r = gdr_pool_get_idx(&c->reqs, &idx);
+  r->magic = GDR_REQ_MAGIC;
+  r->kind = kind;
+  r->n = n;
+  r->idx = idx;
+  r->comm = c;
+  r->treq = treq;
+  return r;
+}
+
 ncclResult_t gdr_core_isend(void *send_comm, void *data, size_t size, int tag, void *mhandle, void **request) {
-  ncclResult_t res = ncclSuccess;
   struct gdr_comm *c = send_comm;
-  struct gdr_request *r = NULL;
   void *treq = NULL;
+  ncclResult_t res;
 
   *request = NULL;
   if (c == NULL || c->magic != GDR_COMM_SEND) {
     GDR_WARN("isend: %p is not a send comm of this plugin", send_comm);
     return ncclInternalError;
   }
-  r = gdr_pool_get(&c->reqs);
-  if (r == NULL) return ncclSuccess; /* NCCL holds too many: try again later */
-  GDR_CHECK(c->tp->isend(c->tcomm, data, size, tag, tmr_of(mhandle), &treq));
-  if (treq == NULL) goto out;
-  r->comm = c;
-  r->treq = treq;
-  r->magic = GDR_REQ_MAGIC;
-  r->kind = GDR_REQ_SEND;
-  r->n = 1;
-  *request = r;
-  r = NULL;
-out:
-  if (r != NULL) gdr_pool_put(&c->reqs, r);
+  if (c->reqs.nfree == 0) return ncclSuccess; /* NCCL holds too many: try again later */
+  res = c->tp->isend(c->tcomm, data, size, tag, tmr_of(mhandle), &treq);
+  if (res == ncclSuccess && treq != NULL) *request = wrap_req(c, GDR_REQ_SEND, 1, treq);
   return res;
 }
 
 ncclResult_t gdr_core_irecv(void *recv_comm, int n, void **data, size_t *sizes, int *tags, void **mhandles,
                             void **request) {
-  ncclResult_t res = ncclSuccess;
   struct gdr_comm *c = recv_comm;
-  struct gdr_request *r = NULL;
   void *tmrs[GDR_MAX_RECVS];
   void *treq = NULL;
+  ncclResult_t res;
 
   *request = NULL;
   if (c == NULL || c->magic != GDR_COMM_RECV) {
@@ -145,29 +147,18 @@ ncclResult_t gdr_core_irecv(void *recv_comm, int n, void **data, size_t *sizes, 
     GDR_WARN("irecv: %d receives in one group, this device takes 1..%d", n, c->max_recvs);
     return ncclInternalError;
   }
-  r = gdr_pool_get(&c->reqs);
-  if (r == NULL) return ncclSuccess;
+  if (c->reqs.nfree == 0) return ncclSuccess;
   for (int i = 0; i < n; i++) tmrs[i] = mhandles ? tmr_of(mhandles[i]) : NULL;
-  GDR_CHECK(c->tp->irecv(c->tcomm, n, data, sizes, tags, tmrs, &treq));
-  if (treq == NULL) goto out;
-  r->comm = c;
-  r->treq = treq;
-  r->magic = GDR_REQ_MAGIC;
-  r->kind = GDR_REQ_RECV;
-  r->n = n;
-  *request = r;
-  r = NULL;
-out:
-  if (r != NULL) gdr_pool_put(&c->reqs, r);
+  res = c->tp->irecv(c->tcomm, n, data, sizes, tags, tmrs, &treq);
+  if (res == ncclSuccess && treq != NULL) *request = wrap_req(c, GDR_REQ_RECV, n, treq);
   return res;
 }
 
 ncclResult_t gdr_core_iflush(void *recv_comm, int n, void **data, int *sizes, void **mhandles, void **request) {
-  ncclResult_t res = ncclSuccess;
   struct gdr_comm *c = recv_comm;
-  struct gdr_request *r = NULL;
   void *tmrs[GDR_MAX_RECVS];
   void *treq = NULL;
+  ncclResult_t res;
 
   *request = NULL;
   if (c == NULL || c->magic != GDR_COMM_RECV) {
@@ -179,47 +170,34 @@ ncclResult_t gdr_core_iflush(void *recv_comm, int n, void **data, int *sizes, vo
     return ncclInternalError;
   }
   if (c->tp->iflush == NULL) return ncclSuccess; /* nothing to wait for */
-  r = gdr_pool_get(&c->reqs);
-  if (r == NULL) {
+  if (c->reqs.nfree == 0) {
     GDR_WARN("iflush: more than %d requests outstanding on one comm", c->reqs.cap);
     return ncclInternalError;
   }
   for (int i = 0; i < n; i++) tmrs[i] = mhandles ? tmr_of(mhandles[i]) : NULL;
-  GDR_CHECK(c->tp->iflush(c->tcomm, n, data, sizes, tmrs, &treq));
-  if (treq == NULL) goto out; /* nothing to wait for */
-  r->comm = c;
-  r->treq = treq;
-  r->magic = GDR_REQ_MAGIC;
-  r->kind = GDR_REQ_FLUSH;
-  r->n = 0;
-  *request = r;
-  r = NULL;
-out:
-  if (r != NULL) gdr_pool_put(&c->reqs, r);
-  return res;
+  res = c->tp->iflush(c->tcomm, n, data, sizes, tmrs, &treq);
+  if (res == ncclSuccess && treq != NULL) *request = wrap_req(c, GDR_REQ_FLUSH, 0, treq);
+  return res; /* a NULL request: nothing to wait for */
 }
 
 ncclResult_t gdr_core_test(void *request, int *done, size_t *sizes, int *n) {
-  ncclResult_t res = ncclSuccess;
   struct gdr_request *r = request;
   struct gdr_comm *c;
-  size_t tsizes[GDR_MAX_RECVS];
+  ncclResult_t res;
 
   *done = 0;
   if (n) *n = 0;
-  if (r == NULL || r->magic != GDR_REQ_MAGIC || r->comm == NULL || gdr_pool_index(&r->comm->reqs, r) < 0) {
+  /* magic first (a foreign pointer rarely has it), then that it is the outstanding request it claims to be */
+  if (r == NULL || r->magic != GDR_REQ_MAGIC || (c = r->comm) == NULL || !gdr_pool_is(&c->reqs, r, r->idx)) {
     GDR_WARN("test: %p is not an outstanding request of this plugin", request);
     return ncclInternalError;
   }
-  c = r->comm;
-  GDR_CHECK(c->tp->test(r->treq, done, sizes ? tsizes : NULL));
-  if (*done) {
-    int k = r->kind == GDR_REQ_FLUSH ? 0 : r->n;
-    if (sizes) memcpy(sizes, tsizes, (size_t)k * sizeof(size_t));
-    if (n) *n = k;
+  /* the transport writes the sizes straight into the caller's array (only read once done) */
+  res = c->tp->test(r->treq, done, sizes);
+  if (res == ncclSuccess && *done) {
+    if (n) *n = r->n;
     r->magic = 0;
-    gdr_pool_put(&c->reqs, r);
+    gdr_pool_put_idx(&c->reqs, r->idx);
   }
-out:
   return res;
 }

@@ -2,19 +2,37 @@
  *
  * A connection = one control stream + nsocks data streams served by nthreads helper threads per side.
  *
- * Receiver-driven, like NIB's CTS FIFO: irecv sends CTS{seq, posted size} on the control stream at once; isend
- * of message seq waits (NULL request) until CTS{seq} is there, so the sender always knows the receive is posted
- * and how big it is:
- *   - send > posted: the sender WARNs with both sizes, tells the receiver (ERR_SIZE), both requests fail with
- *     ncclInvalidUsage;
- *   - size <= GDRNET_TCP_INLINE: header + payload on the control stream, written by NCCL's progress thread
- *     (no thread hop, lowest latency); the receiver copies it straight into the posted buffer;
+ * Small messages go EAGER, large ones are receiver-driven like NIB's CTS FIFO:
+ *   - at connect the receiver sends GRANT{eager size E = its GDRNET_TCP_INLINE, C = GDRNET_TCP_EAGER_CREDITS}
+ *     on the control stream (C = 0: no eager path, every message waits for a CTS as below);
+ *   - eager: a send of <= E bytes with a credit left goes out at once as EAGER{seq, size} + payload on the
+ *     control stream, written by NCCL's progress thread (no CTS, no thread hop: 1 syscall per message). The
+ *     receiver copies it straight into the posted receive, or, if that is not posted yet, into a bounce slot
+ *     (one per credit, grown on demand) that irecv copies from. Every eager message takes a credit; the receiver
+ *     hands them back in batches of max(1, C/2) (CREDIT{n}) once it has consumed them, so the sender reads the
+ *     control stream about once every C/2 messages, not per message;
+ *   - a receive of <= E bytes can only be matched by an eager message (anything bigger is invalid usage), so irecv
+ *     sends nothing for it. A larger receive sends CTS{seq, posted size} at once; isend of a message that is not
+ *     eager waits (NULL request) until CTS{seq} is there, so the sender knows the receive is posted and its size.
+ *     A sender whose big message finds no CTS says RTS{seq, size} once, so that a receive posted with <= E bytes
+ *     (which sends no CTS) detects the mismatch instead of both sides waiting forever. A CTS for a message that
+ *     went eager anyway is ignored;
+ *   - send > posted: whoever sees both sizes first WARNs with both, tells the other side (ERR_SIZE from the
+ *     sender after a CTS, ERR_RECV from the receiver for an eager message or an RTS) and fails the comm with
+ *     ncclInvalidUsage; the other side WARNs with both sizes as well, and its next isend/test returns the
+ *     error (an eager send may already have completed: the error comes with a later call);
+ *   - after a CTS, size <= GDRNET_TCP_INLINE: INLINE header + payload on the control stream, as eager;
  *   - larger: cut into chunks (gdr_tcp_plan_chunks) spread round-robin over the helper threads; each chunk
  *     carries {seq, offset, length, total}, so the receiving helper thread recv()s it directly into the posted
  *     buffer at its offset (no copy besides the kernel's). Thread t of both sides owns the streams s with
  *     s % nthreads == t and uses them in the same rotation, so blocking I/O on both ends pairs up.
  * Sends complete when their bytes are in the kernel; receives when every byte has landed (atomic counters the
  * helpers bump, test() reads). Requests live in a 32-slot ring per comm indexed by seq.
+ *
+ * System calls: the receiver reads the control stream in test() of an unfinished receive and stops after a short
+ * read (the socket is drained) or once a payload read straight into the posted buffer is complete. The sender
+ * reads it only when it needs something (a CTS, credits below C/4), when a send is not complete, and at least
+ * every TCP_SEND_POLL_CALLS calls (to see an ERR_RECV or the peer's close without a CTS to wait for).
  *
  * Failure: EOF/reset on any stream, or TCP_USER_TIMEOUT/keepalive expiry (GDRNET_TCP_TIMEOUT_MS) on a silent peer,
  * fails the comm; test() then returns ncclRemoteError/ncclSystemError with a WARN naming the peer. A receiver whose
@@ -54,13 +72,26 @@ void gdr_tcp_resolve_streams(int *nsocks, int *nthreads);
 #define TCP_RXBUF (64 * 1024) /* control stream staging */
 #define TCP_CHUNK_MAGIC 0x4b4e4843u /* "CHNK" */
 
-enum { TCP_MSG_CTS = 1, TCP_MSG_INLINE = 2, TCP_MSG_ERR_SIZE = 3 };
+#define TCP_MAX_CREDITS 1024
+#define TCP_SEND_POLL_CALLS 32 /* a sender reads the control stream at least once per this many isend/test calls */
+
+/* Control messages. r->s: receiver to sender; s->r: sender to receiver. */
+enum {
+  TCP_MSG_CTS = 1,      /* r->s: receive seq is posted with `size` bytes */
+  TCP_MSG_INLINE = 2,   /* s->r: after a CTS: `size` payload bytes follow */
+  TCP_MSG_ERR_SIZE = 3, /* s->r: the send of seq is `size` bytes, more than its CTS offered */
+  TCP_MSG_EAGER = 4,    /* s->r: without a CTS, taking a credit: `size` payload bytes follow */
+  TCP_MSG_GRANT = 5,    /* r->s: the first message: eager messages of up to `size` bytes, `aux` credits */
+  TCP_MSG_CREDIT = 6,   /* r->s: `size` credits back */
+  TCP_MSG_RTS = 7,      /* s->r: message seq of `size` bytes (too big for eager) waits for its CTS */
+  TCP_MSG_ERR_RECV = 8, /* r->s: message seq of `size` bytes is larger than its receive of `aux` bytes */
+};
 
 struct tcp_ctrl_hdr {
   uint32_t type;
-  uint32_t pad;
+  uint32_t aux; /* GRANT: credits; ERR_RECV: the posted size (<= the eager size, so it fits) */
   uint64_t seq;
-  uint64_t size; /* CTS: posted size; INLINE: payload bytes that follow; ERR_SIZE: the send size */
+  uint64_t size; /* see the types */
 };
 _Static_assert(sizeof(struct tcp_ctrl_hdr) == 24, "ctrl header");
 
@@ -113,6 +144,14 @@ struct tcp_thread {
   int stop;            /* under mu */
 };
 
+struct tcp_bounce { /* an eager message that arrived before its receive was posted */
+  uint64_t seq;
+  size_t size;
+  size_t cap;
+  char *buf;
+  int full; /* every payload byte is in buf */
+};
+
 struct tcp_txent {
   struct tcp_ctrl_hdr hdr;
   const char *payload;
@@ -144,11 +183,30 @@ struct tcp_comm {
   unsigned tx_head, tx_tail;
   char *rx;          /* TCP_RXBUF staging */
   size_t rx_len, rx_off;
-  int rx_in_payload; /* receiving an INLINE payload */
-  struct tcp_req *rx_req;
-  size_t rx_left;
+  int rx_in_payload;             /* receiving an INLINE/EAGER payload into rx_dst */
+  char *rx_dst;                  /* the posted buffer or a bounce slot */
+  size_t rx_total, rx_left;      /* payload size, bytes still to come */
+  struct tcp_req *rx_req;        /* the posted receive it completes, or NULL (bounce) */
+  struct tcp_bounce *rx_bounce;  /* the bounce slot it fills, or NULL */
+  int rx_eager;                  /* it took a credit */
   int ctrl_eof;
+  int tx_dead; /* receiver: the sender is gone, nothing more is sent */
   int warned;
+
+  /* eager path (design at the top) */
+  size_t eager_max;    /* receiver: E it granted (0 with no credits); sender: E granted to it */
+  uint32_t ncredits;   /* C: receiver: granted; sender: as granted */
+  uint32_t credits;    /* sender: eager messages it may still send */
+  int granted;         /* sender: GRANT seen (before it, the old receiver-driven protocol only) */
+  uint32_t unreturned; /* receiver: consumed eager messages not credited back yet */
+  uint64_t rts_sent;   /* sender: seq + 1 of the message an RTS was sent for */
+  uint64_t rts_seq;    /* receiver: seq + 1 of a pending RTS for a receive not posted yet, and its size */
+  uint64_t rts_size;
+  unsigned idle_calls; /* sender: isend/test calls since the control stream was last read */
+  struct tcp_bounce *bounce; /* receiver: ring of ncredits slots, in seq order */
+  unsigned b_head, b_tail;
+  /* counters for tests and traces */
+  uint64_t n_eager, n_bounced, n_cts;
 
   /* shared with the helper threads */
   _Atomic int streams_eof; /* data streams that saw a clean EOF */
@@ -170,6 +228,8 @@ struct tcp_mr {
 ncclResult_t gdr_tcp_comm_start(struct tcp_comm *c); /* spawns the helper threads */
 void gdr_tcp_comm_fail(struct tcp_comm *c, ncclResult_t res, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* tcp_p2p.c */
+ncclResult_t gdr_tcp_eager_setup(struct tcp_comm *c); /* receiver: bounce slots, GRANT sent */
+void gdr_tcp_eager_free(struct tcp_comm *c);
 void *gdr_tcp_send_thread(void *arg);
 void *gdr_tcp_recv_thread(void *arg);
 ncclResult_t gdr_tcp_reg_mr(void *comm, void *data, size_t size, int type, void **mhandle);

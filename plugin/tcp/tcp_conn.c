@@ -81,6 +81,7 @@ static void comm_free(struct tcp_comm *c) {
     if (c->fds[s] >= 0) close(c->fds[s]);
   if (c->ctrl_fd >= 0) close(c->ctrl_fd);
   if (c->fail_mu_ok) pthread_mutex_destroy(&c->fail_mu);
+  gdr_tcp_eager_free(c);
   free(c->rx);
   free(c);
 }
@@ -154,6 +155,7 @@ static ncclResult_t comm_create(int is_send, int dev, int ctrl_fd, const int *fd
     GDR_CHECK(gdr_sock_set_nonblocking(fds[s], 0));
     GDR_CHECK(gdr_sock_tune(fds[s], 1, sockbuf, timeout));
   }
+  GDR_CHECK(gdr_tcp_eager_setup(c));
   GDR_CHECK(gdr_tcp_comm_start(c));
   *out = c;
   c = NULL;

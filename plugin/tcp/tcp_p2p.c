@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "log.h"
+#include "param.h"
 #include "tcp.h"
 
 /* ------------------------------------------------------------------------------------------- registration -- */
@@ -60,27 +61,25 @@ static ncclResult_t io_fail(struct tcp_comm *c, ncclResult_t r, int err, const c
   return comm_error(c);
 }
 
+
 /* ------------------------------------------------------------------------------------- control stream tx -- */
 
-static ncclResult_t tx_push(struct tcp_comm *c, uint32_t type, uint64_t seq, uint64_t size, const void *payload,
-                            size_t len, struct tcp_req *req) {
-  struct tcp_txent *e;
-  if (c->tx_tail - c->tx_head >= TCP_TXQ) {
-    GDR_WARN("TCP %s: control queue full (%d messages)", c->peer_str, TCP_TXQ);
-    return ncclInternalError;
+/* Marks n more bytes of the queue sent; an entry whose last byte is out completes its send request. */
+static void tx_advance(struct tcp_comm *c, size_t n) {
+  while (c->tx_head != c->tx_tail) {
+    struct tcp_txent *e = &c->txq[c->tx_head % TCP_TXQ];
+    size_t left = sizeof(e->hdr) + e->len - e->off;
+    if (n < left) {
+      e->off += n;
+      return;
+    }
+    n -= left;
+    if (e->req != NULL) atomic_store_explicit(&e->req->done, e->req->size, memory_order_release);
+    c->tx_head++;
   }
-  e = &c->txq[c->tx_tail % TCP_TXQ];
-  memset(e, 0, sizeof(*e));
-  e->hdr.type = type;
-  e->hdr.seq = seq;
-  e->hdr.size = size;
-  e->payload = payload;
-  e->len = len;
-  e->req = req;
-  c->tx_tail++;
-  return ncclSuccess;
 }
 
+/* Writes what is queued, as far as the socket takes it (never blocks). */
 static ncclResult_t tx_flush(struct tcp_comm *c) {
   while (c->tx_head != c->tx_tail) {
     struct iovec iov[64];
@@ -102,58 +101,244 @@ static ncclResult_t tx_flush(struct tcp_comm *c) {
         niov++;
       }
     }
-    memset(&mh, 0, sizeof(mh));
+    mh.msg_name = NULL;
+    mh.msg_namelen = 0;
     mh.msg_iov = iov;
     mh.msg_iovlen = (size_t)niov;
+    mh.msg_control = NULL;
+    mh.msg_controllen = 0;
+    mh.msg_flags = 0;
     n = sendmsg(c->ctrl_fd, &mh, MSG_DONTWAIT | MSG_NOSIGNAL);
     if (n < 0) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) return ncclSuccess;
+      if (!c->is_send && (errno == EPIPE || errno == ECONNRESET)) {
+        /* The sender is gone (it may close right after its last send completed): what a receiver sends (CTS,
+         * credits, errors) no longer matters, and its reads tell what can still arrive. Not an error here. */
+        c->tx_dead = 1;
+        c->tx_head = c->tx_tail;
+        return ncclSuccess;
+      }
       return io_fail(c, errno == EPIPE || errno == ECONNRESET || errno == ETIMEDOUT ? ncclRemoteError : ncclSystemError,
                      errno, "sending on the control stream");
     }
-    while (n > 0 || (c->tx_head != c->tx_tail)) {
-      struct tcp_txent *e = &c->txq[c->tx_head % TCP_TXQ];
-      size_t left = sizeof(e->hdr) + e->len - e->off;
-      size_t k = (size_t)n < left ? (size_t)n : left;
-      e->off += k;
-      n -= (ssize_t)k;
-      if (e->off < sizeof(e->hdr) + e->len) break;
-      if (e->req != NULL) atomic_store_explicit(&e->req->done, e->req->size, memory_order_release);
-      c->tx_head++;
-      if (n == 0) break;
-    }
+    tx_advance(c, (size_t)n);
   }
   return ncclSuccess;
 }
 
-/* ------------------------------------------------------------------------------------- control stream rx -- */
-
-static void rx_finish_inline(struct tcp_comm *c) {
-  struct tcp_req *r = c->rx_req;
-  atomic_store_explicit(&r->done, r->size == 0 ? 0 : atomic_load(&r->total), memory_order_release);
-  c->rx_in_payload = 0;
-  c->rx_req = NULL;
+/* Queues one control message (+ payload, which must stay valid until sent) and writes what the socket takes now:
+ * one sendmsg in the common case. req: a send request that completes when the last byte is in the kernel. */
+static ncclResult_t tx_send(struct tcp_comm *c, uint32_t type, uint32_t aux, uint64_t seq, uint64_t size,
+                            const void *payload, size_t len, struct tcp_req *req) {
+  struct tcp_txent *e;
+  if (c->tx_dead) return ncclSuccess;
+  if (c->tx_tail - c->tx_head >= TCP_TXQ) {
+    GDR_WARN("TCP %s: control queue full (%d messages)", c->peer_str, TCP_TXQ);
+    return ncclInternalError;
+  }
+  e = &c->txq[c->tx_tail % TCP_TXQ];
+  e->hdr.type = type;
+  e->hdr.aux = aux;
+  e->hdr.seq = seq;
+  e->hdr.size = size;
+  e->payload = payload;
+  e->len = len;
+  e->off = 0;
+  e->req = req;
+  c->tx_tail++;
+  return tx_flush(c);
 }
 
-/* Handles one control message header; may enter the INLINE payload state. */
-static ncclResult_t rx_message(struct tcp_comm *c, const struct tcp_ctrl_hdr *h) {
-  struct tcp_req *r = &c->req[h->seq % TCP_NREQ];
-  if (c->is_send) {
-    if (h->type != TCP_MSG_CTS) {
-      gdr_tcp_comm_fail(c, ncclRemoteError, "protocol error: message type %u from the receiver", h->type);
-      return comm_error(c);
+/* ---------------------------------------------------------------------------------------- eager credits -- */
+
+ncclResult_t gdr_tcp_eager_setup(struct tcp_comm *c) {
+  if (c->is_send) return ncclSuccess; /* the sender learns everything from the receiver's GRANT */
+  c->ncredits = (uint32_t)gdr_param_int(GDR_PARAM_TCP_EAGER_CREDITS);
+  if (c->ncredits > TCP_MAX_CREDITS) c->ncredits = TCP_MAX_CREDITS;
+  c->eager_max = c->ncredits ? c->inline_max : 0;
+  if (c->ncredits) {
+    c->bounce = calloc(c->ncredits, sizeof(*c->bounce));
+    if (c->bounce == NULL) {
+      GDR_WARN("TCP: out of memory for %u eager slots", c->ncredits);
+      return ncclSystemError;
     }
+  }
+  /* always sent, even with no credits: a sender knows the receiver's protocol before it sends RTS messages */
+  return tx_send(c, TCP_MSG_GRANT, c->ncredits, 0, c->eager_max, NULL, 0, NULL);
+}
+
+void gdr_tcp_eager_free(struct tcp_comm *c) {
+  if (c->bounce != NULL)
+    for (uint32_t i = 0; i < c->ncredits; i++) free(c->bounce[i].buf);
+  free(c->bounce);
+  c->bounce = NULL;
+}
+
+/* Receiver: one more eager message consumed; credits go back in batches of max(1, C/2). */
+static ncclResult_t credit_consumed(struct tcp_comm *c) {
+  uint32_t n = ++c->unreturned;
+  if (n < (c->ncredits >= 2 ? c->ncredits / 2 : 1)) return ncclSuccess;
+  c->unreturned = 0;
+  return tx_send(c, TCP_MSG_CREDIT, 0, 0, n, NULL, 0, NULL);
+}
+
+/* Receiver: the message for the posted receive r is `sent` bytes, more than r takes. WARNs with both sizes, fails
+ * r and the comm, tells the sender (which WARNs too and fails its next call). */
+static ncclResult_t recv_too_small(struct tcp_comm *c, struct tcp_req *r, uint64_t sent) {
+  GDR_WARN("TCP: the peer %s sends %llu bytes as message %llu but this receive posted only %zu bytes; a send "
+           "larger than its receive is invalid usage",
+           c->peer_str, (unsigned long long)sent, (unsigned long long)r->seq, r->size);
+  r->err = ncclInvalidUsage;
+  c->warned = 1;
+  gdr_tcp_comm_fail(c, ncclInvalidUsage, "message %llu: send of %llu bytes into a receive of %zu bytes",
+                    (unsigned long long)r->seq, (unsigned long long)sent, r->size);
+  (void)tx_send(c, TCP_MSG_ERR_RECV, r->size > UINT32_MAX ? UINT32_MAX : (uint32_t)r->size, r->seq, sent, NULL, 0,
+                NULL);
+  return ncclSuccess;
+}
+
+static void recv_complete(struct tcp_req *r, size_t bytes) {
+  atomic_store_explicit(&r->total, bytes, memory_order_relaxed);
+  atomic_store_explicit(&r->done, bytes, memory_order_release);
+}
+
+/* Receiver: hands bounced eager messages to their receives, in order, as far as those are posted. */
+static ncclResult_t bounce_drain(struct tcp_comm *c) {
+  ncclResult_t res = ncclSuccess;
+  while (c->b_head != c->b_tail) {
+    struct tcp_bounce *b = &c->bounce[c->b_head % c->ncredits];
+    struct tcp_req *r = &c->req[b->seq % TCP_NREQ];
+    if (!b->full || r->state != TCP_REQ_RECV || r->seq != b->seq) break;
+    c->b_head++;
+    if (b->size > r->size) return recv_too_small(c, r, b->size);
+    if (b->size > 0) memcpy(r->data, b->buf, b->size);
+    recv_complete(r, b->size);
+    GDR_CHECK(credit_consumed(c));
+  }
+out:
+  return res;
+}
+
+/* ------------------------------------------------------------------------------------- control stream rx -- */
+
+/* The end of an INLINE/EAGER payload. */
+static ncclResult_t rx_finish(struct tcp_comm *c) {
+  struct tcp_req *r = c->rx_req;
+  c->rx_in_payload = 0;
+  if (r != NULL) {
+    c->rx_req = NULL;
+    recv_complete(r, c->rx_total);
+    return c->rx_eager ? credit_consumed(c) : ncclSuccess;
+  }
+  c->rx_bounce->full = 1;
+  c->rx_bounce = NULL;
+  return bounce_drain(c); /* its receive may have been posted while the payload was arriving */
+}
+
+static ncclResult_t rx_start(struct tcp_comm *c, char *dst, size_t size, struct tcp_req *r, struct tcp_bounce *b,
+                             int eager) {
+  c->rx_dst = dst;
+  c->rx_total = size;
+  c->rx_left = size;
+  c->rx_req = r;
+  c->rx_bounce = b;
+  c->rx_eager = eager;
+  c->rx_in_payload = 1;
+  return size == 0 ? rx_finish(c) : ncclSuccess;
+}
+
+static ncclResult_t protocol_error(struct tcp_comm *c, const struct tcp_ctrl_hdr *h, const char *what) {
+  gdr_tcp_comm_fail(c, ncclRemoteError, "protocol error: %s (message %llu, type %u, size %llu, aux %u)", what,
+                    (unsigned long long)h->seq, h->type, (unsigned long long)h->size, h->aux);
+  return comm_error(c);
+}
+
+/* Sender: one message from the receiver. */
+static ncclResult_t rx_message_send(struct tcp_comm *c, const struct tcp_ctrl_hdr *h) {
+  switch (h->type) {
+  case TCP_MSG_CTS:
     c->cts[h->seq % TCP_NREQ].seq = h->seq + 1;
     c->cts[h->seq % TCP_NREQ].size = h->size;
     return ncclSuccess;
+  case TCP_MSG_CREDIT:
+    if (h->size > (uint64_t)c->ncredits - c->credits) return protocol_error(c, h, "more credits back than granted");
+    c->credits += (uint32_t)h->size;
+    return ncclSuccess;
+  case TCP_MSG_GRANT:
+    if (c->granted || h->aux > TCP_MAX_CREDITS || h->size > ((size_t)1 << 30)) return protocol_error(c, h, "bad grant");
+    c->granted = 1;
+    c->ncredits = c->credits = h->aux;
+    c->eager_max = c->ncredits ? (size_t)h->size : 0;
+    return ncclSuccess;
+  case TCP_MSG_ERR_RECV:
+    GDR_WARN("TCP: isend of %llu bytes to %s as message %llu, but the receiver posted only %u bytes; a send larger "
+             "than its receive is invalid usage",
+             (unsigned long long)h->size, c->peer_str, (unsigned long long)h->seq, h->aux);
+    c->warned = 1;
+    gdr_tcp_comm_fail(c, ncclInvalidUsage, "message %llu: send of %llu bytes into a receive of %u bytes",
+                      (unsigned long long)h->seq, (unsigned long long)h->size, h->aux);
+    return ncclSuccess;
+  default:
+    return protocol_error(c, h, "unexpected message type from the receiver");
   }
-  if (r->state != TCP_REQ_RECV || r->seq != h->seq) {
-    gdr_tcp_comm_fail(c, ncclRemoteError, "protocol error: message %llu (type %u) matches no posted receive",
-                      (unsigned long long)h->seq, h->type);
-    return comm_error(c);
-  }
-  if (h->type == TCP_MSG_ERR_SIZE) {
+}
+
+/* Receiver: one message from the sender; may enter the payload state. */
+static ncclResult_t rx_message_recv(struct tcp_comm *c, const struct tcp_ctrl_hdr *h) {
+  struct tcp_req *r = &c->req[h->seq % TCP_NREQ];
+  int posted = r->state == TCP_REQ_RECV && r->seq == h->seq &&
+               atomic_load_explicit(&r->total, memory_order_relaxed) == SIZE_MAX;
+  switch (h->type) {
+  case TCP_MSG_EAGER:
+    if (c->ncredits == 0 || h->size > c->eager_max) return protocol_error(c, h, "eager message beyond the grant");
+    c->n_eager++;
+    if (posted) {
+      if (h->size > r->size) return recv_too_small(c, r, h->size);
+      return rx_start(c, r->data, (size_t)h->size, r, NULL, 1);
+    }
+    if (h->seq < c->next_seq || c->b_tail - c->b_head >= c->ncredits)
+      return protocol_error(c, h, "eager message matching no receive, or beyond the credits");
+    {
+      struct tcp_bounce *b = &c->bounce[c->b_tail % c->ncredits];
+      if (b->cap < h->size) {
+        char *nb = realloc(b->buf, (size_t)h->size);
+        if (nb == NULL) {
+          gdr_tcp_comm_fail(c, ncclSystemError, "out of memory for an eager message of %llu bytes",
+                            (unsigned long long)h->size);
+          return comm_error(c);
+        }
+        b->buf = nb;
+        b->cap = (size_t)h->size;
+      }
+      b->seq = h->seq;
+      b->size = (size_t)h->size;
+      b->full = 0;
+      c->b_tail++;
+      c->n_bounced++;
+      return rx_start(c, b->buf, b->size, NULL, b, 1);
+    }
+  case TCP_MSG_INLINE:
+    if (!posted || h->size > r->size) return protocol_error(c, h, "inline message matching no posted receive");
+    return rx_start(c, r->data, (size_t)h->size, r, NULL, 0);
+  case TCP_MSG_RTS:
+    /* a message too big for eager waits for a CTS: a receive posted with <= E bytes sent none */
+    if (c->ncredits == 0) return protocol_error(c, h, "RTS without eager credits");
+    if (h->seq < c->next_seq) { /* posted already */
+      if (r->state == TCP_REQ_RECV && r->seq == h->seq && r->size <= c->eager_max) {
+        /* irecv sent no CTS for it: this message cannot fit (or the two sides disagree on E: send the CTS now) */
+        if (h->size > r->size) return recv_too_small(c, r, h->size);
+        c->n_cts++;
+        return tx_send(c, TCP_MSG_CTS, 0, r->seq, r->size, NULL, 0, NULL);
+      }
+      return ncclSuccess; /* its CTS went out at irecv (its data may even be arriving already) */
+    }
+    if (c->rts_seq != 0) return protocol_error(c, h, "a second RTS for receives not posted yet");
+    c->rts_seq = h->seq + 1;
+    c->rts_size = h->size;
+    return ncclSuccess;
+  case TCP_MSG_ERR_SIZE:
+    if (!posted) return protocol_error(c, h, "size error for no posted receive");
     GDR_WARN("TCP: the peer %s sends %llu bytes as message %llu but this receive posted only %zu bytes; a send "
              "larger than its receive is invalid usage",
              c->peer_str, (unsigned long long)h->size, (unsigned long long)h->seq, r->size);
@@ -162,67 +347,73 @@ static ncclResult_t rx_message(struct tcp_comm *c, const struct tcp_ctrl_hdr *h)
     gdr_tcp_comm_fail(c, ncclInvalidUsage, "message %llu: send of %llu bytes into a receive of %zu bytes",
                       (unsigned long long)h->seq, (unsigned long long)h->size, r->size);
     return ncclSuccess;
+  default:
+    return protocol_error(c, h, "unexpected message type from the sender");
   }
-  if (h->type != TCP_MSG_INLINE || h->size > r->size) {
-    gdr_tcp_comm_fail(c, ncclRemoteError, "protocol error: message %llu type %u of %llu bytes (posted %zu)",
-                      (unsigned long long)h->seq, h->type, (unsigned long long)h->size, r->size);
-    return comm_error(c);
-  }
-  atomic_store_explicit(&r->total, (size_t)h->size, memory_order_relaxed);
-  c->rx_req = r;
-  c->rx_left = h->size;
-  c->rx_in_payload = 1;
-  if (h->size == 0) rx_finish_inline(c);
-  return ncclSuccess;
 }
 
+/* Parses what is staged: headers, and payload bytes into their destination. Leaves at most a partial header. */
+static ncclResult_t rx_consume(struct tcp_comm *c) {
+  ncclResult_t res = ncclSuccess;
+  for (;;) {
+    size_t avail = c->rx_len - c->rx_off;
+    if (c->rx_in_payload) {
+      size_t k = avail < c->rx_left ? avail : c->rx_left;
+      if (k > 0) {
+        memcpy(c->rx_dst + (c->rx_total - c->rx_left), c->rx + c->rx_off, k);
+        c->rx_off += k;
+        c->rx_left -= k;
+      }
+      if (c->rx_left > 0) break;
+      GDR_CHECK(rx_finish(c));
+      continue;
+    }
+    if (avail < sizeof(struct tcp_ctrl_hdr)) break;
+    {
+      struct tcp_ctrl_hdr h;
+      memcpy(&h, c->rx + c->rx_off, sizeof(h));
+      c->rx_off += sizeof(h);
+      GDR_CHECK(c->is_send ? rx_message_send(c, &h) : rx_message_recv(c, &h));
+      if (atomic_load_explicit(&c->failed, memory_order_relaxed)) {
+        res = comm_error(c);
+        goto out;
+      }
+    }
+  }
+  if (c->rx_off == c->rx_len) {
+    c->rx_off = c->rx_len = 0;
+  } else if (c->rx_off > 0) {
+    memmove(c->rx, c->rx + c->rx_off, c->rx_len - c->rx_off);
+    c->rx_len -= c->rx_off;
+    c->rx_off = 0;
+  }
+out:
+  return res;
+}
+
+/* Reads the control stream until it is drained: stops after a short read (the kernel had no more) or after a
+ * payload read straight into its buffer, so a message costs one recv(), not one more that says EAGAIN. */
 static ncclResult_t rx_progress(struct tcp_comm *c) {
   ncclResult_t res = ncclSuccess;
   for (int iter = 0; iter < 64 && !c->ctrl_eof; iter++) {
     ssize_t n;
-    /* 1. consume what is staged */
-    for (;;) {
-      size_t avail = c->rx_len - c->rx_off;
-      if (c->rx_in_payload) {
-        struct tcp_req *r = c->rx_req;
-        size_t k = avail < c->rx_left ? avail : c->rx_left;
-        size_t dst = atomic_load_explicit(&r->total, memory_order_relaxed) - c->rx_left;
-        if (k > 0) memcpy(r->data + dst, c->rx + c->rx_off, k);
-        c->rx_off += k;
-        c->rx_left -= k;
-        if (c->rx_left == 0) rx_finish_inline(c);
-        if (c->rx_in_payload) break;
-        continue;
-      }
-      if (avail < sizeof(struct tcp_ctrl_hdr)) break;
-      {
-        struct tcp_ctrl_hdr h;
-        memcpy(&h, c->rx + c->rx_off, sizeof(h));
-        c->rx_off += sizeof(h);
-        GDR_CHECK(rx_message(c, &h));
-      }
-    }
-    if (c->rx_off == c->rx_len) {
-      c->rx_off = c->rx_len = 0;
-    } else if (c->rx_off > 0) {
-      memmove(c->rx, c->rx + c->rx_off, c->rx_len - c->rx_off);
-      c->rx_len -= c->rx_off;
-      c->rx_off = 0;
-    }
-    /* 2. read more: a big inline payload goes straight into the receive buffer */
+    size_t space;
     if (c->rx_in_payload && c->rx_len == 0 && c->rx_left >= 4096) {
-      struct tcp_req *r = c->rx_req;
-      size_t dst = atomic_load_explicit(&r->total, memory_order_relaxed) - c->rx_left;
-      n = recv(c->ctrl_fd, r->data + dst, c->rx_left, MSG_DONTWAIT);
+      /* a big payload goes straight into its buffer, exactly what is left of it */
+      space = c->rx_left;
+      n = recv(c->ctrl_fd, c->rx_dst + (c->rx_total - c->rx_left), space, MSG_DONTWAIT);
       if (n > 0) {
         c->rx_left -= (size_t)n;
-        if (c->rx_left == 0) rx_finish_inline(c);
-        continue;
+        if (c->rx_left == 0) GDR_CHECK(rx_finish(c));
+        break;
       }
     } else {
-      n = recv(c->ctrl_fd, c->rx + c->rx_len, TCP_RXBUF - c->rx_len, MSG_DONTWAIT);
+      space = TCP_RXBUF - c->rx_len;
+      n = recv(c->ctrl_fd, c->rx + c->rx_len, space, MSG_DONTWAIT);
       if (n > 0) {
         c->rx_len += (size_t)n;
+        GDR_CHECK(rx_consume(c));
+        if ((size_t)n < space) break; /* drained */
         continue;
       }
     }
@@ -236,11 +427,26 @@ static ncclResult_t rx_progress(struct tcp_comm *c) {
     }
     if (errno == EINTR) continue;
     if (errno == EAGAIN || errno == EWOULDBLOCK) break;
+    if (errno == ECONNRESET && !c->is_send && !c->rx_in_payload) {
+      /* a reset after the last message (the sender closed while a credit was on its way): as EOF */
+      c->ctrl_eof = 1;
+      break;
+    }
     res = io_fail(c, ncclRemoteError, errno, "receiving on the control stream");
     break;
   }
 out:
   return res;
+}
+
+/* Sender: writes what is queued and reads what the receiver sent (CTS, credits, errors). */
+static ncclResult_t send_poll(struct tcp_comm *c) {
+  c->idle_calls = 0;
+  if (c->tx_head != c->tx_tail) {
+    ncclResult_t res = tx_flush(c);
+    if (res != ncclSuccess) return res;
+  }
+  return rx_progress(c);
 }
 
 /* ----------------------------------------------------------------------------------------- helper threads -- */
@@ -387,6 +593,7 @@ void *gdr_tcp_recv_thread(void *arg) {
   return NULL;
 }
 
+
 /* ----------------------------------------------------------------------------------------------- isend -- */
 
 static ncclResult_t queue_chunks(struct tcp_comm *c, struct tcp_req *r) {
@@ -421,6 +628,16 @@ static ncclResult_t queue_chunks(struct tcp_comm *c, struct tcp_req *r) {
   return ncclSuccess;
 }
 
+static void send_start(struct tcp_comm *c, struct tcp_req *r, uint64_t seq, void *data, size_t size, size_t done0) {
+  c->next_seq = seq + 1;
+  r->state = TCP_REQ_SEND;
+  r->seq = seq;
+  r->data = data;
+  r->size = size;
+  r->err = ncclSuccess;
+  atomic_store_explicit(&r->done, done0, memory_order_relaxed);
+}
+
 ncclResult_t gdr_tcp_isend(void *send_comm, void *data, size_t size, int tag, void *mhandle, void **request) {
   ncclResult_t res = ncclSuccess;
   struct tcp_comm *c = send_comm;
@@ -431,18 +648,43 @@ ncclResult_t gdr_tcp_isend(void *send_comm, void *data, size_t size, int tag, vo
   (void)mhandle;
 
   *request = NULL;
-  GDR_CHECK(comm_error(c));
+  if (atomic_load_explicit(&c->failed, memory_order_relaxed)) return comm_error(c);
+  if (++c->idle_calls >= TCP_SEND_POLL_CALLS) GDR_CHECK(send_poll(c));
+  if (c->ctrl_eof) {
+    /* the receiver closed its end: nothing sent now can be received */
+    gdr_tcp_comm_fail(c, ncclRemoteError, "the receiver closed the connection (message %llu not sent)",
+                      (unsigned long long)seq);
+    return comm_error(c);
+  }
   if (r->state != TCP_REQ_FREE) goto out; /* 32 in flight: try again later */
   if (c->cts[slot].seq != seq + 1) {
-    GDR_CHECK(tx_flush(c));
-    GDR_CHECK(rx_progress(c));
+    /* no CTS (yet): eager if it fits and a credit is left; read the control stream first when credits run low */
+    if (size > c->eager_max || c->credits <= c->ncredits / 4) {
+      GDR_CHECK(send_poll(c));
+      GDR_CHECK(comm_error(c)); /* e.g. an ERR_RECV just read */
+    }
     if (c->cts[slot].seq != seq + 1) {
+      if (size <= c->eager_max && c->credits > 0) {
+        c->credits--;
+        c->n_eager++;
+        send_start(c, r, seq, data, size, SIZE_MAX);
+        GDR_TRACE(NCCL_NET, "TCP isend %s seq %llu size %zu eager (%u credits left)", c->peer_str,
+                  (unsigned long long)seq, size, c->credits);
+        GDR_CHECK(tx_send(c, TCP_MSG_EAGER, 0, seq, size, data, size, r));
+        *request = r;
+        goto out;
+      }
+      if (c->ncredits > 0 && size > c->eager_max && c->rts_sent != seq + 1) {
+        /* the receive may be posted with <= E bytes, which sends no CTS: let the receiver check */
+        c->rts_sent = seq + 1;
+        GDR_CHECK(tx_send(c, TCP_MSG_RTS, 0, seq, size, NULL, 0, NULL));
+      }
       if (c->ctrl_eof) {
         gdr_tcp_comm_fail(c, ncclRemoteError, "the receiver closed the connection (message %llu not posted)",
                           (unsigned long long)seq);
         res = comm_error(c);
       }
-      goto out; /* the receive is not posted yet */
+      goto out; /* the receive is not posted yet, or no credit */
     }
   }
   if (size > c->cts[slot].size) {
@@ -452,24 +694,18 @@ ncclResult_t gdr_tcp_isend(void *send_comm, void *data, size_t size, int tag, vo
     c->warned = 1;
     gdr_tcp_comm_fail(c, ncclInvalidUsage, "message %llu: send of %zu bytes into a receive of %llu bytes",
                       (unsigned long long)seq, size, (unsigned long long)c->cts[slot].size);
-    if (tx_push(c, TCP_MSG_ERR_SIZE, seq, size, NULL, 0, NULL) == ncclSuccess) tx_flush(c);
+    (void)tx_send(c, TCP_MSG_ERR_SIZE, 0, seq, size, NULL, 0, NULL);
     res = ncclInvalidUsage;
     goto out;
   }
   c->cts[slot].seq = 0;
-  c->next_seq++;
-  r->state = TCP_REQ_SEND;
-  r->seq = seq;
-  r->data = data;
-  r->size = size;
-  r->err = ncclSuccess;
-  atomic_store_explicit(&r->done, 0, memory_order_relaxed);
   GDR_TRACE(NCCL_NET, "TCP isend %s seq %llu size %zu %s", c->peer_str, (unsigned long long)seq, size,
             size <= c->inline_max ? "inline" : "chunked");
   if (size <= c->inline_max) {
-    GDR_CHECK(tx_push(c, TCP_MSG_INLINE, seq, size, data, size, r));
-    GDR_CHECK(tx_flush(c));
+    send_start(c, r, seq, data, size, SIZE_MAX);
+    GDR_CHECK(tx_send(c, TCP_MSG_INLINE, 0, seq, size, data, size, r));
   } else {
+    send_start(c, r, seq, data, size, 0);
     GDR_CHECK(queue_chunks(c, r));
   }
   *request = r;
@@ -485,6 +721,7 @@ ncclResult_t gdr_tcp_irecv(void *recv_comm, int n, void **data, size_t *sizes, i
   struct tcp_comm *c = recv_comm;
   uint64_t seq = c->next_seq;
   struct tcp_req *r = &c->req[seq % TCP_NREQ];
+  size_t size;
   (void)tags;
   (void)mhandles;
 
@@ -493,20 +730,36 @@ ncclResult_t gdr_tcp_irecv(void *recv_comm, int n, void **data, size_t *sizes, i
     GDR_WARN("TCP irecv: grouped receives (n = %d) are not supported (maxRecvs is 1)", n);
     return ncclInternalError;
   }
-  GDR_CHECK(comm_error(c));
+  if (atomic_load_explicit(&c->failed, memory_order_relaxed)) return comm_error(c);
   if (r->state != TCP_REQ_FREE) goto out;
+  size = sizes[0];
   r->state = TCP_REQ_RECV;
   r->seq = seq;
   r->data = data[0];
-  r->size = sizes[0];
+  r->size = size;
   r->err = ncclSuccess;
   atomic_store_explicit(&r->done, 0, memory_order_relaxed);
   atomic_store_explicit(&r->total, SIZE_MAX, memory_order_relaxed);
   atomic_store_explicit(&r->armed, seq + 1, memory_order_release);
-  c->next_seq++;
-  GDR_TRACE(NCCL_NET, "TCP irecv %s seq %llu posted %zu", c->peer_str, (unsigned long long)seq, sizes[0]);
-  GDR_CHECK(tx_push(c, TCP_MSG_CTS, seq, sizes[0], NULL, 0, NULL));
-  GDR_CHECK(tx_flush(c));
+  c->next_seq = seq + 1;
+  GDR_TRACE(NCCL_NET, "TCP irecv %s seq %llu posted %zu", c->peer_str, (unsigned long long)seq, size);
+  if (c->b_head != c->b_tail && c->bounce[c->b_head % c->ncredits].seq == seq) {
+    /* its message came eagerly before it was posted: copy it now (or when the rest of it arrives) */
+    GDR_CHECK(bounce_drain(c));
+  } else if (c->rts_seq == seq + 1) {
+    /* the sender is waiting for a CTS for a message too big for eager */
+    c->rts_seq = 0;
+    if (c->rts_size > size) {
+      GDR_CHECK(recv_too_small(c, r, c->rts_size));
+    } else {
+      c->n_cts++;
+      GDR_CHECK(tx_send(c, TCP_MSG_CTS, 0, seq, size, NULL, 0, NULL));
+    }
+  } else if (size > c->eager_max || c->ncredits == 0) {
+    /* a receive of <= E bytes can only be matched by an eager message: no CTS for it */
+    c->n_cts++;
+    GDR_CHECK(tx_send(c, TCP_MSG_CTS, 0, seq, size, NULL, 0, NULL));
+  }
   *request = r;
 out:
   return res;
@@ -514,25 +767,11 @@ out:
 
 /* ------------------------------------------------------------------------------------------------ test -- */
 
-static int req_complete(struct tcp_req *r, size_t *bytes) {
-  size_t done = atomic_load_explicit(&r->done, memory_order_acquire);
-  if (r->state == TCP_REQ_SEND) {
-    *bytes = r->size;
-    return done == r->size && (r->size != 0 || r->err == ncclSuccess) && done == r->size;
-  }
-  {
-    size_t total = atomic_load_explicit(&r->total, memory_order_relaxed);
-    *bytes = total;
-    return total != SIZE_MAX && done == total;
-  }
-}
-
 ncclResult_t gdr_tcp_test(void *request, int *done, size_t *sizes) {
   ncclResult_t res = ncclSuccess;
   struct tcp_req *r = request;
   struct tcp_comm *c = r->comm;
-  size_t bytes = 0;
-  int complete;
+  size_t bytes;
 
   *done = 0;
   if (r->state == TCP_REQ_FREE) {
@@ -540,21 +779,39 @@ ncclResult_t gdr_tcp_test(void *request, int *done, size_t *sizes) {
     return ncclInternalError;
   }
   if (r->err != ncclSuccess) return r->err;
-  complete = req_complete(r, &bytes);
-  if (!complete) {
-    if (c->tx_head != c->tx_tail) GDR_CHECK(tx_flush(c));
-    if (!c->is_send) GDR_CHECK(rx_progress(c));
-    if (r->err != ncclSuccess) return r->err;
-    complete = req_complete(r, &bytes);
-  }
-  if (!complete) {
-    GDR_CHECK(comm_error(c));
-    if (!c->is_send && c->ctrl_eof && atomic_load(&c->streams_eof) >= c->nsocks) {
-      gdr_tcp_comm_fail(c, ncclRemoteError, "the peer closed the connection before message %llu arrived",
-                        (unsigned long long)r->seq);
-      res = comm_error(c);
+  if (atomic_load_explicit(&c->failed, memory_order_relaxed)) return comm_error(c);
+  if (r->state == TCP_REQ_SEND) {
+    /* complete when every byte is in the kernel: an inline/eager send usually is when isend returns */
+    if (++c->idle_calls >= TCP_SEND_POLL_CALLS) GDR_CHECK(send_poll(c));
+    bytes = r->size;
+    if (atomic_load_explicit(&r->done, memory_order_acquire) != bytes) {
+      if (c->tx_head != c->tx_tail) GDR_CHECK(tx_flush(c));
+      if (atomic_load_explicit(&r->done, memory_order_acquire) != bytes) {
+        GDR_CHECK(comm_error(c));
+        goto out;
+      }
     }
-    goto out;
+  } else {
+    bytes = atomic_load_explicit(&r->total, memory_order_relaxed);
+    if (bytes == SIZE_MAX || atomic_load_explicit(&r->done, memory_order_acquire) != bytes) {
+      if (c->tx_head != c->tx_tail) GDR_CHECK(tx_flush(c));
+      GDR_CHECK(rx_progress(c));
+      if (r->err != ncclSuccess) return r->err;
+      /* done before total: a helper adds to done after storing total */
+      {
+        size_t d = atomic_load_explicit(&r->done, memory_order_acquire);
+        bytes = atomic_load_explicit(&r->total, memory_order_relaxed);
+        if (bytes == SIZE_MAX || d != bytes) {
+          GDR_CHECK(comm_error(c));
+          if (c->ctrl_eof && atomic_load(&c->streams_eof) >= c->nsocks) {
+            gdr_tcp_comm_fail(c, ncclRemoteError, "the peer closed the connection before message %llu arrived",
+                              (unsigned long long)r->seq);
+            res = comm_error(c);
+          }
+          goto out;
+        }
+      }
+    }
   }
   if (sizes) sizes[0] = bytes;
   GDR_TRACE(NCCL_NET, "TCP %s done %s seq %llu bytes %zu", c->is_send ? "send" : "recv", c->peer_str,

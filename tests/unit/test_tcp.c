@@ -2,6 +2,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -51,6 +52,10 @@ static void fill(unsigned char *b, size_t n, unsigned seed) {
     b[i] = (unsigned char)(x >> 16);
   }
 }
+
+/* The eager path is off by default (GDRNET_TCP_EAGER_CREDITS=0); these tests turn it on. */
+static void eager_on(const char *credits) { setenv("GDRNET_TCP_EAGER_CREDITS", credits, 1); }
+static void eager_default(void) { unsetenv("GDRNET_TCP_EAGER_CREDITS"); }
 
 /* Posts one receive of rsize and one send of ssize, drives both to completion, checks bytes and reported size. */
 static void xfer(struct pair *p, size_t ssize, size_t rsize, unsigned seed) {
@@ -203,6 +208,7 @@ static void test_streams_threads_variants(void **state) {
     setenv("GDRNET_TCP_MIN_CHUNK", "4K", 1);
     setenv("GDRNET_TCP_INLINE", k % 2 ? "0" : "1K", 1);
     setenv("GDRNET_TCP_SOCKBUF", k == 2 ? "256K" : "0", 1);
+    eager_on(k % 3 == 0 ? "0" : (k % 3 == 1 ? "32" : "1"));
     init_plugin();
     pair_open(&p);
     for (unsigned i = 0; i < 12; i++) xfer(&p, 9000 + i * 77777, 9000 + i * 77777, i);
@@ -216,10 +222,11 @@ static void test_streams_threads_variants(void **state) {
   unsetenv("GDRNET_TCP_MIN_CHUNK");
   unsetenv("GDRNET_TCP_INLINE");
   unsetenv("GDRNET_TCP_SOCKBUF");
+  eager_default();
 }
 
 /* 32 receives and 32 sends in flight; the 33rd receive is refused (NULL) until one completes. */
-static void test_inflight_32(void **state) {
+static void test_inflight_32_mode(const char *credits) {
   enum { N = NCCL_NET_MAX_REQUESTS };
   struct pair p;
   unsigned char *sb[N], *rb[N];
@@ -227,7 +234,7 @@ static void test_inflight_32(void **state) {
   size_t sz[N];
   int sdone[N] = {0}, rdone[N] = {0}, left = 2 * N;
   double t0;
-  (void)state;
+  eager_on(credits);
   init_plugin();
   pair_open(&p);
   for (int i = 0; i < N; i++) {
@@ -283,49 +290,397 @@ static void test_inflight_32(void **state) {
   }
   pair_close(&p);
   fini_plugin();
+  eager_default();
 }
 
-/* A send larger than the posted receive: InvalidUsage with both sizes named, on both sides. */
-static void test_send_larger_than_recv(void **state) {
-  static char sbuf[200000], rbuf[100000];
-  size_t ssizes[] = {200, 200000};
+static void test_inflight_32(void **state) {
   (void)state;
-  for (int k = 0; k < 2; k++) {
+  test_inflight_32_mode("0");
+  test_inflight_32_mode("32"); /* (with fewer credits than eager sends this driver, which tests nothing before all
+                                   32 sends are posted, would wait for credits forever: legitimately) */
+}
+
+static struct tcp_comm *tcomm_of(void *core_comm) { return ((struct gdr_comm *)core_comm)->tcomm; }
+
+/* Waits until at least `bytes` are readable on the receiver's control stream (what the sender wrote has arrived;
+ * the receiver reads it only in test()). */
+static void wait_ctrl_bytes(void *recv_comm, int bytes) {
+  double t0 = ut_now();
+  int n = 0;
+  for (;;) {
+    assert_int_equal(ioctl(tcomm_of(recv_comm)->ctrl_fd, FIONREAD, &n), 0);
+    if (n >= bytes) return;
+    assert_true(ut_now() - t0 < 10.0);
+    usleep(1000);
+  }
+}
+
+static void *post_recv(void *r, void *buf, size_t size) {
+  void *req = NULL;
+  void *data[1] = {buf};
+  size_t s[1] = {size};
+  int tag = 0;
+  assert_int_equal(gdr_core_irecv(r, 1, data, s, &tag, NULL, &req), ncclSuccess);
+  assert_non_null(req);
+  return req;
+}
+
+static void *post_send(void *s, void *buf, size_t size) {
+  void *req = NULL;
+  double t0 = ut_now();
+  while (req == NULL) {
+    assert_int_equal(gdr_core_isend(s, buf, size, 0, NULL, &req), ncclSuccess);
+    assert_true(ut_now() - t0 < 10.0);
+  }
+  return req;
+}
+
+/* Tests req to completion; returns the size it reports. */
+static size_t wait_req(void *req) {
+  size_t got[GDR_MAX_RECVS] = {0};
+  int done = 0;
+  double t0 = ut_now();
+  while (!done) {
+    assert_int_equal(gdr_core_test(req, &done, got, NULL), ncclSuccess);
+    assert_true(ut_now() - t0 < 20.0);
+  }
+  return got[0];
+}
+
+/* A send larger than the posted receive: InvalidUsage with both sizes named, on both sides, whoever sees it first:
+ *   0: eager message into a posted receive (the receiver sees it; the sender's eager send may have completed: a
+ *      later isend/test of the sender fails);
+ *   1: chunked message after a CTS (the sender sees it);
+ *   2: chunked message into a receive of <= the eager size, which sends no CTS (the sender's RTS, the receiver);
+ *   3: eager message that arrived before its receive was posted (bounced; irecv sees it);
+ *   4: as 2, the receive posted after the RTS arrived. */
+static void test_send_larger_than_recv(void **state) {
+  static char sbuf[200000], rbuf[200000];
+  static const size_t ssizes[] = {200, 200000, 200000, 200, 200000};
+  static const size_t rsizes[] = {100, 100000, 100, 100, 1000};
+  (void)state;
+  for (int kk = 0; kk < 7; kk++) {
+    int k = kk % 5; /* 5, 6: cases 0 and 1 again with the eager path off (the sender sees it after a CTS) */
+    if (kk < 5) eager_on("32");
+    else eager_on("0");
     struct pair p;
-    void *sreq = NULL, *rreq = NULL;
-    void *data[1] = {rbuf};
-    size_t rs[1] = {ssizes[k] / 2};
-    int tag = 0, done = 0;
+    void *sreq = NULL, *rreq = NULL, *r0 = NULL;
+    int done = 0;
     ncclResult_t sr = ncclSuccess, rr = ncclSuccess;
     char a[32], b[32];
     double t0 = ut_now();
     init_plugin();
     pair_open(&p);
-    assert_int_equal(gdr_core_irecv(p.r, 1, data, rs, &tag, NULL, &rreq), ncclSuccess);
-    assert_non_null(rreq);
-    while (sreq == NULL && sr == ncclSuccess) {
-      sr = gdr_core_isend(p.s, sbuf, ssizes[k], 0, NULL, &sreq);
+    if (k == 3 || k == 4) {
+      /* message 0 is fine; message 1 comes before its receive is posted */
+      r0 = post_recv(p.r, rbuf, 8);
+      wait_req(post_send(p.s, sbuf, 8));
+      if (k == 3) {
+        sreq = post_send(p.s, sbuf, ssizes[k]); /* eager: goes at once */
+        wait_ctrl_bytes(p.r, 24 + 8 + 24 + (int)ssizes[k]);
+      } else {
+        while (tcomm_of(p.s)->rts_sent != 2) { /* the big one waits for a CTS and says so (RTS) */
+          assert_int_equal(gdr_core_isend(p.s, sbuf, ssizes[k], 0, NULL, &sreq), ncclSuccess);
+          assert_null(sreq);
+          assert_true(ut_now() - t0 < 10.0);
+        }
+        wait_ctrl_bytes(p.r, 24 + 8 + 24);
+      }
+      assert_int_equal(wait_req(r0), 8); /* reads message 1 (k = 3) / the RTS (k = 4) too */
+      if (k == 3) assert_int_equal(tcomm_of(p.r)->n_bounced, 1);
+      if (k == 4) assert_int_equal(tcomm_of(p.r)->rts_seq, 2);
+    }
+    rreq = post_recv(p.r, rbuf, rsizes[k]);
+    while (sr == ncclSuccess) {
+      /* the sender: its message, then (once that completed, as an eager send does) further small ones, until an
+       * isend or test fails */
+      if (sreq == NULL) {
+        sr = gdr_core_isend(p.s, sbuf, done ? 1 : ssizes[k], 0, NULL, &sreq);
+      } else {
+        int d = 0;
+        sr = gdr_core_test(sreq, &d, NULL, NULL);
+        if (d) {
+          sreq = NULL;
+          done = 1;
+        }
+      }
+      if (rr == ncclSuccess) {
+        int d = 0;
+        rr = gdr_core_test(rreq, &d, NULL, NULL);
+        assert_int_equal(d, 0);
+      }
       assert_true(ut_now() - t0 < 10.0);
     }
-    if (sr == ncclSuccess) {
-      while (sr == ncclSuccess && !done) sr = gdr_core_test(sreq, &done, NULL, NULL);
-    }
     assert_int_equal(sr, ncclInvalidUsage);
-    done = 0;
-    while (rr == ncclSuccess && !done) {
-      rr = gdr_core_test(rreq, &done, NULL, NULL);
+    while (rr == ncclSuccess) {
+      int d = 0;
+      rr = gdr_core_test(rreq, &d, NULL, NULL);
+      assert_int_equal(d, 0);
       assert_true(ut_now() - t0 < 10.0);
     }
     assert_int_equal(rr, ncclInvalidUsage);
     snprintf(a, sizeof(a), "%zu", ssizes[k]);
-    snprintf(b, sizeof(b), "%zu", ssizes[k] / 2);
-    assert_true(ut_warned("isend of"));
-    assert_true(ut_warned("this receive posted only"));
+    snprintf(b, sizeof(b), "%zu", rsizes[k]);
+    assert_true(ut_warned("isend of"));                 /* the sender's WARN */
+    assert_true(ut_warned("this receive posted only")); /* the receiver's */
     assert_true(ut_warned(a));
     assert_true(ut_warned(b));
     pair_close(&p);
     fini_plugin();
   }
+  eager_default();
+}
+
+/* Eager messages into posted receives: no CTS at all, sizes 0..the eager size, receives larger than the send. */
+static void test_eager_posted(void **state) {
+  static const size_t sizes[] = {0, 1, 8, 100, 4095, 4096, 20000, 32768};
+  enum { N = sizeof(sizes) / sizeof(sizes[0]) };
+  static unsigned char sb[N][32768], rb[N][32768 + 100];
+  struct pair p;
+  void *rreq[N], *sreq[N];
+  (void)state;
+  eager_on("32");
+  init_plugin();
+  pair_open(&p);
+  for (int round = 0; round < 3; round++) {
+    for (int i = 0; i < N; i++) {
+      fill(sb[i], sizes[i], (unsigned)(i + 10 * round));
+      size_t rs = sizes[i] + (round == 1 ? 100 : 0);
+      rreq[i] = post_recv(p.r, rb[i], rs > 32768 ? 32768 : rs); /* not above the eager size: no CTS */
+    }
+    for (int i = 0; i < N; i++) sreq[i] = post_send(p.s, sb[i], sizes[i]);
+    for (int i = 0; i < N; i++) {
+      assert_int_equal(wait_req(sreq[i]), sizes[i]);
+      assert_int_equal(wait_req(rreq[i]), sizes[i]);
+      assert_memory_equal(sb[i], rb[i], sizes[i]);
+    }
+  }
+  assert_int_equal(tcomm_of(p.s)->n_eager, 3 * N);
+  assert_int_equal(tcomm_of(p.r)->n_eager, 3 * N);
+  assert_int_equal(tcomm_of(p.r)->n_cts, 0);
+  assert_int_equal(tcomm_of(p.r)->n_bounced, 0);
+  pair_close(&p);
+  assert_int_equal(ut_nwarn, 0);
+  fini_plugin();
+  eager_default();
+}
+
+/* Eager messages that arrive before their receives are posted wait in bounce slots; irecv completes them at once. */
+static void test_eager_unposted(void **state) {
+  static const size_t sizes[] = {8, 0, 1000, 32768, 5};
+  enum { N = sizeof(sizes) / sizeof(sizes[0]) };
+  static unsigned char sb[N][32768], rb[N][32768 + 10];
+  struct pair p;
+  void *sreq[N], *rreq[N];
+  int bytes = 0;
+  (void)state;
+  eager_on("32");
+  init_plugin();
+  pair_open(&p);
+  for (int i = 0; i < N; i++) {
+    fill(sb[i], sizes[i], (unsigned)i + 40);
+    sreq[i] = post_send(p.s, sb[i], sizes[i]);
+    assert_int_equal(wait_req(sreq[i]), sizes[i]); /* complete with no receive posted */
+    bytes += 24 + (int)sizes[i];
+  }
+  wait_ctrl_bytes(p.r, bytes);
+  rreq[0] = post_recv(p.r, rb[0], sizes[0]);
+  assert_int_equal(wait_req(rreq[0]), sizes[0]); /* one read takes them all: the other four are bounced */
+  assert_int_equal(tcomm_of(p.r)->n_bounced, N - 1);
+  for (int i = 1; i < N; i++) {
+    size_t got[GDR_MAX_RECVS];
+    int done = 0;
+    rreq[i] = post_recv(p.r, rb[i], sizes[i] + (i % 2 ? 10 : 0)); /* larger receive: the sent size is reported */
+    assert_int_equal(gdr_core_test(rreq[i], &done, got, NULL), ncclSuccess);
+    assert_int_equal(done, 1); /* copied from its bounce slot by irecv */
+    assert_int_equal(got[0], sizes[i]);
+  }
+  for (int i = 0; i < N; i++) assert_memory_equal(sb[i], rb[i], sizes[i]);
+  assert_int_equal(tcomm_of(p.r)->n_cts, 0);
+  xfer(&p, 77, 77, 1); /* and it goes on */
+  pair_close(&p);
+  assert_int_equal(ut_nwarn, 0);
+  fini_plugin();
+  eager_default();
+}
+
+/* A big eager message (GDRNET_TCP_INLINE=1M) whose receive is posted while its payload is still arriving into a
+ * bounce slot is completed when the rest arrives. */
+static void test_eager_posted_mid_payload(void **state) {
+  enum { BIG = 1 << 20 };
+  unsigned char *sb = malloc(BIG), *rb = malloc(BIG);
+  struct pair p;
+  void *s0, *s1, *r0, *r1;
+  int sdone = 0, rdone = 0;
+  double t0;
+  (void)state;
+  setenv("GDRNET_TCP_INLINE", "1M", 1);
+  eager_on("32");
+  init_plugin();
+  pair_open(&p);
+  fill(sb, BIG, 3);
+  r0 = post_recv(p.r, rb, 8);
+  s0 = post_send(p.s, sb, 8);
+  s1 = post_send(p.s, sb, BIG); /* eager too; the socket takes part of it now */
+  assert_int_equal(wait_req(r0), 8);
+  printf("mid-payload: the big eager message was %s when its receive was posted\n",
+         tcomm_of(p.r)->rx_bounce != NULL ? "arriving into a bounce slot" : "not started or complete");
+  r1 = post_recv(p.r, rb, BIG);
+  assert_int_equal(wait_req(s0), 8);
+  t0 = ut_now();
+  while (!sdone || !rdone) {
+    size_t got[GDR_MAX_RECVS];
+    if (!sdone) assert_int_equal(gdr_core_test(s1, &sdone, NULL, NULL), ncclSuccess);
+    if (!rdone) {
+      assert_int_equal(gdr_core_test(r1, &rdone, got, NULL), ncclSuccess);
+      if (rdone) assert_int_equal(got[0], BIG);
+    }
+    assert_true(ut_now() - t0 < 20.0);
+  }
+  assert_memory_equal(sb, rb, BIG);
+  assert_int_equal(tcomm_of(p.r)->n_eager, 2);
+  pair_close(&p);
+  assert_int_equal(ut_nwarn, 0);
+  fini_plugin();
+  eager_default();
+  unsetenv("GDRNET_TCP_INLINE");
+  free(sb);
+  free(rb);
+}
+
+/* Credits run out: isend says "not now" (NULL) until the receiver has consumed messages and credited them back. */
+static void test_eager_credit_exhaustion(void **state) {
+  enum { C = 4, N = 12 };
+  static unsigned char sb[N][64], rb[N][64];
+  struct pair p;
+  void *sreq[N] = {0}, *rreq[N] = {0};
+  int sent = 0, recvd = 0;
+  double t0;
+  (void)state;
+  eager_on("4");
+  init_plugin();
+  pair_open(&p);
+  for (int i = 0; i < N; i++) fill(sb[i], 64, (unsigned)i + 7);
+  for (; sent < C; sent++) sreq[sent] = post_send(p.s, sb[sent], 64);
+  assert_int_equal(tcomm_of(p.s)->credits, 0);
+  for (int k = 0; k < 200; k++) { /* no receive posted: no credit comes back, however often it asks */
+    void *req = NULL;
+    assert_int_equal(gdr_core_isend(p.s, sb[sent], 64, 0, NULL, &req), ncclSuccess);
+    assert_null(req);
+    if (k % 20 == 0) usleep(1000);
+  }
+  t0 = ut_now();
+  while (recvd < N || sent < N) {
+    if (recvd < sent) { /* the receiver consumes one: every C/2 consumed go back as credits */
+      rreq[recvd] = post_recv(p.r, rb[recvd], 64);
+      assert_int_equal(wait_req(rreq[recvd]), 64);
+      recvd++;
+    }
+    if (sent < N) {
+      void *req = NULL;
+      assert_int_equal(gdr_core_isend(p.s, sb[sent], 64, 0, NULL, &req), ncclSuccess);
+      if (req != NULL) {
+        assert_true(sent - recvd < C + 1);
+        sreq[sent++] = req;
+      }
+    }
+    assert_true(ut_now() - t0 < 20.0);
+  }
+  for (int i = 0; i < N; i++) {
+    assert_int_equal(wait_req(sreq[i]), 64);
+    assert_memory_equal(sb[i], rb[i], 64);
+  }
+  assert_int_equal(tcomm_of(p.s)->n_eager, N);
+  assert_int_equal(tcomm_of(p.r)->n_cts, 0);
+  pair_close(&p);
+  assert_int_equal(ut_nwarn, 0);
+  fini_plugin();
+  eager_default();
+}
+
+/* Eager, inline-after-CTS and chunked messages mixed, in order, with receives posted ahead of the sends and behind
+ * them; small messages into big receives (their CTS goes unused) and big ones waiting for their CTS (RTS). */
+static void test_eager_mixed_order(void **state) {
+  static const size_t sizes[] = {8, 100000, 0, 32768, 40000, 5, (1 << 20) + 7, 16, 32769, 3, 65536, 1};
+  enum { N = sizeof(sizes) / sizeof(sizes[0]), MAXSZ = (1 << 20) + 7 + 100 };
+  unsigned char *sb[N], *rb[N];
+  (void)state;
+  setenv("GDRNET_TCP_NSOCKS", "2", 1);
+  for (int m = 0; m < 6; m++) { /* 0: receives first; 1: sends first (as far as they go); 2: alternating */
+    int mode = m % 3;                /* m >= 3: the same with the eager path off */
+    struct pair p;
+    void *sreq[N] = {0}, *rreq[N] = {0};
+    int ns = 0, nr = 0, ds = 0, dr = 0;
+    double t0 = ut_now();
+    eager_on(m < 3 ? "32" : "0");
+    init_plugin();
+    pair_open(&p);
+    for (int i = 0; i < N; i++) {
+      sb[i] = malloc(MAXSZ);
+      rb[i] = malloc(MAXSZ);
+      fill(sb[i], sizes[i], (unsigned)(i * 3 + mode));
+    }
+    while (ds < N || dr < N) {
+      int want_recv = mode == 0 ? 1 : (mode == 1 ? (ns == N || sreq[ns] == NULL) : (nr <= ns));
+      if (nr < N && want_recv) {
+        /* every third small message gets a receive bigger than the eager size: a CTS goes out, unused */
+        size_t rs = sizes[nr] + (nr % 3 == 0 ? 70000 : 0);
+        rreq[nr] = post_recv(p.r, rb[nr], rs);
+        nr++;
+      }
+      if (ns < N) {
+        void *req = NULL;
+        assert_int_equal(gdr_core_isend(p.s, sb[ns], sizes[ns], 0, NULL, &req), ncclSuccess);
+        if (req) sreq[ns++] = req;
+      }
+      for (int i = ds; i < ns; i++) { /* tested in order, as NCCL does */
+        int d = 0;
+        assert_int_equal(gdr_core_test(sreq[i], &d, NULL, NULL), ncclSuccess);
+        if (!d) break;
+        ds++;
+      }
+      for (int i = dr; i < nr; i++) {
+        int d = 0;
+        size_t got[GDR_MAX_RECVS];
+        assert_int_equal(gdr_core_test(rreq[i], &d, got, NULL), ncclSuccess);
+        if (!d) break;
+        assert_int_equal(got[0], sizes[i]);
+        assert_memory_equal(sb[i], rb[i], sizes[i]);
+        dr++;
+      }
+      assert_true(ut_now() - t0 < 30.0);
+    }
+    if (m < 3) assert_true(tcomm_of(p.s)->n_eager >= 4);
+    else assert_int_equal(tcomm_of(p.s)->n_eager, 0);
+    for (int i = 0; i < N; i++) {
+      free(sb[i]);
+      free(rb[i]);
+    }
+    pair_close(&p);
+    assert_int_equal(ut_nwarn, 0);
+    fini_plugin();
+  }
+  eager_default();
+  unsetenv("GDRNET_TCP_NSOCKS");
+}
+
+/* GDRNET_TCP_EAGER_CREDITS=0: every message waits for its CTS, as before the eager path. */
+static void test_eager_off(void **state) {
+  struct pair p;
+  (void)state;
+  eager_on("0");
+  init_plugin();
+  pair_open(&p);
+  xfer(&p, 0, 0, 1);
+  xfer(&p, 8, 100, 2);
+  xfer(&p, 32768, 32768, 3);
+  xfer(&p, 100000, 100000, 4);
+  assert_int_equal(tcomm_of(p.s)->n_eager, 0);
+  assert_int_equal(tcomm_of(p.r)->n_cts, 4);
+  pair_close(&p);
+  assert_int_equal(ut_nwarn, 0);
+  fini_plugin();
+  eager_default();
 }
 
 /* The sender goes away: the receiver's pending request fails within a bounded time, never hangs. */
@@ -355,6 +710,34 @@ static void test_peer_closes(void **state) {
   assert_true(ut_warned("127.0.0.1")); /* names the peer */
   pair_close(&p);
   fini_plugin();
+}
+
+/* The receiver goes away: the sender's isend fails within a bounded time, small (eager, credits left) or big. */
+static void test_receiver_closes(void **state) {
+  static char sbuf[100000];
+  (void)state;
+  for (int k = 0; k < 2; k++) {
+    struct pair p;
+    ncclResult_t r = ncclSuccess;
+    double t0;
+    init_plugin();
+    pair_open(&p);
+    xfer(&p, 10, 10, 1);
+    assert_int_equal(gdr_core_close_recv(p.r), ncclSuccess);
+    p.r = NULL;
+    t0 = ut_now();
+    while (r == ncclSuccess) {
+      void *req = NULL;
+      int done = 0;
+      r = gdr_core_isend(p.s, sbuf, k ? sizeof(sbuf) : 8, 0, NULL, &req);
+      while (r == ncclSuccess && req != NULL && !done) r = gdr_core_test(req, &done, NULL, NULL);
+      assert_true(ut_now() - t0 < 10.0);
+    }
+    assert_int_equal(r, ncclRemoteError);
+    assert_true(ut_warned("127.0.0.1"));
+    pair_close(&p);
+    fini_plugin();
+  }
 }
 
 /* The sender completes sends and closes at once: what it sent still arrives. */
@@ -520,9 +903,9 @@ static void test_random_traffic(void **state) {
   uint32_t x = 12345;
   (void)state;
 #define RND() (x = x * 1664525u + 1013904223u, x >> 8)
-  for (int cfg = 0; cfg < 4; cfg++) {
+  for (int cfg = 0; cfg < 6; cfg++) {
     struct pair p;
-    char v[4][16];
+    char v[5][16];
     unsigned char *sb[N], *rb[N];
     void *sreq[N] = {0}, *rreq[N] = {0};
     size_t rsz[N];
@@ -537,6 +920,8 @@ static void test_random_traffic(void **state) {
     setenv("GDRNET_TCP_NTHREADS", v[1], 1);
     setenv("GDRNET_TCP_INLINE", v[2], 1);
     setenv("GDRNET_TCP_MIN_CHUNK", v[3], 1);
+    snprintf(v[4], 16, "%u", cfg % 3 == 0 ? 0u : (cfg % 3 == 1 ? 32u : 1u + RND() % 8)); /* eager credits */
+    eager_on(v[4]);
     init_plugin();
     pair_open(&p);
     for (int i = 0; i < N; i++) {
@@ -609,6 +994,7 @@ static void test_random_traffic(void **state) {
   unsetenv("GDRNET_TCP_NTHREADS");
   unsetenv("GDRNET_TCP_INLINE");
   unsetenv("GDRNET_TCP_MIN_CHUNK");
+  eager_default();
 }
 
 /* Misuse through the core is an error with a WARN, never a crash. */
@@ -709,7 +1095,14 @@ int main(void) {
       cmocka_unit_test(test_streams_threads_variants),
       cmocka_unit_test(test_inflight_32),
       cmocka_unit_test(test_send_larger_than_recv),
+      cmocka_unit_test(test_eager_posted),
+      cmocka_unit_test(test_eager_unposted),
+      cmocka_unit_test(test_eager_posted_mid_payload),
+      cmocka_unit_test(test_eager_credit_exhaustion),
+      cmocka_unit_test(test_eager_mixed_order),
+      cmocka_unit_test(test_eager_off),
       cmocka_unit_test(test_peer_closes),
+      cmocka_unit_test(test_receiver_closes),
       cmocka_unit_test(test_close_after_send_delivers),
       cmocka_unit_test(test_reg_refuses_cuda),
       cmocka_unit_test(test_many_comms),
