@@ -1,7 +1,7 @@
 /* Bad knob values: init must fail and the logger output must name the knob. Each case runs in a fresh
  * process (setenv, dlopen, init with a capturing logger, dlclose). Positive controls: valid values
  * load; a bad value of an NCCL_IB_* alias is only WARNed (it was meant for NCCL's own transport);
- * an unknown GDRNET_ variable draws a WARN. */
+ * an unknown GDRNET_ variable draws a WARN naming it and the closest knob. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,8 +11,9 @@
 
 typedef struct {
   const char *knob, *value;
-  int must_fail;      /* 1: init fails; 0: init succeeds */
-  const char *expect; /* text the log must contain (NULL: nothing required) */
+  int must_fail;       /* 1: init fails; 0: init succeeds */
+  const char *expect;  /* a name the log must contain as a whole word (NULL: nothing required) */
+  const char *expect2; /* another one (NULL: none) */
 } knob_case_t;
 
 static const knob_case_t k_cases[] = {
@@ -36,8 +37,22 @@ static const knob_case_t k_cases[] = {
     {"GDRNET_SPLIT_DATA", "1", 0, NULL},
     {"GDRNET_TCP_NSOCKS", "auto", 0, NULL},
     {"NCCL_IB_QPS_PER_CONNECTION", "99", 0, "NCCL_IB_QPS_PER_CONNECTION"},
+    /* an unknown GDRNET_ variable: a WARN naming it and the closest known knob; init goes on */
+    {"GDRNET_QPS_PER_CONNECTION", "4", 0, "GDRNET_QPS_PER_CONNECTION", "GDRNET_QPS_PER_CONN"},
 };
 #define NCASES (int)(sizeof k_cases / sizeof k_cases[0])
+
+/* name appears in log as a whole word (not as the prefix of a longer name) */
+static const char *find_word(const char *log, const char *name) {
+  size_t n = strlen(name);
+  for (const char *p = strstr(log, name); p != NULL; p = strstr(p + 1, name)) {
+    char c = p[n];
+    int ident = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_';
+    int lead = p > log && ((p[-1] >= 'A' && p[-1] <= 'Z') || p[-1] == '_');
+    if (!ident && !lead) return p;
+  }
+  return NULL;
+}
 
 static int case_main(int fd, void *arg) {
   (void)fd;
@@ -63,10 +78,13 @@ static int case_main(int fd, void *arg) {
     IT_CHECK(ndev >= 1, "%s=%s: %d devices", k->knob, k->value, ndev);
   }
   if (k->expect != NULL)
-    IT_CHECK(strstr(log, k->expect) != NULL, "%s=\"%s\": the log does not name %s:\n%s", k->knob, k->value, k->expect,
-             log);
+    IT_CHECK(find_word(log, k->expect) != NULL, "%s=\"%s\": the log does not name %s:\n%s", k->knob, k->value,
+             k->expect, log);
+  if (k->expect2 != NULL)
+    IT_CHECK(find_word(log, k->expect2) != NULL, "%s=\"%s\": the log does not name %s:\n%s", k->knob, k->value,
+             k->expect2, log);
   /* the first line naming the knob, for the record */
-  const char *at = k->expect ? strstr(log, k->expect) : NULL;
+  const char *at = k->expect ? find_word(log, k->expect) : NULL;
   if (at != NULL) {
     const char *b = at, *e = strchr(at, '\n');
     while (b > log && b[-1] != '\n') b--;
