@@ -64,11 +64,48 @@ static void test_churn(void **state) {
   gdr_pool_fini(&p);
 }
 
+/* The data path's variant: get by index (not zeroed), put by index, cheap ownership check. */
+static void test_idx_fast_path(void **state) {
+  struct gdr_pool p;
+  void *o[4];
+  int idx[4];
+  int x;
+  (void)state;
+  assert_int_equal(gdr_pool_init(&p, 24, 4), 0);
+  for (int i = 0; i < 4; i++) {
+    o[i] = gdr_pool_get_idx(&p, &idx[i]);
+    assert_non_null(o[i]);
+    assert_int_equal(idx[i], i);
+    assert_int_equal(gdr_pool_index(&p, o[i]), idx[i]);
+    assert_true(gdr_pool_is(&p, o[i], idx[i]));
+    memset(o[i], 0x5a, 24);
+  }
+  assert_null(gdr_pool_get_idx(&p, &x)); /* exhausted */
+  assert_false(gdr_pool_is(&p, o[1], idx[2])); /* wrong index */
+  assert_false(gdr_pool_is(&p, &x, 0));        /* foreign */
+  assert_false(gdr_pool_is(&p, o[0], -1));
+  assert_false(gdr_pool_is(&p, o[0], 4));
+  assert_int_equal(gdr_pool_put_idx(&p, idx[2]), 0);
+  assert_false(gdr_pool_is(&p, o[2], idx[2])); /* no longer outstanding */
+  assert_int_equal(gdr_pool_put_idx(&p, idx[2]), -1); /* double */
+  assert_int_equal(gdr_pool_put_idx(&p, 7), -1);      /* out of range */
+  assert_int_equal(gdr_pool_put_idx(&p, -1), -1);
+  assert_int_equal(gdr_pool_in_use(&p), 3);
+  void *again = gdr_pool_get_idx(&p, &x);
+  assert_ptr_equal(again, o[2]);
+  assert_int_equal(x, idx[2]);
+  assert_int_equal(((unsigned char *)again)[0], 0x5a); /* not zeroed: the caller sets every field */
+  for (int i = 0; i < 4; i++) assert_int_equal(gdr_pool_put(&p, o[i]), 0); /* both put flavours mix */
+  assert_int_equal(gdr_pool_in_use(&p), 0);
+  gdr_pool_fini(&p);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_exhaustion_and_reuse),
       cmocka_unit_test(test_bad_puts),
       cmocka_unit_test(test_churn),
+      cmocka_unit_test(test_idx_fast_path),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -686,40 +686,55 @@ static void test_eager_off(void **state) {
 /* The sender goes away: the receiver's pending request fails within a bounded time, never hangs. */
 static void test_peer_closes(void **state) {
   static char rbuf[1 << 20];
-  struct pair p;
-  void *rreq = NULL;
-  void *data[1] = {rbuf};
-  size_t rs[1] = {sizeof(rbuf)};
-  int tag = 0, done = 0;
-  ncclResult_t r = ncclSuccess;
-  double t0;
   (void)state;
-  init_plugin();
-  pair_open(&p);
-  xfer(&p, 1000, 1000, 1);
-  assert_int_equal(gdr_core_irecv(p.r, 1, data, rs, &tag, NULL, &rreq), ncclSuccess);
-  assert_int_equal(gdr_core_close_send(p.s), ncclSuccess);
-  p.s = NULL;
-  t0 = ut_now();
-  while (r == ncclSuccess && !done) {
-    r = gdr_core_test(rreq, &done, NULL, NULL);
-    assert_true(ut_now() - t0 < 10.0);
+  /* k 0..3: a big receive (CTS) / a small one (no CTS when eager), eager off / on; k 4: receives posted after the
+   * sender closed (their CTSs reach a closed socket, the second one fails to send: not an error by itself) */
+  for (int k = 0; k < 5; k++) {
+    struct pair p;
+    void *rreq = NULL;
+    void *data[1] = {rbuf};
+    size_t rs[1] = {k % 2 ? 100 : sizeof(rbuf)};
+    int tag = 0, done = 0;
+    ncclResult_t r = ncclSuccess;
+    double t0;
+    eager_on(k < 2 ? "0" : "32");
+    init_plugin();
+    pair_open(&p);
+    xfer(&p, 1000, 1000, 1);
+    if (k < 4) assert_int_equal(gdr_core_irecv(p.r, 1, data, rs, &tag, NULL, &rreq), ncclSuccess);
+    assert_int_equal(gdr_core_close_send(p.s), ncclSuccess);
+    p.s = NULL;
+    if (k == 4) {
+      void *first = NULL;
+      usleep(20000);
+      assert_int_equal(gdr_core_irecv(p.r, 1, data, rs, &tag, NULL, &first), ncclSuccess);
+      usleep(20000); /* the closed peer answered the first CTS with a reset */
+      assert_int_equal(gdr_core_irecv(p.r, 1, data, rs, &tag, NULL, &rreq), ncclSuccess);
+      assert_non_null(rreq);
+    }
+    t0 = ut_now();
+    while (r == ncclSuccess && !done) {
+      r = gdr_core_test(rreq, &done, NULL, NULL);
+      assert_true(ut_now() - t0 < 10.0);
+    }
+    assert_int_equal(done, 0);
+    assert_int_equal(r, ncclRemoteError);
+    assert_true(ut_warned("127.0.0.1")); /* names the peer */
+    pair_close(&p);
+    fini_plugin();
   }
-  assert_int_equal(done, 0);
-  assert_int_equal(r, ncclRemoteError);
-  assert_true(ut_warned("127.0.0.1")); /* names the peer */
-  pair_close(&p);
-  fini_plugin();
+  eager_default();
 }
 
 /* The receiver goes away: the sender's isend fails within a bounded time, small (eager, credits left) or big. */
 static void test_receiver_closes(void **state) {
   static char sbuf[100000];
   (void)state;
-  for (int k = 0; k < 2; k++) {
+  for (int k = 0; k < 4; k++) { /* small / big, eager off / on */
     struct pair p;
     ncclResult_t r = ncclSuccess;
     double t0;
+    eager_on(k < 2 ? "0" : "32");
     init_plugin();
     pair_open(&p);
     xfer(&p, 10, 10, 1);
@@ -729,7 +744,7 @@ static void test_receiver_closes(void **state) {
     while (r == ncclSuccess) {
       void *req = NULL;
       int done = 0;
-      r = gdr_core_isend(p.s, sbuf, k ? sizeof(sbuf) : 8, 0, NULL, &req);
+      r = gdr_core_isend(p.s, sbuf, k % 2 ? sizeof(sbuf) : 8, 0, NULL, &req);
       while (r == ncclSuccess && req != NULL && !done) r = gdr_core_test(req, &done, NULL, NULL);
       assert_true(ut_now() - t0 < 10.0);
     }
@@ -738,16 +753,19 @@ static void test_receiver_closes(void **state) {
     pair_close(&p);
     fini_plugin();
   }
+  eager_default();
 }
 
 /* The sender completes sends and closes at once: what it sent still arrives. */
-static void test_close_after_send_delivers(void **state) {
+static void test_close_after_send_delivers_mode(const char *credits) {
   enum { N = 6 };
   static unsigned char sb[N][3 << 20], rb[N][3 << 20];
   struct pair p;
   void *sreq[N] = {0}, *rreq[N] = {0};
   size_t sz[N] = {0, 10, 5000, 70000, 1 << 20, 3 << 20};
-  (void)state;
+  size_t got[N][GDR_MAX_RECVS];
+  int rdone[N] = {0};
+  eager_on(credits);
   init_plugin();
   pair_open(&p);
   for (int i = 0; i < N; i++) {
@@ -760,7 +778,15 @@ static void test_close_after_send_delivers(void **state) {
   for (int i = 0; i < N; i++) {
     int done = 0;
     double t0 = ut_now();
-    while (sreq[i] == NULL) assert_int_equal(gdr_core_isend(p.s, sb[i], sz[i], 0, NULL, &sreq[i]), ncclSuccess);
+    while (sreq[i] == NULL) {
+      assert_int_equal(gdr_core_isend(p.s, sb[i], sz[i], 0, NULL, &sreq[i]), ncclSuccess);
+      for (int j = 0; j < N && sreq[i] == NULL; j++) { /* out of credits: the receiver consumes one */
+        if (rdone[j]) continue;
+        assert_int_equal(gdr_core_test(rreq[j], &rdone[j], got[j], NULL), ncclSuccess);
+        break;
+      }
+      assert_true(ut_now() - t0 < 10.0);
+    }
     while (!done) {
       assert_int_equal(gdr_core_test(sreq[i], &done, NULL, NULL), ncclSuccess);
       assert_true(ut_now() - t0 < 10.0);
@@ -768,19 +794,29 @@ static void test_close_after_send_delivers(void **state) {
   }
   assert_int_equal(gdr_core_close_send(p.s), ncclSuccess);
   p.s = NULL;
+  /* the receiver consumes the rest (with 2 credits each consumed message sends one back: to a closed peer) */
   for (int i = 0; i < N; i++) {
-    int done = 0;
-    size_t got[GDR_MAX_RECVS];
     double t0 = ut_now();
-    while (!done) {
-      assert_int_equal(gdr_core_test(rreq[i], &done, got, NULL), ncclSuccess);
+    while (!rdone[i]) {
+      assert_int_equal(gdr_core_test(rreq[i], &rdone[i], got[i], NULL), ncclSuccess);
       assert_true(ut_now() - t0 < 10.0);
     }
-    assert_int_equal(got[0], sz[i]);
+    assert_int_equal(got[i][0], sz[i]);
     assert_memory_equal(sb[i], rb[i], sz[i]);
   }
+  if (getenv("GDRNET_TEST_VERBOSE"))
+    printf("close after send, %s credits: the receiver's control stream %s\n", credits,
+           tcomm_of(p.r)->tx_dead ? "found the sender gone (sends dropped)" : "never found the sender gone");
   pair_close(&p);
   fini_plugin();
+  eager_default();
+}
+
+static void test_close_after_send_delivers(void **state) {
+  (void)state;
+  test_close_after_send_delivers_mode("0");
+  test_close_after_send_delivers_mode("32");
+  test_close_after_send_delivers_mode("2"); /* credits come back while the sender is closing */
 }
 
 static void test_reg_refuses_cuda(void **state) {
@@ -1013,6 +1049,14 @@ static void test_core_misuse(void **state) {
   assert_int_equal(gdr_core_irecv(p.s, 1, data, sz, &tag, NULL, &req), ncclInternalError);
   assert_int_equal(gdr_core_irecv(p.r, 2, data, sz, &tag, NULL, &req), ncclInternalError); /* maxRecvs 1 */
   assert_int_equal(gdr_core_test(buf, &done, NULL, NULL), ncclInternalError);
+  { /* a request tested again after it completed (it was freed) */
+    char rb[8];
+    void *rq = post_recv(p.r, rb, sizeof(rb)), *sq = post_send(p.s, buf, 8);
+    assert_int_equal(wait_req(sq), 8);
+    assert_int_equal(wait_req(rq), 8);
+    assert_int_equal(gdr_core_test(rq, &done, NULL, NULL), ncclInternalError);
+    assert_int_equal(gdr_core_test(sq, &done, NULL, NULL), ncclInternalError);
+  }
   assert_int_equal(gdr_core_reg_mr(buf, buf, 1, NCCL_PTR_HOST, &mh), ncclInternalError);
   assert_int_equal(gdr_core_close_send(p.r), ncclInternalError);
   assert_int_equal(gdr_core_accept(p.s, &req), ncclInternalError);
@@ -1024,7 +1068,7 @@ static void test_core_misuse(void **state) {
     assert_int_equal(gdr_core_listen(7, h, &s), ncclInvalidArgument);
     assert_int_equal(gdr_core_connect(-1, h, &s), ncclInvalidArgument);
   }
-  assert_true(ut_nwarn >= 8);
+  assert_true(ut_nwarn >= 10);
   pair_close(&p);
   fini_plugin();
   assert_int_equal(gdr_core_devices(&done), ncclInternalError); /* before init */
