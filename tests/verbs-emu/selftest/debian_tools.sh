@@ -5,6 +5,10 @@ set -eu
 dir=$1
 export LD_LIBRARY_PATH=$dir
 export VEMU_DEVICES=vemu0:roce,vemu1:ib
+# ibv_rc_pingpong's QPs have timeout 14 and retry_cnt 7: a silent peer fails them after 8 x 67 ms = 0.5 s, which a
+# loaded 2-core machine (the full CTest run in parallel) can exceed -- seen once as "transport retry counter
+# exceeded" in the client. The emulator's timers are stretched here; nothing in this test measures them.
+export VEMU_TIME_SCALE=${VEMU_TIME_SCALE:-20}
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
 out=$(ibv_devices) || fail "ibv_devices exited $?"

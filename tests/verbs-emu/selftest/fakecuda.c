@@ -2,7 +2,13 @@
  *
  * "Device memory" is a PROT_NONE address range with a hidden host shadow: any direct CPU access by the emulator
  * faults, so only the driver calls the emulator is supposed to make (cuMemcpy*Async on its own non-blocking
- * stream, with a context pushed) can move bytes. The checks it makes are counted in fakecu_stats(). */
+ * stream, with a context pushed) can move bytes. The checks it makes are counted in fakecu_stats().
+ *
+ * Pageable host memory: like the real driver, a copy between device memory and host memory that was not
+ * allocated with cuMemHostAlloc goes through the driver's pageable staging path, one copy at a time per process
+ * (pageable_mu). fakecu_hold_pageable(1) models an application thread inside a synchronous pageable copy that
+ * waits for a kernel (PyTorch's .cpu() / .item() right after a collective): it holds that path until
+ * fakecu_hold_pageable(0). A copy the emulator makes from pageable memory then blocks, as it does on the GPU. */
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -14,7 +20,7 @@ typedef unsigned long long CUdeviceptr;
 #define EXPORT __attribute__((visibility("default")))
 
 struct fakecu_stats {
-	int htod, dtoh, dtod, syncs, streams, pushes, pops, bad;
+	int htod, dtoh, dtod, syncs, streams, pushes, pops, bad, pageable, pinned_allocs;
 };
 
 static struct fakecu_stats st;
@@ -22,6 +28,62 @@ static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static char fake_ctx, fake_stream;
 static int stream_flags = -1;
 static int depth;
+static pthread_mutex_t pageable_mu = PTHREAD_MUTEX_INITIALIZER;
+#define MAXP 64
+static struct {
+	uintptr_t p;
+	size_t len;
+} pinned[MAXP];
+
+static int is_pinned(const void *h, size_t n)
+{
+	uintptr_t p = (uintptr_t)h;
+	for (int i = 0; i < MAXP; i++)
+		if (pinned[i].p && p >= pinned[i].p && p + n <= pinned[i].p + pinned[i].len)
+			return 1;
+	return 0;
+}
+
+EXPORT void fakecu_hold_pageable(int on)
+{
+	if (on)
+		pthread_mutex_lock(&pageable_mu);
+	else
+		pthread_mutex_unlock(&pageable_mu);
+}
+
+EXPORT CUresult cuMemHostAlloc(void **pp, size_t n, unsigned flags)
+{
+	(void)flags;
+	void *p = aligned_alloc(4096, (n + 4095) & ~(size_t)4095);
+	if (!p)
+		return 2; /* CUDA_ERROR_OUT_OF_MEMORY */
+	pthread_mutex_lock(&mu);
+	if (depth <= 0)
+		st.bad++; /* needs a current context */
+	int i = 0;
+	while (i < MAXP && pinned[i].p)
+		i++;
+	if (i < MAXP) {
+		pinned[i].p = (uintptr_t)p;
+		pinned[i].len = n;
+	}
+	st.pinned_allocs++;
+	pthread_mutex_unlock(&mu);
+	*pp = p;
+	return 0;
+}
+
+EXPORT CUresult cuMemFreeHost(void *p)
+{
+	pthread_mutex_lock(&mu);
+	for (int i = 0; i < MAXP; i++)
+		if (pinned[i].p == (uintptr_t)p)
+			pinned[i].p = 0;
+	pthread_mutex_unlock(&mu);
+	free(p);
+	return 0;
+}
 
 #define MAXR 16
 static struct {
@@ -169,6 +231,12 @@ static int check_copy(void *s)
 EXPORT CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void *src, size_t n, void *s)
 {
 	pthread_mutex_lock(&mu);
+	int pageable = !is_pinned(src, n);
+	st.pageable += pageable;
+	pthread_mutex_unlock(&mu);
+	if (pageable)
+		pthread_mutex_lock(&pageable_mu);
+	pthread_mutex_lock(&mu);
 	char *d = shadow_of(dst, n);
 	int ok = d && check_copy(s);
 	if (ok)
@@ -177,11 +245,19 @@ EXPORT CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void *src, size_t n,
 		st.bad++;
 	st.htod++;
 	pthread_mutex_unlock(&mu);
+	if (pageable)
+		pthread_mutex_unlock(&pageable_mu);
 	return ok ? 0 : 1;
 }
 
 EXPORT CUresult cuMemcpyDtoHAsync_v2(void *dst, CUdeviceptr src, size_t n, void *s)
 {
+	pthread_mutex_lock(&mu);
+	int pageable = !is_pinned(dst, n);
+	st.pageable += pageable;
+	pthread_mutex_unlock(&mu);
+	if (pageable)
+		pthread_mutex_lock(&pageable_mu);
 	pthread_mutex_lock(&mu);
 	char *p = shadow_of(src, n);
 	int ok = p && check_copy(s);
@@ -191,6 +267,8 @@ EXPORT CUresult cuMemcpyDtoHAsync_v2(void *dst, CUdeviceptr src, size_t n, void 
 		st.bad++;
 	st.dtoh++;
 	pthread_mutex_unlock(&mu);
+	if (pageable)
+		pthread_mutex_unlock(&pageable_mu);
 	return ok ? 0 : 1;
 }
 

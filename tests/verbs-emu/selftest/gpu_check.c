@@ -2,11 +2,14 @@
  * be loaded). Device memory from cuMemAlloc: WRITE host->device, device->host, READ, 64 MiB device->device with
  * WRITE_WITH_IMM (GB/s printed), a DMA-BUF registration from cuMemGetHandleForAddressRange, and the deadlock
  * case: an RDMA write into device memory completes while a kernel spins on the legacy default stream waiting
- * for the host (as NCCL's kernels wait for the network). With VEMU_GDR_LAZY=1 device writes must stay invisible
- * until the flush READ. */
+ * for the host (as NCCL's kernels wait for the network), and the same while another thread is inside a synchronous
+ * device-to-host copy into pageable memory that waits behind that kernel (PyTorch's .cpu()/.item() after a
+ * collective: it holds the driver's pageable staging path, which the emulator must not need). With
+ * VEMU_GDR_LAZY=1 device writes must stay invisible until the flush READ. */
 #include "vt.h"
 
 #include <dlfcn.h>
+#include <pthread.h>
 #include <signal.h>
 
 typedef int CUresult;
@@ -76,10 +79,22 @@ static double now_s(void)
 	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+static CUcontext copier_ctx;
+static CUdeviceptr copier_src;
+static char *copier_dst; /* pageable (malloc) */
+static void *copier(void *arg)
+{
+	(void)arg;
+	CU(cu.cuCtxSetCurrent(copier_ctx));
+	CU(cu.cuMemcpyDtoH(copier_dst, copier_src, 1 << 20)); /* waits for the spinning kernel (legacy stream) */
+	return NULL;
+}
+
 static void on_alarm(int sig)
 {
 	(void)sig;
-	static const char m[] = "FAIL: watchdog: the emulator's copy waited behind the spinning kernel (deadlock)\n";
+	static const char m[] = "FAIL: watchdog: the emulator's copy waited behind the spinning kernel or behind "
+				 "another thread's pageable copy (deadlock)\n";
 	ssize_t r = write(2, m, sizeof(m) - 1);
 	(void)r;
 	_exit(1);
@@ -221,6 +236,33 @@ int main(void)
 	CU(cu.cuMemcpyDtoH(chk, d1, 1 << 20));
 	CHECK(!memcmp(chk, host, 1 << 20));
 	printf("gpu_check: RDMA into device memory completed while a kernel spun on the default stream: ok\n");
+
+	/* the same with a second thread inside a synchronous pageable cuMemcpyDtoH waiting behind the kernel */
+	*flag = 0;
+	CU(cu.cuLaunchKernel(spin, 1, 1, 1, 1, 1, 1, 0, NULL, args, NULL));
+	copier_ctx = ctx;
+	copier_src = d2;
+	copier_dst = malloc(1 << 20);
+	pthread_t th;
+	CHECK_EQ(pthread_create(&th, NULL, copier, NULL), 0);
+	struct timespec ts = { 0, 300 * 1000 * 1000 };
+	nanosleep(&ts, NULL); /* let it enter the copy */
+	alarm(20);
+	for (size_t i = 0; i < (1 << 20); i++)
+		host[i] = (char)(i * 5 + 3);
+	one(a, IBV_WR_RDMA_WRITE, host, 1 << 20, hmr->lkey, d1 + (2 << 20), m1->rkey);
+	one(self, IBV_WR_RDMA_READ, chk + 8192, 4096, cmr->lkey, d1 + (2 << 20), m1->rkey); /* (the lazy flush) */
+	one(a, IBV_WR_RDMA_WRITE, (void *)(uintptr_t)(d1 + (2 << 20)), 4096, m1->lkey, (uintptr_t)chk, cmr->rkey);
+	alarm(0);
+	*flag = 1;
+	CHECK_EQ(pthread_join(th, NULL), 0);
+	CU(cu.cuCtxSynchronize());
+	CHECK(!memcmp(chk, host, 4096) && !memcmp(chk + 8192, host, 4096));
+	CU(cu.cuMemcpyDtoH(chk, d1 + (2 << 20), 1 << 20));
+	CHECK(!memcmp(chk, host, 1 << 20));
+	free(copier_dst);
+	printf("gpu_check: RDMA into and out of device memory completed while another thread's pageable "
+	       "cuMemcpyDtoH waited behind a spinning kernel: ok\n");
 	printf("gpu_check: OK%s\n", lazy ? " (GDR_LAZY)" : "");
 	return 0;
 }

@@ -9,8 +9,9 @@
 #include <sys/mman.h>
 
 struct fakecu_stats {
-	int htod, dtoh, dtod, syncs, streams, pushes, pops, bad;
+	int htod, dtoh, dtod, syncs, streams, pushes, pops, bad, pageable, pinned_allocs;
 };
+static void (*cu_hold_pageable)(int);
 static void *(*cu_alloc)(size_t);
 static int (*cu_poke)(void *, const void *, size_t);
 static int (*cu_peek)(void *, const void *, size_t);
@@ -30,7 +31,8 @@ static void load_fake(void)
 	*(void **)&cu_poke = dlsym(h, "fakecu_poke");
 	*(void **)&cu_peek = dlsym(h, "fakecu_peek");
 	*(void **)&cu_stats = dlsym(h, "fakecu_get_stats");
-	CHECK(cu_alloc && cu_poke && cu_peek && cu_stats);
+	*(void **)&cu_hold_pageable = dlsym(h, "fakecu_hold_pageable");
+	CHECK(cu_alloc && cu_poke && cu_peek && cu_stats && cu_hold_pageable);
 }
 
 static void fill(char *p, size_t n, int seed)
@@ -145,6 +147,8 @@ static void single(void)
 	CHECK_EQ(s.pushes, s.pops);
 	CHECK(s.syncs >= s.htod + s.dtoh);
 	CHECK_EQ(s.streams, 1);
+	CHECK_EQ(s.pageable, 0);      /* every driver copy through the pinned bounce buffer */
+	CHECK_EQ(s.pinned_allocs, 1); /* allocated once, at the first device registration */
 	free(pat);
 }
 
@@ -204,6 +208,91 @@ static void procs(void)
 	CHECK_EQ(vt_wait_child(pid), 0);
 }
 
+/* two processes, the DDP broadcast case seen on the H200 machine: 64 MiB then 256 MiB WRITE_WITH_IMM into device
+ * memory registered through ibv_reg_dmabuf_mr with a non-zero offset inside a larger allocation, while the
+ * receiving application is itself inside a synchronous pageable copy waiting for a kernel (PyTorch's main thread
+ * after a collective), which holds the driver's pageable staging path. The receiver's agent must place the data
+ * and acknowledge anyway: its copies go through pinned (cuMemHostAlloc) staging, never the pageable path. Before
+ * that fix the agent blocked in its first cuMemcpyHtoDAsync, acknowledged nothing, and the sender's QP ran out of
+ * retries ("transport retry counter exceeded", 34 s with NCCL's timeout 20). */
+static void procs_big(void)
+{
+	const size_t big = 256u << 20, off = 3u << 20, alloc = big + off + (1u << 20);
+	const uint32_t sizes[2] = { 64u << 20, (uint32_t)big };
+	int sp[2];
+	CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sp), 0);
+	pid_t pid = fork();
+	CHECK(pid >= 0);
+	int acc = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
+		  IBV_ACCESS_RELAXED_ORDERING;
+	vt_open(&d, 0, 64);
+	struct vt_rc rc = VT_RC_DEFAULT;
+	struct ibv_qp *qp = vt_qp(&d, 16, 0, NULL);
+	int fd = pid == 0 ? sp[1] : sp[0];
+	struct ibv_wc wc;
+	if (pid == 0) {
+		vt_name = "cuda/procs_big/sender";
+		char *src = aligned_alloc(4096, big);
+		CHECK(src);
+		fill(src, big, 8);
+		struct ibv_mr *m = vt_mr(&d, src, big, IBV_ACCESS_LOCAL_WRITE);
+		uint64_t me = qp->qp_num, peer[3];
+		vt_send(fd, &me, sizeof(me));
+		vt_recv(fd, peer, sizeof(peer));
+		vt_connect(&d, qp, (uint32_t)peer[0], rc);
+		char c;
+		vt_recv(fd, &c, 1);
+		for (int i = 0; i < 2; i++) {
+			CHECK_EQ(vt_post_write(qp, IBV_WR_RDMA_WRITE_WITH_IMM, src, sizes[i], m->lkey, peer[2], (uint32_t)peer[1],
+					       (uint64_t)i, IBV_SEND_SIGNALED, htonl((uint32_t)i)),
+				 0);
+			vt_wait(&d, d.cq, &wc, 1, 60000);
+			CHECK_EQ(wc.status, IBV_WC_SUCCESS);
+		}
+		vt_recv(fd, &c, 1);
+		free(src);
+		exit(0);
+	}
+	vt_name = "cuda/procs_big/receiver";
+	char *dev = cu_alloc(alloc);
+	CHECK(dev);
+	int dfd = memfd_create("dmabuf", 0);
+	/* NCCL/the plugin: offset of the buffer inside the exported range, iova = the buffer's VA */
+	struct ibv_mr *dmr = ibv_reg_dmabuf_mr(d.pd, off, big, (uintptr_t)(dev + off), dfd, acc);
+	CHECK(dmr);
+	close(dfd);
+	uint64_t peer, me[3] = { qp->qp_num, dmr->rkey, (uintptr_t)(dev + off) };
+	vt_recv(fd, &peer, sizeof(peer));
+	vt_send(fd, me, sizeof(me));
+	vt_connect(&d, qp, (uint32_t)peer, rc);
+	for (int i = 0; i < 2; i++)
+		CHECK_EQ(vt_post_recv(qp, NULL, 0, 0, (uint64_t)(10 + i)), 0);
+	cu_hold_pageable(1); /* the application is in a synchronous pageable copy from here on */
+	vt_send(fd, "g", 1);
+	for (int i = 0; i < 2; i++) {
+		vt_wait(&d, d.cq, &wc, 1, 30000);
+		CHECK_EQ(wc.status, IBV_WC_SUCCESS);
+		CHECK_EQ(wc.opcode, IBV_WC_RECV_RDMA_WITH_IMM);
+		CHECK_EQ(wc.byte_len, sizes[i]);
+		CHECK_EQ(ntohl(wc.imm_data), (uint32_t)i);
+	}
+	cu_hold_pageable(0);
+	check_dev(dev + off, big, 8);
+	char edge[2] = { 1, 1 };
+	CHECK_EQ(cu_peek(edge, dev + off - 1, 1), 0);
+	CHECK_EQ(cu_peek(edge + 1, dev + off + big, 1), 0);
+	CHECK(!edge[0] && !edge[1]); /* nothing outside the registered sub-range */
+	struct fakecu_stats s;
+	cu_stats(&s);
+	printf("cuda: htod=%d syncs=%d pageable=%d pinned_allocs=%d bad=%d\n", s.htod, s.syncs, s.pageable,
+	       s.pinned_allocs, s.bad);
+	CHECK_EQ(s.bad, 0);
+	CHECK_EQ(s.pageable, 0);
+	CHECK_EQ(s.pushes, s.pops);
+	vt_send(fd, "d", 1);
+	CHECK_EQ(vt_wait_child(pid), 0);
+}
+
 int main(int argc, char **argv)
 {
 	setvbuf(stdout, NULL, _IONBF, 0);
@@ -212,6 +301,8 @@ int main(int argc, char **argv)
 	load_fake();
 	if (argc > 1 && !strcmp(argv[1], "procs"))
 		procs();
+	else if (argc > 1 && !strcmp(argv[1], "procs_big"))
+		procs_big();
 	else
 		single();
 	printf("test_cuda %s: OK\n", argc > 1 ? argv[1] : "single");

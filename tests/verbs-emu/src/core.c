@@ -840,6 +840,8 @@ static struct ibv_mr *reg_common(struct ibv_pd *pd, uint64_t base, size_t len, u
 	}
 	void *cuctx = NULL;
 	int cuda = vemu_cuda_available() && vemu_cuda_is_dev_ptr(base, &cuctx);
+	if (cuda)
+		vemu_cuda_prepare(cuctx); /* its copy stream and pinned bounce buffer, before any traffic */
 	m->base = base;
 	m->len = len;
 	m->iova = iova;

@@ -4,7 +4,16 @@
  * device pointers otherwise), or when VEMU_CUDA=1 asks to load it. Copies run in the agent thread (the pointer's
  * context pushed for the copy and popped after) on the emulator's own CU_STREAM_NON_BLOCKING stream (one per
  * context) followed by a synchronize of that stream only: a synchronous or legacy-default-stream copy could wait behind the application's kernels
- * (NCCL's kernels wait for the network, which waits for the agent: a deadlock). */
+ * (NCCL's kernels wait for the network, which waits for the agent: a deadlock).
+ *
+ * Host memory of these copies is always pinned (cuMemHostAlloc): a copy between device memory and pageable host
+ * memory goes through the driver's pageable staging path, which another thread of the application can hold for as
+ * long as it likes -- e.g. PyTorch's main thread in a synchronous device-to-host copy (.cpu(), .item()) that waits
+ * for an NCCL kernel, which waits for data the agent has to place: the agent blocks in its copy, acknowledges
+ * nothing, and the sender's QP runs out of retries (the diagnosis of DDP's first broadcast on the H200 machine;
+ * selftest/gpu_check.c checks it against the real driver). The agent copies
+ * through one pinned bounce buffer (BOUNCE bytes per driver copy), allocated with the stream when the first device
+ * MR is registered (on the application's thread, outside any collective), not in the agent's critical path. */
 #include "vemu.h"
 
 #include <dlfcn.h>
@@ -36,7 +45,13 @@ static struct {
 	CUresult (*cuMemcpyHtoDAsync)(CUdeviceptr, const void *, size_t, CUstream);
 	CUresult (*cuMemcpyDtoHAsync)(void *, CUdeviceptr, size_t, CUstream);
 	CUresult (*cuMemcpyDtoDAsync)(CUdeviceptr, CUdeviceptr, size_t, CUstream);
+	CUresult (*cuMemHostAlloc)(void **, size_t, unsigned);
 } cu;
+
+#define CU_MEMHOSTALLOC_PORTABLE 0x01
+#define BOUNCE (4u << 20)
+static char *bounce; /* pinned, BOUNCE bytes, never freed (the driver may be gone at exit) */
+static int bounce_warned;
 
 static pthread_mutex_t cmu = PTHREAD_MUTEX_INITIALIZER;
 
@@ -71,6 +86,7 @@ static int load(void)
 	SYM(cuMemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2");
 	SYM(cuMemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2");
 #undef SYM
+	*(void **)&cu.cuMemHostAlloc = dlsym(h, "cuMemHostAlloc"); /* optional: without it, pageable copies */
 	if (cu.cuInit(0))
 		return 0;
 	cu.h = h;
@@ -145,13 +161,49 @@ static void leave(void)
 	cu.cuCtxPopCurrent(&old);
 }
 
+/* cmu held, ctx current: the pinned bounce buffer (portable: usable from every context) */
+static void bounce_alloc(void)
+{
+	if (bounce)
+		return;
+	void *p = NULL;
+	if (cu.cuMemHostAlloc && !cu.cuMemHostAlloc(&p, BOUNCE, CU_MEMHOSTALLOC_PORTABLE) && p) {
+		bounce = p;
+		return;
+	}
+	if (!bounce_warned++)
+		fprintf(stderr, "vemu: cuMemHostAlloc failed or missing: device copies use pageable memory (they can "
+				"block behind the application's own pageable copies)\n");
+}
+
+/* a device MR was registered (application thread): create the context's stream and the bounce buffer now */
+void vemu_cuda_prepare(void *ctx)
+{
+	pthread_mutex_lock(&cmu);
+	CUstream s = enter(ctx);
+	if (s) {
+		bounce_alloc();
+		leave();
+	}
+	pthread_mutex_unlock(&cmu);
+}
+
 int vemu_cuda_htod(void *ctx, uint64_t dst, const void *src, size_t n)
 {
 	pthread_mutex_lock(&cmu);
 	CUstream s = enter(ctx);
-	int rc = !s || cu.cuMemcpyHtoDAsync(dst, src, n, s) || cu.cuStreamSynchronize(s);
-	if (s)
+	int rc = !s;
+	if (s) {
+		bounce_alloc();
+		if (!bounce)
+			rc = cu.cuMemcpyHtoDAsync(dst, src, n, s) || cu.cuStreamSynchronize(s);
+		for (size_t o = 0; bounce && !rc && o < n; o += BOUNCE) {
+			size_t k = n - o < BOUNCE ? n - o : BOUNCE;
+			memcpy(bounce, (const char *)src + o, k);
+			rc = cu.cuMemcpyHtoDAsync(dst + o, bounce, k, s) || cu.cuStreamSynchronize(s);
+		}
 		leave();
+	}
 	pthread_mutex_unlock(&cmu);
 	if (rc)
 		fprintf(stderr, "vemu: CUDA host-to-device copy of %zu bytes failed\n", n);
@@ -162,9 +214,19 @@ int vemu_cuda_dtoh(void *ctx, void *dst, uint64_t src, size_t n)
 {
 	pthread_mutex_lock(&cmu);
 	CUstream s = enter(ctx);
-	int rc = !s || cu.cuMemcpyDtoHAsync(dst, src, n, s) || cu.cuStreamSynchronize(s);
-	if (s)
+	int rc = !s;
+	if (s) {
+		bounce_alloc();
+		if (!bounce)
+			rc = cu.cuMemcpyDtoHAsync(dst, src, n, s) || cu.cuStreamSynchronize(s);
+		for (size_t o = 0; bounce && !rc && o < n; o += BOUNCE) {
+			size_t k = n - o < BOUNCE ? n - o : BOUNCE;
+			rc = cu.cuMemcpyDtoHAsync(bounce, src + o, k, s) || cu.cuStreamSynchronize(s);
+			if (!rc)
+				memcpy((char *)dst + o, bounce, k);
+		}
 		leave();
+	}
 	pthread_mutex_unlock(&cmu);
 	if (rc)
 		fprintf(stderr, "vemu: CUDA device-to-host copy of %zu bytes failed\n", n);

@@ -247,6 +247,7 @@ void vemu_trace(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* cuda.c */
 int vemu_cuda_available(void);
 int vemu_cuda_is_dev_ptr(uint64_t ptr, void **ctx);
+void vemu_cuda_prepare(void *ctx);
 int vemu_cuda_htod(void *ctx, uint64_t dst, const void *src, size_t n);
 int vemu_cuda_dtoh(void *ctx, void *dst, uint64_t src, size_t n);
 int vemu_cuda_dtod(void *ctx, uint64_t dst, uint64_t src, size_t n);
