@@ -51,7 +51,7 @@ static struct {
 #define CU_MEMHOSTALLOC_PORTABLE 0x01
 #define BOUNCE (4u << 20)
 static char *bounce; /* pinned, BOUNCE bytes, never freed (the driver may be gone at exit) */
-static int bounce_warned;
+static int bounce_off; /* no bounce buffer: VEMU_CUDA_PAGEABLE=1, or cuMemHostAlloc failed */
 
 static pthread_mutex_t cmu = PTHREAD_MUTEX_INITIALIZER;
 
@@ -164,15 +164,20 @@ static void leave(void)
 /* cmu held, ctx current: the pinned bounce buffer (portable: usable from every context) */
 static void bounce_alloc(void)
 {
-	if (bounce)
+	if (bounce || bounce_off)
 		return;
+	const char *pg = getenv("VEMU_CUDA_PAGEABLE"); /* the old behaviour, as a control on the GPU machine */
+	if (pg && !strcmp(pg, "1")) {
+		bounce_off = 1;
+		return;
+	}
 	void *p = NULL;
 	if (cu.cuMemHostAlloc && !cu.cuMemHostAlloc(&p, BOUNCE, CU_MEMHOSTALLOC_PORTABLE) && p) {
 		bounce = p;
 		return;
 	}
-	if (!bounce_warned++)
-		fprintf(stderr, "vemu: cuMemHostAlloc failed or missing: device copies use pageable memory (they can "
+	bounce_off = 1;
+	fprintf(stderr, "vemu: cuMemHostAlloc failed or missing: device copies use pageable memory (they can "
 				"block behind the application's own pageable copies)\n");
 }
 
