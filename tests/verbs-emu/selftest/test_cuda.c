@@ -227,6 +227,7 @@ static void procs_big(void)
 		  IBV_ACCESS_RELAXED_ORDERING;
 	vt_open(&d, 0, 64);
 	struct vt_rc rc = VT_RC_DEFAULT;
+	rc.timeout = 18; /* 1.07 s x 8: a silent receiver fails the sender in ~9 s, a loaded machine's stalls do not */
 	struct ibv_qp *qp = vt_qp(&d, 16, 0, NULL);
 	int fd = pid == 0 ? sp[1] : sp[0];
 	struct ibv_wc wc;

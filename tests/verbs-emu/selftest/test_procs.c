@@ -8,6 +8,7 @@
 #include "vt.h"
 
 #include <fcntl.h>
+#include <sys/mman.h>
 
 struct info {
 	uint32_t qpn;
@@ -755,6 +756,115 @@ static void rnr_initiator(int fd)
 }
 
 /* ------------------------------------------------------------ main */
+/* ------------------------------------------------------------ dereg under traffic, memory gone right after */
+/* As with a real HCA, once ibv_dereg_mr returns the emulator must not touch that memory any more, even for a
+ * request it is in the middle of: the caller frees it (NCCL's deregMr then cudaFree/free; the plugin's abort test
+ * saw the agent write into freed memory). Here the memory is remapped PROT_NONE right after dereg, so a late
+ * access faults (SIGSEGV, or EFAULT from readv/sendmsg, which killed the connection: RETRY_EXC_ERR).
+ * A: the initiator deregisters the source of a 64 MiB WRITE once it is on the wire; B: the target deregisters the
+ * sink of a 64 MiB WRITE as soon as its first bytes land. Both WRITEs must complete successfully (the rest of the
+ * payload is sent as zeros / dropped), and nothing faults. */
+#define DBIG (64u << 20)
+
+static char *map_rw(size_t len)
+{
+	char *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	CHECK(p != MAP_FAILED);
+	return p;
+}
+
+static void unmap_keep(char *p, size_t len)
+{
+	/* gone, but the range stays reserved: nothing else can be mapped there and silently absorb a late access */
+	CHECK(mmap(p, len, PROT_NONE, MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS, -1, 0) == (void *)p);
+}
+
+static struct ibv_qp *dsetup(int fd, char *buf, struct ibv_mr **mr, struct info *peer)
+{
+	vt_open(&d, 0, 64);
+	*mr = vt_mr(&d, buf, DBIG, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ);
+	struct ibv_qp *qp = vt_qp(&d, 64, 16, NULL);
+	struct info me = { qp->qp_num, (*mr)->rkey, (uintptr_t)buf, DBIG };
+	vt_send(fd, &me, sizeof(me));
+	vt_recv(fd, peer, sizeof(*peer));
+	struct vt_rc rc = VT_RC_DEFAULT;
+	rc.timeout = 18; /* 1.07 s x 8: a dead connection shows in ~9 s */
+	vt_connect(&d, qp, peer->qpn, rc);
+	return qp;
+}
+
+static void dereg_target(int fd)
+{
+	vt_name = "dereg_busy/target";
+	char *buf = map_rw(DBIG), c;
+	struct ibv_mr *mr;
+	struct info peer;
+	struct ibv_qp *qp = dsetup(fd, buf, &mr, &peer);
+	vt_send(fd, "r", 1);
+	uint64_t end = vt_now_ms() + 30000;
+	while (__atomic_load_n((volatile char *)buf, __ATOMIC_ACQUIRE) != 0x11) { /* A is on the wire */
+		CHECK(vt_now_ms() < end);
+		struct timespec ts = { 0, 100 * 1000 };
+		nanosleep(&ts, NULL);
+	}
+	vt_send(fd, "s", 1);
+	vt_recv(fd, &c, 1); /* A done */
+	end = vt_now_ms() + 30000;
+	while (__atomic_load_n((volatile char *)buf, __ATOMIC_ACQUIRE) != 0x22) { /* B's first bytes */
+		CHECK(vt_now_ms() < end);
+		struct timespec ts = { 0, 100 * 1000 };
+		nanosleep(&ts, NULL);
+	}
+	CHECK_EQ(ibv_dereg_mr(mr), 0);
+	unmap_keep(buf, DBIG);
+	vt_send(fd, "x", 1);
+	vt_recv(fd, &c, 1);
+	CHECK_EQ(ibv_destroy_qp(qp), 0);
+	vt_close(&d);
+}
+
+static void dereg_initiator(int fd)
+{
+	vt_name = "dereg_busy/initiator";
+	char *src = map_rw(DBIG), c;
+	memset(src, 0x11, DBIG);
+	struct ibv_mr *mr;
+	struct info peer;
+	struct ibv_qp *qp = dsetup(fd, src, &mr, &peer);
+	vt_recv(fd, &c, 1);
+	struct ibv_wc wc;
+	/* A: the source goes away once the first bytes have landed (a WR whose lkey is gone before it starts fails
+	 * with LOC_PROT_ERR instead, as on hardware) */
+	CHECK_EQ(vt_post_write(qp, IBV_WR_RDMA_WRITE, src, DBIG, mr->lkey, peer.addr, peer.rkey, 1, IBV_SEND_SIGNALED, 0),
+		 0);
+	vt_recv(fd, &c, 1);
+	CHECK_EQ(ibv_dereg_mr(mr), 0);
+	unmap_keep(src, DBIG);
+	vt_wait(&d, d.cq, &wc, 1, 30000);
+	CHECK_EQ(wc.status, IBV_WC_SUCCESS);
+	vt_send(fd, "a", 1);
+	/* B: the sink goes away while the payload streams in */
+	char *src2 = map_rw(DBIG);
+	memset(src2, 0x22, DBIG);
+	struct ibv_mr *mr2 = vt_mr(&d, src2, DBIG, IBV_ACCESS_LOCAL_WRITE);
+	CHECK_EQ(vt_post_write(qp, IBV_WR_RDMA_WRITE, src2, DBIG, mr2->lkey, peer.addr, peer.rkey, 2, IBV_SEND_SIGNALED, 0),
+		 0);
+	vt_wait(&d, d.cq, &wc, 1, 30000);
+	CHECK_EQ(wc.status, IBV_WC_SUCCESS);
+	vt_recv(fd, &c, 1); /* the target deregistered and unmapped */
+	/* a new request for the gone rkey is refused */
+	CHECK_EQ(vt_post_write(qp, IBV_WR_RDMA_WRITE, src2, 4096, mr2->lkey, peer.addr, peer.rkey, 3, IBV_SEND_SIGNALED, 0),
+		 0);
+	vt_wait(&d, d.cq, &wc, 1, 30000);
+	CHECK_EQ(wc.status, IBV_WC_REM_ACCESS_ERR);
+	printf("dereg_busy: both 64 MiB WRITEs completed with their memory gone mid-transfer; the old rkey is refused\n");
+	vt_send(fd, "d", 1);
+	CHECK_EQ(ibv_destroy_qp(qp), 0);
+	CHECK_EQ(ibv_dereg_mr(mr2), 0);
+	munmap(src2, DBIG);
+	vt_close(&d);
+}
+
 static int run_pair(void (*initiator)(int), void (*target)(int))
 {
 	int sp[2];
@@ -831,6 +941,8 @@ int main(int argc, char **argv)
 	}
 	if (!strcmp(t, "rnr"))
 		return run_pair(rnr_initiator, rnr_target);
+	if (!strcmp(t, "dereg_busy"))
+		return run_pair(dereg_initiator, dereg_target);
 	fprintf(stderr, "unknown test %s\n", t);
 	return 2;
 }

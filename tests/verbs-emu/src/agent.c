@@ -110,6 +110,7 @@ struct vconn {
 };
 
 #define IBUF_SZ (256 * 1024)
+static const char vemu_zeros[65536];
 #define STAGE_SZ (4u << 20)
 
 static int ep = -1;
@@ -175,6 +176,8 @@ static void want_deadline(uint64_t t)
 /* ------------------------------------------------------------ CUDA-aware copies */
 static void seg_copy_in(const struct vseg *s, uint64_t off, const void *src, uint64_t n)
 {
+	if (vemu_seg_dead(s))
+		return;
 	if (s->cuda)
 		vemu_cuda_htod(s->cuctx, s->addr + off, src, n);
 	else
@@ -183,6 +186,10 @@ static void seg_copy_in(const struct vseg *s, uint64_t off, const void *src, uin
 
 static void seg_copy_out(const struct vseg *s, uint64_t off, void *dst, uint64_t n)
 {
+	if (vemu_seg_dead(s)) {
+		memset(dst, 0, n);
+		return;
+	}
 	if (s->cuda)
 		vemu_cuda_dtoh(s->cuctx, dst, s->addr + off, n);
 	else
@@ -229,6 +236,7 @@ static int lazify(struct vseg *s, int n, struct lazyrec **out)
 		s[i].addr = (uint64_t)(uintptr_t)buf;
 		s[i].cuda = 0;
 		s[i].lazy = 0;
+		s[i].mr = NULL;
 	}
 	return 0;
 }
@@ -438,6 +446,7 @@ static int conn_write_locked(struct vconn *c)
 		int ns = 0;
 		for (struct oframe *f = c->oq_head; f && ns < 62; f = f->next)
 			snap[ns++] = f;
+		pthread_rwlock_rdlock(&g.memlock); /* taken under g.mu: see struct vglobal */
 		pthread_mutex_unlock(&g.mu);
 		struct iovec iov[64];
 		int n = 0;
@@ -475,6 +484,14 @@ static int conn_write_locked(struct vconn *c)
 					stop = 1;
 					break;
 				}
+				if (vemu_seg_dead(sg)) {
+					/* deregistered under a queued request: zeros, one bounded piece at a time */
+					iov[n].iov_base = (void *)vemu_zeros;
+					iov[n].iov_len = sg->len - so < sizeof(vemu_zeros) ? sg->len - so : sizeof(vemu_zeros);
+					n++;
+					stop = 1;
+					break;
+				}
 				iov[n].iov_base = (char *)(uintptr_t)(sg->addr + so);
 				iov[n].iov_len = sg->len - so;
 				n++;
@@ -493,6 +510,7 @@ static int conn_write_locked(struct vconn *c)
 		struct msghdr mh = { .msg_iov = iov, .msg_iovlen = (size_t)n };
 		ssize_t w = sendmsg(c->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
 		int err = errno;
+		pthread_rwlock_unlock(&g.memlock);
 		pthread_mutex_lock(&g.mu);
 		if (w < 0) {
 			if (err == EINTR)
@@ -568,6 +586,7 @@ static void seg_from_mr(struct vseg *s, struct vmr *m, uint64_t addr, uint64_t l
 	s->cuctx = m->cuctx;
 	s->dev = m->dev;
 	s->lazy = g.gdr_lazy && m->is_dev;
+	s->mr = m;
 }
 
 /* local SGEs of a WR -> segments; returns 0 or an IBV_WC_* status */
@@ -1259,7 +1278,7 @@ static ssize_t read_direct(struct vconn *c)
 	int n = 0;
 	uint64_t want = c->in_left;
 	if ((c->rx_kind == RX_PLACE || c->rx_kind == RX_READ_RESP) && c->iseg_i < c->nisegs &&
-	    c->isegs[c->iseg_i].cuda) {
+	    c->isegs[c->iseg_i].cuda && !vemu_seg_dead(&c->isegs[c->iseg_i])) {
 		/* device memory: straight into the staging buffer */
 		struct vseg *s = &c->isegs[c->iseg_i];
 		if (!c->stage && !(c->stage = malloc(STAGE_SZ)))
@@ -1284,8 +1303,8 @@ static ssize_t read_direct(struct vconn *c)
 		uint64_t off = c->iseg_off;
 		for (; i < c->nisegs && n < 16 && want; i++) {
 			struct vseg *s = &c->isegs[i];
-			if (s->cuda)
-				break;
+			if (s->cuda || vemu_seg_dead(s))
+				break; /* device memory: staged; deregistered: read into ibuf and dropped */
 			uint64_t k = s->len - off < want ? s->len - off : want;
 			iov[n].iov_base = (char *)(uintptr_t)(s->addr + off);
 			iov[n].iov_len = k;
@@ -1318,7 +1337,7 @@ static ssize_t read_direct(struct vconn *c)
 	return r;
 }
 
-static int conn_read(struct vconn *c)
+static int conn_read_locked(struct vconn *c)
 {
 	if (vemu_fault_is_lost() || c->dead || c->fd < 0)
 		return 0;
@@ -1379,6 +1398,17 @@ static int conn_read(struct vconn *c)
 		return 0;
 	}
 	return 0;
+}
+
+/* reads place bytes straight into registered memory: with g.memlock read-held (see struct vglobal) */
+static int conn_read(struct vconn *c)
+{
+	pthread_mutex_lock(&g.mu);
+	pthread_rwlock_rdlock(&g.memlock);
+	pthread_mutex_unlock(&g.mu);
+	int rc = conn_read_locked(c);
+	pthread_rwlock_unlock(&g.memlock);
+	return rc;
 }
 
 /* ------------------------------------------------------------ timers */

@@ -19,6 +19,7 @@
 
 struct vglobal g = {
 	.mu = PTHREAD_MUTEX_INITIALIZER,
+	.memlock = PTHREAD_RWLOCK_INITIALIZER,
 	.trace_mu = PTHREAD_MUTEX_INITIALIZER,
 	.listen_fd = -1,
 	.doorbell = -1,
@@ -922,9 +923,14 @@ VEMU_EXPORT int ibv_dereg_mr(struct ibv_mr *mr)
 			*pp = m->hnext;
 			break;
 		}
+	__atomic_store_n(&m->dead, 1, __ATOMIC_RELEASE);
+	m->dnext = g.dead_mrs;
+	g.dead_mrs = m;
 	pthread_mutex_unlock(&g.mu);
+	/* wait for the agent's (or a direct sender's) access to this memory that began before the mark */
+	pthread_rwlock_wrlock(&g.memlock);
+	pthread_rwlock_unlock(&g.memlock);
 	VTRACE("mr dereg key=0x%x\n", mr->lkey);
-	free(m);
 	return 0;
 }
 

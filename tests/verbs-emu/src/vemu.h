@@ -61,6 +61,8 @@ struct vmr {
 	int cuda;                   /* base is a CUDA device address (copies go through the driver) */
 	void *cuctx;                /* CUcontext of a CUDA registration */
 	struct vdev *dev;
+	int dead;                   /* deregistered: segments still pointing here must not touch its memory */
+	struct vmr *dnext;          /* g.dead_mrs */
 };
 
 /* send-queue slots of a QP. As with hardware, a completed unsignaled WR keeps its slot until a later completion
@@ -168,11 +170,24 @@ struct vseg {
 	void *cuctx;
 	int lazy;                           /* GDR_LAZY target: park the bytes instead of placing them */
 	struct vdev *dev;
+	struct vmr *mr;                     /* the registration it lies in (NULL: emulator-owned heap) */
 };
+
+/* a segment whose MR was deregistered: its bytes are dropped (placement) or sent as zeros (source), as a NIC
+ * whose MR is gone no longer touches that memory. Read with g.mu held, or with g.memlock read-held. */
+static inline int vemu_seg_dead(const struct vseg *s)
+{
+	return s->mr && __atomic_load_n(&s->mr->dead, __ATOMIC_ACQUIRE);
+}
 
 /* ------------------------------------------------------------ globals */
 struct vglobal {
 	pthread_mutex_t mu;
+	/* Application memory is touched outside g.mu (sendmsg from it, readv into it) only with memlock read-held,
+	 * taken while g.mu is held. ibv_dereg_mr marks the MR dead under g.mu, then takes memlock for writing: when it
+	 * returns, no access that could have missed the mark is still running (the caller may free the memory). */
+	pthread_rwlock_t memlock;
+	struct vmr *dead_mrs;               /* deregistered MRs, kept: queued segments may still point to them */
 	int inited;
 	int init_err;
 	char dir[512];
