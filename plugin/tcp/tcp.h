@@ -31,8 +31,8 @@
  *
  * System calls: the receiver reads the control stream in test() of an unfinished receive and stops after a short
  * read (the socket is drained) or once a payload read straight into the posted buffer is complete. The sender
- * reads it only when it needs something (a CTS, credits below C/4), when a send is not complete, and at least
- * every TCP_SEND_POLL_CALLS calls (to see an ERR_RECV or the peer's close without a CTS to wait for).
+ * reads it only when it needs something (a CTS, credits at or below C/4) and at least every TCP_SEND_POLL_CALLS
+ * isend/test calls (to see an ERR_RECV or the peer's close when it has no CTS to wait for).
  *
  * Failure: EOF/reset on any stream, or TCP_USER_TIMEOUT/keepalive expiry (GDRNET_TCP_TIMEOUT_MS) on a silent peer,
  * fails the comm; test() then returns ncclRemoteError/ncclSystemError with a WARN naming the peer. A receiver whose

@@ -79,6 +79,19 @@ static void tx_advance(struct tcp_comm *c, size_t n) {
   }
 }
 
+/* A failed sendmsg on the control stream (not EAGAIN/EINTR). */
+static ncclResult_t tx_error(struct tcp_comm *c, int err) {
+  if (!c->is_send && (err == EPIPE || err == ECONNRESET)) {
+    /* The sender is gone (it may close right after its last send completed): what a receiver sends (CTS, credits,
+     * errors) no longer matters, and its reads tell what can still arrive. Not an error here. */
+    c->tx_dead = 1;
+    c->tx_head = c->tx_tail;
+    return ncclSuccess;
+  }
+  return io_fail(c, err == EPIPE || err == ECONNRESET || err == ETIMEDOUT ? ncclRemoteError : ncclSystemError, err,
+                 "sending on the control stream");
+}
+
 /* Writes what is queued, as far as the socket takes it (never blocks). */
 static ncclResult_t tx_flush(struct tcp_comm *c) {
   while (c->tx_head != c->tx_tail) {
@@ -112,15 +125,7 @@ static ncclResult_t tx_flush(struct tcp_comm *c) {
     if (n < 0) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) return ncclSuccess;
-      if (!c->is_send && (errno == EPIPE || errno == ECONNRESET)) {
-        /* The sender is gone (it may close right after its last send completed): what a receiver sends (CTS,
-         * credits, errors) no longer matters, and its reads tell what can still arrive. Not an error here. */
-        c->tx_dead = 1;
-        c->tx_head = c->tx_tail;
-        return ncclSuccess;
-      }
-      return io_fail(c, errno == EPIPE || errno == ECONNRESET || errno == ETIMEDOUT ? ncclRemoteError : ncclSystemError,
-                     errno, "sending on the control stream");
+      return tx_error(c, errno);
     }
     tx_advance(c, (size_t)n);
   }
@@ -147,6 +152,18 @@ static ncclResult_t tx_send(struct tcp_comm *c, uint32_t type, uint32_t aux, uin
   e->off = 0;
   e->req = req;
   c->tx_tail++;
+  if (c->tx_tail - c->tx_head == 1) {
+    /* the usual case, nothing else queued: one sendmsg of header + payload, no queue walk */
+    struct iovec iov[2] = {{&e->hdr, sizeof(e->hdr)}, {(void *)payload, len}};
+    struct msghdr mh = {.msg_iov = iov, .msg_iovlen = len > 0 ? 2 : 1};
+    ssize_t n = sendmsg(c->ctrl_fd, &mh, MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (n >= 0) {
+      tx_advance(c, (size_t)n);
+      return ncclSuccess;
+    }
+    if (errno == EAGAIN || errno == EWOULDBLOCK) return ncclSuccess;
+    if (errno != EINTR) return tx_error(c, errno);
+  }
   return tx_flush(c);
 }
 
