@@ -7,6 +7,11 @@
 
 static ncclResult_t v8_init(ncclDebugLogger_t logger) { return gdr_core_init(logger); }
 
+/* NCCL >= 2.28 dlcloses the plugin after its last communicator, and a v8 plugin gets no finalize call: give back
+ * what init took (verbs contexts and PDs, the parameter cache) when the library is unloaded. Only when no comm is
+ * open: a process that exits with comms still open may have other threads inside the plugin. */
+__attribute__((destructor)) static void v8_unload(void) { gdr_core_unload(); }
+
 static ncclResult_t v8_devices(int *ndev) { return gdr_core_devices(ndev); }
 
 static ncclResult_t v8_get_properties(int dev, ncclNetProperties_v8_t *props) {

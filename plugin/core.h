@@ -62,6 +62,8 @@ ncclResult_t gdr_core_get_properties(int dev, struct gdr_props *props);
 /* Forgets the chosen transport and the parsed knobs; the next init starts from scratch. For tests; NCCL never
  * calls it (a v8 plugin has no finalize: it is dlclosed). */
 void gdr_core_fini(void);
+/* gdr_core_fini() when no comm is open (library unload); otherwise nothing: other threads may still be inside. */
+void gdr_core_unload(void);
 /* Comm accounting: when the last comm of the process closes, the transport is told to stop its threads. */
 void gdr_core_comm_opened(void);
 void gdr_core_comm_closed(const struct gdr_transport *tp);

@@ -169,6 +169,13 @@ void gdr_core_fini(void) {
   pthread_mutex_unlock(&g_lock);
 }
 
+void gdr_core_unload(void) {
+  pthread_mutex_lock(&g_lock);
+  int idle = g_ncomms == 0;
+  pthread_mutex_unlock(&g_lock);
+  if (idle) gdr_core_fini();
+}
+
 /* Used by core_connect.c: the transport and device count under the lock's protection (caller holds it). */
 const struct gdr_transport *gdr_core_transport_locked(int *ndev) {
   *ndev = g_ndev;
