@@ -131,6 +131,25 @@ ncclResult_t gdr_core_isend(void *send_comm, void *data, size_t size, int tag, v
   return res;
 }
 
+/* recv_comm is one of our receive comms and n fits one grouped receive on its device; else a WARN naming op. */
+static ncclResult_t recv_group_check(const struct gdr_comm *c, const void *recv_comm, int n, const char *op,
+                                     const char *what) {
+  if (c == NULL || c->magic != GDR_COMM_RECV) {
+    GDR_WARN("%s: %p is not a recv comm of this plugin", op, recv_comm);
+    return ncclInternalError;
+  }
+  if (n < 1 || n > c->max_recvs) {
+    GDR_WARN("%s: %d %s in one group, this device takes 1..%d", op, n, what, c->max_recvs);
+    return ncclInternalError;
+  }
+  return ncclSuccess;
+}
+
+/* The transport's memory handles of a group (NULL where NCCL passed none). */
+static void transport_mrs(int n, void **mhandles, void **tmrs) {
+  for (int i = 0; i < n; i++) tmrs[i] = mhandles ? tmr_of(mhandles[i]) : NULL;
+}
+
 ncclResult_t gdr_core_irecv(void *recv_comm, int n, void **data, size_t *sizes, int *tags, void **mhandles,
                             void **request) {
   struct gdr_comm *c = recv_comm;
@@ -139,16 +158,10 @@ ncclResult_t gdr_core_irecv(void *recv_comm, int n, void **data, size_t *sizes, 
   ncclResult_t res;
 
   *request = NULL;
-  if (c == NULL || c->magic != GDR_COMM_RECV) {
-    GDR_WARN("irecv: %p is not a recv comm of this plugin", recv_comm);
-    return ncclInternalError;
-  }
-  if (n < 1 || n > c->max_recvs) {
-    GDR_WARN("irecv: %d receives in one group, this device takes 1..%d", n, c->max_recvs);
-    return ncclInternalError;
-  }
+  res = recv_group_check(c, recv_comm, n, "irecv", "receives");
+  if (res != ncclSuccess) return res;
   if (c->reqs.nfree == 0) return ncclSuccess;
-  for (int i = 0; i < n; i++) tmrs[i] = mhandles ? tmr_of(mhandles[i]) : NULL;
+  transport_mrs(n, mhandles, tmrs);
   res = c->tp->irecv(c->tcomm, n, data, sizes, tags, tmrs, &treq);
   if (res == ncclSuccess && treq != NULL) *request = wrap_req(c, GDR_REQ_RECV, n, treq);
   return res;
@@ -161,20 +174,14 @@ ncclResult_t gdr_core_iflush(void *recv_comm, int n, void **data, int *sizes, vo
   ncclResult_t res;
 
   *request = NULL;
-  if (c == NULL || c->magic != GDR_COMM_RECV) {
-    GDR_WARN("iflush: %p is not a recv comm of this plugin", recv_comm);
-    return ncclInternalError;
-  }
-  if (n < 1 || n > c->max_recvs) {
-    GDR_WARN("iflush: %d buffers in one group, this device takes 1..%d", n, c->max_recvs);
-    return ncclInternalError;
-  }
+  res = recv_group_check(c, recv_comm, n, "iflush", "buffers");
+  if (res != ncclSuccess) return res;
   if (c->tp->iflush == NULL) return ncclSuccess; /* nothing to wait for */
   if (c->reqs.nfree == 0) {
     GDR_WARN("iflush: more than %d requests outstanding on one comm", c->reqs.cap);
     return ncclInternalError;
   }
-  for (int i = 0; i < n; i++) tmrs[i] = mhandles ? tmr_of(mhandles[i]) : NULL;
+  transport_mrs(n, mhandles, tmrs);
   res = c->tp->iflush(c->tcomm, n, data, sizes, tmrs, &treq);
   if (res == ncclSuccess && treq != NULL) *request = wrap_req(c, GDR_REQ_FLUSH, 0, treq);
   return res; /* a NULL request: nothing to wait for */
