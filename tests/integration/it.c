@@ -265,3 +265,20 @@ void it_recv_pattern(gn_ctx_t *ctx, it_conn_t *c, size_t off, int cap, int expec
   IT_GN(ctx, gn_recv_sync(ctx, c->r, c->rbuf + off, cap, 0, c->rmh, &got));
   it_verify(c->rbuf + off, cap, got, expect, iter, salt, "receive");
 }
+
+struct two_sides {
+  int (*side)(int fd, int parent);
+};
+
+static int two_sides_child(int fd, void *arg) { return ((struct two_sides *)arg)->side(fd, 0); }
+
+int it_two_sides(const char *name, int timeout_s, int (*side)(int fd, int parent), double join_s) {
+  struct two_sides ts = {side};
+  it_child_t c;
+  it_init(name, timeout_s);
+  it_fork(&c, two_sides_child, &ts);
+  side(c.fd, 1);
+  it_join(&c, join_s);
+  it_log("PASS");
+  return 0;
+}

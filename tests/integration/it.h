@@ -54,6 +54,9 @@ void it_fork(it_child_t *c, int (*fn)(int fd, void *arg), void *arg);
 void it_join(it_child_t *c, double timeout_s);
 /* Waits for the child to end (bounded) and returns the raw wait status. */
 int it_reap(it_child_t *c, double timeout_s);
+/* The usual test body: it_init(name, timeout_s), side(fd, 0) in a forked child and side(fd, 1) here on the two
+ * ends of a socketpair, it_join(child, join_s), then "PASS". Returns main's exit status. */
+int it_two_sides(const char *name, int timeout_s, int (*side)(int fd, int parent), double join_s);
 
 /* The plugin, loaded and initialised with the NCCL-style logger (its output captured). */
 typedef struct {

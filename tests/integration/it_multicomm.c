@@ -194,17 +194,4 @@ static int side(int fd, int parent) {
   return 0;
 }
 
-static int child(int fd, void *arg) {
-  (void)arg;
-  return side(fd, 0);
-}
-
-int main(void) {
-  it_init("multicomm", 150);
-  it_child_t c;
-  it_fork(&c, child, NULL);
-  side(c.fd, 1);
-  it_join(&c, 60);
-  it_log("PASS");
-  return 0;
-}
+int main(void) { return it_two_sides("multicomm", 150, side, 60); }
