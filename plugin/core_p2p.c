@@ -10,24 +10,36 @@ static int is_data_comm(const struct gdr_comm *c) {
   return c != NULL && (c->magic == GDR_COMM_SEND || c->magic == GDR_COMM_RECV);
 }
 
-ncclResult_t gdr_core_reg_mr(void *comm, void *data, size_t size, int type, void **mhandle) {
+/* regMr and regMrDmaBuf: the transport registers, the core wraps its handle (dmabuf selects the DMA-BUF entry). */
+static ncclResult_t reg_common(const char *op, void *comm, void *data, size_t size, int type, int dmabuf,
+                               uint64_t offset, int fd, void **mhandle) {
   ncclResult_t res = ncclSuccess;
   struct gdr_comm *c = comm;
   struct gdr_mr *mr = NULL;
 
   *mhandle = NULL;
   if (!is_data_comm(c)) {
-    GDR_WARN("regMr: %p is not a send/recv comm of this plugin", comm);
+    GDR_WARN("%s: %p is not a send/recv comm of this plugin", op, comm);
     res = ncclInternalError;
+    goto out;
+  }
+  if (dmabuf && c->tp->reg_mr_dmabuf == NULL) {
+    /* Only reached if NCCL calls it without NCCL_PTR_DMABUF in ptrSupport, or for host memory. */
+    if (type == NCCL_PTR_HOST) return reg_common("regMr", comm, data, size, type, 0, 0, -1, mhandle);
+    GDR_WARN("%s: the %s transport does not take DMA-BUF registrations", op, c->tp->name);
+    res = ncclInvalidUsage;
     goto out;
   }
   mr = calloc(1, sizeof(*mr));
   if (mr == NULL) {
-    GDR_WARN("regMr: out of memory");
+    GDR_WARN("%s: out of memory", op);
     res = ncclSystemError;
     goto out;
   }
-  GDR_CHECK(c->tp->reg_mr(c->tcomm, data, size, type, &mr->tmr));
+  if (dmabuf)
+    GDR_CHECK(c->tp->reg_mr_dmabuf(c->tcomm, data, size, type, offset, fd, &mr->tmr));
+  else
+    GDR_CHECK(c->tp->reg_mr(c->tcomm, data, size, type, &mr->tmr));
   mr->magic = GDR_MR_MAGIC;
   mr->tp = c->tp;
   mr->data = data;
@@ -40,42 +52,13 @@ out:
   return res;
 }
 
+ncclResult_t gdr_core_reg_mr(void *comm, void *data, size_t size, int type, void **mhandle) {
+  return reg_common("regMr", comm, data, size, type, 0, 0, -1, mhandle);
+}
+
 ncclResult_t gdr_core_reg_mr_dmabuf(void *comm, void *data, size_t size, int type, uint64_t offset, int fd,
                                     void **mhandle) {
-  ncclResult_t res = ncclSuccess;
-  struct gdr_comm *c = comm;
-  struct gdr_mr *mr = NULL;
-
-  *mhandle = NULL;
-  if (!is_data_comm(c)) {
-    GDR_WARN("regMrDmaBuf: %p is not a send/recv comm of this plugin", comm);
-    res = ncclInternalError;
-    goto out;
-  }
-  if (c->tp->reg_mr_dmabuf == NULL) {
-    /* Only reached if NCCL calls it without NCCL_PTR_DMABUF in ptrSupport, or for host memory. */
-    if (type == NCCL_PTR_HOST) return gdr_core_reg_mr(comm, data, size, type, mhandle);
-    GDR_WARN("regMrDmaBuf: the %s transport does not take DMA-BUF registrations", c->tp->name);
-    res = ncclInvalidUsage;
-    goto out;
-  }
-  mr = calloc(1, sizeof(*mr));
-  if (mr == NULL) {
-    GDR_WARN("regMrDmaBuf: out of memory");
-    res = ncclSystemError;
-    goto out;
-  }
-  GDR_CHECK(c->tp->reg_mr_dmabuf(c->tcomm, data, size, type, offset, fd, &mr->tmr));
-  mr->magic = GDR_MR_MAGIC;
-  mr->tp = c->tp;
-  mr->data = data;
-  mr->size = size;
-  mr->type = type;
-  *mhandle = mr;
-  mr = NULL;
-out:
-  free(mr);
-  return res;
+  return reg_common("regMrDmaBuf", comm, data, size, type, 1, offset, fd, mhandle);
 }
 
 ncclResult_t gdr_core_dereg_mr(void *comm, void *mhandle) {
