@@ -2,10 +2,11 @@
  * be loaded). Device memory from cuMemAlloc: WRITE host->device, device->host, READ, 64 MiB device->device with
  * WRITE_WITH_IMM (GB/s printed), a DMA-BUF registration from cuMemGetHandleForAddressRange, and the deadlock
  * case: an RDMA write into device memory completes while a kernel spins on the legacy default stream waiting
- * for the host (as NCCL's kernels wait for the network), and the same while another thread is inside a synchronous
- * device-to-host copy into pageable memory that waits behind that kernel (PyTorch's .cpu()/.item() after a
- * collective: it holds the driver's pageable staging path, which the emulator must not need). With
- * VEMU_GDR_LAZY=1 device writes must stay invisible until the flush READ. */
+ * for the host (as NCCL's kernels wait for the network), and the same into cuMem* (VMM) memory -- how NCCL
+ * allocates its buffers -- while another thread is inside a synchronous device-to-host copy that waits behind
+ * that kernel (PyTorch's .cpu()/.item() after a collective: it holds the context's lock, which blocks every
+ * enqueue into that context; the emulator copies VMM memory in a context of its own). cuMemAlloc memory in that
+ * situation is a known limit (README). With VEMU_GDR_LAZY=1 device writes must stay invisible until the flush. */
 #include "vt.h"
 
 #include <dlfcn.h>
@@ -33,6 +34,10 @@ static struct {
 	CUresult (*cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
 				   CUstream, void **, void **);
 	CUresult (*cuMemGetHandleForAddressRange)(void *, CUdeviceptr, size_t, int, unsigned long long);
+	CUresult (*cuMemCreate)(unsigned long long *, size_t, const void *, unsigned long long);
+	CUresult (*cuMemAddressReserve)(CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long);
+	CUresult (*cuMemMap)(CUdeviceptr, size_t, size_t, unsigned long long, unsigned long long);
+	CUresult (*cuMemSetAccess)(CUdeviceptr, size_t, const void *, size_t);
 } cu;
 
 #define CU(x)                                                                                                    \
@@ -82,19 +87,50 @@ static double now_s(void)
 static CUcontext copier_ctx;
 static CUdeviceptr copier_src;
 static char *copier_dst; /* pageable (malloc) */
+static volatile int copier_done;
 static void *copier(void *arg)
 {
 	(void)arg;
 	CU(cu.cuCtxSetCurrent(copier_ctx));
 	CU(cu.cuMemcpyDtoH(copier_dst, copier_src, 1 << 20)); /* waits for the spinning kernel (legacy stream) */
+	copier_done = 1;
 	return NULL;
+}
+
+/* 4 MiB of cuMemCreate + cuMemMap memory on device 0, as NCCL allocates its buffers (no owning context) */
+static CUdeviceptr vmm_alloc(size_t len)
+{
+	struct {
+		int type, handle_types;
+		struct {
+			int type, id;
+		} loc;
+		void *win32;
+		unsigned char flags[8];
+	} prop;
+	memset(&prop, 0, sizeof(prop));
+	prop.type = 1;     /* CU_MEM_ALLOCATION_TYPE_PINNED */
+	prop.loc.type = 1; /* CU_MEM_LOCATION_TYPE_DEVICE */
+	struct {
+		struct {
+			int type, id;
+		} loc;
+		int flags;
+	} acc = { { 1, 0 }, 3 /* CU_MEM_ACCESS_FLAGS_PROT_READWRITE */ };
+	unsigned long long hnd;
+	CUdeviceptr p;
+	CU(cu.cuMemCreate(&hnd, len, &prop, 0));
+	CU(cu.cuMemAddressReserve(&p, len, 0, 0, 0));
+	CU(cu.cuMemMap(p, len, 0, hnd, 0));
+	CU(cu.cuMemSetAccess(p, len, &acc, 1));
+	return p;
 }
 
 static void on_alarm(int sig)
 {
 	(void)sig;
 	static const char m[] = "FAIL: watchdog: the emulator's copy waited behind the spinning kernel or behind "
-				 "another thread's pageable copy (deadlock)\n";
+				 "another thread's synchronous copy (deadlock)\n";
 	ssize_t r = write(2, m, sizeof(m) - 1);
 	(void)r;
 	_exit(1);
@@ -124,6 +160,10 @@ int main(void)
 	SYM(cuModuleLoadData, "cuModuleLoadData");
 	SYM(cuModuleGetFunction, "cuModuleGetFunction");
 	SYM(cuLaunchKernel, "cuLaunchKernel");
+	SYM(cuMemCreate, "cuMemCreate");
+	SYM(cuMemAddressReserve, "cuMemAddressReserve");
+	SYM(cuMemMap, "cuMemMap");
+	SYM(cuMemSetAccess, "cuMemSetAccess");
 	*(void **)&cu.cuMemGetHandleForAddressRange = dlsym(h, "cuMemGetHandleForAddressRange");
 	if (cu.cuInit(0)) {
 		printf("gpu_check: cuInit failed (no GPU): skipped\n");
@@ -237,7 +277,12 @@ int main(void)
 	CHECK(!memcmp(chk, host, 1 << 20));
 	printf("gpu_check: RDMA into device memory completed while a kernel spun on the default stream: ok\n");
 
-	/* the same with a second thread inside a synchronous pageable cuMemcpyDtoH waiting behind the kernel */
+	/* into and out of cuMem* memory with a second thread inside a synchronous cuMemcpyDtoH waiting behind the kernel;
+	 * registered first (the emulator makes its own context then, on this thread, outside the lock) */
+	const size_t VSZ = 4u << 20;
+	CUdeviceptr dv = vmm_alloc(VSZ);
+	struct ibv_mr *mv = ibv_reg_mr(d.pd, (void *)(uintptr_t)dv, VSZ, acc);
+	CHECK(mv);
 	*flag = 0;
 	CU(cu.cuLaunchKernel(spin, 1, 1, 1, 1, 1, 1, 0, NULL, args, NULL));
 	copier_ctx = ctx;
@@ -246,22 +291,24 @@ int main(void)
 	pthread_t th;
 	CHECK_EQ(pthread_create(&th, NULL, copier, NULL), 0);
 	struct timespec ts = { 0, 300 * 1000 * 1000 };
-	nanosleep(&ts, NULL); /* let it enter the copy */
+	nanosleep(&ts, NULL); /* time to enter the driver; CHECK(!copier_done) below proves the overlap */
 	alarm(20);
 	for (size_t i = 0; i < (1 << 20); i++)
 		host[i] = (char)(i * 5 + 3);
-	one(a, IBV_WR_RDMA_WRITE, host, 1 << 20, hmr->lkey, d1 + (2 << 20), m1->rkey);
-	one(self, IBV_WR_RDMA_READ, chk + 8192, 4096, cmr->lkey, d1 + (2 << 20), m1->rkey); /* (the lazy flush) */
-	one(a, IBV_WR_RDMA_WRITE, (void *)(uintptr_t)(d1 + (2 << 20)), 4096, m1->lkey, (uintptr_t)chk, cmr->rkey);
+	one(a, IBV_WR_RDMA_WRITE, host, 1 << 20, hmr->lkey, dv + (2 << 20), mv->rkey);
+	one(self, IBV_WR_RDMA_READ, chk + 8192, 4096, cmr->lkey, dv + (2 << 20), mv->rkey); /* (the lazy flush) */
+	one(a, IBV_WR_RDMA_WRITE, (void *)(uintptr_t)(dv + (2 << 20)), 4096, mv->lkey, (uintptr_t)chk, cmr->rkey);
 	alarm(0);
+	CHECK(!copier_done); /* all of it happened while the other thread was still inside its copy */
 	*flag = 1;
 	CHECK_EQ(pthread_join(th, NULL), 0);
 	CU(cu.cuCtxSynchronize());
 	CHECK(!memcmp(chk, host, 4096) && !memcmp(chk + 8192, host, 4096));
-	CU(cu.cuMemcpyDtoH(chk, d1 + (2 << 20), 1 << 20));
+	CHECK(copier_done);
+	CU(cu.cuMemcpyDtoH(chk, dv + (2 << 20), 1 << 20));
 	CHECK(!memcmp(chk, host, 1 << 20));
 	free(copier_dst);
-	printf("gpu_check: RDMA into and out of device memory completed while another thread's pageable "
+	printf("gpu_check: RDMA into and out of cuMem* device memory completed while another thread's synchronous "
 	       "cuMemcpyDtoH waited behind a spinning kernel: ok\n");
 	printf("gpu_check: OK%s\n", lazy ? " (GDR_LAZY)" : "");
 	return 0;

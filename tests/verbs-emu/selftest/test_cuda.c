@@ -1,7 +1,8 @@
 /* the CUDA device-memory path, on CPU, against the fake driver (fakecuda.c, loaded as libcuda.so.1 before the
  * first verbs call, as a CUDA program would have it loaded). Device memory there is PROT_NONE: the emulator
  * can only reach it through cuMemcpy*Async on its own non-blocking stream with a context pushed.
- * FAKECU_VMM=1: pointers without a context (cuMem* allocations) use the device's primary context.
+ * FAKECU_VMM=1: every pointer is a cuMem* allocation (no owning context): the emulator copies it in a context of
+ * its own (VEMU_CUDA_PRIVATE_CTX=0: in the device's primary context).
  * VEMU_GDR_LAZY=1: device writes appear only after the flush READ. */
 #include "vt.h"
 
@@ -9,10 +10,11 @@
 #include <sys/mman.h>
 
 struct fakecu_stats {
-	int htod, dtoh, dtod, syncs, streams, pushes, pops, bad, pageable, pinned_allocs;
+	int htod, dtoh, dtod, syncs, streams, pushes, pops, bad, pageable, pinned_allocs, private_ctxs, private_copies;
 };
-static void (*cu_hold_pageable)(int);
+static void (*cu_hold_sync)(int);
 static void *(*cu_alloc)(size_t);
+static void *(*cu_alloc_vmm)(size_t);
 static int (*cu_poke)(void *, const void *, size_t);
 static int (*cu_peek)(void *, const void *, size_t);
 static void (*cu_stats)(struct fakecu_stats *);
@@ -31,8 +33,9 @@ static void load_fake(void)
 	*(void **)&cu_poke = dlsym(h, "fakecu_poke");
 	*(void **)&cu_peek = dlsym(h, "fakecu_peek");
 	*(void **)&cu_stats = dlsym(h, "fakecu_get_stats");
-	*(void **)&cu_hold_pageable = dlsym(h, "fakecu_hold_pageable");
-	CHECK(cu_alloc && cu_poke && cu_peek && cu_stats && cu_hold_pageable);
+	*(void **)&cu_alloc_vmm = dlsym(h, "fakecu_alloc_vmm");
+	*(void **)&cu_hold_sync = dlsym(h, "fakecu_hold_sync");
+	CHECK(cu_alloc && cu_alloc_vmm && cu_poke && cu_peek && cu_stats && cu_hold_sync);
 }
 
 static void fill(char *p, size_t n, int seed)
@@ -149,6 +152,14 @@ static void single(void)
 	CHECK_EQ(s.streams, 1);
 	CHECK_EQ(s.pageable, 0);      /* every driver copy through the pinned bounce buffer */
 	CHECK_EQ(s.pinned_allocs, 1); /* allocated once, at the first device registration */
+	const char *vmm = getenv("FAKECU_VMM"), *pc = getenv("VEMU_CUDA_PRIVATE_CTX");
+	if (vmm && !strcmp(vmm, "1") && !(pc && !strcmp(pc, "0"))) {
+		CHECK_EQ(s.private_ctxs, 1); /* one per device, made at the first registration */
+		CHECK_EQ(s.private_copies, s.htod + s.dtoh + s.dtod);
+	} else {
+		CHECK_EQ(s.private_ctxs, 0);
+		CHECK_EQ(s.private_copies, 0);
+	}
 	free(pat);
 }
 
@@ -209,13 +220,14 @@ static void procs(void)
 }
 
 /* two processes, the DDP broadcast case seen on the H200 machine: 64 MiB then 256 MiB WRITE_WITH_IMM into device
- * memory registered through ibv_reg_dmabuf_mr with a non-zero offset inside a larger allocation, while the
- * receiving application is itself inside a synchronous pageable copy waiting for a kernel (PyTorch's main thread
- * after a collective), which holds the driver's pageable staging path. The receiver's agent must place the data
- * and acknowledge anyway: its copies go through pinned (cuMemHostAlloc) staging, never the pageable path. Before
- * that fix the agent blocked in its first cuMemcpyHtoDAsync, acknowledged nothing, and the sender's QP ran out of
- * retries ("transport retry counter exceeded", 34 s with NCCL's timeout 20). */
-static void procs_big(void)
+ * memory (cuMem*, as NCCL allocates its buffers) registered through ibv_reg_dmabuf_mr with a non-zero offset inside
+ * a larger allocation, while the receiving application is itself inside a synchronous copy waiting for a kernel
+ * (PyTorch's main thread after a collective), which holds the primary context's lock. The receiver's agent must
+ * place the data and acknowledge anyway: it copies in a context of its own. Before that fix the agent blocked in
+ * its first cuMemcpyHtoDAsync, acknowledged nothing, and the sender's QP ran out of retries ("transport retry
+ * counter exceeded", 34 s with NCCL's timeout 20). expect_block (run with VEMU_CUDA_PRIVATE_CTX=0, the control):
+ * the same in the primary context must block, and the sender must see exactly that RETRY_EXC_ERR. */
+static void procs_big(int expect_block)
 {
 	const size_t big = 256u << 20, off = 3u << 20, alloc = big + off + (1u << 20);
 	const uint32_t sizes[2] = { 64u << 20, (uint32_t)big };
@@ -248,6 +260,11 @@ static void procs_big(void)
 					       (uint64_t)i, IBV_SEND_SIGNALED, htonl((uint32_t)i)),
 				 0);
 			vt_wait(&d, d.cq, &wc, 1, 60000);
+			if (expect_block) {
+				CHECK_EQ(wc.status, IBV_WC_RETRY_EXC_ERR); /* the receiver's agent could not place it */
+				vt_send(fd, "x", 1);
+				break;
+			}
 			CHECK_EQ(wc.status, IBV_WC_SUCCESS);
 		}
 		vt_recv(fd, &c, 1);
@@ -255,7 +272,7 @@ static void procs_big(void)
 		exit(0);
 	}
 	vt_name = "cuda/procs_big/receiver";
-	char *dev = cu_alloc(alloc);
+	char *dev = cu_alloc_vmm(alloc);
 	CHECK(dev);
 	int dfd = memfd_create("dmabuf", 0);
 	/* NCCL/the plugin: offset of the buffer inside the exported range, iova = the buffer's VA */
@@ -268,8 +285,16 @@ static void procs_big(void)
 	vt_connect(&d, qp, (uint32_t)peer, rc);
 	for (int i = 0; i < 2; i++)
 		CHECK_EQ(vt_post_recv(qp, NULL, 0, 0, (uint64_t)(10 + i)), 0);
-	cu_hold_pageable(1); /* the application is in a synchronous pageable copy from here on */
+	cu_hold_sync(1); /* the application is in a synchronous copy behind a kernel from here on */
 	vt_send(fd, "g", 1);
+	if (expect_block) {
+		char c;
+		vt_recv(fd, &c, 1); /* the sender saw RETRY_EXC_ERR */
+		cu_hold_sync(0);
+		vt_send(fd, "d", 1);
+		CHECK_EQ(vt_wait_child(pid), 0);
+		return;
+	}
 	for (int i = 0; i < 2; i++) {
 		vt_wait(&d, d.cq, &wc, 1, 30000);
 		CHECK_EQ(wc.status, IBV_WC_SUCCESS);
@@ -277,7 +302,7 @@ static void procs_big(void)
 		CHECK_EQ(wc.byte_len, sizes[i]);
 		CHECK_EQ(ntohl(wc.imm_data), (uint32_t)i);
 	}
-	cu_hold_pageable(0);
+	cu_hold_sync(0);
 	check_dev(dev + off, big, 8);
 	char edge[2] = { 1, 1 };
 	CHECK_EQ(cu_peek(edge, dev + off - 1, 1), 0);
@@ -285,10 +310,11 @@ static void procs_big(void)
 	CHECK(!edge[0] && !edge[1]); /* nothing outside the registered sub-range */
 	struct fakecu_stats s;
 	cu_stats(&s);
-	printf("cuda: htod=%d syncs=%d pageable=%d pinned_allocs=%d bad=%d\n", s.htod, s.syncs, s.pageable,
-	       s.pinned_allocs, s.bad);
+	printf("cuda: htod=%d syncs=%d pageable=%d pinned_allocs=%d private_copies=%d bad=%d\n", s.htod, s.syncs,
+	       s.pageable, s.pinned_allocs, s.private_copies, s.bad);
 	CHECK_EQ(s.bad, 0);
 	CHECK_EQ(s.pageable, 0);
+	CHECK(s.private_copies >= s.htod && s.htod > 0); /* every placement in the emulator's own context */
 	CHECK_EQ(s.pushes, s.pops);
 	vt_send(fd, "d", 1);
 	CHECK_EQ(vt_wait_child(pid), 0);
@@ -303,7 +329,9 @@ int main(int argc, char **argv)
 	if (argc > 1 && !strcmp(argv[1], "procs"))
 		procs();
 	else if (argc > 1 && !strcmp(argv[1], "procs_big"))
-		procs_big();
+		procs_big(0);
+	else if (argc > 1 && !strcmp(argv[1], "procs_big_control"))
+		procs_big(1);
 	else
 		single();
 	printf("test_cuda %s: OK\n", argc > 1 ? argv[1] : "single");

@@ -1,19 +1,27 @@
 /* verbs emulator: CUDA device memory through the driver API, dlopened (never linked).
  *
  * The driver is used only when libcuda.so.1 is already loaded in the process (a process cannot hold
- * device pointers otherwise), or when VEMU_CUDA=1 asks to load it. Copies run in the agent thread (the pointer's
- * context pushed for the copy and popped after) on the emulator's own CU_STREAM_NON_BLOCKING stream (one per
- * context) followed by a synchronize of that stream only: a synchronous or legacy-default-stream copy could wait behind the application's kernels
- * (NCCL's kernels wait for the network, which waits for the agent: a deadlock).
+ * device pointers otherwise), or when VEMU_CUDA=1 asks to load it. Copies run in the agent thread (a context pushed
+ * for the copy and popped after) on the emulator's own CU_STREAM_NON_BLOCKING stream (one per context) followed by
+ * a synchronize of that stream only: a synchronous or legacy-default-stream copy could wait behind the
+ * application's kernels (NCCL's kernels wait for the network, which waits for the agent: a deadlock).
  *
- * Host memory of these copies is always pinned (cuMemHostAlloc): a copy between device memory and pageable host
- * memory goes through the driver's pageable staging path, which another thread of the application can hold for as
- * long as it likes -- e.g. PyTorch's main thread in a synchronous device-to-host copy (.cpu(), .item()) that waits
- * for an NCCL kernel, which waits for data the agent has to place: the agent blocks in its copy, acknowledges
- * nothing, and the sender's QP runs out of retries (the diagnosis of DDP's first broadcast on the H200 machine;
- * selftest/gpu_check.c checks it against the real driver). The agent copies
- * through one pinned bounce buffer (BOUNCE bytes per driver copy), allocated with the stream when the first device
- * MR is registered (on the application's thread, outside any collective), not in the agent's critical path. */
+ * Which context. Measured on the H200 machine (driver 580, selftest/cuda_lock_probe.c): while one thread of a
+ * process is inside a *synchronous* copy (cuMemcpyDtoH/HtoD, pageable or pinned) that waits behind a running
+ * kernel, every enqueue into that context from any other thread blocks in the driver -- cuMemcpy*Async on any
+ * stream, cuLaunchKernel, cuMemHostRegister -- until the kernel ends; so does an enqueue from a second context
+ * that touches memory owned by the first (cuMemAlloc memory). An enqueue from a second context onto memory it can
+ * reach by itself does not block, and that includes cuMem* (VMM) allocations: they belong to no context, only to
+ * the device. That is PyTorch's pattern (the main thread's .item()/.cpu() waits for an NCCL kernel, which waits for
+ * data the agent must place) and was the "transport retry counter exceeded" of DDP's first broadcast. So device
+ * memory without an owning context (cuMem*, which is how NCCL allocates its buffers by default) is copied in a
+ * context of the emulator's own, created per device at the first such registration (VEMU_CUDA_PRIVATE_CTX=0: the
+ * device's primary context instead, the old behaviour, as a control); cuMemAlloc memory can only be copied in its
+ * owning context and remains exposed to that lock (README, "Limits").
+ *
+ * Host memory of these copies is always pinned (cuMemHostAlloc, portable): the agent copies through one pinned
+ * bounce buffer (BOUNCE bytes per driver copy), allocated with the stream when the first device MR is registered
+ * (on the application's thread, outside any collective), not in the agent's critical path. */
 #include "vemu.h"
 
 #include <dlfcn.h>
@@ -46,6 +54,8 @@ static struct {
 	CUresult (*cuMemcpyDtoHAsync)(void *, CUdeviceptr, size_t, CUstream);
 	CUresult (*cuMemcpyDtoDAsync)(CUdeviceptr, CUdeviceptr, size_t, CUstream);
 	CUresult (*cuMemHostAlloc)(void **, size_t, unsigned);
+	CUresult (*cuDeviceGet)(CUdevice *, int);
+	CUresult (*cuCtxCreate)(CUcontext *, unsigned, CUdevice);
 } cu;
 
 #define CU_MEMHOSTALLOC_PORTABLE 0x01
@@ -87,6 +97,8 @@ static int load(void)
 	SYM(cuMemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2");
 #undef SYM
 	*(void **)&cu.cuMemHostAlloc = dlsym(h, "cuMemHostAlloc"); /* optional: without it, pageable copies */
+	*(void **)&cu.cuDeviceGet = dlsym(h, "cuDeviceGet");        /* optional: without them, no private context */
+	*(void **)&cu.cuCtxCreate = dlsym(h, "cuCtxCreate_v2");
 	if (cu.cuInit(0))
 		return 0;
 	cu.h = h;
@@ -106,6 +118,35 @@ int vemu_cuda_available(void)
 	return ok;
 }
 
+#define MAX_DEV 16
+static CUcontext priv[MAX_DEV]; /* the emulator's own context per device ordinal (cmu), never destroyed */
+static int priv_failed[MAX_DEV];
+
+/* the emulator's own context on device ord, created on first use (application thread, at registration) */
+static CUcontext private_ctx(int ord)
+{
+	const char *e = getenv("VEMU_CUDA_PRIVATE_CTX");
+	if ((e && !strcmp(e, "0")) || ord < 0 || ord >= MAX_DEV || !cu.cuDeviceGet || !cu.cuCtxCreate)
+		return NULL;
+	pthread_mutex_lock(&cmu);
+	CUcontext c = priv[ord];
+	CUdevice dev;
+	if (!c && !priv_failed[ord]) {
+		CUcontext mine = NULL, old;
+		if (!cu.cuDeviceGet(&dev, ord) && !cu.cuCtxCreate(&mine, 0, dev) && mine) {
+			cu.cuCtxPopCurrent(&old); /* cuCtxCreate made it current on this thread: give the thread its own back */
+			priv[ord] = c = mine;
+		} else {
+			priv_failed[ord] = 1;
+			fprintf(stderr, "vemu: could not create a private CUDA context on device %d: cuMem* memory is copied "
+					"in the primary context (can block behind the application's synchronous copies)\n",
+				ord);
+		}
+	}
+	pthread_mutex_unlock(&cmu);
+	return c;
+}
+
 int vemu_cuda_is_dev_ptr(uint64_t ptr, void **ctx)
 {
 	if (!ptr)
@@ -115,10 +156,13 @@ int vemu_cuda_is_dev_ptr(uint64_t ptr, void **ctx)
 		return 0;
 	CUcontext c = NULL;
 	if (cu.cuPointerGetAttribute(&c, CU_POINTER_ATTRIBUTE_CONTEXT, ptr) || !c) {
-		/* cuMem* (VMM) allocations have no owning context: use the device's primary context */
+		/* cuMem* (VMM) allocations have no owning context: the emulator's own context on that device, else
+		 * the device's primary context */
 		int ord = -1;
-		if (cu.cuPointerGetAttribute(&ord, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, ptr) || ord < 0 ||
-		    cu.cuDevicePrimaryCtxRetain(&c, ord))
+		if (cu.cuPointerGetAttribute(&ord, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, ptr) || ord < 0)
+			return 0;
+		c = private_ctx(ord);
+		if (!c && cu.cuDevicePrimaryCtxRetain(&c, ord))
 			return 0;
 	}
 	*ctx = c;
