@@ -2,7 +2,7 @@
  * first verbs call, as a CUDA program would have it loaded). Device memory there is PROT_NONE: the emulator
  * can only reach it through cuMemcpy*Async on its own non-blocking stream with a context pushed.
  * FAKECU_VMM=1: every pointer is a cuMem* allocation (no owning context): the emulator copies it in a context of
- * its own (VEMU_CUDA_PRIVATE_CTX=0: in the device's primary context).
+ * its own with VEMU_CUDA_PRIVATE_CTX=1, else in the device's primary context.
  * VEMU_GDR_LAZY=1: device writes appear only after the flush READ. */
 #include "vt.h"
 
@@ -153,7 +153,7 @@ static void single(void)
 	CHECK_EQ(s.pageable, 0);      /* every driver copy through the pinned bounce buffer */
 	CHECK_EQ(s.pinned_allocs, 1); /* allocated once, at the first device registration */
 	const char *vmm = getenv("FAKECU_VMM"), *pc = getenv("VEMU_CUDA_PRIVATE_CTX");
-	if (vmm && !strcmp(vmm, "1") && !(pc && !strcmp(pc, "0"))) {
+	if (vmm && !strcmp(vmm, "1") && pc && !strcmp(pc, "1")) {
 		CHECK_EQ(s.private_ctxs, 1); /* one per device, made at the first registration */
 		CHECK_EQ(s.private_copies, s.htod + s.dtoh + s.dtod);
 	} else {
@@ -225,7 +225,7 @@ static void procs(void)
  * (PyTorch's main thread after a collective), which holds the primary context's lock. The receiver's agent must
  * place the data and acknowledge anyway: it copies in a context of its own. Before that fix the agent blocked in
  * its first cuMemcpyHtoDAsync, acknowledged nothing, and the sender's QP ran out of retries ("transport retry
- * counter exceeded", 34 s with NCCL's timeout 20). expect_block (run with VEMU_CUDA_PRIVATE_CTX=0, the control):
+ * counter exceeded", 34 s with NCCL's timeout 20). Run with VEMU_CUDA_PRIVATE_CTX=1; expect_block (the default primary context, the control):
  * the same in the primary context must block, and the sender must see exactly that RETRY_EXC_ERR. */
 static void procs_big(int expect_block)
 {

@@ -13,11 +13,13 @@
  * that touches memory owned by the first (cuMemAlloc memory). An enqueue from a second context onto memory it can
  * reach by itself does not block, and that includes cuMem* (VMM) allocations: they belong to no context, only to
  * the device. That is PyTorch's pattern (the main thread's .item()/.cpu() waits for an NCCL kernel, which waits for
- * data the agent must place) and was the "transport retry counter exceeded" of DDP's first broadcast. So device
- * memory without an owning context (cuMem*, which is how NCCL allocates its buffers by default) is copied in a
- * context of the emulator's own, created per device at the first such registration (VEMU_CUDA_PRIVATE_CTX=0: the
- * device's primary context instead, the old behaviour, as a control); cuMemAlloc memory can only be copied in its
- * owning context and remains exposed to that lock (README, "Limits").
+ * data the agent must place) and was the "transport retry counter exceeded" of DDP's first broadcast. With
+ * VEMU_CUDA_PRIVATE_CTX=1, device memory without an owning context (cuMem*, which is how NCCL allocates its
+ * buffers by default) is copied in a context of the emulator's own, created per device at the first such
+ * registration. It is not the default because it is slow: a copy in another context runs only when the GPU
+ * time-slices to it, and NCCL's kernels keep the primary context busy -- each placement then waits a few
+ * milliseconds (measured on the H200: every small all_reduce took 4.1 ms instead of 0.08 ms). cuMemAlloc memory
+ * can only be copied in its owning context and remains exposed to the lock either way (README, "Limits").
  *
  * Host memory of these copies is always pinned (cuMemHostAlloc, portable): the agent copies through one pinned
  * bounce buffer (BOUNCE bytes per driver copy), allocated with the stream when the first device MR is registered
@@ -126,7 +128,7 @@ static int priv_failed[MAX_DEV];
 static CUcontext private_ctx(int ord)
 {
 	const char *e = getenv("VEMU_CUDA_PRIVATE_CTX");
-	if ((e && !strcmp(e, "0")) || ord < 0 || ord >= MAX_DEV || !cu.cuDeviceGet || !cu.cuCtxCreate)
+	if (!e || strcmp(e, "1") || ord < 0 || ord >= MAX_DEV || !cu.cuDeviceGet || !cu.cuCtxCreate)
 		return NULL;
 	pthread_mutex_lock(&cmu);
 	CUcontext c = priv[ord];
