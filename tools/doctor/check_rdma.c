@@ -253,77 +253,6 @@ static void check_port(struct dr_ctx *c, struct dr_rdma_dev *d, struct dr_rdma_p
   check_gids(c, d, portdir, pt->num, roce);
 }
 
-int dr_hca_parse(const char *spec, struct dr_hca_filter *f, char *why, size_t whylen) {
-  const char *p = spec ? spec : "";
-  memset(f, 0, sizeof *f);
-  while (isspace((unsigned char)*p)) p++;
-  if (*p == '^') {
-    f->exclude = true;
-    p++;
-  }
-  if (*p == '=') {
-    f->exact = true;
-    p++;
-  }
-  if (*p == '\0') {
-    if (f->exclude || f->exact) {
-      snprintf(why, whylen, "\"%s\" has no names after its prefix", spec);
-      return -1;
-    }
-    return 0;
-  }
-  for (;;) {
-    size_t n = strcspn(p, ",");
-    const char *tok = p;
-    while (n > 0 && isspace((unsigned char)*tok)) {
-      tok++;
-      n--;
-    }
-    while (n > 0 && isspace((unsigned char)tok[n - 1])) n--;
-    if (n == 0) {
-      snprintf(why, whylen, "\"%s\" has an empty entry", spec);
-      return -1;
-    }
-    if (f->n == DR_HCA_MAX) {
-      snprintf(why, whylen, "\"%s\" has more than %d entries", spec, DR_HCA_MAX);
-      return -1;
-    }
-    if (n >= sizeof f->e[0].name) {
-      snprintf(why, whylen, "an entry of \"%s\" is longer than %zu characters", spec, sizeof f->e[0].name - 1);
-      return -1;
-    }
-    memcpy(f->e[f->n].name, tok, n);
-    f->e[f->n].name[n] = '\0';
-    f->e[f->n].port = -1;
-    char *colon = strrchr(f->e[f->n].name, ':');
-    if (colon != NULL) {
-      char *end = NULL;
-      long port = strtol(colon + 1, &end, 10);
-      if (colon == f->e[f->n].name || colon[1] == '\0' || *end != '\0' || port < 0 || port > 65535) {
-        snprintf(why, whylen, "entry \"%s\" of \"%s\": expected name or name:port", f->e[f->n].name, spec);
-        return -1;
-      }
-      f->e[f->n].port = (int)port;
-      *colon = '\0';
-    }
-    f->n++;
-    p += strcspn(p, ",");
-    if (*p == '\0') break;
-    p++;
-  }
-  return 0;
-}
-
-bool dr_hca_match(const struct dr_hca_filter *f, const char *name, int port) {
-  if (f->n == 0) return true;
-  bool matched = false;
-  for (int i = 0; i < f->n && !matched; i++) {
-    if (f->e[i].port >= 0 && f->e[i].port != port) continue;
-    matched = f->exact ? strcmp(name, f->e[i].name) == 0 : strncmp(name, f->e[i].name, strlen(f->e[i].name)) == 0;
-  }
-  return f->exclude ? !matched : matched;
-}
-
 static void no_device(struct dr_ctx *c, const char *base, ssize_t n) {
   struct dr_report *r = c->rep;
   struct dr_finding *f = dr_add(r, "rdma-devices", DR_FAIL,
@@ -366,9 +295,9 @@ void dr_check_rdma_devices(struct dr_ctx *c) {
   }
   const char *hwhich = NULL;
   const char *hspec = knob("GDRNET_HCA", "NCCL_IB_HCA", &hwhich);
-  struct dr_hca_filter filt;
+  struct gdr_filter filt;
   char hwhy[256] = "";
-  bool hbad = dr_hca_parse(hspec, &filt, hwhy, sizeof hwhy) != 0;
+  bool hbad = gdr_filter_parse(hspec, &filt, hwhy, sizeof hwhy) != ncclSuccess;
   if (hbad) memset(&filt, 0, sizeof filt);
   struct dr_finding *sum = dr_add(r, "rdma-devices", DR_OK, "%zd RDMA device%s", n, n == 1 ? "" : "s");
   size_t active = 0, nports_total = 0, active_sel = 0;
@@ -404,7 +333,7 @@ void dr_check_rdma_devices(struct dr_ctx *c) {
       if (end == ports[k] || *end) continue;
       struct dr_rdma_port *pt = &d->ports[d->nports++];
       pt->num = (int)num;
-      pt->selected = !hbad && dr_hca_match(&filt, d->name, pt->num);
+      pt->selected = !hbad && gdr_filter_match(&filt, d->name, pt->num);
       d->selected |= pt->selected;
       check_port(c, d, pt, devdir);
       nports_total++;

@@ -54,19 +54,9 @@ struct dr_rdma_dev {
   bool selected; /* some port selected by GDRNET_HCA / NCCL_IB_HCA */
 };
 
-/* GDRNET_HCA / NCCL_IB_HCA: "[^][=]name[:port][,name[:port]...]": prefix match unless "=", "^" excludes,
- * ":port" restricts an entry to one port (the plugin's syntax, which is NCCL's). */
-#define DR_HCA_MAX 32
-struct dr_hca_filter {
-  bool exclude, exact;
-  int n;
-  struct {
-    char name[64];
-    int port; /* -1: any */
-  } e[DR_HCA_MAX];
-};
-int dr_hca_parse(const char *spec, struct dr_hca_filter *f, char *why, size_t whylen);
-bool dr_hca_match(const struct dr_hca_filter *f, const char *name, int port);
+/* GDRNET_HCA / NCCL_IB_HCA are parsed and matched by the plugin's own code (plugin/filter.c), so the doctor
+ * selects exactly the HCAs the plugin will use. */
+#include "filter.h"
 
 struct dr_gpu {
   char bdf[16];
