@@ -15,7 +15,10 @@
  * and printed at the end (retries make the count depend on timing; the script reports them).
  *
  * Not a test and not a benchmark of time: a benchmark-only helper, built by bench/cpu-per-msg with cc.
- * usage: cpumsg --plugin SO --n N --size S [--window W] [--settle-us U] [--roles FILE]
+ * --recv-size R: the receiver posts R-byte receives (R >= S) for S-byte messages, as NCCL does (it posts whole
+ * steps: 65536 bytes for LL, and sends 16 bytes into them for an 8-byte all_reduce). Default: S.
+ *
+ * usage: cpumsg --plugin SO --n N --size S [--recv-size R] [--window W] [--settle-us U] [--roles FILE]
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -197,21 +200,25 @@ static void *post_send(void *comm, void *data, int size, void *mh) {
 
 int main(int argc, char **argv) {
   const char *plugin = NULL, *roles = NULL;
-  long n = 1000, size = 8, window = 1;
+  long n = 1000, size = 8, window = 1, rsize = -1;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     if (!v) die("%s needs a value", a);
     if (!strcmp(a, "--plugin")) plugin = v;
     else if (!strcmp(a, "--n")) n = atol(v);
     else if (!strcmp(a, "--size")) size = atol(v);
+    else if (!strcmp(a, "--recv-size")) rsize = atol(v);
     else if (!strcmp(a, "--window")) window = atol(v);
     else if (!strcmp(a, "--settle-us")) settle_us = atol(v);
     else if (!strcmp(a, "--roles")) roles = v;
     else die("unknown option %s", a);
     i++;
   }
-  if (!plugin || n < 1 || size < 0 || size > (1 << 20) || window < 1 || window > MAXW || n % window)
-    die("usage: cpumsg --plugin SO --n N --size S [--window W (1..32, divides N)] [--settle-us U] [--roles FILE]");
+  if (rsize < 0) rsize = size;
+  if (!plugin || n < 1 || size < 0 || size > (1 << 20) || rsize < size || rsize > (1 << 24) || window < 1 ||
+      window > MAXW || n % window)
+    die("usage: cpumsg --plugin SO --n N --size S [--recv-size R >= S] [--window W (1..32, divides N)] "
+        "[--settle-us U] [--roles FILE]");
 
   int sp[2];
   if (socketpair(AF_UNIX, SOCK_STREAM, 0, sp) != 0) die("socketpair: %s", strerror(errno));
@@ -241,7 +248,8 @@ int main(int argc, char **argv) {
   int ndev = 0;
   if (net->devices(&ndev) != ncclSuccess || ndev < 1) die("no devices");
 
-  size_t bytes = (size_t)(size ? size : 1) * (size_t)window;
+  size_t stride = (size_t)(rsize ? rsize : 1);
+  size_t bytes = stride * (size_t)window;
   bytes = (bytes + 4095) & ~(size_t)4095;
   char *buf = NULL;
   if (posix_memalign((void **)&buf, 4096, bytes) != 0) die("out of memory");
@@ -279,12 +287,12 @@ int main(int argc, char **argv) {
    *  sender:   test() on a send while the receiver process is stopped (SIGSTOP), and isend() with no
    *            receive posted by the peer (returns NULL on a receiver-driven transport; a transport that
    *            sends without one delivers it, and the receiver absorbs it). */
-  int isz = (int)size;
+  int isz = (int)size, rsz = (int)rsize;
   long calib_test_empty = 0, calib_isend_null = 0;
   /* Run under callgrind with --instr-atstart=no: only the calibration probes and the message loop are
    * counted, not init/connect/registration/teardown (whose retry loops depend on timing). */
   if (role == 'R') {
-    void *r = post_recv(comm, buf, isz, mh);
+    void *r = post_recv(comm, buf, rsz, mh);
     struct probe pt = {.kind = 't', .req = r};
     probe_run(&pt);
     if (pt.done) die("calibration: a receive completed before anything was sent");
@@ -296,7 +304,7 @@ int main(int argc, char **argv) {
     char c = 0;
     if (read(ctl, &c, 1) != 1) die("control read: peer gone");
     if (c == 'J') { /* the sender's calibration isend went out: absorb it */
-      r = post_recv(comm, buf, isz, mh);
+      r = post_recv(comm, buf, rsz, mh);
       wait_done(r, NULL);
     } else if (c != 'j') die("control: got '%c', expected 'j' or 'J'", c);
     put('k');
@@ -330,7 +338,7 @@ int main(int argc, char **argv) {
     if (role == 'R') {
       for (long w = 0; w < window; w++) {
         cur_msg = i + w;
-        req[w] = post_recv(comm, buf + (size_t)w * (size_t)size, isz, mh);
+        req[w] = post_recv(comm, buf + (size_t)w * stride, rsz, mh);
       }
       put('p');
       get('s');
@@ -348,7 +356,7 @@ int main(int argc, char **argv) {
       nap();
       for (long w = 0; w < window; w++) {
         cur_msg = i + w;
-        req[w] = post_send(comm, buf + (size_t)w * (size_t)size, isz, mh);
+        req[w] = post_send(comm, buf + (size_t)w * stride, isz, mh);
       }
       put('s');
       get('r'); /* the receiver has its data: the sender's completions are due by now */
@@ -372,9 +380,9 @@ int main(int argc, char **argv) {
     if (net->closeSend(comm) != ncclSuccess) die("closeSend failed");
   }
   free(buf);
-  printf("cpumsg %s pid=%d n=%ld size=%ld window=%ld test_retries=%lu post_retries=%lu setup_retries=%lu "
+  printf("cpumsg %s pid=%d n=%ld size=%ld recv_size=%ld window=%ld test_retries=%lu post_retries=%lu setup_retries=%lu "
          "calib_test_empty=%ld calib_isend_null=%ld\n",
-         role == 'S' ? "sender" : "receiver", (int)getpid(), n, size, window, loop_retries, post_retries,
+         role == 'S' ? "sender" : "receiver", (int)getpid(), n, size, rsize, window, loop_retries, post_retries,
          setup_retries, calib_test_empty, calib_isend_null);
   fflush(stdout);
   if (role == 'S') {

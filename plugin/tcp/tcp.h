@@ -4,7 +4,9 @@
  *
  * Small messages go EAGER, large ones are receiver-driven like NIB's CTS FIFO:
  *   - at connect the receiver sends GRANT{eager size E = its GDRNET_TCP_INLINE, C = GDRNET_TCP_EAGER_CREDITS}
- *     on the control stream (C = 0: no eager path, every message waits for a CTS as below);
+ *     on the control stream (C = 0: no eager path, every message waits for a CTS as below), if the sender
+ *     announced the eager feature in its HELLO (struct tcp_proto below; an older plugin gets no GRANT and the
+ *     plain CTS protocol);
  *   - eager: a send of <= E bytes with a credit left goes out at once as EAGER{seq, size} + payload on the
  *     control stream, written by NCCL's progress thread (no CTS, no thread hop: 1 syscall per message). The
  *     receiver copies it straight into the posted receive, or, if that is not posted yet, into a bounce slot
@@ -12,11 +14,12 @@
  *     hands them back in batches of max(1, C/2) (CREDIT{n}) once it has consumed them, so the sender reads the
  *     control stream about once every C/2 messages, not per message;
  *   - a receive of <= E bytes can only be matched by an eager message (anything bigger is invalid usage), so irecv
- *     sends nothing for it. A larger receive sends CTS{seq, posted size} at once; isend of a message that is not
- *     eager waits (NULL request) until CTS{seq} is there, so the sender knows the receive is posted and its size.
- *     A sender whose big message finds no CTS says RTS{seq, size} once, so that a receive posted with <= E bytes
- *     (which sends no CTS) detects the mismatch instead of both sides waiting forever. A CTS for a message that
- *     went eager anyway is ignored;
+ *     sends nothing for it. E defaults to 64 KiB = NCCL's LL step, the receive size NCCL posts for its small
+ *     messages (16 B for an 8-byte all_reduce), so those cost no CTS either. A larger receive sends CTS{seq,
+ *     posted size} at once; isend of a message that is not eager waits (NULL request) until CTS{seq} is there, so
+ *     the sender knows the receive is posted and its size. A sender whose big message finds no CTS says
+ *     RTS{seq, size} once, so that a receive posted with <= E bytes (which sends no CTS) detects the mismatch
+ *     instead of both sides waiting forever. A CTS for a message that went eager anyway is ignored;
  *   - send > posted: whoever sees both sizes first WARNs with both, tells the other side (ERR_SIZE from the
  *     sender after a CTS, ERR_RECV from the receiver for an eager message or an RTS) and fails the comm with
  *     ncclInvalidUsage; the other side WARNs with both sizes as well, and its next isend/test returns the
@@ -73,6 +76,29 @@ void gdr_tcp_resolve_streams(int *nsocks, int *nthreads);
 #define TCP_CHUNK_MAGIC 0x4b4e4843u /* "CHNK" */
 
 #define TCP_MAX_CREDITS 1024
+
+/* TCP wire protocol version and features, carried in the handshake's transport-specific bytes: the listener's in
+ * the handle (tp_data), the connector's in the HELLO of every stream (tp_data). Plugins older than version 2 leave
+ * both zero: they do not know GRANT/EAGER/CREDIT/RTS (version 1 = the receiver-driven CTS protocol only). The
+ * receiver sends GRANT (and so enables the eager path) only to a connector that announced TCP_FEAT_EAGER; GRANT
+ * carries the receiver's version in its seq field. A connector that does not announce it (an older plugin) gets
+ * the CTS protocol: every receive sends its CTS at once, no eager message, no RTS. A peer announcing a version
+ * this plugin cannot speak (below TCP_PROTO_MIN, i.e. a future incompatible one) is rejected with a WARN. */
+#define TCP_PROTO_MAGIC 0x50504354u /* "TCPP" */
+#define TCP_PROTO_VERSION 2
+#define TCP_PROTO_MIN 1 /* oldest peer version this plugin interoperates with (1 = zero tp_data) */
+#define TCP_FEAT_EAGER 0x1u /* understands GRANT, sends EAGER/RTS, receives CREDIT */
+struct tcp_proto {
+  uint32_t magic;    /* TCP_PROTO_MAGIC, or 0 from a version-1 peer */
+  uint16_t version;  /* TCP_PROTO_VERSION of the writer */
+  uint16_t min_peer; /* the oldest peer version the writer can talk to */
+  uint32_t features; /* TCP_FEAT_* */
+  uint8_t pad[20];
+};
+_Static_assert(sizeof(struct tcp_proto) == 32, "tcp_proto fills tp_data");
+void gdr_tcp_proto_local(struct tcp_proto *p);
+/* Reads a peer's tp_data: its version (1 for zeros) and features; -1 with why set when it cannot be spoken to. */
+int gdr_tcp_proto_peer(const void *tp_data, unsigned *version, uint32_t *features, char *why, size_t whylen);
 #define TCP_SEND_POLL_CALLS 32 /* a sender reads the control stream at least once per this many isend/test calls */
 
 /* Control messages. r->s: receiver to sender; s->r: sender to receiver. */
@@ -81,7 +107,9 @@ enum {
   TCP_MSG_INLINE = 2,   /* s->r: after a CTS: `size` payload bytes follow */
   TCP_MSG_ERR_SIZE = 3, /* s->r: the send of seq is `size` bytes, more than its CTS offered */
   TCP_MSG_EAGER = 4,    /* s->r: without a CTS, taking a credit: `size` payload bytes follow */
-  TCP_MSG_GRANT = 5,    /* r->s: the first message: eager messages of up to `size` bytes, `aux` credits */
+  TCP_MSG_GRANT = 5,    /* r->s: the first message: eager messages of up to `size` bytes, `aux` credits, `seq` the
+                         * receiver's TCP_PROTO_VERSION (0 from the first eager-capable plugins); sent only to a
+                         * connector that announced TCP_FEAT_EAGER */
   TCP_MSG_CREDIT = 6,   /* r->s: `size` credits back */
   TCP_MSG_RTS = 7,      /* s->r: message seq of `size` bytes (too big for eager) waits for its CTS */
   TCP_MSG_ERR_RECV = 8, /* r->s: message seq of `size` bytes is larger than its receive of `aux` bytes */
@@ -116,6 +144,7 @@ struct tcp_req {
   _Atomic size_t done;      /* bytes sent to the kernel / landed in the buffer */
   _Atomic size_t total;     /* recv: the sent size once known (SIZE_MAX before) */
   ncclResult_t err;         /* failure of this request alone (size mismatch) */
+  int cts;                  /* recv: its CTS was sent (progress thread only) */
 };
 
 struct tcp_task { /* one message's chunks for one helper thread: chunks first, first + stride, ... */
@@ -190,6 +219,8 @@ struct tcp_comm {
   struct tcp_bounce *rx_bounce;  /* the bounce slot it fills, or NULL */
   int rx_eager;                  /* it took a credit */
   int ctrl_eof;
+  unsigned peer_version;  /* the peer's TCP_PROTO_VERSION (1: an older plugin) */
+  uint32_t peer_features; /* its TCP_FEAT_* */
   int tx_dead; /* receiver: the sender is gone, nothing more is sent */
   int warned;
 

@@ -20,6 +20,8 @@ struct tcp_group { /* streams of one incoming connection, gathered by conn_id */
   uint64_t deadline_ns;
   union gdr_sockaddr peer;
   int ctrl_fd;
+  unsigned peer_version; /* from the control stream's HELLO */
+  uint32_t peer_features;
   int nfds;
   int fds[TCP_MAX_STREAMS];
 };
@@ -33,6 +35,8 @@ struct tcp_listen {
 
 struct tcp_connecting { /* lives in the handle's state while connect() is re-entered */
   uint64_t conn_id;
+  unsigned peer_version; /* from the handle */
+  uint32_t peer_features;
   int nsocks, nthreads;
   int ndone;
   int done[1 + TCP_MAX_STREAMS];
@@ -50,6 +54,35 @@ void gdr_tcp_comm_fail(struct tcp_comm *c, ncclResult_t res, const char *fmt, ..
     atomic_store(&c->failed, 1);
   }
   pthread_mutex_unlock(&c->fail_mu);
+}
+
+void gdr_tcp_proto_local(struct tcp_proto *p) {
+  memset(p, 0, sizeof(*p));
+  p->magic = TCP_PROTO_MAGIC;
+  p->version = TCP_PROTO_VERSION;
+  p->min_peer = TCP_PROTO_MIN;
+  p->features = TCP_FEAT_EAGER;
+}
+
+int gdr_tcp_proto_peer(const void *tp_data, unsigned *version, uint32_t *features, char *why, size_t whylen) {
+  struct tcp_proto p;
+  static const struct tcp_proto zero;
+  memcpy(&p, tp_data, sizeof(p));
+  *version = 1;
+  *features = 0;
+  if (memcmp(&p, &zero, sizeof(p)) == 0) return 0; /* a version-1 plugin: CTS protocol only */
+  if (p.magic != TCP_PROTO_MAGIC || p.version < 2) {
+    snprintf(why, whylen, "unknown TCP protocol data (magic 0x%08x, version %u)", p.magic, p.version);
+    return -1;
+  }
+  if (p.min_peer > TCP_PROTO_VERSION) {
+    snprintf(why, whylen, "its TCP protocol version %u needs a peer of version %u or newer; this plugin speaks %u",
+             p.version, p.min_peer, TCP_PROTO_VERSION);
+    return -1;
+  }
+  *version = p.version;
+  *features = p.features;
+  return 0;
 }
 
 static void group_init(struct tcp_group *g) {
@@ -88,7 +121,8 @@ static void comm_free(struct tcp_comm *c) {
 
 /* Builds a comm from established streams; takes ownership of the fds (closed on failure). */
 static ncclResult_t comm_create(int is_send, int dev, int ctrl_fd, const int *fds, int nsocks, int nthreads,
-                                const union gdr_sockaddr *peer, struct tcp_comm **out) {
+                                const union gdr_sockaddr *peer, unsigned peer_version, uint32_t peer_features,
+                                struct tcp_comm **out) {
   ncclResult_t res = ncclSuccess;
   struct tcp_comm *c = calloc(1, sizeof(*c));
   int timeout = (int)gdr_param_int(GDR_PARAM_TCP_TIMEOUT_MS);
@@ -108,6 +142,8 @@ static ncclResult_t comm_create(int is_send, int dev, int ctrl_fd, const int *fd
   c->nthreads = nthreads;
   for (int s = 0; s < TCP_MAX_STREAMS; s++) c->fds[s] = s < nsocks ? fds[s] : -1;
   c->peer = *peer;
+  c->peer_version = peer_version;
+  c->peer_features = peer_features;
   gdr_sockaddr_str(peer, c->peer_str, sizeof(c->peer_str));
   c->inline_max = (size_t)gdr_param_int(GDR_PARAM_TCP_INLINE);
   c->min_chunk = (size_t)gdr_param_int(GDR_PARAM_TCP_MIN_CHUNK);
@@ -214,6 +250,11 @@ ncclResult_t gdr_tcp_listen(int dev, struct gdr_handle *handle, void **listen_co
   GDR_CHECK(gdr_tcp_dev_addr(dev, &addr));
   GDR_CHECK(gdr_listener_open(&lc->l, &addr, GDR_TP_TCP, GDR_CAP_TCP));
   gdr_listener_handle(&lc->l, (uint32_t)dev, handle);
+  {
+    struct tcp_proto p;
+    gdr_tcp_proto_local(&p);
+    memcpy(handle->tp_data, &p, sizeof(p));
+  }
   handle->nstreams = (uint16_t)lc->nsocks;
   handle->nthreads = (uint16_t)lc->nthreads;
   *listen_comm = lc;
@@ -256,6 +297,10 @@ ncclResult_t gdr_tcp_connect(int dev, struct gdr_handle *handle, void **send_com
 
   *send_comm = NULL;
   if (st == NULL) {
+    struct tcp_proto me;
+    unsigned pver = 0;
+    uint32_t pfeat = 0;
+    char why[160];
     GDR_CHECK(gdr_handle_check(handle, &peer));
     if (handle->transport != GDR_TP_TCP) {
       GDR_WARN("connect: the peer listens with transport %u but this process uses TCP; set the same "
@@ -271,19 +316,29 @@ ncclResult_t gdr_tcp_connect(int dev, struct gdr_handle *handle, void **send_com
       res = ncclInvalidUsage;
       goto out;
     }
+    if (gdr_tcp_proto_peer(handle->tp_data, &pver, &pfeat, why, sizeof(why)) != 0) {
+      char a[GDR_ADDR_STRLEN];
+      GDR_WARN("connect: the listener at %s cannot be spoken to: %s; use the same plugin version on every rank",
+               gdr_sockaddr_str(&peer, a, sizeof(a)), why);
+      res = ncclInvalidUsage;
+      goto out;
+    }
     st = calloc(1, sizeof(*st));
     if (st == NULL) {
       GDR_WARN("TCP connect: out of memory");
       res = ncclSystemError;
       goto out;
     }
+    st->peer_version = pver;
+    st->peer_features = pfeat;
+    gdr_tcp_proto_local(&me);
     st->nsocks = handle->nstreams;
     st->nthreads = handle->nthreads;
     for (int i = 0; i <= st->nsocks; i++) st->conn[i].fd = -1;
     res = gdr_random_bytes(&st->conn_id, sizeof(st->conn_id));
     for (int i = 0; i <= st->nsocks && res == ncclSuccess; i++)
       res = gdr_connector_start(&st->conn[i], handle, i == 0 ? GDR_STREAM_CTRL : GDR_STREAM_DATA, (uint16_t)i,
-                                (uint16_t)st->nsocks, st->conn_id, GDR_CAP_TCP, NULL);
+                                (uint16_t)st->nsocks, st->conn_id, GDR_CAP_TCP, &me);
     if (res != ncclSuccess) {
       connecting_free(st);
       st = NULL;
@@ -308,12 +363,14 @@ ncclResult_t gdr_tcp_connect(int dev, struct gdr_handle *handle, void **send_com
     struct tcp_comm *c = NULL;
     int ctrl = st->conn[0].fd;
     int ns = st->nsocks, nt = st->nthreads;
+    unsigned pver = st->peer_version;
+    uint32_t pfeat = st->peer_features;
     /* comm_create owns the fds from here, whatever happens */
     for (int i = 0; i <= st->nsocks; i++) st->conn[i].fd = -1;
     free(st);
     st = NULL;
     gdr_handle_state_set(handle, NULL);
-    GDR_CHECK(comm_create(1, dev, ctrl, fds, ns, nt, &peer, &c));
+    GDR_CHECK(comm_create(1, dev, ctrl, fds, ns, nt, &peer, pver, pfeat, &c));
     GDR_INFO(NCCL_NET, "TCP: connected to %s with %d data stream(s), %d helper thread(s)", c->peer_str, ns, nt);
     *send_comm = c;
   }
@@ -366,6 +423,12 @@ ncclResult_t gdr_tcp_accept(void *listen_comm, void **recv_comm) {
       continue;
     }
     if (s.hello.kind == GDR_STREAM_CTRL && s.hello.stream == 0 && g->ctrl_fd < 0) {
+      char why[160], msg[sizeof(why) + 64];
+      if (gdr_tcp_proto_peer(s.hello.tp_data, &g->peer_version, &g->peer_features, why, sizeof(why)) != 0) {
+        snprintf(msg, sizeof(msg), "%s; use the same plugin version on every rank", why);
+        group_reject(lc, &s, msg);
+        continue;
+      }
       g->ctrl_fd = s.fd;
       g->peer = s.peer;
     } else if (s.hello.kind == GDR_STREAM_DATA && s.hello.stream >= 1 && g->fds[s.hello.stream - 1] < 0) {
@@ -380,13 +443,15 @@ ncclResult_t gdr_tcp_accept(void *listen_comm, void **recv_comm) {
       int ctrl = g->ctrl_fd;
       int fds[TCP_MAX_STREAMS];
       union gdr_sockaddr peer = g->peer;
+      unsigned pver = g->peer_version;
+      uint32_t pfeat = g->peer_features;
       for (int i = 0; i < lc->nsocks; i++) {
         fds[i] = g->fds[i];
         g->fds[i] = -1;
       }
       g->ctrl_fd = -1;
       group_clear(g);
-      GDR_CHECK(comm_create(0, lc->dev, ctrl, fds, lc->nsocks, lc->nthreads, &peer, &c));
+      GDR_CHECK(comm_create(0, lc->dev, ctrl, fds, lc->nsocks, lc->nthreads, &peer, pver, pfeat, &c));
       GDR_INFO(NCCL_NET, "TCP: accepted %s with %d data stream(s), %d helper thread(s)", c->peer_str, lc->nsocks,
                lc->nthreads);
       *recv_comm = c;

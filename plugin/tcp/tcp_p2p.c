@@ -171,6 +171,13 @@ static ncclResult_t tx_send(struct tcp_comm *c, uint32_t type, uint32_t aux, uin
 
 ncclResult_t gdr_tcp_eager_setup(struct tcp_comm *c) {
   if (c->is_send) return ncclSuccess; /* the sender learns everything from the receiver's GRANT */
+  if (!(c->peer_features & TCP_FEAT_EAGER)) {
+    /* an older sender (TCP protocol version 1): it knows no GRANT, EAGER or RTS; every receive sends its CTS */
+    GDR_INFO(NCCL_NET, "TCP: the sender %s speaks TCP protocol version %u (an older libnccl-net-gdr): no eager "
+             "messages on this connection",
+             c->peer_str, c->peer_version);
+    return ncclSuccess;
+  }
   c->ncredits = (uint32_t)gdr_param_int(GDR_PARAM_TCP_EAGER_CREDITS);
   if (c->ncredits > TCP_MAX_CREDITS) c->ncredits = TCP_MAX_CREDITS;
   c->eager_max = c->ncredits ? c->inline_max : 0;
@@ -181,8 +188,9 @@ ncclResult_t gdr_tcp_eager_setup(struct tcp_comm *c) {
       return ncclSystemError;
     }
   }
-  /* always sent, even with no credits: a sender knows the receiver's protocol before it sends RTS messages */
-  return tx_send(c, TCP_MSG_GRANT, c->ncredits, 0, c->eager_max, NULL, 0, NULL);
+  /* sent to every eager-capable sender, even with no credits: it knows the receiver's protocol before it sends
+   * RTS messages */
+  return tx_send(c, TCP_MSG_GRANT, c->ncredits, TCP_PROTO_VERSION, c->eager_max, NULL, 0, NULL);
 }
 
 void gdr_tcp_eager_free(struct tcp_comm *c) {
@@ -285,6 +293,7 @@ static ncclResult_t rx_message_send(struct tcp_comm *c, const struct tcp_ctrl_hd
   case TCP_MSG_GRANT:
     if (c->granted || h->aux > TCP_MAX_CREDITS || h->size > ((size_t)1 << 30)) return protocol_error(c, h, "bad grant");
     c->granted = 1;
+    if (h->seq >= 2) c->peer_version = (unsigned)h->seq;
     c->ncredits = c->credits = h->aux;
     c->eager_max = c->ncredits ? (size_t)h->size : 0;
     return ncclSuccess;
@@ -342,10 +351,12 @@ static ncclResult_t rx_message_recv(struct tcp_comm *c, const struct tcp_ctrl_hd
     /* a message too big for eager waits for a CTS: a receive posted with <= E bytes sent none */
     if (c->ncredits == 0) return protocol_error(c, h, "RTS without eager credits");
     if (h->seq < c->next_seq) { /* posted already */
-      if (r->state == TCP_REQ_RECV && r->seq == h->seq && r->size <= c->eager_max) {
-        /* irecv sent no CTS for it: this message cannot fit (or the two sides disagree on E: send the CTS now) */
+      if (r->state == TCP_REQ_RECV && r->seq == h->seq && !r->cts) {
+        /* irecv sent no CTS for it (<= E bytes): this message cannot fit (or the two sides disagree on E: send
+         * the CTS now) */
         if (h->size > r->size) return recv_too_small(c, r, h->size);
         c->n_cts++;
+        r->cts = 1;
         return tx_send(c, TCP_MSG_CTS, 0, r->seq, r->size, NULL, 0, NULL);
       }
       return ncclSuccess; /* its CTS went out at irecv (its data may even be arriving already) */
@@ -755,6 +766,7 @@ ncclResult_t gdr_tcp_irecv(void *recv_comm, int n, void **data, size_t *sizes, i
   r->data = data[0];
   r->size = size;
   r->err = ncclSuccess;
+  r->cts = 0;
   atomic_store_explicit(&r->done, 0, memory_order_relaxed);
   atomic_store_explicit(&r->total, SIZE_MAX, memory_order_relaxed);
   atomic_store_explicit(&r->armed, seq + 1, memory_order_release);
@@ -770,11 +782,17 @@ ncclResult_t gdr_tcp_irecv(void *recv_comm, int n, void **data, size_t *sizes, i
       GDR_CHECK(recv_too_small(c, r, c->rts_size));
     } else {
       c->n_cts++;
+      r->cts = 1;
       GDR_CHECK(tx_send(c, TCP_MSG_CTS, 0, seq, size, NULL, 0, NULL));
     }
   } else if (size > c->eager_max || c->ncredits == 0) {
-    /* a receive of <= E bytes can only be matched by an eager message: no CTS for it */
+    /* A receive of <= E bytes can only be matched by an eager message: no CTS for it. (Not sending the CTS of a
+     * larger receive until its message turns out to be big, on the RTS, would save a sendmsg per NCCL LL step;
+     * but then a big isend could progress only while the receiver calls test(), which a caller spinning on isend
+     * before testing its receives never does: GDRNET_TCP_INLINE >= NCCL's LL step, 64 KiB, gets the saving
+     * safely.) */
     c->n_cts++;
+    r->cts = 1;
     GDR_CHECK(tx_send(c, TCP_MSG_CTS, 0, seq, size, NULL, 0, NULL));
   }
   *request = r;

@@ -1,7 +1,14 @@
 /* A send larger than the posted receive: the receiver's test() returns ncclInvalidUsage and the
  * sender's isend/test an error (ncclInvalidUsage as well), both within a bound, never a hang; the
  * good messages before it complete normally and both sides can still close. Also a zero-capacity
- * receive given one byte. */
+ * receive given one byte.
+ *
+ * An eager send (TCP, GDRNET_TCP_EAGER_CREDITS > 0, the default) leaves before the receiver can say
+ * that its receive is too small, so the oversized send itself may complete; the receiver detects the
+ * mismatch and tells the sender, whose *next* isend/test must then fail. The sender keeps posting
+ * one-byte follow-up messages (never received) and testing them until an error comes: the error must
+ * still arrive within the bound, and an oversized send that completes with no error ever following
+ * fails the test. */
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -64,6 +71,25 @@ static int run_case(int fd, const case_t *k, int sender, report_t *rep) {
     if (r == ncclSuccess) {
       double t2 = 0;
       r = settle(ip.net, req, NULL, bound, &t2);
+    }
+    if (r == ncclSuccess) {
+      /* it went out eagerly: the error comes with a later call (bounded, as the oversized send's own) */
+      int follow = 0;
+      it_log("sender: the %d-byte send completed (eager); expecting the error on a later isend/test", k->send);
+      while (r == ncclSuccess) {
+        IT_CHECK(!gn_expired(dl), "the %d-byte send into a %d-byte receive completed and no error followed within "
+                 "%.0f s (%d follow-up calls)", k->send, k->cap, bound, follow);
+        req = NULL;
+        r = ip.net->isend(c.s, c.sbuf, 1, 0, c.smh, &req);
+        follow++;
+        if (r == ncclSuccess && req != NULL) {
+          double t2 = 0;
+          r = settle(ip.net, req, NULL, bound, &t2);
+        } else if (r == ncclSuccess) {
+          sched_yield();
+        }
+      }
+      it_log("sender: error after %d follow-up isend/test rounds", follow);
     }
     took = (double)(gn_now_ns() - t0) / 1e9;
   } else {
