@@ -4,7 +4,13 @@
  * carrying another listener's nonce (captured by pointing a real connect at a silent proxy); and one
  * silent connection kept open. Throughout, accept() must return ncclSuccess with no comm, and each
  * rejected socket must be closed by the plugin within a bound. Then a real connect (from the other
- * process) must still be accepted, with the silent client still pending, and carry data both ways. */
+ * process) must still be accepted, with the silent client still pending, and carry data both ways.
+ *
+ * Then (TCP only) an older plugin as the sender: this process speaks the version-1 wire protocol itself on
+ * raw sockets (HELLOs whose transport data is zero, as plugins before the TCP protocol version 2 sent
+ * them) to a fresh listener of the plugin, which must accept it and speak the receiver-driven CTS protocol
+ * to it: the first control message it sends is the CTS of the posted receive -- not a GRANT, which a
+ * version-1 sender does not know -- and an INLINE message after that CTS lands in the receive. */
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <errno.h>
@@ -216,6 +222,110 @@ static int capture_main(int fd, void *arg) {
   return 0;
 }
 
+/* The wire formats of TCP protocol version 1 (plugin/sock.h, plugin/tcp/tcp.h), written out here on purpose:
+ * an older plugin sends exactly these bytes, whatever the current headers say. */
+enum { V1_HELLO = 64, V1_ACK = 16, V1_HDR = 24, V1_CTS = 1, V1_INLINE = 2, V1_GRANT = 5 };
+
+static void put16(unsigned char *p, uint16_t v) { memcpy(p, &v, 2); }
+static void put32(unsigned char *p, uint32_t v) { memcpy(p, &v, 4); }
+static void put64(unsigned char *p, uint64_t v) { memcpy(p, &v, 8); }
+static uint32_t get32(const unsigned char *p) {
+  uint32_t v;
+  memcpy(&v, p, 4);
+  return v;
+}
+static uint64_t get64(const unsigned char *p) {
+  uint64_t v;
+  memcpy(&v, p, 8);
+  return v;
+}
+
+static void old_sender_case(it_plugin_t *ip) {
+  char h[NCCL_NET_HANDLE_MAXSIZE];
+  lport_t lp;
+  void *lc = listen_and_find(ip, h, &lp);
+  const unsigned char *hu = (const unsigned char *)h;
+  uint16_t nstreams;
+  memcpy(&nstreams, hu + 44, 2);
+  if (hu[6] != 1 /* GDR_TP_TCP */) {
+    it_log("SKIP older sender: the listener is not the TCP transport");
+    IT_OK(ip->net->closeListen(lc));
+    return;
+  }
+  IT_CHECK(nstreams >= 1 && nstreams <= 64, "handle: %u data streams", nstreams);
+  it_step("older (version-1) sender: %u data streams, HELLOs with zero transport data", nstreams);
+  int fds[1 + 64];
+  uint64_t conn_id = gn_pattern_seed(3, (uint64_t)getpid(), 5);
+  for (int i = 0; i <= nstreams; i++) {
+    unsigned char hello[V1_HELLO];
+    memset(hello, 0, sizeof hello);
+    put32(hello + 0, 0x48524447u); /* "GDRH" */
+    memcpy(hello + 4, hu + 4, 2);  /* the handle's version */
+    hello[6] = hu[6];              /* transport */
+    hello[7] = i == 0 ? 0 : 1;     /* control, data */
+    memcpy(hello + 8, hu + 8, 8);  /* the listener's nonce */
+    put64(hello + 16, conn_id);
+    put16(hello + 24, (uint16_t)i);
+    put16(hello + 26, nstreams);
+    put32(hello + 28, 0x1u); /* GDR_CAP_TCP; tp_data (32..63) stays zero */
+    fds[i] = raw_connect(&lp);
+    IT_CHECK(gn_boot_send(fds[i], hello, sizeof hello) == 0, "HELLO %d: %s", i, strerror(errno));
+  }
+  void *rc = NULL;
+  uint64_t dl = gn_deadline_ns(30);
+  while (rc == NULL) {
+    ncclNetDeviceHandle_v8_t *dh = NULL;
+    IT_OK(ip->net->accept(lc, &rc, &dh));
+    IT_CHECK(rc != NULL || !gn_expired(dl), "the plugin did not accept a version-1 sender within 30 s");
+    if (rc == NULL) sched_yield();
+  }
+  for (int i = 0; i <= nstreams; i++) {
+    unsigned char ack[V1_ACK];
+    IT_CHECK(gn_boot_recv(fds[i], ack, sizeof ack, 10) == 0, "no ACK on stream %d", i);
+    IT_CHECK(get32(ack) == 0x41524447u && ack[6] == 0 && ack[7] == 0, "stream %d: not an OK ACK", i);
+  }
+  static unsigned char rbuf[4096], payload[60];
+  void *mh = NULL, *req = NULL;
+  IT_OK(ip->net->regMr(rc, rbuf, sizeof rbuf, NCCL_PTR_HOST, &mh));
+  memset(rbuf, IT_CANARY, sizeof rbuf);
+  {
+    void *d[1] = {rbuf}, *m[1] = {mh};
+    int sz[1] = {100}, tag[1] = {0};
+    dl = gn_deadline_ns(10);
+    while (req == NULL) {
+      IT_OK(ip->net->irecv(rc, 1, d, sz, tag, m, &req));
+      IT_CHECK(req != NULL || !gn_expired(dl), "irecv kept returning NULL");
+    }
+  }
+  it_step("older sender: waiting for the receiver's first control message");
+  unsigned char hdr[V1_HDR];
+  IT_CHECK(gn_boot_recv(fds[0], hdr, sizeof hdr, 10) == 0, "no control message from the receiver within 10 s");
+  IT_CHECK(get32(hdr) != V1_GRANT, "the receiver sent a GRANT (eager credits) to a version-1 sender, which does not "
+           "know that message");
+  IT_CHECK(get32(hdr) == V1_CTS && get64(hdr + 8) == 0 && get64(hdr + 16) == 100,
+           "expected CTS{seq 0, 100 bytes}, got type %u seq %llu size %llu", get32(hdr),
+           (unsigned long long)get64(hdr + 8), (unsigned long long)get64(hdr + 16));
+  gn_pattern_fill(payload, sizeof payload, gn_pattern_seed(60, 0, 41));
+  memset(hdr, 0, sizeof hdr);
+  put32(hdr, V1_INLINE);
+  put64(hdr + 16, sizeof payload);
+  IT_CHECK(gn_boot_send(fds[0], hdr, sizeof hdr) == 0 && gn_boot_send(fds[0], payload, sizeof payload) == 0,
+           "INLINE message: %s", strerror(errno));
+  int done = 0, got = -1;
+  dl = gn_deadline_ns(10);
+  while (!done) {
+    IT_OK(ip->net->test(req, &done, &got));
+    IT_CHECK(done || !gn_expired(dl), "the INLINE message of a version-1 sender did not complete its receive");
+    if (!done) sched_yield();
+  }
+  it_verify(rbuf, (int)sizeof rbuf, got, (int)sizeof payload, 0, 41, "receive from a version-1 sender");
+  for (int i = 0; i <= nstreams; i++) close(fds[i]);
+  IT_OK(ip->net->deregMr(rc, mh));
+  IT_OK(ip->net->closeRecv(rc));
+  IT_OK(ip->net->closeListen(lc));
+  it_log("older (version-1) sender: CTS protocol, message received");
+}
+
 /* The real peer: waits for "go", connects with the genuine handle, exchanges data. */
 static int peer_main(int fd, void *arg) {
   (void)arg;
@@ -310,6 +420,7 @@ int main(void) {
   IT_OK(ip.net->deregMr(rc, mh));
   IT_OK(ip.net->closeRecv(rc));
   it_join(&peer, 30);
+  old_sender_case(&ip);
   it_unload(&ip);
   it_log("PASS");
   return 0;
