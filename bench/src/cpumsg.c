@@ -34,6 +34,8 @@
 #include <unistd.h>
 
 #include "gdrnet/net_v8.h"
+#define BENCH_PROG "cpumsg"
+#include "bench_common.h"
 
 #if __has_include(<valgrind/callgrind.h>)
 #include <valgrind/callgrind.h>
@@ -51,30 +53,8 @@ static long settle_us = 200;
 static unsigned long retries, post_retries;
 static long cur_msg;
 static int debug;
-static char role = '?';
 
-static void die(const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  fprintf(stderr, "cpumsg[%c %d]: ", role, (int)getpid());
-  vfprintf(stderr, fmt, ap);
-  va_end(ap);
-  fputc('\n', stderr);
-  _exit(1);
-}
 
-static void logger(ncclDebugLogLevel level, unsigned long flags, const char *file, int line, const char *fmt, ...) {
-  (void)flags;
-  (void)file;
-  (void)line;
-  if (level > NCCL_LOG_WARN) return;
-  va_list ap;
-  va_start(ap, fmt);
-  fprintf(stderr, "cpumsg[%c] plugin: ", role);
-  vfprintf(stderr, fmt, ap);
-  va_end(ap);
-  fputc('\n', stderr);
-}
 
 static void put(char c) {
   if (write(ctl, &c, 1) != 1) die("control write: %s", strerror(errno));

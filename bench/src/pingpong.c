@@ -36,19 +36,11 @@
 #include <unistd.h>
 
 #include "gdrnet/net_v8.h"
+#define BENCH_PROG "pingpong"
+#include "bench_common.h"
 
-static char role = '?';
 static ncclNet_v8_t *net;
 
-static void die(const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  fprintf(stderr, "pingpong[%c %d]: ", role, (int)getpid());
-  vfprintf(stderr, fmt, ap);
-  va_end(ap);
-  fputc('\n', stderr);
-  _exit(1);
-}
 
 static uint64_t now_ns(void) {
   struct timespec ts;
@@ -56,18 +48,6 @@ static uint64_t now_ns(void) {
   return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-static void logger(ncclDebugLogLevel level, unsigned long flags, const char *file, int line, const char *fmt, ...) {
-  (void)flags;
-  (void)file;
-  (void)line;
-  if (level > NCCL_LOG_WARN) return;
-  va_list ap;
-  va_start(ap, fmt);
-  fprintf(stderr, "pingpong[%c] plugin: ", role);
-  vfprintf(stderr, fmt, ap);
-  va_end(ap);
-  fputc('\n', stderr);
-}
 
 static void xfer_all(int fd, void *buf, size_t len, int is_write) {
   size_t off = 0;
