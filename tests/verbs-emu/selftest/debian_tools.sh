@@ -3,12 +3,12 @@
 # through LD_LIBRARY_PATH. usage: debian_tools.sh <emulator lib dir>
 set -eu
 dir=$1
-export LD_LIBRARY_PATH=$dir
+export LD_LIBRARY_PATH="$dir"
 export VEMU_DEVICES=vemu0:roce,vemu1:ib
 # ibv_rc_pingpong's QPs have timeout 14 and retry_cnt 7: a silent peer fails them after 8 x 67 ms = 0.5 s, which a
 # loaded 2-core machine (the full CTest run in parallel) can exceed -- seen once as "transport retry counter
 # exceeded" in the client. The emulator's timers are stretched here; nothing in this test measures them.
-export VEMU_TIME_SCALE=${VEMU_TIME_SCALE:-20}
+export VEMU_TIME_SCALE="${VEMU_TIME_SCALE:-20}"
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
 out=$(ibv_devices) || fail "ibv_devices exited $?"
@@ -28,9 +28,12 @@ echo "ibv_devinfo: OK"
 
 # ibv_rc_pingpong server and client (RoCE with GID index 3, then IB): SEND/RECV between two processes
 command -v ibv_rc_pingpong >/dev/null || { echo "no ibv_rc_pingpong: skipped"; exit 0; }
-port_ready() { # is something listening on TCP port $1?
-	hex=$(printf ':%04X ' "$1")
-	grep -q "$hex" /proc/net/tcp /proc/net/tcp6 2>/dev/null
+port_ready() { # is a socket in LISTEN state (st 0A) bound to local TCP port $1? (a port merely seen in
+	# /proc/net/tcp -- as the remote port of another test's connection, or in TIME_WAIT -- is not enough: the
+	# client would connect before the server listens and fail, as it once did in a full parallel CI run)
+	hex=$(printf '%04X' "$1")
+	awk -v p=":$hex" 'substr($2, length($2) - 4) == p && $4 == "0A" { found = 1 } END { exit !found }' \
+		/proc/net/tcp /proc/net/tcp6 2>/dev/null
 }
 run_pp() {
 	port=$1; shift
@@ -48,7 +51,7 @@ run_pp() {
 	grep -q "200 iters" pp-server.log || fail "server did not finish"
 	tail -1 pp-client.log
 }
-base=$(( 20000 + $$ % 20000 ))
+base=$(( 20000 + $$ % 12000 )) # below the ephemeral range (32768-60999) that other tests' connections use
 run_pp $base -d vemu0 -g 3
 run_pp $((base + 1)) -d vemu1
 run_pp $((base + 2)) -d vemu0 -g 3 -e   # completion events
