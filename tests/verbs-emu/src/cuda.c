@@ -239,7 +239,9 @@ void vemu_cuda_prepare(void *ctx)
 	pthread_mutex_unlock(&cmu);
 }
 
-int vemu_cuda_htod(void *ctx, uint64_t dst, const void *src, size_t n)
+/* host <-> device through the pinned bounce buffer, BOUNCE bytes per driver copy (straight from/to host memory when
+ * there is none); to_dev: host -> device */
+static int copy_hd(void *ctx, uint64_t dev, char *host, size_t n, int to_dev)
 {
 	pthread_mutex_lock(&cmu);
 	CUstream s = enter(ctx);
@@ -247,41 +249,35 @@ int vemu_cuda_htod(void *ctx, uint64_t dst, const void *src, size_t n)
 	if (s) {
 		bounce_alloc();
 		if (!bounce)
-			rc = cu.cuMemcpyHtoDAsync(dst, src, n, s) || cu.cuStreamSynchronize(s);
+			rc = (to_dev ? cu.cuMemcpyHtoDAsync(dev, host, n, s) : cu.cuMemcpyDtoHAsync(host, dev, n, s)) ||
+			     cu.cuStreamSynchronize(s);
 		for (size_t o = 0; bounce && !rc && o < n; o += BOUNCE) {
 			size_t k = n - o < BOUNCE ? n - o : BOUNCE;
-			memcpy(bounce, (const char *)src + o, k);
-			rc = cu.cuMemcpyHtoDAsync(dst + o, bounce, k, s) || cu.cuStreamSynchronize(s);
+			if (to_dev)
+				memcpy(bounce, host + o, k);
+			rc = (to_dev ? cu.cuMemcpyHtoDAsync(dev + o, bounce, k, s) :
+				       cu.cuMemcpyDtoHAsync(bounce, dev + o, k, s)) ||
+			     cu.cuStreamSynchronize(s);
+			if (!rc && !to_dev)
+				memcpy(host + o, bounce, k);
 		}
 		leave();
 	}
 	pthread_mutex_unlock(&cmu);
 	if (rc)
-		fprintf(stderr, "vemu: CUDA host-to-device copy of %zu bytes failed\n", n);
+		fprintf(stderr, "vemu: CUDA %s copy of %zu bytes failed\n", to_dev ? "host-to-device" : "device-to-host",
+			n);
 	return rc ? -1 : 0;
+}
+
+int vemu_cuda_htod(void *ctx, uint64_t dst, const void *src, size_t n)
+{
+	return copy_hd(ctx, dst, (char *)(uintptr_t)src, n, 1); /* src is only read */
 }
 
 int vemu_cuda_dtoh(void *ctx, void *dst, uint64_t src, size_t n)
 {
-	pthread_mutex_lock(&cmu);
-	CUstream s = enter(ctx);
-	int rc = !s;
-	if (s) {
-		bounce_alloc();
-		if (!bounce)
-			rc = cu.cuMemcpyDtoHAsync(dst, src, n, s) || cu.cuStreamSynchronize(s);
-		for (size_t o = 0; bounce && !rc && o < n; o += BOUNCE) {
-			size_t k = n - o < BOUNCE ? n - o : BOUNCE;
-			rc = cu.cuMemcpyDtoHAsync(bounce, src + o, k, s) || cu.cuStreamSynchronize(s);
-			if (!rc)
-				memcpy((char *)dst + o, bounce, k);
-		}
-		leave();
-	}
-	pthread_mutex_unlock(&cmu);
-	if (rc)
-		fprintf(stderr, "vemu: CUDA device-to-host copy of %zu bytes failed\n", n);
-	return rc ? -1 : 0;
+	return copy_hd(ctx, src, dst, n, 0);
 }
 
 int vemu_cuda_dtod(void *ctx, uint64_t dst, uint64_t src, size_t n)
