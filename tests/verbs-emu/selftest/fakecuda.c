@@ -338,48 +338,40 @@ static int needs_primary(CUdeviceptr a, CUdeviceptr b)
 	return r;
 }
 
-EXPORT CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void *src, size_t n, void *s)
+/* one host <-> device copy: counted, checked, blocked by the primary context's lock where the real driver blocks */
+static CUresult copy_hd(CUdeviceptr dev, char *host, size_t n, void *s, int to_dev)
 {
 	pthread_mutex_lock(&mu);
-	st.pageable += !is_pinned(src, n);
+	st.pageable += !is_pinned(host, n);
 	pthread_mutex_unlock(&mu);
-	int lock = needs_primary(dst, 0);
+	int lock = needs_primary(dev, 0);
 	if (lock)
 		pthread_mutex_lock(&sync_mu);
 	pthread_mutex_lock(&mu);
-	char *d = shadow_of(dst, n);
+	char *d = shadow_of(dev, n);
 	int ok = d && check_copy(s);
 	if (ok)
-		memcpy(d, src, n);
+		memcpy(to_dev ? d : host, to_dev ? host : d, n);
 	else
 		st.bad++;
-	st.htod++;
+	if (to_dev)
+		st.htod++;
+	else
+		st.dtoh++;
 	pthread_mutex_unlock(&mu);
 	if (lock)
 		pthread_mutex_unlock(&sync_mu);
 	return ok ? 0 : 1;
 }
 
+EXPORT CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void *src, size_t n, void *s)
+{
+	return copy_hd(dst, (char *)(uintptr_t)src, n, s, 1); /* src is only read */
+}
+
 EXPORT CUresult cuMemcpyDtoHAsync_v2(void *dst, CUdeviceptr src, size_t n, void *s)
 {
-	pthread_mutex_lock(&mu);
-	st.pageable += !is_pinned(dst, n);
-	pthread_mutex_unlock(&mu);
-	int lock = needs_primary(src, 0);
-	if (lock)
-		pthread_mutex_lock(&sync_mu);
-	pthread_mutex_lock(&mu);
-	char *p = shadow_of(src, n);
-	int ok = p && check_copy(s);
-	if (ok)
-		memcpy(dst, p, n);
-	else
-		st.bad++;
-	st.dtoh++;
-	pthread_mutex_unlock(&mu);
-	if (lock)
-		pthread_mutex_unlock(&sync_mu);
-	return ok ? 0 : 1;
+	return copy_hd(src, dst, n, s, 0);
 }
 
 EXPORT CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_t n, void *s)
