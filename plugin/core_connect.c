@@ -56,8 +56,8 @@ out:
   return res;
 }
 
-static void free_comm(struct gdr_comm *c) {
-  if (c->magic != GDR_COMM_LISTEN) gdr_pool_fini(&c->reqs);
+static void free_comm(struct gdr_comm *c, uint32_t magic) {
+  if (magic != GDR_COMM_LISTEN) gdr_pool_fini(&c->reqs);
   c->magic = 0;
   free(c);
 }
@@ -139,6 +139,9 @@ out:
   return res;
 }
 
+/* The transport's close (which joins the comm's helper threads and may wait on the network a little) runs without
+ * the core lock, so that closing one comm never holds up another comm's set-up; the accounting after it (and the
+ * quiesce when this was the process's last comm) takes the lock again. */
 static ncclResult_t close_comm(void *comm, uint32_t magic, const char *what) {
   ncclResult_t res = ncclSuccess;
   struct gdr_comm *c = comm;
@@ -148,16 +151,18 @@ static ncclResult_t close_comm(void *comm, uint32_t magic, const char *what) {
   gdr_core_lock();
   if (c->magic != magic) {
     GDR_WARN("%s: %p is not such a comm of this plugin", what, comm);
-    res = ncclInternalError;
-    goto out;
+    gdr_core_unlock();
+    return ncclInternalError;
   }
+  c->magic = 0; /* claimed: a second close of the same comm is refused above */
+  gdr_core_unlock();
   tp = c->tp;
   if (magic == GDR_COMM_SEND) res = tp->close_send(c->tcomm);
   if (magic == GDR_COMM_RECV) res = tp->close_recv(c->tcomm);
   if (magic == GDR_COMM_LISTEN) res = tp->close_listen(c->tcomm);
-  free_comm(c);
+  gdr_core_lock();
+  free_comm(c, magic);
   gdr_core_comm_closed(tp);
-out:
   gdr_core_unlock();
   return res;
 }

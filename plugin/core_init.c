@@ -30,7 +30,9 @@ void gdr_core_comm_opened(void) { g_ncomms++; }
 
 void gdr_core_comm_closed(const struct gdr_transport *tp) {
   if (g_ncomms > 0) g_ncomms--;
-  if (g_ncomms == 0 && tp != NULL && tp->quiesce != NULL) tp->quiesce();
+  if (g_ncomms > 0) return;
+  if (tp != NULL && tp->quiesce != NULL) tp->quiesce();
+  gdr_linger_drain(); /* streams still delivering a closed comm's last bytes: done before NCCL may unload us */
 }
 
 /* Appends "name (extra)" of each device to buf. */
@@ -162,6 +164,7 @@ void gdr_core_fini(void) {
     if (g_tp->quiesce) g_tp->quiesce();
     if (g_tp->fini) g_tp->fini();
   }
+  gdr_linger_drain();
   g_tp = NULL;
   g_ndev = 0;
   g_ncomms = 0;

@@ -231,6 +231,23 @@ ncclResult_t gdr_sock_set_nonblocking(int fd, int nonblocking);
  * silent peer is an error after timeout_ms (0 = leave the kernel's). */
 ncclResult_t gdr_sock_tune(int fd, int nodelay, size_t bufsize, int timeout_ms);
 
+/* ------------------------------------------------------------------------------------- graceful close -- */
+
+/* Closes a stream without losing what this side already handed to the kernel (linger.c). A send that test()
+ * reported done is in the socket's send queue, not yet at the peer; close() with unread bytes in the receive queue
+ * (the peer's credits or CTS that arrive after the last read) makes the kernel answer with a reset that discards
+ * that send queue. So: the write side is shut first (FIN after the data); a stream with nothing unacknowledged
+ * (SIOCOUTQ 0) is closed at once; otherwise it lingers open, in a process-wide list, until the peer has
+ * acknowledged everything, closed or reset its end, or GDRNET_TCP_LINGER_MS passed (then it is closed with a WARN
+ * naming the bytes the peer never acknowledged). No thread: the list is swept, without blocking, by every later
+ * gdr_sock_close_graceful and gdr_linger_sweep call, and drained (bounded by the same knob) by gdr_linger_drain,
+ * which the transports call when the process's last comm closes (before NCCL may unload the plugin).
+ * what: names the stream in that WARN ("control stream to 10.0.0.2:5000"). Takes ownership of fd. */
+void gdr_sock_close_graceful(int fd, const char *what);
+void gdr_linger_sweep(void);   /* non-blocking: closes the lingering streams that are done */
+void gdr_linger_drain(void);   /* waits (bounded) until every lingering stream is done, closes the rest */
+int gdr_linger_count(void);    /* streams lingering now (tests) */
+
 /* ------------------------------------------------------------------------------------------------- misc -- */
 
 uint64_t gdr_time_ns(void); /* CLOCK_MONOTONIC */

@@ -208,9 +208,10 @@ static void comm_stop_threads(struct tcp_comm *c) {
     pthread_cond_signal(&th->cv);
     pthread_mutex_unlock(&th->mu);
   }
-  /* Wakes helpers blocked in send/recv. Data already queued in the kernel is still delivered (FIN follows it). */
+  /* Wakes helpers blocked in send/recv. Data already queued in the kernel is still delivered (FIN follows it). A
+   * sender's helpers only ever block in send: SHUT_WR wakes them and leaves the read side to the graceful close. */
   for (int s = 0; s < c->nsocks; s++)
-    if (c->fds[s] >= 0) shutdown(c->fds[s], SHUT_RDWR);
+    if (c->fds[s] >= 0) shutdown(c->fds[s], c->is_send ? SHUT_WR : SHUT_RDWR);
   for (int t = 0; t < c->nthreads; t++) {
     if (c->threads[t].started) pthread_join(c->threads[t].tid, NULL);
     c->threads[t].started = 0;
@@ -477,13 +478,19 @@ out:
 static ncclResult_t close_comm(struct tcp_comm *c) {
   if (c == NULL) return ncclSuccess;
   comm_stop_threads(c);
-  if (c->is_send && c->ctrl_fd >= 0) {
-    /* Read what the receiver sent (unused CTS): closing with unread data would reset the stream and could drop
-     * inline data the receiver has not read yet. */
-    char buf[4096];
-    while (recv(c->ctrl_fd, buf, sizeof(buf), MSG_DONTWAIT) > 0) {
+  if (c->is_send) {
+    /* Every send NCCL saw complete is in a send queue here but maybe not at the peer yet: shut the write sides
+     * (FIN after the data) and keep a stream the peer has not acknowledged open until it has (linger.c); a plain
+     * close() would answer the receiver's next credit or CTS with a reset that drops that tail. */
+    char what[GDR_ADDR_STRLEN + 40];
+    snprintf(what, sizeof(what), "TCP control stream to %s", c->peer_str);
+    gdr_sock_close_graceful(c->ctrl_fd, what);
+    c->ctrl_fd = -1;
+    for (int s = 0; s < c->nsocks; s++) {
+      snprintf(what, sizeof(what), "TCP data stream %d to %s", s, c->peer_str);
+      gdr_sock_close_graceful(c->fds[s], what);
+      c->fds[s] = -1;
     }
-    shutdown(c->ctrl_fd, SHUT_WR);
   }
   comm_free(c);
   return ncclSuccess;

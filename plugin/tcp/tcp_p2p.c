@@ -832,13 +832,17 @@ ncclResult_t gdr_tcp_test(void *request, int *done, size_t *sizes) {
       if (c->tx_head != c->tx_tail) GDR_CHECK(tx_flush(c));
       GDR_CHECK(rx_progress(c));
       if (r->err != ncclSuccess) return r->err;
-      /* done before total: a helper adds to done after storing total */
+      /* The streams' EOF count first, then the bytes: a helper adds its last chunk to done before it reads the EOF
+       * that follows it, so every byte that arrived before the EOFs counted here is visible below (reading them in
+       * the other order could see the chunk missing and then the EOF, and fail a message that is complete). done
+       * before total: a helper adds to done after storing total. */
       {
+        int all_eof = c->ctrl_eof && atomic_load_explicit(&c->streams_eof, memory_order_acquire) >= c->nsocks;
         size_t d = atomic_load_explicit(&r->done, memory_order_acquire);
         bytes = atomic_load_explicit(&r->total, memory_order_relaxed);
         if (bytes == SIZE_MAX || d != bytes) {
           GDR_CHECK(comm_error(c));
-          if (c->ctrl_eof && atomic_load(&c->streams_eof) >= c->nsocks) {
+          if (all_eof) {
             gdr_tcp_comm_fail(c, ncclRemoteError, "the peer closed the connection before message %llu arrived",
                               (unsigned long long)r->seq);
             res = comm_error(c);
