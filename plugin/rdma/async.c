@@ -3,11 +3,12 @@
  * The thread polls the context's async_fd (made non-blocking) together with an eventfd that stops
  * it, so it never sits inside ibv_get_async_event when asked to stop.  It runs while the device has
  * comms (started by the first, joined by the last: NCCL >= 2.28 dlcloses the plugin after its last
- * communicator and a v8 plugin gets no finalize).  Fatal events mark the connections they hit; the
- * next isend/irecv/test of such a connection returns an error with a WARN (conn.c). */
+ * communicator and a v8 plugin gets no finalize).  An event that hits a connection is handed to its
+ * progress thread (c->pending), which recovers it or gives up (recover.c, classify.c says which). */
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,12 +19,30 @@
 
 static int comm_has_qp(const struct gdr_rdma_comm *c, const struct ibv_qp *qp) {
   for (int i = 0; i < c->nqps; i++)
-    if (c->qps[i] == qp) return 1;
-  return c->flush_qp == qp;
+    if (c->qs.qps[i] == qp) return 1;
+  return c->qs.flush_qp == qp;
+}
+
+/* Hands a fault to the connection's progress thread (recover.c takes it at its next call); the first one waiting
+ * wins. Called with d->lock held (the comm's QP set cannot change meanwhile). */
+static void hand_over(struct gdr_rdma_comm *c, int action, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void hand_over(struct gdr_rdma_comm *c, int action, const char *fmt, ...) {
+  int expect = 0;
+  va_list ap;
+  if (!atomic_compare_exchange_strong_explicit(&c->pending.state, &expect, 2, memory_order_acq_rel,
+                                               memory_order_acquire))
+    return;
+  c->pending.action = action;
+  c->pending.gen = c->qs_gen;
+  va_start(ap, fmt);
+  vsnprintf(c->pending.why, sizeof(c->pending.why), fmt, ap);
+  va_end(ap);
+  atomic_store_explicit(&c->pending.state, 1, memory_order_release);
 }
 
 static void handle_event(struct gdr_rdma_dev *d, struct ibv_async_event *ev) {
   const char *what = gdr_ibv_event_str(ev->event_type);
+  const struct gdr_fault_class *f = gdr_rdma_fault_event(ev->event_type);
   pthread_mutex_lock(&d->lock);
   switch (ev->event_type) {
   case IBV_EVENT_QP_FATAL:
@@ -34,40 +53,43 @@ static void handle_event(struct gdr_rdma_dev *d, struct ibv_async_event *ev) {
     for (struct gdr_rdma_comm *c = d->comms; c; c = c->next) {
       if (!comm_has_qp(c, ev->element.qp)) continue;
       found = 1;
-      gdr_rdma_comm_mark_fatal(c, "async event %s on %s port %d, QP 0x%x, peer %s", what, d->name, d->port,
-                               ev->element.qp->qp_num, c->peer);
+      hand_over(c, f->action, "async event %s on %s port %d, QP 0x%x, peer %s: %s", what, d->name, d->port,
+                ev->element.qp->qp_num, c->peer, f->hint);
     }
     if (!found) GDR_INFO(NCCL_NET, "%s: async event %s on a QP of no open connection", d->name, what);
     break;
   }
   case IBV_EVENT_CQ_ERR: {
     for (struct gdr_rdma_comm *c = d->comms; c; c = c->next)
-      if (c->cq == ev->element.cq)
-        gdr_rdma_comm_mark_fatal(c, "async event %s (CQ overrun) on %s port %d, peer %s", what, d->name, d->port,
-                                 c->peer);
+      if (c->qs.cq == ev->element.cq)
+        hand_over(c, f->action, "async event %s (CQ overrun) on %s port %d, peer %s: %s", what, d->name, d->port,
+                  c->peer, f->hint);
     break;
   }
   case IBV_EVENT_PORT_ERR:
     if (ev->element.port_num != d->port) break;
-    GDR_WARN("%s port %d: %s (link down): its %d connection(s) fail", d->name, d->port, what, d->ncomms);
+    GDR_WARN("%s port %d: %s (link down): its %d connection(s) recover once it is active again (within "
+             "GDRNET_RECOVERY_TIMEOUT_MS=%lld)",
+             d->name, d->port, what, d->ncomms, (long long)gdr_param_int(GDR_PARAM_RECOVERY_TIMEOUT_MS));
     for (struct gdr_rdma_comm *c = d->comms; c; c = c->next) {
       char qps[64] = "";
-      if (c->nqps) snprintf(qps, sizeof(qps), ", QP 0x%x%s", c->qps[0]->qp_num, c->nqps > 1 ? "..." : "");
-      gdr_rdma_comm_mark_fatal(c, "async event %s on %s port %d%s, peer %s", what, d->name, d->port, qps, c->peer);
+      if (c->nqps && c->qs.qps[0])
+        snprintf(qps, sizeof(qps), ", QP 0x%x%s", c->qs.qps[0]->qp_num, c->nqps > 1 ? "..." : "");
+      hand_over(c, f->action, "async event %s on %s port %d%s, peer %s: %s", what, d->name, d->port, qps, c->peer,
+                f->hint);
     }
     break;
   case IBV_EVENT_DEVICE_FATAL:
     d->fatal = 1;
-    GDR_WARN("%s: %s: every connection of the device fails", d->name, what);
+    GDR_WARN("%s: %s: every connection of the device fails (%s)", d->name, what, f->hint);
     for (struct gdr_rdma_comm *c = d->comms; c; c = c->next)
-      gdr_rdma_comm_mark_fatal(c, "async event %s on %s port %d, peer %s", what, d->name, d->port, c->peer);
+      hand_over(c, f->action, "async event %s on %s port %d, peer %s: %s", what, d->name, d->port, c->peer, f->hint);
     break;
   case IBV_EVENT_PORT_ACTIVE:
-    if (ev->element.port_num == d->port)
-      GDR_INFO(NCCL_NET, "%s port %d: %s", d->name, d->port, what);
+    if (ev->element.port_num == d->port) GDR_INFO(NCCL_NET, "%s port %d: %s", d->name, d->port, what);
     break;
   default:
-    GDR_INFO(NCCL_NET, "%s: async event %s (%d)", d->name, what, (int)ev->event_type);
+    GDR_INFO(NCCL_NET, "%s: async event %s (%d): %s", d->name, what, (int)ev->event_type, f->hint);
     break;
   }
   pthread_mutex_unlock(&d->lock);
@@ -145,7 +167,7 @@ ncclResult_t gdr_rdma_async_attach(struct gdr_rdma_comm *c) {
   d->comms = c;
   d->ncomms++;
   c->attached = 1;
-  if (d->fatal) gdr_rdma_comm_mark_fatal(c, "device %s had a fatal error (DEVICE_FATAL)", d->name);
+  if (d->fatal) gdr_rdma_comm_fail(c, ncclSystemError, "device %s had a fatal error (DEVICE_FATAL)", d->name);
 out:
   pthread_mutex_unlock(&d->lock);
   return res;

@@ -1,5 +1,5 @@
 /* RDMA transport: listen / connect / accept (non-blocking state machines over the core's sockets),
- * QP bring-up RESET -> INIT -> RTR -> RTS, the control channel, close.
+ * QP sets (RESET -> INIT -> RTR -> RTS; recovery builds new ones), the control channel, close.
  *
  * Handshake on the connection's TCP control stream (after the core's HELLO/ACK with the listen
  * nonce, which the listener verifies):
@@ -7,7 +7,9 @@
  *   receiver -> sender    HS   (role RECV: QPNs, PSNs, LID/GID, MTU, sizes-array addr/rkey)
  *   sender   -> receiver  READY (the sender's QPs are RTS: the receiver may now write CTS entries)
  * The receiver's QPs reach RTS before it answers; the sender's before READY.  The stream then stays
- * open as the control channel: size errors travel on it, and its EOF tells a dead peer. */
+ * open as the control channel (keepalive and TCP_USER_TIMEOUT as the TCP transport's streams, so a
+ * silent peer host is an error within GDRNET_TCP_TIMEOUT_MS): size errors, the recovery protocol
+ * (recover.c) and BYE travel on it, and its EOF tells a peer that closed. */
 #include <errno.h>
 #include <sched.h>
 #include <stdarg.h>
@@ -19,89 +21,162 @@
 #include "gid.h"
 #include "rdma.h"
 
-#define GDR_RDMA_QP_SEND_WR 512 /* >= 32 messages x (8 WRITEs + 1 WRITE_WITH_IMM) per QP */
-#define GDR_RDMA_QP_RECV_WR 64  /* >= 32 receives in flight per QP */
-#define GDR_RDMA_INLINE 256     /* a whole grouped CTS (8 x 32 bytes) */
+/* ---------------------------------------------------------------------------------------- health -- */
 
-/* ---------------------------------------------------------------------------------------- fatal -- */
-
-/* fatal: 0 healthy, 2 a reason is being written (by the async thread or the progress thread, whoever
- * came first), 1 failed with fatal_why complete. */
-void gdr_rdma_comm_mark_fatal(struct gdr_rdma_comm *c, const char *fmt, ...) {
-  int expect = 0;
-  if (!atomic_compare_exchange_strong_explicit(&c->fatal, &expect, 2, memory_order_acq_rel, memory_order_acquire))
-    return; /* the first reason wins */
+void gdr_rdma_comm_fail(struct gdr_rdma_comm *c, ncclResult_t res, const char *fmt, ...) {
+  char why[sizeof(c->health.why)];
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(c->fatal_why, sizeof(c->fatal_why), fmt, ap);
+  vsnprintf(why, sizeof(why), fmt, ap);
   va_end(ap);
-  atomic_store_explicit(&c->fatal, 1, memory_order_release);
+  gdr_health_fail(&c->health, res, "%s", why);
 }
 
-ncclResult_t gdr_rdma_comm_check(struct gdr_rdma_comm *c) {
-  int f = atomic_load_explicit(&c->fatal, memory_order_acquire);
-  if (f == 0) return ncclSuccess;
-  for (int i = 0; f == 2 && i < 100000; i++) { /* the reason is being written (a snprintf away) */
-    sched_yield();
-    f = atomic_load_explicit(&c->fatal, memory_order_acquire);
-  }
-  if (!c->fatal_warned) {
-    c->fatal_warned = 1;
-    GDR_WARN("%s connection to %s (%s port %d) failed: %s", c->kind == GDR_RCOMM_SEND ? "send" : "receive",
-             c->peer, c->dev->name, c->dev->port, c->fatal_why);
-  }
-  return ncclRemoteError;
-}
+ncclResult_t gdr_rdma_comm_check(struct gdr_rdma_comm *c) { return gdr_health_error(&c->health, c->desc); }
 
 void gdr_rdma_addr_str(const struct gdr_rdma_comm *c, int remote, char *buf, size_t len) {
   const struct gdr_rdma_dev *d = c->dev;
   if (d->link_layer == IBV_LINK_LAYER_ETHERNET)
-    gdr_gid_format(remote ? c->remote.gid : d->gid.raw, buf, (int)len);
+    gdr_gid_format(remote ? c->remote.gid : c->lgid.raw, buf, (int)len);
   else
-    snprintf(buf, len, "LID %u", remote ? c->remote.lid : d->lid);
+    snprintf(buf, len, "LID %u", remote ? c->remote.lid : c->llid);
+}
+
+static void set_desc(struct gdr_rdma_comm *c) {
+  snprintf(c->desc, sizeof(c->desc), "RDMA %s connection %s %s (%s port %d)",
+           c->kind == GDR_RCOMM_SEND ? "send" : "receive", c->kind == GDR_RCOMM_SEND ? "to" : "from", c->peer,
+           c->dev->name, c->dev->port);
 }
 
 /* ------------------------------------------------------------------------------ control channel -- */
 
+static void peer_eof(struct gdr_rdma_comm *c, int err) {
+  if (c->peer_gone) return;
+  c->peer_gone = 1;
+  c->eof_ns = gdr_time_ns();
+  c->ctrl_out_off = c->ctrl_out_len = 0; /* nobody reads it any more */
+  if (err) {
+    const struct gdr_fault_class *f = gdr_fault_errno(err);
+    GDR_INFO(NCCL_NET, "%s: control channel: %s (%s)", c->desc, strerror(err), f->hint);
+  }
+}
+
+/* Writes what is queued, as far as the socket takes it. */
+static ncclResult_t ctrl_flush(struct gdr_rdma_comm *c) {
+  if (c->ctrl_out_off == c->ctrl_out_len || c->fd < 0 || c->peer_gone) return ncclSuccess;
+  if (gdr_sock_send_nb(c->fd, c->ctrl_out, c->ctrl_out_len, &c->ctrl_out_off) != ncclSuccess) {
+    peer_eof(c, errno); /* the reader decides what it means for the requests */
+    return ncclSuccess;
+  }
+  if (c->ctrl_out_off == c->ctrl_out_len) c->ctrl_out_off = c->ctrl_out_len = 0;
+  return ncclSuccess;
+}
+
+ncclResult_t gdr_rdma_ctrl_send(struct gdr_rdma_comm *c, int type, uint64_t seq, uint64_t a, uint64_t b,
+                                const void *payload, size_t len) {
+  struct gdr_rdma_ctrl m;
+  if (c->fd < 0 || c->peer_gone) return ncclSuccess;
+  if (len > GDR_RDMA_CTRL_MAX_PAYLOAD) len = GDR_RDMA_CTRL_MAX_PAYLOAD;
+  if (c->ctrl_out_off > 0) { /* make room: drop what is already written */
+    memmove(c->ctrl_out, c->ctrl_out + c->ctrl_out_off, c->ctrl_out_len - c->ctrl_out_off);
+    c->ctrl_out_len -= c->ctrl_out_off;
+    c->ctrl_out_off = 0;
+  }
+  if (c->ctrl_out_len + sizeof(m) + len > sizeof(c->ctrl_out)) {
+    gdr_rdma_comm_fail(c, ncclRemoteError,
+                       "the control channel's send queue is full: the peer has read nothing of the last %zu bytes",
+                       c->ctrl_out_len);
+    return gdr_rdma_comm_check(c);
+  }
+  memset(&m, 0, sizeof(m));
+  m.magic = GDR_RDMA_CTRL_MAGIC;
+  m.type = (uint16_t)type;
+  m.len = (uint16_t)len;
+  m.seq = seq;
+  m.a = a;
+  m.b = b;
+  memcpy(c->ctrl_out + c->ctrl_out_len, &m, sizeof(m));
+  if (len) memcpy(c->ctrl_out + c->ctrl_out_len + sizeof(m), payload, len);
+  c->ctrl_out_len += sizeof(m) + len;
+  return ctrl_flush(c);
+}
+
+/* One record from the peer (header checked here; the payload, if any, is complete). */
+static ncclResult_t ctrl_record(struct gdr_rdma_comm *c, const struct gdr_rdma_ctrl *m, const void *payload) {
+  int peer_role = c->kind == GDR_RCOMM_SEND ? GDR_RDMA_ROLE_RECV : GDR_RDMA_ROLE_SEND;
+  const char *bad = gdr_rdma_ctrl_check(m, peer_role);
+  if (bad) {
+    gdr_rdma_comm_fail(c, ncclRemoteError,
+                       "protocol error on the control channel: %s (magic 0x%x, type %u, length %u, seq %llu)", bad,
+                       m->magic, m->type, m->len, (unsigned long long)m->seq);
+    return gdr_rdma_comm_check(c);
+  }
+  switch (m->type) {
+  case GDR_CTRL_SIZE_ERR: {
+    struct gdr_rdma_req *r2 = c->recv_slot[m->seq % GDR_RDMA_FIFO_SLOTS];
+    GDR_WARN("receive #%llu from %s: the peer sent %llu bytes but the receive buffer holds %llu "
+             "(message dropped; the send failed with InvalidUsage)",
+             (unsigned long long)m->seq, c->peer, (unsigned long long)m->a, (unsigned long long)m->b);
+    if (r2 && r2->seq == m->seq) r2->error = ncclInvalidUsage;
+    return ncclSuccess;
+  }
+  case GDR_CTRL_BYE:
+    c->peer_bye_head = m->seq;
+    peer_eof(c, 0);
+    return ncclSuccess;
+  default:
+    return gdr_rdma_rec_message(c, m, payload);
+  }
+}
+
 ncclResult_t gdr_rdma_ctrl_poll(struct gdr_rdma_comm *c) {
-  if (c->fd < 0 || c->eof_ns) return ncclSuccess;
-  for (;;) {
-    size_t before = c->ctrl_in_off;
-    ncclResult_t r = gdr_sock_recv_nb(c->fd, &c->ctrl_in, sizeof(c->ctrl_in), &c->ctrl_in_off);
-    if (r != ncclSuccess) {
-      c->eof_ns = gdr_time_ns();
-      return ncclSuccess; /* the caller decides after a grace period (completions may still be queued) */
-    }
+  ncclResult_t res = ncclSuccess;
+  if (c->fd < 0) return ncclSuccess;
+  GDR_CHECK(ctrl_flush(c));
+  while (!c->peer_gone && !gdr_health_failed(&c->health)) {
     if (c->ctrl_in_off < sizeof(c->ctrl_in)) {
-      if (c->ctrl_in_off == before) return ncclSuccess; /* nothing more now */
-      continue;
+      size_t before = c->ctrl_in_off;
+      if (gdr_sock_recv_nb(c->fd, &c->ctrl_in, sizeof(c->ctrl_in), &c->ctrl_in_off) != ncclSuccess) {
+        peer_eof(c, errno);
+        break;
+      }
+      if (c->ctrl_in_off < sizeof(c->ctrl_in)) {
+        if (c->ctrl_in_off == before) break; /* nothing more now */
+        continue;
+      }
+      if (c->ctrl_in.magic != GDR_RDMA_CTRL_MAGIC || c->ctrl_in.len > GDR_RDMA_CTRL_MAX_PAYLOAD) {
+        GDR_CHECK(ctrl_record(c, &c->ctrl_in, NULL)); /* fails the comm, naming what is wrong */
+        break;
+      }
+    }
+    size_t want = sizeof(c->ctrl_in) + c->ctrl_in.len;
+    if (c->ctrl_in_off < want) {
+      size_t off = c->ctrl_in_off - sizeof(c->ctrl_in), before = off;
+      if (gdr_sock_recv_nb(c->fd, c->ctrl_payload, c->ctrl_in.len, &off) != ncclSuccess) {
+        peer_eof(c, errno);
+        break;
+      }
+      c->ctrl_in_off = sizeof(c->ctrl_in) + off;
+      if (c->ctrl_in_off < want) {
+        if (off == before) break;
+        continue;
+      }
     }
     c->ctrl_in_off = 0;
-    struct gdr_rdma_ctrl *m = &c->ctrl_in;
-    if (m->magic != GDR_RDMA_CTRL_MAGIC) {
-      gdr_rdma_comm_mark_fatal(c, "garbage on the control channel (magic 0x%x)", m->magic);
-      return ncclSuccess;
-    }
-    if (m->type == GDR_CTRL_SIZE_ERR && c->kind == GDR_RCOMM_RECV) {
-      struct gdr_rdma_req *r2 = c->recv_slot[m->seq % GDR_RDMA_FIFO_SLOTS];
-      GDR_WARN("receive #%llu from %s: the peer sent %llu bytes but the receive buffer holds %llu "
-               "(message dropped; the send failed with InvalidUsage)",
-               (unsigned long long)m->seq, c->peer, (unsigned long long)m->a, (unsigned long long)m->b);
-      if (r2 && r2->seq == m->seq) r2->error = ncclInvalidUsage;
-    } else if (m->type == GDR_CTRL_BYE) {
-      c->eof_ns = gdr_time_ns();
-      return ncclSuccess;
-    }
+    GDR_CHECK(ctrl_record(c, &c->ctrl_in, c->ctrl_payload));
   }
+out:
+  return res;
 }
 
 /* ------------------------------------------------------------------------------------------- QPs -- */
 
-static struct ibv_qp *create_qp(struct gdr_rdma_comm *c, int max_send, int max_recv, int *max_inline) {
+static struct ibv_qp *create_qp(struct gdr_rdma_comm *c, struct ibv_cq *cq, int max_send, int max_recv,
+                                int *max_inline) {
   struct ibv_qp_init_attr a;
   memset(&a, 0, sizeof(a));
-  a.send_cq = c->cq;
-  a.recv_cq = c->cq;
+  a.send_cq = cq;
+  a.recv_cq = cq;
   a.qp_type = IBV_QPT_RC;
   a.sq_sig_all = 0;
   a.cap.max_send_wr = (uint32_t)max_send;
@@ -137,29 +212,29 @@ static int qp_to_init(struct gdr_rdma_comm *c, struct ibv_qp *qp, int access) {
   return rc;
 }
 
-/* remote: the peer's addressing (for the loopback flush QP, our own) */
+/* INIT -> RTR -> RTS towards (rqpn, rpsn) at rlid/rgid (for the loopback flush QP: our own). */
 static int qp_to_rtr_rts(struct gdr_rdma_comm *c, struct ibv_qp *qp, uint32_t rqpn, uint32_t rpsn, uint32_t lpsn,
-                         const struct gdr_rdma_hs *remote) {
+                         uint16_t rlid, const uint8_t *rgid, enum ibv_mtu mtu) {
   struct gdr_rdma_dev *d = c->dev;
   struct ibv_qp_attr at;
   memset(&at, 0, sizeof(at));
   at.qp_state = IBV_QPS_RTR;
-  at.path_mtu = c->mtu;
+  at.path_mtu = mtu;
   at.dest_qp_num = rqpn;
   at.rq_psn = rpsn;
   at.max_dest_rd_atomic = 1;
   at.min_rnr_timer = 12;
-  at.ah_attr.dlid = remote->lid;
+  at.ah_attr.dlid = rlid;
   at.ah_attr.sl = (uint8_t)gdr_param_int(GDR_PARAM_IB_SL);
   at.ah_attr.src_path_bits = 0;
   at.ah_attr.port_num = (uint8_t)d->port;
   /* RoCE always routes by GID; IB needs a GRH across subnets or where the port requires one */
-  int global = d->link_layer == IBV_LINK_LAYER_ETHERNET || d->grh_required || memcmp(remote->gid, d->gid.raw, 8) != 0;
-  if (d->link_layer == IBV_LINK_LAYER_INFINIBAND && !d->grh_required && gdr_gid_is_zero(remote->gid)) global = 0;
+  int global = d->link_layer == IBV_LINK_LAYER_ETHERNET || d->grh_required || memcmp(rgid, c->lgid.raw, 8) != 0;
+  if (d->link_layer == IBV_LINK_LAYER_INFINIBAND && !d->grh_required && gdr_gid_is_zero(rgid)) global = 0;
   if (global) {
     at.ah_attr.is_global = 1;
-    memcpy(at.ah_attr.grh.dgid.raw, remote->gid, 16);
-    at.ah_attr.grh.sgid_index = (uint8_t)d->gid_index;
+    memcpy(at.ah_attr.grh.dgid.raw, rgid, 16);
+    at.ah_attr.grh.sgid_index = (uint8_t)c->lgid_index;
     at.ah_attr.grh.hop_limit = 255;
     at.ah_attr.grh.flow_label = 0;
     at.ah_attr.grh.traffic_class = (uint8_t)gdr_param_int(GDR_PARAM_IB_TC);
@@ -169,9 +244,9 @@ static int qp_to_rtr_rts(struct gdr_rdma_comm *c, struct ibv_qp *qp, uint32_t rq
                                IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
   if (rc) {
     char g[64];
-    gdr_gid_format(remote->gid, g, sizeof(g));
+    gdr_gid_format(rgid, g, sizeof(g));
     GDR_WARN("%s: QP 0x%x INIT->RTR towards QP 0x%x (LID %u, GID %s, MTU %d) failed: %s", d->name,
-             qp->qp_num, rqpn, remote->lid, g, 128 << c->mtu, strerror(rc));
+             qp->qp_num, rqpn, rlid, g, 128 << mtu, strerror(rc));
     return rc;
   }
   memset(&at, 0, sizeof(at));
@@ -188,6 +263,103 @@ static int qp_to_rtr_rts(struct gdr_rdma_comm *c, struct ibv_qp *qp, uint32_t rq
   return rc;
 }
 
+void gdr_rdma_qpset_destroy(struct gdr_rdma_qpset *qs) {
+  for (int i = 0; i < GDR_RDMA_MAX_QPS; i++)
+    if (qs->qps[i]) gdr_ibv.destroy_qp(qs->qps[i]);
+  if (qs->flush_qp) gdr_ibv.destroy_qp(qs->flush_qp);
+  if (qs->cq) gdr_ibv.destroy_cq(qs->cq);
+  memset(qs, 0, sizeof(*qs));
+}
+
+ncclResult_t gdr_rdma_qpset_create(struct gdr_rdma_comm *c, struct gdr_rdma_qpset *qs) {
+  ncclResult_t res = ncclSuccess;
+  struct gdr_rdma_dev *d = c->dev;
+  uint32_t rnd[GDR_RDMA_MAX_QPS];
+  int cqe = GDR_RDMA_CQE(c->nqps);
+  memset(qs, 0, sizeof(*qs));
+  qs->cq = gdr_ibv.create_cq(d->ctx, cqe, c, NULL, 0);
+  if (qs->cq == NULL) {
+    int e = errno;
+    GDR_WARN("%s: ibv_create_cq(%d) failed: %s%s", d->name, cqe, strerror(e), gdr_rdma_reg_hint(e));
+    res = ncclSystemError;
+    goto out;
+  }
+  if (gdr_random_bytes(rnd, sizeof(rnd)) != ncclSuccess) memset(rnd, 0, sizeof(rnd));
+  qs->max_inline = GDR_RDMA_INLINE;
+  for (int i = 0; i < c->nqps; i++) {
+    int inl = 0;
+    qs->qps[i] = create_qp(c, qs->cq, GDR_RDMA_QP_SEND_WR, GDR_RDMA_QP_RECV_WR, &inl);
+    if (qs->qps[i] == NULL) {
+      res = ncclSystemError;
+      goto out;
+    }
+    if (inl < qs->max_inline) qs->max_inline = inl;
+    qs->psn[i] = rnd[i] & 0xffffffu;
+    /* the peer writes into us (sender: CTS entries into the FIFO; receiver: data and sizes) */
+    if (qp_to_init(c, qs->qps[i], IBV_ACCESS_REMOTE_WRITE)) {
+      res = ncclSystemError;
+      goto out;
+    }
+  }
+  if (c->gdr_flush) {
+    /* GDR flush: 1-byte READ of the received buffer, through a QP connected to itself */
+    qs->flush_qp = create_qp(c, qs->cq, GDR_RDMA_MAX_REQS * 2, 1, NULL);
+    if (qs->flush_qp == NULL) {
+      res = ncclSystemError;
+      goto out;
+    }
+    if (qp_to_init(c, qs->flush_qp, IBV_ACCESS_REMOTE_READ) ||
+        qp_to_rtr_rts(c, qs->flush_qp, qs->flush_qp->qp_num, 0, 0, c->llid, c->lgid.raw,
+                      (enum ibv_mtu)d->active_mtu)) {
+      res = ncclSystemError;
+      goto out;
+    }
+  }
+out:
+  if (res != ncclSuccess) gdr_rdma_qpset_destroy(qs);
+  return res;
+}
+
+ncclResult_t gdr_rdma_qpset_connect(struct gdr_rdma_comm *c, struct gdr_rdma_qpset *qs, const uint32_t *rqpn,
+                                    const uint32_t *rpsn, uint16_t rlid, const uint8_t *rgid, int rmtu) {
+  int mtu = c->local.mtu < rmtu ? c->local.mtu : rmtu;
+  c->mtu = (enum ibv_mtu)mtu;
+  for (int i = 0; i < c->nqps; i++)
+    if (qp_to_rtr_rts(c, qs->qps[i], rqpn[i], rpsn[i], qs->psn[i], rlid, rgid, c->mtu)) return ncclSystemError;
+  return ncclSuccess;
+}
+
+/* The connection's own buffers the peer writes into (sender: the CTS FIFO; receiver: the sizes array), and the
+ * staging buffers this side writes from. */
+static ncclResult_t reg_own(struct gdr_rdma_comm *c) {
+  struct gdr_rdma_dev *d = c->dev;
+  if (c->kind == GDR_RCOMM_SEND) {
+    /* the FIFO is polled by the CPU: no relaxed ordering on it */
+    c->fifo_mr = gdr_rdma_reg_internal(d, c->fifo, sizeof(struct gdr_cts_slot) * GDR_RDMA_FIFO_SLOTS,
+                                       IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+    c->sizes_src_mr = gdr_rdma_reg_internal(d, c->sizes_src, sizeof(struct gdr_sizes_slot) * GDR_RDMA_FIFO_SLOTS, 0);
+    return c->fifo_mr && c->sizes_src_mr ? ncclSuccess : ncclSystemError;
+  }
+  c->cts_src_mr = gdr_rdma_reg_internal(d, c->cts_src, sizeof(struct gdr_cts_slot) * GDR_RDMA_FIFO_SLOTS, 0);
+  c->sizes_mr = gdr_rdma_reg_internal(d, c->sizes, sizeof(struct gdr_sizes_slot) * GDR_RDMA_FIFO_SLOTS,
+                                      IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+  if (c->gdr_flush) c->flush_mr = gdr_rdma_reg_internal(d, c->flush_buf, 4096, IBV_ACCESS_LOCAL_WRITE);
+  return c->cts_src_mr && c->sizes_mr && (!c->gdr_flush || c->flush_mr) ? ncclSuccess : ncclSystemError;
+}
+
+static void dereg_own(struct gdr_rdma_comm *c) {
+  struct ibv_mr **mrs[] = {&c->fifo_mr, &c->sizes_src_mr, &c->cts_src_mr, &c->sizes_mr, &c->flush_mr};
+  for (size_t i = 0; i < sizeof(mrs) / sizeof(mrs[0]); i++) {
+    if (*mrs[i]) gdr_ibv.dereg_mr(*mrs[i]);
+    *mrs[i] = NULL;
+  }
+}
+
+ncclResult_t gdr_rdma_rekey(struct gdr_rdma_comm *c) {
+  dereg_own(c);
+  return reg_own(c);
+}
+
 /* ------------------------------------------------------------------------------- comm lifetime -- */
 
 static void *page_alloc(size_t len) {
@@ -201,13 +373,8 @@ static void *page_alloc(size_t len) {
 static void comm_free(struct gdr_rdma_comm *c) {
   if (c == NULL) return;
   gdr_rdma_async_detach(c);
-  for (int i = 0; i < c->nqps; i++)
-    if (c->qps[i]) gdr_ibv.destroy_qp(c->qps[i]);
-  if (c->flush_qp) gdr_ibv.destroy_qp(c->flush_qp);
-  if (c->cq) gdr_ibv.destroy_cq(c->cq);
-  struct ibv_mr *mrs[] = {c->fifo_mr, c->sizes_src_mr, c->cts_src_mr, c->sizes_mr, c->flush_mr};
-  for (size_t i = 0; i < sizeof(mrs) / sizeof(mrs[0]); i++)
-    if (mrs[i]) gdr_ibv.dereg_mr(mrs[i]);
+  gdr_rdma_qpset_destroy(&c->qs);
+  dereg_own(c);
   free(c->fifo);
   free(c->sizes_src);
   free(c->cts_src);
@@ -215,7 +382,7 @@ static void comm_free(struct gdr_rdma_comm *c) {
   free(c->flush_buf);
   free(c->reqs);
   if (c->stage > 0 && c->kind == GDR_RCOMM_SEND && c->fd < 0) gdr_connector_abort(&c->connector);
-  if (c->fd >= 0) close(c->fd);
+  if (c->fd >= 0) gdr_sock_close_graceful(c->fd, c->desc);
   free(c);
 }
 
@@ -226,8 +393,10 @@ static struct gdr_rdma_comm *comm_alloc(int devidx, int kind) {
   c->devidx = devidx;
   c->dev = &gdr_rdma.devs[devidx];
   c->fd = -1;
-  atomic_init(&c->fatal, 0);
+  gdr_health_init(&c->health);
+  atomic_init(&c->pending.state, 0);
   snprintf(c->peer, sizeof(c->peer), "(connecting)");
+  set_desc(c);
   c->nreqs_pool = kind == GDR_RCOMM_SEND ? GDR_RDMA_SEND_REQS : 2 * GDR_RDMA_MAX_REQS;
   c->reqs = calloc((size_t)c->nreqs_pool, sizeof(*c->reqs));
   if (c->reqs == NULL) {
@@ -237,62 +406,40 @@ static struct gdr_rdma_comm *comm_alloc(int devidx, int kind) {
   return c;
 }
 
-/* Creates the CQ and data QPs (INIT) and the side's own buffers. nqps/split must be set. */
+/* The control stream is established: a silent peer host must become an error (keepalive, TCP_USER_TIMEOUT). */
+static ncclResult_t ctrl_established(struct gdr_rdma_comm *c, int fd, const union gdr_sockaddr *peer) {
+  c->fd = fd;
+  gdr_sockaddr_str(peer, c->peer, sizeof(c->peer));
+  set_desc(c);
+  return gdr_sock_tune(fd, 1, 0, (int)gdr_param_int(GDR_PARAM_TCP_TIMEOUT_MS));
+}
+
+/* The side's own buffers, the first QP set (INIT) and the async-event watch. nqps/split must be set. */
 static ncclResult_t comm_setup_verbs(struct gdr_rdma_comm *c) {
+  ncclResult_t res = ncclSuccess;
   struct gdr_rdma_dev *d = c->dev;
   c->nparts = gdr_stripe_nparts(c->nqps, c->split);
-  int cqe = 4 * GDR_RDMA_MAX_REQS * c->nqps + 2 * GDR_RDMA_MAX_REQS + 64;
-  c->cq = gdr_ibv.create_cq(d->ctx, cqe, c, NULL, 0);
-  if (c->cq == NULL) {
-    int e = errno;
-    GDR_WARN("%s: ibv_create_cq(%d) failed: %s%s", d->name, cqe, strerror(e), gdr_rdma_reg_hint(e));
-    return ncclSystemError;
-  }
-  c->max_inline = GDR_RDMA_INLINE;
-  for (int i = 0; i < c->nqps; i++) {
-    int inl = 0;
-    c->qps[i] = create_qp(c, GDR_RDMA_QP_SEND_WR, GDR_RDMA_QP_RECV_WR, &inl);
-    if (c->qps[i] == NULL) return ncclSystemError;
-    if (inl < c->max_inline) c->max_inline = inl;
-    /* the peer writes into us (sender: CTS entries into the FIFO; receiver: data and sizes) */
-    if (qp_to_init(c, c->qps[i], IBV_ACCESS_REMOTE_WRITE)) return ncclSystemError;
-  }
+  pthread_mutex_lock(&d->lock);
+  c->lgid = d->gid;
+  c->lgid_index = d->gid_index;
+  c->llid = d->lid;
+  pthread_mutex_unlock(&d->lock);
   if (c->kind == GDR_RCOMM_SEND) {
     c->fifo = page_alloc(sizeof(struct gdr_cts_slot) * GDR_RDMA_FIFO_SLOTS);
     c->sizes_src = page_alloc(sizeof(struct gdr_sizes_slot) * GDR_RDMA_FIFO_SLOTS);
     if (!c->fifo || !c->sizes_src) return ncclSystemError;
-    /* the FIFO is polled by the CPU: no relaxed ordering on it */
-    c->fifo_mr = gdr_rdma_reg_internal(d, c->fifo, sizeof(struct gdr_cts_slot) * GDR_RDMA_FIFO_SLOTS,
-                                       IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
-    c->sizes_src_mr = gdr_rdma_reg_internal(d, c->sizes_src, sizeof(struct gdr_sizes_slot) * GDR_RDMA_FIFO_SLOTS, 0);
-    if (!c->fifo_mr || !c->sizes_src_mr) return ncclSystemError;
   } else {
     c->cts_src = page_alloc(sizeof(struct gdr_cts_slot) * GDR_RDMA_FIFO_SLOTS);
     c->sizes = page_alloc(sizeof(struct gdr_sizes_slot) * GDR_RDMA_FIFO_SLOTS);
     if (!c->cts_src || !c->sizes) return ncclSystemError;
-    c->cts_src_mr = gdr_rdma_reg_internal(d, c->cts_src, sizeof(struct gdr_cts_slot) * GDR_RDMA_FIFO_SLOTS, 0);
-    c->sizes_mr = gdr_rdma_reg_internal(d, c->sizes, sizeof(struct gdr_sizes_slot) * GDR_RDMA_FIFO_SLOTS,
-                                        IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
-    if (!c->cts_src_mr || !c->sizes_mr) return ncclSystemError;
-    if (d->ptr_support & (NCCL_PTR_CUDA | NCCL_PTR_DMABUF)) {
-      /* GDR flush: 1-byte READ of the received buffer, through a QP connected to itself */
-      c->flush_buf = page_alloc(4096);
-      if (!c->flush_buf) return ncclSystemError;
-      c->flush_mr = gdr_rdma_reg_internal(d, c->flush_buf, 4096, IBV_ACCESS_LOCAL_WRITE);
-      if (!c->flush_mr) return ncclSystemError;
-      c->flush_qp = create_qp(c, GDR_RDMA_MAX_REQS * 2, 1, NULL);
-      if (c->flush_qp == NULL) return ncclSystemError;
-      if (qp_to_init(c, c->flush_qp, IBV_ACCESS_REMOTE_READ)) return ncclSystemError;
-      struct gdr_rdma_hs self;
-      memset(&self, 0, sizeof(self));
-      self.lid = d->lid;
-      memcpy(self.gid, d->gid.raw, 16);
-      uint32_t psn = 0;
-      c->mtu = (enum ibv_mtu)d->active_mtu;
-      if (qp_to_rtr_rts(c, c->flush_qp, c->flush_qp->qp_num, psn, psn, &self)) return ncclSystemError;
-    }
+    c->gdr_flush = (d->ptr_support & (NCCL_PTR_CUDA | NCCL_PTR_DMABUF)) != 0;
+    if (c->gdr_flush && (c->flush_buf = page_alloc(4096)) == NULL) return ncclSystemError;
   }
-  return gdr_rdma_async_attach(c);
+  GDR_CHECK(reg_own(c));
+  GDR_CHECK(gdr_rdma_qpset_create(c, &c->qs));
+  GDR_CHECK(gdr_rdma_async_attach(c));
+out:
+  return res;
 }
 
 static ncclResult_t fill_local_hs(struct gdr_rdma_comm *c, int role) {
@@ -304,7 +451,7 @@ static ncclResult_t fill_local_hs(struct gdr_rdma_comm *c, int role) {
   hs->size = sizeof(*hs);
   hs->caps = (d->relaxed ? GDR_RDMA_CAP_RELAXED_ORDERING : 0) |
              ((d->ptr_support & (NCCL_PTR_CUDA | NCCL_PTR_DMABUF)) ? GDR_RDMA_CAP_GDR : 0) |
-             (c->flush_qp ? GDR_RDMA_CAP_FLUSH : 0);
+             (c->qs.flush_qp ? GDR_RDMA_CAP_FLUSH : 0) | GDR_RDMA_CAP_RECOVERY;
   hs->role = (uint8_t)role;
   hs->link_layer = (uint8_t)d->link_layer;
   hs->port = (uint8_t)d->port;
@@ -314,15 +461,13 @@ static ncclResult_t fill_local_hs(struct gdr_rdma_comm *c, int role) {
   hs->mtu = (uint8_t)mtu;
   hs->nqps = (uint8_t)c->nqps;
   hs->split = (uint8_t)c->split;
-  hs->gid_index = (uint8_t)d->gid_index;
+  hs->gid_index = (uint8_t)c->lgid_index;
   hs->is_global = d->link_layer == IBV_LINK_LAYER_ETHERNET;
-  hs->lid = d->lid;
-  memcpy(hs->gid, d->gid.raw, 16);
-  uint32_t rnd[GDR_RDMA_MAX_QPS];
-  if (gdr_random_bytes(rnd, sizeof(rnd)) != ncclSuccess) memset(rnd, 0, sizeof(rnd));
+  hs->lid = c->llid;
+  memcpy(hs->gid, c->lgid.raw, 16);
   for (int i = 0; i < c->nqps; i++) {
-    hs->qpn[i] = c->qps[i]->qp_num;
-    hs->psn[i] = rnd[i] & 0xffffffu;
+    hs->qpn[i] = c->qs.qps[i]->qp_num;
+    hs->psn[i] = c->qs.psn[i];
   }
   if (role == GDR_RDMA_ROLE_SEND) {
     hs->raddr = (uint64_t)(uintptr_t)c->fifo;
@@ -355,10 +500,8 @@ static ncclResult_t connect_qps(struct gdr_rdma_comm *c, int expected_role) {
              c->peer, r->nqps, r->split, c->nqps, c->split);
     return ncclRemoteError;
   }
-  int mtu = c->local.mtu < r->mtu ? c->local.mtu : r->mtu;
-  c->mtu = (enum ibv_mtu)mtu;
-  for (int i = 0; i < c->nqps; i++)
-    if (qp_to_rtr_rts(c, c->qps[i], r->qpn[i], r->psn[i], c->local.psn[i], r)) return ncclSystemError;
+  if (gdr_rdma_qpset_connect(c, &c->qs, r->qpn, r->psn, r->lid, r->gid, r->mtu) != ncclSuccess)
+    return ncclSystemError;
   if (expected_role == GDR_RDMA_ROLE_RECV) { /* we are the sender: the peer gave its sizes array */
     c->rsizes_addr = r->raddr;
     c->rsizes_rkey = r->rkey;
@@ -369,10 +512,11 @@ static ncclResult_t connect_qps(struct gdr_rdma_comm *c, int expected_role) {
   char lg[64], rg[64];
   gdr_rdma_addr_str(c, 0, lg, sizeof(lg));
   gdr_rdma_addr_str(c, 1, rg, sizeof(rg));
-  GDR_INFO(NCCL_NET, "%s connection %s %s <-> %s %.64s %s: %d QP%s (%s), MTU %d%s",
+  GDR_INFO(NCCL_NET, "%s connection %s %s <-> %s %.64s %s: %d QP%s (%s), MTU %d%s%s",
            c->kind == GDR_RCOMM_SEND ? "send" : "recv", d->name, lg, c->peer, r->devname, rg, c->nqps,
-           c->nqps > 1 ? "s" : "", c->split ? "split, 128-byte chunks" : "whole messages", 128 << mtu,
-           c->flush_qp ? ", GDR flush" : "");
+           c->nqps > 1 ? "s" : "", c->split ? "split, 128-byte chunks" : "whole messages", 128 << c->mtu,
+           c->qs.flush_qp ? ", GDR flush" : "",
+           (r->caps & GDR_RDMA_CAP_RECOVERY) ? "" : ", peer without recovery (an older plugin): faults fail");
   return ncclSuccess;
 }
 
@@ -463,6 +607,7 @@ ncclResult_t gdr_rdma_connect(int dev, struct gdr_handle *handle, void **send_co
     c = comm_alloc(dev, GDR_RCOMM_SEND);
     if (c == NULL) return ncclSystemError;
     gdr_sockaddr_str(&peer, c->peer, sizeof(c->peer));
+    set_desc(c);
     c->nqps = gdr_rdma.nqps;
     c->split = gdr_rdma.split;
     uint64_t conn_id = 0;
@@ -477,8 +622,7 @@ ncclResult_t gdr_rdma_connect(int dev, struct gdr_handle *handle, void **send_co
     int done = 0;
     GDR_CHECK(gdr_connector_poll(&c->connector, &done));
     if (!done) return ncclSuccess;
-    c->fd = c->connector.fd;
-    gdr_sockaddr_str(&c->connector.peer, c->peer, sizeof(c->peer));
+    GDR_CHECK(ctrl_established(c, c->connector.fd, &c->connector.peer));
     GDR_CHECK(fill_local_hs(c, GDR_RDMA_ROLE_SEND));
     arm_deadline(c);
     c->stage = CS_SEND_HS;
@@ -537,11 +681,10 @@ ncclResult_t gdr_rdma_accept(void *listen_comm, void **recv_comm) {
       close(s.fd);
       return ncclSystemError;
     }
-    c->fd = s.fd;
-    gdr_sockaddr_str(&s.peer, c->peer, sizeof(c->peer));
+    l->pending = c;
+    GDR_CHECK(ctrl_established(c, s.fd, &s.peer));
     arm_deadline(c);
     c->stage = AS_RECV_HS;
-    l->pending = c;
   }
   switch (c->stage) {
   case AS_RECV_HS: {
@@ -597,25 +740,16 @@ out:
 
 /* ----------------------------------------------------------------------------------------- close -- */
 
-static void say_bye(struct gdr_rdma_comm *c) {
-  if (c->fd < 0 || c->eof_ns) return;
-  struct gdr_rdma_ctrl m = {GDR_RDMA_CTRL_MAGIC, GDR_CTRL_BYE, c->head, 0, 0};
-  size_t off = 0;
-  (void)gdr_sock_send_nb(c->fd, &m, sizeof(m), &off); /* best effort: EOF says the same */
-}
-
-ncclResult_t gdr_rdma_close_send(void *send_comm) {
-  struct gdr_rdma_comm *c = send_comm;
+static ncclResult_t close_comm(struct gdr_rdma_comm *c) {
   if (c == NULL) return ncclSuccess;
-  say_bye(c);
+  if (c->stage == 0) {
+    gdr_rdma_rec_report(c);
+    /* best effort: the peer learns that we are gone from the EOF anyway */
+    (void)gdr_rdma_ctrl_send(c, GDR_CTRL_BYE, c->head, 0, 0, NULL, 0);
+  }
   comm_free(c);
   return ncclSuccess;
 }
 
-ncclResult_t gdr_rdma_close_recv(void *recv_comm) {
-  struct gdr_rdma_comm *c = recv_comm;
-  if (c == NULL) return ncclSuccess;
-  say_bye(c);
-  comm_free(c);
-  return ncclSuccess;
-}
+ncclResult_t gdr_rdma_close_send(void *send_comm) { return close_comm(send_comm); }
+ncclResult_t gdr_rdma_close_recv(void *recv_comm) { return close_comm(recv_comm); }

@@ -68,11 +68,13 @@ static int gid_type_of(const char *ibdev_path, int port, int index) {
 
 /* -------------------------------------------------------------------------------------------- GIDs -- */
 
-static void choose_gid(struct gdr_rdma_dev *d, struct ibv_device *ibdev, const struct ibv_port_attr *pa) {
+/* The GID index for the port as it is now (GDRNET_GID_INDEX, else the selection rules), and that GID. */
+static int select_gid(struct gdr_rdma_dev *d, const char *ibdev_path, const struct ibv_port_attr *pa, int *index,
+                      union ibv_gid *gid) {
   int forced = (int)gdr_param_int(GDR_PARAM_GID_INDEX);
-  d->gid_index = 0;
+  *index = 0;
   if (forced >= 0) {
-    d->gid_index = forced;
+    *index = forced;
   } else if (d->link_layer == IBV_LINK_LAYER_ETHERNET) {
     int n = pa->gid_tbl_len;
     if (n > 256) n = 256;
@@ -83,7 +85,7 @@ static void choose_gid(struct gdr_rdma_dev *d, struct ibv_device *ibdev, const s
         if (gdr_ibv.query_gid(d->ctx, (uint8_t)d->port, i, &g) != 0) continue;
         memcpy(tbl[i].raw, g.raw, 16);
         tbl[i].valid = 1;
-        tbl[i].type = gid_type_of(ibdev->ibdev_path, d->port, i);
+        tbl[i].type = gid_type_of(ibdev_path, d->port, i);
       }
       int family = gdr_param_int(GDR_PARAM_IB_ADDR_FAMILY) == GDR_IB_ADDR_FAMILY_INET6 ? GDR_GID_FAMILY_IPV6
                                                                                        : GDR_GID_FAMILY_IPV4;
@@ -93,15 +95,53 @@ static void choose_gid(struct gdr_rdma_dev *d, struct ibv_device *ibdev, const s
                  "%s: no routable RoCE GID (only link-local or empty entries); using GID index 0", d->name);
         idx = 0;
       }
-      d->gid_index = idx;
+      *index = idx;
       free(tbl);
     }
   }
-  memset(&d->gid, 0, sizeof(d->gid));
-  if (gdr_ibv.query_gid(d->ctx, (uint8_t)d->port, d->gid_index, &d->gid) != 0) {
-    GDR_INFO(NCCL_NET | NCCL_INIT, "%s: cannot read GID index %d (%s)", d->name, d->gid_index,
-             strerror(errno));
+  memset(gid, 0, sizeof(*gid));
+  if (gdr_ibv.query_gid(d->ctx, (uint8_t)d->port, *index, gid) != 0) {
+    int e = errno;
+    GDR_INFO(NCCL_NET | NCCL_INIT, "%s: cannot read GID index %d (%s)", d->name, *index, strerror(e));
+    return e ? e : EIO;
   }
+  return 0;
+}
+
+static void choose_gid(struct gdr_rdma_dev *d, struct ibv_device *ibdev, const struct ibv_port_attr *pa) {
+  (void)select_gid(d, ibdev->ibdev_path, pa, &d->gid_index, &d->gid);
+}
+
+int gdr_rdma_dev_refresh(struct gdr_rdma_dev *d, int *active, union ibv_gid *gid, int *gid_index, uint16_t *lid,
+                         int *mtu) {
+  struct ibv_port_attr pa;
+  memset(&pa, 0, sizeof(pa));
+  int rc = gdr_ibv_query_port(d->ctx, (uint8_t)d->port, &pa, NULL);
+  if (rc != 0) return rc;
+  *active = pa.state == IBV_PORT_ACTIVE;
+  pthread_mutex_lock(&d->lock);
+  *gid = d->gid;
+  *gid_index = d->gid_index;
+  *lid = d->lid;
+  *mtu = d->active_mtu;
+  pthread_mutex_unlock(&d->lock);
+  if (!*active) return 0;
+  union ibv_gid g;
+  int idx = 0;
+  if (select_gid(d, d->ibdev_path, &pa, &idx, &g) != 0) return 0; /* keep the known one */
+  pthread_mutex_lock(&d->lock);
+  if (idx != d->gid_index || memcmp(g.raw, d->gid.raw, 16) != 0)
+    GDR_INFO(NCCL_NET, "%s port %d: GID now index %d (was %d)", d->name, d->port, idx, d->gid_index);
+  d->gid = g;
+  d->gid_index = idx;
+  d->lid = pa.lid;
+  d->active_mtu = pa.active_mtu;
+  *gid = g;
+  *gid_index = idx;
+  *lid = pa.lid;
+  *mtu = pa.active_mtu;
+  pthread_mutex_unlock(&d->lock);
+  return 0;
 }
 
 /* ------------------------------------------------------------------------------------------- GDR -- */
@@ -276,7 +316,7 @@ static ncclResult_t reg_common(struct gdr_rdma_comm *c, void *data, size_t size,
   int access = 0;
   if (c->kind == GDR_RCOMM_RECV) {
     access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
-    if (kind != GDR_REG_HOST && c->flush_qp) access |= IBV_ACCESS_REMOTE_READ;
+    if (kind != GDR_REG_HOST && c->gdr_flush) access |= IBV_ACCESS_REMOTE_READ;
   }
   if (d->relaxed) access |= IBV_ACCESS_RELAXED_ORDERING;
   struct gdr_reg_req req = {(uintptr_t)data, size, access, kind, fd, offset};
@@ -340,6 +380,12 @@ static int open_port(struct ibv_device *ibdev, const struct ibv_device_attr *da,
                      const struct ibv_port_attr *pa, uint32_t speed_ex, struct gdr_rdma_dev *d, int *ro_warned) {
   const char *ibname = gdr_ibv.get_device_name(ibdev);
   memset(d, 0, sizeof(*d));
+  if (da->max_qp_wr < GDR_RDMA_QP_SEND_WR || da->max_cqe < GDR_RDMA_MIN_CQE) {
+    GDR_WARN("%s port %d: the device allows %d work requests per QP and %d completions per CQ; a connection needs "
+             "%d and %d (32 messages in flight, 8 buffers each): device skipped",
+             ibname, port, da->max_qp_wr, da->max_cqe, GDR_RDMA_QP_SEND_WR, GDR_RDMA_MIN_CQE);
+    return -1;
+  }
   snprintf(d->ibname, sizeof(d->ibname), "%s", ibname);
   if (da->phys_port_cnt > 1)
     snprintf(d->name, sizeof(d->name), "%s:%d", ibname, port);
@@ -368,6 +414,7 @@ static int open_port(struct ibv_device *ibdev, const struct ibv_device_attr *da,
   d->speed = lane_mbps(speed_ex ? (int)speed_ex : pa->active_speed) * width_lanes(pa->active_width);
   d->max_qp = da->max_qp;
   d->max_qp_wr = da->max_qp_wr;
+  snprintf(d->ibdev_path, sizeof(d->ibdev_path), "%s", ibdev->ibdev_path);
   char path[PATH_MAX];
   snprintf(path, sizeof(path), "%s/device", ibdev->ibdev_path);
   d->pci_path = realpath(path, NULL); /* NULL: NCCL then places the NIC on the CPU */

@@ -25,3 +25,43 @@ const char *gdr_rdma_hs_check(const struct gdr_rdma_hs *hs, int expected_role) {
   if (memchr(hs->devname, '\0', sizeof(hs->devname)) == NULL) return "device name not terminated";
   return NULL;
 }
+
+const char *gdr_rdma_ctrl_check(const struct gdr_rdma_ctrl *m, int writer_role) {
+  if (m->magic != GDR_RDMA_CTRL_MAGIC) return "bad magic";
+  if (m->len > GDR_RDMA_CTRL_MAX_PAYLOAD) return "payload too long";
+  switch (m->type) {
+  case GDR_CTRL_SIZE_ERR:
+    if (writer_role != GDR_RDMA_ROLE_SEND) return "a size error from the receiver";
+    return m->len == 0 ? NULL : "unexpected payload";
+  case GDR_CTRL_BYE:
+    return m->len == 0 ? NULL : "unexpected payload";
+  case GDR_CTRL_REC_REQ:
+    if (writer_role != GDR_RDMA_ROLE_RECV) return "a recovery request from the sender";
+    return m->len == 0 && m->seq > 0 ? NULL : "bad recovery request";
+  case GDR_CTRL_REC_STATE:
+    return m->len == sizeof(struct gdr_rdma_rec_state) && m->seq > 0 ? NULL : "bad recovery state length or attempt";
+  case GDR_CTRL_REC_GO:
+    if (writer_role != GDR_RDMA_ROLE_SEND) return "a recovery GO from the receiver";
+    return m->len == 0 && m->seq > 0 ? NULL : "bad recovery GO";
+  case GDR_CTRL_REC_FAIL:
+    return NULL; /* the payload is text (any bytes; the reader terminates it) */
+  default:
+    return "unknown record type";
+  }
+}
+
+const char *gdr_rdma_rec_state_check(const struct gdr_rdma_rec_state *st, size_t len, int writer_role, int nqps) {
+  if (len != sizeof(*st)) return "wrong length";
+  if (st->nqps != nqps) return "QP count differs from the connection's";
+  if (st->link_layer != 1 && st->link_layer != 2) return "unknown link layer";
+  for (int i = 0; i < st->nqps; i++) {
+    if (st->qpn[i] == 0 || st->qpn[i] > 0xffffffu) return "QP number out of range";
+    if (st->psn[i] > 0xffffffu) return "PSN out of range";
+  }
+  if (st->raddr == 0 || st->rkey == 0) return "missing FIFO/sizes address or rkey";
+  if (writer_role == GDR_RDMA_ROLE_SEND && (st->head != 0 || st->incomplete != 0))
+    return "a sender's state carries receive counts";
+  if (writer_role == GDR_RDMA_ROLE_RECV && st->head < 32 && (st->incomplete >> st->head) != 0)
+    return "incomplete messages before the first";
+  return NULL;
+}

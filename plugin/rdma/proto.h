@@ -116,6 +116,7 @@ enum { GDR_RDMA_ROLE_SEND = 1, GDR_RDMA_ROLE_RECV = 2 };
 #define GDR_RDMA_CAP_RELAXED_ORDERING 0x1u /* this side registers with relaxed ordering */
 #define GDR_RDMA_CAP_GDR 0x2u              /* this side can register device memory */
 #define GDR_RDMA_CAP_FLUSH 0x4u            /* receiver flushes GDR writes with a loopback READ */
+#define GDR_RDMA_CAP_RECOVERY 0x8u         /* speaks the REC_* control records (recover.c); else a fault fails */
 
 struct gdr_rdma_hs {
   uint32_t magic;
@@ -143,6 +144,54 @@ struct gdr_rdma_hs {
   char devname[64];    /* for logs */
 };
 _Static_assert(sizeof(struct gdr_rdma_hs) == 256, "the handshake blob is 256 bytes");
+
+/* ---- control channel records (after the handshake) ---- */
+/* Control-channel records after the handshake: a 32-byte header, then `len` payload bytes. Version-1 peers wrote
+ * `uint32_t type` where type and len now are: their records read as len 0. */
+#define GDR_RDMA_CTRL_MAGIC 0x43524447u /* "GDRC" */
+enum {
+  GDR_CTRL_SIZE_ERR = 1,  /* sender -> receiver: message seq is a bytes, its receive only b */
+  GDR_CTRL_BYE = 2,       /* the comm is closing; seq = messages this side posted */
+  GDR_CTRL_REC_REQ = 3,   /* receiver -> sender: recover, attempt seq (the sender answers with REC_STATE) */
+  GDR_CTRL_REC_STATE = 4, /* both: attempt seq; payload struct gdr_rdma_rec_state */
+  GDR_CTRL_REC_GO = 5,    /* sender -> receiver: attempt seq is done on the sender: write the clear-to-sends again */
+  GDR_CTRL_REC_FAIL = 6,  /* this side gave up on the connection (a = its ncclResult_t); payload: the reason text */
+  GDR_CTRL_TYPE_MAX = 6,
+};
+struct gdr_rdma_ctrl {
+  uint32_t magic;
+  uint16_t type;
+  uint16_t len; /* payload bytes that follow, <= GDR_RDMA_CTRL_MAX_PAYLOAD */
+  uint64_t seq;
+  uint64_t a, b; /* SIZE_ERR: a = bytes the sender had, b = bytes the receive could take */
+};
+_Static_assert(sizeof(struct gdr_rdma_ctrl) == 32, "control record header is 32 bytes");
+#define GDR_RDMA_CTRL_MAX_PAYLOAD 512
+/* The header's magic, type and length are sane for a peer of this role (ROLE_SEND: records a sender writes). NULL if
+ * well-formed, else what is wrong. */
+const char *gdr_rdma_ctrl_check(const struct gdr_rdma_ctrl *m, int writer_role);
+
+/* REC_STATE: where this side's new QPs are, and (receiver) which messages it has received. */
+struct gdr_rdma_rec_state {
+  uint8_t nqps;
+  uint8_t link_layer;
+  uint16_t lid;
+  uint32_t rsvd0;
+  uint8_t gid[16];
+  uint32_t qpn[GDR_RDMA_MAX_QPS];
+  uint32_t psn[GDR_RDMA_MAX_QPS];
+  uint64_t raddr; /* sender: its FIFO; receiver: its sizes array (new keys after a REKEY fault) */
+  uint32_t rkey;
+  uint32_t rsvd1;
+  uint64_t head;       /* receiver: receives posted so far (messages < head) */
+  uint32_t incomplete; /* receiver: bit i set = message head - 1 - i is posted and not complete */
+  uint32_t rsvd2;
+};
+_Static_assert(sizeof(struct gdr_rdma_rec_state) == 184, "REC_STATE payload");
+/* A REC_STATE payload from a peer of writer_role for a connection of nqps QPs: NULL if well-formed, else what is
+ * wrong. */
+const char *gdr_rdma_rec_state_check(const struct gdr_rdma_rec_state *st, size_t len, int writer_role, int nqps);
+
 
 /* Checks a received blob (sizes, magic, version, role, ranges). Returns NULL if well-formed,
  * else a static string naming what is wrong. */

@@ -14,6 +14,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
+#include "../health.h"
 #include "../log.h"
 #include "../param.h"
 #include "../sock.h"
@@ -26,6 +27,14 @@
 #define GDR_RDMA_SEND_REQS (GDR_RDMA_MAX_REQS * GDR_RDMA_MAX_RECVS) /* 32 x 8 on the send side */
 #define GDR_RDMA_CQ_BATCH 16
 #define GDR_RDMA_CTS_SIGNAL_EVERY 16 /* one CTS write in 16 per QP is signaled to drain the send queue */
+/* Queue depths. Sender, per QP: 32 messages x (8 part WRITEs + 1 WRITE_WITH_IMM) = 288 WRs at most (every QP
+ * carries a stripe of every part when split); receiver: 32 CTS writes. Receive queue: 32 receives in flight. */
+#define GDR_RDMA_QP_SEND_WR 512
+#define GDR_RDMA_QP_RECV_WR 64
+#define GDR_RDMA_INLINE 256 /* a whole grouped CTS (8 x 32 bytes) */
+/* CQ: every signaled WR of every QP of the connection may be outstanding at once */
+#define GDR_RDMA_CQE(nqps) ((GDR_RDMA_FIFO_SLOTS * (GDR_RDMA_MAX_RECVS + 1) + GDR_RDMA_FIFO_SLOTS) * (nqps) + 2 * GDR_RDMA_MAX_REQS + 64)
+#define GDR_RDMA_MIN_CQE GDR_RDMA_CQE(GDR_RDMA_MAX_QPS)
 
 /* ------------------------------------------------------------------------------------------ devices -- */
 
@@ -61,6 +70,10 @@ struct gdr_rdma_dev {
   int thread_running;
   int stop_fd;         /* eventfd: wakes the async thread to stop */
   int fatal;           /* DEVICE_FATAL seen */
+  char ibdev_path[256]; /* sysfs directory of the verbs device (GID types are read again after a port flap) */
+
+  /* counters over every connection of the device (recover.c adds each connection's at its close) */
+  _Atomic uint64_t n_faults, n_recoveries, n_replayed_msgs, n_replayed_bytes, n_recover_ns, n_failed;
 };
 
 struct gdr_rdma_state {
@@ -85,6 +98,11 @@ ncclResult_t gdr_rdma_dereg_mr(void *comm, void *mhandle);
 /* Registers a transport-internal buffer (FIFO, sizes, staging) outside the cache. */
 struct ibv_mr *gdr_rdma_reg_internal(struct gdr_rdma_dev *d, void *buf, size_t len, int access);
 const char *gdr_rdma_reg_hint(int err); /* a fix for a registration errno (memlock, ...) */
+/* The port as it is now: *active = 1 when ACTIVE; the GID chosen again (GDRNET_GID_INDEX, else the selection
+ * rules: a flap can move an address to another index), the LID and the active MTU. The device's own copy is
+ * updated under its lock. 0, or an errno of ibv_query_port. */
+int gdr_rdma_dev_refresh(struct gdr_rdma_dev *d, int *active, union ibv_gid *gid, int *gid_index, uint16_t *lid,
+                         int *mtu);
 
 /* async.c */
 /* Adds/removes a comm to/from its device's list; the first add starts the device's async thread,
@@ -96,51 +114,105 @@ void gdr_rdma_async_stop(struct gdr_rdma_dev *d);
 
 /* ---------------------------------------------------------------------------------------- requests -- */
 
-enum { GDR_RREQ_FREE = 0, GDR_RREQ_SEND, GDR_RREQ_RECV, GDR_RREQ_FLUSH };
+enum { GDR_RREQ_FREE = 0, GDR_RREQ_SEND, GDR_RREQ_RECV, GDR_RREQ_FLUSH, GDR_RREQ_FAILED };
 
 struct gdr_rdma_req {
   struct gdr_rdma_comm *comm;
   int type;
   int nreqs;          /* receive: n of the group; send: n of the group it is part of */
-  int events;         /* completions still awaited */
+  int events;         /* completions still awaited (send: its WRs, plus the WRITE_WITH_IMMs if it carries them) */
   int slot;           /* FIFO slot (seq % 32) */
   int idx;            /* send: position in the grouped receive it matched */
   uint64_t seq;       /* message sequence number (both sides name it alike) */
-  ncclResult_t error; /* sticky failure of this request */
+  ncclResult_t error; /* sticky failure of this request alone */
   /* send */
   size_t size;
   /* receive */
   size_t sent[GDR_RDMA_MAX_RECVS];
   size_t cap[GDR_RDMA_MAX_RECVS];
+  /* flush: what the loopback READ reads (re-posted after a recovery) */
+  uint64_t flush_addr;
+  uint32_t flush_rkey;
 };
 
-/* wr_id: kind in the top byte, slot in the next, seq in the low 48 bits */
-enum { GDR_WR_DATA = 1, GDR_WR_RECV = 2, GDR_WR_CTS = 3, GDR_WR_FLUSH = 4, GDR_WR_SIZES = 5 };
-static inline uint64_t gdr_wr_id(int kind, int slot, uint64_t seq) {
-  return ((uint64_t)kind << 56) | ((uint64_t)(slot & 0xff) << 48) | (seq & 0xffffffffffffull);
+/* wr_id: kind in the top byte, an 8-bit argument in the next (slot, slot | part << 5, or a request index), the
+ * message's seq in the low 48 bits */
+enum { GDR_WR_DATA = 1, GDR_WR_RECV = 2, GDR_WR_CTS = 3, GDR_WR_FLUSH = 4, GDR_WR_IMM = 5 };
+static inline uint64_t gdr_wr_id(int kind, int arg, uint64_t seq) {
+  return ((uint64_t)kind << 56) | ((uint64_t)(arg & 0xff) << 48) | (seq & 0xffffffffffffull);
 }
 static inline int gdr_wr_kind(uint64_t id) { return (int)(id >> 56); }
-static inline int gdr_wr_slot(uint64_t id) { return (int)((id >> 48) & 0xff); }
+static inline int gdr_wr_arg(uint64_t id) { return (int)((id >> 48) & 0xff); }
 static inline uint64_t gdr_wr_seq(uint64_t id) { return id & 0xffffffffffffull; }
+/* DATA: the slot and the part of the group (GDR_RDMA_FIFO_SLOTS = 32 = 5 bits, GDR_RDMA_MAX_RECVS = 8 = 3 bits) */
+static inline int gdr_wr_data_arg(int slot, int part) { return slot | (part << 5); }
+static inline int gdr_wr_data_slot(uint64_t id) { return gdr_wr_arg(id) & 0x1f; }
+static inline int gdr_wr_data_part(uint64_t id) { return gdr_wr_arg(id) >> 5; }
 
 /* ------------------------------------------------------------------------------------------- comms -- */
 
 enum { GDR_RCOMM_SEND = 1, GDR_RCOMM_RECV = 2 };
 
-/* Control-channel records after the handshake (32 bytes each). */
-#define GDR_RDMA_CTRL_MAGIC 0x43524447u /* "GDRC" */
-enum { GDR_CTRL_SIZE_ERR = 1, GDR_CTRL_BYE = 2 };
-struct gdr_rdma_ctrl {
-  uint32_t magic;
-  uint32_t type;
-  uint64_t seq;
-  uint64_t a, b; /* SIZE_ERR: a = bytes the sender had, b = bytes the receive could take */
-};
-_Static_assert(sizeof(struct gdr_rdma_ctrl) == 32, "control record is 32 bytes");
-
 /* blob types of the handshake */
 #define GDR_RDMA_BLOB_HS 0x52444831u    /* "RDH1": struct gdr_rdma_hs */
 #define GDR_RDMA_BLOB_READY 0x52444852u /* "RDHR": sender's QPs are RTS */
+
+/* The verbs objects of one incarnation of a connection: recovery builds a new set and destroys the old one (the CQ
+ * too, so no completion of the old QPs can be mistaken for a new one). */
+struct gdr_rdma_qpset {
+  struct ibv_cq *cq;
+  struct ibv_qp *qps[GDR_RDMA_MAX_QPS];
+  struct ibv_qp *flush_qp; /* receiver with GDR: a QP connected to itself */
+  uint32_t psn[GDR_RDMA_MAX_QPS];
+  uint32_t cts_count[GDR_RDMA_MAX_QPS]; /* receiver: CTS writes posted per QP */
+  int max_inline;
+};
+
+/* Sender: one isend of a message (one buffer of the receiver's group). */
+struct gdr_rdma_part {
+  struct gdr_rdma_req *req; /* NULL once test() released it */
+  void *data;
+  size_t size;
+  uint32_t lkey;
+  int posted; /* its WRITEs went to the QPs */
+};
+
+/* Sender: the message in FIFO slot seq % 32, from its first matched isend until test() released every part. */
+struct gdr_rdma_smsg {
+  uint64_t seq;
+  int n;          /* buffers of the receiver's group (from the CTS entry) */
+  int matched;    /* isends matched to it so far */
+  int live;       /* part requests not released yet */
+  int imm_posted; /* the WRITE_WITH_IMMs that complete the receive are on the QPs (n > 1) */
+  struct gdr_rdma_req *imm_req; /* the part whose completion waits for those (the last one matched) */
+  struct gdr_rdma_part part[GDR_RDMA_MAX_RECVS];
+};
+
+/* A fault seen by the async thread, handed to the progress thread. */
+struct gdr_rdma_pending {
+  _Atomic int state; /* 0 none, 2 being written, 1 set */
+  int action;        /* enum gdr_fault_action */
+  unsigned gen;      /* the qpset generation it hit */
+  char why[256];
+};
+
+/* Recovery (recover.c). */
+enum { GDR_REC_IDLE = 0, GDR_REC_WAIT_PORT, GDR_REC_WAIT_PEER, GDR_REC_WAIT_GO };
+struct gdr_rdma_rec {
+  int phase;              /* GDR_REC_* */
+  uint32_t attempt;       /* the attempt both sides are in (0: none yet) */
+  int action;             /* the worst action asked in this attempt (RECOVER or REKEY) */
+  int episode_attempts;   /* attempts since the connection last worked */
+  uint64_t episode_start_ns, deadline_ns, retry_ns, port_check_ns;
+  int healthy;            /* a completion succeeded since the last recovery (ends the episode) */
+  int have_peer;          /* peer's REC_STATE for `attempt` received */
+  struct gdr_rdma_rec_state peer;
+  uint32_t peer_attempt_seen; /* highest attempt the peer named */
+  /* counters (this connection) */
+  uint64_t faults, recoveries, attempts, replayed_msgs, replayed_bytes, recover_ns, ignored_wcs;
+  uint64_t faults_by_action[6];
+  char first_fault[256];
+};
 
 struct gdr_rdma_comm {
   int kind; /* GDR_RCOMM_* */
@@ -148,14 +220,20 @@ struct gdr_rdma_comm {
   int devidx;
   struct gdr_rdma_comm *next; /* device list (async thread) */
   int attached;
+  char desc[256]; /* "RDMA send connection to 10.0.0.2:5000 (mlx5_0 port 1)", for WARN lines */
 
   /* control channel */
   int fd;
   char peer[GDR_ADDR_STRLEN];
   struct gdr_rdma_ctrl ctrl_in;
-  size_t ctrl_in_off;
+  size_t ctrl_in_off;           /* over header + payload */
+  uint8_t ctrl_payload[GDR_RDMA_CTRL_MAX_PAYLOAD];
+  uint8_t ctrl_out[4096];       /* records not yet written (non-blocking socket) */
+  size_t ctrl_out_len, ctrl_out_off;
   uint64_t ctrl_next_check_ns;
-  uint64_t eof_ns; /* when the peer's EOF was seen (0: not seen) */
+  uint64_t eof_ns;              /* when the peer's EOF (or BYE) was seen (0: not seen) */
+  uint64_t peer_bye_head;       /* BYE's seq: messages the peer posted before it closed */
+  int peer_gone;                /* EOF or BYE seen */
 
   /* handshake */
   int stage;
@@ -166,17 +244,17 @@ struct gdr_rdma_comm {
   uint32_t ready_word;
 
   /* verbs */
-  struct ibv_cq *cq;
+  struct gdr_rdma_qpset qs;
+  unsigned qs_gen;              /* incremented with every new qpset (under dev->lock: the async thread reads qs) */
   int nqps, split, nparts;
-  struct ibv_qp *qps[GDR_RDMA_MAX_QPS];
-  uint32_t cts_count[GDR_RDMA_MAX_QPS]; /* receiver: CTS writes posted per QP */
-  int max_inline;
   enum ibv_mtu mtu;
+  union ibv_gid lgid;           /* this side's address as used by this incarnation */
+  uint16_t llid;
+  int lgid_index;
 
-  /* fatal state, set by the async thread or by a failed completion */
-  atomic_int fatal;
-  char fatal_why[384];
-  int fatal_warned;
+  struct gdr_health health;
+  struct gdr_rdma_pending pending; /* from the async thread */
+  struct gdr_rdma_rec rec;
 
   uint64_t head; /* next message sequence number */
 
@@ -187,24 +265,17 @@ struct gdr_rdma_comm {
   struct ibv_mr *sizes_src_mr;
   uint64_t rsizes_addr;
   uint32_t rsizes_rkey;
-  struct gdr_rdma_req *send_slot[GDR_RDMA_FIFO_SLOTS][GDR_RDMA_MAX_RECVS];
-  int send_matched[GDR_RDMA_FIFO_SLOTS]; /* isends matched to the slot's current message, not posted yet */
-  int send_live[GDR_RDMA_FIFO_SLOTS];    /* send requests of the slot not yet released by test */
-  uint64_t slot_seq[GDR_RDMA_FIFO_SLOTS]; /* the message those requests belong to */
-  size_t send_size[GDR_RDMA_FIFO_SLOTS][GDR_RDMA_MAX_RECVS];
-  void *send_data[GDR_RDMA_FIFO_SLOTS][GDR_RDMA_MAX_RECVS];
-  uint32_t send_lkey[GDR_RDMA_FIFO_SLOTS][GDR_RDMA_MAX_RECVS];
+  struct gdr_rdma_smsg smsg[GDR_RDMA_FIFO_SLOTS];
 
   /* receiver */
-  struct gdr_cts_slot *cts_src; /* staging of the entries the receiver writes */
+  struct gdr_cts_slot *cts_src; /* staging of the entries the receiver writes (kept: recovery writes them again) */
   struct ibv_mr *cts_src_mr;
   struct gdr_sizes_slot *sizes; /* written by the sender (grouped receives) */
   struct ibv_mr *sizes_mr;
   uint64_t rfifo_addr;
   uint32_t rfifo_rkey;
   struct gdr_rdma_req *recv_slot[GDR_RDMA_FIFO_SLOTS];
-  /* flush (GDR): a QP connected to itself, reading 1 byte into flush_buf */
-  struct ibv_qp *flush_qp;
+  int gdr_flush;  /* receiver on a GDR device: flushes with a loopback READ */
   void *flush_buf;
   struct ibv_mr *flush_mr;
 
@@ -219,6 +290,12 @@ struct gdr_rdma_listen {
   struct gdr_rdma_comm *pending; /* the connection being accepted */
 };
 
+/* classify.c: the RDMA rows of the fault classification (health.h) */
+const struct gdr_fault_class *gdr_rdma_fault_wc(int status);
+const struct gdr_fault_class *gdr_rdma_fault_event(int event);
+const struct gdr_fault_class *gdr_rdma_fault_wc_table(int *n);
+const struct gdr_fault_class *gdr_rdma_fault_event_table(int *n);
+
 /* conn.c */
 ncclResult_t gdr_rdma_listen(int dev, struct gdr_handle *handle, void **listen_comm);
 ncclResult_t gdr_rdma_connect(int dev, struct gdr_handle *handle, void **send_comm);
@@ -226,13 +303,25 @@ ncclResult_t gdr_rdma_accept(void *listen_comm, void **recv_comm);
 ncclResult_t gdr_rdma_close_send(void *send_comm);
 ncclResult_t gdr_rdma_close_recv(void *recv_comm);
 ncclResult_t gdr_rdma_close_listen(void *listen_comm);
-void gdr_rdma_comm_mark_fatal(struct gdr_rdma_comm *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* The error a comm's calls return once it failed (WARNs the reason once). ncclSuccess if healthy. */
+/* The connection gives up (first reason wins); thread-safe. */
+void gdr_rdma_comm_fail(struct gdr_rdma_comm *c, ncclResult_t res, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* The error a comm's calls return once it failed (WARNs the reason once). ncclSuccess if not failed. */
 ncclResult_t gdr_rdma_comm_check(struct gdr_rdma_comm *c);
 /* "::ffff:10.0.0.1" (RoCE GID) or "LID 5" (IB) of this side (remote = 0) or of the peer (remote = 1). */
 void gdr_rdma_addr_str(const struct gdr_rdma_comm *c, int remote, char *buf, size_t len);
-/* Reads what the peer said on the control channel (non-blocking). */
+/* Reads what the peer said on the control channel and writes what is queued (non-blocking). */
 ncclResult_t gdr_rdma_ctrl_poll(struct gdr_rdma_comm *c);
+/* Queues one control record (+ payload) and writes what the socket takes now. */
+ncclResult_t gdr_rdma_ctrl_send(struct gdr_rdma_comm *c, int type, uint64_t seq, uint64_t a, uint64_t b,
+                                const void *payload, size_t len);
+/* QP sets: create (CQ + data QPs in INIT, + the flush QP connected to itself on a GDR receiver), connect the data
+ * QPs to the peer's (RTR, RTS), destroy. */
+ncclResult_t gdr_rdma_qpset_create(struct gdr_rdma_comm *c, struct gdr_rdma_qpset *qs);
+ncclResult_t gdr_rdma_qpset_connect(struct gdr_rdma_comm *c, struct gdr_rdma_qpset *qs, const uint32_t *rqpn,
+                                    const uint32_t *rpsn, uint16_t rlid, const uint8_t *rgid, int rmtu);
+void gdr_rdma_qpset_destroy(struct gdr_rdma_qpset *qs);
+/* Registers the connection's own FIFO (sender) or sizes array (receiver) again, for new keys. */
+ncclResult_t gdr_rdma_rekey(struct gdr_rdma_comm *c);
 
 /* p2p.c */
 ncclResult_t gdr_rdma_isend(void *send_comm, void *data, size_t size, int tag, void *mhandle, void **request);
@@ -240,5 +329,30 @@ ncclResult_t gdr_rdma_irecv(void *recv_comm, int n, void **data, size_t *sizes, 
                             void **request);
 ncclResult_t gdr_rdma_iflush(void *recv_comm, int n, void **data, int *sizes, void **mhandles, void **request);
 ncclResult_t gdr_rdma_test(void *request, int *done, size_t *sizes);
+/* Polls the comm's CQ until it is empty, applying every successful completion; the first failed one (and any
+ * other fault seen) starts a recovery. *progress = completions seen (may be NULL). */
+ncclResult_t gdr_rdma_poll(struct gdr_rdma_comm *c, int *progress);
+/* Posting, for the data path and for replay after a recovery. */
+ncclResult_t gdr_rdma_post_part(struct gdr_rdma_comm *c, int slot, int r);
+ncclResult_t gdr_rdma_post_imm(struct gdr_rdma_comm *c, int slot);
+ncclResult_t gdr_rdma_post_recv_wrs(struct gdr_rdma_comm *c, struct gdr_rdma_req *req);
+ncclResult_t gdr_rdma_post_cts(struct gdr_rdma_comm *c, struct gdr_rdma_req *req);
+ncclResult_t gdr_rdma_post_flush(struct gdr_rdma_comm *c, struct gdr_rdma_req *req);
+/* The request pool: a free request, or NULL (every one is in use). */
+struct gdr_rdma_req *gdr_rdma_req_get(struct gdr_rdma_comm *c);
+
+/* recover.c */
+/* A fault hit the connection: records it (counters, the first reason) and starts (or restarts) a recovery, or
+ * fails the connection when the fault cannot be recovered. why: one line for the WARN. */
+void gdr_rdma_fault(struct gdr_rdma_comm *c, int action, ncclResult_t res, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+/* Called at the top of every isend/irecv/test: takes faults from the async thread, reads the control channel
+ * now and then, drives a recovery in progress. Returns ncclSuccess, or the comm's error once it failed.
+ * *busy = 1 while a recovery is in progress (the caller then waits: NULL request, done = 0). */
+ncclResult_t gdr_rdma_progress(struct gdr_rdma_comm *c, int *busy);
+/* A control record about recovery from the peer (conn.c's reader hands REC_* over). */
+ncclResult_t gdr_rdma_rec_message(struct gdr_rdma_comm *c, const struct gdr_rdma_ctrl *m, const void *payload);
+/* One INFO line with the connection's counters, when anything happened (close). */
+void gdr_rdma_rec_report(struct gdr_rdma_comm *c);
 
 #endif /* GDRNET_RDMA_RDMA_H */

@@ -1,0 +1,460 @@
+/* RDMA transport: recovery of a connection on its own device (issue 11). Protocol and what each side keeps:
+ * plugin/rdma/README.md, "Recovery".
+ *
+ * Everything runs on the thread that drives the connection (NCCL's progress thread), as a non-blocking state
+ * machine stepped from isend/irecv/iflush/test; the async-event thread only hands faults over (c->pending).
+ *
+ *   fault (failed completion, failed post, async event, or the peer's REC_REQ/REC_STATE for a newer attempt)
+ *     -> attempt k: the QPs go to ERR, the CQ is drained (its successes still count), the QP set is destroyed;
+ *        backoff; wait until the port is ACTIVE (the GID is chosen again); new keys for the own buffers after a
+ *        key fault; a new QP set (INIT)
+ *     sender:   REC_STATE{k: QPNs, PSNs, address, FIFO key}                    -> wait for the receiver's
+ *     receiver: REC_REQ{k} unless the sender's REC_STATE{k} is there already   -> wait for it; then: QPs to RTS,
+ *               every incomplete receive's receive WRs posted again, REC_STATE{k: QPNs..., head, incomplete}
+ *     sender:   QPs to RTS; each message it has in flight is complete (the receiver says so) or is replayed (the
+ *               parts not acknowledged, and the immediates); REC_GO{k}; done
+ *     receiver: on REC_GO{k}: the clear-to-send of every incomplete receive written again, pending flushes
+ *               posted again; done
+ *   A newer attempt named by the peer abandons the current one. Bounds: GDRNET_RECOVERY_ATTEMPTS attempts per
+ *   episode, all within GDRNET_RECOVERY_TIMEOUT_MS of its first fault; then the connection fails (REC_FAIL tells
+ *   the peer) and every pending request ends with the error. */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "rdma.h"
+
+#define CTRL_CHECK_NS 1000000ull    /* the control channel is read at most every 1 ms (every call while recovering) */
+#define EOF_GRACE_NS 1000000000ull  /* completions may trail the peer's close by this much */
+#define PORT_CHECK_NS 10000000ull   /* a down port is queried every 10 ms */
+#define BACKOFF_BASE_NS 10000000ull /* attempt n >= 2 waits 10 ms x 2^(n-2), at most 1 s */
+#define BACKOFF_MAX_NS 1000000000ull
+
+static uint64_t ms_ns(int64_t ms) { return (uint64_t)ms * 1000000ull; }
+
+static int is_sender(const struct gdr_rdma_comm *c) { return c->kind == GDR_RCOMM_SEND; }
+
+/* --------------------------------------------------------------------------------------- giving up -- */
+
+static void give_up(struct gdr_rdma_comm *c, ncclResult_t res, int tell_peer, const char *why) {
+  if (gdr_health_failed(&c->health)) return;
+  gdr_rdma_comm_fail(c, res, "%s", why);
+  atomic_fetch_add_explicit(&c->dev->n_failed, 1, memory_order_relaxed);
+  if (tell_peer) (void)gdr_rdma_ctrl_send(c, GDR_CTRL_REC_FAIL, c->rec.attempt, (uint64_t)res, 0, why, strlen(why));
+  c->rec.phase = GDR_REC_IDLE;
+}
+
+/* -------------------------------------------------------------------------------------------- quiesce -- */
+
+/* Stops the QPs (ERR), applies what already completed, destroys the set (and its CQ: nothing of it can be taken
+ * for a completion of the next one). The async thread sees the swap under the device lock. */
+static void quiesce(struct gdr_rdma_comm *c) {
+  struct gdr_rdma_qpset old;
+  struct ibv_qp_attr at;
+  memset(&at, 0, sizeof(at));
+  at.qp_state = IBV_QPS_ERR;
+  for (int i = 0; i < c->nqps; i++)
+    if (c->qs.qps[i]) (void)gdr_ibv.modify_qp(c->qs.qps[i], &at, IBV_QP_STATE);
+  if (c->qs.flush_qp) (void)gdr_ibv.modify_qp(c->qs.flush_qp, &at, IBV_QP_STATE);
+  (void)gdr_rdma_poll(c, NULL); /* successes still count; the flushed ones are ignored while recovering */
+  pthread_mutex_lock(&c->dev->lock);
+  old = c->qs;
+  memset(&c->qs, 0, sizeof(c->qs));
+  c->qs_gen++;
+  pthread_mutex_unlock(&c->dev->lock);
+  gdr_rdma_qpset_destroy(&old);
+}
+
+/* -------------------------------------------------------------------------------------------- attempts -- */
+
+static void start_attempt(struct gdr_rdma_comm *c, uint32_t k, int action) {
+  struct gdr_rdma_rec *rc = &c->rec;
+  uint64_t now = gdr_time_ns();
+  int max = (int)gdr_param_int(GDR_PARAM_RECOVERY_ATTEMPTS);
+  if (rc->episode_attempts >= max || now > rc->deadline_ns) {
+    char why[sizeof(c->health.why)];
+    snprintf(why, sizeof(why),
+             "recovery gave up after %d attempt(s) in %llu ms (GDRNET_RECOVERY_ATTEMPTS=%d, "
+             "GDRNET_RECOVERY_TIMEOUT_MS=%lld); first fault: %s",
+             rc->episode_attempts, (unsigned long long)((now - rc->episode_start_ns) / 1000000ull), max,
+             (long long)gdr_param_int(GDR_PARAM_RECOVERY_TIMEOUT_MS), rc->first_fault);
+    give_up(c, ncclRemoteError, 1, why);
+    return;
+  }
+  if (rc->phase == GDR_REC_IDLE || k > rc->attempt) rc->have_peer = 0;
+  rc->episode_attempts++;
+  rc->attempts++;
+  rc->attempt = k;
+  if (action == GDR_FAULT_REKEY || rc->phase == GDR_REC_IDLE) rc->action = action;
+  rc->healthy = 0;
+  gdr_health_set_state(&c->health, GDR_HEALTH_RECOVERING);
+  quiesce(c);
+  uint64_t backoff = 0;
+  if (rc->episode_attempts >= 2) {
+    backoff = BACKOFF_BASE_NS << (rc->episode_attempts - 2 < 20 ? rc->episode_attempts - 2 : 20);
+    if (backoff > BACKOFF_MAX_NS) backoff = BACKOFF_MAX_NS;
+  }
+  rc->retry_ns = now + backoff;
+  rc->port_check_ns = 0;
+  rc->phase = GDR_REC_WAIT_PORT;
+}
+
+void gdr_rdma_fault(struct gdr_rdma_comm *c, int action, ncclResult_t res, const char *fmt, ...) {
+  struct gdr_rdma_rec *rc = &c->rec;
+  char why[sizeof(c->health.why)];
+  va_list ap;
+  uint64_t now = gdr_time_ns();
+  va_start(ap, fmt);
+  vsnprintf(why, sizeof(why), fmt, ap);
+  va_end(ap);
+  if (gdr_health_failed(&c->health) || action == GDR_FAULT_NONE) return;
+  rc->faults++;
+  if (action >= 0 && action < (int)(sizeof(rc->faults_by_action) / sizeof(rc->faults_by_action[0])))
+    rc->faults_by_action[action]++;
+  atomic_fetch_add_explicit(&c->dev->n_faults, 1, memory_order_relaxed);
+  int recover = (action == GDR_FAULT_RECOVER || action == GDR_FAULT_REKEY) &&
+                (c->remote.caps & GDR_RDMA_CAP_RECOVERY) && gdr_param_int(GDR_PARAM_RECOVERY_ATTEMPTS) > 0;
+  if (rc->phase == GDR_REC_IDLE) {
+    /* a new episode unless the last recovery is recent and nothing has completed since */
+    if (rc->episode_attempts == 0 || rc->healthy || now > rc->deadline_ns) {
+      rc->episode_attempts = 0;
+      rc->episode_start_ns = now;
+      rc->deadline_ns = now + ms_ns(gdr_param_int(GDR_PARAM_RECOVERY_TIMEOUT_MS));
+      snprintf(rc->first_fault, sizeof(rc->first_fault), "%.255s", why);
+    }
+  }
+  if (!recover) {
+    const char *reason = !(c->remote.caps & GDR_RDMA_CAP_RECOVERY) ? "the peer cannot recover (older plugin)"
+                         : gdr_param_int(GDR_PARAM_RECOVERY_ATTEMPTS) == 0 ? "GDRNET_RECOVERY_ATTEMPTS=0"
+                                                                           : gdr_fault_action_str(action);
+    char full[sizeof(c->health.why)];
+    snprintf(full, sizeof(full), "%.360s; decision: give up (%.60s)", why, reason);
+    give_up(c, res, 1, full);
+    return;
+  }
+  uint32_t k = rc->attempt + 1;
+  GDR_WARN("%s: %s; decision: %s, attempt %u (%d of at most %lld in this episode, %llu ms left)", c->desc, why,
+           gdr_fault_action_str(action), k, rc->episode_attempts + 1,
+           (long long)gdr_param_int(GDR_PARAM_RECOVERY_ATTEMPTS),
+           (unsigned long long)(now < rc->deadline_ns ? (rc->deadline_ns - now) / 1000000ull : 0));
+  start_attempt(c, k, action);
+}
+
+/* ------------------------------------------------------------------------------------------------ state -- */
+
+static void fill_state(struct gdr_rdma_comm *c, struct gdr_rdma_rec_state *st) {
+  memset(st, 0, sizeof(*st));
+  st->nqps = (uint8_t)c->nqps;
+  st->link_layer = (uint8_t)c->dev->link_layer;
+  st->lid = c->llid;
+  memcpy(st->gid, c->lgid.raw, 16);
+  for (int i = 0; i < c->nqps; i++) {
+    st->qpn[i] = c->qs.qps[i]->qp_num;
+    st->psn[i] = c->qs.psn[i];
+  }
+  if (is_sender(c)) {
+    st->raddr = (uint64_t)(uintptr_t)c->fifo;
+    st->rkey = c->fifo_mr->rkey;
+    return;
+  }
+  st->raddr = (uint64_t)(uintptr_t)c->sizes;
+  st->rkey = c->sizes_mr->rkey;
+  st->head = c->head;
+  for (int i = 0; i < GDR_RDMA_FIFO_SLOTS && (uint64_t)i < c->head; i++) {
+    uint64_t seq = c->head - 1 - (uint64_t)i;
+    struct gdr_rdma_req *q = c->recv_slot[seq % GDR_RDMA_FIFO_SLOTS];
+    if (q && q->seq == seq && q->events > 0) st->incomplete |= 1u << i;
+  }
+}
+
+static ncclResult_t send_state(struct gdr_rdma_comm *c) {
+  struct gdr_rdma_rec_state st;
+  fill_state(c, &st);
+  return gdr_rdma_ctrl_send(c, GDR_CTRL_REC_STATE, c->rec.attempt, 0, 0, &st, sizeof(st));
+}
+
+/* The peer's QPs: ours to RTS towards them; its address as it is now (a port flap can move the GID). */
+static int connect_to_peer(struct gdr_rdma_comm *c) {
+  const struct gdr_rdma_rec_state *p = &c->rec.peer;
+  if (gdr_rdma_qpset_connect(c, &c->qs, p->qpn, p->psn, p->lid, p->gid, c->remote.mtu) != ncclSuccess) {
+    gdr_rdma_fault(c, GDR_FAULT_RECOVER, ncclSystemError, "connecting the new QPs to the peer's failed");
+    return -1;
+  }
+  c->remote.lid = p->lid;
+  memcpy(c->remote.gid, p->gid, 16);
+  if (is_sender(c)) {
+    c->rsizes_addr = p->raddr;
+    c->rsizes_rkey = p->rkey;
+  } else {
+    c->rfifo_addr = p->raddr;
+    c->rfifo_rkey = p->rkey;
+  }
+  return 0;
+}
+
+static void recovered(struct gdr_rdma_comm *c, uint64_t msgs, uint64_t bytes) {
+  struct gdr_rdma_rec *rc = &c->rec;
+  uint64_t ns = gdr_time_ns() - rc->episode_start_ns;
+  char lg[64], rg[64];
+  rc->phase = GDR_REC_IDLE;
+  rc->recoveries++;
+  rc->replayed_msgs += msgs;
+  rc->replayed_bytes += bytes;
+  rc->recover_ns += ns;
+  rc->deadline_ns = gdr_time_ns() + ms_ns(gdr_param_int(GDR_PARAM_RECOVERY_TIMEOUT_MS));
+  atomic_fetch_add_explicit(&c->dev->n_recoveries, 1, memory_order_relaxed);
+  atomic_fetch_add_explicit(&c->dev->n_replayed_msgs, msgs, memory_order_relaxed);
+  atomic_fetch_add_explicit(&c->dev->n_replayed_bytes, bytes, memory_order_relaxed);
+  atomic_fetch_add_explicit(&c->dev->n_recover_ns, ns, memory_order_relaxed);
+  gdr_health_set_state(&c->health, GDR_HEALTH_OK);
+  gdr_rdma_addr_str(c, 0, lg, sizeof(lg));
+  gdr_rdma_addr_str(c, 1, rg, sizeof(rg));
+  GDR_INFO(NCCL_NET, "%s recovered: attempt %u, %d attempt(s) in %llu ms, new QP 0x%x (local %s) <-> 0x%x (remote %s), "
+           "%llu message(s) / %llu bytes replayed",
+           c->desc, rc->attempt, rc->episode_attempts, (unsigned long long)(ns / 1000000ull), c->qs.qps[0]->qp_num,
+           lg, rc->peer.qpn[0], rg, (unsigned long long)msgs, (unsigned long long)bytes);
+}
+
+/* Receiver, once its new QPs and the sender's REC_STATE are there. */
+static void receiver_connect(struct gdr_rdma_comm *c) {
+  if (connect_to_peer(c) != 0) return;
+  /* receive WRs again for every incomplete receive, in message order (each QP consumes them in order) */
+  uint64_t low = c->head > GDR_RDMA_FIFO_SLOTS ? c->head - GDR_RDMA_FIFO_SLOTS : 0;
+  unsigned gen = c->qs_gen;
+  for (uint64_t seq = low; seq < c->head; seq++) {
+    struct gdr_rdma_req *q = c->recv_slot[seq % GDR_RDMA_FIFO_SLOTS];
+    if (q == NULL || q->seq != seq || q->events == 0) continue;
+    q->events = c->nparts;
+    (void)gdr_rdma_post_recv_wrs(c, q);
+    if (c->qs_gen != gen || gdr_health_failed(&c->health)) return; /* that post started another attempt */
+  }
+  if (send_state(c) != ncclSuccess) return;
+  c->rec.phase = GDR_REC_WAIT_GO;
+}
+
+/* Receiver, on REC_GO: the sender's QPs are RTS. */
+static void receiver_finish(struct gdr_rdma_comm *c) {
+  uint64_t low = c->head > GDR_RDMA_FIFO_SLOTS ? c->head - GDR_RDMA_FIFO_SLOTS : 0;
+  unsigned gen = c->qs_gen;
+  uint64_t n = 0;
+  c->rec.phase = GDR_REC_IDLE; /* posts below may fault again: that starts the next attempt */
+  gdr_health_set_state(&c->health, GDR_HEALTH_OK);
+  for (uint64_t seq = low; seq < c->head; seq++) {
+    struct gdr_rdma_req *q = c->recv_slot[seq % GDR_RDMA_FIFO_SLOTS];
+    if (q == NULL || q->seq != seq || q->events == 0) continue;
+    (void)gdr_rdma_post_cts(c, q);
+    n++;
+    if (c->qs_gen != gen || gdr_health_failed(&c->health)) return;
+  }
+  for (int i = 0; i < c->nreqs_pool; i++) {
+    struct gdr_rdma_req *q = &c->reqs[i];
+    if (q->type != GDR_RREQ_FLUSH || q->events == 0) continue;
+    (void)gdr_rdma_post_flush(c, q);
+    if (c->qs_gen != gen || gdr_health_failed(&c->health)) return;
+  }
+  recovered(c, n, 0);
+}
+
+/* Sender, on the receiver's REC_STATE: its QPs to RTS, then every message in flight completed or replayed. */
+static void sender_finish(struct gdr_rdma_comm *c) {
+  const struct gdr_rdma_rec_state *p = &c->rec.peer;
+  uint64_t msgs = 0, bytes = 0;
+  unsigned gen;
+  if (connect_to_peer(c) != 0) return;
+  gen = c->qs_gen;
+  c->rec.phase = GDR_REC_IDLE;
+  gdr_health_set_state(&c->health, GDR_HEALTH_OK);
+  if (gdr_rdma_ctrl_send(c, GDR_CTRL_REC_GO, c->rec.attempt, 0, 0, NULL, 0) != ncclSuccess) return;
+  uint64_t low = c->head > GDR_RDMA_FIFO_SLOTS ? c->head - GDR_RDMA_FIFO_SLOTS : 0;
+  for (uint64_t seq = low; seq <= c->head; seq++) {
+    int slot = (int)(seq % GDR_RDMA_FIFO_SLOTS);
+    struct gdr_rdma_smsg *m = &c->smsg[slot];
+    if (m->seq != seq || (m->matched == 0 && m->live == 0)) continue;
+    int complete = seq < p->head && (p->head - seq > 32 || !(p->incomplete & (1u << (p->head - 1 - seq))));
+    if (complete) { /* the receiver has it whole: every part is placed, acknowledged or not */
+      for (int r = 0; r < m->n; r++)
+        if (m->part[r].req) m->part[r].req->events = 0;
+      continue;
+    }
+    for (int r = 0; r < m->n; r++) {
+      struct gdr_rdma_part *pt = &m->part[r];
+      if (!pt->posted) continue;
+      int carries_imm = m->n == 1 || (pt->req != NULL && pt->req == m->imm_req);
+      if (pt->req == NULL && m->n == 1) {
+        give_up(c, ncclInternalError, 1,
+                "recovery: the receiver lacks a message whose send completed here (the two sides disagree)");
+        return;
+      }
+      if (pt->req == NULL || (pt->req->events == 0 && !carries_imm)) continue; /* acknowledged: placed */
+      pt->req->events = 0;
+      (void)gdr_rdma_post_part(c, slot, r);
+      bytes += pt->size;
+      if (c->qs_gen != gen || gdr_health_failed(&c->health)) return;
+    }
+    if (m->n > 1 && m->imm_posted) {
+      if (m->imm_req == NULL) {
+        give_up(c, ncclInternalError, 1, "recovery: a grouped message lost the request of its last part");
+        return;
+      }
+      (void)gdr_rdma_post_imm(c, slot);
+      if (c->qs_gen != gen || gdr_health_failed(&c->health)) return;
+    }
+    msgs++;
+  }
+  recovered(c, msgs, bytes);
+}
+
+/* One step of an attempt in progress. */
+static void step(struct gdr_rdma_comm *c) {
+  struct gdr_rdma_rec *rc = &c->rec;
+  uint64_t now = gdr_time_ns();
+  if (now > rc->deadline_ns) {
+    char why[sizeof(c->health.why)];
+    snprintf(why, sizeof(why),
+             "recovery did not finish within GDRNET_RECOVERY_TIMEOUT_MS=%lld (attempt %u, %s); first fault: %s",
+             (long long)gdr_param_int(GDR_PARAM_RECOVERY_TIMEOUT_MS), rc->attempt,
+             rc->phase == GDR_REC_WAIT_PORT ? "the port is still down" : "waiting for the peer", rc->first_fault);
+    give_up(c, ncclRemoteError, 1, why);
+    return;
+  }
+  if (rc->phase != GDR_REC_WAIT_PORT || now < rc->retry_ns || now < rc->port_check_ns) return;
+  int active = 0, mtu = 0;
+  if (gdr_rdma_dev_refresh(c->dev, &active, &c->lgid, &c->lgid_index, &c->llid, &mtu) != 0 || !active) {
+    rc->port_check_ns = now + PORT_CHECK_NS;
+    return;
+  }
+  if (rc->action == GDR_FAULT_REKEY && gdr_rdma_rekey(c) != ncclSuccess) {
+    give_up(c, ncclSystemError, 1, "recovery: registering the connection's own buffers again failed");
+    return;
+  }
+  struct gdr_rdma_qpset qs;
+  if (gdr_rdma_qpset_create(c, &qs) != ncclSuccess) {
+    rc->retry_ns = now + BACKOFF_BASE_NS; /* within the deadline: resources may come back */
+    return;
+  }
+  pthread_mutex_lock(&c->dev->lock);
+  c->qs = qs;
+  c->qs_gen++;
+  pthread_mutex_unlock(&c->dev->lock);
+  rc->phase = GDR_REC_WAIT_PEER;
+  if (is_sender(c)) {
+    if (send_state(c) != ncclSuccess) return;
+    if (rc->have_peer) sender_finish(c);
+  } else if (rc->have_peer) {
+    receiver_connect(c);
+  } else {
+    (void)gdr_rdma_ctrl_send(c, GDR_CTRL_REC_REQ, rc->attempt, 0, 0, NULL, 0);
+  }
+}
+
+ncclResult_t gdr_rdma_rec_message(struct gdr_rdma_comm *c, const struct gdr_rdma_ctrl *m, const void *payload) {
+  struct gdr_rdma_rec *rc = &c->rec;
+  uint32_t k = (uint32_t)m->seq;
+  if (gdr_health_failed(&c->health)) return gdr_rdma_comm_check(c);
+  if (m->type == GDR_CTRL_REC_FAIL) {
+    char why[sizeof(c->health.why)];
+    snprintf(why, sizeof(why), "the peer gave up on the connection (%.*s)", (int)m->len, (const char *)payload);
+    give_up(c, m->a >= 1 && m->a <= 6 ? (ncclResult_t)m->a : ncclRemoteError, 0, why);
+    return gdr_rdma_comm_check(c);
+  }
+  if (!(c->remote.caps & GDR_RDMA_CAP_RECOVERY) || k < rc->attempt ||
+      (k == rc->attempt && rc->phase == GDR_REC_IDLE))
+    return ncclSuccess; /* stale: an attempt both sides are past */
+  if (k > rc->attempt) {
+    /* the peer saw a fault (or gave up an attempt): join it */
+    if (rc->phase == GDR_REC_IDLE)
+      gdr_rdma_fault(c, GDR_FAULT_RECOVER, ncclRemoteError, "the peer asks to recover (attempt %u)", k);
+    else
+      start_attempt(c, k, GDR_FAULT_RECOVER);
+    if (gdr_health_failed(&c->health)) return gdr_rdma_comm_check(c);
+    rc->attempt = k;
+  }
+  switch (m->type) {
+  case GDR_CTRL_REC_REQ: /* (sender) our REC_STATE for k goes out once our QPs exist */
+    return ncclSuccess;
+  case GDR_CTRL_REC_STATE: {
+    const char *bad = gdr_rdma_rec_state_check(payload, m->len, is_sender(c) ? GDR_RDMA_ROLE_RECV : GDR_RDMA_ROLE_SEND,
+                                               c->nqps);
+    if (bad) {
+      char why[sizeof(c->health.why)];
+      snprintf(why, sizeof(why), "malformed recovery state from the peer (attempt %u): %s", k, bad);
+      give_up(c, ncclRemoteError, 1, why);
+      return gdr_rdma_comm_check(c);
+    }
+    memcpy(&rc->peer, payload, sizeof(rc->peer));
+    rc->have_peer = 1;
+    if (rc->phase == GDR_REC_WAIT_PEER) {
+      if (is_sender(c))
+        sender_finish(c);
+      else
+        receiver_connect(c);
+    }
+    return ncclSuccess;
+  }
+  case GDR_CTRL_REC_GO:
+    if (rc->phase == GDR_REC_WAIT_GO) receiver_finish(c);
+    return ncclSuccess;
+  default:
+    return ncclSuccess;
+  }
+}
+
+/* ------------------------------------------------------------------------------------------- progress -- */
+
+/* A fault the async thread saw. */
+static void take_pending(struct gdr_rdma_comm *c) {
+  if (atomic_load_explicit(&c->pending.state, memory_order_acquire) != 1) return;
+  int action = c->pending.action;
+  unsigned gen = c->pending.gen;
+  char why[sizeof(c->pending.why)];
+  memcpy(why, c->pending.why, sizeof(why));
+  atomic_store_explicit(&c->pending.state, 0, memory_order_release);
+  if (gen != c->qs_gen && action != GDR_FAULT_DEVICE) return; /* about QPs a recovery already replaced */
+  gdr_rdma_fault(c, action, action == GDR_FAULT_DEVICE ? ncclSystemError : ncclRemoteError, "%s", why);
+}
+
+ncclResult_t gdr_rdma_progress(struct gdr_rdma_comm *c, int *busy) {
+  struct gdr_rdma_rec *rc = &c->rec;
+  uint64_t now;
+  *busy = 0;
+  if (gdr_health_failed(&c->health)) return gdr_rdma_comm_check(c);
+  take_pending(c);
+  now = gdr_time_ns();
+  if (rc->phase != GDR_REC_IDLE || now >= c->ctrl_next_check_ns) {
+    c->ctrl_next_check_ns = now + CTRL_CHECK_NS;
+    (void)gdr_rdma_ctrl_poll(c);
+  }
+  if (rc->phase != GDR_REC_IDLE && !gdr_health_failed(&c->health)) step(c);
+  if (c->peer_gone && !gdr_health_failed(&c->health)) {
+    if (rc->phase != GDR_REC_IDLE) {
+      give_up(c, ncclRemoteError, 0, "the peer closed the connection (control channel EOF) during recovery");
+    } else if (now > c->eof_ns + EOF_GRACE_NS) {
+      char why[160];
+      snprintf(why, sizeof(why), "the peer closed the connection (control channel EOF) %s #%llu",
+               is_sender(c) ? "while this side waited on message" : "with receives pending, the last posted",
+               (unsigned long long)(is_sender(c) ? c->head : c->head - 1));
+      give_up(c, ncclRemoteError, 0, why);
+    }
+  }
+  if (gdr_health_failed(&c->health)) return gdr_rdma_comm_check(c);
+  *busy = rc->phase != GDR_REC_IDLE;
+  return ncclSuccess;
+}
+
+void gdr_rdma_rec_report(struct gdr_rdma_comm *c) {
+  struct gdr_rdma_rec *rc = &c->rec;
+  if (rc->faults == 0) return;
+  GDR_INFO(NCCL_NET,
+           "%s stats: %llu fault(s) (%llu recoverable, %llu key, %llu device, %llu peer, %llu fatal), %llu "
+           "recovery(ies) in %llu attempt(s), %llu ms recovering, %llu message(s) / %llu bytes replayed, %llu "
+           "flushed completion(s) ignored; state %s",
+           c->desc, (unsigned long long)rc->faults, (unsigned long long)rc->faults_by_action[GDR_FAULT_RECOVER],
+           (unsigned long long)rc->faults_by_action[GDR_FAULT_REKEY],
+           (unsigned long long)rc->faults_by_action[GDR_FAULT_DEVICE],
+           (unsigned long long)rc->faults_by_action[GDR_FAULT_PEER],
+           (unsigned long long)rc->faults_by_action[GDR_FAULT_BUG], (unsigned long long)rc->recoveries,
+           (unsigned long long)rc->attempts, (unsigned long long)(rc->recover_ns / 1000000ull),
+           (unsigned long long)rc->replayed_msgs, (unsigned long long)rc->replayed_bytes,
+           (unsigned long long)rc->ignored_wcs, gdr_health_state_str(gdr_health_state(&c->health)));
+}
