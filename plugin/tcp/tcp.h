@@ -85,9 +85,10 @@ void gdr_tcp_resolve_streams(int *nsocks, int *nthreads);
  * the CTS protocol: every receive sends its CTS at once, no eager message, no RTS. A peer announcing a version
  * this plugin cannot speak (below TCP_PROTO_MIN, i.e. a future incompatible one) is rejected with a WARN. */
 #define TCP_PROTO_MAGIC 0x50504354u /* "TCPP" */
-#define TCP_PROTO_VERSION 2
+#define TCP_PROTO_VERSION 3
 #define TCP_PROTO_MIN 1 /* oldest peer version this plugin interoperates with (1 = zero tp_data) */
 #define TCP_FEAT_EAGER 0x1u /* understands GRANT, sends EAGER/RTS, receives CREDIT */
+#define TCP_FEAT_GROUPS 0x2u /* (version 3) understands CTS_GROUP, names each message's tag in EAGER: grouped receives */
 struct tcp_proto {
   uint32_t magic;    /* TCP_PROTO_MAGIC, or 0 from a version-1 peer */
   uint16_t version;  /* TCP_PROTO_VERSION of the writer */
@@ -113,7 +114,20 @@ enum {
   TCP_MSG_CREDIT = 6,   /* r->s: `size` credits back */
   TCP_MSG_RTS = 7,      /* s->r: message seq of `size` bytes (too big for eager) waits for its CTS */
   TCP_MSG_ERR_RECV = 8, /* r->s: message seq of `size` bytes is larger than its receive of `aux` bytes */
+  TCP_MSG_CTS_GROUP = 9, /* r->s: a grouped receive of `aux` buffers is posted as messages seq..seq+aux-1; `size`
+                          * payload bytes follow: aux x struct tcp_group_ent. A send with tag t among those
+                          * messages goes to the buffer with tag t: its INLINE header and chunks name that
+                          * buffer's message number (seq + index), its EAGER header its own number and its tag */
 };
+
+/* One buffer of a grouped receive, in CTS_GROUP's payload. */
+struct tcp_group_ent {
+  uint64_t size;
+  uint32_t tag;
+  uint32_t rsvd;
+};
+_Static_assert(sizeof(struct tcp_group_ent) == 16, "group entry");
+#define TCP_MAX_RECVS 8 /* maxRecvs: buffers of one grouped receive */
 
 struct tcp_ctrl_hdr {
   uint32_t type;
@@ -145,6 +159,12 @@ struct tcp_req {
   _Atomic size_t total;     /* recv: the sent size once known (SIZE_MAX before) */
   ncclResult_t err;         /* failure of this request alone (size mismatch) */
   int cts;                  /* recv: its CTS was sent (progress thread only) */
+  uint64_t wseq;            /* send: the message number its INLINE header and chunks carry (a group's buffer) */
+  /* grouped receive: sub-requests in consecutive slots, one per buffer; the first one is NCCL's request */
+  int gn;                   /* recv, first sub-request: buffers in the group (1: a plain receive) */
+  uint64_t gbase;           /* recv: the group's first message number */
+  int tag;                  /* recv: this buffer's tag */
+  int matched;              /* recv: a message was assigned to this buffer (eager by tag, or by the sender) */
 };
 
 struct tcp_task { /* one message's chunks for one helper thread: chunks first, first + stride, ... */
@@ -175,6 +195,7 @@ struct tcp_thread {
 
 struct tcp_bounce { /* an eager message that arrived before its receive was posted */
   uint64_t seq;
+  int tag;
   size_t size;
   size_t cap;
   char *buf;
@@ -183,7 +204,8 @@ struct tcp_bounce { /* an eager message that arrived before its receive was post
 
 struct tcp_txent {
   struct tcp_ctrl_hdr hdr;
-  const char *payload;
+  const char *payload; /* the caller's bytes, or own[] (a copy) */
+  char own[TCP_MAX_RECVS * sizeof(struct tcp_group_ent)];
   size_t len; /* payload bytes */
   size_t off; /* over header + payload */
   struct tcp_req *req; /* inline send completed by this entry, or NULL */
@@ -205,9 +227,16 @@ struct tcp_comm {
   struct tcp_req req[TCP_NREQ];
   unsigned rr; /* next helper thread for a chunked send */
   struct {
-    uint64_t seq; /* seq + 1 when valid */
+    uint64_t seq;   /* seq + 1 when valid */
     uint64_t size;
+    uint64_t group; /* the group's first message + 1 when seq belongs to a grouped receive (sizes in groups[]) */
   } cts[TCP_NREQ];
+  struct { /* sender: grouped receives announced by CTS_GROUP, by their first message number % TCP_NREQ */
+    uint64_t base;
+    int n;
+    uint32_t used; /* buffers already given a send */
+    struct tcp_group_ent ent[TCP_MAX_RECVS];
+  } groups[TCP_NREQ];
   struct tcp_txent txq[TCP_TXQ];
   unsigned tx_head, tx_tail;
   char *rx;          /* TCP_RXBUF staging */

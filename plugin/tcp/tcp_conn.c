@@ -61,7 +61,7 @@ void gdr_tcp_proto_local(struct tcp_proto *p) {
   p->magic = TCP_PROTO_MAGIC;
   p->version = TCP_PROTO_VERSION;
   p->min_peer = TCP_PROTO_MIN;
-  p->features = TCP_FEAT_EAGER;
+  p->features = TCP_FEAT_EAGER | TCP_FEAT_GROUPS;
 }
 
 int gdr_tcp_proto_peer(const void *tp_data, unsigned *version, uint32_t *features, char *why, size_t whylen) {

@@ -168,7 +168,7 @@ static ncclResult_t tcp_get_properties(int dev, struct gdr_props *p) {
   p->port = 0;
   p->latency = 0;
   p->max_comms = 65536;
-  p->max_recvs = 1;
+  p->max_recvs = TCP_MAX_RECVS;
   p->net_device_type = NCCL_NET_DEVICE_HOST;
   p->net_device_version = 0;
   p->max_p2p_bytes = (size_t)1 << 31;

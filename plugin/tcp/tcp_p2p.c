@@ -167,6 +167,30 @@ static ncclResult_t tx_send(struct tcp_comm *c, uint32_t type, uint32_t aux, uin
   return tx_flush(c);
 }
 
+/* Queues a control message whose small payload (<= sizeof own) is copied: the caller's bytes may change before the
+ * socket takes them. */
+static ncclResult_t tx_send_copy(struct tcp_comm *c, uint32_t type, uint32_t aux, uint64_t seq, const void *payload,
+                                 size_t len) {
+  struct tcp_txent *e;
+  if (c->tx_dead) return ncclSuccess;
+  if (c->tx_tail - c->tx_head >= TCP_TXQ || len > sizeof(e->own)) {
+    GDR_WARN("TCP %s: control queue full (%d messages)", c->peer_str, TCP_TXQ);
+    return ncclInternalError;
+  }
+  e = &c->txq[c->tx_tail % TCP_TXQ];
+  memcpy(e->own, payload, len);
+  e->hdr.type = type;
+  e->hdr.aux = aux;
+  e->hdr.seq = seq;
+  e->hdr.size = len;
+  e->payload = e->own;
+  e->len = len;
+  e->off = 0;
+  e->req = NULL;
+  c->tx_tail++;
+  return tx_flush(c);
+}
+
 /* ---------------------------------------------------------------------------------------- eager credits -- */
 
 ncclResult_t gdr_tcp_eager_setup(struct tcp_comm *c) {
@@ -228,13 +252,53 @@ static void recv_complete(struct tcp_req *r, size_t bytes) {
   atomic_store_explicit(&r->done, bytes, memory_order_release);
 }
 
+/* Receiver: the posted buffer an eager message (seq, tag) lands in: the receive posted as seq, or, when seq is one
+ * of a grouped receive's messages, that group's buffer with this tag (the first not yet given a message). NULL
+ * when that receive is not posted yet; *bad when it is posted but cannot take the message (no buffer with the tag,
+ * or its buffer already has one). */
+static struct tcp_req *eager_target(struct tcp_comm *c, uint64_t seq, int tag, int *bad) {
+  struct tcp_req *r, *h;
+  *bad = 0;
+  if (seq >= c->next_seq) return NULL;
+  r = &c->req[seq % TCP_NREQ];
+  if (r->state != TCP_REQ_RECV || r->seq != seq) {
+    *bad = 1;
+    return NULL;
+  }
+  h = &c->req[r->gbase % TCP_NREQ];
+  if (h->gn <= 1) {
+    if (r->matched) *bad = 1;
+    r->matched = 1;
+    return *bad ? NULL : r;
+  }
+  for (int i = 0; i < h->gn; i++) {
+    struct tcp_req *q = &c->req[(h->gbase + (uint64_t)i) % TCP_NREQ];
+    if (!q->matched && q->tag == tag) {
+      q->matched = 1;
+      return q;
+    }
+  }
+  *bad = 1;
+  return NULL;
+}
+
 /* Receiver: hands bounced eager messages to their receives, in order, as far as those are posted. */
 static ncclResult_t bounce_drain(struct tcp_comm *c) {
   ncclResult_t res = ncclSuccess;
   while (c->b_head != c->b_tail) {
     struct tcp_bounce *b = &c->bounce[c->b_head % c->ncredits];
-    struct tcp_req *r = &c->req[b->seq % TCP_NREQ];
-    if (!b->full || r->state != TCP_REQ_RECV || r->seq != b->seq) break;
+    struct tcp_req *r;
+    int bad = 0;
+    if (!b->full) break;
+    r = eager_target(c, b->seq, b->tag, &bad);
+    if (r == NULL) {
+      if (bad) {
+        gdr_tcp_comm_fail(c, ncclRemoteError, "protocol error: eager message %llu (tag %d) fits no buffer of its "
+                          "receive", (unsigned long long)b->seq, b->tag);
+        return comm_error(c);
+      }
+      break;
+    }
     c->b_head++;
     if (b->size > r->size) return recv_too_small(c, r, b->size);
     if (b->size > 0) memcpy(r->data, b->buf, b->size);
@@ -243,6 +307,20 @@ static ncclResult_t bounce_drain(struct tcp_comm *c) {
   }
 out:
   return res;
+}
+
+/* Receiver: announces a grouped receive's buffers (sizes and tags) so that the sender can place each send. */
+static ncclResult_t send_cts_group(struct tcp_comm *c, struct tcp_req *h) {
+  struct tcp_group_ent ent[TCP_MAX_RECVS];
+  memset(ent, 0, sizeof(ent));
+  for (int i = 0; i < h->gn; i++) {
+    struct tcp_req *q = &c->req[(h->gbase + (uint64_t)i) % TCP_NREQ];
+    ent[i].size = q->size;
+    ent[i].tag = (uint32_t)q->tag;
+    q->cts = 1;
+  }
+  c->n_cts++;
+  return tx_send_copy(c, TCP_MSG_CTS_GROUP, (uint32_t)h->gn, h->gbase, ent, (size_t)h->gn * sizeof(ent[0]));
 }
 
 /* ------------------------------------------------------------------------------------- control stream rx -- */
@@ -279,13 +357,31 @@ static ncclResult_t protocol_error(struct tcp_comm *c, const struct tcp_ctrl_hdr
   return comm_error(c);
 }
 
-/* Sender: one message from the receiver. */
-static ncclResult_t rx_message_send(struct tcp_comm *c, const struct tcp_ctrl_hdr *h) {
+/* Sender: one message from the receiver (payload: CTS_GROUP's entries, complete). */
+static ncclResult_t rx_message_send(struct tcp_comm *c, const struct tcp_ctrl_hdr *h, const char *payload) {
   switch (h->type) {
   case TCP_MSG_CTS:
     c->cts[h->seq % TCP_NREQ].seq = h->seq + 1;
     c->cts[h->seq % TCP_NREQ].size = h->size;
+    c->cts[h->seq % TCP_NREQ].group = 0;
     return ncclSuccess;
+  case TCP_MSG_CTS_GROUP: {
+    unsigned n = h->aux;
+    /* (some of its messages may have gone eagerly already: seq may be below next_seq) */
+    if (n < 2 || n > TCP_MAX_RECVS || h->size != n * sizeof(struct tcp_group_ent) || h->seq + TCP_NREQ < c->next_seq)
+      return protocol_error(c, h, "bad grouped clear-to-send");
+    __typeof__(c->groups[0]) *g = &c->groups[h->seq % TCP_NREQ];
+    g->base = h->seq;
+    g->n = (int)n;
+    g->used = 0;
+    memcpy(g->ent, payload, n * sizeof(struct tcp_group_ent));
+    for (unsigned i = 0; i < n; i++) {
+      c->cts[(h->seq + i) % TCP_NREQ].seq = h->seq + i + 1;
+      c->cts[(h->seq + i) % TCP_NREQ].size = 0;
+      c->cts[(h->seq + i) % TCP_NREQ].group = h->seq + 1;
+    }
+    return ncclSuccess;
+  }
   case TCP_MSG_CREDIT:
     if (h->size > (uint64_t)c->ncredits - c->credits) return protocol_error(c, h, "more credits back than granted");
     c->credits += (uint32_t)h->size;
@@ -310,21 +406,29 @@ static ncclResult_t rx_message_send(struct tcp_comm *c, const struct tcp_ctrl_hd
   }
 }
 
+/* Receiver: RTS for a message that belongs to the posted grouped receive h: its CTS_GROUP now, if not sent. */
+static ncclResult_t group_rts(struct tcp_comm *c, struct tcp_req *h) {
+  return c->req[h->gbase % TCP_NREQ].cts ? ncclSuccess : send_cts_group(c, h);
+}
+
 /* Receiver: one message from the sender; may enter the payload state. */
 static ncclResult_t rx_message_recv(struct tcp_comm *c, const struct tcp_ctrl_hdr *h) {
   struct tcp_req *r = &c->req[h->seq % TCP_NREQ];
   int posted = r->state == TCP_REQ_RECV && r->seq == h->seq &&
                atomic_load_explicit(&r->total, memory_order_relaxed) == SIZE_MAX;
   switch (h->type) {
-  case TCP_MSG_EAGER:
+  case TCP_MSG_EAGER: {
+    int bad = 0;
+    struct tcp_req *t;
     if (c->ncredits == 0 || h->size > c->eager_max) return protocol_error(c, h, "eager message beyond the grant");
     c->n_eager++;
-    if (posted) {
-      if (h->size > r->size) return recv_too_small(c, r, h->size);
-      return rx_start(c, r->data, (size_t)h->size, r, NULL, 1);
+    t = eager_target(c, h->seq, (int)h->aux, &bad);
+    if (t != NULL) {
+      if (h->size > t->size) return recv_too_small(c, t, h->size);
+      return rx_start(c, t->data, (size_t)h->size, t, NULL, 1);
     }
-    if (h->seq < c->next_seq || c->b_tail - c->b_head >= c->ncredits)
-      return protocol_error(c, h, "eager message matching no receive, or beyond the credits");
+    if (bad) return protocol_error(c, h, "eager message that fits no buffer of its posted receive (tag in aux)");
+    if (c->b_tail - c->b_head >= c->ncredits) return protocol_error(c, h, "eager message beyond the credits");
     {
       struct tcp_bounce *b = &c->bounce[c->b_tail % c->ncredits];
       if (b->cap < h->size) {
@@ -338,19 +442,25 @@ static ncclResult_t rx_message_recv(struct tcp_comm *c, const struct tcp_ctrl_hd
         b->cap = (size_t)h->size;
       }
       b->seq = h->seq;
+      b->tag = (int)h->aux;
       b->size = (size_t)h->size;
       b->full = 0;
       c->b_tail++;
       c->n_bounced++;
       return rx_start(c, b->buf, b->size, NULL, b, 1);
     }
+  }
   case TCP_MSG_INLINE:
-    if (!posted || h->size > r->size) return protocol_error(c, h, "inline message matching no posted receive");
+    if (!posted || h->size > r->size || r->matched)
+      return protocol_error(c, h, "inline message matching no posted receive");
+    r->matched = 1;
     return rx_start(c, r->data, (size_t)h->size, r, NULL, 0);
   case TCP_MSG_RTS:
     /* a message too big for eager waits for a CTS: a receive posted with <= E bytes sent none */
     if (c->ncredits == 0) return protocol_error(c, h, "RTS without eager credits");
     if (h->seq < c->next_seq) { /* posted already */
+      if (r->state == TCP_REQ_RECV && r->seq == h->seq && c->req[r->gbase % TCP_NREQ].gn > 1)
+        return group_rts(c, &c->req[r->gbase % TCP_NREQ]);
       if (r->state == TCP_REQ_RECV && r->seq == h->seq && !r->cts) {
         /* irecv sent no CTS for it (<= E bytes): this message cannot fit (or the two sides disagree on E: send
          * the CTS now) */
@@ -399,9 +509,19 @@ static ncclResult_t rx_consume(struct tcp_comm *c) {
     if (avail < sizeof(struct tcp_ctrl_hdr)) break;
     {
       struct tcp_ctrl_hdr h;
+      const char *payload = NULL;
       memcpy(&h, c->rx + c->rx_off, sizeof(h));
+      if (c->is_send && h.type == TCP_MSG_CTS_GROUP) { /* its entries are consumed with it */
+        if (h.size > TCP_MAX_RECVS * sizeof(struct tcp_group_ent)) {
+          res = protocol_error(c, &h, "grouped clear-to-send too long");
+          goto out;
+        }
+        if (avail < sizeof(h) + h.size) break;
+        payload = c->rx + c->rx_off + sizeof(h);
+        c->rx_off += (size_t)h.size;
+      }
       c->rx_off += sizeof(h);
-      GDR_CHECK(c->is_send ? rx_message_send(c, &h) : rx_message_recv(c, &h));
+      GDR_CHECK(c->is_send ? rx_message_send(c, &h, payload) : rx_message_recv(c, &h));
       if (atomic_load_explicit(&c->failed, memory_order_relaxed)) {
         res = comm_error(c);
         goto out;
@@ -642,7 +762,7 @@ static ncclResult_t queue_chunks(struct tcp_comm *c, struct tcp_req *r) {
     }
     task = &th->q[th->tail % TCP_NREQ];
     task->req = r;
-    task->seq = r->seq;
+    task->seq = r->wseq;
     task->data = r->data;
     task->size = r->size;
     task->chunk = plan.chunk;
@@ -663,6 +783,7 @@ static void send_start(struct tcp_comm *c, struct tcp_req *r, uint64_t seq, void
   r->data = data;
   r->size = size;
   r->err = ncclSuccess;
+  r->wseq = seq;
   atomic_store_explicit(&r->done, done0, memory_order_relaxed);
 }
 
@@ -698,7 +819,7 @@ ncclResult_t gdr_tcp_isend(void *send_comm, void *data, size_t size, int tag, vo
         send_start(c, r, seq, data, size, SIZE_MAX);
         GDR_TRACE(NCCL_NET, "TCP isend %s seq %llu size %zu eager (%u credits left)", c->peer_str,
                   (unsigned long long)seq, size, c->credits);
-        GDR_CHECK(tx_send(c, TCP_MSG_EAGER, 0, seq, size, data, size, r));
+        GDR_CHECK(tx_send(c, TCP_MSG_EAGER, (uint32_t)tag, seq, size, data, size, r));
         *request = r;
         goto out;
       }
@@ -715,26 +836,51 @@ ncclResult_t gdr_tcp_isend(void *send_comm, void *data, size_t size, int tag, vo
       goto out; /* the receive is not posted yet, or no credit */
     }
   }
-  if (size > c->cts[slot].size) {
-    GDR_WARN("TCP: isend of %zu bytes to %s as message %llu, but the receiver posted only %llu bytes; a send larger "
-             "than its receive is invalid usage",
-             size, c->peer_str, (unsigned long long)seq, (unsigned long long)c->cts[slot].size);
-    c->warned = 1;
-    gdr_tcp_comm_fail(c, ncclInvalidUsage, "message %llu: send of %zu bytes into a receive of %llu bytes",
-                      (unsigned long long)seq, size, (unsigned long long)c->cts[slot].size);
-    (void)tx_send(c, TCP_MSG_ERR_SIZE, 0, seq, size, NULL, 0, NULL);
-    res = ncclInvalidUsage;
-    goto out;
-  }
-  c->cts[slot].seq = 0;
-  GDR_TRACE(NCCL_NET, "TCP isend %s seq %llu size %zu %s", c->peer_str, (unsigned long long)seq, size,
-            size <= c->inline_max ? "inline" : "chunked");
-  if (size <= c->inline_max) {
-    send_start(c, r, seq, data, size, SIZE_MAX);
-    GDR_CHECK(tx_send(c, TCP_MSG_INLINE, 0, seq, size, data, size, r));
-  } else {
-    send_start(c, r, seq, data, size, 0);
-    GDR_CHECK(queue_chunks(c, r));
+  {
+    uint64_t cap = c->cts[slot].size, wseq = seq;
+    if (c->cts[slot].group) {
+      /* a buffer of a grouped receive: the one with this tag */
+      __typeof__(c->groups[0]) *g = &c->groups[(c->cts[slot].group - 1) % TCP_NREQ];
+      int j = 0;
+      while (j < g->n && ((g->used >> j) & 1u || g->ent[j].tag != (uint32_t)tag)) j++;
+      if (j == g->n) {
+        GDR_WARN("TCP: isend to %s as message %llu with tag %d, but no buffer of the grouped receive it belongs to "
+                 "(messages %llu..%llu) is free with that tag",
+                 c->peer_str, (unsigned long long)seq, tag, (unsigned long long)g->base,
+                 (unsigned long long)(g->base + (uint64_t)g->n - 1));
+        c->warned = 1;
+        gdr_tcp_comm_fail(c, ncclInvalidUsage, "message %llu: tag %d matches no buffer of its grouped receive",
+                          (unsigned long long)seq, tag);
+        res = ncclInvalidUsage;
+        goto out;
+      }
+      g->used |= 1u << j;
+      cap = g->ent[j].size;
+      wseq = g->base + (uint64_t)j;
+    }
+    if (size > cap) {
+      GDR_WARN("TCP: isend of %zu bytes to %s as message %llu, but the receiver posted only %llu bytes; a send larger "
+               "than its receive is invalid usage",
+               size, c->peer_str, (unsigned long long)seq, (unsigned long long)cap);
+      c->warned = 1;
+      gdr_tcp_comm_fail(c, ncclInvalidUsage, "message %llu: send of %zu bytes into a receive of %llu bytes",
+                        (unsigned long long)seq, size, (unsigned long long)cap);
+      (void)tx_send(c, TCP_MSG_ERR_SIZE, 0, wseq, size, NULL, 0, NULL);
+      res = ncclInvalidUsage;
+      goto out;
+    }
+    c->cts[slot].seq = 0;
+    GDR_TRACE(NCCL_NET, "TCP isend %s seq %llu (wire %llu) size %zu %s", c->peer_str, (unsigned long long)seq,
+              (unsigned long long)wseq, size, size <= c->inline_max ? "inline" : "chunked");
+    if (size <= c->inline_max) {
+      send_start(c, r, seq, data, size, SIZE_MAX);
+      r->wseq = wseq;
+      GDR_CHECK(tx_send(c, TCP_MSG_INLINE, 0, wseq, size, data, size, r));
+    } else {
+      send_start(c, r, seq, data, size, 0);
+      r->wseq = wseq;
+      GDR_CHECK(queue_chunks(c, r));
+    }
   }
   *request = r;
 out:
@@ -743,6 +889,24 @@ out:
 
 /* ----------------------------------------------------------------------------------------------- irecv -- */
 
+/* Receiver: arms the receive of message seq (one buffer of a group whose first message is base). */
+static void recv_arm(struct tcp_comm *c, uint64_t seq, uint64_t base, int gn, void *data, size_t size, int tag) {
+  struct tcp_req *r = &c->req[seq % TCP_NREQ];
+  r->state = TCP_REQ_RECV;
+  r->seq = seq;
+  r->data = data;
+  r->size = size;
+  r->err = ncclSuccess;
+  r->cts = 0;
+  r->gn = gn;
+  r->gbase = base;
+  r->tag = tag;
+  r->matched = 0;
+  atomic_store_explicit(&r->done, 0, memory_order_relaxed);
+  atomic_store_explicit(&r->total, SIZE_MAX, memory_order_relaxed);
+  atomic_store_explicit(&r->armed, seq + 1, memory_order_release);
+}
+
 ncclResult_t gdr_tcp_irecv(void *recv_comm, int n, void **data, size_t *sizes, int *tags, void **mhandles,
                            void **request) {
   ncclResult_t res = ncclSuccess;
@@ -750,51 +914,55 @@ ncclResult_t gdr_tcp_irecv(void *recv_comm, int n, void **data, size_t *sizes, i
   uint64_t seq = c->next_seq;
   struct tcp_req *r = &c->req[seq % TCP_NREQ];
   size_t size;
-  (void)tags;
+  int need_cts = 0;
   (void)mhandles;
 
   *request = NULL;
-  if (n != 1) {
-    GDR_WARN("TCP irecv: grouped receives (n = %d) are not supported (maxRecvs is 1)", n);
+  if (n < 1 || n > TCP_MAX_RECVS) {
+    GDR_WARN("TCP irecv: %d buffers in one grouped receive (1..%d)", n, TCP_MAX_RECVS);
     return ncclInternalError;
   }
   if (atomic_load_explicit(&c->failed, memory_order_relaxed)) return comm_error(c);
-  if (r->state != TCP_REQ_FREE) goto out;
+  if (n > 1 && !(c->peer_features & TCP_FEAT_GROUPS)) {
+    GDR_WARN("TCP irecv from %s: a grouped receive of %d buffers, but the sender runs an older libnccl-net-gdr "
+             "(TCP protocol version %u) without grouped receives; use the same plugin version on every rank",
+             c->peer_str, n, c->peer_version);
+    return ncclInvalidUsage;
+  }
+  for (int i = 0; i < n; i++)
+    if (c->req[(seq + (uint64_t)i) % TCP_NREQ].state != TCP_REQ_FREE) goto out; /* 32 in flight */
+  for (int i = 0; i < n; i++) {
+    recv_arm(c, seq + (uint64_t)i, seq, i == 0 ? n : 0, data[i], sizes[i], tags[i]);
+    if (sizes[i] > c->eager_max || c->ncredits == 0) need_cts = 1;
+  }
+  c->next_seq = seq + (uint64_t)n;
   size = sizes[0];
-  r->state = TCP_REQ_RECV;
-  r->seq = seq;
-  r->data = data[0];
-  r->size = size;
-  r->err = ncclSuccess;
-  r->cts = 0;
-  atomic_store_explicit(&r->done, 0, memory_order_relaxed);
-  atomic_store_explicit(&r->total, SIZE_MAX, memory_order_relaxed);
-  atomic_store_explicit(&r->armed, seq + 1, memory_order_release);
-  c->next_seq = seq + 1;
-  GDR_TRACE(NCCL_NET, "TCP irecv %s seq %llu posted %zu", c->peer_str, (unsigned long long)seq, size);
-  if (c->b_head != c->b_tail && c->bounce[c->b_head % c->ncredits].seq == seq) {
-    /* its message came eagerly before it was posted: copy it now (or when the rest of it arrives) */
-    GDR_CHECK(bounce_drain(c));
-  } else if (c->rts_seq == seq + 1) {
+  GDR_TRACE(NCCL_NET, "TCP irecv %s seq %llu n %d posted %zu", c->peer_str, (unsigned long long)seq, n, size);
+  if (c->rts_seq != 0 && c->rts_seq - 1 >= seq && c->rts_seq - 1 < seq + (uint64_t)n) {
     /* the sender is waiting for a CTS for a message too big for eager */
     c->rts_seq = 0;
-    if (c->rts_size > size) {
+    if (n > 1) {
+      need_cts = 1;
+    } else if (c->rts_size > size) {
       GDR_CHECK(recv_too_small(c, r, c->rts_size));
+      need_cts = 0;
     } else {
-      c->n_cts++;
-      r->cts = 1;
-      GDR_CHECK(tx_send(c, TCP_MSG_CTS, 0, seq, size, NULL, 0, NULL));
+      need_cts = 1;
     }
-  } else if (size > c->eager_max || c->ncredits == 0) {
-    /* A receive of <= E bytes can only be matched by an eager message: no CTS for it. (Not sending the CTS of a
-     * larger receive until its message turns out to be big, on the RTS, would save a sendmsg per NCCL LL step;
-     * but then a big isend could progress only while the receiver calls test(), which a caller spinning on isend
-     * before testing its receives never does: GDRNET_TCP_INLINE >= NCCL's LL step, 64 KiB, gets the saving
-     * safely.) */
+  }
+  /* A receive of <= E bytes can only be matched by an eager message: no CTS for it. (Not sending the CTS of a
+   * larger receive until its message turns out to be big, on the RTS, would save a sendmsg per NCCL LL step; but
+   * then a big isend could progress only while the receiver calls test(), which a caller spinning on isend before
+   * testing its receives never does: GDRNET_TCP_INLINE >= NCCL's LL step, 64 KiB, gets the saving safely.) */
+  if (need_cts && n > 1) {
+    GDR_CHECK(send_cts_group(c, r));
+  } else if (need_cts) {
     c->n_cts++;
     r->cts = 1;
     GDR_CHECK(tx_send(c, TCP_MSG_CTS, 0, seq, size, NULL, 0, NULL));
   }
+  /* messages that came eagerly before their receive was posted: copied now (or when the rest arrives) */
+  if (c->b_head != c->b_tail) GDR_CHECK(bounce_drain(c));
   *request = r;
 out:
   return res;
@@ -802,8 +970,22 @@ out:
 
 /* ------------------------------------------------------------------------------------------------ test -- */
 
+/* Receiver: the first buffer of r's group (r itself for a plain receive) that is not complete, or NULL; *err gets a
+ * request's own failure. */
+static struct tcp_req *recv_pending(struct tcp_comm *c, struct tcp_req *r, ncclResult_t *err) {
+  *err = ncclSuccess;
+  for (int i = 0; i < r->gn; i++) {
+    struct tcp_req *q = &c->req[(r->gbase + (uint64_t)i) % TCP_NREQ];
+    size_t d = atomic_load_explicit(&q->done, memory_order_acquire);
+    size_t t = atomic_load_explicit(&q->total, memory_order_relaxed);
+    if (q->err != ncclSuccess) *err = q->err;
+    if (t == SIZE_MAX || d != t) return q;
+  }
+  return NULL;
+}
+
 ncclResult_t gdr_tcp_test(void *request, int *done, size_t *sizes) {
-  ncclResult_t res = ncclSuccess;
+  ncclResult_t res = ncclSuccess, err;
   struct tcp_req *r = request;
   struct tcp_comm *c = r->comm;
   size_t bytes;
@@ -826,37 +1008,42 @@ ncclResult_t gdr_tcp_test(void *request, int *done, size_t *sizes) {
         goto out;
       }
     }
+    if (sizes) sizes[0] = bytes;
+    r->state = TCP_REQ_FREE;
   } else {
-    bytes = atomic_load_explicit(&r->total, memory_order_relaxed);
-    if (bytes == SIZE_MAX || atomic_load_explicit(&r->done, memory_order_acquire) != bytes) {
+    if (recv_pending(c, r, &err) != NULL) {
       if (c->tx_head != c->tx_tail) GDR_CHECK(tx_flush(c));
       GDR_CHECK(rx_progress(c));
-      if (r->err != ncclSuccess) return r->err;
       /* The streams' EOF count first, then the bytes: a helper adds its last chunk to done before it reads the EOF
        * that follows it, so every byte that arrived before the EOFs counted here is visible below (reading them in
        * the other order could see the chunk missing and then the EOF, and fail a message that is complete). done
        * before total: a helper adds to done after storing total. */
-      {
-        int all_eof = c->ctrl_eof && atomic_load_explicit(&c->streams_eof, memory_order_acquire) >= c->nsocks;
-        size_t d = atomic_load_explicit(&r->done, memory_order_acquire);
-        bytes = atomic_load_explicit(&r->total, memory_order_relaxed);
-        if (bytes == SIZE_MAX || d != bytes) {
-          GDR_CHECK(comm_error(c));
-          if (all_eof) {
-            gdr_tcp_comm_fail(c, ncclRemoteError, "the peer closed the connection before message %llu arrived",
-                              (unsigned long long)r->seq);
-            res = comm_error(c);
-          }
-          goto out;
+      int all_eof = c->ctrl_eof && atomic_load_explicit(&c->streams_eof, memory_order_acquire) >= c->nsocks;
+      struct tcp_req *q = recv_pending(c, r, &err);
+      if (err != ncclSuccess) return err;
+      if (q != NULL) {
+        GDR_CHECK(comm_error(c));
+        if (all_eof) {
+          gdr_tcp_comm_fail(c, ncclRemoteError, "the peer closed the connection before message %llu arrived",
+                            (unsigned long long)q->seq);
+          res = comm_error(c);
         }
+        goto out;
       }
+    } else if (err != ncclSuccess) {
+      return err;
     }
+    for (int i = 0; i < r->gn; i++) {
+      struct tcp_req *q = &c->req[(r->gbase + (uint64_t)i) % TCP_NREQ];
+      if (sizes) sizes[i] = atomic_load_explicit(&q->total, memory_order_relaxed);
+      atomic_store_explicit(&q->armed, 0, memory_order_relaxed);
+      if (q != r) q->state = TCP_REQ_FREE;
+    }
+    bytes = sizes ? sizes[0] : 0;
+    r->state = TCP_REQ_FREE;
   }
-  if (sizes) sizes[0] = bytes;
   GDR_TRACE(NCCL_NET, "TCP %s done %s seq %llu bytes %zu", c->is_send ? "send" : "recv", c->peer_str,
             (unsigned long long)r->seq, bytes);
-  atomic_store_explicit(&r->armed, 0, memory_order_relaxed);
-  r->state = TCP_REQ_FREE;
   *done = 1;
 out:
   return res;

@@ -171,7 +171,7 @@ static void test_properties(void **state) {
   assert_null(p.pci_path);
   assert_int_equal(p.ptr_support, NCCL_PTR_HOST);
   assert_int_equal(p.reg_is_global, 1);
-  assert_int_equal(p.max_recvs, 1);
+  assert_int_equal(p.max_recvs, 8); /* grouped receives, as the RDMA transport */
   assert_true(p.speed > 0);
   assert_true(p.max_comms >= 1024);
   assert_int_equal(p.net_device_type, NCCL_NET_DEVICE_HOST);
@@ -1047,7 +1047,7 @@ static void test_core_misuse(void **state) {
   pair_open(&p);
   assert_int_equal(gdr_core_isend(p.r, buf, 1, 0, NULL, &req), ncclInternalError); /* a recv comm */
   assert_int_equal(gdr_core_irecv(p.s, 1, data, sz, &tag, NULL, &req), ncclInternalError);
-  assert_int_equal(gdr_core_irecv(p.r, 2, data, sz, &tag, NULL, &req), ncclInternalError); /* maxRecvs 1 */
+  assert_int_equal(gdr_core_irecv(p.r, 9, data, sz, &tag, NULL, &req), ncclInternalError); /* maxRecvs 8 */
   assert_int_equal(gdr_core_test(buf, &done, NULL, NULL), ncclInternalError);
   { /* a request tested again after it completed (it was freed) */
     char rb[8];
