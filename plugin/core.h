@@ -31,19 +31,25 @@ struct gdr_comm {
   struct gdr_pool reqs; /* struct gdr_request; send/recv comms only */
 };
 
-enum { GDR_REQ_SEND = 1, GDR_REQ_RECV = 2, GDR_REQ_FLUSH = 3 };
+enum { GDR_REQ_SEND = 1, GDR_REQ_RECV = 2, GDR_REQ_FLUSH = 3, GDR_REQ_FAILED = 4 };
 
 #define GDR_REQ_MAGIC 0x51524447u /* "GDRQ" */
 
 /* Wraps a transport request (the seam that lets a connection change transport). Taken from the comm's pool only
- * once the transport has accepted the operation, every field set (no zeroing), freed by index. */
+ * once the transport has accepted the operation, every field set (no zeroing), freed by index (by test(), when it
+ * reports done or an error).
+ *
+ * One behaviour for a connection that failed (the peer closed or died, a fault was not recovered), whatever the
+ * transport: isend and irecv keep returning requests (GDR_REQ_FAILED, no transport request behind them) and their
+ * test() returns the connection's error; NCCL learns it from test, as it does for requests already in flight. */
 struct gdr_request {
   uint32_t magic; /* GDR_REQ_MAGIC while outstanding */
   int kind;       /* GDR_REQ_* */
   int n;          /* receives in the group */
   int idx;        /* in comm->reqs */
   struct gdr_comm *comm;
-  void *treq;
+  void *treq;         /* NULL for GDR_REQ_FAILED */
+  ncclResult_t error; /* GDR_REQ_FAILED: what test() returns */
 };
 
 struct gdr_mr {

@@ -95,7 +95,16 @@ static void *wrap_req(struct gdr_comm *c, int kind, int n, void *treq) {
   r->idx = idx;
   r->comm = c;
   r->treq = treq;
+  r->error = ncclSuccess;
   return r;
+}
+
+/* The transport refused an isend/irecv because the connection failed (it WARNed why): a request that reports it. */
+static ncclResult_t failed_req(struct gdr_comm *c, ncclResult_t res, void **request) {
+  struct gdr_request *r = wrap_req(c, GDR_REQ_FAILED, 0, NULL);
+  r->error = res;
+  *request = r;
+  return ncclSuccess;
 }
 
 ncclResult_t gdr_core_isend(void *send_comm, void *data, size_t size, int tag, void *mhandle, void **request) {
@@ -110,8 +119,9 @@ ncclResult_t gdr_core_isend(void *send_comm, void *data, size_t size, int tag, v
   }
   if (c->reqs.nfree == 0) return ncclSuccess; /* NCCL holds too many: try again later */
   res = c->tp->isend(c->tcomm, data, size, tag, tmr_of(mhandle), &treq);
-  if (res == ncclSuccess && treq != NULL) *request = wrap_req(c, GDR_REQ_SEND, 1, treq);
-  return res;
+  if (res != ncclSuccess) return failed_req(c, res, request);
+  if (treq != NULL) *request = wrap_req(c, GDR_REQ_SEND, 1, treq);
+  return ncclSuccess;
 }
 
 /* recv_comm is one of our receive comms and n fits one grouped receive on its device; else a WARN naming op. */
@@ -146,8 +156,9 @@ ncclResult_t gdr_core_irecv(void *recv_comm, int n, void **data, size_t *sizes, 
   if (c->reqs.nfree == 0) return ncclSuccess;
   transport_mrs(n, mhandles, tmrs);
   res = c->tp->irecv(c->tcomm, n, data, sizes, tags, tmrs, &treq);
-  if (res == ncclSuccess && treq != NULL) *request = wrap_req(c, GDR_REQ_RECV, n, treq);
-  return res;
+  if (res != ncclSuccess) return failed_req(c, res, request);
+  if (treq != NULL) *request = wrap_req(c, GDR_REQ_RECV, n, treq);
+  return ncclSuccess;
 }
 
 ncclResult_t gdr_core_iflush(void *recv_comm, int n, void **data, int *sizes, void **mhandles, void **request) {
@@ -183,9 +194,9 @@ ncclResult_t gdr_core_test(void *request, int *done, size_t *sizes, int *n) {
     return ncclInternalError;
   }
   /* the transport writes the sizes straight into the caller's array (only read once done) */
-  res = c->tp->test(r->treq, done, sizes);
-  if (res == ncclSuccess && *done) {
-    if (n) *n = r->n;
+  res = r->kind == GDR_REQ_FAILED ? r->error : c->tp->test(r->treq, done, sizes);
+  if (res != ncclSuccess || *done) {
+    if (n && res == ncclSuccess) *n = r->n;
     r->magic = 0;
     gdr_pool_put_idx(&c->reqs, r->idx);
   }

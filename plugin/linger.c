@@ -8,6 +8,8 @@
  * here until they are. */
 #include <errno.h>
 #include <linux/sockios.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -41,7 +43,11 @@ static int unacked(int fd) {
   int q = 0, err = 0;
   socklen_t len = sizeof(err);
   struct pollfd p = {.fd = fd, .events = POLLIN};
+  struct tcp_info ti;
   if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 && err != 0) return -1;
+  len = sizeof(ti);
+  /* reset by the peer (its error already read by the transport): the send queue count is stale, nothing can go */
+  if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) == 0 && ti.tcpi_state == TCP_CLOSE) return -1;
   if (ioctl(fd, SIOCOUTQ, &q) != 0) return -1;
   /* read (and drop) what the peer sent: an EOF or reset means it is gone; the bytes themselves are unwanted */
   if (poll(&p, 1, 0) > 0) {

@@ -377,9 +377,13 @@ static void wc_failed(struct gdr_rdma_comm *c, const struct ibv_wc *wc) {
 }
 
 static void unexpected(struct gdr_rdma_comm *c, const struct ibv_wc *wc) {
-  gdr_rdma_comm_fail(c, ncclInternalError, "unexpected completion: %s, wr_id 0x%llx, QP 0x%x, imm 0x%x",
+  const struct gdr_rdma_req *q = c->kind == GDR_RCOMM_RECV ? c->recv_slot[gdr_wr_arg(wc->wr_id) & 0x1f] : NULL;
+  gdr_rdma_comm_fail(c, ncclInternalError,
+                     "unexpected completion: %s, wr_id 0x%llx, QP 0x%x, imm 0x%x (its slot holds %s #%lld with %d "
+                     "completion(s) awaited; head %llu, recovery attempt %u)",
                      gdr_ibv_wc_opcode_str(wc->opcode), (unsigned long long)wc->wr_id, wc->qp_num,
-                     be32toh(wc->imm_data));
+                     be32toh(wc->imm_data), q ? "receive" : "nothing", q ? (long long)q->seq : -1LL,
+                     q ? q->events : 0, (unsigned long long)c->head, c->rec.attempt);
 }
 
 /* A successful completion. */

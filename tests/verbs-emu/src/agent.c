@@ -931,6 +931,25 @@ static void finish_request(struct vconn *c, const struct whdr *h)
 	c->rx_lazy = NULL;
 	struct vrwr *r = c->rx_recv;
 	c->rx_recv = NULL;
+	if (r && (!q || (q->qp.state != IBV_QPS_RTR && q->qp.state != IBV_QPS_RTS))) {
+		/* The QP left RTR/RTS (the application moved it to ERR, or reset it) while the payload was being placed:
+		 * the receive completes with a flush, and the request is not acknowledged -- an initiator told "done"
+		 * for a message its target never completed would break RC's promise (the target's recovery would not
+		 * know it has the data). The initiator times out or is flushed itself. */
+		VTRACE("drop qp=0x%x psn=%u (left RTR/RTS while placing: flushed, not acknowledged)\n", h->dst_qpn,
+		       (unsigned)h->seq);
+		if (q && q->qp.state == IBV_QPS_ERR) {
+			struct ibv_wc wc;
+			memset(&wc, 0, sizeof(wc));
+			wc.wr_id = r->wr_id;
+			wc.status = IBV_WC_WR_FLUSH_ERR;
+			wc.opcode = h->type == F_SEND ? IBV_WC_RECV : IBV_WC_RECV_RDMA_WITH_IMM;
+			wc.qp_num = h->dst_qpn;
+			vemu_cq_push(q->rcq, &wc, NULL, 0);
+		}
+		free(r);
+		return;
+	}
 	if (r) {
 		if (q && q->qp.state != IBV_QPS_RESET) {
 			struct ibv_wc wc;

@@ -1,0 +1,312 @@
+/* The fault matrix (issue 11): seeded random traffic in both directions at once while the verbs emulator injects
+ * faults (VEMU_FAULTS) into one process or both, and the plugin must recover with nothing lost, duplicated or
+ * corrupted: every byte and every reported size checked, every request completing exactly once and in order, the
+ * recovery seen in the counters, the run inside its bound. Cases where recovery is impossible by design expect the
+ * clean error instead, within GDRNET_RECOVERY_TIMEOUT_MS.
+ *
+ * Environment (tests/integration/CMakeLists.txt registers the matrix):
+ *   GNIT_FAULTS_PARENT, GNIT_FAULTS_CHILD   VEMU_FAULTS of each process (either may be empty), rules joined with
+ *                                           '+' instead of ';' (CTest's environment lists split at ';')
+ *   GNIT_MSGS (default 300)                 messages per direction
+ *   GNIT_GROUPS (default 1)                 one message in four is a grouped receive of 2..8 buffers
+ *   GNIT_FLUSH (default 0)                  receive buffers are registered as DMA-BUF ("device" memory on the
+ *                                           emulator) and every receive is flushed (RDMA READ) before it is checked;
+ *                                           with VEMU_GDR_LAZY=1 the data is visible only after the flush
+ *   GNIT_MAXSIZE (default 8 MiB)            largest single message
+ *   GNIT_EXPECT=recover (default): at least GNIT_MIN_RECOVERIES (default 1) recoveries in the two processes
+ *              =clean: no fault and no recovery at all (a rule that cannot hit a connection)
+ *              =error: the run must fail with ncclRemoteError or ncclSystemError within GNIT_ERROR_BOUND_S
+ *   GNIT_SEED                               traffic seed (default 1) */
+#include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "it.h"
+
+#define INFLIGHT 8
+#define MAXN 8
+#define PART_MAX (1u << 20)
+#define PAD 256
+
+struct msgspec {
+  int n;               /* buffers (1: a plain message) */
+  int size[MAXN];      /* bytes sent into buffer i */
+  int tag[MAXN];
+  int order[MAXN];     /* the sender's posting order */
+};
+
+static uint64_t rnd(uint64_t *s) {
+  *s ^= *s << 13;
+  *s ^= *s >> 7;
+  *s ^= *s << 17;
+  return *s;
+}
+
+/* Message m of flow dir (0: parent -> child, 1: child -> parent): the same on both sides (shared seed). */
+static void spec_of(uint64_t seed, int dir, int m, int groups, int maxsize, struct msgspec *sp) {
+  uint64_t s = seed * 0x9e3779b97f4a7c15ull + (uint64_t)dir * 7919 + (uint64_t)m * 104729 + 1;
+  for (int i = 0; i < 4; i++) rnd(&s);
+  sp->n = groups && rnd(&s) % 4 == 0 ? 2 + (int)(rnd(&s) % (MAXN - 1)) : 1;
+  for (int i = 0; i < sp->n; i++) {
+    uint64_t r = rnd(&s) % 100;
+    int lim = sp->n > 1 ? (int)PART_MAX : maxsize;
+    int sz = r < 5 ? 0 : r < 50 ? (int)(rnd(&s) % 65537) : r < 90 ? (int)(rnd(&s) % (1u << 20)) : (int)(rnd(&s) % ((uint64_t)lim + 1));
+    sp->size[i] = sz > lim ? lim : sz;
+    sp->tag[i] = 1000 + 17 * i + (int)(rnd(&s) % 5) * 200; /* distinct within the group */
+    sp->order[i] = i;
+  }
+  for (int i = sp->n - 1; i > 0; i--) {
+    int j = (int)(rnd(&s) % (uint64_t)(i + 1)), t = sp->order[i];
+    sp->order[i] = sp->order[j];
+    sp->order[j] = t;
+  }
+}
+
+struct dirstate {
+  int posted, completed;   /* messages */
+  void *req[INFLIGHT][MAXN];
+  int nreq[INFLIGHT];      /* requests of that slot still to complete */
+  int msg[INFLIGHT];
+};
+
+struct run {
+  it_conn_t c;
+  it_plugin_t *ip;
+  uint64_t seed;
+  int msgs, groups, flush, maxsize;
+  int txflow, rxflow;      /* the flow (0: parent -> child, 1: child -> parent) each direction carries */
+  size_t slot_len;
+  struct dirstate tx, rx;
+  ncclResult_t failed;     /* first error seen (GNIT_EXPECT=error) */
+  uint64_t fail_ns;
+};
+
+static unsigned char *slot_buf(unsigned char *base, const struct run *R, int slot, int part) {
+  return base + (size_t)slot * R->slot_len + (size_t)part * (PART_MAX + PAD);
+}
+
+static int note_error(struct run *R, ncclResult_t r, const char *what) {
+  if (r == ncclSuccess) return 0;
+  if (R->failed == ncclSuccess) {
+    R->failed = r;
+    R->fail_ns = gn_now_ns();
+    it_log("%s returned %s", what, gn_result_str(r));
+  }
+  return 1;
+}
+
+/* One step of each direction; returns 1 while anything is left to do. */
+static int step(struct run *R) {
+  const ncclNet_v8_t *net = R->ip->net;
+  struct msgspec sp;
+  int busy = 0;
+  /* --- send: post the next message's parts (all of them, in its order), complete oldest first --- */
+  if (R->tx.posted < R->msgs && R->tx.posted - R->tx.completed < INFLIGHT) {
+    int m = R->tx.posted, k = m % INFLIGHT;
+    spec_of(R->seed, R->txflow, m, R->groups, R->maxsize, &sp);
+    int done_parts = 0;
+    for (int j = 0; j < sp.n; j++)
+      if (R->tx.req[k][j]) done_parts++;
+    if (done_parts == 0)
+      for (int i = 0; i < sp.n; i++)
+        gn_pattern_fill(slot_buf(R->c.sbuf, R, k, i), (size_t)sp.size[i],
+                        gn_pattern_seed((uint64_t)sp.size[i], (uint64_t)m, (uint64_t)sp.tag[i]));
+    /* the parts go out in sp.order; each isend may say "later" */
+    int j = done_parts;
+    int i = sp.order[j];
+    void *rq = NULL;
+    ncclResult_t r = net->isend(R->c.s, slot_buf(R->c.sbuf, R, k, i), sp.size[i], sp.tag[i], R->c.smh, &rq);
+    if (note_error(R, r, "isend")) return 0;
+    if (rq) {
+      R->tx.req[k][j] = rq;
+      if (j + 1 == sp.n) {
+        R->tx.nreq[k] = sp.n;
+        R->tx.msg[k] = m;
+        R->tx.posted++;
+      }
+    }
+    busy = 1;
+  }
+  if (R->tx.completed < R->tx.posted) {
+    int k = R->tx.completed % INFLIGHT;
+    spec_of(R->seed, R->txflow, R->tx.msg[k], R->groups, R->maxsize, &sp);
+    for (int j = 0; j < sp.n; j++) {
+      if (R->tx.req[k][j] == NULL) continue;
+      int d = 0, sz = -1;
+      ncclResult_t r = net->test(R->tx.req[k][j], &d, &sz);
+      if (note_error(R, r, "test (send)")) return 0;
+      if (!d) break;
+      IT_CHECK(sz == sp.size[sp.order[j]], "send of message %d part %d: test reported %d bytes, %d sent",
+               R->tx.msg[k], j, sz, sp.size[sp.order[j]]);
+      R->tx.req[k][j] = NULL;
+      R->tx.nreq[k]--;
+    }
+    if (R->tx.nreq[k] == 0) R->tx.completed++;
+    busy = 1;
+  }
+  /* --- receive: post grouped/plain receives, complete oldest first, flush, check --- */
+  if (R->rx.posted < R->msgs && R->rx.posted - R->rx.completed < INFLIGHT) {
+    int m = R->rx.posted, k = m % INFLIGHT;
+    void *data[MAXN], *mhs[MAXN], *rq = NULL;
+    int sizes[MAXN];
+    spec_of(R->seed, R->rxflow, m, R->groups, R->maxsize, &sp);
+    for (int i = 0; i < sp.n; i++) {
+      data[i] = slot_buf(R->c.rbuf, R, k, i);
+      mhs[i] = R->c.rmh;
+      sizes[i] = sp.size[i] + PAD; /* larger than the send: the reported size must be the sent one */
+      memset(data[i], IT_CANARY, (size_t)sizes[i]);
+    }
+    ncclResult_t r = net->irecv(R->c.r, sp.n, data, sizes, sp.tag, mhs, &rq);
+    if (note_error(R, r, "irecv")) return 0;
+    if (rq) {
+      R->rx.req[k][0] = rq;
+      R->rx.msg[k] = m;
+      R->rx.posted++;
+    }
+    busy = 1;
+  }
+  if (R->rx.completed < R->rx.posted) {
+    int k = R->rx.completed % INFLIGHT, m = R->rx.msg[k], d = 0, got[MAXN];
+    spec_of(R->seed, R->rxflow, m, R->groups, R->maxsize, &sp);
+    for (int i = 0; i < MAXN; i++) got[i] = -1;
+    ncclResult_t r = net->test(R->rx.req[k][0], &d, got);
+    if (note_error(R, r, "test (receive)")) return 0;
+    if (d) {
+      if (R->flush) {
+        void *data[MAXN], *mhs[MAXN], *fq = NULL;
+        for (int i = 0; i < sp.n; i++) {
+          data[i] = slot_buf(R->c.rbuf, R, k, i);
+          mhs[i] = R->c.rmh;
+        }
+        r = net->iflush(R->c.r, sp.n, data, got, mhs, &fq);
+        if (note_error(R, r, "iflush")) return 0;
+        uint64_t fdl = gn_deadline_ns(60);
+        while (fq != NULL) {
+          int fd2 = 0;
+          r = net->test(fq, &fd2, NULL);
+          if (note_error(R, r, "test (flush)")) return 0;
+          if (fd2) break;
+          IT_CHECK(!gn_expired(fdl), "message %d: the flush never completed", m);
+        }
+      }
+      for (int i = 0; i < sp.n; i++) {
+        char what[96];
+        snprintf(what, sizeof what, "message %d (of %d buffers) buffer %d tag %d", m, sp.n, i, sp.tag[i]);
+        it_verify(slot_buf(R->c.rbuf, R, k, i), sp.size[i] + PAD, got[i], sp.size[i], (uint64_t)m,
+                  (uint64_t)sp.tag[i], what);
+      }
+      R->rx.req[k][0] = NULL;
+      R->rx.completed++;
+    }
+    busy = 1;
+  }
+  return busy || R->tx.completed < R->msgs || R->rx.completed < R->msgs;
+}
+
+/* "recovered:" lines of this process's plugin log. */
+static int count_in_log(const char *needle) {
+  char *log = gn_log_captured();
+  int n = 0;
+  for (const char *p = log; (p = strstr(p, needle)) != NULL; p += strlen(needle)) n++;
+  free(log);
+  return n;
+}
+
+static int side(int fd, int parent) {
+  struct run R;
+  it_plugin_t ip;
+  const char *faults = getenv(parent ? "GNIT_FAULTS_PARENT" : "GNIT_FAULTS_CHILD");
+  const char *expect = getenv("GNIT_EXPECT") ? getenv("GNIT_EXPECT") : "recover";
+  int expect_error = strcmp(expect, "error") == 0;
+  double bound = it_env_double("GNIT_ERROR_BOUND_S", 10);
+  memset(&R, 0, sizeof R);
+  if (faults && *faults) {
+    char rules[1024];
+    snprintf(rules, sizeof rules, "%s", faults);
+    for (char *p = rules; *p; p++)
+      if (*p == '+') *p = ';';
+    setenv("VEMU_FAULTS", rules, 1);
+  } else {
+    unsetenv("VEMU_FAULTS");
+  }
+  it_load(&ip);
+  R.ip = &ip;
+  R.seed = (uint64_t)it_env_double("GNIT_SEED", 1);
+  R.txflow = parent ? 0 : 1;
+  R.rxflow = parent ? 1 : 0;
+  R.msgs = (int)it_env_double("GNIT_MSGS", 300);
+  R.groups = (int)it_env_double("GNIT_GROUPS", 1);
+  R.flush = (int)it_env_double("GNIT_FLUSH", 0);
+  R.maxsize = (int)it_env_double("GNIT_MAXSIZE", 8 << 20);
+  R.slot_len = (size_t)MAXN * (PART_MAX + PAD);
+  if ((size_t)R.maxsize + PAD > R.slot_len) R.slot_len = (size_t)R.maxsize + PAD;
+  if (R.flush) IT_CHECK(ip.props[0].ptrSupport & NCCL_PTR_DMABUF, "GNIT_FLUSH needs DMA-BUF (GDRNET_GDR=1)");
+  it_log("faults \"%s\", %d messages per direction, groups %d, flush %d, expect %s", faults ? faults : "", R.msgs,
+         R.groups, R.flush, expect);
+
+  /* both directions: a send comm to the peer and a receive comm from it */
+  size_t len = R.slot_len * INFLIGHT;
+  gn_ctx_t ctx;
+  gn_ctx_init(&ctx, ip.net, 60);
+  it_step("connecting");
+  IT_GN(&ctx, gn_establish(&ctx, 0, fd, &R.c.s, &R.c.r));
+  R.c.net = ip.net;
+  IT_CHECK(posix_memalign((void **)&R.c.sbuf, 4096, len) == 0 && posix_memalign((void **)&R.c.rbuf, 4096, len) == 0,
+           "out of memory");
+  IT_OK(ip.net->regMr(R.c.s, R.c.sbuf, len, NCCL_PTR_HOST, &R.c.smh));
+  if (R.flush) {
+    int dfd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    IT_CHECK(dfd >= 0, "open /dev/null");
+    IT_OK(ip.net->regMrDmaBuf(R.c.r, R.c.rbuf, len, NCCL_PTR_CUDA, 0, dfd, &R.c.rmh));
+    close(dfd);
+  } else {
+    IT_OK(ip.net->regMr(R.c.r, R.c.rbuf, len, NCCL_PTR_HOST, &R.c.rmh));
+  }
+
+  uint64_t t0 = gn_now_ns(), dl = gn_deadline_ns(it_env_double("GNIT_PHASE_S", 150));
+  it_step("traffic");
+  while (step(&R)) {
+    IT_CHECK(!gn_expired(dl), "traffic stuck: sent %d/%d (posted %d), received %d/%d (posted %d)", R.tx.completed,
+             R.msgs, R.tx.posted, R.rx.completed, R.msgs, R.rx.posted);
+    sched_yield();
+  }
+  double secs = (double)(gn_now_ns() - t0) / 1e9;
+  if (expect_error) {
+    IT_CHECK(R.failed == ncclRemoteError || R.failed == ncclSystemError,
+             "expected the connection to fail (clean error), got %s after %.2f s with everything delivered",
+             gn_result_str(R.failed), secs);
+    double to_err = (double)(R.fail_ns - t0) / 1e9;
+    IT_CHECK(to_err < bound, "the error took %.2f s (bound %.1f s)", to_err, bound);
+    it_log("failed cleanly with %s after %.2f s", gn_result_str(R.failed), to_err);
+  } else {
+    IT_CHECK(R.failed == ncclSuccess, "the run failed with %s", gn_result_str(R.failed));
+  }
+  IT_CHECK(gn_boot_barrier(fd, 60) == 0, "barrier");
+  IT_OK(ip.net->deregMr(R.c.s, R.c.smh));
+  IT_OK(ip.net->deregMr(R.c.r, R.c.rmh));
+  IT_OK(ip.net->closeSend(R.c.s));
+  IT_OK(ip.net->closeRecv(R.c.r));
+  /* the counters: the recoveries and the stats line each connection logs at close */
+  int rec = count_in_log(" recovered: "), faults_seen = count_in_log(" fault(s) (");
+  it_log("%.2f s, %d recoveries and %d connection(s) with faults seen by this process", secs, rec, faults_seen);
+  int peer_rec = 0;
+  IT_CHECK(gn_boot_send(fd, &rec, sizeof rec) == 0 && gn_boot_recv(fd, &peer_rec, sizeof peer_rec, 60) == 0,
+           "bootstrap");
+  if (parent && !expect_error) {
+    int min = (int)it_env_double("GNIT_MIN_RECOVERIES", 1);
+    if (strcmp(expect, "clean") == 0)
+      IT_CHECK(rec + peer_rec == 0, "%d recoveries where the rules cannot hit a connection", rec + peer_rec);
+    else
+      IT_CHECK(rec + peer_rec >= min, "%d recoveries in both processes, expected at least %d", rec + peer_rec, min);
+  }
+  free(R.c.sbuf);
+  free(R.c.rbuf);
+  it_unload(&ip);
+  return 0;
+}
+
+int main(void) { return it_two_sides("faults", 240, side, 120); }
