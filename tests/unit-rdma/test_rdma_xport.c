@@ -17,6 +17,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -25,6 +27,7 @@
 #include "log.h"
 #include "param.h"
 #include "transport.h"
+#include "rdma/rdma.h"
 
 #ifndef XT_VEMU_LIB
 #error "XT_VEMU_LIB (path of the emulator's libibverbs.so.1) must be defined"
@@ -774,6 +777,32 @@ static void never_recv(const struct xcase *x, void **comms, int *devs, int n) {
   CK(0); /* accept must have failed */
 }
 
+/* The control channel of an RDMA connection must notice a silent peer host by itself: a sender waiting for a
+ * clear-to-send (or a receiver whose clear-to-send was acknowledged) has no work request outstanding, so no
+ * retry-exceeded ever comes (issue 16.1). Both ends' control sockets carry keepalive and TCP_USER_TIMEOUT =
+ * GDRNET_TCP_TIMEOUT_MS (the end-to-end check, a silent host in a network namespace, is in tests/netns). */
+static void check_ctrl_socket(void **comms) {
+  const struct gdr_rdma_comm *c = comms[0];
+  int ka = 0;
+  unsigned int ut = 0;
+  socklen_t len = sizeof(ka);
+  CK(c->fd >= 0);
+  CK(getsockopt(c->fd, SOL_SOCKET, SO_KEEPALIVE, &ka, &len) == 0 && ka == 1);
+  len = sizeof(ut);
+  CK(getsockopt(c->fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &ut, &len) == 0);
+  CK(ut == (unsigned int)gdr_param_int(GDR_PARAM_TCP_TIMEOUT_MS));
+}
+
+static void keepalive_send(const struct xcase *x, void **comms, int *devs, int n) {
+  check_ctrl_socket(comms);
+  stream_send(x, comms, devs, n);
+}
+
+static void keepalive_recv(const struct xcase *x, void **comms, int *devs, int n) {
+  check_ctrl_socket(comms);
+  stream_recv(x, comms, devs, n);
+}
+
 /* ----------------------------------------------------------------------------------- the cases -- */
 
 static const struct xcase cases[] = {
@@ -814,6 +843,8 @@ static const struct xcase cases[] = {
   {.name = "rnr_recovers", .env = {"VEMU_TIME_SCALE=0.01"}, .env_recv = {"VEMU_FAULTS=no_recv_credit:nth=3"},
    .send = stream_send, .recv = stream_recv, .sizes = sizes_small, .nsizes = N(sizes_small), .iters = 2,
    .inflight = 4},
+  {.name = "ctrl_keepalive", .env = {"GDRNET_TCP_TIMEOUT_MS=4321"}, .send = keepalive_send, .recv = keepalive_recv,
+   .sizes = sizes_small, .nsizes = N(sizes_small), .iters = 1, .inflight = 4},
   {.name = "bad_handshake", .raw_send = bad_handshake_send, .recv = never_recv, .expect_fail_recv = 1},
   {.name = "peer_vanishes", .send = until_error_send, .recv = vanish_recv, .iters = 10, .expect_fail_send = 1},
 };
