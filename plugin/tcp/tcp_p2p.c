@@ -429,6 +429,12 @@ static ncclResult_t rx_message_recv(struct tcp_comm *c, const struct tcp_ctrl_hd
     }
     if (bad) return protocol_error(c, h, "eager message that fits no buffer of its posted receive (tag in aux)");
     if (c->b_tail - c->b_head >= c->ncredits) return protocol_error(c, h, "eager message beyond the credits");
+    /* a sender is at most one message per credit (and per request slot) ahead of the receives posted here, and
+     * its messages come in order: a number outside that window is a corrupt or hostile peer, not something to
+     * buffer */
+    if (h->seq >= c->next_seq + c->ncredits + TCP_NREQ ||
+        (c->b_tail != c->b_head && h->seq <= c->bounce[(c->b_tail - 1) % c->ncredits].seq))
+      return protocol_error(c, h, "eager message numbered outside the window the credits allow");
     {
       struct tcp_bounce *b = &c->bounce[c->b_tail % c->ncredits];
       if (b->cap < h->size) {

@@ -1034,6 +1034,47 @@ static void test_random_traffic(void **state) {
 }
 
 /* Misuse through the core is an error with a WARN, never a crash. */
+/* The receiver's bounce ring buffers eager messages that come before their receive is posted, but only inside the
+ * window the credits allow (issue 16.4): an eager header numbered far ahead (or not after the last one buffered),
+ * written straight onto the control stream as a broken or hostile sender would, fails the connection with a
+ * protocol error instead of being buffered. */
+static void test_eager_out_of_window(void **state) {
+  struct pair p;
+  unsigned char buf[64];
+  (void)state;
+  init_plugin();
+  for (int variant = 0; variant < 2; variant++) {
+    pair_open(&p);
+    struct tcp_comm *sc = ((struct gdr_comm *)p.s)->tcomm;
+    struct tcp_ctrl_hdr h[2];
+    memset(h, 0, sizeof(h));
+    h[0].type = TCP_MSG_EAGER;
+    h[0].seq = variant == 0 ? 1000000 : 5; /* far ahead; or a fine first one... */
+    h[0].size = 8;
+    h[1] = h[0];
+    h[1].seq = 3; /* ...followed by one numbered before it */
+    char wire[2 * (sizeof(h[0]) + 8)];
+    memcpy(wire, &h[0], sizeof(h[0]));
+    memset(wire + sizeof(h[0]), 7, 8);
+    memcpy(wire + sizeof(h[0]) + 8, &h[1], sizeof(h[1]));
+    memset(wire + 2 * sizeof(h[0]) + 8, 7, 8);
+    size_t len = variant == 0 ? sizeof(h[0]) + 8 : sizeof(wire);
+    assert_int_equal(send(sc->ctrl_fd, wire, len, MSG_NOSIGNAL), (ssize_t)len);
+    void *req = post_recv(p.r, buf, sizeof(buf)); /* message 0: not what arrived */
+    int done = 0;
+    ncclResult_t r = ncclSuccess;
+    double t0 = ut_now();
+    while (r == ncclSuccess && !done) {
+      r = gdr_core_test(req, &done, NULL, NULL);
+      assert_true(ut_now() - t0 < 10.0);
+    }
+    assert_int_equal(r, ncclRemoteError);
+    assert_true(ut_warned("protocol error: eager message numbered outside the window"));
+    pair_close(&p);
+  }
+  fini_plugin();
+}
+
 static void test_core_misuse(void **state) {
   struct pair p;
   char buf[64] = {0};
@@ -1152,6 +1193,7 @@ int main(void) {
       cmocka_unit_test(test_many_comms),
       cmocka_unit_test(test_no_fd_leak_or_stray_close),
       cmocka_unit_test(test_core_misuse),
+      cmocka_unit_test(test_eager_out_of_window),
       cmocka_unit_test(test_random_traffic),
       cmocka_unit_test(test_ipv6),
       cmocka_unit_test(test_loopback_throughput),
