@@ -1,0 +1,20 @@
+# cmake -DGEN=gdrnet-gen-config-doc -DDOC=docs/recovery.md -P check_fault_doc.cmake
+# The fault table between <!-- faults:begin --> and <!-- faults:end --> must be what the code's tables generate.
+execute_process(COMMAND ${GEN} --faults OUTPUT_VARIABLE generated RESULT_VARIABLE rc)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "${GEN} --faults failed (${rc})")
+endif()
+file(READ ${DOC} doc)
+string(FIND "${doc}" "<!-- faults:begin -->\n" a)
+string(FIND "${doc}" "<!-- faults:end -->" b)
+if(a LESS 0 OR b LESS 0)
+  message(FATAL_ERROR "${DOC} lacks the <!-- faults:begin --> / <!-- faults:end --> markers")
+endif()
+math(EXPR a "${a} + 22")
+math(EXPR len "${b} - ${a}")
+string(SUBSTRING "${doc}" ${a} ${len} committed)
+if(NOT generated STREQUAL committed)
+  message(FATAL_ERROR "the fault table of docs/recovery.md differs from plugin/rdma/classify.c and plugin/health.c. "
+                      "Regenerate it: <build>/plugin/gdrnet-gen-config-doc --faults, between the markers")
+endif()
+message(STATUS "docs/recovery.md's fault table matches the code")
