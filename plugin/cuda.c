@@ -18,6 +18,9 @@ typedef unsigned long long gdr_CUdeviceptr;
 #define GDR_CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_SUPPORTED 116
 #define GDR_CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED 124
 #define GDR_CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD 1
+#define GDR_CU_POINTER_ATTRIBUTE_CONTEXT 1
+#define GDR_CU_STREAM_NON_BLOCKING 1
+#define GDR_CU_MEMHOSTALLOC_PORTABLE 1
 
 struct gdr_cuda_api {
   gdr_CUresult (*cuInit)(unsigned int);
@@ -25,6 +28,16 @@ struct gdr_cuda_api {
   gdr_CUresult (*cuDeviceGetAttribute)(int *, int, gdr_CUdevice);
   gdr_CUresult (*cuPointerGetAttribute)(void *, int, gdr_CUdeviceptr);
   gdr_CUresult (*cuMemGetHandleForAddressRange)(void *, gdr_CUdeviceptr, size_t, int, unsigned long long);
+  /* staging copies (optional: needed only when a connection carries CUDA memory over TCP) */
+  gdr_CUresult (*cuDevicePrimaryCtxRetain)(void **, gdr_CUdevice);
+  gdr_CUresult (*cuCtxPushCurrent_v2)(void *);
+  gdr_CUresult (*cuCtxPopCurrent_v2)(void **);
+  gdr_CUresult (*cuStreamCreate)(void **, unsigned int);
+  gdr_CUresult (*cuStreamSynchronize)(void *);
+  gdr_CUresult (*cuMemcpyHtoDAsync_v2)(gdr_CUdeviceptr, const void *, size_t, void *);
+  gdr_CUresult (*cuMemcpyDtoHAsync_v2)(void *, gdr_CUdeviceptr, size_t, void *);
+  gdr_CUresult (*cuMemHostAlloc)(void **, size_t, unsigned int);
+  gdr_CUresult (*cuMemFreeHost)(void *);
 };
 
 /* Loaded once per process lifetime of this library (pthread_once); the dlopen handle is kept on purpose: NCCL holds
@@ -54,6 +67,15 @@ static void cuda_load_once(void) {
   LOAD(cuDeviceGetAttribute, 1);
   LOAD(cuPointerGetAttribute, 1);
   LOAD(cuMemGetHandleForAddressRange, 0);
+  LOAD(cuDevicePrimaryCtxRetain, 0);
+  LOAD(cuCtxPushCurrent_v2, 0);
+  LOAD(cuCtxPopCurrent_v2, 0);
+  LOAD(cuStreamCreate, 0);
+  LOAD(cuStreamSynchronize, 0);
+  LOAD(cuMemcpyHtoDAsync_v2, 0);
+  LOAD(cuMemcpyDtoHAsync_v2, 0);
+  LOAD(cuMemHostAlloc, 0);
+  LOAD(cuMemFreeHost, 0);
 #undef LOAD
   r = g_cu.cuInit(0);
   if (r != 0) {
@@ -120,4 +142,106 @@ ncclResult_t gdr_cuda_dmabuf_fd(void *ptr, size_t size, int *fd) {
     return ncclSystemError;
   }
   return ncclSuccess;
+}
+
+/* ------------------------------------------------------------------------------------------- staging -- */
+
+/* One non-blocking stream per context, made on first use and kept (the driver keeps the context anyway): a copy
+ * on it never waits behind the application's kernels, and a sync of it waits for our copies only. */
+#define GDR_CUDA_MAX_CTX 16
+static pthread_mutex_t g_smu = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+  void *ctx, *stream;
+} g_streams[GDR_CUDA_MAX_CTX];
+
+static int have_staging(void) {
+  return g_cu.cuDevicePrimaryCtxRetain && g_cu.cuCtxPushCurrent_v2 && g_cu.cuCtxPopCurrent_v2 && g_cu.cuStreamCreate &&
+         g_cu.cuStreamSynchronize && g_cu.cuMemcpyHtoDAsync_v2 && g_cu.cuMemcpyDtoHAsync_v2 && g_cu.cuMemHostAlloc &&
+         g_cu.cuMemFreeHost;
+}
+
+ncclResult_t gdr_cuda_mem_ctx(const void *dptr, void **ctx) {
+  void *c = NULL;
+  int ordinal = 0;
+  *ctx = NULL;
+  if (gdr_cuda_load(NULL, 0) != ncclSuccess || !have_staging()) {
+    GDR_WARN("CUDA memory at %p needs the CUDA driver's copy functions to travel over TCP: %s", dptr,
+             g_why[0] ? g_why : "a staging entry point is missing from libcuda.so.1");
+    return ncclSystemError;
+  }
+  if (g_cu.cuPointerGetAttribute(&c, GDR_CU_POINTER_ATTRIBUTE_CONTEXT, (gdr_CUdeviceptr)(uintptr_t)dptr) != 0)
+    c = NULL;
+  if (c == NULL) { /* cuMem* (VMM) memory belongs to the device, not to a context: its primary context */
+    gdr_CUdevice d;
+    if (g_cu.cuPointerGetAttribute(&ordinal, GDR_CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+                                   (gdr_CUdeviceptr)(uintptr_t)dptr) != 0 ||
+        g_cu.cuDeviceGet(&d, ordinal) != 0 || g_cu.cuDevicePrimaryCtxRetain(&c, d) != 0) {
+      GDR_WARN("CUDA memory at %p: no context or device for it", dptr);
+      return ncclSystemError;
+    }
+  }
+  *ctx = c;
+  return ncclSuccess;
+}
+
+/* ctx's stream (ctx pushed by the caller). */
+static void *stream_of(void *ctx) {
+  void *s = NULL;
+  pthread_mutex_lock(&g_smu);
+  for (int i = 0; i < GDR_CUDA_MAX_CTX && s == NULL; i++) {
+    if (g_streams[i].ctx == ctx) {
+      s = g_streams[i].stream;
+    } else if (g_streams[i].ctx == NULL) {
+      if (g_cu.cuStreamCreate(&s, GDR_CU_STREAM_NON_BLOCKING) != 0) s = NULL;
+      if (s != NULL) {
+        g_streams[i].ctx = ctx;
+        g_streams[i].stream = s;
+      }
+      break;
+    }
+  }
+  pthread_mutex_unlock(&g_smu);
+  return s;
+}
+
+ncclResult_t gdr_cuda_copy(void *ctx, void *dst, const void *src, size_t len, int to_device) {
+  ncclResult_t res = ncclSuccess;
+  void *popped = NULL, *s;
+  gdr_CUresult r;
+  if (len == 0) return ncclSuccess;
+  if (g_cu.cuCtxPushCurrent_v2 == NULL || g_cu.cuCtxPushCurrent_v2(ctx) != 0) {
+    GDR_WARN("staging copy of %zu bytes: cannot make its CUDA context current", len);
+    return ncclSystemError;
+  }
+  s = stream_of(ctx);
+  if (s == NULL) {
+    GDR_WARN("staging copy of %zu bytes: no stream of the plugin's own in that CUDA context", len);
+    res = ncclSystemError;
+    goto out;
+  }
+  r = to_device ? g_cu.cuMemcpyHtoDAsync_v2((gdr_CUdeviceptr)(uintptr_t)dst, src, len, s)
+                : g_cu.cuMemcpyDtoHAsync_v2(dst, (gdr_CUdeviceptr)(uintptr_t)src, len, s);
+  if (r == 0) r = g_cu.cuStreamSynchronize(s);
+  if (r != 0) {
+    GDR_WARN("staging copy of %zu bytes %s the GPU failed with CUresult %d", len, to_device ? "to" : "from", r);
+    res = ncclSystemError;
+  }
+out:
+  (void)g_cu.cuCtxPopCurrent_v2(&popped);
+  return res;
+}
+
+ncclResult_t gdr_cuda_host_alloc(size_t len, void **p) {
+  *p = NULL;
+  if (gdr_cuda_load(NULL, 0) != ncclSuccess || g_cu.cuMemHostAlloc == NULL ||
+      g_cu.cuMemHostAlloc(p, len ? len : 1, GDR_CU_MEMHOSTALLOC_PORTABLE) != 0) {
+    GDR_WARN("cuMemHostAlloc of %zu bytes for a TCP staging buffer failed", len);
+    *p = NULL;
+    return ncclSystemError;
+  }
+  return ncclSuccess;
+}
+
+void gdr_cuda_host_free(void *p) {
+  if (p != NULL && g_cu.cuMemFreeHost != NULL) (void)g_cu.cuMemFreeHost(p);
 }

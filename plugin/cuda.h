@@ -1,5 +1,6 @@
 /* The CUDA driver, dlopened lazily (libcuda.so.1; never linked). Only what the plugin needs: tell host from device
- * pointers, and ask a GPU about DMA-BUF and GPUDirect RDMA support.
+ * pointers, ask a GPU about DMA-BUF and GPUDirect RDMA support, and copy device memory through pinned host buffers
+ * for a connection that carries it over TCP (the RDMA->TCP fallback).
  *
  * gdr_cuda_load() is cheap after the first call and thread-safe. Without a driver (CPU hosts) it fails with a
  * reason and every query says "host"/"unsupported". */
@@ -27,5 +28,14 @@ ncclResult_t gdr_cuda_gdr_supported(int dev, int *supported);
 
 /* DMA-BUF fd for [ptr, ptr + size) of device memory (cuMemGetHandleForAddressRange). The caller closes fd. */
 ncclResult_t gdr_cuda_dmabuf_fd(void *ptr, size_t size, int *fd);
+
+/* Staging (device memory carried by the TCP transport): the context to copy ptr's memory in (its own, or its device's
+ * primary context for cuMem* memory, which has none), a copy between host and device memory (an async copy on the
+ * plugin's own non-blocking stream of that context, then a sync of that stream only: never behind the
+ * application's kernels), and pinned host buffers. Errors are WARNed. */
+ncclResult_t gdr_cuda_mem_ctx(const void *dptr, void **ctx);
+ncclResult_t gdr_cuda_copy(void *ctx, void *dst, const void *src, size_t len, int to_device);
+ncclResult_t gdr_cuda_host_alloc(size_t len, void **p);
+void gdr_cuda_host_free(void *p);
 
 #endif /* GDRNET_CUDA_H */

@@ -125,7 +125,7 @@ static ncclResult_t ctrl_record(struct gdr_rdma_comm *c, const struct gdr_rdma_c
     peer_eof(c, 0);
     return ncclSuccess;
   default:
-    return gdr_rdma_rec_message(c, m, payload);
+    return m->type >= GDR_CTRL_FB_REQ ? gdr_rdma_fb_message(c, m, payload) : gdr_rdma_rec_message(c, m, payload);
   }
 }
 
@@ -397,6 +397,7 @@ static struct gdr_rdma_comm *comm_alloc(int devidx, int kind) {
   atomic_init(&c->pending.state, 0);
   snprintf(c->peer, sizeof(c->peer), "(connecting)");
   set_desc(c);
+  c->fb.tcp_dev = gdr_rdma.tcp_dev;
   c->nreqs_pool = kind == GDR_RCOMM_SEND ? GDR_RDMA_SEND_REQS : 2 * GDR_RDMA_MAX_REQS;
   c->reqs = calloc((size_t)c->nreqs_pool, sizeof(*c->reqs));
   if (c->reqs == NULL) {
@@ -451,7 +452,8 @@ static ncclResult_t fill_local_hs(struct gdr_rdma_comm *c, int role) {
   hs->size = sizeof(*hs);
   hs->caps = (d->relaxed ? GDR_RDMA_CAP_RELAXED_ORDERING : 0) |
              ((d->ptr_support & (NCCL_PTR_CUDA | NCCL_PTR_DMABUF)) ? GDR_RDMA_CAP_GDR : 0) |
-             (c->qs.flush_qp ? GDR_RDMA_CAP_FLUSH : 0) | GDR_RDMA_CAP_RECOVERY;
+             (c->qs.flush_qp ? GDR_RDMA_CAP_FLUSH : 0) | GDR_RDMA_CAP_RECOVERY |
+             (gdr_param_int(GDR_PARAM_FALLBACK) && gdr_rdma.tcp_ok ? GDR_RDMA_CAP_FALLBACK : 0);
   hs->role = (uint8_t)role;
   hs->link_layer = (uint8_t)d->link_layer;
   hs->port = (uint8_t)d->port;
@@ -742,8 +744,10 @@ out:
 
 static ncclResult_t close_comm(struct gdr_rdma_comm *c) {
   if (c == NULL) return ncclSuccess;
+  gdr_rdma_fb_close(c);
   if (c->stage == 0) {
     gdr_rdma_rec_report(c);
+    gdr_rdma_fb_report(c);
     /* best effort: the peer learns that we are gone from the EOF anyway */
     (void)gdr_rdma_ctrl_send(c, GDR_CTRL_BYE, c->head, 0, 0, NULL, 0);
   }

@@ -8,6 +8,7 @@
 
 #include "../cuda.h"
 #include "gid.h"
+#include "../tcp/tcp.h"
 #include "rdma.h"
 
 struct gdr_rdma_state gdr_rdma;
@@ -428,6 +429,33 @@ static int open_port(struct ibv_device *ibdev, const struct ibv_device_attr *da,
   return 0;
 }
 
+/* The TCP transport a connection falls back to (GDRNET_FALLBACK=1): its device on the handshake's interface. */
+static void init_fallback(void) {
+  char w[256] = "";
+  int n = 0;
+  gdr_rdma.tcp_ok = 0;
+  gdr_rdma.tcp_dev = 0;
+  if (gdr_param_int(GDR_PARAM_FALLBACK) == 0) return;
+  if (gdr_transport_tcp.init(&n, w, sizeof(w)) != ncclSuccess || n <= 0) {
+    GDR_WARN("GDRNET_FALLBACK=1 but the TCP transport cannot work here (%s): an RDMA connection that cannot be "
+             "recovered fails instead of moving to TCP",
+             w[0] ? w : "no usable IP interface");
+    return;
+  }
+  for (int d = 0; d < n; d++) {
+    union gdr_sockaddr a;
+    if (gdr_tcp_dev_addr(d, &a) != ncclSuccess || a.sa.sa_family != gdr_rdma.if_addr.sa.sa_family) continue;
+    if ((a.sa.sa_family == AF_INET && a.sin.sin_addr.s_addr == gdr_rdma.if_addr.sin.sin_addr.s_addr) ||
+        (a.sa.sa_family == AF_INET6 && memcmp(&a.sin6.sin6_addr, &gdr_rdma.if_addr.sin6.sin6_addr, 16) == 0)) {
+      gdr_rdma.tcp_dev = d;
+      break;
+    }
+  }
+  gdr_rdma.tcp_ok = 1;
+  GDR_INFO(NCCL_NET | NCCL_INIT, "fallback: an RDMA connection that cannot be recovered moves to TCP device %d (%s)",
+           gdr_rdma.tcp_dev, w);
+}
+
 ncclResult_t gdr_rdma_init(int *ndev, char *why, size_t whylen) {
   *ndev = 0;
   if (why && whylen) why[0] = '\0';
@@ -541,6 +569,7 @@ ncclResult_t gdr_rdma_init(int *ndev, char *why, size_t whylen) {
     return ncclSuccess;
   }
   *ndev = gdr_rdma.ndevs;
+  init_fallback();
   int off = snprintf(why, whylen, "%d RDMA device(s):", gdr_rdma.ndevs);
   for (int i = 0; i < gdr_rdma.ndevs && off > 0 && (size_t)off < whylen; i++)
     off += snprintf(why + off, whylen - (size_t)off, "%s %s (%s, %s)", i ? "," : "", gdr_rdma.devs[i].name,
@@ -586,4 +615,6 @@ void gdr_rdma_quiesce(void) {
 void gdr_rdma_fini(void) {
   for (int i = 0; i < gdr_rdma.ndevs; i++) close_dev(&gdr_rdma.devs[i]);
   gdr_rdma.ndevs = 0;
+  if (gdr_rdma.tcp_ok && gdr_transport_tcp.fini) gdr_transport_tcp.fini();
+  gdr_rdma.tcp_ok = 0;
 }

@@ -120,6 +120,7 @@ ncclResult_t gdr_rdma_isend(void *send_comm, void *data, size_t size, int tag, v
   *request = NULL;
   ncclResult_t res = gdr_rdma_progress(c, &busy);
   if (res != ncclSuccess || busy) return res;
+  if (gdr_rdma_fb_new_on_tcp(c)) return gdr_rdma_fb_isend(c, data, size, tag, mhandle, request);
   if (size > 0x7fffffffu) {
     GDR_WARN("isend of %zu bytes to %s: more than 2^31-1 bytes in one message", size, c->peer);
     return ncclInvalidUsage;
@@ -179,6 +180,9 @@ ncclResult_t gdr_rdma_isend(void *send_comm, void *data, size_t size, int tag, v
   req->idx = r;
   req->nreqs = n;
   req->size = size;
+  req->tag = tag;
+  req->data[0] = data;
+  req->mh[0] = mh;
   req->events = 0;
   struct gdr_rdma_part *pt = &m->part[r];
   pt->req = req;
@@ -258,6 +262,7 @@ ncclResult_t gdr_rdma_irecv(void *recv_comm, int n, void **data, size_t *sizes, 
     GDR_WARN("irecv with n = %d buffers (1..%d)", n, GDR_RDMA_MAX_RECVS);
     return ncclInternalError;
   }
+  if (gdr_rdma_fb_new_on_tcp(c)) return gdr_rdma_fb_irecv(c, n, data, sizes, tags, mhandles, request);
   const uint64_t seq = c->head;
   const int slot = (int)(seq % GDR_RDMA_FIFO_SLOTS);
   if (c->recv_slot[slot] != NULL) return ncclSuccess; /* 32 receives in flight */
@@ -274,6 +279,8 @@ ncclResult_t gdr_rdma_irecv(void *recv_comm, int n, void **data, size_t *sizes, 
     struct gdr_reg_entry *mh = mhandles ? mhandles[i] : NULL;
     size_t cap = sizes[i] > 0x7fffffffu ? 0x7fffffffu : sizes[i];
     req->cap[i] = cap;
+    req->data[i] = data[i];
+    req->mh[i] = mh;
     ce[i].addr = (uint64_t)(uintptr_t)data[i];
     ce[i].size = (uint32_t)cap;
     ce[i].rkey = mh ? mh->rkey : 0;
@@ -324,6 +331,8 @@ ncclResult_t gdr_rdma_iflush(void *recv_comm, int n, void **data, int *sizes, vo
   ncclResult_t res = gdr_rdma_progress(c, &busy);
   if (res != ncclSuccess) return res;
   if (!c->gdr_flush) return ncclSuccess; /* no GDR: nothing can be pending in a PCIe write buffer */
+  if (c->fb.path != GDR_PATH_RDMA && (busy || gdr_rdma_fb_new_on_tcp(c)))
+    return ncclSuccess; /* over TCP a receive completes once its bytes are in the GPU: nothing left to flush */
   int last = -1;
   for (int i = 0; i < n; i++) {
     struct gdr_reg_entry *mh = mhandles ? mhandles[i] : NULL;
@@ -467,7 +476,11 @@ ncclResult_t gdr_rdma_poll(struct gdr_rdma_comm *c, int *progress) {
   return ncclSuccess;
 }
 
-static void req_release(struct gdr_rdma_comm *c, struct gdr_rdma_req *r) {
+void gdr_rdma_req_release(struct gdr_rdma_comm *c, struct gdr_rdma_req *r) {
+  if (r->on_tcp) { /* the RDMA path forgot it when the connection moved (fallback.c) */
+    r->type = GDR_RREQ_FREE;
+    return;
+  }
   if (r->type == GDR_RREQ_SEND) {
     struct gdr_rdma_smsg *m = &c->smsg[r->slot];
     m->part[r->idx].req = NULL;
@@ -485,15 +498,17 @@ ncclResult_t gdr_rdma_test(void *request, int *done, size_t *sizes) {
   int busy = 0;
   ncclResult_t res;
   *done = 0;
+  if (r->on_tcp) return gdr_rdma_fb_test(r, done, sizes);
   if (r->error != ncclSuccess) { /* this request alone failed (the peer reported a size error for it) */
     res = r->error;
-    req_release(c, r);
+    gdr_rdma_req_release(c, r);
     return res;
   }
   if (r->events > 0 && gdr_health_state(&c->health) == GDR_HEALTH_OK) (void)gdr_rdma_poll(c, NULL);
   res = gdr_rdma_progress(c, &busy);
+  if (r->on_tcp) return gdr_rdma_fb_test(r, done, sizes); /* the connection moved while we progressed it */
   if (r->events > 0) {
-    if (res != ncclSuccess) req_release(c, r); /* given up: every pending request ends with the error */
+    if (res != ncclSuccess) gdr_rdma_req_release(c, r); /* given up: every pending request ends with the error */
     return res;
   }
   /* done: what landed is complete, whatever happened to the connection since */
@@ -505,7 +520,7 @@ ncclResult_t gdr_rdma_test(void *request, int *done, size_t *sizes) {
         if (v < 0 || (size_t)v > r->cap[i]) {
           gdr_rdma_comm_fail(c, ncclRemoteError, "message #%llu from %s: buffer %d got %d bytes for a receive of %zu",
                              (unsigned long long)r->seq, c->peer, i, v, r->cap[i]);
-          req_release(c, r);
+          gdr_rdma_req_release(c, r);
           return gdr_rdma_comm_check(c);
         }
         r->sent[i] = (size_t)v;
@@ -516,7 +531,7 @@ ncclResult_t gdr_rdma_test(void *request, int *done, size_t *sizes) {
   } else if (r->type == GDR_RREQ_SEND) {
     if (sizes) sizes[0] = r->size;
   }
-  req_release(c, r);
+  gdr_rdma_req_release(c, r);
   *done = 1;
   return ncclSuccess;
 }

@@ -45,6 +45,25 @@ const char *gdr_rdma_ctrl_check(const struct gdr_rdma_ctrl *m, int writer_role) 
     return m->len == 0 && m->seq > 0 ? NULL : "bad recovery GO";
   case GDR_CTRL_REC_FAIL:
     return NULL; /* the payload is text (any bytes; the reader terminates it) */
+  case GDR_CTRL_FB_REQ:
+    if (writer_role != GDR_RDMA_ROLE_SEND) return "a fallback request from the receiver";
+    return m->seq > 0 ? NULL : "bad fallback epoch";
+  case GDR_CTRL_FB_RSTATE:
+    if (writer_role != GDR_RDMA_ROLE_RECV) return "a fallback receive state from the sender";
+    return m->len == sizeof(struct gdr_rdma_fb_rstate) && m->seq > 0 ? NULL : "bad fallback receive state";
+  case GDR_CTRL_FB_SSTATE:
+    if (writer_role != GDR_RDMA_ROLE_SEND) return "a fallback send state from the receiver";
+    return m->seq > 0 && m->len % sizeof(struct gdr_rdma_fb_sent) == 0 ? NULL : "bad fallback send state";
+  case GDR_CTRL_BACK_OFFER:
+  case GDR_CTRL_BACK_SWITCH:
+    if (writer_role != GDR_RDMA_ROLE_RECV) return "a failback offer or switch from the sender";
+    if (m->type == GDR_CTRL_BACK_SWITCH) return m->len == 0 ? NULL : "unexpected payload";
+    return m->len == sizeof(struct gdr_rdma_rec_state) ? NULL : "bad failback offer";
+  case GDR_CTRL_BACK_READY:
+  case GDR_CTRL_BACK_NOT_YET:
+    if (writer_role != GDR_RDMA_ROLE_SEND) return "a failback answer from the receiver";
+    if (m->type == GDR_CTRL_BACK_NOT_YET) return m->len == 0 ? NULL : "unexpected payload";
+    return m->len == sizeof(struct gdr_rdma_rec_state) ? NULL : "bad failback answer";
   default:
     return "unknown record type";
   }
@@ -63,5 +82,17 @@ const char *gdr_rdma_rec_state_check(const struct gdr_rdma_rec_state *st, size_t
     return "a sender's state carries receive counts";
   if (writer_role == GDR_RDMA_ROLE_RECV && st->head < 32 && (st->incomplete >> st->head) != 0)
     return "incomplete messages before the first";
+  return NULL;
+}
+
+const char *gdr_rdma_fb_sstate_check(const void *payload, size_t len) {
+  const struct gdr_rdma_fb_sent *e = payload;
+  if (len % sizeof(*e) != 0 || len / sizeof(*e) > GDR_RDMA_FB_MAX_SENT) return "wrong length";
+  for (size_t i = 0; i < len / sizeof(*e); i++) {
+    if (e[i].n < 1 || e[i].n > GDR_RDMA_MAX_RECVS) return "buffer count out of range";
+    if (e[i].n < 8 && (e[i].placed >> e[i].n) != 0) return "a placed buffer beyond the receive's";
+    for (int r = 0; r < e[i].n; r++)
+      if ((e[i].placed >> r & 1) && e[i].size[r] > 0x7fffffffu) return "placed size out of range";
+  }
   return NULL;
 }

@@ -117,6 +117,8 @@ enum { GDR_RDMA_ROLE_SEND = 1, GDR_RDMA_ROLE_RECV = 2 };
 #define GDR_RDMA_CAP_GDR 0x2u              /* this side can register device memory */
 #define GDR_RDMA_CAP_FLUSH 0x4u            /* receiver flushes GDR writes with a loopback READ */
 #define GDR_RDMA_CAP_RECOVERY 0x8u         /* speaks the REC_* control records (recover.c); else a fault fails */
+#define GDR_RDMA_CAP_FALLBACK 0x10u        /* speaks FB_* / BACK_* (fallback.c): can move the connection to TCP */
+#define GDR_RDMA_CAP_TCP_ONLY 0x20u        /* this side's RDMA part could not be set up: the connection runs on TCP */
 
 struct gdr_rdma_hs {
   uint32_t magic;
@@ -156,7 +158,15 @@ enum {
   GDR_CTRL_REC_STATE = 4, /* both: attempt seq; payload struct gdr_rdma_rec_state */
   GDR_CTRL_REC_GO = 5,    /* sender -> receiver: attempt seq is done on the sender: write the clear-to-sends again */
   GDR_CTRL_REC_FAIL = 6,  /* this side gave up on the connection (a = its ncclResult_t); payload: the reason text */
-  GDR_CTRL_TYPE_MAX = 6,
+  /* the fallback to TCP and back (fallback.c); seq = the fallback epoch both sides count */
+  GDR_CTRL_FB_REQ = 7,    /* sender -> receiver: move the connection to TCP; payload: the reason text */
+  GDR_CTRL_FB_RSTATE = 8, /* receiver -> sender: what it has (struct gdr_rdma_fb_rstate), where its TCP listener is */
+  GDR_CTRL_FB_SSTATE = 9, /* sender -> receiver: the parts already placed of what the receiver lacks */
+  GDR_CTRL_BACK_OFFER = 10, /* receiver -> sender: its port is up again: new QPs (struct gdr_rdma_rec_state) */
+  GDR_CTRL_BACK_READY = 11, /* sender -> receiver: its new QPs are RTS (struct gdr_rdma_rec_state), FIFO cleared */
+  GDR_CTRL_BACK_NOT_YET = 12, /* sender -> receiver: not now (its port is down, or it is busy): try later */
+  GDR_CTRL_BACK_SWITCH = 13,  /* receiver -> sender: TCP message a and later go over RDMA again */
+  GDR_CTRL_TYPE_MAX = 13,
 };
 struct gdr_rdma_ctrl {
   uint32_t magic;
@@ -166,7 +176,7 @@ struct gdr_rdma_ctrl {
   uint64_t a, b; /* SIZE_ERR: a = bytes the sender had, b = bytes the receive could take */
 };
 _Static_assert(sizeof(struct gdr_rdma_ctrl) == 32, "control record header is 32 bytes");
-#define GDR_RDMA_CTRL_MAX_PAYLOAD 512
+#define GDR_RDMA_CTRL_MAX_PAYLOAD 2048
 /* The header's magic, type and length are sane for a peer of this role (ROLE_SEND: records a sender writes). NULL if
  * well-formed, else what is wrong. */
 const char *gdr_rdma_ctrl_check(const struct gdr_rdma_ctrl *m, int writer_role);
@@ -188,6 +198,31 @@ struct gdr_rdma_rec_state {
   uint32_t rsvd2;
 };
 _Static_assert(sizeof(struct gdr_rdma_rec_state) == 184, "REC_STATE payload");
+/* FB_RSTATE: the receiver's view when the connection moves to TCP, and its TCP listener's handle. */
+struct gdr_rdma_fb_rstate {
+  uint64_t head;       /* receives posted so far */
+  uint32_t incomplete; /* bit i set = message head - 1 - i is posted and not complete (as REC_STATE) */
+  uint32_t rsvd;
+  uint8_t tcp_handle[128]; /* the TCP transport's handle (struct gdr_handle) of the listener for this connection */
+};
+_Static_assert(sizeof(struct gdr_rdma_fb_rstate) == 144, "FB_RSTATE payload");
+
+/* FB_SSTATE: for each message the receiver lacks of which the sender posted parts, the parts already placed (their
+ * writes were acknowledged) and their sizes: the receiver completes those buffers without waiting for them again. */
+struct gdr_rdma_fb_sent {
+  uint64_t seq;
+  uint8_t n;      /* buffers of the receive */
+  uint8_t placed; /* bit r: buffer r is placed with size[r] bytes */
+  uint16_t rsvd0;
+  uint32_t rsvd1;
+  uint32_t size[GDR_RDMA_MAX_RECVS];
+};
+_Static_assert(sizeof(struct gdr_rdma_fb_sent) == 48, "FB_SSTATE entry");
+#define GDR_RDMA_FB_MAX_SENT 32
+/* An FB_SSTATE payload of len bytes: NULL if well-formed (whole entries, n in 1..8, placed within n), else what is
+ * wrong. */
+const char *gdr_rdma_fb_sstate_check(const void *payload, size_t len);
+
 /* A REC_STATE payload from a peer of writer_role for a connection of nqps QPs: NULL if well-formed, else what is
  * wrong. */
 const char *gdr_rdma_rec_state_check(const struct gdr_rdma_rec_state *st, size_t len, int writer_role, int nqps);

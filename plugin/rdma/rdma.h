@@ -83,6 +83,8 @@ struct gdr_rdma_state {
   char if_name[IF_NAMESIZE];
   int nqps;                   /* GDRNET_QPS_PER_CONN */
   int split;                  /* GDRNET_SPLIT_DATA */
+  int tcp_ok;                 /* the TCP transport is initialised for the fallback (GDRNET_FALLBACK=1) */
+  int tcp_dev;                /* its device on the handshake's interface */
 };
 extern struct gdr_rdma_state gdr_rdma;
 
@@ -127,12 +129,23 @@ struct gdr_rdma_req {
   ncclResult_t error; /* sticky failure of this request alone */
   /* send */
   size_t size;
+  int tag;
   /* receive */
   size_t sent[GDR_RDMA_MAX_RECVS];
   size_t cap[GDR_RDMA_MAX_RECVS];
   /* flush: what the loopback READ reads (re-posted after a recovery) */
   uint64_t flush_addr;
   uint32_t flush_rkey;
+  /* receive: the buffers' registrations (a fallback carries them over TCP) */
+  struct gdr_reg_entry *mh[GDR_RDMA_MAX_RECVS];
+  /* carried by TCP (fallback.c): the TCP request, the buffers it covers (receive: indices of this request's
+   * buffers, the others were placed over RDMA already), or done without one */
+  int on_tcp;
+  int tcp_done;
+  void *treq;
+  int tn;
+  uint8_t tmap[GDR_RDMA_MAX_RECVS];
+  void *data[GDR_RDMA_MAX_RECVS]; /* send: data[0]; receive: the buffers (for the re-issue) */
 };
 
 /* wr_id: kind in the top byte, an 8-bit argument in the next (slot, slot | part << 5, or a request index), the
@@ -214,6 +227,39 @@ struct gdr_rdma_rec {
   char first_fault[256];
 };
 
+/* The fallback to TCP and back (fallback.c). */
+enum { GDR_PATH_RDMA = 0, GDR_PATH_MOVING, GDR_PATH_TCP };
+enum { GDR_FB_IDLE = 0, GDR_FB_WAIT_RSTATE, GDR_FB_WAIT_SSTATE, GDR_FB_CONNECT, GDR_FB_DONE };
+enum { GDR_BACK_NONE = 0, GDR_BACK_OFFERED, GDR_BACK_READY, GDR_BACK_SWITCHED };
+#define GDR_FB_QUEUE (GDR_RDMA_SEND_REQS)
+struct gdr_rdma_fb {
+  int path;           /* GDR_PATH_* */
+  int phase;          /* GDR_FB_* while moving */
+  uint32_t epoch;     /* fallbacks of this connection (both sides count alike) */
+  uint64_t deadline_ns, since_ns;
+  char reason[256];
+  int tcp_dev;
+  void *tcp_listen;   /* receiver: the TCP listener announced in FB_RSTATE */
+  struct gdr_handle tcp_handle;
+  void *tcp;          /* the TCP comm */
+  struct gdr_rdma_fb_rstate rstate;
+  int have_rstate;
+  /* requests to hand to TCP, in message order, before any new one */
+  struct gdr_rdma_req *queue[GDR_FB_QUEUE];
+  int qhead, qtail;
+  uint64_t replayed_msgs, replayed_bytes;
+  /* back to RDMA */
+  int back;           /* GDR_BACK_* */
+  uint64_t probe_ns, probe_backoff_ns;
+  uint64_t switch_at; /* sender: TCP messages below this go over TCP (0: not switching) */
+  int tcp_pending;    /* requests still on TCP after the switch back */
+  uint64_t flap_ns[8];
+  int nflaps;
+  int pinned;         /* stays on TCP for good (flapped too often, or cannot return) */
+  /* counters */
+  uint64_t fallbacks, returns, tcp_ns, tcp_bytes;
+};
+
 struct gdr_rdma_comm {
   int kind; /* GDR_RCOMM_* */
   struct gdr_rdma_dev *dev;
@@ -255,6 +301,8 @@ struct gdr_rdma_comm {
   struct gdr_health health;
   struct gdr_rdma_pending pending; /* from the async thread */
   struct gdr_rdma_rec rec;
+  struct gdr_rdma_fb fb;
+  int tcp_only;   /* the RDMA part could not be set up at connect: TCP from the start */
 
   uint64_t head; /* next message sequence number */
 
@@ -340,6 +388,32 @@ ncclResult_t gdr_rdma_post_cts(struct gdr_rdma_comm *c, struct gdr_rdma_req *req
 ncclResult_t gdr_rdma_post_flush(struct gdr_rdma_comm *c, struct gdr_rdma_req *req);
 /* The request pool: a free request, or NULL (every one is in use). */
 struct gdr_rdma_req *gdr_rdma_req_get(struct gdr_rdma_comm *c);
+
+/* fallback.c */
+/* May this connection move to TCP (GDRNET_FALLBACK=1, the peer speaks it, a TCP device exists)? */
+int gdr_rdma_fb_allowed(const struct gdr_rdma_comm *c);
+/* Moves the connection to TCP (both sides agree on what was delivered; the rest goes over TCP exactly once). */
+void gdr_rdma_fb_begin(struct gdr_rdma_comm *c, const char *why);
+/* FB_* and BACK_* records from the peer. */
+ncclResult_t gdr_rdma_fb_message(struct gdr_rdma_comm *c, const struct gdr_rdma_ctrl *m, const void *payload);
+/* Progress while moving or on TCP: the TCP connection, the requests handed over, the way back. *busy while
+ * moving (the caller waits). */
+void gdr_rdma_fb_step(struct gdr_rdma_comm *c, int *busy);
+/* Does a new isend/irecv go over TCP now? */
+int gdr_rdma_fb_new_on_tcp(const struct gdr_rdma_comm *c);
+ncclResult_t gdr_rdma_fb_isend(struct gdr_rdma_comm *c, void *data, size_t size, int tag, void *mhandle,
+                               void **request);
+ncclResult_t gdr_rdma_fb_irecv(struct gdr_rdma_comm *c, int n, void **data, size_t *sizes, int *tags,
+                               void **mhandles, void **request);
+ncclResult_t gdr_rdma_fb_test(struct gdr_rdma_req *r, int *done, size_t *sizes);
+void gdr_rdma_fb_close(struct gdr_rdma_comm *c);
+void gdr_rdma_fb_report(struct gdr_rdma_comm *c);
+/* A fault while the connection is on TCP or moving: handled there (a failed way back), 1; else 0 (recover.c). */
+int gdr_rdma_fb_absorb(struct gdr_rdma_comm *c, int action, const char *why);
+/* recover.c's quiesce, shared: QPs to ERR, CQ drained (successes applied), the QP set destroyed. */
+void gdr_rdma_quiesce_qps(struct gdr_rdma_comm *c);
+/* Release of a request (p2p.c). */
+void gdr_rdma_req_release(struct gdr_rdma_comm *c, struct gdr_rdma_req *r);
 
 /* recover.c */
 /* A fault hit the connection: records it (counters, the first reason) and starts (or restarts) a recovery, or

@@ -39,6 +39,12 @@ static int is_sender(const struct gdr_rdma_comm *c) { return c->kind == GDR_RCOM
 
 static void give_up(struct gdr_rdma_comm *c, ncclResult_t res, int tell_peer, const char *why) {
   if (gdr_health_failed(&c->health)) return;
+  if (res != ncclInternalError && !c->peer_gone && gdr_rdma_fb_allowed(c)) {
+    /* RDMA cannot carry the connection: TCP does (GDRNET_FALLBACK=1) */
+    c->rec.phase = GDR_REC_IDLE;
+    gdr_rdma_fb_begin(c, why);
+    return;
+  }
   gdr_rdma_comm_fail(c, res, "%s", why);
   atomic_fetch_add_explicit(&c->dev->n_failed, 1, memory_order_relaxed);
   if (tell_peer) (void)gdr_rdma_ctrl_send(c, GDR_CTRL_REC_FAIL, c->rec.attempt, (uint64_t)res, 0, why, strlen(why));
@@ -49,7 +55,7 @@ static void give_up(struct gdr_rdma_comm *c, ncclResult_t res, int tell_peer, co
 
 /* Stops the QPs (ERR), applies what already completed, destroys the set (and its CQ: nothing of it can be taken
  * for a completion of the next one). The async thread sees the swap under the device lock. */
-static void quiesce(struct gdr_rdma_comm *c) {
+void gdr_rdma_quiesce_qps(struct gdr_rdma_comm *c) {
   struct gdr_rdma_qpset old;
   struct ibv_qp_attr at;
   memset(&at, 0, sizeof(at));
@@ -89,7 +95,7 @@ static void start_attempt(struct gdr_rdma_comm *c, uint32_t k, int action) {
   if (action == GDR_FAULT_REKEY || rc->phase == GDR_REC_IDLE) rc->action = action;
   rc->healthy = 0;
   gdr_health_set_state(&c->health, GDR_HEALTH_RECOVERING);
-  quiesce(c);
+  gdr_rdma_quiesce_qps(c);
   uint64_t backoff = 0;
   if (rc->episode_attempts >= 2) {
     backoff = BACKOFF_BASE_NS << (rc->episode_attempts - 2 < 20 ? rc->episode_attempts - 2 : 20);
@@ -109,6 +115,7 @@ void gdr_rdma_fault(struct gdr_rdma_comm *c, int action, ncclResult_t res, const
   vsnprintf(why, sizeof(why), fmt, ap);
   va_end(ap);
   if (gdr_health_failed(&c->health) || action == GDR_FAULT_NONE) return;
+  if (gdr_rdma_fb_absorb(c, action, why)) return; /* the connection is (moving) on TCP: no RDMA to recover */
   rc->faults++;
   if (action >= 0 && action < (int)(sizeof(rc->faults_by_action) / sizeof(rc->faults_by_action[0])))
     rc->faults_by_action[action]++;
@@ -352,10 +359,11 @@ ncclResult_t gdr_rdma_rec_message(struct gdr_rdma_comm *c, const struct gdr_rdma
   struct gdr_rdma_rec *rc = &c->rec;
   uint32_t k = (uint32_t)m->seq;
   if (gdr_health_failed(&c->health)) return gdr_rdma_comm_check(c);
-  if (m->type == GDR_CTRL_REC_FAIL) {
-    char why[sizeof(c->health.why)];
-    snprintf(why, sizeof(why), "the peer gave up on the connection (%.*s)", (int)m->len, (const char *)payload);
-    give_up(c, m->a >= 1 && m->a <= 6 ? (ncclResult_t)m->a : ncclRemoteError, 0, why);
+  if (m->type == GDR_CTRL_REC_FAIL) { /* no fallback of our own: the peer is done with the connection */
+    gdr_rdma_comm_fail(c, m->a >= 1 && m->a <= 6 ? (ncclResult_t)m->a : ncclRemoteError,
+                       "the peer gave up on the connection (%.*s)", (int)(m->len < 400 ? m->len : 400),
+                       (const char *)payload);
+    c->rec.phase = GDR_REC_IDLE;
     return gdr_rdma_comm_check(c);
   }
   if (!(c->remote.caps & GDR_RDMA_CAP_RECOVERY) || k < rc->attempt ||
@@ -426,6 +434,14 @@ ncclResult_t gdr_rdma_progress(struct gdr_rdma_comm *c, int *busy) {
     (void)gdr_rdma_ctrl_poll(c);
   }
   if (rc->phase != GDR_REC_IDLE && !gdr_health_failed(&c->health)) step(c);
+  if (c->fb.path != GDR_PATH_RDMA && !gdr_health_failed(&c->health)) {
+    int fbusy = 0;
+    gdr_rdma_fb_step(c, &fbusy);
+    if (fbusy) {
+      *busy = 1;
+      return gdr_rdma_comm_check(c);
+    }
+  }
   if (c->peer_gone && !gdr_health_failed(&c->health)) {
     if (rc->phase != GDR_REC_IDLE) {
       give_up(c, ncclRemoteError, 0, "the peer closed the connection (control channel EOF) during recovery");

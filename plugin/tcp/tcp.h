@@ -165,6 +165,11 @@ struct tcp_req {
   uint64_t gbase;           /* recv: the group's first message number */
   int tag;                  /* recv: this buffer's tag */
   int matched;              /* recv: a message was assigned to this buffer (eager by tag, or by the sender) */
+  /* device memory (tcp_cuda.c): the bytes travel through a pinned host buffer of this slot */
+  char *stage;              /* the slot's pinned buffer (kept for the slot's next requests) */
+  size_t stage_cap;
+  void *dev;                /* recv: the device buffer the staged bytes are copied to at completion (NULL: host) */
+  void *cuda_ctx;
 };
 
 struct tcp_task { /* one message's chunks for one helper thread: chunks first, first + stride, ... */
@@ -282,7 +287,22 @@ struct tcp_mr {
   void *data;
   size_t size;
   int type;
+  void *cuda_ctx; /* device memory (the RDMA->TCP fallback carries NCCL's GPU buffers): staged in this context */
 };
+
+/* tcp_cuda.c: device memory over TCP, staged through pinned host buffers (a slot's buffer grows on demand and is
+ * freed with the comm). Copies go through cuda.c (the plugin's own non-blocking stream, never behind NCCL's
+ * kernels). */
+/* An mhandle for data (host or, with type NCCL_PTR_CUDA, device memory) without a registration call (the RDMA
+ * transport's fallback builds these for NCCL's buffers). */
+ncclResult_t gdr_tcp_mr_make(void *data, size_t size, int type, struct tcp_mr *mr);
+/* Send: the bytes of [data, +size) device memory copied into r's staging buffer; *host gets it. */
+ncclResult_t gdr_tcp_stage_out(struct tcp_req *r, const struct tcp_mr *mr, const void *data, size_t size, char **host);
+/* Receive: r receives into its staging buffer (size bytes) and remembers the device buffer; *host gets it. */
+ncclResult_t gdr_tcp_stage_in(struct tcp_req *r, const struct tcp_mr *mr, void *data, size_t size, char **host);
+/* Receive complete: bytes staged bytes go to the device buffer (nothing for host memory). */
+ncclResult_t gdr_tcp_stage_done(struct tcp_req *r, size_t bytes);
+void gdr_tcp_stage_free(struct tcp_comm *c);
 
 /* tcp_conn.c */
 ncclResult_t gdr_tcp_comm_start(struct tcp_comm *c); /* spawns the helper threads */

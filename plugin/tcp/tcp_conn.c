@@ -115,6 +115,7 @@ static void comm_free(struct tcp_comm *c) {
   if (c->ctrl_fd >= 0) close(c->ctrl_fd);
   if (c->fail_mu_ok) pthread_mutex_destroy(&c->fail_mu);
   gdr_tcp_eager_free(c);
+  gdr_tcp_stage_free(c);
   free(c->rx);
   free(c);
 }

@@ -799,8 +799,8 @@ ncclResult_t gdr_tcp_isend(void *send_comm, void *data, size_t size, int tag, vo
   uint64_t seq = c->next_seq;
   unsigned slot = (unsigned)(seq % TCP_NREQ);
   struct tcp_req *r = &c->req[slot];
-  (void)tag;
-  (void)mhandle;
+  const struct tcp_mr *mr = mhandle;
+  char *wire = data; /* what goes on the wire: data, or its pinned copy for device memory */
 
   *request = NULL;
   if (atomic_load_explicit(&c->failed, memory_order_relaxed)) return comm_error(c);
@@ -820,12 +820,13 @@ ncclResult_t gdr_tcp_isend(void *send_comm, void *data, size_t size, int tag, vo
     }
     if (c->cts[slot].seq != seq + 1) {
       if (size <= c->eager_max && c->credits > 0) {
+        if (mr && mr->cuda_ctx && size > 0) GDR_CHECK(gdr_tcp_stage_out(r, mr, data, size, &wire));
         c->credits--;
         c->n_eager++;
-        send_start(c, r, seq, data, size, SIZE_MAX);
+        send_start(c, r, seq, wire, size, SIZE_MAX);
         GDR_TRACE(NCCL_NET, "TCP isend %s seq %llu size %zu eager (%u credits left)", c->peer_str,
                   (unsigned long long)seq, size, c->credits);
-        GDR_CHECK(tx_send(c, TCP_MSG_EAGER, (uint32_t)tag, seq, size, data, size, r));
+        GDR_CHECK(tx_send(c, TCP_MSG_EAGER, (uint32_t)tag, seq, size, wire, size, r));
         *request = r;
         goto out;
       }
@@ -878,12 +879,13 @@ ncclResult_t gdr_tcp_isend(void *send_comm, void *data, size_t size, int tag, vo
     c->cts[slot].seq = 0;
     GDR_TRACE(NCCL_NET, "TCP isend %s seq %llu (wire %llu) size %zu %s", c->peer_str, (unsigned long long)seq,
               (unsigned long long)wseq, size, size <= c->inline_max ? "inline" : "chunked");
+    if (mr && mr->cuda_ctx && size > 0) GDR_CHECK(gdr_tcp_stage_out(r, mr, data, size, &wire));
     if (size <= c->inline_max) {
-      send_start(c, r, seq, data, size, SIZE_MAX);
+      send_start(c, r, seq, wire, size, SIZE_MAX);
       r->wseq = wseq;
-      GDR_CHECK(tx_send(c, TCP_MSG_INLINE, 0, wseq, size, data, size, r));
+      GDR_CHECK(tx_send(c, TCP_MSG_INLINE, 0, wseq, size, wire, size, r));
     } else {
-      send_start(c, r, seq, data, size, 0);
+      send_start(c, r, seq, wire, size, 0);
       r->wseq = wseq;
       GDR_CHECK(queue_chunks(c, r));
     }
@@ -921,7 +923,6 @@ ncclResult_t gdr_tcp_irecv(void *recv_comm, int n, void **data, size_t *sizes, i
   struct tcp_req *r = &c->req[seq % TCP_NREQ];
   size_t size;
   int need_cts = 0;
-  (void)mhandles;
 
   *request = NULL;
   if (n < 1 || n > TCP_MAX_RECVS) {
@@ -937,8 +938,16 @@ ncclResult_t gdr_tcp_irecv(void *recv_comm, int n, void **data, size_t *sizes, i
   }
   for (int i = 0; i < n; i++)
     if (c->req[(seq + (uint64_t)i) % TCP_NREQ].state != TCP_REQ_FREE) goto out; /* 32 in flight */
+  for (int i = 0; i < n; i++) { /* device buffers receive into their slot's pinned buffer (before any is armed) */
+    const struct tcp_mr *mr = mhandles ? mhandles[i] : NULL;
+    struct tcp_req *q = &c->req[(seq + (uint64_t)i) % TCP_NREQ];
+    char *dst = NULL;
+    q->dev = NULL;
+    if (mr && mr->cuda_ctx && sizes[i] > 0) GDR_CHECK(gdr_tcp_stage_in(q, mr, data[i], sizes[i], &dst));
+  }
   for (int i = 0; i < n; i++) {
-    recv_arm(c, seq + (uint64_t)i, seq, i == 0 ? n : 0, data[i], sizes[i], tags[i]);
+    struct tcp_req *q = &c->req[(seq + (uint64_t)i) % TCP_NREQ];
+    recv_arm(c, seq + (uint64_t)i, seq, i == 0 ? n : 0, q->dev ? q->stage : data[i], sizes[i], tags[i]);
     if (sizes[i] > c->eager_max || c->ncredits == 0) need_cts = 1;
   }
   c->next_seq = seq + (uint64_t)n;
@@ -1038,6 +1047,10 @@ ncclResult_t gdr_tcp_test(void *request, int *done, size_t *sizes) {
       }
     } else if (err != ncclSuccess) {
       return err;
+    }
+    for (int i = 0; i < r->gn; i++) { /* device buffers get their bytes before NCCL hears of them */
+      struct tcp_req *q = &c->req[(r->gbase + (uint64_t)i) % TCP_NREQ];
+      GDR_CHECK(gdr_tcp_stage_done(q, atomic_load_explicit(&q->total, memory_order_relaxed)));
     }
     for (int i = 0; i < r->gn; i++) {
       struct tcp_req *q = &c->req[(r->gbase + (uint64_t)i) % TCP_NREQ];

@@ -14,6 +14,8 @@
  *                                           with VEMU_GDR_LAZY=1 the data is visible only after the flush
  *   GNIT_MAXSIZE (default 8 MiB)            largest single message
  *   GNIT_EXPECT=recover (default): at least GNIT_MIN_RECOVERIES (default 1) recoveries in the two processes
+ *              =fallback: the connection moved to TCP (and, with GNIT_EXPECT_BACK=1, came back to RDMA), every
+ *                         byte still checked
  *              =clean: no fault and no recovery at all (a rule that cannot hit a connection)
  *              =error: the run must fail with ncclRemoteError or ncclSystemError within GNIT_ERROR_BOUND_S
  *   GNIT_SEED                               traffic seed (default 1) */
@@ -291,17 +293,25 @@ static int side(int fd, int parent) {
   IT_OK(ip.net->closeSend(R.c.s));
   IT_OK(ip.net->closeRecv(R.c.r));
   /* the counters: the recoveries and the stats line each connection logs at close */
-  int rec = count_in_log(" recovered: "), faults_seen = count_in_log(" fault(s) (");
-  it_log("%.2f s, %d recoveries and %d connection(s) with faults seen by this process", secs, rec, faults_seen);
-  int peer_rec = 0;
-  IT_CHECK(gn_boot_send(fd, &rec, sizeof rec) == 0 && gn_boot_recv(fd, &peer_rec, sizeof peer_rec, 60) == 0,
-           "bootstrap");
+  int mine[3] = {count_in_log(" recovered: "), count_in_log(" now runs over TCP"), count_in_log(" is back on RDMA")};
+  int peer[3] = {0, 0, 0};
+  it_log("%.2f s; this process: %d recoveries, %d moves to TCP, %d returns to RDMA (%d connection(s) with faults)", secs,
+         mine[0], mine[1], mine[2], count_in_log(" fault(s) ("));
+  IT_CHECK(gn_boot_send(fd, mine, sizeof mine) == 0 && gn_boot_recv(fd, peer, sizeof peer, 60) == 0, "bootstrap");
   if (parent && !expect_error) {
+    int rec = mine[0] + peer[0], moved = mine[1] + peer[1], back = mine[2] + peer[2];
     int min = (int)it_env_double("GNIT_MIN_RECOVERIES", 1);
-    if (strcmp(expect, "clean") == 0)
-      IT_CHECK(rec + peer_rec == 0, "%d recoveries where the rules cannot hit a connection", rec + peer_rec);
-    else
-      IT_CHECK(rec + peer_rec >= min, "%d recoveries in both processes, expected at least %d", rec + peer_rec, min);
+    if (strcmp(expect, "clean") == 0) {
+      IT_CHECK(rec + moved == 0, "%d recoveries and %d moves to TCP where the rules cannot hit a connection", rec,
+               moved);
+    } else if (strcmp(expect, "fallback") == 0) {
+      IT_CHECK(moved >= 2, "%d connection end(s) moved to TCP, expected both ends of one at least", moved);
+      if (it_env_double("GNIT_EXPECT_BACK", 0) != 0)
+        IT_CHECK(back >= 2, "%d connection end(s) came back to RDMA, expected both ends of one at least", back);
+    } else {
+      IT_CHECK(rec >= min, "%d recoveries in both processes, expected at least %d", rec, min);
+      IT_CHECK(moved == 0, "%d moves to TCP where recovery was expected", moved);
+    }
   }
   free(R.c.sbuf);
   free(R.c.rbuf);

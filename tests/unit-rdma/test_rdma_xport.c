@@ -836,8 +836,8 @@ static const struct xcase cases[] = {
   {.name = "wc_error", .env = {"VEMU_TIME_SCALE=0.001"},
    .env_send = {"VEMU_FAULTS=wc:op=write_imm:nth=5:status=rem_access"}, .send = stream_send, .recv = stream_recv,
    .sizes = sizes_small, .nsizes = N(sizes_small), .iters = 20, .inflight = 8},
-  /* a port that stays down: both sides fail within GDRNET_RECOVERY_TIMEOUT_MS (+ the time to notice) */
-  {.name = "port_down", .env = {"VEMU_TIME_SCALE=0.001", "GDRNET_RECOVERY_TIMEOUT_MS=1500"},
+  /* a port that stays down, no fallback: both sides fail within GDRNET_RECOVERY_TIMEOUT_MS (+ the time to notice) */
+  {.name = "port_down", .env = {"VEMU_TIME_SCALE=0.001", "GDRNET_RECOVERY_TIMEOUT_MS=1500", "GDRNET_FALLBACK=0"},
    .env_send = {"VEMU_FAULTS=port_down:dev=vemu0:after_ms=300"}, .send = until_error_send,
    .recv = until_error_recv, .iters = 1000000, .expect_fail_send = 1, .expect_fail_recv = 1, .timeout_s = 20},
   {.name = "rnr_recovers", .env = {"VEMU_TIME_SCALE=0.01"}, .env_recv = {"VEMU_FAULTS=no_recv_credit:nth=3"},

@@ -1,0 +1,647 @@
+/* RDMA transport: a connection that RDMA cannot carry moves to TCP, and back (issue 12). Protocol and what each side
+ * keeps: plugin/rdma/README.md, "Fallback to TCP and back".
+ *
+ * The connection stays the same object for NCCL (comm, requests, memory handles): once moved, its isend/irecv/test
+ * hand the work to a TCP comm of the TCP transport (plugin/tcp), set up over the connection's control channel (the
+ * receiver opens a TCP listener and announces its handle: NCCL's listen comm may be long closed). GPU buffers are
+ * staged through pinned host buffers by the TCP transport (tcp_cuda.c).
+ *
+ * Moving (epoch e; both sides count fallbacks alike):
+ *   either side stops RDMA (QPs to ERR, CQ drained: what completed counts, the QP set destroyed)
+ *   sender:   FB_REQ{e}                                  -> waits for the receiver's state
+ *   receiver: TCP listener; FB_RSTATE{e: head, incomplete mask, TCP handle}
+ *   sender:   messages the receiver has: complete; of the others, the parts whose writes were acknowledged are
+ *             placed: FB_SSTATE{e: per message, the placed buffers and their sizes}; the parts not placed go to
+ *             TCP, in message order, before any new isend; TCP connect
+ *   receiver: placed buffers complete without waiting; each incomplete receive is posted on TCP with the buffers
+ *             still missing (a receive with none missing completes), in order, before any new irecv; TCP accept
+ * Back (probe with backoff while on TCP; the receiver decides where the switch happens):
+ *   receiver: port ACTIVE: new QPs, BACK_OFFER{QPs}         sender: port ACTIVE too: new QPs to RTS, FIFO cleared,
+ *             BACK_READY{QPs} (else BACK_NOT_YET)            receiver: QPs to RTS, BACK_SWITCH{S = its next TCP
+ *   message}: its new receives go over RDMA (numbered from 0)  sender: its sends from TCP message S go over RDMA;
+ *   the TCP comm closes once nothing is left on it. A connection that falls back more than GDRNET_FAILBACK_FLAPS
+ *   times within GDRNET_FAILBACK_WINDOW_S stays on TCP (one WARN). */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "../cuda.h"
+#include "../tcp/tcp.h"
+#include "rdma.h"
+
+#define PROBE_MIN_NS 100000000ull   /* the way back is first probed 100 ms after the move, */
+#define PROBE_MAX_NS 10000000000ull /* then with backoff up to every 10 s */
+
+static int is_sender(const struct gdr_rdma_comm *c) { return c->kind == GDR_RCOMM_SEND; }
+
+static uint64_t ms_ns(int64_t ms) { return (uint64_t)ms * 1000000ull; }
+
+int gdr_rdma_fb_allowed(const struct gdr_rdma_comm *c) {
+  return gdr_param_int(GDR_PARAM_FALLBACK) != 0 && (c->remote.caps & GDR_RDMA_CAP_FALLBACK) && c->fd >= 0 &&
+         !c->peer_gone;
+}
+
+static void fail(struct gdr_rdma_comm *c, ncclResult_t res, const char *why) {
+  if (gdr_health_failed(&c->health)) return;
+  gdr_rdma_comm_fail(c, res, "%s", why);
+  atomic_fetch_add_explicit(&c->dev->n_failed, 1, memory_order_relaxed);
+  (void)gdr_rdma_ctrl_send(c, GDR_CTRL_REC_FAIL, c->fb.epoch, (uint64_t)res, 0, why, strlen(why));
+}
+
+/* ---------------------------------------------------------------------------------------------- moving -- */
+
+/* The TCP mhandle for a buffer of this registration: the driver says whether it is GPU memory (DMA-BUF and
+ * nvidia-peermem registrations normally are; the emulator registers host memory that way on CPU hosts). */
+static ncclResult_t tcp_mr_of(const struct gdr_reg_entry *mh, void *data, size_t size, struct tcp_mr *out) {
+  enum gdr_mem_kind kind = GDR_MEM_HOST;
+  if (mh != NULL && mh->kind != GDR_REG_HOST) (void)gdr_cuda_ptr_kind(data, &kind, NULL);
+  return gdr_tcp_mr_make(data, size, kind == GDR_MEM_CUDA ? NCCL_PTR_CUDA : NCCL_PTR_HOST, out);
+}
+
+static void enqueue(struct gdr_rdma_comm *c, struct gdr_rdma_req *r) {
+  r->on_tcp = 1;
+  r->treq = NULL;
+  c->fb.queue[c->fb.qtail++ % GDR_FB_QUEUE] = r;
+}
+
+static ncclResult_t open_listener(struct gdr_rdma_comm *c) {
+  memset(&c->fb.tcp_handle, 0, sizeof(c->fb.tcp_handle));
+  return gdr_transport_tcp.listen(c->fb.tcp_dev, &c->fb.tcp_handle, &c->fb.tcp_listen);
+}
+
+static ncclResult_t send_rstate(struct gdr_rdma_comm *c) {
+  struct gdr_rdma_fb_rstate st;
+  memset(&st, 0, sizeof(st));
+  st.head = c->head;
+  for (int i = 0; i < GDR_RDMA_FIFO_SLOTS && (uint64_t)i < c->head; i++) {
+    uint64_t seq = c->head - 1 - (uint64_t)i;
+    struct gdr_rdma_req *q = c->recv_slot[seq % GDR_RDMA_FIFO_SLOTS];
+    if (q && q->seq == seq && q->events > 0) st.incomplete |= 1u << i;
+  }
+  memcpy(st.tcp_handle, &c->fb.tcp_handle, sizeof(st.tcp_handle));
+  return gdr_rdma_ctrl_send(c, GDR_CTRL_FB_RSTATE, c->fb.epoch, 0, 0, &st, sizeof(st));
+}
+
+void gdr_rdma_fb_begin(struct gdr_rdma_comm *c, const char *why) {
+  struct gdr_rdma_fb *fb = &c->fb;
+  char lg[64], rg[64];
+  if (gdr_health_failed(&c->health) || fb->path == GDR_PATH_MOVING) return;
+  if (!gdr_rdma_fb_allowed(c)) {
+    char full[sizeof(c->health.why)];
+    snprintf(full, sizeof(full), "%.380s; no fallback to TCP (%s)", why,
+             gdr_param_int(GDR_PARAM_FALLBACK) == 0      ? "GDRNET_FALLBACK=0"
+             : !(c->remote.caps & GDR_RDMA_CAP_FALLBACK) ? "the peer cannot (an older plugin)"
+                                                         : "the control channel is gone");
+    fail(c, ncclRemoteError, full);
+    return;
+  }
+  gdr_rdma_addr_str(c, 0, lg, sizeof(lg));
+  gdr_rdma_addr_str(c, 1, rg, sizeof(rg));
+  GDR_WARN("%s (local %s, remote %s) moves to TCP: %s", c->desc, lg, rg, why);
+  snprintf(fb->reason, sizeof(fb->reason), "%.255s", why);
+  c->rec.phase = GDR_REC_IDLE; /* a recovery in progress is abandoned */
+  gdr_health_set_state(&c->health, GDR_HEALTH_RECOVERING);
+  if (c->qs.cq != NULL || c->qs.qps[0] != NULL) gdr_rdma_quiesce_qps(c);
+  fb->path = GDR_PATH_MOVING;
+  fb->epoch++;
+  fb->have_rstate = 0;
+  fb->back = GDR_BACK_NONE;
+  fb->switch_at = 0;
+  fb->deadline_ns = gdr_time_ns() + ms_ns(gdr_param_int(GDR_PARAM_RECOVERY_TIMEOUT_MS));
+  if (is_sender(c)) {
+    fb->phase = GDR_FB_WAIT_RSTATE;
+    (void)gdr_rdma_ctrl_send(c, GDR_CTRL_FB_REQ, fb->epoch, 0, 0, why, strlen(why));
+    return;
+  }
+  fb->phase = GDR_FB_WAIT_SSTATE;
+  if (open_listener(c) != ncclSuccess || send_rstate(c) != ncclSuccess)
+    fail(c, ncclSystemError, "the fallback to TCP could not open a TCP listener for the connection");
+}
+
+/* Sender, on the receiver's state: complete what it has, tell it what is placed, queue the rest for TCP. */
+static void sender_apply(struct gdr_rdma_comm *c) {
+  const struct gdr_rdma_fb_rstate *p = &c->fb.rstate;
+  struct gdr_rdma_fb_sent sent[GDR_RDMA_FB_MAX_SENT];
+  int ns = 0;
+  uint64_t low = c->head > GDR_RDMA_FIFO_SLOTS ? c->head - GDR_RDMA_FIFO_SLOTS : 0;
+  memset(sent, 0, sizeof(sent));
+  for (uint64_t seq = low; seq <= c->head; seq++) {
+    int slot = (int)(seq % GDR_RDMA_FIFO_SLOTS);
+    struct gdr_rdma_smsg *m = &c->smsg[slot];
+    if (m->seq != seq || (m->matched == 0 && m->live == 0)) continue;
+    int complete = seq < p->head && (p->head - seq > 32 || !(p->incomplete & (1u << (p->head - 1 - seq))));
+    struct gdr_rdma_fb_sent *e = complete || ns == GDR_RDMA_FB_MAX_SENT ? NULL : &sent[ns++];
+    if (e) {
+      e->seq = seq;
+      e->n = (uint8_t)m->n;
+    }
+    for (int r = 0; r < m->n; r++) {
+      struct gdr_rdma_part *pt = &m->part[r];
+      struct gdr_rdma_req *q = pt->req;
+      /* placed: its writes were acknowledged (a lone part's WRITE_WITH_IMM too); the last part of a group also
+       * waits for the immediates, so its own data is not known placed: it goes again */
+      int placed = pt->posted && (q == NULL || (q->events == 0 && !(m->n > 1 && q == m->imm_req)));
+      if (complete || placed) {
+        if (e && placed) {
+          e->placed |= (uint8_t)(1u << r);
+          e->size[r] = (uint32_t)pt->size;
+        }
+        if (q) {
+          q->on_tcp = 1;
+          q->tcp_done = 1;
+          q->events = 0;
+        }
+      } else if (q) {
+        q->events = 0;
+        q->data[0] = pt->data;
+        enqueue(c, q);
+        c->fb.replayed_msgs++;
+        c->fb.replayed_bytes += pt->size;
+      }
+      pt->req = NULL;
+    }
+    memset(m, 0, sizeof(*m)); /* the RDMA path forgets the message: TCP (or nothing) completes its requests */
+  }
+  if (gdr_rdma_ctrl_send(c, GDR_CTRL_FB_SSTATE, c->fb.epoch, 0, 0, sent, (size_t)ns * sizeof(sent[0])) !=
+      ncclSuccess)
+    return;
+  memcpy(&c->fb.tcp_handle, p->tcp_handle, sizeof(c->fb.tcp_handle));
+  c->fb.phase = GDR_FB_CONNECT;
+}
+
+/* Receiver, on the sender's state: placed buffers complete; the incomplete receives go to TCP with what is missing. */
+static void receiver_apply(struct gdr_rdma_comm *c, const struct gdr_rdma_fb_sent *sent, int ns) {
+  uint64_t low = c->head > GDR_RDMA_FIFO_SLOTS ? c->head - GDR_RDMA_FIFO_SLOTS : 0;
+  for (uint64_t seq = low; seq < c->head; seq++) {
+    struct gdr_rdma_req *q = c->recv_slot[seq % GDR_RDMA_FIFO_SLOTS];
+    if (q == NULL || q->seq != seq) continue;
+    c->recv_slot[seq % GDR_RDMA_FIFO_SLOTS] = NULL;
+    q->on_tcp = 1;
+    if (q->events == 0) { /* complete over RDMA: its sizes are in (grouped: in the sizes array) */
+      if (q->nreqs > 1)
+        for (int i = 0; i < q->nreqs; i++) q->sent[i] = (size_t)c->sizes[q->slot].size[i];
+      q->tcp_done = 1;
+      continue;
+    }
+    const struct gdr_rdma_fb_sent *e = NULL;
+    for (int k = 0; k < ns && e == NULL; k++)
+      if (sent[k].seq == seq && sent[k].n == q->nreqs) e = &sent[k];
+    q->tn = 0;
+    for (int i = 0; i < q->nreqs; i++) {
+      if (e && (e->placed >> i & 1)) {
+        q->sent[i] = e->size[i];
+      } else {
+        q->tmap[q->tn++] = (uint8_t)i;
+      }
+    }
+    q->events = 0;
+    if (q->tn == 0) {
+      q->tcp_done = 1;
+    } else {
+      enqueue(c, q);
+      c->fb.replayed_msgs++;
+    }
+  }
+  /* a GDR flush waiting on the destroyed flush QP: the writes it orders were made by the NIC long ago */
+  for (int i = 0; i < c->nreqs_pool; i++)
+    if (c->reqs[i].type == GDR_RREQ_FLUSH && c->reqs[i].events > 0) c->reqs[i].events = 0;
+  c->fb.phase = GDR_FB_CONNECT;
+}
+
+/* The TCP connection: the sender connects with the receiver's handle, the receiver accepts (both non-blocking). */
+static void tcp_connect_step(struct gdr_rdma_comm *c) {
+  struct gdr_rdma_fb *fb = &c->fb;
+  void *tc = NULL;
+  ncclResult_t r;
+  if (is_sender(c))
+    r = gdr_transport_tcp.connect(fb->tcp_dev, &fb->tcp_handle, &tc);
+  else
+    r = gdr_transport_tcp.accept(fb->tcp_listen, &tc);
+  if (r != ncclSuccess) {
+    fail(c, r, "the fallback's TCP connection could not be set up (see the WARN above)");
+    return;
+  }
+  if (tc == NULL) return;
+  fb->tcp = tc;
+  if (fb->tcp_listen) {
+    (void)gdr_transport_tcp.close_listen(fb->tcp_listen);
+    fb->tcp_listen = NULL;
+  }
+  fb->path = GDR_PATH_TCP;
+  fb->phase = GDR_FB_DONE;
+  fb->fallbacks++;
+  fb->since_ns = gdr_time_ns();
+  fb->probe_backoff_ns = PROBE_MIN_NS;
+  fb->probe_ns = fb->since_ns + PROBE_MIN_NS;
+  if (fb->nflaps < (int)(sizeof(fb->flap_ns) / sizeof(fb->flap_ns[0]))) fb->flap_ns[fb->nflaps++] = fb->since_ns;
+  gdr_health_set_state(&c->health, GDR_HEALTH_ON_TCP);
+  GDR_WARN("%s now runs over TCP (fallback %llu: %s); %llu message(s) / %llu bytes go over TCP again", c->desc,
+           (unsigned long long)fb->fallbacks, fb->reason, (unsigned long long)fb->replayed_msgs,
+           (unsigned long long)fb->replayed_bytes);
+}
+
+/* Hands the queued requests to TCP, in order, as far as TCP takes them. */
+static void drain_queue(struct gdr_rdma_comm *c) {
+  struct gdr_rdma_fb *fb = &c->fb;
+  while (fb->qhead != fb->qtail) {
+    struct gdr_rdma_req *q = fb->queue[fb->qhead % GDR_FB_QUEUE];
+    void *treq = NULL;
+    ncclResult_t r;
+    if (is_sender(c)) {
+      struct tcp_mr mr;
+      r = tcp_mr_of(q->mh[0], q->data[0], q->size, &mr);
+      if (r == ncclSuccess) r = gdr_transport_tcp.isend(fb->tcp, q->data[0], q->size, q->tag, &mr, &treq);
+    } else {
+      void *data[GDR_RDMA_MAX_RECVS], *mhs[GDR_RDMA_MAX_RECVS];
+      size_t sizes[GDR_RDMA_MAX_RECVS];
+      int tags[GDR_RDMA_MAX_RECVS];
+      struct tcp_mr mrs[GDR_RDMA_MAX_RECVS];
+      r = ncclSuccess;
+      for (int k = 0; k < q->tn && r == ncclSuccess; k++) {
+        int i = q->tmap[k];
+        data[k] = q->data[i];
+        sizes[k] = q->cap[i];
+        tags[k] = (int)c->cts_src[q->slot].e[i].tag;
+        r = tcp_mr_of(q->mh[i], q->data[i], q->cap[i], &mrs[k]);
+        mhs[k] = &mrs[k];
+      }
+      if (r == ncclSuccess) r = gdr_transport_tcp.irecv(fb->tcp, q->tn, data, sizes, tags, mhs, &treq);
+    }
+    if (r != ncclSuccess) {
+      fail(c, r, "handing a request over to the fallback's TCP connection failed");
+      return;
+    }
+    if (treq == NULL) return; /* TCP is full: later */
+    q->treq = treq;
+    fb->tcp_pending++;
+    fb->qhead++;
+  }
+}
+
+/* ------------------------------------------------------------------------------------------- way back -- */
+
+static int flapping(struct gdr_rdma_comm *c) {
+  struct gdr_rdma_fb *fb = &c->fb;
+  uint64_t now = gdr_time_ns(), window = ms_ns(gdr_param_int(GDR_PARAM_FAILBACK_WINDOW_S) * 1000);
+  int n = 0;
+  for (int i = 0; i < fb->nflaps; i++)
+    if (now - fb->flap_ns[i] < window) n++;
+  if (n <= (int)gdr_param_int(GDR_PARAM_FAILBACK_FLAPS)) return 0;
+  if (!fb->pinned) {
+    fb->pinned = 1;
+    GDR_WARN("%s fell back to TCP %d times within GDRNET_FAILBACK_WINDOW_S=%lld: it stays on TCP (GDRNET_FAILBACK_FLAPS"
+             "=%lld)",
+             c->desc, n, (long long)gdr_param_int(GDR_PARAM_FAILBACK_WINDOW_S),
+             (long long)gdr_param_int(GDR_PARAM_FAILBACK_FLAPS));
+  }
+  return 1;
+}
+
+static void back_abort(struct gdr_rdma_comm *c, const char *why) {
+  struct gdr_rdma_fb *fb = &c->fb;
+  GDR_INFO(NCCL_NET, "%s stays on TCP for now: %s", c->desc, why);
+  if (c->qs.cq) gdr_rdma_quiesce_qps(c);
+  fb->back = GDR_BACK_NONE;
+  fb->probe_backoff_ns = fb->probe_backoff_ns * 2 > PROBE_MAX_NS ? PROBE_MAX_NS : fb->probe_backoff_ns * 2;
+  fb->probe_ns = gdr_time_ns() + fb->probe_backoff_ns;
+}
+
+/* This side's port is up and a new QP set is made: 0; else nonzero. */
+static int back_prepare(struct gdr_rdma_comm *c) {
+  int active = 0, mtu = 0;
+  struct gdr_rdma_qpset qs;
+  if (c->dev->fatal || gdr_rdma_dev_refresh(c->dev, &active, &c->lgid, &c->lgid_index, &c->llid, &mtu) != 0 ||
+      !active)
+    return -1;
+  if (gdr_rdma_qpset_create(c, &qs) != ncclSuccess) return -1;
+  pthread_mutex_lock(&c->dev->lock);
+  c->qs = qs;
+  c->qs_gen++;
+  pthread_mutex_unlock(&c->dev->lock);
+  return 0;
+}
+
+static void fill_qp_state(struct gdr_rdma_comm *c, struct gdr_rdma_rec_state *st) {
+  memset(st, 0, sizeof(*st));
+  st->nqps = (uint8_t)c->nqps;
+  st->link_layer = (uint8_t)c->dev->link_layer;
+  st->lid = c->llid;
+  memcpy(st->gid, c->lgid.raw, 16);
+  for (int i = 0; i < c->nqps; i++) {
+    st->qpn[i] = c->qs.qps[i]->qp_num;
+    st->psn[i] = c->qs.psn[i];
+  }
+  st->raddr = is_sender(c) ? (uint64_t)(uintptr_t)c->fifo : (uint64_t)(uintptr_t)c->sizes;
+  st->rkey = is_sender(c) ? c->fifo_mr->rkey : c->sizes_mr->rkey;
+}
+
+static int back_connect(struct gdr_rdma_comm *c, const struct gdr_rdma_rec_state *p) {
+  if (gdr_rdma_qpset_connect(c, &c->qs, p->qpn, p->psn, p->lid, p->gid, c->remote.mtu) != ncclSuccess) return -1;
+  c->remote.lid = p->lid;
+  memcpy(c->remote.gid, p->gid, 16);
+  if (is_sender(c)) {
+    c->rsizes_addr = p->raddr;
+    c->rsizes_rkey = p->rkey;
+  } else {
+    c->rfifo_addr = p->raddr;
+    c->rfifo_rkey = p->rkey;
+  }
+  return 0;
+}
+
+/* RDMA carries the new messages again (both sides number them from 0). */
+static void back_on_rdma(struct gdr_rdma_comm *c) {
+  struct gdr_rdma_fb *fb = &c->fb;
+  c->head = 0;
+  memset(c->smsg, 0, sizeof(c->smsg));
+  memset(c->recv_slot, 0, sizeof(c->recv_slot));
+  fb->back = GDR_BACK_SWITCHED;
+  fb->returns++;
+  fb->tcp_ns += gdr_time_ns() - fb->since_ns;
+  gdr_health_set_state(&c->health, GDR_HEALTH_OK);
+  GDR_INFO(NCCL_NET, "%s is back on RDMA after %llu ms on TCP (return %llu)", c->desc,
+           (unsigned long long)((gdr_time_ns() - fb->since_ns) / 1000000ull), (unsigned long long)fb->returns);
+}
+
+/* Receiver: when the port is up (and the connection is not flapping), offer the way back. */
+static void back_probe(struct gdr_rdma_comm *c) {
+  struct gdr_rdma_fb *fb = &c->fb;
+  struct gdr_rdma_rec_state st;
+  uint64_t now = gdr_time_ns();
+  if (is_sender(c) || fb->back != GDR_BACK_NONE || fb->pinned || now < fb->probe_ns ||
+      gdr_param_int(GDR_PARAM_FAILBACK) == 0 || c->tcp_only || flapping(c))
+    return;
+  if (back_prepare(c) != 0) {
+    fb->probe_backoff_ns = fb->probe_backoff_ns * 2 > PROBE_MAX_NS ? PROBE_MAX_NS : fb->probe_backoff_ns * 2;
+    fb->probe_ns = now + fb->probe_backoff_ns;
+    return;
+  }
+  fill_qp_state(c, &st);
+  fb->back = GDR_BACK_OFFERED;
+  fb->deadline_ns = now + ms_ns(gdr_param_int(GDR_PARAM_RECOVERY_TIMEOUT_MS));
+  (void)gdr_rdma_ctrl_send(c, GDR_CTRL_BACK_OFFER, fb->epoch, 0, 0, &st, sizeof(st));
+}
+
+int gdr_rdma_fb_absorb(struct gdr_rdma_comm *c, int action, const char *why) {
+  struct gdr_rdma_fb *fb = &c->fb;
+  if (fb->path == GDR_PATH_RDMA || (fb->path == GDR_PATH_TCP && fb->back == GDR_BACK_SWITCHED)) return 0;
+  if (fb->path == GDR_PATH_TCP && fb->back != GDR_BACK_NONE) back_abort(c, why);
+  if (action == GDR_FAULT_DEVICE) fb->pinned = 1; /* no way back to a lost device */
+  return 1;
+}
+
+/* ------------------------------------------------------------------------------------------- messages -- */
+
+ncclResult_t gdr_rdma_fb_message(struct gdr_rdma_comm *c, const struct gdr_rdma_ctrl *m, const void *payload) {
+  struct gdr_rdma_fb *fb = &c->fb;
+  uint32_t e = (uint32_t)m->seq;
+  if (gdr_health_failed(&c->health)) return gdr_rdma_comm_check(c);
+  switch (m->type) {
+  case GDR_CTRL_FB_REQ:
+  case GDR_CTRL_FB_RSTATE:
+    if (e > fb->epoch) {
+      char why[320];
+      snprintf(why, sizeof(why), "the peer moves the connection to TCP%s%.*s", m->type == GDR_CTRL_FB_REQ ? ": " : "",
+               m->type == GDR_CTRL_FB_REQ ? (int)m->len : 0, m->type == GDR_CTRL_FB_REQ ? (const char *)payload : "");
+      gdr_rdma_fb_begin(c, why);
+      if (gdr_health_failed(&c->health)) return gdr_rdma_comm_check(c);
+    }
+    if (m->type == GDR_CTRL_FB_RSTATE && e == fb->epoch && fb->phase == GDR_FB_WAIT_RSTATE) {
+      memcpy(&fb->rstate, payload, sizeof(fb->rstate));
+      sender_apply(c);
+    }
+    return ncclSuccess;
+  case GDR_CTRL_FB_SSTATE: {
+    const char *bad = gdr_rdma_fb_sstate_check(payload, m->len);
+    if (bad) {
+      char why[160];
+      snprintf(why, sizeof(why), "malformed fallback state from the peer: %s", bad);
+      fail(c, ncclRemoteError, why);
+      return gdr_rdma_comm_check(c);
+    }
+    if (e == fb->epoch && fb->phase == GDR_FB_WAIT_SSTATE)
+      receiver_apply(c, payload, (int)(m->len / sizeof(struct gdr_rdma_fb_sent)));
+    return ncclSuccess;
+  }
+  case GDR_CTRL_BACK_OFFER: { /* sender */
+    struct gdr_rdma_rec_state st;
+    const char *bad = gdr_rdma_rec_state_check(payload, m->len, GDR_RDMA_ROLE_RECV, c->nqps);
+    if (bad || e != fb->epoch || fb->path != GDR_PATH_TCP) {
+      (void)gdr_rdma_ctrl_send(c, GDR_CTRL_BACK_NOT_YET, fb->epoch, 0, 0, NULL, 0);
+      return ncclSuccess;
+    }
+    if (fb->back == GDR_BACK_READY) back_abort(c, "a second offer");
+    if (back_prepare(c) != 0 || back_connect(c, payload) != 0) {
+      if (c->qs.cq) gdr_rdma_quiesce_qps(c);
+      (void)gdr_rdma_ctrl_send(c, GDR_CTRL_BACK_NOT_YET, fb->epoch, 0, 0, NULL, 0);
+      return ncclSuccess;
+    }
+    memset(c->fifo, 0, sizeof(struct gdr_cts_slot) * GDR_RDMA_FIFO_SLOTS); /* numbering restarts at 0 */
+    fill_qp_state(c, &st);
+    fb->back = GDR_BACK_READY;
+    return gdr_rdma_ctrl_send(c, GDR_CTRL_BACK_READY, fb->epoch, 0, 0, &st, sizeof(st));
+  }
+  case GDR_CTRL_BACK_READY: { /* receiver */
+    const char *bad = gdr_rdma_rec_state_check(payload, m->len, GDR_RDMA_ROLE_SEND, c->nqps);
+    if (fb->back != GDR_BACK_OFFERED || e != fb->epoch) return ncclSuccess;
+    if (bad || back_connect(c, payload) != 0) {
+      back_abort(c, bad ? bad : "connecting the new QPs failed");
+      return ncclSuccess;
+    }
+    uint64_t s = ((struct tcp_comm *)fb->tcp)->next_seq;
+    back_on_rdma(c);
+    return gdr_rdma_ctrl_send(c, GDR_CTRL_BACK_SWITCH, fb->epoch, s, 0, NULL, 0);
+  }
+  case GDR_CTRL_BACK_NOT_YET:
+    if (fb->back == GDR_BACK_OFFERED) back_abort(c, "the peer's port is not ready");
+    return ncclSuccess;
+  case GDR_CTRL_BACK_SWITCH: /* sender: TCP messages from a on go over RDMA */
+    if (fb->back != GDR_BACK_READY || e != fb->epoch) return ncclSuccess;
+    fb->switch_at = m->a;
+    return ncclSuccess;
+  default:
+    return ncclSuccess;
+  }
+}
+
+/* ------------------------------------------------------------------------------------------- progress -- */
+
+int gdr_rdma_fb_new_on_tcp(const struct gdr_rdma_comm *c) {
+  const struct gdr_rdma_fb *fb = &c->fb;
+  if (fb->path != GDR_PATH_TCP) return 0;
+  if (fb->back == GDR_BACK_SWITCHED) return 0; /* receiver switched; sender below */
+  if (is_sender(c) && fb->back == GDR_BACK_READY && fb->switch_at != 0 &&
+      ((struct tcp_comm *)fb->tcp)->next_seq >= fb->switch_at)
+    return 0;
+  return 1;
+}
+
+void gdr_rdma_fb_step(struct gdr_rdma_comm *c, int *busy) {
+  struct gdr_rdma_fb *fb = &c->fb;
+  *busy = 0;
+  if (fb->path == GDR_PATH_RDMA) return;
+  if (fb->path == GDR_PATH_MOVING) {
+    if (gdr_time_ns() > fb->deadline_ns) {
+      char why[420];
+      snprintf(why, sizeof(why), "the move to TCP did not finish within GDRNET_RECOVERY_TIMEOUT_MS=%lld (%s); it was "
+               "for: %.255s",
+               (long long)gdr_param_int(GDR_PARAM_RECOVERY_TIMEOUT_MS),
+               fb->phase == GDR_FB_CONNECT ? "the TCP connection" : "waiting for the peer", fb->reason);
+      fail(c, ncclRemoteError, why);
+      return;
+    }
+    if (fb->phase == GDR_FB_CONNECT) tcp_connect_step(c);
+    *busy = fb->path == GDR_PATH_MOVING;
+    if (*busy) return;
+  }
+  /* on TCP: the requests handed over go first */
+  if (fb->qhead != fb->qtail) drain_queue(c);
+  if (is_sender(c) && fb->back == GDR_BACK_READY && fb->switch_at != 0 &&
+      ((struct tcp_comm *)fb->tcp)->next_seq >= fb->switch_at)
+    back_on_rdma(c);
+  if (fb->back == GDR_BACK_OFFERED && gdr_time_ns() > fb->deadline_ns) back_abort(c, "no answer from the peer");
+  back_probe(c);
+  /* back on RDMA and nothing left on TCP: the TCP connection closes */
+  if (fb->back == GDR_BACK_SWITCHED && fb->qhead == fb->qtail && fb->tcp_pending == 0) {
+    void *t = fb->tcp;
+    fb->tcp = NULL;
+    fb->path = GDR_PATH_RDMA;
+    fb->back = GDR_BACK_NONE;
+    if (is_sender(c))
+      (void)gdr_transport_tcp.close_send(t);
+    else
+      (void)gdr_transport_tcp.close_recv(t);
+  }
+}
+
+/* -------------------------------------------------------------------------------------- the data path -- */
+
+ncclResult_t gdr_rdma_fb_isend(struct gdr_rdma_comm *c, void *data, size_t size, int tag, void *mhandle,
+                               void **request) {
+  struct gdr_rdma_req *r;
+  struct tcp_mr mr;
+  void *treq = NULL;
+  ncclResult_t res;
+  *request = NULL;
+  if (c->fb.qhead != c->fb.qtail) return ncclSuccess; /* the requests handed over first */
+  r = gdr_rdma_req_get(c);
+  if (r == NULL) return ncclSuccess;
+  res = tcp_mr_of(mhandle, data, size, &mr);
+  if (res == ncclSuccess) res = gdr_transport_tcp.isend(c->fb.tcp, data, size, tag, &mr, &treq);
+  if (res != ncclSuccess || treq == NULL) {
+    r->type = GDR_RREQ_FREE;
+    if (res != ncclSuccess) fail(c, res, "the fallback's TCP connection failed an isend");
+    return res;
+  }
+  r->type = GDR_RREQ_SEND;
+  r->on_tcp = 1;
+  r->treq = treq;
+  r->size = size;
+  r->nreqs = 1;
+  r->mh[0] = mhandle;
+  r->data[0] = data;
+  c->fb.tcp_pending++;
+  c->fb.tcp_bytes += size;
+  *request = r;
+  return ncclSuccess;
+}
+
+ncclResult_t gdr_rdma_fb_irecv(struct gdr_rdma_comm *c, int n, void **data, size_t *sizes, int *tags,
+                               void **mhandles, void **request) {
+  struct gdr_rdma_req *r;
+  struct tcp_mr mrs[GDR_RDMA_MAX_RECVS];
+  void *tmhs[GDR_RDMA_MAX_RECVS], *treq = NULL;
+  ncclResult_t res = ncclSuccess;
+  *request = NULL;
+  if (c->fb.qhead != c->fb.qtail) return ncclSuccess;
+  r = gdr_rdma_req_get(c);
+  if (r == NULL) return ncclSuccess;
+  for (int i = 0; i < n && res == ncclSuccess; i++) {
+    res = tcp_mr_of(mhandles ? mhandles[i] : NULL, data[i], sizes[i], &mrs[i]);
+    tmhs[i] = &mrs[i];
+  }
+  if (res == ncclSuccess) res = gdr_transport_tcp.irecv(c->fb.tcp, n, data, sizes, tags, tmhs, &treq);
+  if (res != ncclSuccess || treq == NULL) {
+    r->type = GDR_RREQ_FREE;
+    if (res != ncclSuccess) fail(c, res, "the fallback's TCP connection failed an irecv");
+    return res;
+  }
+  r->type = GDR_RREQ_RECV;
+  r->on_tcp = 1;
+  r->treq = treq;
+  r->nreqs = n;
+  r->tn = n;
+  for (int i = 0; i < n; i++) {
+    r->tmap[i] = (uint8_t)i;
+    r->cap[i] = sizes[i];
+  }
+  c->fb.tcp_pending++;
+  *request = r;
+  return ncclSuccess;
+}
+
+ncclResult_t gdr_rdma_fb_test(struct gdr_rdma_req *r, int *done, size_t *sizes) {
+  struct gdr_rdma_comm *c = r->comm;
+  int busy = 0;
+  ncclResult_t res = ncclSuccess;
+  *done = 0;
+  if (!r->tcp_done) {
+    size_t ts[GDR_RDMA_MAX_RECVS];
+    int d = 0;
+    res = gdr_rdma_progress(c, &busy);
+    if (res != ncclSuccess) goto fail;
+    if (r->treq == NULL) return ncclSuccess; /* not handed to TCP yet (the move, or TCP full) */
+    res = gdr_transport_tcp.test(r->treq, &d, ts);
+    if (res != ncclSuccess) {
+      fail(c, res, "the fallback's TCP connection failed (see the WARN above)");
+      goto fail;
+    }
+    if (!d) return ncclSuccess;
+    if (r->type == GDR_RREQ_RECV)
+      for (int k = 0; k < r->tn; k++) {
+        r->sent[r->tmap[k]] = ts[k];
+        c->fb.tcp_bytes += ts[k];
+      }
+    if (c->fb.tcp_pending > 0) c->fb.tcp_pending--;
+  }
+  if (sizes) {
+    if (r->type == GDR_RREQ_RECV)
+      for (int i = 0; i < r->nreqs; i++) sizes[i] = r->sent[i];
+    else if (r->type == GDR_RREQ_SEND)
+      sizes[0] = r->size;
+  }
+  gdr_rdma_req_release(c, r);
+  *done = 1;
+  return ncclSuccess;
+fail:
+  gdr_rdma_req_release(c, r);
+  return res;
+}
+
+void gdr_rdma_fb_close(struct gdr_rdma_comm *c) {
+  struct gdr_rdma_fb *fb = &c->fb;
+  if (fb->tcp) {
+    if (is_sender(c))
+      (void)gdr_transport_tcp.close_send(fb->tcp);
+    else
+      (void)gdr_transport_tcp.close_recv(fb->tcp);
+    fb->tcp = NULL;
+  }
+  if (fb->tcp_listen) {
+    (void)gdr_transport_tcp.close_listen(fb->tcp_listen);
+    fb->tcp_listen = NULL;
+  }
+  if (fb->path == GDR_PATH_TCP) fb->tcp_ns += gdr_time_ns() - fb->since_ns;
+}
+
+void gdr_rdma_fb_report(struct gdr_rdma_comm *c) {
+  struct gdr_rdma_fb *fb = &c->fb;
+  if (fb->fallbacks == 0 && fb->epoch == 0) return;
+  GDR_INFO(NCCL_NET,
+           "%s fallback stats: %llu move(s) to TCP, %llu return(s) to RDMA, %llu ms and %llu bytes on TCP, %llu "
+           "message(s) / %llu bytes handed over; %s",
+           c->desc, (unsigned long long)fb->fallbacks, (unsigned long long)fb->returns,
+           (unsigned long long)(fb->tcp_ns / 1000000ull), (unsigned long long)fb->tcp_bytes,
+           (unsigned long long)fb->replayed_msgs, (unsigned long long)fb->replayed_bytes,
+           fb->pinned ? "pinned to TCP (flapping)" : fb->path == GDR_PATH_TCP ? "on TCP at close" : "on RDMA at close");
+}
