@@ -79,12 +79,18 @@ static void handle_event(struct gdr_rdma_dev *d, struct ibv_async_event *ev) {
                 f->hint);
     }
     break;
-  case IBV_EVENT_DEVICE_FATAL:
+  case IBV_EVENT_DEVICE_FATAL: {
     d->fatal = 1;
-    GDR_WARN("%s: %s: every connection of the device fails (%s)", d->name, what, f->hint);
     for (struct gdr_rdma_comm *c = d->comms; c; c = c->next)
       hand_over(c, f->action, "async event %s on %s port %d, peer %s: %s", what, d->name, d->port, c->peer, f->hint);
+    /* nothing of a dead NIC may keep memory pinned (a GPU reset needs it all gone): its registrations go now, its
+     * connections' QPs and own buffers when they move to TCP; new connections on it run over TCP */
+    int n = gdr_regcache_release_all(&d->cache);
+    GDR_WARN("%s: %s: its %d connection(s) move to TCP (GDRNET_FALLBACK) or fail; %d memory registration(s) "
+             "released; new connections on it run over TCP (%s)",
+             d->name, what, d->ncomms, n, f->hint);
     break;
+  }
   case IBV_EVENT_PORT_ACTIVE:
     if (ev->element.port_num == d->port) GDR_INFO(NCCL_NET, "%s port %d: %s", d->name, d->port, what);
     break;

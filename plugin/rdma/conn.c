@@ -18,6 +18,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "../tcp/tcp.h"
 #include "gid.h"
 #include "rdma.h"
 
@@ -347,7 +348,7 @@ static ncclResult_t reg_own(struct gdr_rdma_comm *c) {
   return c->cts_src_mr && c->sizes_mr && (!c->gdr_flush || c->flush_mr) ? ncclSuccess : ncclSystemError;
 }
 
-static void dereg_own(struct gdr_rdma_comm *c) {
+void gdr_rdma_dereg_own(struct gdr_rdma_comm *c) {
   struct ibv_mr **mrs[] = {&c->fifo_mr, &c->sizes_src_mr, &c->cts_src_mr, &c->sizes_mr, &c->flush_mr};
   for (size_t i = 0; i < sizeof(mrs) / sizeof(mrs[0]); i++) {
     if (*mrs[i]) gdr_ibv.dereg_mr(*mrs[i]);
@@ -356,7 +357,7 @@ static void dereg_own(struct gdr_rdma_comm *c) {
 }
 
 ncclResult_t gdr_rdma_rekey(struct gdr_rdma_comm *c) {
-  dereg_own(c);
+  gdr_rdma_dereg_own(c);
   return reg_own(c);
 }
 
@@ -374,7 +375,7 @@ static void comm_free(struct gdr_rdma_comm *c) {
   if (c == NULL) return;
   gdr_rdma_async_detach(c);
   gdr_rdma_qpset_destroy(&c->qs);
-  dereg_own(c);
+  gdr_rdma_dereg_own(c);
   free(c->fifo);
   free(c->sizes_src);
   free(c->cts_src);
@@ -443,6 +444,44 @@ out:
   return res;
 }
 
+/* The RDMA part of a connection that will run on TCP from the start: whatever comm_setup_verbs made, undone. */
+static void verbs_teardown(struct gdr_rdma_comm *c) {
+  gdr_rdma_async_detach(c);
+  gdr_rdma_qpset_destroy(&c->qs);
+  gdr_rdma_dereg_own(c);
+}
+
+/* The RDMA part failed to come up (setup, QP connect, a lost device): TCP from the start, if allowed. 0 then;
+ * -1 when the connection must fail (GDRNET_FALLBACK=0, no TCP transport, or a peer that cannot). */
+static int go_tcp_only(struct gdr_rdma_comm *c, const char *why) {
+  if (gdr_param_int(GDR_PARAM_FALLBACK) == 0 || !gdr_rdma.tcp_ok ||
+      (c->remote.magic == GDR_RDMA_HS_MAGIC && !(c->remote.caps & GDR_RDMA_CAP_FALLBACK))) {
+    GDR_WARN("%s: %s, and no fallback to TCP (%s)", c->desc, why,
+             gdr_param_int(GDR_PARAM_FALLBACK) == 0 ? "GDRNET_FALLBACK=0"
+             : !gdr_rdma.tcp_ok                     ? "no TCP transport here"
+                                                    : "the peer cannot (an older plugin)");
+    return -1;
+  }
+  if (!c->tcp_only) {
+    GDR_WARN("%s: %s: the connection runs over TCP from the start", c->desc, why);
+    snprintf(c->fb.reason, sizeof(c->fb.reason), "%.255s", why);
+  }
+  c->tcp_only = 1;
+  verbs_teardown(c);
+  return 0;
+}
+
+/* The TCP connection of a tcp_only connection is up: its data path is TCP for good. */
+static void tcp_only_done(struct gdr_rdma_comm *c, void *tcomm) {
+  c->fb.tcp = tcomm;
+  c->fb.path = GDR_PATH_TCP;
+  c->fb.pinned = 1;
+  c->fb.since_ns = gdr_time_ns();
+  c->fb.fallbacks = 1;
+  gdr_health_set_state(&c->health, GDR_HEALTH_ON_TCP);
+  GDR_INFO(NCCL_NET, "%s runs over TCP (%s)", c->desc, c->fb.reason);
+}
+
 static ncclResult_t fill_local_hs(struct gdr_rdma_comm *c, int role) {
   struct gdr_rdma_dev *d = c->dev;
   struct gdr_rdma_hs *hs = &c->local;
@@ -467,6 +506,11 @@ static ncclResult_t fill_local_hs(struct gdr_rdma_comm *c, int role) {
   hs->is_global = d->link_layer == IBV_LINK_LAYER_ETHERNET;
   hs->lid = c->llid;
   memcpy(hs->gid, c->lgid.raw, 16);
+  snprintf(hs->devname, sizeof(hs->devname), "%.63s", d->name);
+  if (c->tcp_only) {
+    hs->caps |= GDR_RDMA_CAP_TCP_ONLY;
+    return ncclSuccess;
+  }
   for (int i = 0; i < c->nqps; i++) {
     hs->qpn[i] = c->qs.qps[i]->qp_num;
     hs->psn[i] = c->qs.psn[i];
@@ -478,7 +522,6 @@ static ncclResult_t fill_local_hs(struct gdr_rdma_comm *c, int role) {
     hs->raddr = (uint64_t)(uintptr_t)c->sizes;
     hs->rkey = c->sizes_mr->rkey;
   }
-  snprintf(hs->devname, sizeof(hs->devname), "%.63s", d->name);
   return ncclSuccess;
 }
 
@@ -495,7 +538,7 @@ static ncclResult_t connect_qps(struct gdr_rdma_comm *c, int expected_role) {
     GDR_WARN("%s (%s) cannot talk to %s's %.64s (%s): link layers differ; set GDRNET_HCA on both sides",
              d->name, d->link_layer == IBV_LINK_LAYER_ETHERNET ? "RoCE" : "IB", c->peer, r->devname,
              r->link_layer == IBV_LINK_LAYER_ETHERNET ? "RoCE" : "IB");
-    return ncclRemoteError;
+    return ncclSystemError; /* no RDMA path between the two: TCP may carry the connection (fallback) */
   }
   if (expected_role == GDR_RDMA_ROLE_RECV && (r->nqps != c->nqps || r->split != c->split)) {
     GDR_WARN("%s: the receiver %s answered %d QPs split %d, asked %d split %d; connection rejected", d->name,
@@ -592,12 +635,41 @@ static ncclResult_t hs_recv(struct gdr_rdma_comm *c, uint32_t type, void *data, 
 
 /* --------------------------------------------------------------------------------------- connect -- */
 
-enum { CS_TCP = 1, CS_SEND_HS, CS_RECV_HS, CS_SEND_READY };
+enum { CS_TCP = 1, CS_SEND_HS, CS_RECV_HS, CS_SEND_READY, CS_RECV_TCPH, CS_TCP_CONNECT, CS_TCP_DIRECT };
+
+/* A peer without RDMA listens with a TCP handle: the connection is a TCP one inside this RDMA comm. */
+static ncclResult_t connect_tcp_peer(int dev, struct gdr_handle *handle, void **send_comm) {
+  ncclResult_t res = ncclSuccess;
+  void *tc = NULL;
+  struct gdr_rdma_comm *c;
+  if (!gdr_rdma.tcp_ok) {
+    GDR_WARN("connect: the peer listens with the TCP transport (it has no usable RDMA device) and this process has "
+             "no TCP transport to meet it (GDRNET_FALLBACK=0?)");
+    return ncclInvalidUsage;
+  }
+  GDR_CHECK(gdr_transport_tcp.connect(gdr_rdma.tcp_dev, handle, &tc));
+  if (tc == NULL) return ncclSuccess; /* in progress (its state is in the handle) */
+  c = comm_alloc(dev, GDR_RCOMM_SEND);
+  if (c == NULL) {
+    (void)gdr_transport_tcp.close_send(tc);
+    return ncclSystemError;
+  }
+  snprintf(c->peer, sizeof(c->peer), "%s", ((struct tcp_comm *)tc)->peer_str);
+  set_desc(c);
+  c->tcp_only = 1;
+  snprintf(c->fb.reason, sizeof(c->fb.reason), "the peer has no RDMA device: it listens with the TCP transport");
+  tcp_only_done(c, tc);
+  *send_comm = c;
+out:
+  return res;
+}
 
 ncclResult_t gdr_rdma_connect(int dev, struct gdr_handle *handle, void **send_comm) {
   *send_comm = NULL;
   ncclResult_t res = ncclSuccess;
-  struct gdr_rdma_comm *c = gdr_handle_state_get(handle);
+  struct gdr_rdma_comm *c = NULL;
+  if (handle->magic == GDR_HANDLE_MAGIC && handle->transport == GDR_TP_TCP) return connect_tcp_peer(dev, handle, send_comm);
+  c = gdr_handle_state_get(handle);
   if (c == NULL) {
     if (dev < 0 || dev >= gdr_rdma.ndevs) return ncclInvalidArgument;
     union gdr_sockaddr peer;
@@ -614,7 +686,15 @@ ncclResult_t gdr_rdma_connect(int dev, struct gdr_handle *handle, void **send_co
     c->split = gdr_rdma.split;
     uint64_t conn_id = 0;
     gdr_random_bytes(&conn_id, sizeof(conn_id));
-    GDR_CHECK(comm_setup_verbs(c));
+    if (c->dev->fatal) {
+      if (go_tcp_only(c, "the device is lost (DEVICE_FATAL)") != 0) {
+        res = ncclSystemError;
+        goto out;
+      }
+    } else if (comm_setup_verbs(c) != ncclSuccess && go_tcp_only(c, "setting up the RDMA part failed") != 0) {
+      res = ncclSystemError;
+      goto out;
+    }
     GDR_CHECK(gdr_connector_start(&c->connector, handle, GDR_STREAM_CTRL, 0, 0, conn_id, GDR_CAP_RDMA, NULL));
     c->stage = CS_TCP;
     gdr_handle_state_set(handle, c);
@@ -639,14 +719,49 @@ ncclResult_t gdr_rdma_connect(int dev, struct gdr_handle *handle, void **send_co
     int done = 0;
     GDR_CHECK(hs_recv(c, GDR_RDMA_BLOB_HS, &c->remote, sizeof(c->remote), "the receiver's handshake", &done));
     if (!done) return ncclSuccess;
-    GDR_CHECK(connect_qps(c, GDR_RDMA_ROLE_RECV));
     c->ready_word = GDR_RDMA_BLOB_READY;
+    if (c->tcp_only || (c->remote.caps & GDR_RDMA_CAP_TCP_ONLY)) {
+      const char *bad = gdr_rdma_hs_check(&c->remote, GDR_RDMA_ROLE_RECV);
+      if (bad) {
+        GDR_WARN("%s: malformed RDMA handshake from %s: %s; connection rejected", c->dev->name, c->peer, bad);
+        res = ncclRemoteError;
+        goto out;
+      }
+      if (go_tcp_only(c, c->tcp_only ? c->fb.reason : "the receiver's RDMA part failed") != 0) {
+        res = ncclSystemError;
+        goto out;
+      }
+      c->ready_word = GDR_RDMA_READY_TCP;
+    } else {
+      res = connect_qps(c, GDR_RDMA_ROLE_RECV);
+      if (res == ncclRemoteError) goto out; /* a malformed handshake is rejected, not worked around */
+      if (res != ncclSuccess) {
+        if (go_tcp_only(c, "bringing the QPs to RTS failed") != 0) goto out;
+        res = ncclSuccess;
+        c->ready_word = GDR_RDMA_READY_TCP;
+      }
+    }
     c->stage = CS_SEND_READY;
   } /* fall through */
   case CS_SEND_READY: {
     int done = 0;
     GDR_CHECK(hs_send(c, GDR_RDMA_BLOB_READY, &c->ready_word, sizeof(c->ready_word), "sending READY", &done));
     if (!done) return ncclSuccess;
+    if (c->ready_word == GDR_RDMA_BLOB_READY) break;
+    c->stage = CS_RECV_TCPH;
+  } /* fall through */
+  case CS_RECV_TCPH: {
+    int done = 0;
+    GDR_CHECK(hs_recv(c, GDR_RDMA_BLOB_TCPH, &c->fb.tcp_handle, sizeof(c->fb.tcp_handle),
+                      "the receiver's TCP listener", &done));
+    if (!done) return ncclSuccess;
+    c->stage = CS_TCP_CONNECT;
+  } /* fall through */
+  case CS_TCP_CONNECT: {
+    void *tc = NULL;
+    GDR_CHECK(gdr_transport_tcp.connect(gdr_rdma.tcp_dev, &c->fb.tcp_handle, &tc));
+    if (tc == NULL) return stage_deadline(c, "the TCP connection");
+    tcp_only_done(c, tc);
     break;
   }
   default:
@@ -665,7 +780,7 @@ out:
 
 /* ---------------------------------------------------------------------------------------- accept -- */
 
-enum { AS_RECV_HS = 1, AS_SEND_HS, AS_RECV_READY };
+enum { AS_RECV_HS = 1, AS_SEND_HS, AS_RECV_READY, AS_SEND_TCPH, AS_TCP_ACCEPT };
 
 ncclResult_t gdr_rdma_accept(void *listen_comm, void **recv_comm) {
   *recv_comm = NULL;
@@ -704,9 +819,32 @@ ncclResult_t gdr_rdma_accept(void *listen_comm, void **recv_comm) {
     if (c->nqps != gdr_rdma.nqps || c->split != gdr_rdma.split)
       GDR_INFO(NCCL_NET, "%s: sender %s asks %d QPs split %d (local setting %d, %d): following the sender",
                c->dev->name, c->peer, c->nqps, c->split, gdr_rdma.nqps, gdr_rdma.split);
-    GDR_CHECK(comm_setup_verbs(c));
+    if (c->remote.caps & GDR_RDMA_CAP_TCP_ONLY) {
+      if (go_tcp_only(c, "the sender's RDMA part failed") != 0) {
+        res = ncclSystemError;
+        goto out;
+      }
+    } else if (c->dev->fatal) {
+      if (go_tcp_only(c, "the device is lost (DEVICE_FATAL)") != 0) {
+        res = ncclSystemError;
+        goto out;
+      }
+    } else if (comm_setup_verbs(c) != ncclSuccess) {
+      if (go_tcp_only(c, "setting up the RDMA part failed") != 0) {
+        res = ncclSystemError;
+        goto out;
+      }
+    }
     GDR_CHECK(fill_local_hs(c, GDR_RDMA_ROLE_RECV));
-    GDR_CHECK(connect_qps(c, GDR_RDMA_ROLE_SEND));
+    if (!c->tcp_only) {
+      res = connect_qps(c, GDR_RDMA_ROLE_SEND);
+      if (res == ncclRemoteError) goto out;
+      if (res != ncclSuccess) {
+        if (go_tcp_only(c, "bringing the QPs to RTS failed") != 0) goto out;
+        res = ncclSuccess;
+        GDR_CHECK(fill_local_hs(c, GDR_RDMA_ROLE_RECV));
+      }
+    }
     c->stage = AS_SEND_HS;
   } /* fall through */
   case AS_SEND_HS: {
@@ -719,11 +857,38 @@ ncclResult_t gdr_rdma_accept(void *listen_comm, void **recv_comm) {
     int done = 0;
     GDR_CHECK(hs_recv(c, GDR_RDMA_BLOB_READY, &c->ready_word, sizeof(c->ready_word), "READY", &done));
     if (!done) return ncclSuccess;
-    if (c->ready_word != GDR_RDMA_BLOB_READY) {
+    if (c->ready_word == GDR_RDMA_BLOB_READY && !c->tcp_only) break;
+    if (c->ready_word != GDR_RDMA_READY_TCP) {
       GDR_WARN("%s: bad READY from %s; connection rejected", c->dev->name, c->peer);
       res = ncclRemoteError;
       goto out;
     }
+    /* the sender's RDMA part failed after ours was up, or ours did: TCP from the start */
+    if (go_tcp_only(c, c->tcp_only ? c->fb.reason : "the sender could not bring its QPs up") != 0) {
+      res = ncclSystemError;
+      goto out;
+    }
+    memset(&c->fb.tcp_handle, 0, sizeof(c->fb.tcp_handle));
+    GDR_CHECK(gdr_transport_tcp.listen(gdr_rdma.tcp_dev, &c->fb.tcp_handle, &c->fb.tcp_listen));
+    c->stage = AS_SEND_TCPH;
+  } /* fall through */
+  case AS_SEND_TCPH: {
+    int done = 0;
+    GDR_CHECK(hs_send(c, GDR_RDMA_BLOB_TCPH, &c->fb.tcp_handle, sizeof(c->fb.tcp_handle), "sending our TCP listener",
+                      &done));
+    if (!done) return ncclSuccess;
+    c->stage = AS_TCP_ACCEPT;
+  } /* fall through */
+  case AS_TCP_ACCEPT: {
+    void *tc = NULL;
+    GDR_CHECK(gdr_transport_tcp.accept(c->fb.tcp_listen, &tc));
+    if (tc == NULL) {
+      GDR_CHECK(stage_deadline(c, "the TCP connection"));
+      return ncclSuccess;
+    }
+    (void)gdr_transport_tcp.close_listen(c->fb.tcp_listen);
+    c->fb.tcp_listen = NULL;
+    tcp_only_done(c, tc);
     break;
   }
   default:

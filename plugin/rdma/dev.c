@@ -303,6 +303,18 @@ static ncclResult_t reg_common(struct gdr_rdma_comm *c, void *data, size_t size,
   *mhandle = NULL;
   if (c == NULL) return ncclInternalError;
   struct gdr_rdma_dev *d = c->dev;
+  if (c->tcp_only || d->fatal) {
+    /* the connection runs over TCP (its RDMA part failed, or the device is lost): no NIC registration, only what
+     * the TCP path needs to know of the buffer (fallback.c reads base, len and kind) */
+    struct gdr_reg_entry *e = calloc(1, sizeof(*e));
+    if (e == NULL) return ncclSystemError;
+    e->base = (uintptr_t)data;
+    e->len = size;
+    e->kind = kind;
+    e->refs = 1;
+    *mhandle = e;
+    return ncclSuccess;
+  }
   if (type == NCCL_PTR_CUDA && !(d->ptr_support & (NCCL_PTR_CUDA | NCCL_PTR_DMABUF))) {
     GDR_WARN("%s: registration of CUDA memory %p (%zu bytes) but GPUDirect RDMA is off on this device (%s)",
              d->name, data, size, d->gdr_desc);
@@ -354,6 +366,10 @@ ncclResult_t gdr_rdma_reg_mr_dmabuf(void *comm, void *data, size_t size, int typ
 ncclResult_t gdr_rdma_dereg_mr(void *comm, void *mhandle) {
   (void)comm;
   if (mhandle == NULL) return ncclSuccess;
+  if (((struct gdr_reg_entry *)mhandle)->cache == NULL) { /* a TCP connection's (reg_common) */
+    free(mhandle);
+    return ncclSuccess;
+  }
   int rc = gdr_regcache_put(mhandle);
   if (rc) {
     GDR_WARN("ibv_dereg_mr failed: %s", strerror(rc));

@@ -102,6 +102,10 @@ void gdr_rdma_fb_begin(struct gdr_rdma_comm *c, const char *why) {
   c->rec.phase = GDR_REC_IDLE; /* a recovery in progress is abandoned */
   gdr_health_set_state(&c->health, GDR_HEALTH_RECOVERING);
   if (c->qs.cq != NULL || c->qs.qps[0] != NULL) gdr_rdma_quiesce_qps(c);
+  if (c->dev->fatal) {
+    gdr_rdma_dereg_own(c); /* nothing of a lost device stays registered */
+    fb->pinned = 1;
+  }
   fb->path = GDR_PATH_MOVING;
   fb->epoch++;
   fb->have_rstate = 0;

@@ -16,6 +16,8 @@ const char *gdr_rdma_hs_check(const struct gdr_rdma_hs *hs, int expected_role) {
   if (hs->nqps < 1 || hs->nqps > GDR_RDMA_MAX_QPS) return "QP count out of range";
   if (hs->split > 1) return "split flag out of range";
   if (hs->port < 1) return "port out of range";
+  if (hs->caps & GDR_RDMA_CAP_TCP_ONLY) /* no QPs, no FIFO/sizes: the connection runs on TCP from the start */
+    return memchr(hs->devname, '\0', sizeof(hs->devname)) == NULL ? "device name not terminated" : NULL;
   for (int i = 0; i < hs->nqps; i++) {
     if (hs->qpn[i] == 0 || hs->qpn[i] > 0xffffffu) return "QP number out of range";
     if (hs->psn[i] > 0xffffffu) return "PSN out of range";

@@ -168,7 +168,9 @@ enum { GDR_RCOMM_SEND = 1, GDR_RCOMM_RECV = 2 };
 
 /* blob types of the handshake */
 #define GDR_RDMA_BLOB_HS 0x52444831u    /* "RDH1": struct gdr_rdma_hs */
-#define GDR_RDMA_BLOB_READY 0x52444852u /* "RDHR": sender's QPs are RTS */
+#define GDR_RDMA_BLOB_READY 0x52444852u /* "RDHR": sender's QPs are RTS (its word: READY, or READY_TCP) */
+#define GDR_RDMA_READY_TCP 0x52444854u  /* "RDHT" as READY's word: the RDMA part failed, the connection runs on TCP */
+#define GDR_RDMA_BLOB_TCPH 0x52445448u  /* "RDTH": the receiver's TCP listener handle (128 bytes) for that */
 
 /* The verbs objects of one incarnation of a connection: recovery builds a new set and destroys the old one (the CQ
  * too, so no completion of the old QPs can be mistaken for a new one). */
@@ -368,6 +370,8 @@ ncclResult_t gdr_rdma_qpset_create(struct gdr_rdma_comm *c, struct gdr_rdma_qpse
 ncclResult_t gdr_rdma_qpset_connect(struct gdr_rdma_comm *c, struct gdr_rdma_qpset *qs, const uint32_t *rqpn,
                                     const uint32_t *rpsn, uint16_t rlid, const uint8_t *rgid, int rmtu);
 void gdr_rdma_qpset_destroy(struct gdr_rdma_qpset *qs);
+/* Releases the registrations of the connection's own buffers (its device is lost). */
+void gdr_rdma_dereg_own(struct gdr_rdma_comm *c);
 /* Registers the connection's own FIFO (sender) or sizes array (receiver) again, for new keys. */
 ncclResult_t gdr_rdma_rekey(struct gdr_rdma_comm *c);
 

@@ -34,7 +34,7 @@ int gdr_regcache_fini(struct gdr_regcache *c) {
   struct gdr_reg_entry *e = c->head;
   while (e) {
     struct gdr_reg_entry *next = e->next;
-    c->ops.dereg(c->ctx, e->mr);
+    if (e->mr) c->ops.dereg(c->ctx, e->mr);
     free(e);
     n++;
     e = next;
@@ -110,8 +110,22 @@ int gdr_regcache_put(struct gdr_reg_entry *e) {
   while (*pp && *pp != e) pp = &(*pp)->next;
   if (*pp) *pp = e->next;
   c->nentries--;
-  int rc = c->ops.dereg(c->ctx, e->mr);
+  int rc = e->mr ? c->ops.dereg(c->ctx, e->mr) : 0; /* released already when the device was lost */
   pthread_mutex_unlock(&c->lock);
   free(e);
   return rc;
+}
+
+int gdr_regcache_release_all(struct gdr_regcache *c) {
+  int n = 0;
+  pthread_mutex_lock(&c->lock);
+  for (struct gdr_reg_entry *e = c->head; e; e = e->next) {
+    if (e->mr == NULL) continue;
+    (void)c->ops.dereg(c->ctx, e->mr);
+    e->mr = NULL;
+    n++;
+  }
+  c->released = 1;
+  pthread_mutex_unlock(&c->lock);
+  return n;
 }

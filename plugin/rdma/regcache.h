@@ -62,11 +62,15 @@ struct gdr_regcache {
   void *ctx;
   size_t page;
   int nentries;      /* live entries (for tests and logs) */
+  int released;      /* the device was lost: the NIC registrations are gone, the entries stay for NCCL's deregMr */
   uint64_t hits, misses;
 };
 
 /* page: 0 = the system page size. */
 void gdr_regcache_init(struct gdr_regcache *c, const struct gdr_regcache_ops *ops, void *ctx, size_t page);
+/* The device is lost: every entry's NIC registration is released now (nothing may keep GPU memory pinned for a
+ * dead NIC), the entries stay until NCCL deregisters them. Returns how many were released. */
+int gdr_regcache_release_all(struct gdr_regcache *c);
 /* Deregisters whatever is left (leaked by the user) and returns how many entries that was. */
 int gdr_regcache_fini(struct gdr_regcache *c);
 

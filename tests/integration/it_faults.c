@@ -16,6 +16,7 @@
  *   GNIT_EXPECT=recover (default): at least GNIT_MIN_RECOVERIES (default 1) recoveries in the two processes
  *              =fallback: the connection moved to TCP (and, with GNIT_EXPECT_BACK=1, came back to RDMA), every
  *                         byte still checked
+ *              =tcp_only: a connection's RDMA part could not be set up: it runs over TCP from the start
  *              =clean: no fault and no recovery at all (a rule that cannot hit a connection)
  *              =error: the run must fail with ncclRemoteError or ncclSystemError within GNIT_ERROR_BOUND_S
  *   GNIT_SEED                               traffic seed (default 1) */
@@ -293,8 +294,9 @@ static int side(int fd, int parent) {
   IT_OK(ip.net->closeSend(R.c.s));
   IT_OK(ip.net->closeRecv(R.c.r));
   /* the counters: the recoveries and the stats line each connection logs at close */
-  int mine[3] = {count_in_log(" recovered: "), count_in_log(" now runs over TCP"), count_in_log(" is back on RDMA")};
-  int peer[3] = {0, 0, 0};
+  int mine[4] = {count_in_log(" recovered: "), count_in_log(" now runs over TCP"), count_in_log(" is back on RDMA"),
+                 count_in_log(" runs over TCP (")};
+  int peer[4] = {0, 0, 0, 0};
   it_log("%.2f s; this process: %d recoveries, %d moves to TCP, %d returns to RDMA (%d connection(s) with faults)", secs,
          mine[0], mine[1], mine[2], count_in_log(" fault(s) ("));
   IT_CHECK(gn_boot_send(fd, mine, sizeof mine) == 0 && gn_boot_recv(fd, peer, sizeof peer, 60) == 0, "bootstrap");
@@ -304,6 +306,9 @@ static int side(int fd, int parent) {
     if (strcmp(expect, "clean") == 0) {
       IT_CHECK(rec + moved == 0, "%d recoveries and %d moves to TCP where the rules cannot hit a connection", rec,
                moved);
+    } else if (strcmp(expect, "tcp_only") == 0) {
+      IT_CHECK(mine[3] + peer[3] >= 2, "%d connection end(s) run over TCP from the start, expected both ends of one",
+               mine[3] + peer[3]);
     } else if (strcmp(expect, "fallback") == 0) {
       IT_CHECK(moved >= 2, "%d connection end(s) moved to TCP, expected both ends of one at least", moved);
       if (it_env_double("GNIT_EXPECT_BACK", 0) != 0)

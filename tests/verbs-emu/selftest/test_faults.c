@@ -310,6 +310,77 @@ static void sc_port_down(void)
 	CHECK_EQ(wc.status, IBV_WC_RETRY_EXC_ERR);
 }
 
+/* ---------------------------------------------------------------- device_fatal */
+static void sc_device_fatal(void)
+{
+	/* VEMU_DEVICES=vemu0:roce,vemu1:roce VEMU_FAULTS=device_fatal:dev=vemu0:after_ms=200 */
+	open_all(64);
+	struct vt_dev d1;
+	vt_open(&d1, 1, 64);
+	struct ibv_mr *mr1 = vt_mr(&d1, buf, BUFSZ, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+	struct vt_rc rc = VT_RC_DEFAULT;
+	struct ibv_qp *a, *b;
+	pair(&a, &b, rc);
+	struct ibv_qp *x = vt_qp(&d1, 8, 0, NULL);
+	vt_connect(&d1, x, x->qp_num, rc);
+	/* alive before the deadline */
+	CHECK_EQ(vt_post_write(a, IBV_WR_RDMA_WRITE, buf, 64, mr->lkey, (uintptr_t)buf + 4096, mr->rkey, 1,
+			       IBV_SEND_SIGNALED, 0),
+		 0);
+	struct ibv_wc wc;
+	vt_wait(&d, d.cq, &wc, 1, 5000);
+	CHECK_EQ(wc.status, IBV_WC_SUCCESS);
+	struct ibv_async_event ev;
+	async_expect(IBV_EVENT_DEVICE_FATAL, &ev, 5000);
+	/* every QP of the device is in ERR: a receive posted now is flushed */
+	CHECK_EQ(a->state, IBV_QPS_ERR);
+	CHECK_EQ(b->state, IBV_QPS_ERR);
+	CHECK_EQ(vt_post_recv(b, buf, 8, mr->lkey, 2), 0);
+	vt_wait(&d, d.cq, &wc, 1, 5000);
+	CHECK_EQ(wc.wr_id, 2);
+	CHECK_EQ(wc.status, IBV_WC_WR_FLUSH_ERR);
+	struct ibv_port_attr pa;
+	CHECK_EQ(ibv_query_port(d.ctx, 1, &pa), 0);
+	CHECK_EQ(pa.state, IBV_PORT_DOWN);
+	/* nothing new on it: EIO for QPs, CQs, MRs and QP changes other than to ERR/RESET */
+	struct ibv_qp_init_attr ia;
+	memset(&ia, 0, sizeof(ia));
+	ia.send_cq = ia.recv_cq = d.cq;
+	ia.qp_type = IBV_QPT_RC;
+	ia.cap.max_send_wr = ia.cap.max_recv_wr = 4;
+	ia.cap.max_send_sge = ia.cap.max_recv_sge = 1;
+	errno = 0;
+	CHECK(ibv_create_qp(d.pd, &ia) == NULL);
+	CHECK_EQ(errno, EIO);
+	errno = 0;
+	CHECK(ibv_create_cq(d.ctx, 8, NULL, NULL, 0) == NULL);
+	CHECK_EQ(errno, EIO);
+	errno = 0;
+	CHECK(ibv_reg_mr(d.pd, buf, 4096, IBV_ACCESS_LOCAL_WRITE) == NULL);
+	CHECK_EQ(errno, EIO);
+	struct ibv_qp_attr at;
+	memset(&at, 0, sizeof(at));
+	at.qp_state = IBV_QPS_INIT;
+	at.port_num = 1;
+	at.pkey_index = 0;
+	at.qp_access_flags = IBV_ACCESS_REMOTE_WRITE;
+	at.qp_state = IBV_QPS_RESET;
+	CHECK_EQ(ibv_modify_qp(a, &at, IBV_QP_STATE), 0); /* cleanup still works */
+	at.qp_state = IBV_QPS_INIT;
+	CHECK_EQ(ibv_modify_qp(a, &at, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS), EIO);
+	/* the other device lives on */
+	CHECK_EQ(x->state, IBV_QPS_RTS);
+	CHECK_EQ(vt_post_write(x, IBV_WR_RDMA_WRITE, buf, 64, mr1->lkey, (uintptr_t)buf + 8192, mr1->rkey, 3,
+			       IBV_SEND_SIGNALED, 0),
+		 0);
+	vt_wait(&d1, d1.cq, &wc, 1, 5000);
+	CHECK_EQ(wc.wr_id, 3);
+	CHECK_EQ(wc.status, IBV_WC_SUCCESS);
+	CHECK_EQ(ibv_destroy_qp(a), 0);
+	CHECK_EQ(ibv_destroy_qp(b), 0);
+	CHECK_EQ(ibv_dereg_mr(mr), 0);
+}
+
 /* ---------------------------------------------------------------- peer_loss */
 static void sc_peer_loss(void)
 {
@@ -581,6 +652,7 @@ int main(int argc, char **argv)
 		{ "port_down", sc_port_down,
 		  "port_down:dev=vemu0:after_ms=100:for_ms=300;port_down:dev=vemu1:after_ms=100", "vemu0:roce,vemu1:ib",
 		  NULL },
+		{ "device_fatal", sc_device_fatal, "device_fatal:dev=vemu0:after_ms=200", "vemu0:roce,vemu1:roce", NULL },
 		{ "peer_loss", sc_peer_loss, NULL, NULL, NULL },
 		{ "events", sc_events, NULL, NULL, NULL },
 		{ "trace", sc_trace, NULL, NULL, "VEMU_TRACE" },

@@ -809,7 +809,7 @@ struct vmr *vemu_mr_find(uint32_t key)
 static struct ibv_mr *reg_common(struct ibv_pd *pd, uint64_t base, size_t len, uint64_t iova, int access,
 				 int dmabuf, const char *call)
 {
-	int e = vemu_fault_call(call);
+	int e = to_vctx(pd->context)->dev->fatal ? EIO : vemu_fault_call(call);
 	if (e) {
 		errno = e;
 		return NULL;
@@ -901,7 +901,7 @@ VEMU_EXPORT struct ibv_mr *ibv_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset,
 		errno = EBADF;
 		return NULL;
 	}
-	int e = vemu_fault_call("reg_dmabuf_mr"); /* the fd = -1 probe above is not counted */
+	int e = to_vctx(pd->context)->dev->fatal ? EIO : vemu_fault_call("reg_dmabuf_mr"); /* not the fd = -1 probe */
 	if (e) {
 		errno = e;
 		return NULL;
@@ -978,7 +978,7 @@ VEMU_EXPORT int ibv_destroy_comp_channel(struct ibv_comp_channel *channel)
 VEMU_EXPORT struct ibv_cq *ibv_create_cq(struct ibv_context *c, int cqe, void *cq_context,
 					 struct ibv_comp_channel *channel, int comp_vector)
 {
-	int e = vemu_fault_call("create_cq");
+	int e = to_vctx(c)->dev->fatal ? EIO : vemu_fault_call("create_cq");
 	if (e) {
 		errno = e;
 		return NULL;
@@ -1291,7 +1291,7 @@ static int alloc_qpn(uint32_t *out)
 
 VEMU_EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
 {
-	int e = vemu_fault_call("create_qp");
+	int e = to_vctx(pd->context)->dev->fatal ? EIO : vemu_fault_call("create_qp");
 	if (e) {
 		errno = e;
 		return NULL;
@@ -1521,7 +1521,9 @@ static int trans_ok(int cur, int next, int mask)
 VEMU_EXPORT int ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask)
 {
 	struct vqp *q = (struct vqp *)qp;
-	int e = vemu_fault_call("modify_qp");
+	/* on a dead device only the way to ERR/RESET still works (what a driver lets a user do to clean up) */
+	int cleanup = (mask & IBV_QP_STATE) && (attr->qp_state == IBV_QPS_ERR || attr->qp_state == IBV_QPS_RESET);
+	int e = q->ctx->dev->fatal && !cleanup ? EIO : vemu_fault_call("modify_qp");
 	if (e)
 		return e;
 	pthread_mutex_lock(&g.mu);

@@ -8,7 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
-enum { R_WC = 1, R_QP_FATAL, R_PEER_LOSS, R_PORT_DOWN, R_FAIL, R_NO_RECV_CREDIT };
+enum { R_WC = 1, R_QP_FATAL, R_PEER_LOSS, R_PORT_DOWN, R_FAIL, R_NO_RECV_CREDIT, R_DEVICE_FATAL };
 
 struct rule {
 	int kind;
@@ -125,8 +125,11 @@ static int parse_rule(char *text)
 		r.kind = R_FAIL;
 	else if (!strcmp(kind, "no_recv_credit"))
 		r.kind = R_NO_RECV_CREDIT;
+	else if (!strcmp(kind, "device_fatal"))
+		r.kind = R_DEVICE_FATAL;
 	else
-		return bad(r.text, "unknown kind (want wc, qp_fatal, peer_loss, port_down, fail, no_recv_credit)");
+		return bad(r.text,
+			   "unknown kind (want wc, qp_fatal, peer_loss, port_down, device_fatal, fail, no_recv_credit)");
 	int have_nth = 0, have_op = 0, have_status = 0, have_call = 0, have_errno = 0, have_bytes = 0,
 	    have_dev = 0, have_after = 0;
 	for (char *kv = strtok_r(NULL, ":", &save); kv; kv = strtok_r(NULL, ":", &save)) {
@@ -155,12 +158,12 @@ static int parse_rule(char *text)
 			if (parse_u64(v, &r.after_bytes))
 				return bad(r.text, "after_bytes must be an integer");
 			have_bytes = ok = 1;
-		} else if (!strcmp(k, "dev") && r.kind == R_PORT_DOWN) {
+		} else if (!strcmp(k, "dev") && (r.kind == R_PORT_DOWN || r.kind == R_DEVICE_FATAL)) {
 			if (!*v || strlen(v) >= sizeof(r.dev))
 				return bad(r.text, "bad dev");
 			snprintf(r.dev, sizeof(r.dev), "%s", v);
 			have_dev = ok = 1;
-		} else if (!strcmp(k, "after_ms") && r.kind == R_PORT_DOWN) {
+		} else if (!strcmp(k, "after_ms") && (r.kind == R_PORT_DOWN || r.kind == R_DEVICE_FATAL)) {
 			if (parse_u64(v, &r.after_ms))
 				return bad(r.text, "after_ms must be an integer");
 			have_after = ok = 1;
@@ -203,8 +206,9 @@ static int parse_rule(char *text)
 			return bad(r.text, "peer_loss needs after_bytes=");
 		break;
 	case R_PORT_DOWN:
+	case R_DEVICE_FATAL:
 		if (!have_dev || !have_after)
-			return bad(r.text, "port_down needs dev= and after_ms=");
+			return bad(r.text, "port_down and device_fatal need dev= and after_ms=");
 		break;
 	case R_FAIL:
 		if (!have_call || !have_nth || !have_errno)
@@ -324,7 +328,7 @@ void vemu_fault_port_timers(uint64_t now, uint64_t *next)
 	*next = 0;
 	for (int i = 0; i < nrules; i++) {
 		struct rule *r = &rules[i];
-		if (r->kind != R_PORT_DOWN || r->phase == 2)
+		if ((r->kind != R_PORT_DOWN && r->kind != R_DEVICE_FATAL) || r->phase == 2)
 			continue;
 		struct vdev *d = NULL;
 		for (int k = 0; k < g.ndev; k++)
@@ -336,6 +340,28 @@ void vemu_fault_port_timers(uint64_t now, uint64_t *next)
 		}
 		uint64_t t_down = g.start_ns + r->after_ms * 1000000ull;
 		uint64_t t_up = t_down + r->for_ms * 1000000ull;
+		if (r->kind == R_DEVICE_FATAL) {
+			if (now < t_down) {
+				if (!*next || t_down < *next)
+					*next = t_down;
+				continue;
+			}
+			/* the device dies: the port goes down, every QP of it to ERR (its WRs flushed), DEVICE_FATAL on
+			 * every context, and new QPs, CQs, MRs and QP changes on it fail with EIO from now on */
+			r->phase = 2;
+			d->fatal = 1;
+			d->port_state = IBV_PORT_DOWN;
+			VTRACE("fault device_fatal dev=%s\n", d->dev.name);
+			pthread_mutex_lock(&g.mu);
+			for (struct vqp *q = g.qps; q; q = q->anext)
+				if (q->ctx->dev == d)
+					vemu_qp_to_err(q);
+			for (struct vctx *c = g.ctxs; c; c = c->next)
+				if (c->dev == d)
+					vemu_async_event(c, IBV_EVENT_DEVICE_FATAL, NULL, 0);
+			pthread_mutex_unlock(&g.mu);
+			continue;
+		}
 		if (r->phase == 0 && now >= t_down) {
 			r->phase = 1;
 			d->port_state = IBV_PORT_DOWN;

@@ -32,6 +32,7 @@ struct vdev {
 	int gid_type[VEMU_NGID];    /* IBV_GID_TYPE_* */
 	int ngid;
 	volatile int port_state;    /* IBV_PORT_ACTIVE / IBV_PORT_DOWN */
+	volatile int fatal;         /* device_fatal fired: every QP in ERR, new resources refused with EIO */
 };
 
 struct vctx {
