@@ -15,11 +15,15 @@
  *             TCP, in message order, before any new isend; TCP connect
  *   receiver: placed buffers complete without waiting; each incomplete receive is posted on TCP with the buffers
  *             still missing (a receive with none missing completes), in order, before any new irecv; TCP accept
- * Back (probe with backoff while on TCP; the receiver decides where the switch happens):
- *   receiver: port ACTIVE: new QPs, BACK_OFFER{QPs}         sender: port ACTIVE too: new QPs to RTS, FIFO cleared,
- *             BACK_READY{QPs} (else BACK_NOT_YET)            receiver: QPs to RTS, BACK_SWITCH{S = its next TCP
- *   message}: its new receives go over RDMA (numbered from 0)  sender: its sends from TCP message S go over RDMA;
- *   the TCP comm closes once nothing is left on it. A connection that falls back more than GDRNET_FAILBACK_FLAPS
+ * Back (probed with backoff while on TCP). One TCP connection per connection, kept until close and used again by a
+ * later fallback: the TCP message numbers of both sides stay one ordered stream.
+ *   receiver: its port ACTIVE: new QPs, BACK_OFFER{QPs}      sender: its port ACTIVE too: new QPs to RTS, FIFO
+ *             cleared, BACK_READY{QPs} (else BACK_NOT_YET)   receiver: QPs to RTS, then a zero-length RDMA WRITE on
+ *   each (the probe: the path carries traffic both ways, not just the ports are up); failed, or not done within
+ *   PROBE_WAIT: BACK_NOT_YET, later again. Done: BACK_SWITCH{R = its next TCP receive}, and no new receive until
+ *   sender: P = max(R, its next TCP send), BACK_AT{P}: both sides carry messages below P over TCP, the rest over
+ *   RDMA (numbered from 0). A fault before BACK_AT abandons the way back; after it, it is a new fallback (what was
+ *   given to RDMA goes over TCP after the rest). A connection that falls back more than GDRNET_FAILBACK_FLAPS
  *   times within GDRNET_FAILBACK_WINDOW_S stays on TCP (one WARN). */
 #include <errno.h>
 #include <stdio.h>
@@ -31,6 +35,7 @@
 
 #define PROBE_MIN_NS 100000000ull   /* the way back is first probed 100 ms after the move, */
 #define PROBE_MAX_NS 10000000000ull /* then with backoff up to every 10 s */
+#define PROBE_WAIT_NS 2000000000ull /* a probe WRITE not acknowledged within 2 s: the path is not back */
 
 static int is_sender(const struct gdr_rdma_comm *c) { return c->kind == GDR_RCOMM_SEND; }
 
@@ -78,7 +83,10 @@ static ncclResult_t send_rstate(struct gdr_rdma_comm *c) {
     struct gdr_rdma_req *q = c->recv_slot[seq % GDR_RDMA_FIFO_SLOTS];
     if (q && q->seq == seq && q->events > 0) st.incomplete |= 1u << i;
   }
-  memcpy(st.tcp_handle, &c->fb.tcp_handle, sizeof(st.tcp_handle));
+  if (c->fb.tcp)
+    st.flags |= GDR_RDMA_FB_REUSE;
+  else
+    memcpy(st.tcp_handle, &c->fb.tcp_handle, sizeof(st.tcp_handle));
   return gdr_rdma_ctrl_send(c, GDR_CTRL_FB_RSTATE, c->fb.epoch, 0, 0, &st, sizeof(st));
 }
 
@@ -118,7 +126,7 @@ void gdr_rdma_fb_begin(struct gdr_rdma_comm *c, const char *why) {
     return;
   }
   fb->phase = GDR_FB_WAIT_SSTATE;
-  if (open_listener(c) != ncclSuccess || send_rstate(c) != ncclSuccess)
+  if ((fb->tcp == NULL && open_listener(c) != ncclSuccess) || send_rstate(c) != ncclSuccess)
     fail(c, ncclSystemError, "the fallback to TCP could not open a TCP listener for the connection");
 }
 
@@ -127,6 +135,12 @@ static void sender_apply(struct gdr_rdma_comm *c) {
   const struct gdr_rdma_fb_rstate *p = &c->fb.rstate;
   struct gdr_rdma_fb_sent sent[GDR_RDMA_FB_MAX_SENT];
   int ns = 0;
+  if (!(p->flags & GDR_RDMA_FB_REUSE) != (c->fb.tcp == NULL)) {
+    fail(c, ncclInternalError,
+         c->fb.tcp ? "the peer opened a new TCP connection for the fallback although one is open"
+                   : "the peer wants to reuse a TCP connection of an earlier fallback that this side does not have");
+    return;
+  }
   uint64_t low = c->head > GDR_RDMA_FIFO_SLOTS ? c->head - GDR_RDMA_FIFO_SLOTS : 0;
   memset(sent, 0, sizeof(sent));
   for (uint64_t seq = low; seq <= c->head; seq++) {
@@ -215,12 +229,13 @@ static void receiver_apply(struct gdr_rdma_comm *c, const struct gdr_rdma_fb_sen
 /* The TCP connection: the sender connects with the receiver's handle, the receiver accepts (both non-blocking). */
 static void tcp_connect_step(struct gdr_rdma_comm *c) {
   struct gdr_rdma_fb *fb = &c->fb;
-  void *tc = NULL;
-  ncclResult_t r;
-  if (is_sender(c))
+  void *tc = fb->tcp;
+  ncclResult_t r = ncclSuccess;
+  if (tc == NULL && is_sender(c))
     r = gdr_transport_tcp.connect(fb->tcp_dev, &fb->tcp_handle, &tc);
-  else
+  else if (tc == NULL)
     r = gdr_transport_tcp.accept(fb->tcp_listen, &tc);
+  /* else an earlier fallback's TCP connection carries on */
   if (r != ncclSuccess) {
     fail(c, r, "the fallback's TCP connection could not be set up (see the WARN above)");
     return;
@@ -301,11 +316,17 @@ static int flapping(struct gdr_rdma_comm *c) {
   return 1;
 }
 
-static void back_abort(struct gdr_rdma_comm *c, const char *why) {
+static uint64_t tcp_next(const struct gdr_rdma_comm *c) { return ((const struct tcp_comm *)c->fb.tcp)->next_seq; }
+
+/* The way back is abandoned before the switch point is agreed: the new QPs go, the probe backs off; tell: the peer
+ * is told (it may hold QPs for this offer, or wait for its switch point). */
+static void back_abort(struct gdr_rdma_comm *c, int tell, const char *why) {
   struct gdr_rdma_fb *fb = &c->fb;
   GDR_INFO(NCCL_NET, "%s stays on TCP for now: %s", c->desc, why);
   if (c->qs.cq) gdr_rdma_quiesce_qps(c);
+  if (tell) (void)gdr_rdma_ctrl_send(c, GDR_CTRL_BACK_NOT_YET, fb->epoch, fb->offer, 0, NULL, 0);
   fb->back = GDR_BACK_NONE;
+  fb->probes = 0;
   fb->probe_backoff_ns = fb->probe_backoff_ns * 2 > PROBE_MAX_NS ? PROBE_MAX_NS : fb->probe_backoff_ns * 2;
   fb->probe_ns = gdr_time_ns() + fb->probe_backoff_ns;
 }
@@ -353,6 +374,46 @@ static int back_connect(struct gdr_rdma_comm *c, const struct gdr_rdma_rec_state
   return 0;
 }
 
+/* Receiver: a zero-length RDMA WRITE on each new QP (into the sender's FIFO: nothing changes there). Each completes
+ * only once the sender's NIC acknowledged it: the path works both ways, not just the two ports. */
+static int post_probes(struct gdr_rdma_comm *c) {
+  struct gdr_rdma_fb *fb = &c->fb;
+  for (int i = 0; i < c->nqps; i++) {
+    struct ibv_send_wr w, *bad = NULL;
+    memset(&w, 0, sizeof(w));
+    w.wr_id = gdr_wr_id(GDR_WR_PROBE, i, fb->offer);
+    w.opcode = IBV_WR_RDMA_WRITE;
+    w.send_flags = IBV_SEND_SIGNALED;
+    w.wr.rdma.remote_addr = c->rfifo_addr;
+    w.wr.rdma.rkey = c->rfifo_rkey;
+    if (gdr_ibv_post_send(c->qs.qps[i], &w, &bad) != 0) return -1;
+  }
+  fb->probes = c->nqps;
+  return 0;
+}
+
+/* Receiver: the probes' completions. 1: all went through; -1: one failed; 0: not yet. */
+static int poll_probes(struct gdr_rdma_comm *c, const char **why) {
+  struct gdr_rdma_fb *fb = &c->fb;
+  struct ibv_wc wcs[GDR_RDMA_CQ_BATCH];
+  int n;
+  while ((n = gdr_ibv_poll_cq(c->qs.cq, GDR_RDMA_CQ_BATCH, wcs)) > 0) {
+    for (int i = 0; i < n; i++) {
+      if (wcs[i].status != IBV_WC_SUCCESS) {
+        *why = gdr_ibv_wc_status_str(wcs[i].status);
+        return -1;
+      }
+      if (gdr_wr_kind(wcs[i].wr_id) == GDR_WR_PROBE && gdr_wr_seq(wcs[i].wr_id) == (fb->offer & 0xffffffffffffull))
+        fb->probes--;
+    }
+  }
+  if (n < 0) {
+    *why = "ibv_poll_cq failed";
+    return -1;
+  }
+  return fb->probes <= 0 ? 1 : 0;
+}
+
 /* RDMA carries the new messages again (both sides number them from 0). */
 static void back_on_rdma(struct gdr_rdma_comm *c) {
   struct gdr_rdma_fb *fb = &c->fb;
@@ -363,8 +424,9 @@ static void back_on_rdma(struct gdr_rdma_comm *c) {
   fb->returns++;
   fb->tcp_ns += gdr_time_ns() - fb->since_ns;
   gdr_health_set_state(&c->health, GDR_HEALTH_OK);
-  GDR_INFO(NCCL_NET, "%s is back on RDMA after %llu ms on TCP (return %llu)", c->desc,
-           (unsigned long long)((gdr_time_ns() - fb->since_ns) / 1000000ull), (unsigned long long)fb->returns);
+  GDR_INFO(NCCL_NET, "%s is back on RDMA after %llu ms on TCP (return %llu, from TCP message %llu on)", c->desc,
+           (unsigned long long)((gdr_time_ns() - fb->since_ns) / 1000000ull), (unsigned long long)fb->returns,
+           (unsigned long long)fb->switch_at);
 }
 
 /* Receiver: when the port is up (and the connection is not flapping), offer the way back. */
@@ -381,16 +443,22 @@ static void back_probe(struct gdr_rdma_comm *c) {
     return;
   }
   fill_qp_state(c, &st);
+  fb->offer++;
   fb->back = GDR_BACK_OFFERED;
   fb->deadline_ns = now + ms_ns(gdr_param_int(GDR_PARAM_RECOVERY_TIMEOUT_MS));
-  (void)gdr_rdma_ctrl_send(c, GDR_CTRL_BACK_OFFER, fb->epoch, 0, 0, &st, sizeof(st));
+  (void)gdr_rdma_ctrl_send(c, GDR_CTRL_BACK_OFFER, fb->epoch, fb->offer, 0, &st, sizeof(st));
 }
 
 int gdr_rdma_fb_absorb(struct gdr_rdma_comm *c, int action, const char *why) {
   struct gdr_rdma_fb *fb = &c->fb;
-  if (fb->path == GDR_PATH_RDMA || (fb->path == GDR_PATH_TCP && fb->back == GDR_BACK_SWITCHED)) return 0;
-  if (fb->path == GDR_PATH_TCP && fb->back != GDR_BACK_NONE) back_abort(c, why);
+  if (fb->path == GDR_PATH_RDMA) return 0;
   if (action == GDR_FAULT_DEVICE) fb->pinned = 1; /* no way back to a lost device */
+  if (fb->path == GDR_PATH_TCP && fb->back >= GDR_BACK_FROZEN) {
+    /* the switch point is (being) agreed: RDMA may carry messages already; they go over TCP again, after the rest */
+    gdr_rdma_fb_begin(c, why);
+    return 1;
+  }
+  if (fb->path == GDR_PATH_TCP && fb->back != GDR_BACK_NONE) back_abort(c, 1, why);
   return 1;
 }
 
@@ -399,6 +467,7 @@ int gdr_rdma_fb_absorb(struct gdr_rdma_comm *c, int action, const char *why) {
 ncclResult_t gdr_rdma_fb_message(struct gdr_rdma_comm *c, const struct gdr_rdma_ctrl *m, const void *payload) {
   struct gdr_rdma_fb *fb = &c->fb;
   uint32_t e = (uint32_t)m->seq;
+  int ours = e == fb->epoch && m->a == fb->offer && fb->path == GDR_PATH_TCP; /* the way back now in progress */
   if (gdr_health_failed(&c->health)) return gdr_rdma_comm_check(c);
   switch (m->type) {
   case GDR_CTRL_FB_REQ:
@@ -430,38 +499,65 @@ ncclResult_t gdr_rdma_fb_message(struct gdr_rdma_comm *c, const struct gdr_rdma_
   case GDR_CTRL_BACK_OFFER: { /* sender */
     struct gdr_rdma_rec_state st;
     const char *bad = gdr_rdma_rec_state_check(payload, m->len, GDR_RDMA_ROLE_RECV, c->nqps);
-    if (bad || e != fb->epoch || fb->path != GDR_PATH_TCP) {
-      (void)gdr_rdma_ctrl_send(c, GDR_CTRL_BACK_NOT_YET, fb->epoch, 0, 0, NULL, 0);
+    if (fb->back == GDR_BACK_READY) back_abort(c, 0, "a new offer replaces the last");
+    if (fb->back != GDR_BACK_NONE || bad || e != fb->epoch || fb->path != GDR_PATH_TCP || fb->pinned) {
+      (void)gdr_rdma_ctrl_send(c, GDR_CTRL_BACK_NOT_YET, e, m->a, 0, NULL, 0);
       return ncclSuccess;
     }
-    if (fb->back == GDR_BACK_READY) back_abort(c, "a second offer");
+    fb->offer = (uint32_t)m->a;
     if (back_prepare(c) != 0 || back_connect(c, payload) != 0) {
       if (c->qs.cq) gdr_rdma_quiesce_qps(c);
-      (void)gdr_rdma_ctrl_send(c, GDR_CTRL_BACK_NOT_YET, fb->epoch, 0, 0, NULL, 0);
+      (void)gdr_rdma_ctrl_send(c, GDR_CTRL_BACK_NOT_YET, fb->epoch, fb->offer, 0, NULL, 0);
       return ncclSuccess;
     }
     memset(c->fifo, 0, sizeof(struct gdr_cts_slot) * GDR_RDMA_FIFO_SLOTS); /* numbering restarts at 0 */
     fill_qp_state(c, &st);
     fb->back = GDR_BACK_READY;
-    return gdr_rdma_ctrl_send(c, GDR_CTRL_BACK_READY, fb->epoch, 0, 0, &st, sizeof(st));
+    return gdr_rdma_ctrl_send(c, GDR_CTRL_BACK_READY, fb->epoch, fb->offer, 0, &st, sizeof(st));
   }
-  case GDR_CTRL_BACK_READY: { /* receiver */
+  case GDR_CTRL_BACK_READY: { /* receiver: connect, then probe */
     const char *bad = gdr_rdma_rec_state_check(payload, m->len, GDR_RDMA_ROLE_SEND, c->nqps);
-    if (fb->back != GDR_BACK_OFFERED || e != fb->epoch) return ncclSuccess;
-    if (bad || back_connect(c, payload) != 0) {
-      back_abort(c, bad ? bad : "connecting the new QPs failed");
+    if (!ours || fb->back != GDR_BACK_OFFERED) return ncclSuccess;
+    if (bad || back_connect(c, payload) != 0 || post_probes(c) != 0) {
+      back_abort(c, 1, bad ? bad : "connecting or probing the new QPs failed");
       return ncclSuccess;
     }
-    uint64_t s = ((struct tcp_comm *)fb->tcp)->next_seq;
-    back_on_rdma(c);
-    return gdr_rdma_ctrl_send(c, GDR_CTRL_BACK_SWITCH, fb->epoch, s, 0, NULL, 0);
+    fb->back = GDR_BACK_PROBING;
+    fb->deadline_ns = gdr_time_ns() + PROBE_WAIT_NS;
+    return ncclSuccess;
   }
   case GDR_CTRL_BACK_NOT_YET:
-    if (fb->back == GDR_BACK_OFFERED) back_abort(c, "the peer's port is not ready");
+    /* the sender answers an offer with BACK_AT or BACK_NOT_YET, never both: a frozen receiver may thaw */
+    if (ours && (is_sender(c) ? fb->back == GDR_BACK_READY
+                              : fb->back == GDR_BACK_OFFERED || fb->back == GDR_BACK_PROBING ||
+                                    fb->back == GDR_BACK_FROZEN))
+      back_abort(c, 0, is_sender(c) ? "the peer's probe of the new QPs did not go through" : "the peer is not ready");
     return ncclSuccess;
-  case GDR_CTRL_BACK_SWITCH: /* sender: TCP messages from a on go over RDMA */
-    if (fb->back != GDR_BACK_READY || e != fb->epoch) return ncclSuccess;
-    fb->switch_at = m->a;
+  case GDR_CTRL_BACK_SWITCH: /* sender: the receiver's probe went through, its TCP receives stop at b */
+    if (!ours || fb->back != GDR_BACK_READY) return ncclSuccess;
+    /* P: R is a receive boundary; a P above it (sends of this side the receiver has not posted yet) may fall inside
+     * a grouped receive: the receiver names the end of that one (BACK_FINAL) before this side goes past P */
+    fb->switch_at = m->b > tcp_next(c) ? m->b : tcp_next(c);
+    fb->back = fb->switch_at == m->b ? GDR_BACK_AT : GDR_BACK_AT_WAIT;
+    fb->deadline_ns = gdr_time_ns() + ms_ns(gdr_param_int(GDR_PARAM_RECOVERY_TIMEOUT_MS));
+    return gdr_rdma_ctrl_send(c, GDR_CTRL_BACK_AT, fb->epoch, fb->offer, fb->switch_at, NULL, 0);
+  case GDR_CTRL_BACK_AT: /* receiver */
+    if (!ours || fb->back != GDR_BACK_FROZEN) return ncclSuccess;
+    if (m->b < tcp_next(c)) {
+      fail(c, ncclRemoteError, "the peer's switch point back to RDMA is below receives already posted over TCP");
+      return gdr_rdma_comm_check(c);
+    }
+    fb->back = m->b == tcp_next(c) ? GDR_BACK_AT : GDR_BACK_AT_WAIT; /* AT_WAIT: BACK_FINAL once it reaches P */
+    fb->switch_at = m->b;
+    return ncclSuccess;
+  case GDR_CTRL_BACK_FINAL: /* sender */
+    if (!ours || fb->back != GDR_BACK_AT_WAIT) return ncclSuccess;
+    if (m->b < fb->switch_at) {
+      fail(c, ncclRemoteError, "the peer's final switch point back to RDMA is below the one agreed");
+      return gdr_rdma_comm_check(c);
+    }
+    fb->switch_at = m->b;
+    fb->back = GDR_BACK_AT;
     return ncclSuccess;
   default:
     return ncclSuccess;
@@ -470,14 +566,47 @@ ncclResult_t gdr_rdma_fb_message(struct gdr_rdma_comm *c, const struct gdr_rdma_
 
 /* ------------------------------------------------------------------------------------------- progress -- */
 
-int gdr_rdma_fb_new_on_tcp(const struct gdr_rdma_comm *c) {
-  const struct gdr_rdma_fb *fb = &c->fb;
-  if (fb->path != GDR_PATH_TCP) return 0;
-  if (fb->back == GDR_BACK_SWITCHED) return 0; /* receiver switched; sender below */
-  if (is_sender(c) && fb->back == GDR_BACK_READY && fb->switch_at != 0 &&
-      ((struct tcp_comm *)fb->tcp)->next_seq >= fb->switch_at)
-    return 0;
-  return 1;
+int gdr_rdma_fb_route(struct gdr_rdma_comm *c) {
+  struct gdr_rdma_fb *fb = &c->fb;
+  if (fb->path != GDR_PATH_TCP || fb->back == GDR_BACK_SWITCHED) return GDR_ROUTE_RDMA;
+  if (fb->back == GDR_BACK_FROZEN) return GDR_ROUTE_WAIT;
+  if ((fb->back != GDR_BACK_AT && fb->back != GDR_BACK_AT_WAIT) || tcp_next(c) < fb->switch_at ||
+      fb->qhead != fb->qtail)
+    return GDR_ROUTE_TCP;
+  if (fb->back == GDR_BACK_AT_WAIT) {
+    if (is_sender(c)) return GDR_ROUTE_WAIT; /* at P: the receiver's BACK_FINAL says where its receive ends */
+    /* receiver: its receives reached P (the last may end past it): that is the switch point */
+    fb->switch_at = tcp_next(c);
+    if (gdr_rdma_ctrl_send(c, GDR_CTRL_BACK_FINAL, fb->epoch, fb->offer, fb->switch_at, NULL, 0) != ncclSuccess) {
+      fail(c, ncclSystemError, "the control channel failed while switching back to RDMA");
+      return GDR_ROUTE_WAIT;
+    }
+  }
+  back_on_rdma(c);
+  return GDR_ROUTE_RDMA;
+}
+
+/* Receiver, probing: all through -> BACK_SWITCH and freeze; failed or too slow -> abandon. */
+static void probe_step(struct gdr_rdma_comm *c) {
+  struct gdr_rdma_fb *fb = &c->fb;
+  const char *why = NULL;
+  int r = poll_probes(c, &why);
+  if (r == 0 && gdr_time_ns() > fb->deadline_ns) {
+    r = -1;
+    why = "no completion within the probe's wait";
+  }
+  if (r < 0) {
+    char msg[160];
+    fb->probes_failed++;
+    snprintf(msg, sizeof(msg), "the probe WRITE over the new QPs failed (%s)", why);
+    back_abort(c, 1, msg);
+    return;
+  }
+  if (r == 0) return;
+  fb->back = GDR_BACK_FROZEN;
+  fb->deadline_ns = gdr_time_ns() + ms_ns(gdr_param_int(GDR_PARAM_RECOVERY_TIMEOUT_MS));
+  if (gdr_rdma_ctrl_send(c, GDR_CTRL_BACK_SWITCH, fb->epoch, fb->offer, tcp_next(c), NULL, 0) != ncclSuccess)
+    fail(c, ncclSystemError, "the control channel failed while switching back to RDMA");
 }
 
 void gdr_rdma_fb_step(struct gdr_rdma_comm *c, int *busy) {
@@ -500,21 +629,23 @@ void gdr_rdma_fb_step(struct gdr_rdma_comm *c, int *busy) {
   }
   /* on TCP: the requests handed over go first */
   if (fb->qhead != fb->qtail) drain_queue(c);
-  if (is_sender(c) && fb->back == GDR_BACK_READY && fb->switch_at != 0 &&
-      ((struct tcp_comm *)fb->tcp)->next_seq >= fb->switch_at)
-    back_on_rdma(c);
-  if (fb->back == GDR_BACK_OFFERED && gdr_time_ns() > fb->deadline_ns) back_abort(c, "no answer from the peer");
+  if (fb->back == GDR_BACK_OFFERED && gdr_time_ns() > fb->deadline_ns) back_abort(c, 1, "no answer from the peer");
+  if (fb->back == GDR_BACK_PROBING) probe_step(c);
+  if (fb->back == GDR_BACK_FROZEN && gdr_time_ns() > fb->deadline_ns) {
+    fail(c, ncclRemoteError, "the peer did not name the switch point back to RDMA within GDRNET_RECOVERY_TIMEOUT_MS");
+    return;
+  }
+  if (fb->back == GDR_BACK_AT_WAIT && is_sender(c) && gdr_time_ns() > fb->deadline_ns) {
+    fail(c, ncclRemoteError, "the peer did not confirm the switch point back to RDMA within GDRNET_RECOVERY_TIMEOUT_MS");
+    return;
+  }
+  if (fb->back == GDR_BACK_AT || fb->back == GDR_BACK_AT_WAIT) (void)gdr_rdma_fb_route(c);
   back_probe(c);
-  /* back on RDMA and nothing left on TCP: the TCP connection closes */
+  /* back on RDMA and nothing left on TCP: RDMA carries everything (the TCP connection stays, idle, for a next
+   * fallback) */
   if (fb->back == GDR_BACK_SWITCHED && fb->qhead == fb->qtail && fb->tcp_pending == 0) {
-    void *t = fb->tcp;
-    fb->tcp = NULL;
     fb->path = GDR_PATH_RDMA;
     fb->back = GDR_BACK_NONE;
-    if (is_sender(c))
-      (void)gdr_transport_tcp.close_send(t);
-    else
-      (void)gdr_transport_tcp.close_recv(t);
   }
 }
 

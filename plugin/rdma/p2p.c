@@ -120,7 +120,9 @@ ncclResult_t gdr_rdma_isend(void *send_comm, void *data, size_t size, int tag, v
   *request = NULL;
   ncclResult_t res = gdr_rdma_progress(c, &busy);
   if (res != ncclSuccess || busy) return res;
-  if (gdr_rdma_fb_new_on_tcp(c)) return gdr_rdma_fb_isend(c, data, size, tag, mhandle, request);
+  int route = gdr_rdma_fb_route(c);
+  if (route == GDR_ROUTE_WAIT) return ncclSuccess; /* the way back: at the switch point, not final yet */
+  if (route == GDR_ROUTE_TCP) return gdr_rdma_fb_isend(c, data, size, tag, mhandle, request);
   if (size > 0x7fffffffu) {
     GDR_WARN("isend of %zu bytes to %s: more than 2^31-1 bytes in one message", size, c->peer);
     return ncclInvalidUsage;
@@ -262,7 +264,11 @@ ncclResult_t gdr_rdma_irecv(void *recv_comm, int n, void **data, size_t *sizes, 
     GDR_WARN("irecv with n = %d buffers (1..%d)", n, GDR_RDMA_MAX_RECVS);
     return ncclInternalError;
   }
-  if (gdr_rdma_fb_new_on_tcp(c)) return gdr_rdma_fb_irecv(c, n, data, sizes, tags, mhandles, request);
+  switch (gdr_rdma_fb_route(c)) {
+  case GDR_ROUTE_TCP: return gdr_rdma_fb_irecv(c, n, data, sizes, tags, mhandles, request);
+  case GDR_ROUTE_WAIT: return ncclSuccess; /* the way back: the switch point is being agreed */
+  default: break;
+  }
   const uint64_t seq = c->head;
   const int slot = (int)(seq % GDR_RDMA_FIFO_SLOTS);
   if (c->recv_slot[slot] != NULL) return ncclSuccess; /* 32 receives in flight */
@@ -331,7 +337,7 @@ ncclResult_t gdr_rdma_iflush(void *recv_comm, int n, void **data, int *sizes, vo
   ncclResult_t res = gdr_rdma_progress(c, &busy);
   if (res != ncclSuccess) return res;
   if (!c->gdr_flush) return ncclSuccess; /* no GDR: nothing can be pending in a PCIe write buffer */
-  if (c->fb.path != GDR_PATH_RDMA && (busy || gdr_rdma_fb_new_on_tcp(c)))
+  if (c->fb.path != GDR_PATH_RDMA && (busy || gdr_rdma_fb_route(c) != GDR_ROUTE_RDMA))
     return ncclSuccess; /* over TCP a receive completes once its bytes are in the GPU: nothing left to flush */
   int last = -1;
   for (int i = 0; i < n; i++) {
@@ -368,6 +374,7 @@ static const char *wr_kind_str(int k) {
   case GDR_WR_RECV: return "RECV_RDMA_WITH_IMM (data)";
   case GDR_WR_CTS: return "RDMA_WRITE (clear-to-send)";
   case GDR_WR_FLUSH: return "RDMA_READ (GDR flush)";
+  case GDR_WR_PROBE: return "RDMA_WRITE (path probe)";
   default: return "unknown";
   }
 }
@@ -435,6 +442,7 @@ static void process_wc(struct gdr_rdma_comm *c, const struct ibv_wc *wc) {
     return;
   }
   case GDR_WR_CTS:
+  case GDR_WR_PROBE: /* a late probe of the way back (fallback.c) */
     return;
   case GDR_WR_FLUSH: {
     int i = gdr_wr_arg(wc->wr_id);

@@ -57,15 +57,22 @@ const char *gdr_rdma_ctrl_check(const struct gdr_rdma_ctrl *m, int writer_role) 
     if (writer_role != GDR_RDMA_ROLE_SEND) return "a fallback send state from the receiver";
     return m->seq > 0 && m->len % sizeof(struct gdr_rdma_fb_sent) == 0 ? NULL : "bad fallback send state";
   case GDR_CTRL_BACK_OFFER:
-  case GDR_CTRL_BACK_SWITCH:
-    if (writer_role != GDR_RDMA_ROLE_RECV) return "a failback offer or switch from the sender";
-    if (m->type == GDR_CTRL_BACK_SWITCH) return m->len == 0 ? NULL : "unexpected payload";
+    if (writer_role != GDR_RDMA_ROLE_RECV) return "a failback offer from the sender";
     return m->len == sizeof(struct gdr_rdma_rec_state) ? NULL : "bad failback offer";
+  case GDR_CTRL_BACK_SWITCH:
+    if (writer_role != GDR_RDMA_ROLE_RECV) return "a failback switch from the sender";
+    return m->len == 0 ? NULL : "unexpected payload";
   case GDR_CTRL_BACK_READY:
-  case GDR_CTRL_BACK_NOT_YET:
     if (writer_role != GDR_RDMA_ROLE_SEND) return "a failback answer from the receiver";
-    if (m->type == GDR_CTRL_BACK_NOT_YET) return m->len == 0 ? NULL : "unexpected payload";
     return m->len == sizeof(struct gdr_rdma_rec_state) ? NULL : "bad failback answer";
+  case GDR_CTRL_BACK_AT:
+    if (writer_role != GDR_RDMA_ROLE_SEND) return "a failback switch point from the receiver";
+    return m->len == 0 ? NULL : "unexpected payload";
+  case GDR_CTRL_BACK_FINAL:
+    if (writer_role != GDR_RDMA_ROLE_RECV) return "a failback final switch point from the sender";
+    return m->len == 0 ? NULL : "unexpected payload";
+  case GDR_CTRL_BACK_NOT_YET:
+    return m->len == 0 ? NULL : "unexpected payload";
   default:
     return "unknown record type";
   }

@@ -162,11 +162,17 @@ enum {
   GDR_CTRL_FB_REQ = 7,    /* sender -> receiver: move the connection to TCP; payload: the reason text */
   GDR_CTRL_FB_RSTATE = 8, /* receiver -> sender: what it has (struct gdr_rdma_fb_rstate), where its TCP listener is */
   GDR_CTRL_FB_SSTATE = 9, /* sender -> receiver: the parts already placed of what the receiver lacks */
+  /* the way back; a = the offer number (both directions), seq = the epoch */
   GDR_CTRL_BACK_OFFER = 10, /* receiver -> sender: its port is up again: new QPs (struct gdr_rdma_rec_state) */
   GDR_CTRL_BACK_READY = 11, /* sender -> receiver: its new QPs are RTS (struct gdr_rdma_rec_state), FIFO cleared */
-  GDR_CTRL_BACK_NOT_YET = 12, /* sender -> receiver: not now (its port is down, or it is busy): try later */
-  GDR_CTRL_BACK_SWITCH = 13,  /* receiver -> sender: TCP message a and later go over RDMA again */
-  GDR_CTRL_TYPE_MAX = 13,
+  GDR_CTRL_BACK_NOT_YET = 12, /* either way: not now (a port is down, the probe over the new QPs failed): later */
+  GDR_CTRL_BACK_SWITCH = 13,  /* receiver -> sender: the probe went through; b = its next TCP message, it posts no
+                               * more receives until BACK_AT */
+  GDR_CTRL_BACK_AT = 14,      /* sender -> receiver: b = the switch point P = max(R, its next TCP send): messages
+                               * below P over TCP, the rest over RDMA; final if P = R (a receive boundary) */
+  GDR_CTRL_BACK_FINAL = 15,   /* receiver -> sender, when P > R: b = P' >= P, the end of its receive that reaches P
+                               * (a grouped receive may cross P): the sender's switch point */
+  GDR_CTRL_TYPE_MAX = 15,
 };
 struct gdr_rdma_ctrl {
   uint32_t magic;
@@ -202,10 +208,11 @@ _Static_assert(sizeof(struct gdr_rdma_rec_state) == 184, "REC_STATE payload");
 struct gdr_rdma_fb_rstate {
   uint64_t head;       /* receives posted so far */
   uint32_t incomplete; /* bit i set = message head - 1 - i is posted and not complete (as REC_STATE) */
-  uint32_t rsvd;
+  uint32_t flags;      /* GDR_RDMA_FB_REUSE: the TCP connection of an earlier fallback carries on (no listener) */
   uint8_t tcp_handle[128]; /* the TCP transport's handle (struct gdr_handle) of the listener for this connection */
 };
 _Static_assert(sizeof(struct gdr_rdma_fb_rstate) == 144, "FB_RSTATE payload");
+#define GDR_RDMA_FB_REUSE 1u
 
 /* FB_SSTATE: for each message the receiver lacks of which the sender posted parts, the parts already placed (their
  * writes were acknowledged) and their sizes: the receiver completes those buffers without waiting for them again. */

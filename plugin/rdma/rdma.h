@@ -150,7 +150,7 @@ struct gdr_rdma_req {
 
 /* wr_id: kind in the top byte, an 8-bit argument in the next (slot, slot | part << 5, or a request index), the
  * message's seq in the low 48 bits */
-enum { GDR_WR_DATA = 1, GDR_WR_RECV = 2, GDR_WR_CTS = 3, GDR_WR_FLUSH = 4, GDR_WR_IMM = 5 };
+enum { GDR_WR_DATA = 1, GDR_WR_RECV = 2, GDR_WR_CTS = 3, GDR_WR_FLUSH = 4, GDR_WR_IMM = 5, GDR_WR_PROBE = 6 };
 static inline uint64_t gdr_wr_id(int kind, int arg, uint64_t seq) {
   return ((uint64_t)kind << 56) | ((uint64_t)(arg & 0xff) << 48) | (seq & 0xffffffffffffull);
 }
@@ -232,7 +232,13 @@ struct gdr_rdma_rec {
 /* The fallback to TCP and back (fallback.c). */
 enum { GDR_PATH_RDMA = 0, GDR_PATH_MOVING, GDR_PATH_TCP };
 enum { GDR_FB_IDLE = 0, GDR_FB_WAIT_RSTATE, GDR_FB_WAIT_SSTATE, GDR_FB_CONNECT, GDR_FB_DONE };
-enum { GDR_BACK_NONE = 0, GDR_BACK_OFFERED, GDR_BACK_READY, GDR_BACK_SWITCHED };
+/* the way back: receiver NONE -> OFFERED -> PROBING -> FROZEN -> [AT_WAIT: P > R] -> AT -> SWITCHED; sender NONE
+ * -> READY -> [AT_WAIT: P > R, its switch point not final] -> AT -> SWITCHED; SWITCHED -> (nothing left on TCP)
+ * path RDMA, NONE. From FROZEN on, a fault is a new fallback (the peer may have switched). */
+enum { GDR_BACK_NONE = 0, GDR_BACK_OFFERED, GDR_BACK_READY, GDR_BACK_PROBING, GDR_BACK_FROZEN, GDR_BACK_AT_WAIT,
+       GDR_BACK_AT, GDR_BACK_SWITCHED };
+/* where the next message of a connection goes (gdr_rdma_fb_route) */
+enum { GDR_ROUTE_RDMA = 0, GDR_ROUTE_TCP, GDR_ROUTE_WAIT };
 #define GDR_FB_QUEUE (GDR_RDMA_SEND_REQS)
 struct gdr_rdma_fb {
   int path;           /* GDR_PATH_* */
@@ -253,8 +259,11 @@ struct gdr_rdma_fb {
   /* back to RDMA */
   int back;           /* GDR_BACK_* */
   uint64_t probe_ns, probe_backoff_ns;
-  uint64_t switch_at; /* sender: TCP messages below this go over TCP (0: not switching) */
-  int tcp_pending;    /* requests still on TCP after the switch back */
+  uint32_t offer;     /* the number of the current offer (a in BACK_*) */
+  int probes;         /* receiver: probe WRITEs still to complete */
+  uint64_t switch_at; /* back == AT: messages below this go over TCP, the rest over RDMA */
+  int tcp_pending;    /* requests on TCP not yet complete */
+  uint64_t probes_failed;
   uint64_t flap_ns[8];
   int nflaps;
   int pinned;         /* stays on TCP for good (flapped too often, or cannot return) */
@@ -404,7 +413,7 @@ ncclResult_t gdr_rdma_fb_message(struct gdr_rdma_comm *c, const struct gdr_rdma_
  * moving (the caller waits). */
 void gdr_rdma_fb_step(struct gdr_rdma_comm *c, int *busy);
 /* Does a new isend/irecv go over TCP now? */
-int gdr_rdma_fb_new_on_tcp(const struct gdr_rdma_comm *c);
+int gdr_rdma_fb_route(struct gdr_rdma_comm *c);
 ncclResult_t gdr_rdma_fb_isend(struct gdr_rdma_comm *c, void *data, size_t size, int tag, void *mhandle,
                                void **request);
 ncclResult_t gdr_rdma_fb_irecv(struct gdr_rdma_comm *c, int n, void **data, size_t *sizes, int *tags,

@@ -141,6 +141,10 @@ void gdr_rdma_fault(struct gdr_rdma_comm *c, int action, ncclResult_t res, const
     return;
   }
   uint32_t k = rc->attempt + 1;
+  if (rc->episode_attempts >= (int)gdr_param_int(GDR_PARAM_RECOVERY_ATTEMPTS) || now > rc->deadline_ns) {
+    start_attempt(c, k, action); /* gives up (or moves to TCP) with its own line */
+    return;
+  }
   GDR_WARN("%s: %s; decision: %s, attempt %u (%d of at most %lld in this episode, %llu ms left)", c->desc, why,
            gdr_fault_action_str(action), k, rc->episode_attempts + 1,
            (long long)gdr_param_int(GDR_PARAM_RECOVERY_ATTEMPTS),

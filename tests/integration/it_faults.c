@@ -14,8 +14,10 @@
  *                                           with VEMU_GDR_LAZY=1 the data is visible only after the flush
  *   GNIT_MAXSIZE (default 8 MiB)            largest single message
  *   GNIT_EXPECT=recover (default): at least GNIT_MIN_RECOVERIES (default 1) recoveries in the two processes
- *              =fallback: the connection moved to TCP (and, with GNIT_EXPECT_BACK=1, came back to RDMA), every
- *                         byte still checked
+ *              =fallback: at least GNIT_EXPECT_MOVES (default 2) moves of a connection end to TCP and
+ *                         GNIT_EXPECT_BACK (default 0) returns to RDMA in the two processes, every byte still
+ *                         checked; GNIT_EXPECT_PROBE_FAIL=1: a probe of the way back failed and nothing returned;
+ *                         GNIT_EXPECT_PINNED=1: a flapping connection was pinned to TCP
  *              =tcp_only: a connection's RDMA part could not be set up: it runs over TCP from the start
  *              =clean: no fault and no recovery at all (a rule that cannot hit a connection)
  *              =error: the run must fail with ncclRemoteError or ncclSystemError within GNIT_ERROR_BOUND_S
@@ -294,9 +296,13 @@ static int side(int fd, int parent) {
   IT_OK(ip.net->closeSend(R.c.s));
   IT_OK(ip.net->closeRecv(R.c.r));
   /* the counters: the recoveries and the stats line each connection logs at close */
-  int mine[4] = {count_in_log(" recovered: "), count_in_log(" now runs over TCP"), count_in_log(" is back on RDMA"),
-                 count_in_log(" runs over TCP (")};
-  int peer[4] = {0, 0, 0, 0};
+  int mine[6] = {count_in_log(" recovered: "),
+                 count_in_log(" now runs over TCP"),
+                 count_in_log(" is back on RDMA"),
+                 count_in_log(" runs over TCP ("),
+                 count_in_log("the probe WRITE over the new QPs failed"),
+                 count_in_log("it stays on TCP (GDRNET_FAILBACK_FLAPS")};
+  int peer[6] = {0, 0, 0, 0, 0, 0};
   it_log("%.2f s; this process: %d recoveries, %d moves to TCP, %d returns to RDMA (%d connection(s) with faults)", secs,
          mine[0], mine[1], mine[2], count_in_log(" fault(s) ("));
   IT_CHECK(gn_boot_send(fd, mine, sizeof mine) == 0 && gn_boot_recv(fd, peer, sizeof peer, 60) == 0, "bootstrap");
@@ -310,9 +316,16 @@ static int side(int fd, int parent) {
       IT_CHECK(mine[3] + peer[3] >= 2, "%d connection end(s) run over TCP from the start, expected both ends of one",
                mine[3] + peer[3]);
     } else if (strcmp(expect, "fallback") == 0) {
-      IT_CHECK(moved >= 2, "%d connection end(s) moved to TCP, expected both ends of one at least", moved);
-      if (it_env_double("GNIT_EXPECT_BACK", 0) != 0)
-        IT_CHECK(back >= 2, "%d connection end(s) came back to RDMA, expected both ends of one at least", back);
+      int want_moves = (int)it_env_double("GNIT_EXPECT_MOVES", 2), want_back = (int)it_env_double("GNIT_EXPECT_BACK", 0);
+      IT_CHECK(moved >= want_moves, "%d move(s) of a connection end to TCP, expected at least %d", moved, want_moves);
+      IT_CHECK(back >= want_back, "%d return(s) of a connection end to RDMA, expected at least %d", back, want_back);
+      if (it_env_double("GNIT_EXPECT_PROBE_FAIL", 0) != 0) {
+        /* the ports are up but the path is not: the probe must say so, and nothing may return to RDMA */
+        IT_CHECK(mine[4] + peer[4] >= 1, "no failed probe of the way back (the path to the peer is dead)");
+        IT_CHECK(back == 0, "%d return(s) to RDMA over a dead path", back);
+      }
+      if (it_env_double("GNIT_EXPECT_PINNED", 0) != 0)
+        IT_CHECK(mine[5] + peer[5] >= 1, "the flapping connection was not pinned to TCP");
     } else {
       IT_CHECK(rec >= min, "%d recoveries in both processes, expected at least %d", rec, min);
       IT_CHECK(moved == 0, "%d moves to TCP where recovery was expected", moved);

@@ -187,11 +187,70 @@ static void test_hs_check(void **state) {
   }
 }
 
+/* Each control record type: accepted from the role that writes it with its length, rejected from the other role,
+ * with a wrong length or epoch; unknown types and bad magic rejected. */
+static void test_ctrl_check(void **state) {
+  (void)state;
+  const int S = GDR_RDMA_ROLE_SEND, R = GDR_RDMA_ROLE_RECV, ANY = -1;
+  const struct {
+    int type, writer;
+    size_t len;
+    uint64_t seq;
+  } ok[] = {
+    {GDR_CTRL_SIZE_ERR, S, 0, 1},
+    {GDR_CTRL_BYE, ANY, 0, 0},
+    {GDR_CTRL_REC_REQ, R, 0, 1},
+    {GDR_CTRL_REC_STATE, ANY, sizeof(struct gdr_rdma_rec_state), 1},
+    {GDR_CTRL_REC_GO, S, 0, 1},
+    {GDR_CTRL_FB_REQ, S, 5, 1},
+    {GDR_CTRL_FB_RSTATE, R, sizeof(struct gdr_rdma_fb_rstate), 1},
+    {GDR_CTRL_FB_SSTATE, S, 2 * sizeof(struct gdr_rdma_fb_sent), 1},
+    {GDR_CTRL_BACK_OFFER, R, sizeof(struct gdr_rdma_rec_state), 1},
+    {GDR_CTRL_BACK_READY, S, sizeof(struct gdr_rdma_rec_state), 1},
+    {GDR_CTRL_BACK_NOT_YET, ANY, 0, 1},
+    {GDR_CTRL_BACK_SWITCH, R, 0, 1},
+    {GDR_CTRL_BACK_AT, S, 0, 1},
+    {GDR_CTRL_BACK_FINAL, R, 0, 1},
+  };
+  struct gdr_rdma_ctrl m;
+  for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
+    memset(&m, 0, sizeof(m));
+    m.magic = GDR_RDMA_CTRL_MAGIC;
+    m.type = (uint16_t)ok[i].type;
+    m.len = (uint16_t)ok[i].len;
+    m.seq = ok[i].seq;
+    for (int role = S; role <= R; role++) {
+      const char *why = gdr_rdma_ctrl_check(&m, role);
+      if (ok[i].writer == ANY || ok[i].writer == role)
+        assert_null(why);
+      else
+        assert_non_null(why); /* a record only the other side writes */
+    }
+    int w = ok[i].writer == ANY ? S : ok[i].writer;
+    if (ok[i].type != GDR_CTRL_REC_FAIL && ok[i].type != GDR_CTRL_FB_REQ) {
+      m.len = (uint16_t)(ok[i].len + 3); /* a wrong length */
+      assert_non_null(gdr_rdma_ctrl_check(&m, w));
+      m.len = (uint16_t)ok[i].len;
+    }
+    m.magic ^= 1;
+    assert_non_null(gdr_rdma_ctrl_check(&m, w));
+  }
+  memset(&m, 0, sizeof(m));
+  m.magic = GDR_RDMA_CTRL_MAGIC;
+  m.type = GDR_CTRL_TYPE_MAX + 1;
+  assert_non_null(gdr_rdma_ctrl_check(&m, S));
+  m.type = GDR_CTRL_FB_REQ; /* epoch 0 */
+  assert_non_null(gdr_rdma_ctrl_check(&m, S));
+  m.type = GDR_CTRL_REC_FAIL;
+  m.len = GDR_RDMA_CTRL_MAX_PAYLOAD + 1;
+  assert_non_null(gdr_rdma_ctrl_check(&m, S));
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_cts_layout),   cmocka_unit_test(test_imm),
     cmocka_unit_test(test_stripe_basic), cmocka_unit_test(test_stripe_sweep),
-    cmocka_unit_test(test_stripe_qp_choice), cmocka_unit_test(test_hs_check),
+    cmocka_unit_test(test_stripe_qp_choice), cmocka_unit_test(test_hs_check), cmocka_unit_test(test_ctrl_check),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
