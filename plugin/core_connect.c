@@ -5,6 +5,7 @@
 
 #include "core.h"
 #include "log.h"
+#include "stats.h"
 
 static ncclResult_t check_dev(const struct gdr_transport *tp, int ndev, int dev, const char *what) {
   if (tp == NULL) {
@@ -87,6 +88,13 @@ out:
   return res;
 }
 
+/* GDRNET_STATS_FILE's per-transport connection counts */
+static void count_open(const struct gdr_transport *tp, int d) {
+  struct gdr_tp_counters *tc = &gdr_stats_tp[gdr_stats_tp_index(tp->name)];
+  if (d > 0) atomic_fetch_add_explicit(&tc->conns, 1, memory_order_relaxed);
+  atomic_fetch_add_explicit(&tc->open, d, memory_order_relaxed);
+}
+
 ncclResult_t gdr_core_connect(int dev, void *handle, void **send_comm) {
   ncclResult_t res = ncclSuccess;
   const struct gdr_transport *tp;
@@ -106,6 +114,7 @@ ncclResult_t gdr_core_connect(int dev, void *handle, void **send_comm) {
     goto out;
   }
   gdr_core_comm_opened();
+  count_open(tp, 1);
   *send_comm = c;
 out:
   gdr_core_unlock();
@@ -133,6 +142,7 @@ ncclResult_t gdr_core_accept(void *listen_comm, void **recv_comm) {
     goto out;
   }
   gdr_core_comm_opened();
+  count_open(l->tp, 1);
   *recv_comm = c;
 out:
   gdr_core_unlock();
@@ -164,6 +174,10 @@ static ncclResult_t close_comm(void *comm, uint32_t magic, const char *what) {
   free_comm(c, magic);
   gdr_core_comm_closed(tp);
   gdr_core_unlock();
+  if (magic != GDR_COMM_LISTEN) {
+    count_open(tp, -1);
+    gdr_stats_poke(); /* GDRNET_STATS_FILE: written at each close */
+  }
   return res;
 }
 

@@ -6,6 +6,7 @@
 #include "core.h"
 #include "log.h"
 #include "param.h"
+#include "stats.h"
 
 /* Process-wide plugin state. Global because NCCL's plugin ABI is a set of free functions; every field is
  * protected by g_lock (init and set-up/teardown paths only; the data path never takes it). */
@@ -118,8 +119,12 @@ ncclResult_t gdr_core_init(ncclDebugLogger_t logger) {
     gdr_params_reset(); /* a later init re-reads the environment */
     goto out;
   }
-  res = choose_transport();
-  if (res != ncclSuccess) gdr_params_reset();
+  res = gdr_stats_start(); /* GDRNET_STATS_FILE (a bad path fails init, like any bad knob) */
+  if (res == ncclSuccess) res = choose_transport();
+  if (res != ncclSuccess) {
+    gdr_stats_stop();
+    gdr_params_reset();
+  }
 out:
   pthread_mutex_unlock(&g_lock);
   return res;
@@ -160,6 +165,7 @@ out:
 
 void gdr_core_fini(void) {
   pthread_mutex_lock(&g_lock);
+  gdr_stats_stop(); /* the last file, with the devices' counters, before the transport forgets them */
   if (g_tp != NULL) {
     if (g_tp->quiesce) g_tp->quiesce();
     if (g_tp->fini) g_tp->fini();

@@ -5,6 +5,7 @@
 
 #include "core.h"
 #include "log.h"
+#include "stats.h"
 
 static int is_data_comm(const struct gdr_comm *c) {
   return c != NULL && (c->magic == GDR_COMM_SEND || c->magic == GDR_COMM_RECV);
@@ -194,8 +195,19 @@ ncclResult_t gdr_core_test(void *request, int *done, size_t *sizes, int *n) {
     return ncclInternalError;
   }
   /* the transport writes the sizes straight into the caller's array (only read once done) */
-  res = r->kind == GDR_REQ_FAILED ? r->error : c->tp->test(r->treq, done, sizes);
+  size_t own[GDR_MAX_RECVS];
+  size_t *sz = sizes != NULL ? sizes : (r->kind == GDR_REQ_SEND || r->kind == GDR_REQ_RECV ? own : NULL);
+  res = r->kind == GDR_REQ_FAILED ? r->error : c->tp->test(r->treq, done, sz);
   if (res != ncclSuccess || *done) {
+    struct gdr_tp_counters *tc = &gdr_stats_tp[gdr_stats_tp_index(c->tp->name)];
+    if (res != ncclSuccess) {
+      atomic_fetch_add_explicit(&tc->requests_failed, 1, memory_order_relaxed);
+    } else if (r->kind == GDR_REQ_SEND || r->kind == GDR_REQ_RECV) {
+      uint64_t bytes = 0;
+      for (int i = 0; i < (r->kind == GDR_REQ_SEND ? 1 : r->n); i++) bytes += sz[i];
+      atomic_fetch_add_explicit(r->kind == GDR_REQ_SEND ? &tc->bytes_sent : &tc->bytes_received, bytes,
+                                memory_order_relaxed);
+    }
     if (n && res == ncclSuccess) *n = r->n;
     r->magic = 0;
     gdr_pool_put_idx(&c->reqs, r->idx);

@@ -81,6 +81,7 @@ static void handle_event(struct gdr_rdma_dev *d, struct ibv_async_event *ev) {
     break;
   case IBV_EVENT_DEVICE_FATAL: {
     d->fatal = 1;
+    atomic_store_explicit(&d->ctr.lost, 1, memory_order_relaxed);
     for (struct gdr_rdma_comm *c = d->comms; c; c = c->next)
       hand_over(c, f->action, "async event %s on %s port %d, peer %s: %s", what, d->name, d->port, c->peer, f->hint);
     /* nothing of a dead NIC may keep memory pinned (a GPU reset needs it all gone): its registrations go now, its

@@ -478,6 +478,8 @@ static void tcp_only_done(struct gdr_rdma_comm *c, void *tcomm) {
   c->fb.pinned = 1;
   c->fb.since_ns = gdr_time_ns();
   c->fb.fallbacks = 1;
+  atomic_fetch_add_explicit(&c->dev->ctr.tcp_only, 1, memory_order_relaxed);
+  atomic_fetch_add_explicit(&c->dev->ctr.on_tcp, 1, memory_order_relaxed);
   gdr_health_set_state(&c->health, GDR_HEALTH_ON_TCP);
   GDR_INFO(NCCL_NET, "%s runs over TCP (%s)", c->desc, c->fb.reason);
 }

@@ -382,6 +382,7 @@ ncclResult_t gdr_rdma_dereg_mr(void *comm, void *mhandle) {
 
 static void close_dev(struct gdr_rdma_dev *d) {
   if (d->ncomms) GDR_INFO(NCCL_NET, "%s: %d connection(s) still open at fini", d->name, d->ncomms);
+  gdr_stats_unregister(&d->ctr);
   gdr_rdma_async_stop(d); /* never close the context under the thread that reads its events */
   int leaked = gdr_regcache_fini(&d->cache);
   if (leaked) GDR_INFO(NCCL_NET, "%s: %d registrations were still live at fini", d->name, leaked);
@@ -574,6 +575,7 @@ ncclResult_t gdr_rdma_init(int *ndev, char *why, size_t whylen) {
       else
         GDR_INFO(NCCL_NET | NCCL_INIT, "%s: IB LID %u, GID index %d = %s", d->name, d->lid, d->gid_index,
                  gidstr);
+      (void)gdr_stats_register("rdma", d->name, d->port, &d->ctr); /* full table: left out of GDRNET_STATS_FILE */
       gdr_rdma.ndevs++;
     }
     gdr_ibv.close_device(qctx);

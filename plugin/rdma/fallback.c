@@ -39,6 +39,9 @@
 
 static int is_sender(const struct gdr_rdma_comm *c) { return c->kind == GDR_RCOMM_SEND; }
 
+/* the device's counters (GDRNET_STATS_FILE) */
+#define DEV_ADD(c, field, v) atomic_fetch_add_explicit(&(c)->dev->ctr.field, (v), memory_order_relaxed)
+
 static uint64_t ms_ns(int64_t ms) { return (uint64_t)ms * 1000000ull; }
 
 int gdr_rdma_fb_allowed(const struct gdr_rdma_comm *c) {
@@ -46,10 +49,19 @@ int gdr_rdma_fb_allowed(const struct gdr_rdma_comm *c) {
          !c->peer_gone;
 }
 
+/* The next TCP message number of this side once the requests still queued for TCP (a move's hand-over, TCP full)
+ * are handed over: a sender's request is one TCP message, a receiver's one per buffer it still lacks. */
+static uint64_t tcp_next(const struct gdr_rdma_comm *c) {
+  const struct gdr_rdma_fb *fb = &c->fb;
+  uint64_t n = ((const struct tcp_comm *)fb->tcp)->next_seq;
+  for (int i = fb->qhead; i != fb->qtail; i++) n += c->kind == GDR_RCOMM_SEND ? 1 : (uint64_t)fb->queue[i % GDR_FB_QUEUE]->tn;
+  return n;
+}
+
 static void fail(struct gdr_rdma_comm *c, ncclResult_t res, const char *why) {
   if (gdr_health_failed(&c->health)) return;
   gdr_rdma_comm_fail(c, res, "%s", why);
-  atomic_fetch_add_explicit(&c->dev->n_failed, 1, memory_order_relaxed);
+  atomic_fetch_add_explicit(&c->dev->ctr.failed, 1, memory_order_relaxed);
   (void)gdr_rdma_ctrl_send(c, GDR_CTRL_REC_FAIL, c->fb.epoch, (uint64_t)res, 0, why, strlen(why));
 }
 
@@ -170,16 +182,24 @@ static void sender_apply(struct gdr_rdma_comm *c) {
           q->events = 0;
         }
       } else if (q) {
+        GDR_TRACE(NCCL_NET, "%s: move %u: message #%llu part %d/%d (%zu bytes, tag %d) goes over TCP", c->desc,
+                  c->fb.epoch, (unsigned long long)seq, r, m->n, pt->size, q->tag);
         q->events = 0;
         q->data[0] = pt->data;
         enqueue(c, q);
         c->fb.replayed_msgs++;
         c->fb.replayed_bytes += pt->size;
+        DEV_ADD(c, handed_msgs, 1);
+        DEV_ADD(c, handed_bytes, pt->size);
       }
       pt->req = NULL;
     }
     memset(m, 0, sizeof(*m)); /* the RDMA path forgets the message: TCP (or nothing) completes its requests */
   }
+  GDR_INFO(NCCL_NET, "%s: move %u: the receiver has %llu message(s) (incomplete mask 0x%x), this side sent up to #%llu; "
+           "%d partly placed; %d request(s) to TCP from TCP message %llu", c->desc, c->fb.epoch,
+           (unsigned long long)p->head, p->incomplete, (unsigned long long)c->head, ns, c->fb.qtail - c->fb.qhead,
+           c->fb.tcp ? (unsigned long long)((struct tcp_comm *)c->fb.tcp)->next_seq : 0ull);
   if (gdr_rdma_ctrl_send(c, GDR_CTRL_FB_SSTATE, c->fb.epoch, 0, 0, sent, (size_t)ns * sizeof(sent[0])) !=
       ncclSuccess)
     return;
@@ -213,13 +233,19 @@ static void receiver_apply(struct gdr_rdma_comm *c, const struct gdr_rdma_fb_sen
       }
     }
     q->events = 0;
+    GDR_TRACE(NCCL_NET, "%s: move %u: receive #%llu (%d buffer(s)): %d go over TCP (placed mask 0x%x)", c->desc,
+              c->fb.epoch, (unsigned long long)seq, q->nreqs, q->tn, e ? e->placed : 0);
     if (q->tn == 0) {
       q->tcp_done = 1;
     } else {
       enqueue(c, q);
       c->fb.replayed_msgs++;
+      DEV_ADD(c, handed_msgs, 1);
     }
   }
+  GDR_INFO(NCCL_NET, "%s: move %u: %llu receive(s) posted over RDMA, %d partly placed by the sender; %d receive(s) to TCP "
+           "from TCP message %llu", c->desc, c->fb.epoch, (unsigned long long)c->head, ns, c->fb.qtail - c->fb.qhead,
+           c->fb.tcp ? (unsigned long long)((struct tcp_comm *)c->fb.tcp)->next_seq : 0ull);
   /* a GDR flush waiting on the destroyed flush QP: the writes it orders were made by the NIC long ago */
   for (int i = 0; i < c->nreqs_pool; i++)
     if (c->reqs[i].type == GDR_RREQ_FLUSH && c->reqs[i].events > 0) c->reqs[i].events = 0;
@@ -249,6 +275,8 @@ static void tcp_connect_step(struct gdr_rdma_comm *c) {
   fb->path = GDR_PATH_TCP;
   fb->phase = GDR_FB_DONE;
   fb->fallbacks++;
+  DEV_ADD(c, fallbacks, 1);
+  DEV_ADD(c, on_tcp, 1);
   fb->since_ns = gdr_time_ns();
   fb->probe_backoff_ns = PROBE_MIN_NS;
   fb->probe_ns = fb->since_ns + PROBE_MIN_NS;
@@ -316,7 +344,6 @@ static int flapping(struct gdr_rdma_comm *c) {
   return 1;
 }
 
-static uint64_t tcp_next(const struct gdr_rdma_comm *c) { return ((const struct tcp_comm *)c->fb.tcp)->next_seq; }
 
 /* The way back is abandoned before the switch point is agreed: the new QPs go, the probe backs off; tell: the peer
  * is told (it may hold QPs for this offer, or wait for its switch point). */
@@ -423,6 +450,8 @@ static void back_on_rdma(struct gdr_rdma_comm *c) {
   fb->back = GDR_BACK_SWITCHED;
   fb->returns++;
   fb->tcp_ns += gdr_time_ns() - fb->since_ns;
+  DEV_ADD(c, returns, 1);
+  DEV_ADD(c, tcp_ns, gdr_time_ns() - fb->since_ns);
   gdr_health_set_state(&c->health, GDR_HEALTH_OK);
   GDR_INFO(NCCL_NET, "%s is back on RDMA after %llu ms on TCP (return %llu, from TCP message %llu on)", c->desc,
            (unsigned long long)((gdr_time_ns() - fb->since_ns) / 1000000ull), (unsigned long long)fb->returns,
@@ -570,8 +599,8 @@ int gdr_rdma_fb_route(struct gdr_rdma_comm *c) {
   struct gdr_rdma_fb *fb = &c->fb;
   if (fb->path != GDR_PATH_TCP || fb->back == GDR_BACK_SWITCHED) return GDR_ROUTE_RDMA;
   if (fb->back == GDR_BACK_FROZEN) return GDR_ROUTE_WAIT;
-  if ((fb->back != GDR_BACK_AT && fb->back != GDR_BACK_AT_WAIT) || tcp_next(c) < fb->switch_at ||
-      fb->qhead != fb->qtail)
+  if ((fb->back != GDR_BACK_AT && fb->back != GDR_BACK_AT_WAIT) || fb->qhead != fb->qtail ||
+      tcp_next(c) < fb->switch_at)
     return GDR_ROUTE_TCP;
   if (fb->back == GDR_BACK_AT_WAIT) {
     if (is_sender(c)) return GDR_ROUTE_WAIT; /* at P: the receiver's BACK_FINAL says where its receive ends */
@@ -644,6 +673,7 @@ void gdr_rdma_fb_step(struct gdr_rdma_comm *c, int *busy) {
   /* back on RDMA and nothing left on TCP: RDMA carries everything (the TCP connection stays, idle, for a next
    * fallback) */
   if (fb->back == GDR_BACK_SWITCHED && fb->qhead == fb->qtail && fb->tcp_pending == 0) {
+    DEV_ADD(c, on_tcp, -1);
     fb->path = GDR_PATH_RDMA;
     fb->back = GDR_BACK_NONE;
   }
@@ -677,6 +707,7 @@ ncclResult_t gdr_rdma_fb_isend(struct gdr_rdma_comm *c, void *data, size_t size,
   r->data[0] = data;
   c->fb.tcp_pending++;
   c->fb.tcp_bytes += size;
+  DEV_ADD(c, tcp_bytes, size);
   *request = r;
   return ncclSuccess;
 }
@@ -736,6 +767,7 @@ ncclResult_t gdr_rdma_fb_test(struct gdr_rdma_req *r, int *done, size_t *sizes) 
       for (int k = 0; k < r->tn; k++) {
         r->sent[r->tmap[k]] = ts[k];
         c->fb.tcp_bytes += ts[k];
+        DEV_ADD(c, tcp_bytes, ts[k]);
       }
     if (c->fb.tcp_pending > 0) c->fb.tcp_pending--;
   }
@@ -766,7 +798,13 @@ void gdr_rdma_fb_close(struct gdr_rdma_comm *c) {
     (void)gdr_transport_tcp.close_listen(fb->tcp_listen);
     fb->tcp_listen = NULL;
   }
-  if (fb->path == GDR_PATH_TCP) fb->tcp_ns += gdr_time_ns() - fb->since_ns;
+  if (fb->path == GDR_PATH_TCP) {
+    DEV_ADD(c, on_tcp, -1);
+    if (fb->back != GDR_BACK_SWITCHED) { /* (a switched one counted its time at the switch) */
+      fb->tcp_ns += gdr_time_ns() - fb->since_ns;
+      DEV_ADD(c, tcp_ns, gdr_time_ns() - fb->since_ns);
+    }
+  }
 }
 
 void gdr_rdma_fb_report(struct gdr_rdma_comm *c) {

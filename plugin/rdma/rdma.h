@@ -18,6 +18,7 @@
 #include "../log.h"
 #include "../param.h"
 #include "../sock.h"
+#include "../stats.h"
 #include "../transport.h"
 #include "ibvwrap.h"
 #include "proto.h"
@@ -72,8 +73,8 @@ struct gdr_rdma_dev {
   int fatal;           /* DEVICE_FATAL seen */
   char ibdev_path[256]; /* sysfs directory of the verbs device (GID types are read again after a port flap) */
 
-  /* counters over every connection of the device (recover.c adds each connection's at its close) */
-  _Atomic uint64_t n_faults, n_recoveries, n_replayed_msgs, n_replayed_bytes, n_recover_ns, n_failed;
+  /* counters over every connection of the device (GDRNET_STATS_FILE, stats.h) */
+  struct gdr_dev_counters ctr;
 };
 
 struct gdr_rdma_state {

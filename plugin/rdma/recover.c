@@ -46,7 +46,7 @@ static void give_up(struct gdr_rdma_comm *c, ncclResult_t res, int tell_peer, co
     return;
   }
   gdr_rdma_comm_fail(c, res, "%s", why);
-  atomic_fetch_add_explicit(&c->dev->n_failed, 1, memory_order_relaxed);
+  atomic_fetch_add_explicit(&c->dev->ctr.failed, 1, memory_order_relaxed);
   if (tell_peer) (void)gdr_rdma_ctrl_send(c, GDR_CTRL_REC_FAIL, c->rec.attempt, (uint64_t)res, 0, why, strlen(why));
   c->rec.phase = GDR_REC_IDLE;
 }
@@ -119,7 +119,7 @@ void gdr_rdma_fault(struct gdr_rdma_comm *c, int action, ncclResult_t res, const
   rc->faults++;
   if (action >= 0 && action < (int)(sizeof(rc->faults_by_action) / sizeof(rc->faults_by_action[0])))
     rc->faults_by_action[action]++;
-  atomic_fetch_add_explicit(&c->dev->n_faults, 1, memory_order_relaxed);
+  atomic_fetch_add_explicit(&c->dev->ctr.faults, 1, memory_order_relaxed);
   int recover = (action == GDR_FAULT_RECOVER || action == GDR_FAULT_REKEY) &&
                 (c->remote.caps & GDR_RDMA_CAP_RECOVERY) && gdr_param_int(GDR_PARAM_RECOVERY_ATTEMPTS) > 0;
   if (rc->phase == GDR_REC_IDLE) {
@@ -214,10 +214,10 @@ static void recovered(struct gdr_rdma_comm *c, uint64_t msgs, uint64_t bytes) {
   rc->replayed_bytes += bytes;
   rc->recover_ns += ns;
   rc->deadline_ns = gdr_time_ns() + ms_ns(gdr_param_int(GDR_PARAM_RECOVERY_TIMEOUT_MS));
-  atomic_fetch_add_explicit(&c->dev->n_recoveries, 1, memory_order_relaxed);
-  atomic_fetch_add_explicit(&c->dev->n_replayed_msgs, msgs, memory_order_relaxed);
-  atomic_fetch_add_explicit(&c->dev->n_replayed_bytes, bytes, memory_order_relaxed);
-  atomic_fetch_add_explicit(&c->dev->n_recover_ns, ns, memory_order_relaxed);
+  atomic_fetch_add_explicit(&c->dev->ctr.recoveries, 1, memory_order_relaxed);
+  atomic_fetch_add_explicit(&c->dev->ctr.replayed_msgs, msgs, memory_order_relaxed);
+  atomic_fetch_add_explicit(&c->dev->ctr.replayed_bytes, bytes, memory_order_relaxed);
+  atomic_fetch_add_explicit(&c->dev->ctr.recover_ns, ns, memory_order_relaxed);
   gdr_health_set_state(&c->health, GDR_HEALTH_OK);
   gdr_rdma_addr_str(c, 0, lg, sizeof(lg));
   gdr_rdma_addr_str(c, 1, rg, sizeof(rg));

@@ -3,11 +3,19 @@
  * (data possibly still moving), and four irecvs no send will ever match. Every deregMr/close must return
  * ncclSuccess within a bound (no hang, no crash), and in the sanitizer build nothing may leak (requests
  * belong to the plugin until test() reports them done, so close must free them). Then a fresh
- * connection between the same processes still works. */
+ * connection between the same processes still works.
+ *
+ * GNIT_RESET_CHECK=1 (RDMA over the emulator, with VEMU_TRACE): the GPU-reset order (docs/recovery.md): the receive
+ * buffers are registered as DMA-BUF ("device" memory) and, after deregMr/close with requests in flight, this
+ * process must hold no QP and no MR at all: every `qp create` of its trace has its `qp destroy`, every `mr reg` its
+ * `mr dereg` (a GPU could be reset now); then the fresh connection works. */
+#include <errno.h>
+#include <fcntl.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "it.h"
 
@@ -19,13 +27,64 @@ static void timed_ok(ncclResult_t r, uint64_t t0, double bound, const char *what
   IT_CHECK(took < bound, "%s with requests in flight took %.1f s (bound %.0f s)", what, took, bound);
 }
 
+/* This process's QPs and MRs still alive per the emulator's trace (VEMU_TRACE): creations without their destroy. */
+static void live_resources(int *qps, int *mrs) {
+  const char *path = getenv("VEMU_TRACE");
+  char pfx[64], line[1024];
+  uint32_t qp[4096], mr[4096];
+  int nq = 0, nm = 0;
+  IT_CHECK(path != NULL, "GNIT_RESET_CHECK needs VEMU_TRACE");
+  FILE *f = fopen(path, "r");
+  IT_CHECK(f != NULL, "open %s", path);
+  snprintf(pfx, sizeof pfx, "vemu pid=%d ", (int)getpid());
+  while (fgets(line, sizeof line, f)) {
+    if (strncmp(line, pfx, strlen(pfx)) != 0) continue;
+    const char *e = strchr(line + strlen(pfx), ' '); /* past t=... */
+    unsigned v = 0;
+    if (e == NULL) continue;
+    e++;
+    if (sscanf(e, "qp create qp=0x%x", &v) == 1) {
+      IT_CHECK(nq < 4096, "test bug: too many QPs");
+      qp[nq++] = v;
+    } else if (sscanf(e, "qp destroy qp=0x%x", &v) == 1) {
+      for (int i = 0; i < nq; i++)
+        if (qp[i] == v) {
+          qp[i] = qp[--nq];
+          break;
+        }
+    } else if (sscanf(e, "mr reg call=%*s key=0x%x", &v) == 1) {
+      IT_CHECK(nm < 4096, "test bug: too many MRs");
+      mr[nm++] = v;
+    } else if (sscanf(e, "mr dereg key=0x%x", &v) == 1) {
+      for (int i = 0; i < nm; i++)
+        if (mr[i] == v) {
+          mr[i] = mr[--nm];
+          break;
+        }
+    }
+  }
+  fclose(f);
+  for (int i = 0; i < nq && i < 4; i++) it_log("still alive: QP 0x%x", qp[i]);
+  for (int i = 0; i < nm && i < 4; i++) it_log("still registered: MR key 0x%x", mr[i]);
+  *qps = nq;
+  *mrs = nm;
+}
+
 static int side(int fd, int sender) {
   it_plugin_t ip;
   it_load(&ip);
   double bound = it_env_double("GNIT_ERROR_BOUND_S", 20);
+  int reset = it_env_double("GNIT_RESET_CHECK", 0) != 0;
   for (int round = 0; round < 2; round++) {
     it_conn_t c;
     it_conn_open(&ip, 0, fd, LEN, &c);
+    if (reset) { /* the receive buffers as "device" memory (DMA-BUF), as NCCL registers GPU buffers */
+      int dfd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+      IT_CHECK(dfd >= 0, "open /dev/null");
+      IT_OK(ip.net->deregMr(c.r, c.rmh));
+      IT_OK(ip.net->regMrDmaBuf(c.r, c.rbuf, LEN, NCCL_PTR_CUDA, 0, dfd, &c.rmh));
+      close(dfd);
+    }
     gn_ctx_t ctx;
     gn_ctx_init(&ctx, ip.net, 60);
     /* two messages tested to completion, then six posted on both sides but never tested */
@@ -64,6 +123,12 @@ static int side(int fd, int sender) {
     /* Both sides have posted everything: only then tear down (a close must not make the peer's
      * requests above complete or fail before they were posted). */
     IT_CHECK(gn_boot_barrier(fd, 60) == 0, "barrier");
+    if (reset) { /* the trace shows this process's resources while they exist (else the check below proves nothing) */
+      int qps = 0, mrs = 0;
+      live_resources(&qps, &mrs);
+      IT_CHECK(qps > 0 && mrs > 0, "round %d: the trace shows %d QP(s) and %d MR(s) of an open connection", round, qps,
+               mrs);
+    }
     it_step("round %d: deregMr/close with requests in flight", round);
     uint64_t t0 = gn_now_ns();
     timed_ok(ip.net->deregMr(c.s, c.smh), t0, bound, "deregMr(send)");
@@ -77,6 +142,15 @@ static int side(int fd, int sender) {
      * an MR when ibv_dereg_mr returns; a use-after-free here shows in the sanitizer build) */
     free(c.sbuf);
     free(c.rbuf);
+    if (reset) {
+      int qps = 0, mrs = 0;
+      live_resources(&qps, &mrs);
+      IT_CHECK(qps == 0 && mrs == 0,
+               "round %d: after deregMr/close %d QP(s) and %d MR(s) of this process are still alive: the GPU could "
+               "not be reset",
+               round, qps, mrs);
+      it_log("round %d: no QP and no MR left after the close (GPU reset possible)", round);
+    }
     IT_CHECK(gn_boot_barrier(fd, 60) == 0, "barrier");
   }
   /* and the plugin still works */
@@ -100,6 +174,11 @@ static int child(int fd, void *arg) {
 
 int main(void) {
   it_init("abort", 120);
+  if (it_env_double("GNIT_RESET_CHECK", 0) != 0 && getenv("VEMU_TRACE")) { /* this run's trace only */
+    FILE *f = fopen(getenv("VEMU_TRACE"), "w");
+    IT_CHECK(f != NULL || errno == ENOENT, "truncate %s", getenv("VEMU_TRACE")); /* ENOENT: a first run */
+    if (f) fclose(f);
+  }
   it_child_t c;
   it_fork(&c, child, NULL);
   side(c.fd, 0);

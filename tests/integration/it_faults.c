@@ -221,6 +221,55 @@ static int count_in_log(const char *needle) {
   return n;
 }
 
+/* Sum of the values of every line of metric `name` (any labels) in the text, and how many lines. */
+static double metric_sum(const char *text, const char *name, int *lines) {
+  double sum = 0;
+  size_t n = strlen(name);
+  *lines = 0;
+  for (const char *p = text; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL)
+    if (strncmp(p, name, n) == 0 && p[n] == '{') {
+      const char *sp = strchr(p, '}');
+      if (sp) sum += atof(sp + 1);
+      (*lines)++;
+    }
+  return sum;
+}
+
+/* GDRNET_STATS_FILE (%p expanded) as the plugin left it: the counters say what the log said. */
+static void stats_check(int moves, int returns) {
+  const char *pat = getenv("GDRNET_STATS_FILE");
+  char path[512], *text = NULL;
+  IT_CHECK(pat != NULL, "GNIT_STATS_CHECK needs GDRNET_STATS_FILE");
+  const char *pp = strstr(pat, "%p");
+  IT_CHECK(pp != NULL, "GNIT_STATS_CHECK wants %%p in GDRNET_STATS_FILE");
+  snprintf(path, sizeof path, "%.*s%d%s", (int)(pp - pat), pat, (int)getpid(), pp + 2);
+  FILE *f = fopen(path, "r");
+  IT_CHECK(f != NULL, "GDRNET_STATS_FILE: %s was not written", path);
+  text = calloc(1, 1 << 20);
+  IT_CHECK(text != NULL, "out of memory");
+  size_t got = fread(text, 1, (1 << 20) - 1, f);
+  fclose(f);
+  text[got] = 0;
+  int n = 0;
+  double fb = metric_sum(text, "gdrnet_fallbacks_total", &n);
+  IT_CHECK(n >= 1, "%s has no gdrnet_fallbacks_total line", path);
+  IT_CHECK(fb == moves, "%s: gdrnet_fallbacks_total sums to %.0f, the log says %d move(s) to TCP", path, fb, moves);
+  double back = metric_sum(text, "gdrnet_returns_total", &n);
+  IT_CHECK(back == returns, "%s: gdrnet_returns_total sums to %.0f, the log says %d return(s)", path, back, returns);
+  double on_tcp = metric_sum(text, "gdrnet_connections_on_tcp", &n);
+  IT_CHECK(on_tcp == 0, "%s: %.0f connection(s) still on TCP after every close", path, on_tcp);
+  double open_now = metric_sum(text, "gdrnet_connections_open", &n);
+  IT_CHECK(open_now == 0, "%s: %.0f comm(s) open after every close", path, open_now);
+  double rx = metric_sum(text, "gdrnet_received_bytes_total", &n);
+  IT_CHECK(rx > 0, "%s: no bytes received", path);
+  if (moves > 0) {
+    double secs = metric_sum(text, "gdrnet_tcp_seconds_total", &n);
+    IT_CHECK(secs > 0, "%s: no time on TCP counted for %d move(s)", path, moves);
+  }
+  it_log("%s: %.0f fallback(s), %.0f return(s), %.0f bytes received: as the log says", path, fb, back, rx);
+  free(text);
+}
+
 static int side(int fd, int parent) {
   struct run R;
   it_plugin_t ip;
@@ -333,7 +382,8 @@ static int side(int fd, int parent) {
   }
   free(R.c.sbuf);
   free(R.c.rbuf);
-  it_unload(&ip);
+  it_unload(&ip); /* the plugin's fini writes GDRNET_STATS_FILE a last time */
+  if (it_env_double("GNIT_STATS_CHECK", 0) != 0) stats_check(mine[1], mine[2]);
   return 0;
 }
 
