@@ -58,6 +58,14 @@ static uint64_t tcp_next(const struct gdr_rdma_comm *c) {
   return n;
 }
 
+/* Sender: the TCP comm announced its next message (an RTS from an isend that returned no request): NCCL's retry of
+ * that isend must go over TCP, and the switch point back to RDMA comes after it (a retry sent over RDMA would leave
+ * the announcement in the TCP stream, to be matched against a later move's receive). */
+static int tcp_announced(const struct gdr_rdma_comm *c) {
+  const struct gdr_rdma_fb *fb = &c->fb;
+  return c->kind == GDR_RCOMM_SEND && fb->tcp != NULL && fb->qhead == fb->qtail && gdr_tcp_send_announced(fb->tcp);
+}
+
 static void fail(struct gdr_rdma_comm *c, ncclResult_t res, const char *why) {
   if (gdr_health_failed(&c->health)) return;
   gdr_rdma_comm_fail(c, res, "%s", why);
@@ -128,6 +136,8 @@ void gdr_rdma_fb_begin(struct gdr_rdma_comm *c, const char *why) {
   }
   fb->path = GDR_PATH_MOVING;
   fb->epoch++;
+  fb->move_msgs0 = fb->replayed_msgs;
+  fb->move_bytes0 = fb->replayed_bytes;
   fb->have_rstate = 0;
   fb->back = GDR_BACK_NONE;
   fb->switch_at = 0;
@@ -283,8 +293,8 @@ static void tcp_connect_step(struct gdr_rdma_comm *c) {
   if (fb->nflaps < (int)(sizeof(fb->flap_ns) / sizeof(fb->flap_ns[0]))) fb->flap_ns[fb->nflaps++] = fb->since_ns;
   gdr_health_set_state(&c->health, GDR_HEALTH_ON_TCP);
   GDR_WARN("%s now runs over TCP (fallback %llu: %s); %llu message(s) / %llu bytes go over TCP again", c->desc,
-           (unsigned long long)fb->fallbacks, fb->reason, (unsigned long long)fb->replayed_msgs,
-           (unsigned long long)fb->replayed_bytes);
+           (unsigned long long)fb->fallbacks, fb->reason, (unsigned long long)(fb->replayed_msgs - fb->move_msgs0),
+           (unsigned long long)(fb->replayed_bytes - fb->move_bytes0));
 }
 
 /* Hands the queued requests to TCP, in order, as far as TCP takes them. */
@@ -566,7 +576,7 @@ ncclResult_t gdr_rdma_fb_message(struct gdr_rdma_comm *c, const struct gdr_rdma_
     if (!ours || fb->back != GDR_BACK_READY) return ncclSuccess;
     /* P: R is a receive boundary; a P above it (sends of this side the receiver has not posted yet) may fall inside
      * a grouped receive: the receiver names the end of that one (BACK_FINAL) before this side goes past P */
-    fb->switch_at = m->b > tcp_next(c) ? m->b : tcp_next(c);
+    fb->switch_at = m->b > tcp_next(c) + (uint64_t)tcp_announced(c) ? m->b : tcp_next(c) + (uint64_t)tcp_announced(c);
     fb->back = fb->switch_at == m->b ? GDR_BACK_AT : GDR_BACK_AT_WAIT;
     fb->deadline_ns = gdr_time_ns() + ms_ns(gdr_param_int(GDR_PARAM_RECOVERY_TIMEOUT_MS));
     return gdr_rdma_ctrl_send(c, GDR_CTRL_BACK_AT, fb->epoch, fb->offer, fb->switch_at, NULL, 0);
@@ -600,7 +610,7 @@ int gdr_rdma_fb_route(struct gdr_rdma_comm *c) {
   if (fb->path != GDR_PATH_TCP || fb->back == GDR_BACK_SWITCHED) return GDR_ROUTE_RDMA;
   if (fb->back == GDR_BACK_FROZEN) return GDR_ROUTE_WAIT;
   if ((fb->back != GDR_BACK_AT && fb->back != GDR_BACK_AT_WAIT) || fb->qhead != fb->qtail ||
-      tcp_next(c) < fb->switch_at)
+      tcp_next(c) < fb->switch_at || tcp_announced(c))
     return GDR_ROUTE_TCP;
   if (fb->back == GDR_BACK_AT_WAIT) {
     if (is_sender(c)) return GDR_ROUTE_WAIT; /* at P: the receiver's BACK_FINAL says where its receive ends */

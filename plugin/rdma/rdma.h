@@ -257,6 +257,7 @@ struct gdr_rdma_fb {
   struct gdr_rdma_req *queue[GDR_FB_QUEUE];
   int qhead, qtail;
   uint64_t replayed_msgs, replayed_bytes;
+  uint64_t move_msgs0, move_bytes0; /* the two above when the current move began */
   /* back to RDMA */
   int back;           /* GDR_BACK_* */
   uint64_t probe_ns, probe_backoff_ns;

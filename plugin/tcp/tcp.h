@@ -315,6 +315,10 @@ void *gdr_tcp_recv_thread(void *arg);
 ncclResult_t gdr_tcp_reg_mr(void *comm, void *data, size_t size, int type, void **mhandle);
 ncclResult_t gdr_tcp_dereg_mr(void *comm, void *mhandle);
 ncclResult_t gdr_tcp_isend(void *send_comm, void *data, size_t size, int tag, void *mhandle, void **request);
+/* Sender: 1 when an isend that returned no request announced its message (an RTS with its size) to the receiver:
+ * that message is the next one of this comm, and its retry must come to this comm again (the RDMA fallback routes
+ * by it). */
+int gdr_tcp_send_announced(const void *send_comm);
 ncclResult_t gdr_tcp_irecv(void *recv_comm, int n, void **data, size_t *sizes, int *tags, void **mhandles,
                            void **request);
 ncclResult_t gdr_tcp_test(void *request, int *done, size_t *sizes);

@@ -895,6 +895,11 @@ out:
   return res;
 }
 
+int gdr_tcp_send_announced(const void *send_comm) {
+  const struct tcp_comm *c = send_comm;
+  return c->rts_sent == c->next_seq + 1;
+}
+
 /* ----------------------------------------------------------------------------------------------- irecv -- */
 
 /* Receiver: arms the receive of message seq (one buffer of a group whose first message is base). */
