@@ -231,7 +231,7 @@ const char *gdr_param_suggest(const char *name) {
 
 /* GDRNET_ variables the project's tools, tests and CI read: not plugin knobs, never reported. */
 static int not_a_knob(const char *name) {
-  static const char *const prefixes[] = {"GDRNET_TEST_", "GDRNET_IT_", "GDRNET_SKIP_", "GDRNET_PERF_", "GDRNET_DOCTOR_"};
+  static const char *const prefixes[] = {"GDRNET_TEST_", "GDRNET_SKIP_", "GDRNET_PERF_", "GDRNET_DOCTOR_"};
   static const char *const names[] = {"GDRNET_PLUGIN"};
   for (size_t i = 0; i < sizeof(prefixes) / sizeof(prefixes[0]); i++)
     if (strncmp(name, prefixes[i], strlen(prefixes[i])) == 0) return 1;
@@ -366,7 +366,7 @@ int gdr_params_markdown(FILE *f) {
               "  when the `GDRNET_` one is unset. An invalid alias value is warned about and ignored (it was meant\n"
               "  for NCCL's transport), the default is used.\n"
               "- An unknown `GDRNET_*` variable is warned about with the closest known name. Variables of the\n"
-              "  project's tools and tests (`GDRNET_PLUGIN`, `GDRNET_TEST_*`, `GDRNET_IT_*`, `GDRNET_SKIP_*`,\n"
+              "  project's tools and tests (`GDRNET_PLUGIN`, `GDRNET_TEST_*`, `GDRNET_SKIP_*`,\n"
               "  `GDRNET_PERF_*`, `GDRNET_DOCTOR_*`) are not knobs and are not reported.\n"
               "- Sizes accept K, M and G suffixes (binary: `64K` = 65536).\n\n",
               f) < 0;

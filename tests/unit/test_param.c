@@ -293,15 +293,15 @@ static void test_unknown_knob_suggestion(void **state) {
   setenv("GDRNET_SOCKET_IFNAM", "eth0", 1);
   setenv("GDRNET_XYZZY_PLUGH_FROB_NICATE", "1", 1);
   setenv("GDRNET_TEST_PLUGIN", "/x.so", 1); /* tools' and tests' variables: not knobs, not warned */
-  setenv("GDRNET_IT_ALL", "1", 1);
+  setenv("GDRNET_SKIP_PACKAGES", "1", 1);
   setenv("GDRNET_PLUGIN", "/y.so", 1);
   assert_int_equal(gdr_params_load(), ncclSuccess); /* unknown knobs warn, they do not fail */
   assert_true(ut_warned("unknown knob GDRNET_SOCKET_IFNAM ignored; did you mean GDRNET_SOCKET_IFNAME?"));
   assert_true(ut_warned("unknown knob GDRNET_XYZZY_PLUGH_FROB_NICATE ignored"));
   assert_false(ut_warned("GDRNET_TEST_PLUGIN"));
-  assert_false(ut_warned("GDRNET_IT_ALL"));
+  assert_false(ut_warned("GDRNET_SKIP_PACKAGES"));
   assert_false(ut_warned("GDRNET_PLUGIN "));
-  unsetenv("GDRNET_IT_ALL");
+  unsetenv("GDRNET_SKIP_PACKAGES");
   unsetenv("GDRNET_PLUGIN");
   unsetenv("GDRNET_SOCKET_IFNAM");
   unsetenv("GDRNET_XYZZY_PLUGH_FROB_NICATE");
