@@ -290,6 +290,17 @@ static void test_unknown_knob_suggestion(void **state) {
   assert_string_equal(gdr_param_suggest("GDRNET_TCP_NSOCK"), "GDRNET_TCP_NSOCKS");
   assert_string_equal(gdr_param_suggest("gdrnet_hca"), "GDRNET_HCA");
   assert_null(gdr_param_suggest("GDRNET_COMPLETELY_DIFFERENT_THING"));
+  /* every knob starts with GDRNET_: that shared prefix must not make a stranger look close */
+  assert_null(gdr_param_suggest("GDRNET_FOO"));
+  assert_null(gdr_param_suggest("GDRNET_X"));
+  assert_string_equal(gdr_param_suggest("GDRNET_HAC"), "GDRNET_HCA"); /* two letters swapped */
+  /* NCCL's spelling with our prefix: the knob that honours that NCCL name */
+  assert_string_equal(gdr_param_suggest("GDRNET_IB_HCA"), "GDRNET_HCA");
+  assert_string_equal(gdr_param_suggest("GDRNET_IB_GID_INDEX"), "GDRNET_GID_INDEX");
+  assert_string_equal(gdr_param_suggest("GDRNET_IB_QPS_PER_CONNECTION"), "GDRNET_QPS_PER_CONN");
+  assert_string_equal(gdr_param_suggest("GDRNET_SOCKET_NTHREADS"), "GDRNET_TCP_NTHREADS");
+  /* equally close to two knobs: no guess */
+  assert_null(gdr_param_suggest("GDRNET_TCP_M_CHUNK")); /* TCP_MIN_CHUNK or TCP_MAX_CHUNK */
   setenv("GDRNET_SOCKET_IFNAM", "eth0", 1);
   setenv("GDRNET_XYZZY_PLUGH_FROB_NICATE", "1", 1);
   setenv("GDRNET_TEST_PLUGIN", "/x.so", 1); /* tools' and tests' variables: not knobs, not warned */
@@ -298,6 +309,8 @@ static void test_unknown_knob_suggestion(void **state) {
   assert_int_equal(gdr_params_load(), ncclSuccess); /* unknown knobs warn, they do not fail */
   assert_true(ut_warned("unknown knob GDRNET_SOCKET_IFNAM ignored; did you mean GDRNET_SOCKET_IFNAME?"));
   assert_true(ut_warned("unknown knob GDRNET_XYZZY_PLUGH_FROB_NICATE ignored"));
+  assert_true(ut_warned("(knobs: " GDRNET_CONFIG_DOC ")")); /* the reference where the package installs it */
+  assert_true(ut_warned("/share/doc/libnccl-net-gdr/docs/configuration.md"));
   assert_false(ut_warned("GDRNET_TEST_PLUGIN"));
   assert_false(ut_warned("GDRNET_SKIP_PACKAGES"));
   assert_false(ut_warned("GDRNET_PLUGIN "));
