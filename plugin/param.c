@@ -71,7 +71,11 @@ void gdr_param_accepted(const struct gdr_param_info *p, char *buf, size_t len) {
     snprintf(buf, len, "an integer in %" PRId64 "..%" PRId64, p->min, p->max);
     break;
   case GDR_PK_AUTOINT:
-    snprintf(buf, len, "auto or an integer in %" PRId64 "..%" PRId64, p->min, p->max);
+    /* the number that reads as auto is accepted too: say so when it lies outside the range (GID_INDEX -1) */
+    if (p->autov < p->min || p->autov > p->max)
+      snprintf(buf, len, "auto (or %" PRId64 ") or an integer in %" PRId64 "..%" PRId64, p->autov, p->min, p->max);
+    else
+      snprintf(buf, len, "auto or an integer in %" PRId64 "..%" PRId64, p->min, p->max);
     break;
   case GDR_PK_SIZE:
     snprintf(buf, len, "a size in %" PRId64 "..%" PRId64 " bytes (K, M, G suffixes allowed)", p->min, p->max);

@@ -114,7 +114,7 @@ static void test_parse_autoint(void **state) {
   assert_int_equal(parse(GDR_PARAM_GID_INDEX, "3", &v, why), ncclSuccess);
   assert_int_equal(v, 3);
   assert_int_equal(parse(GDR_PARAM_GID_INDEX, "256", &v, why), ncclInvalidUsage);
-  assert_non_null(strstr(why, "auto or an integer in 0..255"));
+  assert_non_null(strstr(why, "auto (or -1) or an integer in 0..255")); /* -1 is accepted: say so */
   assert_int_equal(parse(GDR_PARAM_GID_INDEX, "-2", &v, why), ncclInvalidUsage);
   assert_int_equal(parse(GDR_PARAM_RELAXED_ORDERING, "auto", &v, why), ncclSuccess);
   assert_int_equal(v, 2);
@@ -180,11 +180,11 @@ static void test_load_bad_values_fail(void **state) {
       {"GDRNET_QPS_PER_CONN", "0", "an integer in 1..16"},
       {"GDRNET_QPS_PER_CONN", "lots", "an integer in 1..16"},
       {"GDRNET_TRANSPORT", "ib", "one of auto, rdma, tcp"},
-      {"GDRNET_GDR", "yes", "auto or an integer in 0..1"},
+      {"GDRNET_GDR", "yes", "auto (or -1) or an integer in 0..1"},
       {"GDRNET_SPLIT_DATA", "2", "an integer in 0..1"},
       {"GDRNET_IB_TIMEOUT", "32", "an integer in 1..31"},
       {"GDRNET_TCP_INLINE", "2G", "a size in"},
-      {"GDRNET_TCP_NSOCKS", "100", "auto or an integer in 1..64"},
+      {"GDRNET_TCP_NSOCKS", "100", "auto (or -1) or an integer in 1..64"},
       {"GDRNET_FALLBACK", "true", "an integer in 0..1"},
   };
   (void)state;

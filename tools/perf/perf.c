@@ -849,10 +849,16 @@ static void print_header(void) {
   char sum[1024];
   gn_props_summary(P.o.dev, &P.props, sum, sizeof sum);
   const char *tr = getenv("GDRNET_TRANSPORT");
+  char chosen[16], why[512];
+  if (gn_log_transport(chosen, sizeof chosen, why, sizeof why) != 0) {
+    snprintf(chosen, sizeof chosen, "unknown");
+    snprintf(why, sizeof why, "the plugin did not log its choice");
+  }
   printf("# gdrnet-perf %s: plugin \"%s\" from %s\n", GDRNET_VERSION, P.net->name, P.plug.path);
   printf("# %s\n", sum);
-  printf("# transport %s (GDRNET_TRANSPORT=%s)%s%s  buffers %s%s  inflight %d  check %s  %s\n",
-         tr ? tr : "auto", tr ? tr : "unset", P.o.qps ? "  qps/conn " : "", P.o.qps ? getenv("GDRNET_QPS_PER_CONN") : "",
+  printf("# transport %s, chosen by the plugin: %s\n", chosen, why);
+  printf("# requested GDRNET_TRANSPORT=%s%s%s  buffers %s%s  inflight %d  check %s  %s\n",
+         tr ? tr : "unset (auto)", P.o.qps ? "  qps/conn " : "", P.o.qps ? getenv("GDRNET_QPS_PER_CONN") : "",
          P.cuda ? "cuda" : "host", P.cuda ? (P.use_dmabuf ? " (dmabuf)" : " (peermem)") : "", P.o.inflight,
          P.o.check ? "on (every byte)" : "off", P.o.mode == 'l' ? "2 processes on this host" : "2 hosts");
   printf("# latency: ping-pong, half round trip per message; bandwidth: %s streaming, up to %d in flight, "
@@ -880,9 +886,11 @@ static int write_outputs(const row_t *rows, int nrows) {
                "\"max_recvs\": %d},\n",
             P.o.dev, P.props.name ? P.props.name : "", P.props.speed, gn_ptr_support_str(P.props.ptrSupport),
             P.props.maxRecvs);
-    fprintf(f, "  \"transport\": \"%s\",\n  \"buffers\": \"%s\",\n  \"inflight\": %d,\n  \"check\": %s,\n"
-               "  \"bidir\": %s,\n  \"rows\": [\n",
-            tr ? tr : "auto", P.cuda ? "cuda" : "host", P.o.inflight, P.o.check ? "true" : "false",
+    char chosen[16];
+    if (gn_log_transport(chosen, sizeof chosen, NULL, 0) != 0) snprintf(chosen, sizeof chosen, "unknown");
+    fprintf(f, "  \"transport\": \"%s\",\n  \"transport_requested\": \"%s\",\n  \"buffers\": \"%s\",\n"
+               "  \"inflight\": %d,\n  \"check\": %s,\n  \"bidir\": %s,\n  \"rows\": [\n",
+            chosen, tr ? tr : "auto", P.cuda ? "cuda" : "host", P.o.inflight, P.o.check ? "true" : "false",
             P.o.bidir ? "true" : "false");
     for (int i = 0; i < nrows; i++)
       fprintf(f, "    {\"bytes\": %" PRIu64 ", \"iters\": %" PRIu64 ", \"lat_iters\": %" PRIu64
