@@ -259,7 +259,7 @@ const char *gdr_param_suggest(const char *name) {
 }
 
 /* GDRNET_ variables the project's tools, tests and CI read: not plugin knobs, never reported. */
-static int not_a_knob(const char *name) {
+int gdr_param_reserved(const char *name) {
   static const char *const prefixes[] = {"GDRNET_TEST_", "GDRNET_SKIP_", "GDRNET_PERF_", "GDRNET_DOCTOR_"};
   static const char *const names[] = {"GDRNET_PLUGIN"};
   for (size_t i = 0; i < sizeof(prefixes) / sizeof(prefixes[0]); i++)
@@ -278,7 +278,7 @@ static void warn_unknown(void) {
     if (n >= sizeof(name)) n = sizeof(name) - 1;
     memcpy(name, *e, n);
     name[n] = '\0';
-    if (not_a_knob(name)) continue;
+    if (gdr_param_reserved(name)) continue;
     if (gdr_param_lookup(name) != GDR_PARAM_COUNT) continue;
     const char *s = gdr_param_suggest(name);
     if (s != NULL) {

@@ -63,6 +63,9 @@ enum gdr_param_id gdr_param_lookup(const char *name);
  * a sentence naming the accepted values. */
 ncclResult_t gdr_param_parse(const struct gdr_param_info *p, const char *text, int64_t *value, char *why,
                              size_t whylen);
+/* 1 if name is a GDRNET_ variable of the project's tools, tests or CI (GDRNET_PLUGIN, GDRNET_TEST_*...): not a knob,
+ * never reported as unknown. */
+int gdr_param_reserved(const char *name);
 /* The known knob closest (edit distance) to name, or NULL if nothing is reasonably close. */
 const char *gdr_param_suggest(const char *name);
 /* "accepted values" text of a knob, e.g. "an integer in 1..16" or "one of auto, rdma, tcp". */

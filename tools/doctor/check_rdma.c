@@ -264,16 +264,23 @@ static void no_device(struct dr_ctx *c, const char *base, ssize_t n) {
   for (size_t i = 0; i < c->ngpus; i++) dr_evidence(r, f, "GPU %s (device %s)", c->gpus[i].bdf, c->gpus[i].device_id);
   dr_evidence(r, f, "network PCI functions: %s", c->pci_nics ? c->pci_nics : "none");
   dr_evidence(r, f, "network interfaces (/sys/class/net): %s", c->net_ifaces ? c->net_ifaces : "none besides lo");
-  if (c->verbs_devices > 0)
-    dr_evidence(r, f, "libibverbs nevertheless lists %d device%s (an emulator or a provider without sysfs): GPUDirect "
-                      "needs a kernel RDMA device", c->verbs_devices, c->verbs_devices == 1 ? "" : "s");
+  const char *lib = getenv("GDRNET_IBVERBS_LIB");
+  if (c->verbs_devices > 0) {
+    /* e.g. the verbs emulator through GDRNET_IBVERBS_LIB: the plugin does use RDMA, over what libibverbs lists */
+    dr_evidence(r, f, "%s lists %d device%s nevertheless (an emulator or a provider without sysfs): the plugin uses "
+                      "RDMA through %s; GPUDirect RDMA needs a kernel RDMA device",
+                lib && *lib ? lib : "libibverbs", c->verbs_devices, c->verbs_devices == 1 ? "" : "s",
+                c->verbs_devices == 1 ? "it" : "them");
+    if (lib && *lib) dr_evidence(r, f, "GDRNET_IBVERBS_LIB=%s (the library the plugin loads)", lib);
+  }
   dr_fix(r, f, "load the NIC's RDMA driver: modprobe mlx5_ib (NVIDIA/Mellanox ConnectX), irdma (Intel E810), "
                "bnxt_re (Broadcom), efa (AWS); then `rdma link` / `ibv_devinfo` should list it");
-  dr_fix(r, f, "in a container: pass the device in (Kubernetes: an RDMA device-plugin resource such as "
-               "rdma/hca_shared_devices_a: 1 or an SR-IOV VF; Docker: --device=/dev/infiniband --cap-add=IPC_LOCK) "
-               "and keep /sys/class/infiniband visible");
-  dr_fix(r, f, "no RDMA NIC on this host: GPUDirect RDMA is impossible; the plugin falls back to TCP "
-               "(GDRNET_TRANSPORT=auto)");
+  dr_fix(r, f, "in a container: pass the device in (Kubernetes: the RDMA shared device plugin's resource "
+               "rdma/rdma_shared_device_a: 1, as packaging/k8s requests it, or an SR-IOV VF; Docker: "
+               "--device=/dev/infiniband --cap-add=IPC_LOCK) and keep /sys/class/infiniband visible");
+  if (c->verbs_devices <= 0)
+    dr_fix(r, f, "no RDMA NIC on this host: GPUDirect RDMA is impossible; the plugin falls back to TCP "
+                 "(GDRNET_TRANSPORT=auto)");
 }
 
 void dr_check_rdma_devices(struct dr_ctx *c) {

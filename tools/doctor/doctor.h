@@ -14,7 +14,9 @@
 
 #include "pcicfg.h"
 
-#define DR_VERSION "0.1.0"
+#ifndef DR_VERSION
+#error "DR_VERSION (the project's version, from CMake) must be defined"
+#endif
 
 enum dr_status { DR_OK = 0, DR_INFO, DR_WARN, DR_FAIL };
 

@@ -817,7 +817,7 @@ static void nccl_environment(void **state) {
   r = run_json(f, NULL, bad);
   expect(&r, "env/NCCL_NET", "FAIL");
   expect(&r, "env/NCCL_NET_PLUGIN", "FAIL");
-  expect(&r, "env/NCCL_IB_DISABLE", "WARN");
+  expect(&r, "env/NCCL_IB_DISABLE", "FAIL"); /* the plugin honours it: no RDMA */
   expect(&r, "env/NCCL_NET_GDR_LEVEL", "FAIL");
   expect(&r, "env/NCCL_NET_GDR_READ", "WARN");
   expect(&r, "env/NCCL_P2P_SHM", "INFO");
@@ -849,6 +849,77 @@ static void nccl_environment(void **state) {
   r = run_json(f, NULL, db2);
   assert_false(has_finding(&r, "env/DMABUF"));
   expect(&r, "env/knobs", "INFO");
+  res_free(&r);
+}
+
+/* The plugin's knobs, checked with the plugin's own table and parser. */
+static void plugin_knobs(void **state) {
+  struct fx *f = *state;
+  /* valid values (including -1 for an auto knob, a tools' variable): no knob finding */
+  const char *good[] = {"GDRNET_QPS_PER_CONN=4", "GDRNET_GID_INDEX=-1", "GDRNET_TCP_INLINE=32K",
+                        "GDRNET_TEST_PLUGIN=/x.so", "NCCL_IB_TIMEOUT=18", NULL};
+  struct res r = run_json(f, NULL, good);
+  expect(&r, "env/knobs", "INFO");
+  expect_has(&r, "env/knobs", "title", "every value valid for the plugin");
+  assert_false(has_finding(&r, "knob/GDRNET_QPS_PER_CONN"));
+  assert_false(has_finding(&r, "knob/GDRNET_TEST_PLUGIN"));
+  assert_int_equal(r.rc, 0);
+  res_free(&r);
+
+  /* what init rejects is a FAIL; unknown names and bad NCCL alias values are WARNs */
+  const char *bad[] = {"GDRNET_QPS_PER_CONN=99", "GDRNET_TRANSPORT=ib", "GDRNET_TCP_INLINE=2G", "GDRNET_FOO=1",
+                       "GDRNET_HAC=mlx5_0", "GDRNET_IB_HCA=mlx5_0", "NCCL_IB_TIMEOUT=x", "GDRNET_SOCKET_IFNAME=^", NULL};
+  r = run_json(f, NULL, bad);
+  assert_int_equal(r.rc, 1);
+  expect(&r, "knob/GDRNET_QPS_PER_CONN", "FAIL");
+  expect_has(&r, "knob/GDRNET_QPS_PER_CONN", "title", "init fails");
+  expect_has(&r, "knob/GDRNET_QPS_PER_CONN", "fix", "an integer in 1..16");
+  expect(&r, "knob/GDRNET_TRANSPORT", "FAIL");
+  expect_has(&r, "knob/GDRNET_TRANSPORT", "fix", "one of auto, rdma, tcp");
+  expect(&r, "knob/GDRNET_TCP_INLINE", "FAIL");
+  expect(&r, "knob/GDRNET_SOCKET_IFNAME", "FAIL");
+  expect(&r, "knob/GDRNET_FOO", "WARN");
+  assert_false(field_has(finding(&r, "knob/GDRNET_FOO"), "title", "did you mean")); /* nothing is close to FOO */
+  expect_has(&r, "knob/GDRNET_FOO", "fix", "/share/doc/libnccl-net-gdr/docs/configuration.md");
+  expect(&r, "knob/GDRNET_HAC", "WARN");
+  expect_has(&r, "knob/GDRNET_HAC", "title", "did you mean GDRNET_HCA?");
+  expect_has(&r, "knob/GDRNET_IB_HCA", "title", "did you mean GDRNET_HCA?"); /* NCCL's spelling */
+  expect(&r, "knob/NCCL_IB_TIMEOUT", "WARN");
+  expect_has(&r, "knob/NCCL_IB_TIMEOUT", "title", "ignored, the default is used");
+  res_free(&r);
+
+  /* NCCL_IB_DISABLE=1 or GDRNET_IB_DISABLE=1: the plugin uses no RDMA */
+  const char *off[] = {"GDRNET_IB_DISABLE=1", NULL};
+  r = run_json(f, NULL, off);
+  expect(&r, "env/GDRNET_IB_DISABLE", "FAIL");
+  assert_int_equal(r.rc, 1);
+  res_free(&r);
+  const char *off2[] = {"GDRNET_IB_DISABLE=0", "NCCL_IB_DISABLE=1", NULL}; /* ours wins, as in the plugin */
+  r = run_json(f, NULL, off2);
+  assert_false(has_finding(&r, "env/NCCL_IB_DISABLE"));
+  assert_false(has_finding(&r, "env/GDRNET_IB_DISABLE"));
+  res_free(&r);
+}
+
+/* No kernel RDMA device, but the library the plugin loads (GDRNET_IBVERBS_LIB, e.g. the verbs emulator) lists one:
+ * the plugin uses RDMA through it, it does not fall back to TCP. */
+static void verbs_lib_without_sysfs(void **state) {
+  struct fx *f = *state;
+  char lib[1024];
+  snprintf(lib, sizeof lib, "GDRNET_IBVERBS_LIB=%s", g_fakeverbs);
+  const char *probe[] = {"--probe-libs", "--no-cuda", NULL};
+  const char *env[] = {lib, NULL};
+  struct res r = run_json(f, probe, env);
+  expect(&r, "rdma-devices", "FAIL"); /* GPUDirect still needs a kernel device */
+  expect_has(&r, "rdma-devices", "evidence", "the plugin uses RDMA through it");
+  expect_has(&r, "rdma-devices", "evidence", "GDRNET_IBVERBS_LIB=");
+  assert_false(field_has(finding(&r, "rdma-devices"), "fix", "falls back to TCP"));
+  expect_has(&r, "rdma-devices", "fix", "rdma/rdma_shared_device_a: 1"); /* the resource packaging/k8s requests */
+  assert_false(field_has(finding(&r, "rdma-devices"), "fix", "hca_shared_devices_a"));
+  res_free(&r);
+  /* and without any device at all, it does */
+  r = run_json(f, NULL, NULL);
+  expect_has(&r, "rdma-devices", "fix", "falls back to TCP");
   res_free(&r);
 }
 
@@ -1002,6 +1073,8 @@ int main(int argc, char **argv) {
       cmocka_unit_test_setup_teardown(acs_on_the_path, setup, teardown),
       cmocka_unit_test_setup_teardown(relaxed_ordering, setup, teardown),
       cmocka_unit_test_setup_teardown(nccl_environment, setup, teardown),
+      cmocka_unit_test_setup_teardown(plugin_knobs, setup, teardown),
+      cmocka_unit_test_setup_teardown(verbs_lib_without_sysfs, setup_empty, teardown),
       cmocka_unit_test_setup_teardown(json_escaping, setup, teardown),
       cmocka_unit_test(usage_errors),
       cmocka_unit_test_setup_teardown(library_probes, setup, teardown),
