@@ -9,7 +9,7 @@
 
 static void usage(FILE *out) {
   fprintf(out,
-          "usage: gdrnet-doctor [--json] [--sysfs-root DIR] [--no-verbs] [--no-cuda] [--probe-libs] [--help]\n"
+          "usage: gdrnet-doctor [--json] [--sysfs-root DIR] [--no-verbs] [--no-cuda] [--probe-libs] [--version] [--help]\n"
           "\n"
           "Checks whether GPUDirect RDMA can work on this host for libnccl-net-gdr and says what to fix:\n"
           "rdma-core, RDMA devices/ports/RoCE GIDs, RLIMIT_MEMLOCK, CAP_IPC_LOCK, /dev/infiniband,\n"
@@ -21,6 +21,7 @@ static void usage(FILE *out) {
           "  --no-verbs        do not dlopen libibverbs.so.1 ($GDRNET_IBVERBS_LIB)\n"
           "  --no-cuda         do not dlopen libcuda.so.1\n"
           "  --probe-libs      load libibverbs and libcuda even with --sysfs-root\n"
+          "  --version         print the version and exit\n"
           "  --help            this text\n"
           "\n"
           "Each finding is OK, INFO, WARN (works, but slower or fragile) or FAIL (GPUDirect RDMA will not work).\n"
@@ -40,6 +41,9 @@ int main(int argc, char **argv) {
       no_cuda = true;
     } else if (strcmp(a, "--probe-libs") == 0) {
       probe_libs = true;
+    } else if (strcmp(a, "--version") == 0) {
+      printf("gdrnet-doctor %s\n", DR_VERSION);
+      return 0;
     } else if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
       usage(stdout);
       return 0;

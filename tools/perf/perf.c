@@ -32,6 +32,8 @@
 #endif
 
 #define MAX_INFLIGHT 32
+#define PERF_STR_(x) #x
+#define PERF_STR(x) PERF_STR_(x)
 #define DEFAULT_PORT 18515
 #define BUF_CAP (128ull << 20)   /* data buffer cap per direction: slots shrink for big messages */
 #define CTRL_BYTES 4096          /* a control region after the data slots (acks) */
@@ -160,6 +162,7 @@ static void usage(FILE *f) {
           "                       else libnccl-net-gdr.so from the loader's path)\n"
           "  --timeout S          give up on any single phase after S seconds (default 120)\n"
           "  -v, --verbose        print the plugin's INFO lines (NCCL_DEBUG=INFO does the same)\n"
+          "  --version            print the version and exit\n"
           "  -h, --help           this text\n"
           "\n"
           "Exit status: 0 on success, 1 on any error or data mismatch (the reason is printed), 2 on usage errors.\n",
@@ -200,6 +203,9 @@ static int parse_int(const char *s, long lo, long hi, const char *what) {
   return (int)v;
 }
 
+#define SIZES_ACCEPTED                                                                                               \
+  "MIN:MAX[:FACTOR]: byte counts with optional K/M/G suffix (binary: 64K = 65536), MIN <= MAX <= 1G, FACTOR 2..1024"
+
 static void parse_sizes(const char *s, opts_t *o) {
   char buf[128];
   snprintf(buf, sizeof buf, "%s", s);
@@ -207,20 +213,59 @@ static void parse_sizes(const char *s, opts_t *o) {
   int n = 0;
   char *save = NULL;
   for (char *t = strtok_r(buf, ":", &save); t != NULL && n < 3; t = strtok_r(NULL, ":", &save)) parts[n++] = t;
-  if (n < 1 || strtok_r(NULL, ":", &save) != NULL) usage_error("bad --sizes '%s' (MIN:MAX[:FACTOR])", s);
-  if (gn_parse_size(parts[0], &o->min_size) != 0) usage_error("bad --sizes '%s': MIN", s);
+  if (n < 1 || strtok_r(NULL, ":", &save) != NULL) usage_error("bad --sizes '%s' (expected " SIZES_ACCEPTED ")", s);
+  if (gn_parse_size(parts[0], &o->min_size) != 0)
+    usage_error("bad --sizes '%s': MIN is not a size (expected " SIZES_ACCEPTED ")", s);
   o->max_size = o->min_size;
-  if (n >= 2 && gn_parse_size(parts[1], &o->max_size) != 0) usage_error("bad --sizes '%s': MAX", s);
+  if (n >= 2 && gn_parse_size(parts[1], &o->max_size) != 0)
+    usage_error("bad --sizes '%s': MAX is not a size (expected " SIZES_ACCEPTED ")", s);
   if (n == 3) {
     char *end = NULL;
     errno = 0;
     unsigned long long f = strtoull(parts[2], &end, 10);
     if (errno || end == parts[2] || *end != '\0' || f < 2 || f > 1024)
-      usage_error("bad --sizes '%s': FACTOR must be 2..1024", s);
+      usage_error("bad --sizes '%s': FACTOR must be an integer in 2..1024", s);
     o->factor = f;
   }
-  if (o->max_size < o->min_size) usage_error("bad --sizes '%s': MAX < MIN", s);
+  if (o->max_size < o->min_size) usage_error("bad --sizes '%s': MAX < MIN (expected " SIZES_ACCEPTED ")", s);
   if (o->max_size > (1ull << 30)) usage_error("bad --sizes '%s': at most 1G per message (the v8 ABI's int size)", s);
+}
+
+/* Seconds in (0, max]; a usage error naming the option and the range otherwise. */
+static double parse_seconds(const char *s, const char *opt, double max) {
+  char *end = NULL;
+  errno = 0;
+  double v = strtod(s, &end);
+  if (errno || end == s || *end != '\0' || !(v > 0) || v > max) {
+    char msg[160];
+    snprintf(msg, sizeof msg, "bad %s '%%s' (expected seconds, more than 0 and at most %.0f, e.g. 30 or 0.5)", opt, max);
+    usage_error(msg, s);
+  }
+  return v;
+}
+
+/* Long options' codes (past any character). */
+enum { O_LOCAL = 256, O_SERVER, O_CLIENT, O_PORT, O_TRANSPORT, O_SIZES, O_ITERS, O_DURATION, O_INFLIGHT,
+         O_QPS, O_CUDA, O_CHECK, O_BIDIR, O_JSON, O_CSV, O_PLUGIN, O_DEV, O_TIMEOUT, O_VERSION };
+
+/* What an option's value must be, for "option --X needs a value: ..." (the ranges parse_args checks). */
+static const char *value_hint(int opt) {
+  switch (opt) {
+  case O_CLIENT: return "the server's host name or address (gdrnet-perf --client HOST [--port P])";
+  case O_PORT: return "a TCP port, 0..65535";
+  case O_TRANSPORT: return "rdma, tcp or auto";
+  case O_SIZES: return SIZES_ACCEPTED;
+  case O_ITERS: return "an integer in 1..100000000";
+  case O_DURATION: return "seconds, more than 0 and at most 3600";
+  case O_INFLIGHT: return "an integer in 1.." PERF_STR(MAX_INFLIGHT);
+  case O_QPS: return "an integer in 1..16";
+  case O_CUDA: return "a CUDA device ordinal, 0..1023";
+  case O_JSON: case O_CSV: return "a file name";
+  case O_PLUGIN: return "the path of the plugin's .so";
+  case O_DEV: return "a plugin device index, 0..1023";
+  case O_TIMEOUT: return "seconds, more than 0 and at most 86400";
+  default: return "see --help";
+  }
 }
 
 static void parse_args(int argc, char **argv, opts_t *o) {
@@ -232,8 +277,6 @@ static void parse_args(int argc, char **argv, opts_t *o) {
   o->inflight = 8;
   o->cuda_dev = -1;
   o->timeout = 120;
-  enum { O_LOCAL = 256, O_SERVER, O_CLIENT, O_PORT, O_TRANSPORT, O_SIZES, O_ITERS, O_DURATION, O_INFLIGHT,
-         O_QPS, O_CUDA, O_CHECK, O_BIDIR, O_JSON, O_CSV, O_PLUGIN, O_DEV, O_TIMEOUT };
   static const struct option lo[] = {
       {"local", no_argument, NULL, O_LOCAL},         {"server", no_argument, NULL, O_SERVER},
       {"client", required_argument, NULL, O_CLIENT}, {"port", required_argument, NULL, O_PORT},
@@ -244,11 +287,12 @@ static void parse_args(int argc, char **argv, opts_t *o) {
       {"bidir", no_argument, NULL, O_BIDIR},         {"json", required_argument, NULL, O_JSON},
       {"csv", required_argument, NULL, O_CSV},       {"plugin", required_argument, NULL, O_PLUGIN},
       {"dev", required_argument, NULL, O_DEV},       {"timeout", required_argument, NULL, O_TIMEOUT},
+      {"version", no_argument, NULL, O_VERSION},
       {"verbose", no_argument, NULL, 'v'},           {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0}};
   int c;
   opterr = 0;
-  while ((c = getopt_long(argc, argv, "vh", lo, NULL)) != -1) {
+  while ((c = getopt_long(argc, argv, ":vh", lo, NULL)) != -1) {
     switch (c) {
     case O_LOCAL: case O_SERVER: case O_CLIENT:
       if (o->mode != 0) usage_error("%s", "choose one of --local, --server, --client");
@@ -258,19 +302,12 @@ static void parse_args(int argc, char **argv, opts_t *o) {
     case O_PORT: o->port = parse_int(optarg, 0, 65535, "--port"); break;
     case O_TRANSPORT:
       if (strcmp(optarg, "rdma") != 0 && strcmp(optarg, "tcp") != 0 && strcmp(optarg, "auto") != 0)
-        usage_error("bad --transport '%s' (rdma, tcp or auto)", optarg);
+        usage_error("bad --transport '%s' (expected rdma, tcp or auto)", optarg);
       o->transport = optarg;
       break;
     case O_SIZES: parse_sizes(optarg, o); break;
     case O_ITERS: o->iters = (uint64_t)parse_int(optarg, 1, 100000000, "--iters"); break;
-    case O_DURATION: {
-      char *end = NULL;
-      errno = 0;
-      o->duration = strtod(optarg, &end);
-      if (errno || end == optarg || *end != '\0' || !(o->duration > 0) || o->duration > 3600)
-        usage_error("bad --duration '%s' (seconds, > 0)", optarg);
-      break;
-    }
+    case O_DURATION: o->duration = parse_seconds(optarg, "--duration", 3600); break;
     case O_INFLIGHT: o->inflight = parse_int(optarg, 1, MAX_INFLIGHT, "--inflight"); break;
     case O_QPS: o->qps = parse_int(optarg, 1, 16, "--qps"); break;
     case O_CUDA: o->cuda_dev = parse_int(optarg, 0, 1023, "--cuda"); break;
@@ -280,21 +317,26 @@ static void parse_args(int argc, char **argv, opts_t *o) {
     case O_CSV: o->csv = optarg; break;
     case O_PLUGIN: o->plugin = optarg; break;
     case O_DEV: o->dev = parse_int(optarg, 0, 1023, "--dev"); break;
-    case O_TIMEOUT: {
-      char *end = NULL;
-      o->timeout = strtod(optarg, &end);
-      if (end == optarg || *end != '\0' || !(o->timeout > 0)) usage_error("bad --timeout '%s'", optarg);
-      break;
-    }
+    case O_TIMEOUT: o->timeout = parse_seconds(optarg, "--timeout", 86400); break;
+    case O_VERSION: printf("gdrnet-perf %s\n", GDRNET_VERSION); exit(0);
     case 'v': o->verbose = 1; break;
     case 'h': usage(stdout); exit(0);
+    case ':': /* a known option without its value: name it and what it takes */
+      for (size_t i = 0; lo[i].name != NULL; i++)
+        if (lo[i].val == optopt) {
+          char msg[256];
+          snprintf(msg, sizeof msg, "option --%s needs a value: %s", lo[i].name, value_hint(lo[i].val));
+          usage_error("%s", msg);
+        }
+      usage_error("option '%s' needs a value", argv[optind - 1]);
+      break;
     case '?':
     default:
-      if (optopt != 0) {
-        char s[2] = {(char)optopt, 0};
-        usage_error("unknown option or missing argument: -%s", s);
+      if (optopt != 0 && optopt < 256) {
+        char o1[3] = {'-', (char)optopt, 0};
+        usage_error("unknown option '%s'", o1);
       }
-      usage_error("unknown option or missing argument: %s", argv[optind - 1]);
+      usage_error("unknown option '%s'", argv[optind - 1]);
     }
   }
   if (optind < argc) usage_error("unexpected argument '%s'", argv[optind]);

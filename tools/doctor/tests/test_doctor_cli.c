@@ -962,6 +962,12 @@ static void usage_errors(void **state) {
   assert_int_equal(r.rc, 0);
   assert_non_null(strstr(r.out, "usage: gdrnet-doctor [--json] [--sysfs-root DIR]"));
   assert_non_null(strstr(r.out, "Exit status: 0 ready"));
+  assert_non_null(strstr(r.out, "--version"));
+  res_free(&r);
+  const char *a6[] = {"--version", NULL};
+  r = run_raw(a6, NULL);
+  assert_int_equal(r.rc, 0);
+  assert_string_equal(r.out, "gdrnet-doctor " DR_VERSION "\n");
   res_free(&r);
 }
 
