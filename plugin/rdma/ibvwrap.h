@@ -1,6 +1,6 @@
 /* libibverbs, loaded at run time.
  *
- * The plugin has no DT_NEEDED on libibverbs (DESIGN.md section 4): the library is dlopened
+ * The plugin has no DT_NEEDED on libibverbs (docs/design.md section 1): the library is dlopened
  * (GDRNET_IBVERBS_LIB, else libibverbs.so.1) and every entry point is resolved with dlvsym at the
  * rdma-core version node that introduced it, so an old or partial library is detected instead of
  * binding to the wrong symbol version.  <infiniband/verbs.h> is used for its types and for the

@@ -73,7 +73,7 @@ static void test_defaults_parse(void **state) {
   assert_string_equal(gdr_param_str(GDR_PARAM_HCA), "");
   assert_int_equal(gdr_param_source(GDR_PARAM_HCA), GDR_PSRC_DEFAULT);
   assert_int_equal(ut_nwarn, 0);
-  /* every knob DESIGN.md section 4 requires exists */
+  /* every knob docs/design.md section 2 requires exists */
   static const char *required[] = {"GDRNET_TRANSPORT", "GDRNET_IBVERBS_LIB", "GDRNET_HCA", "GDRNET_QPS_PER_CONN",
                                    "GDRNET_SPLIT_DATA", "GDRNET_RELAXED_ORDERING", "GDRNET_GDR", "GDRNET_IB_TIMEOUT",
                                    "GDRNET_IB_RETRY_CNT", "GDRNET_RNR_RETRY", "GDRNET_FALLBACK",
