@@ -51,13 +51,13 @@ static void cuda_load_once(void) {
     snprintf(g_why, sizeof(g_why), "libcuda.so.1 not loadable: %s", dlerror());
     return;
   }
-#define LOAD(sym, required)                                                                                          \
-  do {                                                                                                               \
-    *(void **)&g_cu.sym = dlsym(h, #sym);                                                                            \
-    if (g_cu.sym == NULL && (required)) {                                                                            \
-      snprintf(g_why, sizeof(g_why), "libcuda.so.1 lacks %s", #sym);                                                 \
-      return;                                                                                                        \
-    }                                                                                                                \
+#define LOAD(sym, required)                                                                                            \
+  do {                                                                                                                 \
+    *(void **)&g_cu.sym = dlsym(h, #sym);                                                                              \
+    if (g_cu.sym == NULL && (required)) {                                                                              \
+      snprintf(g_why, sizeof(g_why), "libcuda.so.1 lacks %s", #sym);                                                   \
+      return;                                                                                                          \
+    }                                                                                                                  \
   } while (0)
   LOAD(cuInit, 1);
   LOAD(cuDeviceGet, 1);

@@ -18,7 +18,7 @@
 extern char **environ;
 
 static const struct gdr_param_info g_info[GDR_PARAM_COUNT] = {
-#define GDR_PARAM(ID, KIND, DEF, MIN, MAX, AUTOV, CHOICES, ALIAS, DOC)                                               \
+#define GDR_PARAM(ID, KIND, DEF, MIN, MAX, AUTOV, CHOICES, ALIAS, DOC)                                                 \
   [GDR_PARAM_##ID] = {"GDRNET_" #ID, GDR_PK_##KIND, DEF, MIN, MAX, AUTOV, CHOICES, ALIAS, DOC},
 #include "params.def"
 #undef GDR_PARAM
@@ -67,9 +67,7 @@ static int choice_at(const char *choices, int i, char *buf, size_t len) {
 
 void gdr_param_accepted(const struct gdr_param_info *p, char *buf, size_t len) {
   switch (p->kind) {
-  case GDR_PK_INT:
-    snprintf(buf, len, "an integer in %" PRId64 "..%" PRId64, p->min, p->max);
-    break;
+  case GDR_PK_INT: snprintf(buf, len, "an integer in %" PRId64 "..%" PRId64, p->min, p->max); break;
   case GDR_PK_AUTOINT:
     /* the number that reads as auto is accepted too: say so when it lies outside the range (GID_INDEX -1) */
     if (p->autov < p->min || p->autov > p->max)
@@ -88,9 +86,7 @@ void gdr_param_accepted(const struct gdr_param_info *p, char *buf, size_t len) {
     break;
   }
   case GDR_PK_STR:
-  default:
-    snprintf(buf, len, "a string");
-    break;
+  default: snprintf(buf, len, "a string"); break;
   }
 }
 
@@ -144,9 +140,7 @@ ncclResult_t gdr_param_parse(const struct gdr_param_info *p, const char *text, i
   gdr_param_accepted(p, acc, sizeof(acc));
 
   switch (p->kind) {
-  case GDR_PK_STR:
-    *value = 0;
-    return ncclSuccess;
+  case GDR_PK_STR: *value = 0; return ncclSuccess;
   case GDR_PK_ENUM: {
     char c[64];
     for (int i = 0; choice_at(p->choices, i, c, sizeof(c)) == 0; i++) {

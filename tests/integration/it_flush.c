@@ -105,8 +105,10 @@ static int side(int fd, int receiver) {
   }
   IT_CHECK(gn_boot_barrier(fd, 60) == 0, "barrier");
   IT_OK(ip.net->deregMr(comm, mh));
-  if (receiver) IT_OK(ip.net->closeRecv(comm));
-  else IT_OK(ip.net->closeSend(comm));
+  if (receiver)
+    IT_OK(ip.net->closeRecv(comm));
+  else
+    IT_OK(ip.net->closeSend(comm));
   free(buf);
   it_unload(&ip);
   return 0;

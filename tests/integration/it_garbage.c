@@ -129,7 +129,8 @@ static int raw_connect(const lport_t *lp) {
     if (a.sin_addr.s_addr == htonl(INADDR_ANY)) a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     IT_CHECK(fd >= 0, "socket");
-    IT_CHECK(connect(fd, (struct sockaddr *)&a, sizeof a) == 0, "raw connect to port %d: %s", lp->port, strerror(errno));
+    IT_CHECK(connect(fd, (struct sockaddr *)&a, sizeof a) == 0, "raw connect to port %d: %s", lp->port,
+             strerror(errno));
   } else {
     struct sockaddr_in6 a;
     memset(&a, 0, sizeof a);
@@ -139,7 +140,8 @@ static int raw_connect(const lport_t *lp) {
     if (IN6_IS_ADDR_UNSPECIFIED(&a.sin6_addr)) a.sin6_addr = in6addr_loopback;
     fd = socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
     IT_CHECK(fd >= 0, "socket");
-    IT_CHECK(connect(fd, (struct sockaddr *)&a, sizeof a) == 0, "raw connect to port %d: %s", lp->port, strerror(errno));
+    IT_CHECK(connect(fd, (struct sockaddr *)&a, sizeof a) == 0, "raw connect to port %d: %s", lp->port,
+             strerror(errno));
   }
   return fd;
 }
@@ -169,7 +171,8 @@ static void expect_rejected(it_plugin_t *ip, void *lc, int fd, const char *what)
   it_log("garbage '%s': rejected", what);
 }
 
-static void send_garbage(it_plugin_t *ip, void *lc, const lport_t *lp, const void *bytes, size_t len, const char *what) {
+static void send_garbage(it_plugin_t *ip, void *lc, const lport_t *lp, const void *bytes, size_t len,
+                         const char *what) {
   int fd = raw_connect(lp);
   if (len > 0) IT_CHECK(gn_boot_send(fd, bytes, len) == 0, "writing garbage: %s", strerror(errno));
   IT_CHECK(shutdown(fd, SHUT_WR) == 0, "shutdown");
@@ -307,7 +310,7 @@ static void old_sender_case(it_plugin_t *ip) {
   unsigned char hdr[V1_HDR];
   IT_CHECK(gn_boot_recv(fds[0], hdr, sizeof hdr, 10) == 0, "no control message from the receiver within 10 s");
   IT_CHECK(get32(hdr) != V1_GRANT, "the receiver sent a GRANT (eager credits) to a version-1 sender, which does not "
-           "know that message");
+                                   "know that message");
   IT_CHECK(get32(hdr) == V1_CTS && get64(hdr + 8) == 0 && get64(hdr + 16) == 100,
            "expected CTS{seq 0, 100 bytes}, got type %u seq %llu size %llu", get32(hdr),
            (unsigned long long)get64(hdr + 8), (unsigned long long)get64(hdr + 16));
@@ -371,8 +374,7 @@ int main(void) {
   static char cap[65536];
   char h2[NCCL_NET_HANDLE_MAXSIZE];
   IT_CHECK(gn_boot_recv(capt.fd, &n, sizeof n, 60) == 0 && n <= sizeof cap, "no capture");
-  IT_CHECK(gn_boot_recv(capt.fd, cap, n, 60) == 0 && gn_boot_recv(capt.fd, h2, sizeof h2, 60) == 0,
-           "capture bytes");
+  IT_CHECK(gn_boot_recv(capt.fd, cap, n, 60) == 0 && gn_boot_recv(capt.fd, h2, sizeof h2, 60) == 0, "capture bytes");
   it_join(&capt, 30);
 
   it_plugin_t ip;

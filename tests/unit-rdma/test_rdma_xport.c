@@ -57,10 +57,10 @@ static const struct gdr_transport *T = &gdr_transport_rdma;
 enum xphase { XP_NONE = 0, XP_ACCEPT, XP_CONNECT, XP_ISEND, XP_IRECV, XP_TEST, XP_RAW };
 static const char *const xphase_name[] = {"none", "accept", "connect", "isend", "irecv", "test", "raw peer"};
 struct xreport {
-  int ok;       /* 1: the side ran to its end */
-  int phase;    /* XP_*: the call that failed, when !ok */
-  int res;      /* its ncclResult_t */
-  int msg;      /* message number, -1 if none */
+  int ok;                        /* 1: the side ran to its end */
+  int phase;                     /* XP_*: the call that failed, when !ok */
+  int res;                       /* its ncclResult_t */
+  int msg;                       /* message number, -1 if none */
   double t_start, t_fail, t_end; /* CLOCK_MONOTONIC seconds: side started (setup done), call failed, exiting */
 };
 static struct xreport g_rep;
@@ -83,20 +83,20 @@ static void report_fail(int phase, ncclResult_t r, int msg) {
   _exit(1);
 }
 
-#define CK(cond)                                                                                                     \
-  do {                                                                                                               \
-    if (!(cond)) {                                                                                                   \
-      fprintf(stderr, "[%s] %s:%d: check failed: %s\n", who, __FILE__, __LINE__, #cond);                            \
-      _exit(2);                                                                                                      \
-    }                                                                                                                \
+#define CK(cond)                                                                                                       \
+  do {                                                                                                                 \
+    if (!(cond)) {                                                                                                     \
+      fprintf(stderr, "[%s] %s:%d: check failed: %s\n", who, __FILE__, __LINE__, #cond);                               \
+      _exit(2);                                                                                                        \
+    }                                                                                                                  \
   } while (0)
-#define CKR(call)                                                                                                    \
-  do {                                                                                                               \
-    ncclResult_t r_ = (call);                                                                                        \
-    if (r_ != ncclSuccess) {                                                                                         \
-      fprintf(stderr, "[%s] %s:%d: %s returned %d\n", who, __FILE__, __LINE__, #call, (int)r_);                      \
-      _exit(3);                                                                                                      \
-    }                                                                                                                \
+#define CKR(call)                                                                                                      \
+  do {                                                                                                                 \
+    ncclResult_t r_ = (call);                                                                                          \
+    if (r_ != ncclSuccess) {                                                                                           \
+      fprintf(stderr, "[%s] %s:%d: %s returned %d\n", who, __FILE__, __LINE__, #call, (int)r_);                        \
+      _exit(3);                                                                                                        \
+    }                                                                                                                  \
   } while (0)
 
 static double now_s(void) {
@@ -127,18 +127,18 @@ typedef void (*body_fn)(const struct xcase *x, void **comms, int *devs, int ncom
 
 struct xcase {
   const char *name;
-  const char *env[12];      /* both sides */
-  const char *env_send[4];  /* sender only */
-  const char *env_recv[4];  /* receiver only */
+  const char *env[12];     /* both sides */
+  const char *env_send[4]; /* sender only */
+  const char *env_recv[4]; /* receiver only */
   body_fn send, recv;
   void (*raw_send)(struct gdr_handle *h); /* instead of connect + send: speaks to the listener itself */
-  int ncomms;               /* 1 if 0 */
-  int alldevs;              /* comm i on device i % ndev */
+  int ncomms;                             /* 1 if 0 */
+  int alldevs;                            /* comm i on device i % ndev */
   struct xexpect {
-    int fail;        /* 1: this side must fail... */
-    int phases;      /* ...in one of these calls (bits 1 << XP_*)... */
+    int fail;         /* 1: this side must fail... */
+    int phases;       /* ...in one of these calls (bits 1 << XP_*)... */
     ncclResult_t res; /* ...with this result... */
-    int from_peer;   /* ...within XT_BOUND_S of the peer's end (1) or of this side's start (0) */
+    int from_peer;    /* ...within XT_BOUND_S of the peer's end (1) or of this side's start (0) */
   } expect_send, expect_recv;
   int timeout_s;
   /* stream parameters */
@@ -334,8 +334,8 @@ static int side_as_expected(const char *name, const char *side, int st, int have
     from = "the peer's end";
   }
   double took = r->t_fail - ref;
-  fprintf(stderr, "[%s] %s: %s returned %d %.3f s after %s (bound %.1f s)\n", name, side, xphase_name[r->phase],
-          r->res, took, from, XT_BOUND_S);
+  fprintf(stderr, "[%s] %s: %s returned %d %.3f s after %s (bound %.1f s)\n", name, side, xphase_name[r->phase], r->res,
+          took, from, XT_BOUND_S);
   if (took > XT_BOUND_S) {
     fprintf(stderr, "[%s] %s: the failure took %.3f s to surface, more than %.1f s\n", name, side, took, XT_BOUND_S);
     good = 0;
@@ -901,8 +901,8 @@ static void bad_handshake_send(struct gdr_handle *h) {
   struct gdr_blob_io io;
   memset(&io, 0, sizeof(io));
   done = 0;
-  while (!done) CKR(gdr_sock_blob_send(con.fd, &io, 0x52444831u /* the RDMA handshake's blob type */, junk,
-                                       sizeof(junk), &done));
+  while (!done)
+    CKR(gdr_sock_blob_send(con.fd, &io, 0x52444831u /* the RDMA handshake's blob type */, junk, sizeof(junk), &done));
   /* The receiver must hang up on us (EOF or a reset), within the bound: polled without sleeping. */
   double t_sent = now_s();
   struct pollfd pf = {.fd = con.fd, .events = POLLIN};
@@ -962,68 +962,171 @@ static void keepalive_recv(const struct xcase *x, void **comms, int *devs, int n
 /* The side fails with ncclRemoteError in one of the calls PH (a mask), within XT_BOUND_S of its own start / of the
  * peer's end. On the data path either isend or test may be the first to know. */
 #define XP_DATA ((1 << XP_ISEND) | (1 << XP_IRECV) | (1 << XP_TEST))
-#define XFAIL_LOCAL(PH) {.fail = 1, .phases = (PH), .res = ncclRemoteError, .from_peer = 0}
-#define XFAIL_PEER(PH) {.fail = 1, .phases = (PH), .res = ncclRemoteError, .from_peer = 1}
+#define XFAIL_LOCAL(PH)                                                                                                \
+  { .fail = 1, .phases = (PH), .res = ncclRemoteError, .from_peer = 0 }
+#define XFAIL_PEER(PH)                                                                                                 \
+  { .fail = 1, .phases = (PH), .res = ncclRemoteError, .from_peer = 1 }
 
 static const struct xcase cases[] = {
-  {.name = "basic_roce", .send = stream_send, .recv = stream_recv, .sizes = sizes_small, .nsizes = N(sizes_small),
-   .iters = 6, .inflight = 8},
-  {.name = "basic_ib", .env = {"VEMU_DEVICES=vemu1:ib"}, .send = stream_send, .recv = stream_recv,
-   .sizes = sizes_small, .nsizes = N(sizes_small), .iters = 4, .inflight = 8},
-  {.name = "large", .send = stream_send, .recv = stream_recv, .sizes = sizes_mixed, .nsizes = N(sizes_mixed),
-   .iters = 2, .inflight = 4, .timeout_s = 120},
-  {.name = "qps4_rr", .env = {"GDRNET_QPS_PER_CONN=4", "GDRNET_SPLIT_DATA=0"}, .send = stream_send,
-   .recv = stream_recv, .sizes = sizes_small, .nsizes = N(sizes_small), .iters = 5, .inflight = 16},
-  {.name = "qps4_split", .env = {"GDRNET_QPS_PER_CONN=4", "GDRNET_SPLIT_DATA=1"}, .send = stream_send,
-   .recv = stream_recv, .sizes = sizes_mixed, .nsizes = N(sizes_mixed), .iters = 2, .inflight = 8,
-   .timeout_s = 120},
-  {.name = "qps3_split_small", .env = {"GDRNET_QPS_PER_CONN=3", "GDRNET_SPLIT_DATA=1"}, .send = stream_send,
-   .recv = stream_recv, .sizes = sizes_small, .nsizes = N(sizes_small), .iters = 5, .inflight = 32},
-  {.name = "group", .send = group_send, .recv = group_recv, .iters = 70},
-  {.name = "group_qps2_split", .env = {"GDRNET_QPS_PER_CONN=2", "GDRNET_SPLIT_DATA=1"}, .send = group_send,
-   .recv = group_recv, .iters = 40},
-  {.name = "oversize", .send = oversize_send, .recv = oversize_recv},
-  {.name = "flush_lazy", .env = {"GDRNET_GDR=1", "VEMU_GDR_LAZY=1"}, .send = flush_send, .recv = flush_recv},
-  {.name = "many_comms", .ncomms = 8, .send = stream_send, .recv = stream_recv, .sizes = sizes_small,
-   .nsizes = N(sizes_small), .iters = 2, .inflight = 4, .timeout_s = 120},
-  {.name = "two_devices", .env = {"VEMU_DEVICES=vemu0:roce,vemu1:ib"}, .ncomms = 2, .alldevs = 1,
-   .send = stream_send, .recv = stream_recv, .sizes = sizes_small, .nsizes = N(sizes_small), .iters = 3,
-   .inflight = 8},
-  /* recovered (recover.c): every message arrives, every byte and size checked by the stream bodies */
-  {.name = "fatal_qp_event", .env = {"VEMU_TIME_SCALE=0.001"}, .env_send = {"VEMU_FAULTS=qp_fatal:nth=1"},
-   .send = stream_send, .recv = stream_recv, .sizes = sizes_small, .nsizes = N(sizes_small), .iters = 20,
-   .inflight = 8},
-  {.name = "wc_error", .env = {"VEMU_TIME_SCALE=0.001"},
-   .env_send = {"VEMU_FAULTS=wc:op=write_imm:nth=5:status=rem_access"}, .send = stream_send, .recv = stream_recv,
-   .sizes = sizes_small, .nsizes = N(sizes_small), .iters = 20, .inflight = 8},
-  /* the same faults without recovery and without fallback: the error, on both sides, within the bound */
-  {.name = "fatal_qp_event_norecover", .env = {"VEMU_TIME_SCALE=0.001", "GDRNET_RECOVERY_ATTEMPTS=0", "GDRNET_FALLBACK=0"},
-   .env_send = {"VEMU_FAULTS=qp_fatal:nth=1"}, .send = until_error_send, .recv = until_error_recv, .iters = 1000,
-   .expect_send = XFAIL_LOCAL(XP_DATA), .expect_recv = XFAIL_PEER(XP_DATA)},
-  {.name = "wc_error_norecover", .env = {"VEMU_TIME_SCALE=0.001", "GDRNET_RECOVERY_ATTEMPTS=0", "GDRNET_FALLBACK=0"},
-   .env_send = {"VEMU_FAULTS=wc:op=write_imm:nth=5:status=rem_access"}, .send = until_error_send,
-   .recv = until_error_recv, .iters = 1000, .expect_send = XFAIL_LOCAL(XP_DATA),
-   .expect_recv = XFAIL_PEER(XP_DATA)},
-  /* a port that stays down, no fallback: both sides fail within GDRNET_RECOVERY_TIMEOUT_MS (+ the time to notice) */
-  {.name = "port_down", .env = {"VEMU_TIME_SCALE=0.001", "GDRNET_RECOVERY_TIMEOUT_MS=1500", "GDRNET_FALLBACK=0"},
-   .env_send = {"VEMU_FAULTS=port_down:dev=vemu0:after_ms=300"}, .send = until_error_send,
-   .recv = until_error_recv, .iters = 1000000, .expect_send = XFAIL_LOCAL(XP_DATA),
-   .expect_recv = XFAIL_PEER(XP_DATA), .timeout_s = 20},
-  /* the receiver's NIC goes silent mid-stream (no FIN from anyone: its process lives on): the sender's writes
+    {.name = "basic_roce",
+     .send = stream_send,
+     .recv = stream_recv,
+     .sizes = sizes_small,
+     .nsizes = N(sizes_small),
+     .iters = 6,
+     .inflight = 8},
+    {.name = "basic_ib",
+     .env = {"VEMU_DEVICES=vemu1:ib"},
+     .send = stream_send,
+     .recv = stream_recv,
+     .sizes = sizes_small,
+     .nsizes = N(sizes_small),
+     .iters = 4,
+     .inflight = 8},
+    {.name = "large",
+     .send = stream_send,
+     .recv = stream_recv,
+     .sizes = sizes_mixed,
+     .nsizes = N(sizes_mixed),
+     .iters = 2,
+     .inflight = 4,
+     .timeout_s = 120},
+    {.name = "qps4_rr",
+     .env = {"GDRNET_QPS_PER_CONN=4", "GDRNET_SPLIT_DATA=0"},
+     .send = stream_send,
+     .recv = stream_recv,
+     .sizes = sizes_small,
+     .nsizes = N(sizes_small),
+     .iters = 5,
+     .inflight = 16},
+    {.name = "qps4_split",
+     .env = {"GDRNET_QPS_PER_CONN=4", "GDRNET_SPLIT_DATA=1"},
+     .send = stream_send,
+     .recv = stream_recv,
+     .sizes = sizes_mixed,
+     .nsizes = N(sizes_mixed),
+     .iters = 2,
+     .inflight = 8,
+     .timeout_s = 120},
+    {.name = "qps3_split_small",
+     .env = {"GDRNET_QPS_PER_CONN=3", "GDRNET_SPLIT_DATA=1"},
+     .send = stream_send,
+     .recv = stream_recv,
+     .sizes = sizes_small,
+     .nsizes = N(sizes_small),
+     .iters = 5,
+     .inflight = 32},
+    {.name = "group", .send = group_send, .recv = group_recv, .iters = 70},
+    {.name = "group_qps2_split",
+     .env = {"GDRNET_QPS_PER_CONN=2", "GDRNET_SPLIT_DATA=1"},
+     .send = group_send,
+     .recv = group_recv,
+     .iters = 40},
+    {.name = "oversize", .send = oversize_send, .recv = oversize_recv},
+    {.name = "flush_lazy", .env = {"GDRNET_GDR=1", "VEMU_GDR_LAZY=1"}, .send = flush_send, .recv = flush_recv},
+    {.name = "many_comms",
+     .ncomms = 8,
+     .send = stream_send,
+     .recv = stream_recv,
+     .sizes = sizes_small,
+     .nsizes = N(sizes_small),
+     .iters = 2,
+     .inflight = 4,
+     .timeout_s = 120},
+    {.name = "two_devices",
+     .env = {"VEMU_DEVICES=vemu0:roce,vemu1:ib"},
+     .ncomms = 2,
+     .alldevs = 1,
+     .send = stream_send,
+     .recv = stream_recv,
+     .sizes = sizes_small,
+     .nsizes = N(sizes_small),
+     .iters = 3,
+     .inflight = 8},
+    /* recovered (recover.c): every message arrives, every byte and size checked by the stream bodies */
+    {.name = "fatal_qp_event",
+     .env = {"VEMU_TIME_SCALE=0.001"},
+     .env_send = {"VEMU_FAULTS=qp_fatal:nth=1"},
+     .send = stream_send,
+     .recv = stream_recv,
+     .sizes = sizes_small,
+     .nsizes = N(sizes_small),
+     .iters = 20,
+     .inflight = 8},
+    {.name = "wc_error",
+     .env = {"VEMU_TIME_SCALE=0.001"},
+     .env_send = {"VEMU_FAULTS=wc:op=write_imm:nth=5:status=rem_access"},
+     .send = stream_send,
+     .recv = stream_recv,
+     .sizes = sizes_small,
+     .nsizes = N(sizes_small),
+     .iters = 20,
+     .inflight = 8},
+    /* the same faults without recovery and without fallback: the error, on both sides, within the bound */
+    {.name = "fatal_qp_event_norecover",
+     .env = {"VEMU_TIME_SCALE=0.001", "GDRNET_RECOVERY_ATTEMPTS=0", "GDRNET_FALLBACK=0"},
+     .env_send = {"VEMU_FAULTS=qp_fatal:nth=1"},
+     .send = until_error_send,
+     .recv = until_error_recv,
+     .iters = 1000,
+     .expect_send = XFAIL_LOCAL(XP_DATA),
+     .expect_recv = XFAIL_PEER(XP_DATA)},
+    {.name = "wc_error_norecover",
+     .env = {"VEMU_TIME_SCALE=0.001", "GDRNET_RECOVERY_ATTEMPTS=0", "GDRNET_FALLBACK=0"},
+     .env_send = {"VEMU_FAULTS=wc:op=write_imm:nth=5:status=rem_access"},
+     .send = until_error_send,
+     .recv = until_error_recv,
+     .iters = 1000,
+     .expect_send = XFAIL_LOCAL(XP_DATA),
+     .expect_recv = XFAIL_PEER(XP_DATA)},
+    /* a port that stays down, no fallback: both sides fail within GDRNET_RECOVERY_TIMEOUT_MS (+ the time to notice) */
+    {.name = "port_down",
+     .env = {"VEMU_TIME_SCALE=0.001", "GDRNET_RECOVERY_TIMEOUT_MS=1500", "GDRNET_FALLBACK=0"},
+     .env_send = {"VEMU_FAULTS=port_down:dev=vemu0:after_ms=300"},
+     .send = until_error_send,
+     .recv = until_error_recv,
+     .iters = 1000000,
+     .expect_send = XFAIL_LOCAL(XP_DATA),
+     .expect_recv = XFAIL_PEER(XP_DATA),
+     .timeout_s = 20},
+    /* the receiver's NIC goes silent mid-stream (no FIN from anyone: its process lives on): the sender's writes
    * exhaust their retries, the receiver's own clear-to-send writes too; recovery cannot reach the peer, and without
    * the fallback (which it-faults' fallback-peer-loss covers) both sides get the error */
-  {.name = "peer_loss", .env = {"VEMU_TIME_SCALE=0.001", "GDRNET_RECOVERY_TIMEOUT_MS=1500", "GDRNET_FALLBACK=0"},
-   .env_recv = {"VEMU_FAULTS=peer_loss:after_bytes=300000"}, .send = until_error_send, .recv = until_error_recv,
-   .iters = 1000, .expect_send = XFAIL_LOCAL(XP_DATA), .expect_recv = XFAIL_LOCAL(XP_DATA), .timeout_s = 20},
-  {.name = "rnr_recovers", .env = {"VEMU_TIME_SCALE=0.01"}, .env_recv = {"VEMU_FAULTS=no_recv_credit:nth=3"},
-   .send = stream_send, .recv = stream_recv, .sizes = sizes_small, .nsizes = N(sizes_small), .iters = 2,
-   .inflight = 4},
-  {.name = "ctrl_keepalive", .env = {"GDRNET_TCP_TIMEOUT_MS=4321"}, .send = keepalive_send, .recv = keepalive_recv,
-   .sizes = sizes_small, .nsizes = N(sizes_small), .iters = 1, .inflight = 4},
-  {.name = "bad_handshake", .raw_send = bad_handshake_send, .recv = never_recv,
-   .expect_recv = XFAIL_LOCAL(1 << XP_ACCEPT)},
-  {.name = "peer_vanishes", .send = until_error_send, .recv = vanish_recv, .iters = 10,
-   .expect_send = XFAIL_PEER(XP_DATA)},
+    {.name = "peer_loss",
+     .env = {"VEMU_TIME_SCALE=0.001", "GDRNET_RECOVERY_TIMEOUT_MS=1500", "GDRNET_FALLBACK=0"},
+     .env_recv = {"VEMU_FAULTS=peer_loss:after_bytes=300000"},
+     .send = until_error_send,
+     .recv = until_error_recv,
+     .iters = 1000,
+     .expect_send = XFAIL_LOCAL(XP_DATA),
+     .expect_recv = XFAIL_LOCAL(XP_DATA),
+     .timeout_s = 20},
+    {.name = "rnr_recovers",
+     .env = {"VEMU_TIME_SCALE=0.01"},
+     .env_recv = {"VEMU_FAULTS=no_recv_credit:nth=3"},
+     .send = stream_send,
+     .recv = stream_recv,
+     .sizes = sizes_small,
+     .nsizes = N(sizes_small),
+     .iters = 2,
+     .inflight = 4},
+    {.name = "ctrl_keepalive",
+     .env = {"GDRNET_TCP_TIMEOUT_MS=4321"},
+     .send = keepalive_send,
+     .recv = keepalive_recv,
+     .sizes = sizes_small,
+     .nsizes = N(sizes_small),
+     .iters = 1,
+     .inflight = 4},
+    {.name = "bad_handshake",
+     .raw_send = bad_handshake_send,
+     .recv = never_recv,
+     .expect_recv = XFAIL_LOCAL(1 << XP_ACCEPT)},
+    {.name = "peer_vanishes",
+     .send = until_error_send,
+     .recv = vanish_recv,
+     .iters = 10,
+     .expect_send = XFAIL_PEER(XP_DATA)},
 };
 
 static const struct xcase *current;

@@ -74,11 +74,11 @@ static void test_defaults_parse(void **state) {
   assert_int_equal(gdr_param_source(GDR_PARAM_HCA), GDR_PSRC_DEFAULT);
   assert_int_equal(ut_nwarn, 0);
   /* every knob docs/design.md section 2 requires exists */
-  static const char *required[] = {"GDRNET_TRANSPORT", "GDRNET_IBVERBS_LIB", "GDRNET_HCA", "GDRNET_QPS_PER_CONN",
-                                   "GDRNET_SPLIT_DATA", "GDRNET_RELAXED_ORDERING", "GDRNET_GDR", "GDRNET_IB_TIMEOUT",
-                                   "GDRNET_IB_RETRY_CNT", "GDRNET_RNR_RETRY", "GDRNET_FALLBACK",
-                                   "GDRNET_RECOVERY_ATTEMPTS", "GDRNET_RECOVERY_TIMEOUT_MS", "GDRNET_TCP_NSOCKS",
-                                   "GDRNET_TCP_NTHREADS", "GDRNET_SOCKET_IFNAME"};
+  static const char *required[] = {
+      "GDRNET_TRANSPORT",           "GDRNET_IBVERBS_LIB",      "GDRNET_HCA",          "GDRNET_QPS_PER_CONN",
+      "GDRNET_SPLIT_DATA",          "GDRNET_RELAXED_ORDERING", "GDRNET_GDR",          "GDRNET_IB_TIMEOUT",
+      "GDRNET_IB_RETRY_CNT",        "GDRNET_RNR_RETRY",        "GDRNET_FALLBACK",     "GDRNET_RECOVERY_ATTEMPTS",
+      "GDRNET_RECOVERY_TIMEOUT_MS", "GDRNET_TCP_NSOCKS",       "GDRNET_TCP_NTHREADS", "GDRNET_SOCKET_IFNAME"};
   for (size_t i = 0; i < sizeof(required) / sizeof(required[0]); i++)
     assert_int_not_equal(gdr_param_lookup(required[i]), GDR_PARAM_COUNT);
   assert_int_equal(gdr_param_lookup("GDRNET_NOPE"), GDR_PARAM_COUNT);

@@ -74,9 +74,9 @@ static void test_idx_checks(void **state) {
     assert_non_null(o[i]);
     memset(o[i], 0x5a, 24);
   }
-  assert_null(gdr_pool_get_idx(&p, &x));       /* exhausted */
-  assert_false(gdr_pool_is(&p, o[1], idx[2])); /* wrong index */
-  assert_false(gdr_pool_is(&p, &x, 0));        /* foreign */
+  assert_null(gdr_pool_get_idx(&p, &x));                   /* exhausted */
+  assert_false(gdr_pool_is(&p, o[1], idx[2]));             /* wrong index */
+  assert_false(gdr_pool_is(&p, &x, 0));                    /* foreign */
   assert_false(gdr_pool_is(&p, (char *)o[0] + 1, idx[0])); /* inside an object */
   assert_false(gdr_pool_is(&p, o[0], -1));
   assert_false(gdr_pool_is(&p, o[0], 4));

@@ -18,11 +18,25 @@ static char *g_cap;
 static size_t g_cap_len, g_cap_cap;
 static char g_tp_name[16], g_tp_reason[512]; /* from the plugin's "using the X transport (...)" line */
 
-static const struct { const char *name; unsigned long bit; } k_subsys[] = {
-    {"INIT", NCCL_INIT},   {"COLL", NCCL_COLL},     {"P2P", NCCL_P2P},     {"SHM", NCCL_SHM},
-    {"NET", NCCL_NET},     {"GRAPH", NCCL_GRAPH},   {"TUNING", NCCL_TUNING}, {"ENV", NCCL_ENV},
-    {"ALLOC", NCCL_ALLOC}, {"CALL", NCCL_CALL},     {"PROXY", NCCL_PROXY}, {"NVLS", NCCL_NVLS},
-    {"BOOTSTRAP", NCCL_BOOTSTRAP}, {"REG", NCCL_REG}, {"ALL", ~0ul},
+static const struct {
+  const char *name;
+  unsigned long bit;
+} k_subsys[] = {
+    {"INIT", NCCL_INIT},
+    {"COLL", NCCL_COLL},
+    {"P2P", NCCL_P2P},
+    {"SHM", NCCL_SHM},
+    {"NET", NCCL_NET},
+    {"GRAPH", NCCL_GRAPH},
+    {"TUNING", NCCL_TUNING},
+    {"ENV", NCCL_ENV},
+    {"ALLOC", NCCL_ALLOC},
+    {"CALL", NCCL_CALL},
+    {"PROXY", NCCL_PROXY},
+    {"NVLS", NCCL_NVLS},
+    {"BOOTSTRAP", NCCL_BOOTSTRAP},
+    {"REG", NCCL_REG},
+    {"ALL", ~0ul},
 };
 
 static void load_env_locked(void) {
@@ -30,12 +44,18 @@ static void load_env_locked(void) {
   const char *e = getenv("NCCL_DEBUG");
   int lvl = NCCL_LOG_WARN;
   if (e != NULL) {
-    if (strcasecmp(e, "VERSION") == 0) lvl = NCCL_LOG_VERSION;
-    else if (strcasecmp(e, "WARN") == 0) lvl = NCCL_LOG_WARN;
-    else if (strcasecmp(e, "INFO") == 0) lvl = NCCL_LOG_INFO;
-    else if (strcasecmp(e, "ABORT") == 0) lvl = NCCL_LOG_ABORT;
-    else if (strcasecmp(e, "TRACE") == 0) lvl = NCCL_LOG_TRACE;
-    else if (strcasecmp(e, "NONE") == 0) lvl = NCCL_LOG_NONE;
+    if (strcasecmp(e, "VERSION") == 0)
+      lvl = NCCL_LOG_VERSION;
+    else if (strcasecmp(e, "WARN") == 0)
+      lvl = NCCL_LOG_WARN;
+    else if (strcasecmp(e, "INFO") == 0)
+      lvl = NCCL_LOG_INFO;
+    else if (strcasecmp(e, "ABORT") == 0)
+      lvl = NCCL_LOG_ABORT;
+    else if (strcasecmp(e, "TRACE") == 0)
+      lvl = NCCL_LOG_TRACE;
+    else if (strcasecmp(e, "NONE") == 0)
+      lvl = NCCL_LOG_NONE;
   }
   g_env_level = lvl;
   const char *s = getenv("NCCL_DEBUG_SUBSYS");
@@ -162,15 +182,12 @@ void gn_logger(ncclDebugLogLevel level, unsigned long flags, const char *file, i
              level == NCCL_LOG_WARN ? "WARN" : "ABORT", msg);
     break;
   case NCCL_LOG_TRACE:
-    snprintf(out, sizeof out, "%s:%d:%d [%s] %s:%d NCCL TRACE %s\n", host, pid, tid, pre[0] ? pre : "0", f, line,
-             msg);
+    snprintf(out, sizeof out, "%s:%d:%d [%s] %s:%d NCCL TRACE %s\n", host, pid, tid, pre[0] ? pre : "0", f, line, msg);
     break;
   case NCCL_LOG_VERSION:
     snprintf(out, sizeof out, "%s:%d:%d [%s] NCCL VERSION %s\n", host, pid, tid, pre[0] ? pre : "0", msg);
     break;
-  default:
-    snprintf(out, sizeof out, "%s:%d:%d [%s] NCCL INFO %s\n", host, pid, tid, pre[0] ? pre : "0", msg);
-    break;
+  default: snprintf(out, sizeof out, "%s:%d:%d [%s] NCCL INFO %s\n", host, pid, tid, pre[0] ? pre : "0", msg); break;
   }
   if (g_capture) cap_append_locked(out, strlen(out));
   int lv = (int)level == NCCL_LOG_ABORT ? NCCL_LOG_WARN : (int)level;

@@ -13,8 +13,12 @@
 
 extern char **environ;
 
-static bool truthy(const char *v) { return v && (strcmp(v, "1") == 0 || strcasecmp(v, "true") == 0 || strcasecmp(v, "yes") == 0); }
-static bool falsy(const char *v) { return v && (strcmp(v, "0") == 0 || strcasecmp(v, "false") == 0 || strcasecmp(v, "no") == 0); }
+static bool truthy(const char *v) {
+  return v && (strcmp(v, "1") == 0 || strcasecmp(v, "true") == 0 || strcasecmp(v, "yes") == 0);
+}
+static bool falsy(const char *v) {
+  return v && (strcmp(v, "0") == 0 || strcasecmp(v, "false") == 0 || strcasecmp(v, "no") == 0);
+}
 
 /* The plugin's logger during the doctor's use of its parser: the doctor reports findings itself, so the plugin's own
  * WARN/INFO lines are dropped. */
@@ -59,10 +63,12 @@ static void check_knobs(struct dr_ctx *c) {
     if (ours && pid == GDR_PARAM_COUNT) {
       const char *s = gdr_param_suggest(name);
       snprintf(id, sizeof id, "knob/%s", name);
-      f = dr_add(r, id, DR_WARN, "%s is not a knob of this plugin: it is ignored%s%s%s", name, s ? " (did you mean " : "",
-                 s ? s : "", s ? "?)" : "");
-      if (s) dr_fix(r, f, "rename it to %s (the knobs: %s)", s, GDRNET_CONFIG_DOC);
-      else dr_fix(r, f, "unset it; the knobs: %s", GDRNET_CONFIG_DOC);
+      f = dr_add(r, id, DR_WARN, "%s is not a knob of this plugin: it is ignored%s%s%s", name,
+                 s ? " (did you mean " : "", s ? s : "", s ? "?)" : "");
+      if (s)
+        dr_fix(r, f, "rename it to %s (the knobs: %s)", s, GDRNET_CONFIG_DOC);
+      else
+        dr_fix(r, f, "unset it; the knobs: %s", GDRNET_CONFIG_DOC);
       bad++;
       continue;
     }
@@ -93,7 +99,8 @@ static void check_knobs(struct dr_ctx *c) {
         snprintf(id, sizeof id, "knob/%s", name);
         f = dr_add(r, id, DR_FAIL, "%s=\"%s\" is malformed: the plugin uses no RDMA device", name, val);
         dr_evidence(r, f, "%s", why);
-        dr_fix(r, f, "syntax: [^][=]name[:port][,...] (prefix match unless \"=\", \"^\" excludes), e.g. mlx5_0:1,mlx5_1");
+        dr_fix(r, f,
+               "syntax: [^][=]name[:port][,...] (prefix match unless \"=\", \"^\" excludes), e.g. mlx5_0:1,mlx5_1");
         bad++;
       }
     }
@@ -104,15 +111,17 @@ static void check_knobs(struct dr_ctx *c) {
         snprintf(id, sizeof id, "knob/%s", name);
         f = dr_add(r, id, DR_FAIL, "%s=\"%s\" is malformed: the plugin's init fails", name, val);
         dr_evidence(r, f, "%s", why);
-        dr_fix(r, f, "syntax: [^][=]name[,name...] (prefix match unless \"=\", \"^\" excludes), e.g. eth0 or ^docker,lo");
+        dr_fix(r, f,
+               "syntax: [^][=]name[,name...] (prefix match unless \"=\", \"^\" excludes), e.g. eth0 or ^docker,lo");
         bad++;
       }
     }
   }
   if (list) {
     free(list->title);
-    if (asprintf(&list->title, "%zu GDRNET_*/NCCL_IB_* variable%s set (NCCL_IB_* apply when the GDRNET_* twin is "
-                               "unset)%s",
+    if (asprintf(&list->title,
+                 "%zu GDRNET_*/NCCL_IB_* variable%s set (NCCL_IB_* apply when the GDRNET_* twin is "
+                 "unset)%s",
                  nknobs, nknobs == 1 ? "" : "s", bad ? "" : ": every value valid for the plugin") < 0) {
       list->title = NULL;
       r->oom = true;
@@ -151,8 +160,9 @@ void dr_check_env(struct dr_ctx *c) {
   }
   v = getenv("NCCL_NET_PLUGIN");
   if (v == NULL || *v == '\0') {
-    f = dr_add(r, "env/NCCL_NET_PLUGIN", DR_INFO, "NCCL_NET_PLUGIN unset: NCCL loads libnccl-net.so, which is this "
-                                                 "plugin only if its default link is installed");
+    f = dr_add(r, "env/NCCL_NET_PLUGIN", DR_INFO,
+               "NCCL_NET_PLUGIN unset: NCCL loads libnccl-net.so, which is this "
+               "plugin only if its default link is installed");
     dr_fix(r, f, "export NCCL_NET_PLUGIN=gdr (finds libnccl-net-gdr.so on the library path) or a full path");
   } else if (strcasestr(v, "gdr") == NULL) {
     f = dr_add(r, "env/NCCL_NET_PLUGIN", DR_FAIL, "NCCL_NET_PLUGIN=%s does not name this plugin", v);
@@ -163,8 +173,10 @@ void dr_check_env(struct dr_ctx *c) {
   if ((v = getenv("NCCL_NET_GDR_LEVEL")) && *v) {
     int lvl = dr_gdr_level(v);
     if (lvl == 0) {
-      f = dr_add(r, "env/NCCL_NET_GDR_LEVEL", DR_FAIL, "NCCL_NET_GDR_LEVEL=%s disables GPUDirect RDMA for every GPU", v);
-      dr_fix(r, f, "unset NCCL_NET_GDR_LEVEL (default PXB) or set it to the GPU-NIC distance shown by the topo findings");
+      f = dr_add(r, "env/NCCL_NET_GDR_LEVEL", DR_FAIL, "NCCL_NET_GDR_LEVEL=%s disables GPUDirect RDMA for every GPU",
+                 v);
+      dr_fix(r, f,
+             "unset NCCL_NET_GDR_LEVEL (default PXB) or set it to the GPU-NIC distance shown by the topo findings");
     } else if (lvl < 0) {
       f = dr_add(r, "env/NCCL_NET_GDR_LEVEL", DR_WARN, "NCCL_NET_GDR_LEVEL=%s is not a level NCCL knows", v);
       dr_fix(r, f, "use one of LOC, PIX, PXB, PHB, SYS (or unset it)");
@@ -175,8 +187,9 @@ void dr_check_env(struct dr_ctx *c) {
     }
   }
   if (falsy(getenv("NCCL_NET_GDR_READ"))) {
-    f = dr_add(r, "env/NCCL_NET_GDR_READ", DR_WARN, "NCCL_NET_GDR_READ=0: sends are staged through host memory "
-                                                   "(GPUDirect RDMA only on the receive side)");
+    f = dr_add(r, "env/NCCL_NET_GDR_READ", DR_WARN,
+               "NCCL_NET_GDR_READ=0: sends are staged through host memory "
+               "(GPUDirect RDMA only on the receive side)");
     dr_fix(r, f, "unset NCCL_NET_GDR_READ");
   }
   /* GDRNET_DMABUF, or NCCL's NCCL_DMABUF_ENABLE when ours is unset (the plugin's alias) */
@@ -190,8 +203,9 @@ void dr_check_env(struct dr_ctx *c) {
   }
   const char *p2p = getenv("NCCL_P2P_DISABLE"), *shm = getenv("NCCL_SHM_DISABLE");
   if (truthy(p2p) || truthy(shm)) {
-    f = dr_add(r, "env/NCCL_P2P_SHM", DR_INFO, "NCCL_P2P_DISABLE=%s NCCL_SHM_DISABLE=%s: GPUs of one host also talk "
-                                              "through the network plugin (a test setup; slow in production)",
+    f = dr_add(r, "env/NCCL_P2P_SHM", DR_INFO,
+               "NCCL_P2P_DISABLE=%s NCCL_SHM_DISABLE=%s: GPUs of one host also talk "
+               "through the network plugin (a test setup; slow in production)",
                p2p ? p2p : "-", shm ? shm : "-");
   }
 
@@ -204,8 +218,9 @@ void dr_check_env(struct dr_ctx *c) {
     f = dr_add(r, "env/GDRNET_GDR", DR_FAIL, "GDRNET_GDR=0 turns GPUDirect RDMA off in the plugin");
     dr_fix(r, f, "unset GDRNET_GDR (auto)");
   } else if (truthy(v)) {
-    f = dr_add(r, "env/GDRNET_GDR", DR_WARN, "GDRNET_GDR=1: the plugin assumes GPUDirect RDMA without probing "
-                                            "(meant for tests); registrations fail if the checks above do");
+    f = dr_add(r, "env/GDRNET_GDR", DR_WARN,
+               "GDRNET_GDR=1: the plugin assumes GPUDirect RDMA without probing "
+               "(meant for tests); registrations fail if the checks above do");
     dr_fix(r, f, "unset GDRNET_GDR (auto probes nvidia-peermem and DMA-BUF)");
   }
   check_knobs(c);

@@ -35,8 +35,8 @@
 #define PERF_STR_(x) #x
 #define PERF_STR(x) PERF_STR_(x)
 #define DEFAULT_PORT 18515
-#define BUF_CAP (128ull << 20)   /* data buffer cap per direction: slots shrink for big messages */
-#define CTRL_BYTES 4096          /* a control region after the data slots (acks) */
+#define BUF_CAP (128ull << 20) /* data buffer cap per direction: slots shrink for big messages */
+#define CTRL_BYTES 4096        /* a control region after the data slots (acks) */
 #define SALT_A2B 0xa2bull
 #define SALT_B2A 0xb2aull
 
@@ -79,8 +79,8 @@ typedef struct {
   const char *transport;
   uint64_t min_size, max_size;
   uint64_t factor;
-  uint64_t iters;     /* 0: automatic */
-  double duration;    /* 0: none */
+  uint64_t iters;  /* 0: automatic */
+  double duration; /* 0: none */
   int inflight;
   int qps;
   int cuda_dev; /* -1: host memory */
@@ -110,8 +110,8 @@ typedef struct {
   char *sbuf, *rbuf; /* host or device pointers */
   char *stage;       /* host staging for --check with device buffers */
   size_t data_bytes, buf_bytes;
-  int cuda;          /* buffers are device memory */
-  int need_flush;    /* GPUDirect receives: iflush after each non-empty receive */
+  int cuda;       /* buffers are device memory */
+  int need_flush; /* GPUDirect receives: iflush after each non-empty receive */
   int use_dmabuf;
   gn_ctx_t ctx;
   /* per command */
@@ -203,7 +203,7 @@ static int parse_int(const char *s, long lo, long hi, const char *what) {
   return (int)v;
 }
 
-#define SIZES_ACCEPTED                                                                                               \
+#define SIZES_ACCEPTED                                                                                                 \
   "MIN:MAX[:FACTOR]: byte counts with optional K/M/G suffix (binary: 64K = 65536), MIN <= MAX <= 1G, FACTOR 2..1024"
 
 static void parse_sizes(const char *s, opts_t *o) {
@@ -238,15 +238,35 @@ static double parse_seconds(const char *s, const char *opt, double max) {
   double v = strtod(s, &end);
   if (errno || end == s || *end != '\0' || !(v > 0) || v > max) {
     char msg[160];
-    snprintf(msg, sizeof msg, "bad %s '%%s' (expected seconds, more than 0 and at most %.0f, e.g. 30 or 0.5)", opt, max);
+    snprintf(msg, sizeof msg, "bad %s '%%s' (expected seconds, more than 0 and at most %.0f, e.g. 30 or 0.5)", opt,
+             max);
     usage_error(msg, s);
   }
   return v;
 }
 
 /* Long options' codes (past any character). */
-enum { O_LOCAL = 256, O_SERVER, O_CLIENT, O_PORT, O_TRANSPORT, O_SIZES, O_ITERS, O_DURATION, O_INFLIGHT,
-         O_QPS, O_CUDA, O_CHECK, O_BIDIR, O_JSON, O_CSV, O_PLUGIN, O_DEV, O_TIMEOUT, O_VERSION };
+enum {
+  O_LOCAL = 256,
+  O_SERVER,
+  O_CLIENT,
+  O_PORT,
+  O_TRANSPORT,
+  O_SIZES,
+  O_ITERS,
+  O_DURATION,
+  O_INFLIGHT,
+  O_QPS,
+  O_CUDA,
+  O_CHECK,
+  O_BIDIR,
+  O_JSON,
+  O_CSV,
+  O_PLUGIN,
+  O_DEV,
+  O_TIMEOUT,
+  O_VERSION
+};
 
 /* What an option's value must be, for "option --X needs a value: ..." (the ranges parse_args checks). */
 static const char *value_hint(int opt) {
@@ -260,7 +280,8 @@ static const char *value_hint(int opt) {
   case O_INFLIGHT: return "an integer in 1.." PERF_STR(MAX_INFLIGHT);
   case O_QPS: return "an integer in 1..16";
   case O_CUDA: return "a CUDA device ordinal, 0..1023";
-  case O_JSON: case O_CSV: return "a file name";
+  case O_JSON:
+  case O_CSV: return "a file name";
   case O_PLUGIN: return "the path of the plugin's .so";
   case O_DEV: return "a plugin device index, 0..1023";
   case O_TIMEOUT: return "seconds, more than 0 and at most 86400";
@@ -277,24 +298,35 @@ static void parse_args(int argc, char **argv, opts_t *o) {
   o->inflight = 8;
   o->cuda_dev = -1;
   o->timeout = 120;
-  static const struct option lo[] = {
-      {"local", no_argument, NULL, O_LOCAL},         {"server", no_argument, NULL, O_SERVER},
-      {"client", required_argument, NULL, O_CLIENT}, {"port", required_argument, NULL, O_PORT},
-      {"transport", required_argument, NULL, O_TRANSPORT}, {"sizes", required_argument, NULL, O_SIZES},
-      {"iters", required_argument, NULL, O_ITERS},   {"duration", required_argument, NULL, O_DURATION},
-      {"inflight", required_argument, NULL, O_INFLIGHT}, {"qps", required_argument, NULL, O_QPS},
-      {"cuda", required_argument, NULL, O_CUDA},     {"check", no_argument, NULL, O_CHECK},
-      {"bidir", no_argument, NULL, O_BIDIR},         {"json", required_argument, NULL, O_JSON},
-      {"csv", required_argument, NULL, O_CSV},       {"plugin", required_argument, NULL, O_PLUGIN},
-      {"dev", required_argument, NULL, O_DEV},       {"timeout", required_argument, NULL, O_TIMEOUT},
-      {"version", no_argument, NULL, O_VERSION},
-      {"verbose", no_argument, NULL, 'v'},           {"help", no_argument, NULL, 'h'},
-      {NULL, 0, NULL, 0}};
+  static const struct option lo[] = {{"local", no_argument, NULL, O_LOCAL},
+                                     {"server", no_argument, NULL, O_SERVER},
+                                     {"client", required_argument, NULL, O_CLIENT},
+                                     {"port", required_argument, NULL, O_PORT},
+                                     {"transport", required_argument, NULL, O_TRANSPORT},
+                                     {"sizes", required_argument, NULL, O_SIZES},
+                                     {"iters", required_argument, NULL, O_ITERS},
+                                     {"duration", required_argument, NULL, O_DURATION},
+                                     {"inflight", required_argument, NULL, O_INFLIGHT},
+                                     {"qps", required_argument, NULL, O_QPS},
+                                     {"cuda", required_argument, NULL, O_CUDA},
+                                     {"check", no_argument, NULL, O_CHECK},
+                                     {"bidir", no_argument, NULL, O_BIDIR},
+                                     {"json", required_argument, NULL, O_JSON},
+                                     {"csv", required_argument, NULL, O_CSV},
+                                     {"plugin", required_argument, NULL, O_PLUGIN},
+                                     {"dev", required_argument, NULL, O_DEV},
+                                     {"timeout", required_argument, NULL, O_TIMEOUT},
+                                     {"version", no_argument, NULL, O_VERSION},
+                                     {"verbose", no_argument, NULL, 'v'},
+                                     {"help", no_argument, NULL, 'h'},
+                                     {NULL, 0, NULL, 0}};
   int c;
   opterr = 0;
   while ((c = getopt_long(argc, argv, ":vh", lo, NULL)) != -1) {
     switch (c) {
-    case O_LOCAL: case O_SERVER: case O_CLIENT:
+    case O_LOCAL:
+    case O_SERVER:
+    case O_CLIENT:
       if (o->mode != 0) usage_error("%s", "choose one of --local, --server, --client");
       o->mode = c == O_LOCAL ? 'l' : c == O_SERVER ? 's' : 'c';
       if (c == O_CLIENT) o->host = optarg;
@@ -530,8 +562,8 @@ static int reg_one(void *comm, void *buf, void **mh, const char *which) {
   } else {
     r = P.net->regMr(comm, buf, P.buf_bytes, NCCL_PTR_CUDA, mh);
   }
-  if (r != ncclSuccess) return fatal("registering the %s buffer (%zu bytes) returned %s", which, P.buf_bytes,
-                                     gn_result_str(r));
+  if (r != ncclSuccess)
+    return fatal("registering the %s buffer (%zu bytes) returned %s", which, P.buf_bytes, gn_result_str(r));
   return 0;
 }
 
@@ -566,8 +598,7 @@ static int phase_latency(const cmd_t *c, double *lat_us) {
       progress("latency", size, i + 1, c->lat_iters);
     }
   } else {
-    if (c->lat_iters > 0 && P.o.check && fill_send(0, size, gn_pattern_seed(size, seed_base, SALT_B2A)) != 0)
-      return -1;
+    if (c->lat_iters > 0 && P.o.check && fill_send(0, size, gn_pattern_seed(size, seed_base, SALT_B2A)) != 0) return -1;
     for (uint64_t i = 0; i < c->lat_iters; i++) {
       uint64_t it = seed_base + i;
       void *rreq = NULL, *sreq = NULL;
@@ -758,8 +789,10 @@ static int setup_comms(uint64_t max_size, int inflight) {
 static int teardown(void) {
   int rc = 0;
   ncclResult_t r;
-  if (P.smh && (r = P.net->deregMr(P.scomm, P.smh)) != ncclSuccess) rc = fatal("deregMr(send) returned %s", gn_result_str(r));
-  if (P.rmh && (r = P.net->deregMr(P.rcomm, P.rmh)) != ncclSuccess) rc = fatal("deregMr(recv) returned %s", gn_result_str(r));
+  if (P.smh && (r = P.net->deregMr(P.scomm, P.smh)) != ncclSuccess)
+    rc = fatal("deregMr(send) returned %s", gn_result_str(r));
+  if (P.rmh && (r = P.net->deregMr(P.rcomm, P.rmh)) != ncclSuccess)
+    rc = fatal("deregMr(recv) returned %s", gn_result_str(r));
   P.smh = P.rmh = NULL;
   if (P.scomm && (r = P.net->closeSend(P.scomm)) != ncclSuccess) rc = fatal("closeSend returned %s", gn_result_str(r));
   if (P.rcomm && (r = P.net->closeRecv(P.rcomm)) != ncclSuccess) rc = fatal("closeRecv returned %s", gn_result_str(r));
@@ -788,8 +821,10 @@ static int sync_status(int ok_local) {
     snprintf(mine.msg, sizeof mine.msg, "%.255s", P.fatal_msg);
   }
   if (gn_boot_send(P.bootfd, &mine, sizeof mine) != 0 || gn_boot_recv(P.bootfd, &peer, sizeof peer, P.o.timeout) != 0) {
-    if (!ok_local) perr("%s", P.fatal_msg);
-    else perr("bootstrap: lost the peer during setup: %s", strerror(errno));
+    if (!ok_local)
+      perr("%s", P.fatal_msg);
+    else
+      perr("bootstrap: lost the peer during setup: %s", strerror(errno));
     return -1;
   }
   if (!ok_local) {
@@ -899,10 +934,10 @@ static void print_header(void) {
   printf("# gdrnet-perf %s: plugin \"%s\" from %s\n", GDRNET_VERSION, P.net->name, P.plug.path);
   printf("# %s\n", sum);
   printf("# transport %s, chosen by the plugin: %s\n", chosen, why);
-  printf("# requested GDRNET_TRANSPORT=%s%s%s  buffers %s%s  inflight %d  check %s  %s\n",
-         tr ? tr : "unset (auto)", P.o.qps ? "  qps/conn " : "", P.o.qps ? getenv("GDRNET_QPS_PER_CONN") : "",
-         P.cuda ? "cuda" : "host", P.cuda ? (P.use_dmabuf ? " (dmabuf)" : " (peermem)") : "", P.o.inflight,
-         P.o.check ? "on (every byte)" : "off", P.o.mode == 'l' ? "2 processes on this host" : "2 hosts");
+  printf("# requested GDRNET_TRANSPORT=%s%s%s  buffers %s%s  inflight %d  check %s  %s\n", tr ? tr : "unset (auto)",
+         P.o.qps ? "  qps/conn " : "", P.o.qps ? getenv("GDRNET_QPS_PER_CONN") : "", P.cuda ? "cuda" : "host",
+         P.cuda ? (P.use_dmabuf ? " (dmabuf)" : " (peermem)") : "", P.o.inflight, P.o.check ? "on (every byte)" : "off",
+         P.o.mode == 'l' ? "2 processes on this host" : "2 hosts");
   printf("# latency: ping-pong, half round trip per message; bandwidth: %s streaming, up to %d in flight, "
          "timed to the receiver's ack\n",
          P.o.bidir ? "bidirectional (sum of both directions)" : "one-way", P.o.inflight);
@@ -924,19 +959,22 @@ static int write_outputs(const row_t *rows, int nrows) {
     if (f == NULL) return fatal("--json %s: %s", P.o.json, strerror(errno));
     fprintf(f, "{\n  \"tool\": \"gdrnet-perf\",\n  \"version\": \"%s\",\n  \"plugin\": \"%s\",\n  \"name\": \"%s\",\n",
             GDRNET_VERSION, P.plug.path, P.net->name);
-    fprintf(f, "  \"device\": {\"index\": %d, \"name\": \"%s\", \"speed_mbps\": %d, \"ptr_support\": \"%s\", "
-               "\"max_recvs\": %d},\n",
+    fprintf(f,
+            "  \"device\": {\"index\": %d, \"name\": \"%s\", \"speed_mbps\": %d, \"ptr_support\": \"%s\", "
+            "\"max_recvs\": %d},\n",
             P.o.dev, P.props.name ? P.props.name : "", P.props.speed, gn_ptr_support_str(P.props.ptrSupport),
             P.props.maxRecvs);
     char chosen[16];
     if (gn_log_transport(chosen, sizeof chosen, NULL, 0) != 0) snprintf(chosen, sizeof chosen, "unknown");
-    fprintf(f, "  \"transport\": \"%s\",\n  \"transport_requested\": \"%s\",\n  \"buffers\": \"%s\",\n"
-               "  \"inflight\": %d,\n  \"check\": %s,\n  \"bidir\": %s,\n  \"rows\": [\n",
+    fprintf(f,
+            "  \"transport\": \"%s\",\n  \"transport_requested\": \"%s\",\n  \"buffers\": \"%s\",\n"
+            "  \"inflight\": %d,\n  \"check\": %s,\n  \"bidir\": %s,\n  \"rows\": [\n",
             chosen, tr ? tr : "auto", P.cuda ? "cuda" : "host", P.o.inflight, P.o.check ? "true" : "false",
             P.o.bidir ? "true" : "false");
     for (int i = 0; i < nrows; i++)
-      fprintf(f, "    {\"bytes\": %" PRIu64 ", \"iters\": %" PRIu64 ", \"lat_iters\": %" PRIu64
-                 ", \"gbps\": %.6f, \"avg_us\": %.3f, \"p50_us\": %.3f, \"p99_us\": %.3f, \"msgs_per_s\": %.1f}%s\n",
+      fprintf(f,
+              "    {\"bytes\": %" PRIu64 ", \"iters\": %" PRIu64 ", \"lat_iters\": %" PRIu64
+              ", \"gbps\": %.6f, \"avg_us\": %.3f, \"p50_us\": %.3f, \"p99_us\": %.3f, \"msgs_per_s\": %.1f}%s\n",
               rows[i].size, rows[i].bw_iters, rows[i].lat_iters, rows[i].gbps, rows[i].avg_us, rows[i].p50_us,
               rows[i].p99_us, rows[i].msgs, i + 1 < nrows ? "," : "");
     fprintf(f, "  ]\n}\n");
@@ -955,8 +993,11 @@ static int write_outputs(const row_t *rows, int nrows) {
 }
 
 static int run_a(void) {
-  params_t prm = {.magic = PARAMS_MAGIC, .max_size = P.o.max_size, .inflight = (uint32_t)P.o.inflight,
-                  .check = (uint32_t)P.o.check, .bidir = (uint32_t)P.o.bidir};
+  params_t prm = {.magic = PARAMS_MAGIC,
+                  .max_size = P.o.max_size,
+                  .inflight = (uint32_t)P.o.inflight,
+                  .check = (uint32_t)P.o.check,
+                  .bidir = (uint32_t)P.o.bidir};
   if (gn_boot_send(P.bootfd, &prm, sizeof prm) != 0) {
     perr("bootstrap: %s", strerror(errno));
     return 1;
@@ -987,8 +1028,11 @@ static int run_a(void) {
     uint64_t lat_n = P.o.iters ? P.o.iters : auto_lat_iters(size);
     uint64_t bw_n = P.o.iters ? P.o.iters : auto_bw_iters(size);
     /* warm-up (also the calibration for --duration) */
-    cmd_t w = {.op = OP_RUN, .size = size, .lat_iters = lat_n < 4 ? lat_n : 4,
-               .bw_iters = bw_n < (uint64_t)P.o.inflight ? bw_n : (uint64_t)P.o.inflight, .iter_base = iter_base};
+    cmd_t w = {.op = OP_RUN,
+               .size = size,
+               .lat_iters = lat_n < 4 ? lat_n : 4,
+               .bw_iters = bw_n < (uint64_t)P.o.inflight ? bw_n : (uint64_t)P.o.inflight,
+               .iter_base = iter_base};
     if (P.o.duration > 0) {
       w.lat_iters = 16;
       w.bw_iters = 2 * (uint64_t)P.o.inflight;
