@@ -31,6 +31,20 @@ static void quiet_logger(ncclDebugLogLevel level, unsigned long flags, const cha
   (void)fmt;
 }
 
+/* A device/interface filter knob the plugin's parser (filter.c) rejects: a FAIL saying what follows; returns 1 if
+ * so, else 0. */
+static size_t bad_filter(struct dr_report *r, const char *name, const char *val, const char *consequence,
+                         const char *syntax) {
+  struct gdr_filter flt;
+  char why[256], id[160];
+  if (gdr_filter_parse(val, &flt, why, sizeof why) == ncclSuccess) return 0;
+  snprintf(id, sizeof id, "knob/%s", name);
+  struct dr_finding *f = dr_add(r, id, DR_FAIL, "%s=\"%s\" is malformed: %s", name, val, consequence);
+  dr_evidence(r, f, "%s", why);
+  dr_fix(r, f, "syntax: %s", syntax);
+  return 1;
+}
+
 /* Every GDRNET_* and NCCL alias the plugin reads, parsed as the plugin's init parses them. */
 static void check_knobs(struct dr_ctx *c) {
   struct dr_report *r = c->rep;
@@ -92,30 +106,13 @@ static void check_knobs(struct dr_ctx *c) {
       continue;
     }
     /* a malformed HCA filter leaves the plugin without RDMA device (the "hca" finding says so where sysfs lists
-     * devices) */
-    if (pid == GDR_PARAM_HCA && c->ndevs == 0) {
-      struct gdr_filter flt;
-      if (gdr_filter_parse(val, &flt, why, sizeof why) != ncclSuccess) {
-        snprintf(id, sizeof id, "knob/%s", name);
-        f = dr_add(r, id, DR_FAIL, "%s=\"%s\" is malformed: the plugin uses no RDMA device", name, val);
-        dr_evidence(r, f, "%s", why);
-        dr_fix(r, f,
-               "syntax: [^][=]name[:port][,...] (prefix match unless \"=\", \"^\" excludes), e.g. mlx5_0:1,mlx5_1");
-        bad++;
-      }
-    }
-    /* STR knobs whose syntax init checks: the interface filter (init fails on a malformed one) */
-    if (pid == GDR_PARAM_SOCKET_IFNAME) {
-      struct gdr_filter flt;
-      if (gdr_filter_parse(val, &flt, why, sizeof why) != ncclSuccess) {
-        snprintf(id, sizeof id, "knob/%s", name);
-        f = dr_add(r, id, DR_FAIL, "%s=\"%s\" is malformed: the plugin's init fails", name, val);
-        dr_evidence(r, f, "%s", why);
-        dr_fix(r, f,
-               "syntax: [^][=]name[,name...] (prefix match unless \"=\", \"^\" excludes), e.g. eth0 or ^docker,lo");
-        bad++;
-      }
-    }
+     * devices); a malformed interface filter makes init fail */
+    if (pid == GDR_PARAM_HCA && c->ndevs == 0)
+      bad += bad_filter(r, name, val, "the plugin uses no RDMA device",
+                        "[^][=]name[:port][,...] (prefix match unless \"=\", \"^\" excludes), e.g. mlx5_0:1,mlx5_1");
+    if (pid == GDR_PARAM_SOCKET_IFNAME)
+      bad += bad_filter(r, name, val, "the plugin's init fails",
+                        "[^][=]name[,name...] (prefix match unless \"=\", \"^\" excludes), e.g. eth0 or ^docker,lo");
   }
   if (list) {
     free(list->title);
