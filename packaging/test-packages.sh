@@ -224,7 +224,7 @@ if [ "$INSTALLED" -eq 1 ]; then
       check "integration tests never loaded another plugin" \
         bash -c '! grep "] plugin /" "$2" | grep -vq "] plugin $1,"' _ "$IPLUGIN" "$WORK/it.log"
     elif [ "$REQUIRE_IT" -eq 1 ]; then
-      fail "none of the $NIT registered integration tests loads the plugin (see tests/integration: GDRNET_IT_TCP_READY)"
+      fail "none of the $NIT registered integration tests loads the plugin (see tests/integration/CMakeLists.txt)"
     else
       echo "WARNING: none of the $NIT registered integration test(s) loads the plugin yet (tests/integration registers"
       echo "         the two-process ABI tests once the plugin passes them); the installed plugin is exercised by"

@@ -1,6 +1,6 @@
 # cmake -DLIB=path/to/libnccl-net-gdr.so -P check_exports.cmake
 # Fails unless the library's dynamic symbol table defines only ncclNetPlugin_v* and it has no DT_NEEDED on
-# libibverbs, libcuda or libcudart (DESIGN.md section 4).
+# libibverbs, libcuda or libcudart (docs/design.md section 1).
 if(NOT LIB OR NOT EXISTS "${LIB}")
   message(FATAL_ERROR "LIB=${LIB} does not exist")
 endif()

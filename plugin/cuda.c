@@ -15,9 +15,7 @@ typedef unsigned long long gdr_CUdeviceptr;
 #define GDR_CU_POINTER_ATTRIBUTE_MEMORY_TYPE 2
 #define GDR_CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL 9
 #define GDR_CU_MEMORYTYPE_DEVICE 2
-#define GDR_CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_SUPPORTED 116
 #define GDR_CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED 124
-#define GDR_CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD 1
 #define GDR_CU_POINTER_ATTRIBUTE_CONTEXT 1
 #define GDR_CU_STREAM_NON_BLOCKING 1
 #define GDR_CU_MEMHOSTALLOC_PORTABLE 1
@@ -27,7 +25,6 @@ struct gdr_cuda_api {
   gdr_CUresult (*cuDeviceGet)(gdr_CUdevice *, int);
   gdr_CUresult (*cuDeviceGetAttribute)(int *, int, gdr_CUdevice);
   gdr_CUresult (*cuPointerGetAttribute)(void *, int, gdr_CUdeviceptr);
-  gdr_CUresult (*cuMemGetHandleForAddressRange)(void *, gdr_CUdeviceptr, size_t, int, unsigned long long);
   /* staging copies (optional: needed only when a connection carries CUDA memory over TCP) */
   gdr_CUresult (*cuDevicePrimaryCtxRetain)(void **, gdr_CUdevice);
   gdr_CUresult (*cuCtxPushCurrent_v2)(void *);
@@ -54,19 +51,18 @@ static void cuda_load_once(void) {
     snprintf(g_why, sizeof(g_why), "libcuda.so.1 not loadable: %s", dlerror());
     return;
   }
-#define LOAD(sym, required)                                                                                          \
-  do {                                                                                                               \
-    *(void **)&g_cu.sym = dlsym(h, #sym);                                                                            \
-    if (g_cu.sym == NULL && (required)) {                                                                            \
-      snprintf(g_why, sizeof(g_why), "libcuda.so.1 lacks %s", #sym);                                                 \
-      return;                                                                                                        \
-    }                                                                                                                \
+#define LOAD(sym, required)                                                                                            \
+  do {                                                                                                                 \
+    *(void **)&g_cu.sym = dlsym(h, #sym);                                                                              \
+    if (g_cu.sym == NULL && (required)) {                                                                              \
+      snprintf(g_why, sizeof(g_why), "libcuda.so.1 lacks %s", #sym);                                                   \
+      return;                                                                                                          \
+    }                                                                                                                  \
   } while (0)
   LOAD(cuInit, 1);
   LOAD(cuDeviceGet, 1);
   LOAD(cuDeviceGetAttribute, 1);
   LOAD(cuPointerGetAttribute, 1);
-  LOAD(cuMemGetHandleForAddressRange, 0);
   LOAD(cuDevicePrimaryCtxRetain, 0);
   LOAD(cuCtxPushCurrent_v2, 0);
   LOAD(cuCtxPopCurrent_v2, 0);
@@ -121,27 +117,6 @@ static ncclResult_t dev_attr(int dev, int attr, int *value) {
 
 ncclResult_t gdr_cuda_dmabuf_supported(int dev, int *supported) {
   return dev_attr(dev, GDR_CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED, supported);
-}
-
-ncclResult_t gdr_cuda_gdr_supported(int dev, int *supported) {
-  return dev_attr(dev, GDR_CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_SUPPORTED, supported);
-}
-
-ncclResult_t gdr_cuda_dmabuf_fd(void *ptr, size_t size, int *fd) {
-  gdr_CUresult r;
-  *fd = -1;
-  if (gdr_cuda_load(NULL, 0) != ncclSuccess) return ncclSystemError;
-  if (g_cu.cuMemGetHandleForAddressRange == NULL) {
-    GDR_WARN("cuMemGetHandleForAddressRange not in this driver (needs CUDA 11.7+)");
-    return ncclSystemError;
-  }
-  r = g_cu.cuMemGetHandleForAddressRange(fd, (gdr_CUdeviceptr)(uintptr_t)ptr, size,
-                                         GDR_CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 0);
-  if (r != 0) {
-    GDR_WARN("cuMemGetHandleForAddressRange(%p, %zu) failed with CUresult %d", ptr, size, r);
-    return ncclSystemError;
-  }
-  return ncclSuccess;
 }
 
 /* ------------------------------------------------------------------------------------------- staging -- */

@@ -1,5 +1,5 @@
 /* The CUDA driver, dlopened lazily (libcuda.so.1; never linked). Only what the plugin needs: tell host from device
- * pointers, ask a GPU about DMA-BUF and GPUDirect RDMA support, and copy device memory through pinned host buffers
+ * pointers, ask a GPU about DMA-BUF support, and copy device memory through pinned host buffers
  * for a connection that carries it over TCP (the RDMA->TCP fallback).
  *
  * gdr_cuda_load() is cheap after the first call and thread-safe. Without a driver (CPU hosts) it fails with a
@@ -22,12 +22,9 @@ enum gdr_mem_kind { GDR_MEM_HOST = 0, GDR_MEM_CUDA = 1 };
  * allocations (NCCL_CUMEM_HOST_ENABLE) are not guaranteed to answer "host" here. */
 ncclResult_t gdr_cuda_ptr_kind(const void *ptr, enum gdr_mem_kind *kind, int *cuda_dev);
 
-/* Device attributes of CUDA device ordinal dev: 1/0. Errors when there is no driver or no such device. */
+/* CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED of CUDA device ordinal dev: 1/0. Errors when there is no driver or no such
+ * device. */
 ncclResult_t gdr_cuda_dmabuf_supported(int dev, int *supported);
-ncclResult_t gdr_cuda_gdr_supported(int dev, int *supported);
-
-/* DMA-BUF fd for [ptr, ptr + size) of device memory (cuMemGetHandleForAddressRange). The caller closes fd. */
-ncclResult_t gdr_cuda_dmabuf_fd(void *ptr, size_t size, int *fd);
 
 /* Staging (device memory carried by the TCP transport): the context to copy ptr's memory in (its own, or its device's
  * primary context for cuMem* memory, which has none), a copy between host and device memory (an async copy on the

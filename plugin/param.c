@@ -11,10 +11,14 @@
 
 #include "log.h"
 
+#ifndef GDRNET_CONFIG_DOC
+#error "GDRNET_CONFIG_DOC (the installed path of docs/configuration.md) must be defined"
+#endif
+
 extern char **environ;
 
 static const struct gdr_param_info g_info[GDR_PARAM_COUNT] = {
-#define GDR_PARAM(ID, KIND, DEF, MIN, MAX, AUTOV, CHOICES, ALIAS, DOC)                                               \
+#define GDR_PARAM(ID, KIND, DEF, MIN, MAX, AUTOV, CHOICES, ALIAS, DOC)                                                 \
   [GDR_PARAM_##ID] = {"GDRNET_" #ID, GDR_PK_##KIND, DEF, MIN, MAX, AUTOV, CHOICES, ALIAS, DOC},
 #include "params.def"
 #undef GDR_PARAM
@@ -63,11 +67,13 @@ static int choice_at(const char *choices, int i, char *buf, size_t len) {
 
 void gdr_param_accepted(const struct gdr_param_info *p, char *buf, size_t len) {
   switch (p->kind) {
-  case GDR_PK_INT:
-    snprintf(buf, len, "an integer in %" PRId64 "..%" PRId64, p->min, p->max);
-    break;
+  case GDR_PK_INT: snprintf(buf, len, "an integer in %" PRId64 "..%" PRId64, p->min, p->max); break;
   case GDR_PK_AUTOINT:
-    snprintf(buf, len, "auto or an integer in %" PRId64 "..%" PRId64, p->min, p->max);
+    /* the number that reads as auto is accepted too: say so when it lies outside the range (GID_INDEX -1) */
+    if (p->autov < p->min || p->autov > p->max)
+      snprintf(buf, len, "auto (or %" PRId64 ") or an integer in %" PRId64 "..%" PRId64, p->autov, p->min, p->max);
+    else
+      snprintf(buf, len, "auto or an integer in %" PRId64 "..%" PRId64, p->min, p->max);
     break;
   case GDR_PK_SIZE:
     snprintf(buf, len, "a size in %" PRId64 "..%" PRId64 " bytes (K, M, G suffixes allowed)", p->min, p->max);
@@ -80,9 +86,7 @@ void gdr_param_accepted(const struct gdr_param_info *p, char *buf, size_t len) {
     break;
   }
   case GDR_PK_STR:
-  default:
-    snprintf(buf, len, "a string");
-    break;
+  default: snprintf(buf, len, "a string"); break;
   }
 }
 
@@ -136,9 +140,7 @@ ncclResult_t gdr_param_parse(const struct gdr_param_info *p, const char *text, i
   gdr_param_accepted(p, acc, sizeof(acc));
 
   switch (p->kind) {
-  case GDR_PK_STR:
-    *value = 0;
-    return ncclSuccess;
+  case GDR_PK_STR: *value = 0; return ncclSuccess;
   case GDR_PK_ENUM: {
     char c[64];
     for (int i = 0; choice_at(p->choices, i, c, sizeof(c)) == 0; i++) {
@@ -194,44 +196,65 @@ static size_t min3(size_t a, size_t b, size_t c) {
   return m < c ? m : c;
 }
 
-/* Levenshtein distance, case-insensitive, of short strings (names are < 64 characters). */
+/* Edit distance (optimal string alignment: insert, delete, substitute, swap two neighbours), case-insensitive, of
+ * short strings (names are < 64 characters). */
 static size_t edit_distance(const char *a, const char *b) {
   size_t la = strlen(a), lb = strlen(b);
-  size_t row[128];
-  if (la > 127 || lb > 127) return (size_t)-1;
-  for (size_t j = 0; j <= lb; j++) row[j] = j;
+  size_t d[64][64];
+  if (la > 63 || lb > 63) return (size_t)-1;
+  for (size_t i = 0; i <= la; i++) d[i][0] = i;
+  for (size_t j = 0; j <= lb; j++) d[0][j] = j;
   for (size_t i = 1; i <= la; i++) {
-    size_t prev = row[0];
-    row[0] = i;
+    int ca = toupper((unsigned char)a[i - 1]);
     for (size_t j = 1; j <= lb; j++) {
-      size_t cur = row[j];
-      size_t cost = toupper((unsigned char)a[i - 1]) == toupper((unsigned char)b[j - 1]) ? 0 : 1;
-      row[j] = min3(row[j] + 1, row[j - 1] + 1, prev + cost);
-      prev = cur;
+      int cb = toupper((unsigned char)b[j - 1]);
+      d[i][j] = min3(d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + (ca == cb ? 0 : 1));
+      if (i > 1 && j > 1 && ca == toupper((unsigned char)b[j - 2]) && toupper((unsigned char)a[i - 2]) == cb &&
+          d[i - 2][j - 2] + 1 < d[i][j])
+        d[i][j] = d[i - 2][j - 2] + 1;
     }
   }
-  return row[lb];
+  return d[la][lb];
 }
 
+/* The name without its GDRNET_/NCCL_ prefix: what a user actually chose ("QPS_PER_CONN", "IB_HCA"). */
+static const char *knob_stem(const char *name) {
+  if (strncasecmp(name, "GDRNET_", 7) == 0) return name + 7;
+  if (strncasecmp(name, "NCCL_", 5) == 0) return name + 5;
+  return name;
+}
+
+/* Compares stems, not whole names (every knob shares "GDRNET_", which made GDRNET_FOO look close to GDRNET_HCA),
+ * with both the knob's own stem and its NCCL alias's (GDRNET_IB_HCA means GDRNET_HCA: NCCL spells it
+ * NCCL_IB_HCA). A suggestion is made only when it is close for the name's length (a third of the stem's
+ * characters wrong at most, at least one) and unambiguous (two knobs equally close: no suggestion). */
 const char *gdr_param_suggest(const char *name) {
+  const char *stem = knob_stem(name);
   const char *best = NULL;
   size_t bestd = (size_t)-1;
+  int tie = 0;
   for (int i = 0; i < GDR_PARAM_COUNT; i++) {
-    size_t d = edit_distance(name, g_info[i].name);
+    size_t d = edit_distance(stem, knob_stem(g_info[i].name));
+    if (g_info[i].alias != NULL) {
+      size_t da = edit_distance(stem, knob_stem(g_info[i].alias));
+      if (da < d) d = da;
+    }
     if (d < bestd) {
       bestd = d;
       best = g_info[i].name;
+      tie = 0;
+    } else if (d == bestd) {
+      tie = 1;
     }
   }
-  /* close enough: a few typos, or the name is a known one with a missing/extra word piece */
-  size_t len = strlen(name);
-  size_t limit = len / 3 > 3 ? len / 3 : 3;
-  return bestd <= limit ? best : NULL;
+  size_t len = strlen(stem);
+  size_t limit = len / 3 > 1 ? len / 3 : 1;
+  return (best != NULL && !tie && bestd <= limit) ? best : NULL;
 }
 
 /* GDRNET_ variables the project's tools, tests and CI read: not plugin knobs, never reported. */
-static int not_a_knob(const char *name) {
-  static const char *const prefixes[] = {"GDRNET_TEST_", "GDRNET_IT_", "GDRNET_SKIP_", "GDRNET_PERF_", "GDRNET_DOCTOR_"};
+int gdr_param_reserved(const char *name) {
+  static const char *const prefixes[] = {"GDRNET_TEST_", "GDRNET_SKIP_", "GDRNET_PERF_", "GDRNET_DOCTOR_"};
   static const char *const names[] = {"GDRNET_PLUGIN"};
   for (size_t i = 0; i < sizeof(prefixes) / sizeof(prefixes[0]); i++)
     if (strncmp(name, prefixes[i], strlen(prefixes[i])) == 0) return 1;
@@ -249,13 +272,13 @@ static void warn_unknown(void) {
     if (n >= sizeof(name)) n = sizeof(name) - 1;
     memcpy(name, *e, n);
     name[n] = '\0';
-    if (not_a_knob(name)) continue;
+    if (gdr_param_reserved(name)) continue;
     if (gdr_param_lookup(name) != GDR_PARAM_COUNT) continue;
     const char *s = gdr_param_suggest(name);
     if (s != NULL) {
-      GDR_WARN("unknown knob %s ignored; did you mean %s? (knobs: docs/configuration.md)", name, s);
+      GDR_WARN("unknown knob %s ignored; did you mean %s? (knobs: " GDRNET_CONFIG_DOC ")", name, s);
     } else {
-      GDR_WARN("unknown knob %s ignored (knobs: docs/configuration.md)", name);
+      GDR_WARN("unknown knob %s ignored (knobs: " GDRNET_CONFIG_DOC ")", name);
     }
   }
 }
@@ -366,7 +389,7 @@ int gdr_params_markdown(FILE *f) {
               "  when the `GDRNET_` one is unset. An invalid alias value is warned about and ignored (it was meant\n"
               "  for NCCL's transport), the default is used.\n"
               "- An unknown `GDRNET_*` variable is warned about with the closest known name. Variables of the\n"
-              "  project's tools and tests (`GDRNET_PLUGIN`, `GDRNET_TEST_*`, `GDRNET_IT_*`, `GDRNET_SKIP_*`,\n"
+              "  project's tools and tests (`GDRNET_PLUGIN`, `GDRNET_TEST_*`, `GDRNET_SKIP_*`,\n"
               "  `GDRNET_PERF_*`, `GDRNET_DOCTOR_*`) are not knobs and are not reported.\n"
               "- Sizes accept K, M and G suffixes (binary: `64K` = 65536).\n\n",
               f) < 0;

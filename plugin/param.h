@@ -37,7 +37,7 @@ enum { GDR_IB_ADDR_FAMILY_INET = 0, GDR_IB_ADDR_FAMILY_INET6 = 1 };
 #define GDR_PARAM_AUTO (-1) /* what AUTOINT knobs with AUTO = -1 read as when "auto" */
 
 struct gdr_param_info {
-  const char *name;    /* "GDRNET_QPS_PER_CONN" */
+  const char *name; /* "GDRNET_QPS_PER_CONN" */
   enum gdr_param_kind kind;
   const char *def;     /* default as text */
   int64_t min, max;    /* INT, AUTOINT, SIZE */
@@ -52,7 +52,7 @@ ncclResult_t gdr_params_load(void);
 /* Forgets the cached values so that the next load re-reads the environment (tests; re-init after unload). */
 void gdr_params_reset(void);
 
-int64_t gdr_param_int(enum gdr_param_id id);    /* INT/AUTOINT/SIZE value, ENUM index */
+int64_t gdr_param_int(enum gdr_param_id id);     /* INT/AUTOINT/SIZE value, ENUM index */
 const char *gdr_param_str(enum gdr_param_id id); /* STR text ("" unset), ENUM choice name, numbers as given */
 enum gdr_param_source gdr_param_source(enum gdr_param_id id);
 const struct gdr_param_info *gdr_param_info(enum gdr_param_id id);
@@ -63,6 +63,9 @@ enum gdr_param_id gdr_param_lookup(const char *name);
  * a sentence naming the accepted values. */
 ncclResult_t gdr_param_parse(const struct gdr_param_info *p, const char *text, int64_t *value, char *why,
                              size_t whylen);
+/* 1 if name is a GDRNET_ variable of the project's tools, tests or CI (GDRNET_PLUGIN, GDRNET_TEST_*...): not a knob,
+ * never reported as unknown. */
+int gdr_param_reserved(const char *name);
 /* The known knob closest (edit distance) to name, or NULL if nothing is reasonably close. */
 const char *gdr_param_suggest(const char *name);
 /* "accepted values" text of a knob, e.g. "an integer in 1..16" or "one of auto, rdma, tcp". */

@@ -28,33 +28,3 @@ void gdr_pool_fini(struct gdr_pool *p) {
   free(p->used);
   memset(p, 0, sizeof(*p));
 }
-
-void *gdr_pool_get(struct gdr_pool *p) {
-  int i;
-  void *o;
-  if (p->nfree == 0) return NULL;
-  i = p->freelist[--p->nfree];
-  p->used[i] = 1;
-  o = p->mem + (size_t)i * p->objsize;
-  memset(o, 0, p->objsize);
-  return o;
-}
-
-int gdr_pool_index(const struct gdr_pool *p, const void *o) {
-  const char *c = o;
-  size_t off;
-  if (p->mem == NULL || c < p->mem || c >= p->mem + (size_t)p->cap * p->objsize) return -1;
-  off = (size_t)(c - p->mem);
-  if (off % p->objsize != 0) return -1;
-  return (int)(off / p->objsize);
-}
-
-int gdr_pool_put(struct gdr_pool *p, void *o) {
-  int i = gdr_pool_index(p, o);
-  if (i < 0 || !p->used[i]) return -1;
-  p->used[i] = 0;
-  p->freelist[p->nfree++] = i;
-  return 0;
-}
-
-int gdr_pool_in_use(const struct gdr_pool *p) { return p->cap - p->nfree; }

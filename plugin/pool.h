@@ -1,5 +1,6 @@
-/* A fixed-capacity object pool: O(1) get/put, no allocation after init, detects foreign and double puts.
- * Not thread-safe on its own: one pool per comm, used by the thread that drives that comm's data path. */
+/* A fixed-capacity object pool: O(1) get/put by index, no allocation after init, detects double puts and
+ * claimed indices that are not the object's. Not thread-safe on its own: one pool per comm, used by the thread
+ * that drives that comm's data path. */
 #ifndef GDRNET_POOL_H
 #define GDRNET_POOL_H
 
@@ -17,13 +18,9 @@ struct gdr_pool {
 
 int gdr_pool_init(struct gdr_pool *p, size_t objsize, int cap); /* 0, or -1 (ENOMEM, bad args) */
 void gdr_pool_fini(struct gdr_pool *p);
-void *gdr_pool_get(struct gdr_pool *p);        /* zeroed object, or NULL when all cap objects are out */
-int gdr_pool_put(struct gdr_pool *p, void *o); /* 0, or -1 if o is not an outstanding object of p */
-int gdr_pool_in_use(const struct gdr_pool *p);
-int gdr_pool_index(const struct gdr_pool *p, const void *o); /* index of an object, -1 if foreign */
 
-/* The data path's get/put, for a caller that keeps the object's index (the core's requests): no zeroing (the
- * caller sets every field), no division to find the index. */
+/* get/put for a caller that keeps the object's index (the core's requests): no zeroing (the caller sets every
+ * field), no division to find the index. get: NULL when all cap objects are out. */
 static inline void *gdr_pool_get_idx(struct gdr_pool *p, int *idx) {
   int i;
   if (p->nfree == 0) return NULL;

@@ -5,8 +5,10 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <ifaddrs.h>
+#include <net/if.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -153,6 +155,60 @@ static int find_with_filter(struct ifaddrs *list, const struct gdr_filter *f, in
   return n;
 }
 
+/* "eth0 (IPv4, IPv6), lo (IPv4, IPv6), ifb0 (down)": every interface getifaddrs lists, for a WARN. */
+static void describe_ifs(struct ifaddrs *list, char *buf, size_t len) {
+  char names[GDR_MAX_IFS][IF_NAMESIZE + 1];
+  int fam[GDR_MAX_IFS], up[GDR_MAX_IFS], n = 0;
+  size_t off = 0;
+  buf[0] = '\0';
+  for (struct ifaddrs *ifa = list; ifa != NULL; ifa = ifa->ifa_next) {
+    int k;
+    for (k = 0; k < n; k++)
+      if (strcmp(names[k], ifa->ifa_name) == 0) break;
+    if (k == n) {
+      if (n == GDR_MAX_IFS) continue;
+      snprintf(names[n], sizeof(names[n]), "%s", ifa->ifa_name);
+      fam[n] = 0;
+      up[n] = 0;
+      n++;
+    }
+    up[k] |= (ifa->ifa_flags & IFF_UP) != 0;
+    if (ifa->ifa_addr != NULL && ifa->ifa_addr->sa_family == AF_INET) fam[k] |= 1;
+    if (ifa->ifa_addr != NULL && ifa->ifa_addr->sa_family == AF_INET6) fam[k] |= 2;
+  }
+  for (int k = 0; k < n && off < len; k++) {
+    const char *what = !up[k] ? "down" : fam[k] == 3 ? "IPv4, IPv6" : fam[k] == 1 ? "IPv4" : fam[k] == 2 ? "IPv6"
+                                                                                                   : "no IP address";
+    int w = snprintf(buf + off, len - off, "%s%s (%s)", k ? ", " : "", names[k], what);
+    if (w < 0) break;
+    off += (size_t)w;
+  }
+  if (n == 0) snprintf(buf, len, "none");
+}
+
+/* A user's interface filter that selects nothing: said once per process and value (the RDMA and the TCP transport
+ * both look for an interface; one WARN is enough). g_if_warned is the last value warned about, under its lock. */
+static pthread_mutex_t g_if_warn_lock = PTHREAD_MUTEX_INITIALIZER;
+static char g_if_warned[256];
+
+static void warn_no_interface(struct ifaddrs *list, const char *spec, int family) {
+  char ifs[768];
+  int again;
+  pthread_mutex_lock(&g_if_warn_lock);
+  again = strcmp(g_if_warned, spec) == 0;
+  if (!again) snprintf(g_if_warned, sizeof(g_if_warned), "%s", spec);
+  pthread_mutex_unlock(&g_if_warn_lock);
+  if (again) return;
+  describe_ifs(list, ifs, sizeof(ifs));
+  GDR_WARN("%s=\"%s\" selects no usable interface%s; the interfaces here: %s",
+           gdr_param_source(GDR_PARAM_SOCKET_IFNAME) == GDR_PSRC_ALIAS ? "NCCL_SOCKET_IFNAME" : "GDRNET_SOCKET_IFNAME",
+           spec,
+           family == GDR_SOCKET_FAMILY_INET    ? " with an IPv4 address (GDRNET_SOCKET_FAMILY=AF_INET)"
+           : family == GDR_SOCKET_FAMILY_INET6 ? " with an IPv6 address (GDRNET_SOCKET_FAMILY=AF_INET6)"
+                                               : " that is up with an IP address",
+           ifs);
+}
+
 ncclResult_t gdr_if_find(const char *spec, int family, struct gdr_if *out, int max, int *n) {
   ncclResult_t res = ncclSuccess;
   struct ifaddrs *list = NULL;
@@ -172,6 +228,7 @@ ncclResult_t gdr_if_find(const char *spec, int family, struct gdr_if *out, int m
       goto out;
     }
     *n = find_with_filter(list, &f, family, out, max);
+    if (*n == 0) warn_no_interface(list, spec, family);
   } else {
     /* NCCL Socket's default order: IPoIB interfaces, else anything but docker bridges and loopback, else docker,
      * else loopback (single-host runs). */

@@ -94,8 +94,7 @@ struct gdr_transport {
   void (*fini)(void);    /* forget the devices; init may follow (a new load or a re-init) */
 };
 
-/* Define the RDMA table as `const struct gdr_transport gdr_transport_rdma = {` at the start of a line in a
- * .c file under plugin/rdma/: plugin/CMakeLists.txt looks for that line to define GDRNET_HAVE_RDMA. */
+/* GDRNET_HAVE_RDMA: defined by plugin/CMakeLists.txt unless configured with -DGDRNET_WITH_RDMA=OFF. */
 extern const struct gdr_transport gdr_transport_tcp;
 #ifdef GDRNET_HAVE_RDMA
 extern const struct gdr_transport gdr_transport_rdma;

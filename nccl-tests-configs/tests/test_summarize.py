@@ -2,6 +2,7 @@
 """Tests for nccl-tests-configs/summarize on the captured sample logs (tests/logs, see its README)."""
 
 import csv
+import json
 import os
 import shutil
 import subprocess
@@ -33,12 +34,26 @@ def table_rows(out, case):
     return rows
 
 
-def have_matplotlib():
-    try:
-        import matplotlib  # noqa: F401
-        return True
-    except ImportError:
-        return False
+def have_matplotlib(py=None):
+    """Whether py (default: the interpreter running the tests) can import matplotlib."""
+    p = subprocess.run([py or PY, "-c", "import matplotlib"], capture_output=True)
+    return p.returncode == 0
+
+
+def need_matplotlib(test):
+    """Skips a test without matplotlib; under CI=true a missing test dependency fails instead (tests/deps.cmake)."""
+    if have_matplotlib():
+        return
+    if os.environ.get("CI", "").lower() in ("true", "1"):
+        test.fail("matplotlib is not importable by %s and CI=true: install python3-matplotlib" % PY)
+    test.skipTest("matplotlib not importable by %s" % PY)
+
+
+def copy_with(src, dst, old, new):
+    with open(os.path.join(LOGS, src)) as fi, open(dst, "w") as fo:
+        text = fi.read()
+        assert old in text, (src, old)
+        fo.write(text.replace(old, new))
 
 
 class Summarize(unittest.TestCase):
@@ -196,15 +211,94 @@ class Summarize(unittest.TestCase):
         rc, out, err = run()
         self.assertEqual(rc, 2)
 
-    @unittest.skipUnless(have_matplotlib(), "matplotlib not importable by %s" % PY)
-    def test_plot(self):
+    def test_other_collective_not_compared(self):
+        # a single plugin log and a single baseline used to be paired whatever they ran
+        rc, out, err = run("plugin/all_reduce.Simple.log", "--baseline", "baseline/sendrecv.Simple.log")
+        self.assertEqual(rc, 0, err)
+        self.assertIn("differ (collective all_reduce vs sendrecv): not compared", err)
+        self.assertNotIn("no baseline log matches", err)
+        self.assertIn("baseline `baseline/sendrecv.Simple.log` not compared: collective all_reduce vs sendrecv", out)
+        self.assertNotIn("busbw ratio", out)
+        self.assertIn("1 not compared with their baseline", out)
+        # the same with both directories: every pair matches, none dropped
+        rc, out, err = run("plugin", "--baseline", "baseline", "-q")
+        self.assertNotIn("not compared", out + err)
+
+    def test_other_data_type_not_compared(self):
         with tempfile.TemporaryDirectory() as d:
-            png = os.path.join(d, "busbw.png")
-            rc, out, err = run("plugin", "--baseline", "baseline", "--plot", png, "-q")
+            half = os.path.join(d, "all_reduce.Simple.log")
+            copy_with("baseline/all_reduce.Simple.log", half, " float ", " half ")
+            rc, out, err = run("plugin/all_reduce.Simple.log", "--baseline", half)
+        self.assertEqual(rc, 0, err)
+        self.assertIn("differ (data type float vs half): not compared", err)
+        self.assertNotIn("busbw ratio", out)
+
+    def test_plot(self):
+        need_matplotlib(self)
+        with tempfile.TemporaryDirectory() as d:
+            png, info = os.path.join(d, "busbw.png"), os.path.join(d, "busbw.json")
+            rc, out, err = run("plugin", "--baseline", "baseline", "--plot", png, "--plot-info", info, "-q")
             self.assertEqual(rc, 0, err)
             with open(png, "rb") as fh:
                 self.assertEqual(fh.read(8), b"\x89PNG\r\n\x1a\n")
             self.assertGreater(os.path.getsize(png), 10000)
+            with open(info) as fh:
+                drawn = json.load(fh)
+        panels = drawn["panels"]
+        self.assertEqual(len(panels), 4)
+        self.assertEqual(drawn["axes"], 4)                     # no empty panel left in the grid (3 x 2)
+        first = panels[0]["xticklabels"]
+        self.assertEqual(first[0], "8 B")                      # the smallest size of any log ...
+        self.assertEqual(first[-1], "128 MiB")                 # ... and the largest (all_reduce's)
+        for p in panels:
+            self.assertEqual(p["xticklabels"], first, p["title"])   # the same ticks on every panel
+            self.assertEqual(p["xlim"], panels[0]["xlim"], p["title"])
+            for t in p["xticklabels"]:
+                self.assertRegex(t, r"^\d+ (B|KiB|MiB|GiB)$")
+            self.assertEqual(p["legend"], ["GDR over TCP", "baseline NCCL Socket"], p["title"])
+            self.assertEqual(p["lines"], 2)
+
+    def test_plot_transport_and_empty_logs(self):
+        need_matplotlib(self)
+        with tempfile.TemporaryDirectory() as d:
+            rdma = os.path.join(d, "rdma.log")
+            # GDRNET_TRANSPORT=auto recorded; the plugin's own line says what it chose
+            copy_with("plugin/all_reduce.Simple.log", rdma, "GDRNET_TRANSPORT=tcp NCCL_DEBUG",
+                      "GDRNET_TRANSPORT=auto NCCL_DEBUG")
+            with open(rdma, "a") as fh:
+                fh.write("sample-host:48221:48221 [0] NCCL INFO NET/GDR : using the rdma transport (GDRNET_TRANSPORT="
+                         "auto found RDMA devices); 1 device(s): [0]mlx5_0\n")
+            info = os.path.join(d, "i.json")
+            # a log with no result rows gets no panel (it still fails the run: truncated)
+            rc, out, err = run(rdma, "bad/truncated.all_reduce.LL.log", "variants/nocheck.log",
+                               "--plot", os.path.join(d, "p.png"), "--plot-info", info, "-q")
+            self.assertEqual(rc, 1, err)
+            with open(info) as fh:
+                drawn = json.load(fh)
+        legends = [p["legend"] for p in drawn["panels"]]
+        self.assertIn(["GDR over RDMA"], legends)
+        self.assertTrue(all(p["lines"] >= 1 for p in drawn["panels"]))
+        self.assertEqual(drawn["axes"], len(drawn["panels"]))
+
+    def test_plot_finds_an_interpreter_with_matplotlib(self):
+        # An interpreter that cannot import matplotlib (-S: no site-packages) runs the script; summarize must
+        # re-run itself with one that can.
+        if not have_matplotlib("/usr/bin/python3"):
+            if os.environ.get("CI", "").lower() in ("true", "1"):
+                self.fail("/usr/bin/python3 cannot import matplotlib and CI=true: install python3-matplotlib")
+            self.skipTest("/usr/bin/python3 cannot import matplotlib")
+        p = subprocess.run(["/usr/bin/python3", "-S", "-c", "import matplotlib"], capture_output=True)
+        if p.returncode == 0:
+            self.skipTest("matplotlib importable even with -S here: nothing to find")
+        with tempfile.TemporaryDirectory() as d:
+            png = os.path.join(d, "p.png")
+            env = dict(os.environ, SUMMARIZE_PYTHONS="/nonexistent/python3:/usr/bin/python3")
+            env.pop("SUMMARIZE_REEXEC", None)
+            q = subprocess.run(["/usr/bin/python3", "-S", SUMMARIZE, "plugin", "--plot", png, "-q"],
+                               capture_output=True, text=True, env=env, cwd=LOGS)
+            self.assertEqual(q.returncode, 0, q.stderr)
+            self.assertIn("cannot import matplotlib; --plot runs with /usr/bin/python3", q.stderr)
+            self.assertTrue(os.path.exists(png))
 
     def test_plot_without_matplotlib_says_so(self):
         with tempfile.TemporaryDirectory() as d:

@@ -473,6 +473,40 @@ static void init_fallback(void) {
            gdr_rdma.tcp_dev, w);
 }
 
+/* For GDRNET_HCA's WARNs: lists "name:port (ACTIVE|down)" and marks the include entries that name this port. */
+static void note_port(const struct gdr_filter *f, const char *name, int port, int active, char *ports, size_t len,
+                      size_t *off, int *entry_hit) {
+  if (*off < len) {
+    int w = snprintf(ports + *off, len - *off, "%s%s:%d (%s)", *off ? ", " : "", name, port, active ? "ACTIVE" : "down");
+    if (w > 0) *off += (size_t)w;
+  }
+  if (f->exclude) return;
+  for (int k = 0; k < f->n; k++) {
+    struct gdr_filter one = *f;
+    one.n = 1;
+    one.e[0] = f->e[k];
+    if (gdr_filter_match(&one, name, port)) entry_hit[k] = 1;
+  }
+}
+
+/* GDRNET_HCA / NCCL_IB_HCA that selects nothing, or names a device that does not exist: the user must act. */
+static void warn_hca(const struct gdr_filter *f, const char *spec, const char *ports, const int *entry_hit, int ndevs,
+                     int filtered) {
+  const char *knob = gdr_param_source(GDR_PARAM_HCA) == GDR_PSRC_ALIAS ? "NCCL_IB_HCA" : "GDRNET_HCA";
+  if (ndevs == 0 && filtered > 0) {
+    GDR_WARN("%s=\"%s\" selects none of the active RDMA ports; the ports here: %s. The RDMA transport has no device "
+             "(GDRNET_TRANSPORT=auto uses TCP)",
+             knob, spec, ports[0] ? ports : "none");
+    return;
+  }
+  for (int k = 0; k < f->n && !f->exclude; k++) {
+    if (entry_hit[k]) continue;
+    /* (an entry's name keeps its ":port", as the user wrote it) */
+    GDR_WARN("%s=\"%s\": \"%s\" names no RDMA port here (the ports: %s)", knob, spec, f->e[k].name,
+             ports[0] ? ports : "none");
+  }
+}
+
 ncclResult_t gdr_rdma_init(int *ndev, char *why, size_t whylen) {
   *ndev = 0;
   if (why && whylen) why[0] = '\0';
@@ -481,6 +515,11 @@ ncclResult_t gdr_rdma_init(int *ndev, char *why, size_t whylen) {
     return ncclSuccess;
   }
   memset(&gdr_rdma, 0, sizeof(gdr_rdma));
+  if (gdr_param_int(GDR_PARAM_IB_DISABLE)) {
+    snprintf(why, whylen, "%s=1 turns the RDMA transport off",
+             gdr_param_source(GDR_PARAM_IB_DISABLE) == GDR_PSRC_ALIAS ? "NCCL_IB_DISABLE" : "GDRNET_IB_DISABLE");
+    return ncclSuccess;
+  }
   char w[512];
   if (gdr_ibv_load(w, sizeof(w)) != 0) {
     snprintf(why, whylen, "%s", w);
@@ -525,6 +564,9 @@ ncclResult_t gdr_rdma_init(int *ndev, char *why, size_t whylen) {
     return ncclSuccess;
   }
   int ro_warned = 0, seen_ports = 0, inactive = 0, filtered = 0;
+  char ports[512] = ""; /* every port seen, for a WARN about GDRNET_HCA */
+  size_t ports_len = 0;
+  int entry_hit[GDR_FILTER_MAX] = {0}; /* include filters: did entry k name any port that exists? */
   for (int i = 0; i < nib && gdr_rdma.ndevs < GDR_RDMA_MAX_DEVS; i++) {
     const char *ibname = gdr_ibv.get_device_name(list[i]);
     struct ibv_context *qctx = gdr_ibv.open_device(list[i]);
@@ -546,6 +588,7 @@ ncclResult_t gdr_rdma_init(int *ndev, char *why, size_t whylen) {
         GDR_INFO(NCCL_NET | NCCL_INIT, "%s:%d: ibv_query_port failed, skipped", ibname, p);
         continue;
       }
+      note_port(&filter, ibname, p, pa.state == IBV_PORT_ACTIVE, ports, sizeof(ports), &ports_len, entry_hit);
       if (pa.state != IBV_PORT_ACTIVE) {
         GDR_INFO(NCCL_NET | NCCL_INIT, "%s:%d: port not active (state %d), skipped", ibname, p, pa.state);
         inactive++;
@@ -581,6 +624,7 @@ ncclResult_t gdr_rdma_init(int *ndev, char *why, size_t whylen) {
     gdr_ibv.close_device(qctx);
   }
   gdr_ibv.free_device_list(list);
+  if (spec[0] != '\0') warn_hca(&filter, spec, ports, entry_hit, gdr_rdma.ndevs, filtered);
   if (gdr_rdma.ndevs == 0) {
     snprintf(why, whylen, "no usable RDMA port: %d device(s), %d port(s), %d not active, %d excluded by GDRNET_HCA",
              nib, seen_ports, inactive, filtered);

@@ -62,8 +62,6 @@ static void do_load(void) {
     SYM(wc_status_str, "ibv_wc_status_str", "IBVERBS_1.1", 0),
     SYM(event_type_str, "ibv_event_type_str", "IBVERBS_1.1", 0),
     SYM(reg_mr_iova2, "ibv_reg_mr_iova2", "IBVERBS_1.8", 0),
-    SYM(query_ece, "ibv_query_ece", "IBVERBS_1.10", 0),
-    SYM(set_ece, "ibv_set_ece", "IBVERBS_1.10", 0),
     SYM(reg_dmabuf_mr, "ibv_reg_dmabuf_mr", "IBVERBS_1.12", 0),
   };
   for (size_t i = 0; i < sizeof(syms) / sizeof(syms[0]); i++) {

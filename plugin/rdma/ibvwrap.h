@@ -1,6 +1,6 @@
 /* libibverbs, loaded at run time.
  *
- * The plugin has no DT_NEEDED on libibverbs (DESIGN.md section 4): the library is dlopened
+ * The plugin has no DT_NEEDED on libibverbs (docs/design.md section 1): the library is dlopened
  * (GDRNET_IBVERBS_LIB, else libibverbs.so.1) and every entry point is resolved with dlvsym at the
  * rdma-core version node that introduced it, so an old or partial library is detected instead of
  * binding to the wrong symbol version.  <infiniband/verbs.h> is used for its types and for the
@@ -49,9 +49,6 @@ struct gdr_ibv_api {
   const char *(*event_type_str)(enum ibv_event_type type);
   /* IBVERBS_1.8 (optional) */
   struct ibv_mr *(*reg_mr_iova2)(struct ibv_pd *pd, void *addr, size_t length, uint64_t iova, unsigned int access);
-  /* IBVERBS_1.10 (optional) */
-  int (*query_ece)(struct ibv_qp *qp, struct ibv_ece *ece);
-  int (*set_ece)(struct ibv_qp *qp, struct ibv_ece *ece);
   /* IBVERBS_1.12 (optional) */
   struct ibv_mr *(*reg_dmabuf_mr)(struct ibv_pd *pd, uint64_t offset, size_t length, uint64_t iova, int fd,
                                   int access);

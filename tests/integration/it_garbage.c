@@ -129,7 +129,8 @@ static int raw_connect(const lport_t *lp) {
     if (a.sin_addr.s_addr == htonl(INADDR_ANY)) a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     IT_CHECK(fd >= 0, "socket");
-    IT_CHECK(connect(fd, (struct sockaddr *)&a, sizeof a) == 0, "raw connect to port %d: %s", lp->port, strerror(errno));
+    IT_CHECK(connect(fd, (struct sockaddr *)&a, sizeof a) == 0, "raw connect to port %d: %s", lp->port,
+             strerror(errno));
   } else {
     struct sockaddr_in6 a;
     memset(&a, 0, sizeof a);
@@ -139,7 +140,8 @@ static int raw_connect(const lport_t *lp) {
     if (IN6_IS_ADDR_UNSPECIFIED(&a.sin6_addr)) a.sin6_addr = in6addr_loopback;
     fd = socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
     IT_CHECK(fd >= 0, "socket");
-    IT_CHECK(connect(fd, (struct sockaddr *)&a, sizeof a) == 0, "raw connect to port %d: %s", lp->port, strerror(errno));
+    IT_CHECK(connect(fd, (struct sockaddr *)&a, sizeof a) == 0, "raw connect to port %d: %s", lp->port,
+             strerror(errno));
   }
   return fd;
 }
@@ -169,7 +171,8 @@ static void expect_rejected(it_plugin_t *ip, void *lc, int fd, const char *what)
   it_log("garbage '%s': rejected", what);
 }
 
-static void send_garbage(it_plugin_t *ip, void *lc, const lport_t *lp, const void *bytes, size_t len, const char *what) {
+static void send_garbage(it_plugin_t *ip, void *lc, const lport_t *lp, const void *bytes, size_t len,
+                         const char *what) {
   int fd = raw_connect(lp);
   if (len > 0) IT_CHECK(gn_boot_send(fd, bytes, len) == 0, "writing garbage: %s", strerror(errno));
   IT_CHECK(shutdown(fd, SHUT_WR) == 0, "shutdown");
@@ -189,7 +192,8 @@ static int capture_main(int fd, void *arg) {
   int off = find_port_in_handle(h2, lp2.port);
   uint32_t n = 0;
   static char cap[65536];
-  if (off >= 0) {
+  IT_CHECK(off >= 0, "capture: listener port %d is not in the 128-byte handle", lp2.port);
+  {
     int pport = 0;
     int pl = gn_boot_tcp_listen(lp2.family == AF_INET6 ? "::" : "0.0.0.0", 0, &pport);
     IT_CHECK(pl >= 0, "proxy listen: %s", strerror(errno));
@@ -218,7 +222,12 @@ static int capture_main(int fd, void *arg) {
       sched_yield();
     }
   }
-  IT_CHECK(gn_boot_send(fd, &n, sizeof n) == 0 && gn_boot_send(fd, cap, n) == 0, "bootstrap");
+  /* what was captured is the plugin's HELLO (64 bytes) presenting L2's nonce (handle and HELLO both carry it
+   * at byte 8, plugin/sock.h) */
+  IT_CHECK(n >= 64, "capture: the plugin's connect sent %u bytes to the proxy within 5 s (a HELLO is 64)", n);
+  IT_CHECK(memcmp(cap + 8, h2 + 8, 8) == 0, "capture: the bytes sent do not present the listener's nonce");
+  IT_CHECK(gn_boot_send(fd, &n, sizeof n) == 0 && gn_boot_send(fd, cap, n) == 0 && gn_boot_send(fd, h2, sizeof h2) == 0,
+           "bootstrap");
   return 0;
 }
 
@@ -301,7 +310,7 @@ static void old_sender_case(it_plugin_t *ip) {
   unsigned char hdr[V1_HDR];
   IT_CHECK(gn_boot_recv(fds[0], hdr, sizeof hdr, 10) == 0, "no control message from the receiver within 10 s");
   IT_CHECK(get32(hdr) != V1_GRANT, "the receiver sent a GRANT (eager credits) to a version-1 sender, which does not "
-           "know that message");
+                                   "know that message");
   IT_CHECK(get32(hdr) == V1_CTS && get64(hdr + 8) == 0 && get64(hdr + 16) == 100,
            "expected CTS{seq 0, 100 bytes}, got type %u seq %llu size %llu", get32(hdr),
            (unsigned long long)get64(hdr + 8), (unsigned long long)get64(hdr + 16));
@@ -363,8 +372,9 @@ int main(void) {
   /* the capture process's bytes first (it never talks to our listener) */
   uint32_t n = 0;
   static char cap[65536];
+  char h2[NCCL_NET_HANDLE_MAXSIZE];
   IT_CHECK(gn_boot_recv(capt.fd, &n, sizeof n, 60) == 0 && n <= sizeof cap, "no capture");
-  IT_CHECK(n == 0 || gn_boot_recv(capt.fd, cap, n, 60) == 0, "capture bytes");
+  IT_CHECK(gn_boot_recv(capt.fd, cap, n, 60) == 0 && gn_boot_recv(capt.fd, h2, sizeof h2, 60) == 0, "capture bytes");
   it_join(&capt, 30);
 
   it_plugin_t ip;
@@ -375,6 +385,8 @@ int main(void) {
   int off = find_port_in_handle(h, lp.port);
   it_log("listening on port %d (family %s); the port is %s the handle", lp.port, lp.family == AF_INET ? "IPv4" : "IPv6",
          off >= 0 ? "in" : "NOT in");
+  IT_CHECK(off >= 0, "listener port %d is not in the 128-byte handle", lp.port);
+  IT_CHECK(memcmp(h + 8, h2 + 8, 8) != 0, "two listens drew the same nonce");
   IT_CHECK(gn_boot_send(peer.fd, h, sizeof h) == 0, "bootstrap");
 
   unsigned char rnd[4096];
@@ -393,8 +405,7 @@ int main(void) {
   send_garbage(&ip, lc, &lp, rnd, sizeof rnd, "4 KiB of random bytes");
   send_garbage(&ip, lc, &lp, zeros, sizeof zeros, "128 zero bytes");
   send_garbage(&ip, lc, &lp, h, sizeof h, "our own 128-byte handle");
-  if (n > 0) send_garbage(&ip, lc, &lp, cap, n, "a real handshake with another listener's nonce");
-  else it_log("SKIP wrong nonce: %s", off < 0 ? "the port is not in the handle" : "the connector sent nothing");
+  send_garbage(&ip, lc, &lp, cap, n, "a real handshake with another listener's nonce");
   /* a silent stranger stays connected while the real peer connects */
   int silent = raw_connect(&lp);
 

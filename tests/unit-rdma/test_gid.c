@@ -136,14 +136,14 @@ static void test_format(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-    cmocka_unit_test(test_classifiers),
-    cmocka_unit_test(test_type_parse),
-    cmocka_unit_test(test_typical_table),
-    cmocka_unit_test(test_ipv4_before_ipv6_whatever_the_order),
-    cmocka_unit_test(test_link_local_and_zero_skipped),
-    cmocka_unit_test(test_invalid_query_skipped),
-    cmocka_unit_test(test_missing_types),
-    cmocka_unit_test(test_format),
+      cmocka_unit_test(test_classifiers),
+      cmocka_unit_test(test_type_parse),
+      cmocka_unit_test(test_typical_table),
+      cmocka_unit_test(test_ipv4_before_ipv6_whatever_the_order),
+      cmocka_unit_test(test_link_local_and_zero_skipped),
+      cmocka_unit_test(test_invalid_query_skipped),
+      cmocka_unit_test(test_missing_types),
+      cmocka_unit_test(test_format),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

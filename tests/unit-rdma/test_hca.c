@@ -101,9 +101,13 @@ static void test_malformed(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-    cmocka_unit_test(test_empty_matches_all), cmocka_unit_test(test_prefix_list), cmocka_unit_test(test_exact),
-    cmocka_unit_test(test_ports),             cmocka_unit_test(test_exclude),     cmocka_unit_test(test_whitespace),
-    cmocka_unit_test(test_malformed),
+      cmocka_unit_test(test_empty_matches_all),
+      cmocka_unit_test(test_prefix_list),
+      cmocka_unit_test(test_exact),
+      cmocka_unit_test(test_ports),
+      cmocka_unit_test(test_exclude),
+      cmocka_unit_test(test_whitespace),
+      cmocka_unit_test(test_malformed),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -4,7 +4,20 @@
  *
  *   test_rdma_xport            every case
  *   test_rdma_xport NAME...    only those cases (names below)
- * XT_VERBOSE=1 prints the plugin's INFO lines. */
+ * XT_VERBOSE=1 prints the plugin's INFO lines.
+ *
+ * Expected failures are asserted, not just "the child exited non-zero": each side reports to the parent (a pipe)
+ * which call failed, with which ncclResult_t, and when (CLOCK_MONOTONIC, shared by the processes of one host).
+ * The parent checks the call's result against the case's expectation and its time against a bound, measured
+ * either from the side's own start (a local fault: it must be noticed) or from the moment the peer process
+ * ended (the peer failed or vanished: this side must learn it). The results the transport owes:
+ *   - the connection fails (a work completion error, a fatal QP or port event, the peer gone or failed):
+ *     ncclRemoteError, as NCCL documents it ("a network error or a remote process exiting prematurely");
+ *   - a peer that presents the listener's nonce but then a malformed RDMA handshake: accept fails with
+ *     ncclRemoteError (and closes the socket: the peer sees the hang-up);
+ *   - misuse by the caller (a send larger than the receive): ncclInvalidUsage.
+ * XT_BOUND_S (5 s) is generous for what takes well under 2 s here (VEMU_TIME_SCALE shrinks the QP timers), and
+ * far below the 30 s a hang would take to trip the cases' own deadlines. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -13,6 +26,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,20 +50,53 @@
 static const char *who = "parent";
 static const struct gdr_transport *T = &gdr_transport_rdma;
 
-#define CK(cond)                                                                                                     \
-  do {                                                                                                               \
-    if (!(cond)) {                                                                                                   \
-      fprintf(stderr, "[%s] %s:%d: check failed: %s\n", who, __FILE__, __LINE__, #cond);                            \
-      _exit(2);                                                                                                      \
-    }                                                                                                                \
+/* Bound on noticing a failure (see the top). */
+#define XT_BOUND_S 5.0
+
+/* What a child reports to the parent when it ends (one record on its report pipe). */
+enum xphase { XP_NONE = 0, XP_ACCEPT, XP_CONNECT, XP_ISEND, XP_IRECV, XP_TEST, XP_RAW };
+static const char *const xphase_name[] = {"none", "accept", "connect", "isend", "irecv", "test", "raw peer"};
+struct xreport {
+  int ok;                        /* 1: the side ran to its end */
+  int phase;                     /* XP_*: the call that failed, when !ok */
+  int res;                       /* its ncclResult_t */
+  int msg;                       /* message number, -1 if none */
+  double t_start, t_fail, t_end; /* CLOCK_MONOTONIC seconds: side started (setup done), call failed, exiting */
+};
+static struct xreport g_rep;
+static int g_rep_fd = -1;
+
+static double now_s(void);
+static void report_send(void) {
+  g_rep.t_end = now_s();
+  if (g_rep_fd >= 0 && write(g_rep_fd, &g_rep, sizeof(g_rep)) != (ssize_t)sizeof(g_rep))
+    fprintf(stderr, "cannot write the report: %s\n", strerror(errno));
+}
+/* An expected kind of failure happened: report the call, its result and the time, and exit 1. */
+static void report_fail(int phase, ncclResult_t r, int msg) {
+  g_rep.ok = 0;
+  g_rep.phase = phase;
+  g_rep.res = (int)r;
+  g_rep.msg = msg;
+  g_rep.t_fail = now_s();
+  report_send();
+  _exit(1);
+}
+
+#define CK(cond)                                                                                                       \
+  do {                                                                                                                 \
+    if (!(cond)) {                                                                                                     \
+      fprintf(stderr, "[%s] %s:%d: check failed: %s\n", who, __FILE__, __LINE__, #cond);                               \
+      _exit(2);                                                                                                        \
+    }                                                                                                                  \
   } while (0)
-#define CKR(call)                                                                                                    \
-  do {                                                                                                               \
-    ncclResult_t r_ = (call);                                                                                        \
-    if (r_ != ncclSuccess) {                                                                                         \
-      fprintf(stderr, "[%s] %s:%d: %s returned %d\n", who, __FILE__, __LINE__, #call, (int)r_);                      \
-      _exit(3);                                                                                                      \
-    }                                                                                                                \
+#define CKR(call)                                                                                                      \
+  do {                                                                                                                 \
+    ncclResult_t r_ = (call);                                                                                          \
+    if (r_ != ncclSuccess) {                                                                                           \
+      fprintf(stderr, "[%s] %s:%d: %s returned %d\n", who, __FILE__, __LINE__, #call, (int)r_);                        \
+      _exit(3);                                                                                                        \
+    }                                                                                                                  \
   } while (0)
 
 static double now_s(void) {
@@ -80,15 +127,19 @@ typedef void (*body_fn)(const struct xcase *x, void **comms, int *devs, int ncom
 
 struct xcase {
   const char *name;
-  const char *env[12];      /* both sides */
-  const char *env_send[4];  /* sender only */
-  const char *env_recv[4];  /* receiver only */
+  const char *env[12];     /* both sides */
+  const char *env_send[4]; /* sender only */
+  const char *env_recv[4]; /* receiver only */
   body_fn send, recv;
   void (*raw_send)(struct gdr_handle *h); /* instead of connect + send: speaks to the listener itself */
-  int ncomms;               /* 1 if 0 */
-  int alldevs;              /* comm i on device i % ndev */
-  int expect_fail_send;     /* the sender must exit non-zero... */
-  int expect_fail_recv;     /* ...the receiver too */
+  int ncomms;                             /* 1 if 0 */
+  int alldevs;                            /* comm i on device i % ndev */
+  struct xexpect {
+    int fail;         /* 1: this side must fail... */
+    int phases;       /* ...in one of these calls (bits 1 << XP_*)... */
+    ncclResult_t res; /* ...with this result... */
+    int from_peer;    /* ...within XT_BOUND_S of the peer's end (1) or of this side's start (0) */
+  } expect_send, expect_recv;
   int timeout_s;
   /* stream parameters */
   const uint32_t *sizes;
@@ -147,11 +198,18 @@ static void run_receiver(const struct xcase *x, int fd, const char *vemu_dir) {
   }
   size_t hbytes = sizeof(h[0]) * (size_t)(n & (2 * MAXCOMMS - 1));
   CK(write(fd, h, hbytes) == (ssize_t)hbytes);
+  g_rep.t_start = now_s();
   for (int i = 0; i < n; i++) {
     rc[i] = NULL;
     double t0 = now_s();
     while (rc[i] == NULL) {
-      CKR(T->accept(lc[i], &rc[i]));
+      ncclResult_t r = T->accept(lc[i], &rc[i]);
+      if (r != ncclSuccess && x->expect_recv.fail) {
+        CK(rc[i] == NULL); /* no comm on failure */
+        CKR(T->close_listen(lc[i]));
+        report_fail(XP_ACCEPT, r, -1);
+      }
+      CKR(r);
       CK(now_s() - t0 < 30);
     }
     CKR(T->close_listen(lc[i]));
@@ -162,6 +220,8 @@ static void run_receiver(const struct xcase *x, int fd, const char *vemu_dir) {
   CK(thread_count() == threads0); /* ... and is joined with the last one */
   T->quiesce();
   T->fini();
+  g_rep.ok = 1;
+  report_send();
   exit(0); /* not _exit: LeakSanitizer checks the child at exit */
 }
 
@@ -179,9 +239,12 @@ static void run_sender(const struct xcase *x, int fd, const char *vemu_dir) {
     CK(r > 0);
     got += (size_t)r;
   }
+  g_rep.t_start = now_s();
   if (x->raw_send) {
     x->raw_send(&h[0]);
     T->fini();
+    g_rep.ok = 1;
+    report_send();
     exit(0);
   }
   for (int i = 0; i < n; i++) {
@@ -189,7 +252,9 @@ static void run_sender(const struct xcase *x, int fd, const char *vemu_dir) {
     sc[i] = NULL;
     double t0 = now_s();
     while (sc[i] == NULL) {
-      CKR(T->connect(devs[i], &h[i], &sc[i]));
+      ncclResult_t r = T->connect(devs[i], &h[i], &sc[i]);
+      if (r != ncclSuccess && x->expect_send.fail) report_fail(XP_CONNECT, r, -1);
+      CKR(r);
       CK(now_s() - t0 < 30);
     }
   }
@@ -199,6 +264,8 @@ static void run_sender(const struct xcase *x, int fd, const char *vemu_dir) {
   CK(thread_count() == threads0);
   T->quiesce();
   T->fini();
+  g_rep.ok = 1;
+  report_send();
   exit(0); /* not _exit: LeakSanitizer checks the child at exit */
 }
 
@@ -222,42 +289,110 @@ static int wait_child(pid_t pid, double deadline, int *status) {
   }
 }
 
+/* Reads a child's report (it has exited: the record, if any, is in the pipe). 0 if there was one. */
+static int read_report(int fd, struct xreport *r) {
+  memset(r, 0, sizeof(*r));
+  ssize_t n = read(fd, r, sizeof(*r));
+  return n == (ssize_t)sizeof(*r) ? 0 : -1;
+}
+
+/* One side's outcome against the case's expectation; prints what was wrong. 1 if as expected. */
+static int side_as_expected(const char *name, const char *side, int st, int have, const struct xreport *r,
+                            const struct xexpect *e, const struct xreport *peer, int peer_have) {
+  if (!have) {
+    fprintf(stderr, "[%s] %s exited (status 0x%x) without a report: a check failed or it crashed (see above)\n", name,
+            side, st);
+    return 0;
+  }
+  if (!e->fail) {
+    if (r->ok && WIFEXITED(st) && WEXITSTATUS(st) == 0) return 1;
+    fprintf(stderr, "[%s] %s failed: %s returned %d, status 0x%x\n", name, side, xphase_name[r->phase], r->res, st);
+    return 0;
+  }
+  if (r->ok) {
+    fprintf(stderr, "[%s] %s succeeded, but it must fail with %d\n", name, side, (int)e->res);
+    return 0;
+  }
+  int good = 1;
+  if (!(e->phases & (1 << r->phase)) || r->res != (int)e->res) {
+    char want[64] = "";
+    for (int p = 0; p <= XP_RAW; p++)
+      if (e->phases & (1 << p))
+        snprintf(want + strlen(want), sizeof(want) - strlen(want), "%s%s", want[0] ? "/" : "", xphase_name[p]);
+    fprintf(stderr, "[%s] %s: %s returned %d (message %d); expected %s to return %d\n", name, side,
+            xphase_name[r->phase], r->res, r->msg, want, (int)e->res);
+    good = 0;
+  }
+  double ref = r->t_start;
+  const char *from = "its start";
+  if (e->from_peer) {
+    if (!peer_have) {
+      fprintf(stderr, "[%s] %s: no report from the peer to time the failure against\n", name, side);
+      return 0;
+    }
+    ref = peer->t_end;
+    from = "the peer's end";
+  }
+  double took = r->t_fail - ref;
+  fprintf(stderr, "[%s] %s: %s returned %d %.3f s after %s (bound %.1f s)\n", name, side, xphase_name[r->phase], r->res,
+          took, from, XT_BOUND_S);
+  if (took > XT_BOUND_S) {
+    fprintf(stderr, "[%s] %s: the failure took %.3f s to surface, more than %.1f s\n", name, side, took, XT_BOUND_S);
+    good = 0;
+  }
+  return good;
+}
+
 static void run_case(const struct xcase *x) {
   char dir[] = "/tmp/gdr-xt-XXXXXX";
   assert_non_null(mkdtemp(dir));
-  int sv[2];
+  int sv[2], rp_s[2], rp_r[2];
   assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+  assert_int_equal(pipe(rp_s), 0);
+  assert_int_equal(pipe(rp_r), 0);
   fflush(NULL);
   pid_t pr = fork();
   assert_true(pr >= 0);
   if (pr == 0) {
     close(sv[0]);
+    close(rp_r[0]);
+    close(rp_s[0]);
+    close(rp_s[1]);
+    g_rep_fd = rp_r[1];
     run_receiver(x, sv[1], dir);
   }
   pid_t ps = fork();
   assert_true(ps >= 0);
   if (ps == 0) {
     close(sv[1]);
+    close(rp_s[0]);
+    close(rp_r[0]);
+    close(rp_r[1]);
+    g_rep_fd = rp_s[1];
     run_sender(x, sv[0], dir);
   }
   close(sv[0]);
   close(sv[1]);
+  close(rp_s[1]);
+  close(rp_r[1]);
   double deadline = now_s() + (x->timeout_s ? x->timeout_s : 60);
   int st_s = 0, st_r = 0;
   int to_s = wait_child(ps, deadline, &st_s);
   int to_r = wait_child(pr, deadline + 5, &st_r);
+  struct xreport rs, rr;
+  int have_s = read_report(rp_s[0], &rs) == 0, have_r = read_report(rp_r[0], &rr) == 0;
+  close(rp_s[0]);
+  close(rp_r[0]);
   char cmd[600];
   snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
   if (system(cmd) != 0) fprintf(stderr, "cannot remove %s\n", dir);
   if (to_s || to_r) fprintf(stderr, "[%s] timed out (sender %d, receiver %d)\n", x->name, to_s, to_r);
   assert_int_equal(to_s, 0);
   assert_int_equal(to_r, 0);
-  int ok_s = WIFEXITED(st_s) && WEXITSTATUS(st_s) == 0;
-  int ok_r = WIFEXITED(st_r) && WEXITSTATUS(st_r) == 0;
-  if (ok_s == x->expect_fail_send || ok_r == x->expect_fail_recv)
-    fprintf(stderr, "[%s] sender status 0x%x, receiver status 0x%x\n", x->name, st_s, st_r);
-  assert_int_equal(ok_s, !x->expect_fail_send);
-  assert_int_equal(ok_r, !x->expect_fail_recv);
+  int ok_s = side_as_expected(x->name, "sender", st_s, have_s, &rs, &x->expect_send, &rr, have_r);
+  int ok_r = side_as_expected(x->name, "receiver", st_r, have_r, &rr, &x->expect_recv, &rs, have_s);
+  assert_true(ok_s);
+  assert_true(ok_r);
 }
 
 /* ------------------------------------------------------------------------------------- helpers -- */
@@ -540,7 +675,7 @@ static void oversize_send(const struct xcase *x, void **comms, int *devs, int n)
   ncclResult_t r = ncclSuccess;
   while (req == NULL && r == ncclSuccess) {
     r = T->isend(comms[0], buf, 200, 7, mh, &req);
-    CK(now_s() - t0 < 30);
+    CK(now_s() - t0 < XT_BOUND_S); /* the error comes within the bound */
   }
   CK(r == ncclInvalidUsage);
   CK(req == NULL);
@@ -565,7 +700,7 @@ static void oversize_recv(const struct xcase *x, void **comms, int *devs, int n)
   int done = 0;
   do {
     r = T->test(req, &done, NULL);
-    CK(now_s() - t0 < 30);
+    CK(now_s() - t0 < XT_BOUND_S); /* the error comes within the bound */
   } while (r == ncclSuccess && !done);
   CK(r == ncclInvalidUsage);
   CKR(T->dereg_mr(comms[0], mh));
@@ -663,7 +798,7 @@ static void flush_recv(const struct xcase *x, void **comms, int *devs, int n) {
 
 /* ----------------------------------------------------------------------------------- failures -- */
 
-/* Sends until a call fails; exits 1 on failure (expected), 0 if everything went through. */
+/* Sends until a call fails: reports the failing call (report_fail exits 1); returns if everything went through. */
 static void until_error_send(const struct xcase *x, void **comms, int *devs, int n) {
   (void)devs;
   (void)n;
@@ -674,10 +809,12 @@ static void until_error_send(const struct xcase *x, void **comms, int *devs, int
   for (int m = 0; m < x->iters; m++) {
     void *req = NULL;
     ncclResult_t r = ncclSuccess;
+    int phase = XP_ISEND;
     while (req == NULL && r == ncclSuccess) {
       r = T->isend(comms[0], buf, 65536, 7, mh, &req);
       CK(now_s() - t0 < 30);
     }
+    if (r == ncclSuccess) phase = XP_TEST;
     while (r == ncclSuccess) {
       int done = 0;
       r = T->test(req, &done, NULL);
@@ -685,12 +822,15 @@ static void until_error_send(const struct xcase *x, void **comms, int *devs, int
       CK(now_s() - t0 < 30);
     }
     if (r != ncclSuccess) {
-      fprintf(stderr, "[send] message %d failed with %d after %.2f s (expected)\n", m, (int)r, now_s() - t0);
-      CK(r == ncclRemoteError || r == ncclSystemError);
+      double t_fail = now_s();
+      fprintf(stderr, "[send] message %d: %s failed with %d after %.2f s\n", m, xphase_name[phase], (int)r,
+              t_fail - t0);
       /* and it stays failed */
       void *req2 = NULL;
       CK(T->isend(comms[0], buf, 1, 7, mh, &req2) != ncclSuccess);
-      _exit(1);
+      CK(req2 == NULL);
+      g_rep.t_fail = t_fail;
+      report_fail(phase, r, m);
     }
   }
   CKR(T->dereg_mr(comms[0], mh));
@@ -707,6 +847,7 @@ static void until_error_recv(const struct xcase *x, void **comms, int *devs, int
   for (int m = 0; m < x->iters; m++) {
     void *req = NULL;
     ncclResult_t r = ncclSuccess;
+    int phase = XP_IRECV;
     void *data[1] = {buf};
     size_t cap[1] = {65536};
     int tags[1] = {7};
@@ -714,6 +855,7 @@ static void until_error_recv(const struct xcase *x, void **comms, int *devs, int
       r = T->irecv(comms[0], 1, data, cap, tags, &mh, &req);
       CK(now_s() - t0 < 30);
     }
+    if (r == ncclSuccess) phase = XP_TEST;
     while (r == ncclSuccess) {
       int done = 0;
       r = T->test(req, &done, NULL);
@@ -721,8 +863,9 @@ static void until_error_recv(const struct xcase *x, void **comms, int *devs, int
       CK(now_s() - t0 < 30);
     }
     if (r != ncclSuccess) {
-      fprintf(stderr, "[recv] message %d failed with %d after %.2f s (expected)\n", m, (int)r, now_s() - t0);
-      _exit(1);
+      fprintf(stderr, "[recv] message %d: %s failed with %d after %.2f s\n", m, xphase_name[phase], (int)r,
+              now_s() - t0);
+      report_fail(phase, r, m);
     }
   }
   CKR(T->dereg_mr(comms[0], mh));
@@ -736,6 +879,8 @@ static void vanish_recv(const struct xcase *x, void **comms, int *devs, int n) {
   (void)comms;
   (void)devs;
   (void)n;
+  g_rep.ok = 1;
+  report_send(); /* t_end: the moment the peer is gone */
   _exit(0);
 }
 
@@ -756,16 +901,24 @@ static void bad_handshake_send(struct gdr_handle *h) {
   struct gdr_blob_io io;
   memset(&io, 0, sizeof(io));
   done = 0;
-  while (!done) CKR(gdr_sock_blob_send(con.fd, &io, 0x52444831u /* the RDMA handshake's blob type */, junk,
-                                       sizeof(junk), &done));
-  /* wait for the receiver to hang up on us */
-  char c;
-  t0 = now_s();
-  while (now_s() - t0 < 30) {
-    ssize_t r = recv(con.fd, &c, 1, MSG_DONTWAIT);
-    if (r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) break;
-    usleep(1000);
+  while (!done)
+    CKR(gdr_sock_blob_send(con.fd, &io, 0x52444831u /* the RDMA handshake's blob type */, junk, sizeof(junk), &done));
+  /* The receiver must hang up on us (EOF or a reset), within the bound: polled without sleeping. */
+  double t_sent = now_s();
+  struct pollfd pf = {.fd = con.fd, .events = POLLIN};
+  int hung_up = 0;
+  while (!hung_up) {
+    double left = XT_BOUND_S - (now_s() - t_sent);
+    if (left <= 0) break;
+    int pr = poll(&pf, 1, (int)(left * 1000) + 1);
+    CK(pr >= 0 || errno == EINTR);
+    if (pr <= 0) continue;
+    char c[64];
+    ssize_t r = recv(con.fd, c, sizeof(c), MSG_DONTWAIT);
+    if (r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) hung_up = 1;
   }
+  if (!hung_up) fprintf(stderr, "[send] the receiver kept the connection of a malformed handshake open\n");
+  CK(hung_up);
   close(con.fd);
 }
 
@@ -774,6 +927,7 @@ static void never_recv(const struct xcase *x, void **comms, int *devs, int n) {
   (void)comms;
   (void)devs;
   (void)n;
+  fprintf(stderr, "[recv] accept returned a connection for a malformed handshake\n");
   CK(0); /* accept must have failed */
 }
 
@@ -805,6 +959,16 @@ static void keepalive_recv(const struct xcase *x, void **comms, int *devs, int n
 
 /* ----------------------------------------------------------------------------------- the cases -- */
 
+/* The side fails with ncclRemoteError in one of the calls PH (a mask), within XT_BOUND_S of its own start / of the
+ * peer's end. On the data path either isend or test may be the first to know. */
+#define XP_DATA ((1 << XP_ISEND) | (1 << XP_IRECV) | (1 << XP_TEST))
+#define XFAIL_LOCAL(PH)                                                                                                \
+  { .fail = 1, .phases = (PH), .res = ncclRemoteError, .from_peer = 0 }
+#define XFAIL_PEER(PH)                                                                                                 \
+  { .fail = 1, .phases = (PH), .res = ncclRemoteError, .from_peer = 1 }
+
+/* The cases, a few lines each (clang-format would put every field on its own line). */
+/* clang-format off */
 static const struct xcase cases[] = {
   {.name = "basic_roce", .send = stream_send, .recv = stream_recv, .sizes = sizes_small, .nsizes = N(sizes_small),
    .iters = 6, .inflight = 8},
@@ -836,18 +1000,38 @@ static const struct xcase cases[] = {
   {.name = "wc_error", .env = {"VEMU_TIME_SCALE=0.001"},
    .env_send = {"VEMU_FAULTS=wc:op=write_imm:nth=5:status=rem_access"}, .send = stream_send, .recv = stream_recv,
    .sizes = sizes_small, .nsizes = N(sizes_small), .iters = 20, .inflight = 8},
+  /* the same faults without recovery and without fallback: the error, on both sides, within the bound */
+  {.name = "fatal_qp_event_norecover",
+   .env = {"VEMU_TIME_SCALE=0.001", "GDRNET_RECOVERY_ATTEMPTS=0", "GDRNET_FALLBACK=0"},
+   .env_send = {"VEMU_FAULTS=qp_fatal:nth=1"}, .send = until_error_send, .recv = until_error_recv, .iters = 1000,
+   .expect_send = XFAIL_LOCAL(XP_DATA), .expect_recv = XFAIL_PEER(XP_DATA)},
+  {.name = "wc_error_norecover",
+   .env = {"VEMU_TIME_SCALE=0.001", "GDRNET_RECOVERY_ATTEMPTS=0", "GDRNET_FALLBACK=0"},
+   .env_send = {"VEMU_FAULTS=wc:op=write_imm:nth=5:status=rem_access"}, .send = until_error_send,
+   .recv = until_error_recv, .iters = 1000, .expect_send = XFAIL_LOCAL(XP_DATA),
+   .expect_recv = XFAIL_PEER(XP_DATA)},
   /* a port that stays down, no fallback: both sides fail within GDRNET_RECOVERY_TIMEOUT_MS (+ the time to notice) */
   {.name = "port_down", .env = {"VEMU_TIME_SCALE=0.001", "GDRNET_RECOVERY_TIMEOUT_MS=1500", "GDRNET_FALLBACK=0"},
    .env_send = {"VEMU_FAULTS=port_down:dev=vemu0:after_ms=300"}, .send = until_error_send,
-   .recv = until_error_recv, .iters = 1000000, .expect_fail_send = 1, .expect_fail_recv = 1, .timeout_s = 20},
+   .recv = until_error_recv, .iters = 1000000, .expect_send = XFAIL_LOCAL(XP_DATA),
+   .expect_recv = XFAIL_PEER(XP_DATA), .timeout_s = 20},
+  /* the receiver's NIC goes silent mid-stream (no FIN from anyone: its process lives on): the sender's writes
+   * exhaust their retries, the receiver's own clear-to-send writes too; recovery cannot reach the peer, and without
+   * the fallback (which it-faults' fallback-peer-loss covers) both sides get the error */
+  {.name = "peer_loss", .env = {"VEMU_TIME_SCALE=0.001", "GDRNET_RECOVERY_TIMEOUT_MS=1500", "GDRNET_FALLBACK=0"},
+   .env_recv = {"VEMU_FAULTS=peer_loss:after_bytes=300000"}, .send = until_error_send, .recv = until_error_recv,
+   .iters = 1000, .expect_send = XFAIL_LOCAL(XP_DATA), .expect_recv = XFAIL_LOCAL(XP_DATA), .timeout_s = 20},
   {.name = "rnr_recovers", .env = {"VEMU_TIME_SCALE=0.01"}, .env_recv = {"VEMU_FAULTS=no_recv_credit:nth=3"},
    .send = stream_send, .recv = stream_recv, .sizes = sizes_small, .nsizes = N(sizes_small), .iters = 2,
    .inflight = 4},
   {.name = "ctrl_keepalive", .env = {"GDRNET_TCP_TIMEOUT_MS=4321"}, .send = keepalive_send, .recv = keepalive_recv,
    .sizes = sizes_small, .nsizes = N(sizes_small), .iters = 1, .inflight = 4},
-  {.name = "bad_handshake", .raw_send = bad_handshake_send, .recv = never_recv, .expect_fail_recv = 1},
-  {.name = "peer_vanishes", .send = until_error_send, .recv = vanish_recv, .iters = 10, .expect_fail_send = 1},
+  {.name = "bad_handshake", .raw_send = bad_handshake_send, .recv = never_recv,
+   .expect_recv = XFAIL_LOCAL(1 << XP_ACCEPT)},
+  {.name = "peer_vanishes", .send = until_error_send, .recv = vanish_recv, .iters = 10,
+   .expect_send = XFAIL_PEER(XP_DATA)},
 };
+/* clang-format on */
 
 static const struct xcase *current;
 static void run_current(void **state) {

@@ -294,14 +294,14 @@ static void test_concurrent(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-    cmocka_unit_test(test_align),
-    cmocka_unit_test_setup_teardown(test_refcount, setup, teardown),
-    cmocka_unit_test_setup_teardown(test_contained_and_overlap, setup, teardown),
-    cmocka_unit_test_setup_teardown(test_access_and_kind, setup, teardown),
-    cmocka_unit_test_setup_teardown(test_dmabuf_not_widened, setup, teardown),
-    cmocka_unit_test_setup_teardown(test_errors, setup, teardown),
-    cmocka_unit_test_setup_teardown(test_fini_cleans_leaks, setup, teardown),
-    cmocka_unit_test_setup_teardown(test_concurrent, setup, teardown),
+      cmocka_unit_test(test_align),
+      cmocka_unit_test_setup_teardown(test_refcount, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_contained_and_overlap, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_access_and_kind, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_dmabuf_not_widened, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_errors, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_fini_cleans_leaks, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_concurrent, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

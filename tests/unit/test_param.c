@@ -73,12 +73,12 @@ static void test_defaults_parse(void **state) {
   assert_string_equal(gdr_param_str(GDR_PARAM_HCA), "");
   assert_int_equal(gdr_param_source(GDR_PARAM_HCA), GDR_PSRC_DEFAULT);
   assert_int_equal(ut_nwarn, 0);
-  /* every knob DESIGN.md section 4 requires exists */
-  static const char *required[] = {"GDRNET_TRANSPORT", "GDRNET_IBVERBS_LIB", "GDRNET_HCA", "GDRNET_QPS_PER_CONN",
-                                   "GDRNET_SPLIT_DATA", "GDRNET_RELAXED_ORDERING", "GDRNET_GDR", "GDRNET_IB_TIMEOUT",
-                                   "GDRNET_IB_RETRY_CNT", "GDRNET_RNR_RETRY", "GDRNET_FALLBACK",
-                                   "GDRNET_RECOVERY_ATTEMPTS", "GDRNET_RECOVERY_TIMEOUT_MS", "GDRNET_TCP_NSOCKS",
-                                   "GDRNET_TCP_NTHREADS", "GDRNET_SOCKET_IFNAME"};
+  /* every knob docs/design.md section 2 requires exists */
+  static const char *required[] = {
+      "GDRNET_TRANSPORT",           "GDRNET_IBVERBS_LIB",      "GDRNET_HCA",          "GDRNET_QPS_PER_CONN",
+      "GDRNET_SPLIT_DATA",          "GDRNET_RELAXED_ORDERING", "GDRNET_GDR",          "GDRNET_IB_TIMEOUT",
+      "GDRNET_IB_RETRY_CNT",        "GDRNET_RNR_RETRY",        "GDRNET_FALLBACK",     "GDRNET_RECOVERY_ATTEMPTS",
+      "GDRNET_RECOVERY_TIMEOUT_MS", "GDRNET_TCP_NSOCKS",       "GDRNET_TCP_NTHREADS", "GDRNET_SOCKET_IFNAME"};
   for (size_t i = 0; i < sizeof(required) / sizeof(required[0]); i++)
     assert_int_not_equal(gdr_param_lookup(required[i]), GDR_PARAM_COUNT);
   assert_int_equal(gdr_param_lookup("GDRNET_NOPE"), GDR_PARAM_COUNT);
@@ -114,7 +114,7 @@ static void test_parse_autoint(void **state) {
   assert_int_equal(parse(GDR_PARAM_GID_INDEX, "3", &v, why), ncclSuccess);
   assert_int_equal(v, 3);
   assert_int_equal(parse(GDR_PARAM_GID_INDEX, "256", &v, why), ncclInvalidUsage);
-  assert_non_null(strstr(why, "auto or an integer in 0..255"));
+  assert_non_null(strstr(why, "auto (or -1) or an integer in 0..255")); /* -1 is accepted: say so */
   assert_int_equal(parse(GDR_PARAM_GID_INDEX, "-2", &v, why), ncclInvalidUsage);
   assert_int_equal(parse(GDR_PARAM_RELAXED_ORDERING, "auto", &v, why), ncclSuccess);
   assert_int_equal(v, 2);
@@ -180,11 +180,11 @@ static void test_load_bad_values_fail(void **state) {
       {"GDRNET_QPS_PER_CONN", "0", "an integer in 1..16"},
       {"GDRNET_QPS_PER_CONN", "lots", "an integer in 1..16"},
       {"GDRNET_TRANSPORT", "ib", "one of auto, rdma, tcp"},
-      {"GDRNET_GDR", "yes", "auto or an integer in 0..1"},
+      {"GDRNET_GDR", "yes", "auto (or -1) or an integer in 0..1"},
       {"GDRNET_SPLIT_DATA", "2", "an integer in 0..1"},
       {"GDRNET_IB_TIMEOUT", "32", "an integer in 1..31"},
       {"GDRNET_TCP_INLINE", "2G", "a size in"},
-      {"GDRNET_TCP_NSOCKS", "100", "auto or an integer in 1..64"},
+      {"GDRNET_TCP_NSOCKS", "100", "auto (or -1) or an integer in 1..64"},
       {"GDRNET_FALLBACK", "true", "an integer in 0..1"},
   };
   (void)state;
@@ -290,18 +290,31 @@ static void test_unknown_knob_suggestion(void **state) {
   assert_string_equal(gdr_param_suggest("GDRNET_TCP_NSOCK"), "GDRNET_TCP_NSOCKS");
   assert_string_equal(gdr_param_suggest("gdrnet_hca"), "GDRNET_HCA");
   assert_null(gdr_param_suggest("GDRNET_COMPLETELY_DIFFERENT_THING"));
+  /* every knob starts with GDRNET_: that shared prefix must not make a stranger look close */
+  assert_null(gdr_param_suggest("GDRNET_FOO"));
+  assert_null(gdr_param_suggest("GDRNET_X"));
+  assert_string_equal(gdr_param_suggest("GDRNET_HAC"), "GDRNET_HCA"); /* two letters swapped */
+  /* NCCL's spelling with our prefix: the knob that honours that NCCL name */
+  assert_string_equal(gdr_param_suggest("GDRNET_IB_HCA"), "GDRNET_HCA");
+  assert_string_equal(gdr_param_suggest("GDRNET_IB_GID_INDEX"), "GDRNET_GID_INDEX");
+  assert_string_equal(gdr_param_suggest("GDRNET_IB_QPS_PER_CONNECTION"), "GDRNET_QPS_PER_CONN");
+  assert_string_equal(gdr_param_suggest("GDRNET_SOCKET_NTHREADS"), "GDRNET_TCP_NTHREADS");
+  /* equally close to two knobs: no guess */
+  assert_null(gdr_param_suggest("GDRNET_TCP_M_CHUNK")); /* TCP_MIN_CHUNK or TCP_MAX_CHUNK */
   setenv("GDRNET_SOCKET_IFNAM", "eth0", 1);
   setenv("GDRNET_XYZZY_PLUGH_FROB_NICATE", "1", 1);
   setenv("GDRNET_TEST_PLUGIN", "/x.so", 1); /* tools' and tests' variables: not knobs, not warned */
-  setenv("GDRNET_IT_ALL", "1", 1);
+  setenv("GDRNET_SKIP_PACKAGES", "1", 1);
   setenv("GDRNET_PLUGIN", "/y.so", 1);
   assert_int_equal(gdr_params_load(), ncclSuccess); /* unknown knobs warn, they do not fail */
   assert_true(ut_warned("unknown knob GDRNET_SOCKET_IFNAM ignored; did you mean GDRNET_SOCKET_IFNAME?"));
   assert_true(ut_warned("unknown knob GDRNET_XYZZY_PLUGH_FROB_NICATE ignored"));
+  assert_true(ut_warned("(knobs: " GDRNET_CONFIG_DOC ")")); /* the reference where the package installs it */
+  assert_true(ut_warned("/share/doc/libnccl-net-gdr/docs/configuration.md"));
   assert_false(ut_warned("GDRNET_TEST_PLUGIN"));
-  assert_false(ut_warned("GDRNET_IT_ALL"));
+  assert_false(ut_warned("GDRNET_SKIP_PACKAGES"));
   assert_false(ut_warned("GDRNET_PLUGIN "));
-  unsetenv("GDRNET_IT_ALL");
+  unsetenv("GDRNET_SKIP_PACKAGES");
   unsetenv("GDRNET_PLUGIN");
   unsetenv("GDRNET_SOCKET_IFNAM");
   unsetenv("GDRNET_XYZZY_PLUGH_FROB_NICATE");

@@ -1,8 +1,11 @@
 /* The TCP transport end to end, in one process, through the core (exactly the calls the v8 table makes). */
 #include <dirent.h>
+#include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <pthread.h>
 #include <sys/ioctl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -302,17 +305,30 @@ static void test_inflight_32(void **state) {
 
 static struct tcp_comm *tcomm_of(void *core_comm) { return ((struct gdr_comm *)core_comm)->tcomm; }
 
-/* Waits until at least `bytes` are readable on the receiver's control stream (what the sender wrote has arrived;
- * the receiver reads it only in test()). */
-static void wait_ctrl_bytes(void *recv_comm, int bytes) {
+/* Waits (poll, no sleeping) until fd reports one of `want` (POLLIN, POLLRDHUP, POLLHUP...); fails after limit_s. */
+static void wait_fd(int fd, short want, double limit_s) {
   double t0 = ut_now();
-  int n = 0;
   for (;;) {
-    assert_int_equal(ioctl(tcomm_of(recv_comm)->ctrl_fd, FIONREAD, &n), 0);
-    if (n >= bytes) return;
-    assert_true(ut_now() - t0 < 10.0);
-    usleep(1000);
+    struct pollfd pf = {.fd = fd, .events = want};
+    double left = limit_s - (ut_now() - t0);
+    assert_true(left > 0);
+    int r = poll(&pf, 1, (int)(left * 1000) + 1);
+    assert_true(r >= 0 || errno == EINTR);
+    if (r > 0 && (pf.revents & want)) return;
   }
+}
+
+/* Waits until at least `bytes` are readable on the receiver's control stream (what the sender wrote has arrived;
+ * the receiver reads it only in test()). SO_RCVLOWAT makes poll() report POLLIN only once that many are queued. */
+static void wait_ctrl_bytes(void *recv_comm, int bytes) {
+  int fd = tcomm_of(recv_comm)->ctrl_fd, old = 1, n = 0;
+  socklen_t len = sizeof(old);
+  assert_int_equal(getsockopt(fd, SOL_SOCKET, SO_RCVLOWAT, &old, &len), 0);
+  assert_int_equal(setsockopt(fd, SOL_SOCKET, SO_RCVLOWAT, &bytes, sizeof(bytes)), 0);
+  wait_fd(fd, POLLIN, 10.0);
+  assert_int_equal(setsockopt(fd, SOL_SOCKET, SO_RCVLOWAT, &old, sizeof(old)), 0);
+  assert_int_equal(ioctl(fd, FIONREAD, &n), 0);
+  assert_true(n >= bytes);
 }
 
 static void *post_recv(void *r, void *buf, size_t size) {
@@ -563,11 +579,17 @@ static void test_eager_credit_exhaustion(void **state) {
   for (int i = 0; i < N; i++) fill(sb[i], 64, (unsigned)i + 7);
   for (; sent < C; sent++) sreq[sent] = post_send(p.s, sb[sent], 64);
   assert_int_equal(tcomm_of(p.s)->credits, 0);
+  /* every eager message has reached the receiver (at least its payload bytes are queued there) */
+  wait_ctrl_bytes(p.r, C * 64);
   for (int k = 0; k < 200; k++) { /* no receive posted: no credit comes back, however often it asks */
     void *req = NULL;
     assert_int_equal(gdr_core_isend(p.s, sb[sent], 64, 0, NULL, &req), ncclSuccess);
     assert_null(req);
-    if (k % 20 == 0) usleep(1000);
+  }
+  { /* and nothing at all came back on the sender's control stream: no credit is on its way either */
+    int n = -1;
+    assert_int_equal(ioctl(tcomm_of(p.s)->ctrl_fd, FIONREAD, &n), 0);
+    assert_int_equal(n, 0);
   }
   t0 = ut_now();
   while (recvd < N || sent < N) {
@@ -706,9 +728,10 @@ static void test_peer_closes(void **state) {
     p.s = NULL;
     if (k == 4) {
       void *first = NULL;
-      usleep(20000);
+      int fd = tcomm_of(p.r)->ctrl_fd;
+      wait_fd(fd, POLLRDHUP, 10.0); /* the sender's FIN has arrived */
       assert_int_equal(gdr_core_irecv(p.r, 1, data, rs, &tag, NULL, &first), ncclSuccess);
-      usleep(20000); /* the closed peer answered the first CTS with a reset */
+      wait_fd(fd, POLLERR | POLLHUP, 10.0); /* the closed peer answered the first CTS with a reset */
       assert_int_equal(gdr_core_irecv(p.r, 1, data, rs, &tag, NULL, &rreq), ncclSuccess);
       assert_non_null(rreq);
     }
@@ -1115,38 +1138,54 @@ static void test_core_misuse(void **state) {
   assert_int_equal(gdr_core_devices(&done), ncclInternalError); /* before init */
 }
 
-/* A throughput smoke (prints, asserts nothing about speed). */
-static void test_loopback_throughput(void **state) {
-  enum { D = 8 };
+/* A stream of large messages, D in flight, over the default streams: every byte and every reported size checked
+ * (each message its own pattern, each receive buffer prefilled). Speed is a benchmark's business, not a test's:
+ * bench/tcp-loopback measures it. */
+static void test_loopback_stream(void **state) {
+  enum { D = 8, ITERS = 64 };
   size_t msg = 4 << 20;
-  int iters = 64;
   struct pair p;
-  char *sb = malloc(msg), *rb = malloc(msg * D); /* one receive buffer per request in flight */
+  unsigned char *sb = malloc(msg * D), *rb = malloc(msg * D); /* one buffer per request in flight, each side */
+  unsigned char *ex = malloc(msg);                              /* the bytes a receive must hold */
   void *sreq[D] = {0}, *rreq[D] = {0};
+  int rmsg[D];
   int posted_s = 0, posted_r = 0, done_s = 0, done_r = 0;
-  double t0, dt;
+  double t0;
   (void)state;
+  assert_non_null(sb);
+  assert_non_null(rb);
+  assert_non_null(ex);
   init_plugin();
   pair_open(&p);
-  memset(sb, 1, msg);
   t0 = ut_now();
-  while (done_r < iters || done_s < iters) {
+  while (done_r < ITERS || done_s < ITERS) {
     for (int k = 0; k < D; k++) {
       int d = 0;
-      if (rreq[k] == NULL && posted_r < iters) {
-        void *data[1] = {rb + (size_t)k * msg};
+      unsigned char *rbk = rb + (size_t)k * msg, *sbk = sb + (size_t)k * msg;
+      if (rreq[k] == NULL && posted_r < ITERS) {
+        void *data[1] = {rbk};
         size_t s[1] = {msg};
         int tag = 0;
+        memset(rbk, 0xA5, msg);
         assert_int_equal(gdr_core_irecv(p.r, 1, data, s, &tag, NULL, &rreq[k]), ncclSuccess);
-        if (rreq[k]) posted_r++;
+        if (rreq[k]) rmsg[k] = posted_r++;
       }
-      if (sreq[k] == NULL && posted_s < posted_r) {
-        assert_int_equal(gdr_core_isend(p.s, sb, msg, 0, NULL, &sreq[k]), ncclSuccess);
+      if (sreq[k] == NULL && posted_s < posted_r && posted_s < ITERS) {
+        size_t sz = msg - (size_t)(posted_s % 3); /* 4 MiB, 4 MiB - 1, 4 MiB - 2 */
+        fill(sbk, sz, (unsigned)posted_s + 100);
+        assert_int_equal(gdr_core_isend(p.s, sbk, sz, 0, NULL, &sreq[k]), ncclSuccess);
         if (sreq[k]) posted_s++;
       }
       if (rreq[k]) {
-        assert_int_equal(gdr_core_test(rreq[k], &d, NULL, NULL), ncclSuccess);
+        size_t got[GDR_MAX_RECVS] = {0};
+        assert_int_equal(gdr_core_test(rreq[k], &d, got, NULL), ncclSuccess);
         if (d) {
+          /* messages complete in order on one comm: receive k carries message rmsg[k] */
+          size_t want = msg - (size_t)(rmsg[k] % 3);
+          assert_int_equal(got[0], want);
+          fill(ex, want, (unsigned)rmsg[k] + 100);
+          assert_memory_equal(rbk, ex, want);
+          for (size_t i = want; i < msg; i++) assert_int_equal(rbk[i], 0xA5);
           rreq[k] = NULL;
           done_r++;
         }
@@ -1162,12 +1201,12 @@ static void test_loopback_throughput(void **state) {
     }
     assert_true(ut_now() - t0 < 120.0);
   }
-  dt = ut_now() - t0;
-  printf("loopback throughput: %d x %zu B in %.3f s = %.2f GB/s\n", iters, msg, dt, (double)iters * (double)msg / dt / 1e9);
   pair_close(&p);
+  assert_int_equal(ut_nwarn, 0);
   fini_plugin();
   free(sb);
   free(rb);
+  free(ex);
 }
 
 int main(void) {
@@ -1196,7 +1235,7 @@ int main(void) {
       cmocka_unit_test(test_eager_out_of_window),
       cmocka_unit_test(test_random_traffic),
       cmocka_unit_test(test_ipv6),
-      cmocka_unit_test(test_loopback_throughput),
+      cmocka_unit_test(test_loopback_stream),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

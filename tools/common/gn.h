@@ -40,6 +40,10 @@ int gn_log_level(void);
 void gn_log_set_prefix(const char *p); /* optional tag after "[dev]", e.g. "rank1" */
 void gn_log_capture(int on);           /* on: clears the buffer and starts capturing */
 char *gn_log_captured(void);           /* malloc'd copy of the captured text ("" if none); caller frees */
+/* The transport the plugin chose at init, from its INFO line "NET/GDR : using the <name> transport (<reason>); ..."
+ * (plugin/core_init.c), seen by gn_logger whatever the log level: name ("tcp", "rdma") and the reason.
+ * 0 once that line was logged, -1 before. */
+int gn_log_transport(char *name, size_t namelen, char *reason, size_t reasonlen);
 
 /* ---- plugin loading ---- */
 typedef struct {

@@ -21,9 +21,7 @@ static int remaining_ms(uint64_t deadline) {
   return ms > 1000000 ? 1000000 : (int)ms;
 }
 
-int gn_boot_socketpair(int sv[2]) {
-  return socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv);
-}
+int gn_boot_socketpair(int sv[2]) { return socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv); }
 
 int gn_boot_tcp_listen(const char *bind_host, int port, int *bound_port) {
   struct addrinfo hints, *res = NULL;

@@ -16,12 +16,27 @@ static char g_prefix[64];
 static int g_capture;
 static char *g_cap;
 static size_t g_cap_len, g_cap_cap;
+static char g_tp_name[16], g_tp_reason[512]; /* from the plugin's "using the X transport (...)" line */
 
-static const struct { const char *name; unsigned long bit; } k_subsys[] = {
-    {"INIT", NCCL_INIT},   {"COLL", NCCL_COLL},     {"P2P", NCCL_P2P},     {"SHM", NCCL_SHM},
-    {"NET", NCCL_NET},     {"GRAPH", NCCL_GRAPH},   {"TUNING", NCCL_TUNING}, {"ENV", NCCL_ENV},
-    {"ALLOC", NCCL_ALLOC}, {"CALL", NCCL_CALL},     {"PROXY", NCCL_PROXY}, {"NVLS", NCCL_NVLS},
-    {"BOOTSTRAP", NCCL_BOOTSTRAP}, {"REG", NCCL_REG}, {"ALL", ~0ul},
+static const struct {
+  const char *name;
+  unsigned long bit;
+} k_subsys[] = {
+    {"INIT", NCCL_INIT},
+    {"COLL", NCCL_COLL},
+    {"P2P", NCCL_P2P},
+    {"SHM", NCCL_SHM},
+    {"NET", NCCL_NET},
+    {"GRAPH", NCCL_GRAPH},
+    {"TUNING", NCCL_TUNING},
+    {"ENV", NCCL_ENV},
+    {"ALLOC", NCCL_ALLOC},
+    {"CALL", NCCL_CALL},
+    {"PROXY", NCCL_PROXY},
+    {"NVLS", NCCL_NVLS},
+    {"BOOTSTRAP", NCCL_BOOTSTRAP},
+    {"REG", NCCL_REG},
+    {"ALL", ~0ul},
 };
 
 static void load_env_locked(void) {
@@ -29,12 +44,18 @@ static void load_env_locked(void) {
   const char *e = getenv("NCCL_DEBUG");
   int lvl = NCCL_LOG_WARN;
   if (e != NULL) {
-    if (strcasecmp(e, "VERSION") == 0) lvl = NCCL_LOG_VERSION;
-    else if (strcasecmp(e, "WARN") == 0) lvl = NCCL_LOG_WARN;
-    else if (strcasecmp(e, "INFO") == 0) lvl = NCCL_LOG_INFO;
-    else if (strcasecmp(e, "ABORT") == 0) lvl = NCCL_LOG_ABORT;
-    else if (strcasecmp(e, "TRACE") == 0) lvl = NCCL_LOG_TRACE;
-    else if (strcasecmp(e, "NONE") == 0) lvl = NCCL_LOG_NONE;
+    if (strcasecmp(e, "VERSION") == 0)
+      lvl = NCCL_LOG_VERSION;
+    else if (strcasecmp(e, "WARN") == 0)
+      lvl = NCCL_LOG_WARN;
+    else if (strcasecmp(e, "INFO") == 0)
+      lvl = NCCL_LOG_INFO;
+    else if (strcasecmp(e, "ABORT") == 0)
+      lvl = NCCL_LOG_ABORT;
+    else if (strcasecmp(e, "TRACE") == 0)
+      lvl = NCCL_LOG_TRACE;
+    else if (strcasecmp(e, "NONE") == 0)
+      lvl = NCCL_LOG_NONE;
   }
   g_env_level = lvl;
   const char *s = getenv("NCCL_DEBUG_SUBSYS");
@@ -86,6 +107,31 @@ void gn_log_capture(int on) {
   pthread_mutex_unlock(&g_mu);
 }
 
+/* "NET/GDR : using the tcp transport (GDRNET_TRANSPORT=auto ...: why); 1 device(s): ..." */
+static void note_transport_locked(const char *msg) {
+  static const char pre[] = "NET/GDR : using the ";
+  if (strncmp(msg, pre, sizeof(pre) - 1) != 0) return;
+  const char *name = msg + sizeof(pre) - 1;
+  size_t n = strcspn(name, " ");
+  if (n == 0 || n >= sizeof(g_tp_name) || strncmp(name + n, " transport (", 12) != 0) return;
+  memcpy(g_tp_name, name, n);
+  g_tp_name[n] = '\0';
+  const char *r = name + n + 12, *end = strstr(r, "); ");
+  size_t rl = end ? (size_t)(end - r) : strlen(r);
+  if (rl >= sizeof(g_tp_reason)) rl = sizeof(g_tp_reason) - 1;
+  memcpy(g_tp_reason, r, rl);
+  g_tp_reason[rl] = '\0';
+}
+
+int gn_log_transport(char *name, size_t namelen, char *reason, size_t reasonlen) {
+  pthread_mutex_lock(&g_mu);
+  int rc = g_tp_name[0] ? 0 : -1;
+  if (name && namelen) snprintf(name, namelen, "%s", g_tp_name);
+  if (reason && reasonlen) snprintf(reason, reasonlen, "%s", g_tp_reason);
+  pthread_mutex_unlock(&g_mu);
+  return rc;
+}
+
 char *gn_log_captured(void) {
   pthread_mutex_lock(&g_mu);
   char *r = strdup(g_cap ? g_cap : "");
@@ -123,6 +169,7 @@ void gn_logger(ncclDebugLogLevel level, unsigned long flags, const char *file, i
 
   pthread_mutex_lock(&g_mu);
   load_env_locked();
+  if (level == NCCL_LOG_INFO) note_transport_locked(msg);
   int want = g_level_override >= 0 ? g_level_override : g_env_level;
   char out[2400];
   int pid = (int)getpid(), tid = (int)syscall(SYS_gettid);
@@ -135,15 +182,12 @@ void gn_logger(ncclDebugLogLevel level, unsigned long flags, const char *file, i
              level == NCCL_LOG_WARN ? "WARN" : "ABORT", msg);
     break;
   case NCCL_LOG_TRACE:
-    snprintf(out, sizeof out, "%s:%d:%d [%s] %s:%d NCCL TRACE %s\n", host, pid, tid, pre[0] ? pre : "0", f, line,
-             msg);
+    snprintf(out, sizeof out, "%s:%d:%d [%s] %s:%d NCCL TRACE %s\n", host, pid, tid, pre[0] ? pre : "0", f, line, msg);
     break;
   case NCCL_LOG_VERSION:
     snprintf(out, sizeof out, "%s:%d:%d [%s] NCCL VERSION %s\n", host, pid, tid, pre[0] ? pre : "0", msg);
     break;
-  default:
-    snprintf(out, sizeof out, "%s:%d:%d [%s] NCCL INFO %s\n", host, pid, tid, pre[0] ? pre : "0", msg);
-    break;
+  default: snprintf(out, sizeof out, "%s:%d:%d [%s] NCCL INFO %s\n", host, pid, tid, pre[0] ? pre : "0", msg); break;
   }
   if (g_capture) cap_append_locked(out, strlen(out));
   int lv = (int)level == NCCL_LOG_ABORT ? NCCL_LOG_WARN : (int)level;

@@ -46,10 +46,17 @@ int gn_parse_size(const char *s, uint64_t *out) {
   if (*end != '\0') {
     char u = *end++;
     switch (u) {
-    case 'k': case 'K': mul = 1ull << 10; break;
-    case 'm': case 'M': mul = 1ull << 20; break;
-    case 'g': case 'G': mul = 1ull << 30; break;
-    case 'b': case 'B': mul = 1; if (*end != '\0') return -1; break;
+    case 'k':
+    case 'K': mul = 1ull << 10; break;
+    case 'm':
+    case 'M': mul = 1ull << 20; break;
+    case 'g':
+    case 'G': mul = 1ull << 30; break;
+    case 'b':
+    case 'B':
+      mul = 1;
+      if (*end != '\0') return -1;
+      break;
     default: return -1;
     }
     if (*end == 'i' || *end == 'I') end++;
@@ -62,10 +69,14 @@ int gn_parse_size(const char *s, uint64_t *out) {
 }
 
 void gn_fmt_size(uint64_t v, char *out, size_t outlen) {
-  if (v >= (1ull << 30) && v % (1ull << 30) == 0) snprintf(out, outlen, "%" PRIu64 "G", v >> 30);
-  else if (v >= (1ull << 20) && v % (1ull << 20) == 0) snprintf(out, outlen, "%" PRIu64 "M", v >> 20);
-  else if (v >= (1ull << 10) && v % (1ull << 10) == 0) snprintf(out, outlen, "%" PRIu64 "K", v >> 10);
-  else snprintf(out, outlen, "%" PRIu64, v);
+  if (v >= (1ull << 30) && v % (1ull << 30) == 0)
+    snprintf(out, outlen, "%" PRIu64 "G", v >> 30);
+  else if (v >= (1ull << 20) && v % (1ull << 20) == 0)
+    snprintf(out, outlen, "%" PRIu64 "M", v >> 20);
+  else if (v >= (1ull << 10) && v % (1ull << 10) == 0)
+    snprintf(out, outlen, "%" PRIu64 "K", v >> 10);
+  else
+    snprintf(out, outlen, "%" PRIu64, v);
 }
 
 int gn_thread_count(void) {

@@ -25,15 +25,16 @@ static void probe_cuda(struct dr_ctx *c) {
   struct dr_report *r = c->rep;
   c->cuda_dmabuf = DR_UNKNOWN;
   if (!c->probe_cuda) {
-    dr_add(r, "cuda", DR_INFO, "CUDA driver not probed (%s)", c->fabricated ? "--sysfs-root; --probe-libs to force"
-                                                                           : "--no-cuda");
+    dr_add(r, "cuda", DR_INFO, "CUDA driver not probed (%s)",
+           c->fabricated ? "--sysfs-root; --probe-libs to force" : "--no-cuda");
     return;
   }
   void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
   if (h == NULL) {
     const char *e = dlerror();
-    struct dr_finding *f = dr_add(r, "cuda", DR_INFO, "no CUDA driver (libcuda.so.1 not loadable): "
-                                                      "CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED unknown");
+    struct dr_finding *f = dr_add(r, "cuda", DR_INFO,
+                                  "no CUDA driver (libcuda.so.1 not loadable): "
+                                  "CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED unknown");
     dr_evidence(r, f, "dlopen(\"libcuda.so.1\"): %s", e ? e : "?");
     return;
   }
@@ -57,8 +58,8 @@ static void probe_cuda(struct dr_ctx *c) {
     return;
   }
   int yes = 0, gdr_yes = 0;
-  struct dr_finding *f = dr_add(r, "cuda", DR_OK, "CUDA driver %d.%d, %d device%s", ver / 1000, ver % 1000 / 10, n,
-                                n == 1 ? "" : "s");
+  struct dr_finding *f =
+      dr_add(r, "cuda", DR_OK, "CUDA driver %d.%d, %d device%s", ver / 1000, ver % 1000 / 10, n, n == 1 ? "" : "s");
   for (int i = 0; i < n; i++) {
     int dev = 0, a = -1, g = -1;
     if (cu_get(&dev, i) != 0) continue;
@@ -66,14 +67,16 @@ static void probe_cuda(struct dr_ctx *c) {
     if (cu_attr(&g, CU_ATTR_GPU_DIRECT_RDMA_SUPPORTED, dev) != 0) g = -1;
     yes += a == 1;
     gdr_yes += g == 1;
-    dr_evidence(r, f, "device %d: CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED=%d, CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_SUPPORTED=%d",
+    dr_evidence(r, f,
+                "device %d: CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED=%d, CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_SUPPORTED=%d",
                 i, a, g);
   }
   c->cuda_dmabuf = n > 0 && yes == n ? DR_YES : n > 0 ? DR_NO : DR_UNKNOWN;
   if (n > 0 && gdr_yes < n) {
     f->status = DR_WARN;
-    dr_fix(r, f, "a GPU without GPUDirect RDMA support (consumer GPUs, some vGPU/MIG setups) cannot be reached by "
-                 "the NIC: use a data-center GPU or a vGPU profile that allows P2P");
+    dr_fix(r, f,
+           "a GPU without GPUDirect RDMA support (consumer GPUs, some vGPU/MIG setups) cannot be reached by "
+           "the NIC: use a data-center GPU or a vGPU profile that allows P2P");
   }
 }
 
@@ -116,8 +119,9 @@ static enum dr_tri kernel_dmabuf(struct dr_ctx *c, const char *rel, char *how, s
   if (rel[0] && dr_path(c, p, sizeof p, "/boot/config-%s", rel) == 0) {
     char *cfg = dr_read_text(p, 1 << 20);
     if (cfg) {
-      enum dr_tri t = strstr(cfg, "\nCONFIG_DMA_SHARED_BUFFER=y") ? DR_YES
-                      : strstr(cfg, "CONFIG_DMA_SHARED_BUFFER is not set") ? DR_NO : DR_UNKNOWN;
+      enum dr_tri t = strstr(cfg, "\nCONFIG_DMA_SHARED_BUFFER=y")          ? DR_YES
+                      : strstr(cfg, "CONFIG_DMA_SHARED_BUFFER is not set") ? DR_NO
+                                                                           : DR_UNKNOWN;
       free(cfg);
       if (t != DR_UNKNOWN) {
         snprintf(how, hl, "/boot/config-%s: CONFIG_DMA_SHARED_BUFFER %s", rel, t == DR_YES ? "=y" : "is not set");
@@ -235,37 +239,41 @@ void dr_check_gdr(struct dr_ctx *c) {
   enum dr_tri parts[] = {kdb, kver, drv, c->cuda_dmabuf, c->verbs_dmabuf};
   bool any_no = false;
   for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) any_no |= parts[i] == DR_NO;
-  c->dmabuf = any_no ? DR_NO
-              : ((c->cuda_dmabuf == DR_YES || drv == DR_YES) && kver == DR_YES) ? DR_YES
-                                                                                : DR_UNKNOWN;
+  c->dmabuf = any_no ? DR_NO : ((c->cuda_dmabuf == DR_YES || drv == DR_YES) && kver == DR_YES) ? DR_YES : DR_UNKNOWN;
   static const char *tri[] = {"no", "yes", "unknown"};
 
   /* report peermem */
   if (pm_src) {
-    f = dr_add(r, "peermem", DR_OK, "nvidia-peermem loaded%s%s: ibv_reg_mr works on GPU memory", pmver ? " version " : "",
-               pmver ? pmver : "");
+    f = dr_add(r, "peermem", DR_OK, "nvidia-peermem loaded%s%s: ibv_reg_mr works on GPU memory",
+               pmver ? " version " : "", pmver ? pmver : "");
     dr_evidence(r, f, "%s", pm_src);
   } else {
     f = dr_add(r, "peermem", c->dmabuf == DR_YES || !loaded ? DR_INFO : DR_WARN, "nvidia-peermem not loaded%s",
                c->dmabuf == DR_YES ? " (not needed: the DMA-BUF path is available)"
                : !loaded           ? " (nor the NVIDIA driver it belongs to)"
                                    : "");
-    dr_evidence(r, f, "no /sys/module/nvidia_peermem/version, /sys/kernel/mm/memory_peers/nv_mem/version or "
-                      "/sys/module/nv_peer_mem/version (the files the plugin and NCCL test)");
+    dr_evidence(r, f,
+                "no /sys/module/nvidia_peermem/version, /sys/kernel/mm/memory_peers/nv_mem/version or "
+                "/sys/module/nv_peer_mem/version (the files the plugin and NCCL test)");
     if (pm_dir_only)
       dr_evidence(r, f, "/sys/module/nvidia_peermem exists but has no version file: the plugin will not detect it");
     if (c->dmabuf != DR_YES)
-      dr_fix(r, f, "modprobe nvidia-peermem (ships with the NVIDIA driver; it must be built against the running "
-                   "ib_core: after installing MLNX_OFED/DOCA-OFED, reinstall the driver); persist it in "
-                   "/etc/modules-load.d/; GPU Operator: driver.rdma.enabled=true");
+      dr_fix(r, f,
+             "modprobe nvidia-peermem (ships with the NVIDIA driver; it must be built against the running "
+             "ib_core: after installing MLNX_OFED/DOCA-OFED, reinstall the driver); persist it in "
+             "/etc/modules-load.d/; GPU Operator: driver.rdma.enabled=true");
   }
   free(pmver);
 
   /* report DMA-BUF */
   f = dr_add(r, "dmabuf",
-             c->dmabuf == DR_YES ? DR_OK : c->dmabuf == DR_NO ? (pm_src || !loaded ? DR_INFO : DR_WARN) : DR_INFO,
-             "DMA-BUF path for GPU memory: %s", c->dmabuf == DR_YES ? "usable" : c->dmabuf == DR_NO ? "not usable"
-                                                                                               : "cannot confirm");
+             c->dmabuf == DR_YES  ? DR_OK
+             : c->dmabuf == DR_NO ? (pm_src || !loaded ? DR_INFO : DR_WARN)
+                                  : DR_INFO,
+             "DMA-BUF path for GPU memory: %s",
+             c->dmabuf == DR_YES  ? "usable"
+             : c->dmabuf == DR_NO ? "not usable"
+                                  : "cannot confirm");
   dr_evidence(r, f, "kernel dma-buf (CONFIG_DMA_SHARED_BUFFER): %s (%s)", tri[kdb], how);
   dr_evidence(r, f, "kernel >= 5.12 (RDMA DMA-BUF MRs): %s (release %s)", tri[kver], rel[0] ? rel : "unknown");
   dr_evidence(r, f, "NVIDIA driver: %s (%s)", tri[drv], drv_why);
@@ -275,29 +283,35 @@ void dr_check_gdr(struct dr_ctx *c) {
               c->verbs_devices > 0 ? "" : " (needs rdma-core and an RDMA device)");
   if (c->dmabuf == DR_NO && !pm_src) {
     if (drv == DR_NO && loaded)
-      dr_fix(r, f, "install the NVIDIA open kernel modules, r515 or newer (e.g. nvidia-driver-<ver>-open; "
-                   "GPU Operator: driver.useOpenKernelModules=true)");
+      dr_fix(r, f,
+             "install the NVIDIA open kernel modules, r515 or newer (e.g. nvidia-driver-<ver>-open; "
+             "GPU Operator: driver.useOpenKernelModules=true)");
     if (kver == DR_NO) dr_fix(r, f, "run a kernel >= 5.12 (DMA-BUF memory regions in ib_uverbs)");
     if (kdb == DR_NO) dr_fix(r, f, "build the kernel with CONFIG_DMA_SHARED_BUFFER=y");
-    if (c->verbs_dmabuf == DR_NO) dr_fix(r, f, "rdma-core >= 34 and a provider/driver that supports DMA-BUF MRs "
-                                               "(mlx5 does)");
+    if (c->verbs_dmabuf == DR_NO)
+      dr_fix(r, f,
+             "rdma-core >= 34 and a provider/driver that supports DMA-BUF MRs "
+             "(mlx5 does)");
     if (!loaded) dr_fix(r, f, "load the NVIDIA driver first");
   }
 
   /* verdict on the GPU memory path */
   if (pm_src || c->dmabuf == DR_YES) {
     f = dr_add(r, "gdr", DR_OK, "GPU memory can be registered with an RDMA NIC via %s%s%s",
-               pm_src ? "nvidia-peermem" : "",
-               pm_src && c->dmabuf == DR_YES ? " and " : "", c->dmabuf == DR_YES ? "DMA-BUF" : "");
+               pm_src ? "nvidia-peermem" : "", pm_src && c->dmabuf == DR_YES ? " and " : "",
+               c->dmabuf == DR_YES ? "DMA-BUF" : "");
   } else if (c->dmabuf == DR_UNKNOWN) {
-    f = dr_add(r, "gdr", DR_WARN, "cannot confirm a path from the NIC to GPU memory: no nvidia-peermem, DMA-BUF unconfirmed");
-    dr_fix(r, f, "load nvidia-peermem, or run the doctor where libcuda.so.1 and the RDMA device are visible to "
-                 "confirm DMA-BUF");
+    f = dr_add(r, "gdr", DR_WARN,
+               "cannot confirm a path from the NIC to GPU memory: no nvidia-peermem, DMA-BUF unconfirmed");
+    dr_fix(r, f,
+           "load nvidia-peermem, or run the doctor where libcuda.so.1 and the RDMA device are visible to "
+           "confirm DMA-BUF");
   } else {
-    f = dr_add(r, "gdr", DR_FAIL, "no path from the NIC to GPU memory: nvidia-peermem not loaded and DMA-BUF not "
-                                  "usable (NCCL logs \"GPU Direct RDMA Disabled\")");
+    f = dr_add(r, "gdr", DR_FAIL,
+               "no path from the NIC to GPU memory: nvidia-peermem not loaded and DMA-BUF not "
+               "usable (NCCL logs \"GPU Direct RDMA Disabled\")");
     dr_fix(r, f, "either load nvidia-peermem or meet the DMA-BUF requirements (see the peermem and dmabuf findings)");
   }
-  dr_evidence(r, f, "GPUDirect RDMA needs either: nvidia-peermem (%s) or DMA-BUF (%s)", pm_src ? "loaded" : "not loaded",
-              tri[c->dmabuf]);
+  dr_evidence(r, f, "GPUDirect RDMA needs either: nvidia-peermem (%s) or DMA-BUF (%s)",
+              pm_src ? "loaded" : "not loaded", tri[c->dmabuf]);
 }

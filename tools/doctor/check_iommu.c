@@ -65,8 +65,9 @@ void dr_check_iommu(struct dr_ctx *c) {
     used += (size_t)w;
   }
   dr_evidence(r, f, "/sys/class/iommu: %s", n < 0 ? strerror(errno) : n == 0 ? "empty" : list);
-  dr_evidence(r, f, "/proc/cmdline: intel_iommu=%s amd_iommu=%s iommu=%s iommu.passthrough=%s%s", intel[0] ? intel : "-",
-              amd[0] ? amd : "-", iommu[0] ? iommu : "-", arm_pt[0] ? arm_pt : "-", cmd ? "" : " (unreadable)");
+  dr_evidence(r, f, "/proc/cmdline: intel_iommu=%s amd_iommu=%s iommu=%s iommu.passthrough=%s%s",
+              intel[0] ? intel : "-", amd[0] ? amd : "-", iommu[0] ? iommu : "-", arm_pt[0] ? arm_pt : "-",
+              cmd ? "" : " (unreadable)");
   int ident = 0, dma = 0, other = 0;
   for (size_t i = 0; i < c->ngpus; i++)
     if (c->gpus[i].have_path) group_type(c, c->gpus[i].pcidir, c->gpus[i].bdf, f, &ident, &dma, &other);
@@ -95,10 +96,12 @@ void dr_check_iommu(struct dr_ctx *c) {
   }
   f->status = st;
   if (st == DR_WARN) {
-    dr_evidence(r, f, "translation costs IOTLB misses on every GPU<->NIC transfer, and with ACS it routes "
-                      "peer-to-peer traffic through the root complex");
-    dr_fix(r, f, "add iommu=pt to the kernel command line (GRUB_CMDLINE_LINUX in /etc/default/grub, update-grub, "
-                 "reboot); keep intel_iommu=on / amd_iommu=on if VFIO or SR-IOV needs the IOMMU");
+    dr_evidence(r, f,
+                "translation costs IOTLB misses on every GPU<->NIC transfer, and with ACS it routes "
+                "peer-to-peer traffic through the root complex");
+    dr_fix(r, f,
+           "add iommu=pt to the kernel command line (GRUB_CMDLINE_LINUX in /etc/default/grub, update-grub, "
+           "reboot); keep intel_iommu=on / amd_iommu=on if VFIO or SR-IOV needs the IOMMU");
   }
   free(cmd);
   dr_free_list(names, n > 0 ? (size_t)n : 0);

@@ -13,7 +13,7 @@
 
 #define CAP_IPC_LOCK_BIT 14
 #define CAP_DAC_OVERRIDE_BIT 1
-#define MEMLOCK_WARN (1ULL << 30) /* 1 GiB */
+#define MEMLOCK_WARN (1ULL << 30)  /* 1 GiB */
 #define MEMLOCK_FAIL (64ULL << 20) /* 64 MiB */
 
 struct creds {
@@ -162,12 +162,14 @@ void dr_check_limits(struct dr_ctx *c) {
                                   : st == DR_WARN ? ": may run out with many connections or large buffers"
                                                   : "");
     dr_evidence(r, f, "%s", src);
-    dr_evidence(r, f, "the plugin pins its FIFOs, bounce buffers and every host buffer NCCL registers; "
-                      "unlimited is recommended (WARN below 1 GiB, FAIL below 64 MiB)");
+    dr_evidence(r, f,
+                "the plugin pins its FIFOs, bounce buffers and every host buffer NCCL registers; "
+                "unlimited is recommended (WARN below 1 GiB, FAIL below 64 MiB)");
     if (low && !ipc_lock) {
-      dr_fix(r, f, "raise it: `ulimit -l unlimited` in the launching shell (hard limit permitting); "
-                   "/etc/security/limits.d/: `* - memlock unlimited`; systemd: LimitMEMLOCK=infinity; "
-                   "docker run --ulimit memlock=-1");
+      dr_fix(r, f,
+             "raise it: `ulimit -l unlimited` in the launching shell (hard limit permitting); "
+             "/etc/security/limits.d/: `* - memlock unlimited`; systemd: LimitMEMLOCK=infinity; "
+             "docker run --ulimit memlock=-1");
       dr_fix(r, f, "or grant CAP_IPC_LOCK (Kubernetes: securityContext.capabilities.add: [\"IPC_LOCK\"])");
     }
   }
@@ -179,13 +181,14 @@ void dr_check_limits(struct dr_ctx *c) {
   } else {
     enum dr_status st = ipc_lock ? DR_OK : (lim_ok && !low) ? DR_INFO : DR_WARN;
     struct dr_finding *f = dr_add(r, "cap-ipc-lock", st, "CAP_IPC_LOCK %s%s", ipc_lock ? "effective" : "not held",
-                                  ipc_lock ? ": memory registration ignores RLIMIT_MEMLOCK"
+                                  ipc_lock        ? ": memory registration ignores RLIMIT_MEMLOCK"
                                   : st == DR_INFO ? " (not needed while RLIMIT_MEMLOCK is large enough)"
                                                   : ": registrations are bounded by RLIMIT_MEMLOCK");
     dr_evidence(r, f, "/proc/self/status CapEff %016llx (bit %d = %d)", c->cap_eff, CAP_IPC_LOCK_BIT, ipc_lock ? 1 : 0);
     if (st == DR_WARN)
-      dr_fix(r, f, "Kubernetes: securityContext.capabilities.add: [\"IPC_LOCK\"]; Docker: --cap-add=IPC_LOCK; "
-                   "or raise RLIMIT_MEMLOCK to unlimited");
+      dr_fix(r, f,
+             "Kubernetes: securityContext.capabilities.add: [\"IPC_LOCK\"]; Docker: --cap-add=IPC_LOCK; "
+             "or raise RLIMIT_MEMLOCK to unlimited");
   }
 
   /* /dev/infiniband */
@@ -249,19 +252,21 @@ void dr_check_limits(struct dr_ctx *c) {
       f->title = strdup("no /dev/infiniband/uverbs* device node: user-space verbs cannot open the RDMA device");
       if (f->title == NULL) r->oom = true;
       dr_evidence(r, f, "%s: %s", dr_unroot(c, dir), n < 0 ? strerror(lerr) : "no uverbs entries");
-      dr_fix(r, f, "modprobe ib_uverbs; in a container pass the nodes in (Docker: --device=/dev/infiniband; "
-                   "Kubernetes: an RDMA device-plugin resource, or a hostPath volume for /dev/infiniband with "
-                   "privileges)");
+      dr_fix(r, f,
+             "modprobe ib_uverbs; in a container pass the nodes in (Docker: --device=/dev/infiniband; "
+             "Kubernetes: an RDMA device-plugin resource, or a hostPath volume for /dev/infiniband with "
+             "privileges)");
     } else if (nbad) {
       f->status = DR_FAIL;
       free(f->title);
-      if (asprintf(&f->title, "%zu of %zu /dev/infiniband/uverbs* not readable and writable by this user", nbad,
-                   nuv) < 0) {
+      if (asprintf(&f->title, "%zu of %zu /dev/infiniband/uverbs* not readable and writable by this user", nbad, nuv) <
+          0) {
         f->title = NULL;
         r->oom = true;
       }
-      dr_fix(r, f, "add the user to the devices' group (often rdma: usermod -aG rdma <user>), or a udev rule "
-                   "KERNEL==\"uverbs*\", MODE=\"0666\" (rdma-core ships 90-rdma-umad.rules/90-ib.rules)");
+      dr_fix(r, f,
+             "add the user to the devices' group (often rdma: usermod -aG rdma <user>), or a udev rule "
+             "KERNEL==\"uverbs*\", MODE=\"0666\" (rdma-core ships 90-rdma-umad.rules/90-ib.rules)");
     } else {
       free(f->title);
       if (asprintf(&f->title, "%zu /dev/infiniband/uverbs* node%s, read/write for this user", nuv,
@@ -276,8 +281,9 @@ void dr_check_limits(struct dr_ctx *c) {
     /* rdma_cm: not used by the plugin (it exchanges QP data over its own TCP socket) */
     bool cm = false;
     for (ssize_t i = 0; i < n; i++) cm |= strcmp(names[i], "rdma_cm") == 0;
-    struct dr_finding *g = dr_add(r, "rdma-cm", cm ? DR_OK : DR_INFO, "/dev/infiniband/rdma_cm %s", cm ? "present" :
-                                  "absent (the plugin does not need it; rdma_cm-based tools like ib_write_bw -R do)");
+    struct dr_finding *g =
+        dr_add(r, "rdma-cm", cm ? DR_OK : DR_INFO, "/dev/infiniband/rdma_cm %s",
+               cm ? "present" : "absent (the plugin does not need it; rdma_cm-based tools like ib_write_bw -R do)");
     if (!cm) dr_fix(r, g, "modprobe rdma_ucm (only for rdma_cm-based tools)");
   }
   dr_free_list(names, n > 0 ? (size_t)n : 0);

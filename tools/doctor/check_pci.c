@@ -109,14 +109,18 @@ void dr_check_gpus(struct dr_ctx *c) {
   char base[4096];
   if (dr_path(c, base, sizeof base, "/sys/bus/pci/devices") < 0) base[0] = '\0';
   if (c->ngpus == 0) {
-    struct dr_finding *f = dr_add(r, "gpus", DR_FAIL, "no NVIDIA GPU on the PCI bus (vendor 0x10de, class 0x0300/0x0302)");
-    dr_evidence(r, f, "%s: %zu PCI function%s, none an NVIDIA GPU", dr_unroot(c, base), c->npci, c->npci == 1 ? "" : "s");
+    struct dr_finding *f =
+        dr_add(r, "gpus", DR_FAIL, "no NVIDIA GPU on the PCI bus (vendor 0x10de, class 0x0300/0x0302)");
+    dr_evidence(r, f, "%s: %zu PCI function%s, none an NVIDIA GPU", dr_unroot(c, base), c->npci,
+                c->npci == 1 ? "" : "s");
     dr_fix(r, f, "on bare metal: lspci -d 10de: should list the GPUs (seated, powered, enabled in BIOS?)");
-    dr_fix(r, f, "in a container: request the GPUs (docker run --gpus all; Kubernetes: resources.limits "
-                 "nvidia.com/gpu: N with the NVIDIA device plugin)");
+    dr_fix(r, f,
+           "in a container: request the GPUs (docker run --gpus all; Kubernetes: resources.limits "
+           "nvidia.com/gpu: N with the NVIDIA device plugin)");
     return;
   }
-  struct dr_finding *f = dr_add(r, "gpus", DR_OK, "%zu NVIDIA GPU%s on the PCI bus", c->ngpus, c->ngpus == 1 ? "" : "s");
+  struct dr_finding *f =
+      dr_add(r, "gpus", DR_OK, "%zu NVIDIA GPU%s on the PCI bus", c->ngpus, c->ngpus == 1 ? "" : "s");
   for (size_t i = 0; i < c->ngpus; i++) {
     const struct dr_gpu *g = &c->gpus[i];
     dr_evidence(r, f, "%s device %s, NUMA node %d, %s", g->bdf, g->device_id, g->numa,
@@ -209,8 +213,10 @@ static void check_bridge_acs(struct dr_ctx *c, struct dr_finding *f, const char 
   case DR_CFG_ABSENT: dr_evidence(r, f, "%s: no ACS capability: P2P is not redirected", bdf); break;
   case DR_CFG_SHORT:
     s->unknown++;
-    dr_evidence(r, f, "%s: only %zd bytes of config space readable (the extended space at 0x100+ needs root): "
-                      "cannot tell", bdf, n);
+    dr_evidence(r, f,
+                "%s: only %zd bytes of config space readable (the extended space at 0x100+ needs root): "
+                "cannot tell",
+                bdf, n);
     break;
   default:
     s->unknown++;
@@ -228,19 +234,22 @@ static void check_pair(struct dr_ctx *c, const struct dr_rdma_dev *d, const stru
   bool far = dist_level(dist) > allowed;
 
   snprintf(id, sizeof id, "topo/%s/%s", d->name, g->bdf);
-  struct dr_finding *f = dr_add(r, id, far ? DR_WARN : DR_OK, "GPU %s <-> %s: %s (%s)%s", g->bdf, d->name,
-                                dr_dist_name(dist), dr_dist_meaning(dist),
-                                far ? ": NCCL will not use GPUDirect RDMA for this pair" : "");
+  struct dr_finding *f =
+      dr_add(r, id, far ? DR_WARN : DR_OK, "GPU %s <-> %s: %s (%s)%s", g->bdf, d->name, dr_dist_name(dist),
+             dr_dist_meaning(dist), far ? ": NCCL will not use GPUDirect RDMA for this pair" : "");
   dr_evidence(r, f, "GPU: %s (NUMA %d)", dr_unroot(c, g->pcidir), g->numa);
   dr_evidence(r, f, "NIC: %s (NUMA %d)", dr_unroot(c, d->pcidir), d->numa);
   dr_evidence(r, f, "NCCL_NET_GDR_LEVEL %s%s: GDR allowed up to %s; this pair is %s in NCCL's terms",
               lvl >= 0 ? "=" : "unset", lvl >= 0 ? getenv("NCCL_NET_GDR_LEVEL") : " (default PXB)",
               (const char *[]){"LOC", "PIX", "PXB", "PHB", "SYS"}[allowed], nccl_level(dist));
   if (far) {
-    dr_fix(r, f, "put a NIC under the same PCIe switch as the GPU (NCCL pairs each GPU with its closest NIC; pin it "
-                 "with GDRNET_HCA / NCCL_IB_HCA)");
-    dr_fix(r, f, "or accept the distance: NCCL_NET_GDR_LEVEL=%s (GDR through the CPU can be slower than staging "
-                 "through host memory: measure with gdrnet-perf)", nccl_level(dist));
+    dr_fix(r, f,
+           "put a NIC under the same PCIe switch as the GPU (NCCL pairs each GPU with its closest NIC; pin it "
+           "with GDRNET_HCA / NCCL_IB_HCA)");
+    dr_fix(r, f,
+           "or accept the distance: NCCL_NET_GDR_LEVEL=%s (GDR through the CPU can be slower than staging "
+           "through host memory: measure with gdrnet-perf)",
+           nccl_level(dist));
   }
 
   /* ACS on the bridges between them */
@@ -275,8 +284,9 @@ static void check_pair(struct dr_ctx *c, const struct dr_rdma_dev *d, const stru
       r->oom = true;
     }
     dr_fix(r, a, "as root, until the next reboot: %s", fixes ? fixes : "");
-    dr_fix(r, a, "permanently: disable ACS in the BIOS (often \"PCIe ACS Control\" / \"ACS Enable\") or run the "
-                 "setpci lines from a boot-time unit; keep ACS on where devices are passed through to VMs");
+    dr_fix(r, a,
+           "permanently: disable ACS in the BIOS (often \"PCIe ACS Control\" / \"ACS Enable\") or run the "
+           "setpci lines from a boot-time unit; keep ACS on where devices are passed through to VMs");
   } else if (s.unknown) {
     a->status = DR_WARN;
     free(a->title);
@@ -285,8 +295,9 @@ static void check_pair(struct dr_ctx *c, const struct dr_rdma_dev *d, const stru
       a->title = NULL;
       r->oom = true;
     }
-    dr_fix(r, a, "run gdrnet-doctor as root (config space beyond 64/256 bytes is readable only by root), or: "
-                 "sudo lspci -vvv | grep -i acsctl");
+    dr_fix(r, a,
+           "run gdrnet-doctor as root (config space beyond 64/256 bytes is readable only by root), or: "
+           "sudo lspci -vvv | grep -i acsctl");
   }
   free(fixes);
 }
@@ -312,8 +323,8 @@ static void check_relaxed_ordering(struct dr_ctx *c, const struct dr_rdma_dev *d
     return;
   }
   if (res != DR_CFG_FOUND) {
-    struct dr_finding *f = dr_add(r, id, DR_INFO, "%s (%s): no PCI Express capability found: relaxed ordering unknown",
-                                  d->name, bdf);
+    struct dr_finding *f =
+        dr_add(r, id, DR_INFO, "%s (%s): no PCI Express capability found: relaxed ordering unknown", d->name, bdf);
     dr_evidence(r, f, "%s: %zd bytes, capability list %s", dr_unroot(c, cfgpath), n,
                 res == DR_CFG_ABSENT ? "has no PCIe capability (0x10)" : "is malformed");
     return;
@@ -324,10 +335,13 @@ static void check_relaxed_ordering(struct dr_ctx *c, const struct dr_rdma_dev *d
   dr_evidence(r, f, "%s: PCIe capability at 0x%zx, Device Control 0x%04x (Enable Relaxed Ordering bit 4 = %d)",
               dr_unroot(c, cfgpath), off, devctl, on ? 1 : 0);
   if (!on) {
-    dr_evidence(r, f, "the plugin's relaxed-ordering registrations (GDRNET_RELAXED_ORDERING) cannot take effect; "
-                      "GPU<->NIC throughput suffers on hosts that reorder (AMD EPYC, Grace, many VMs)");
-    dr_fix(r, f, "as root, until reboot: setpci -s %s CAP_EXP+0x8.w=%04x (sets bit 4; or enable Relaxed Ordering "
-                 "in the BIOS / hypervisor)", bdf, (unsigned)(devctl | DR_DEVCTL_RELAXED_ORDERING));
+    dr_evidence(r, f,
+                "the plugin's relaxed-ordering registrations (GDRNET_RELAXED_ORDERING) cannot take effect; "
+                "GPU<->NIC throughput suffers on hosts that reorder (AMD EPYC, Grace, many VMs)");
+    dr_fix(r, f,
+           "as root, until reboot: setpci -s %s CAP_EXP+0x8.w=%04x (sets bit 4; or enable Relaxed Ordering "
+           "in the BIOS / hypervisor)",
+           bdf, (unsigned)(devctl | DR_DEVCTL_RELAXED_ORDERING));
   }
 }
 
@@ -339,8 +353,10 @@ void dr_check_topology(struct dr_ctx *c) {
     if (!d->is_pci) {
       char id[160];
       snprintf(id, sizeof id, "topo/%s", d->name);
-      struct dr_finding *f = dr_add(r, id, DR_INFO, "%s is not a PCI device (software RDMA such as rxe/siw, or an "
-                                                  "emulator): no GPUDirect path to a GPU", d->name);
+      struct dr_finding *f = dr_add(r, id, DR_INFO,
+                                    "%s is not a PCI device (software RDMA such as rxe/siw, or an "
+                                    "emulator): no GPUDirect path to a GPU",
+                                    d->name);
       dr_evidence(r, f, "device link: %s", d->pcidir[0] ? dr_unroot(c, d->pcidir) : "(none)");
       continue;
     }

@@ -151,29 +151,34 @@ static void check_gids(struct dr_ctx *c, const struct dr_rdma_dev *d, const char
     enum dr_gid_class cl = e ? dr_gid_classify(e->gid) : DR_GID_ZERO;
     if (ov == -2 || e == NULL || cl == DR_GID_ZERO) {
       f = dr_add(r, id, DR_FAIL, "%s port %d: %s=%s names %s", d->name, port, which, val,
-                 ov == -2 ? "no index (not a number)" : e == NULL ? "no GID table entry" : "an empty GID slot");
+                 ov == -2    ? "no index (not a number)"
+                 : e == NULL ? "no GID table entry"
+                             : "an empty GID slot");
       dr_fix(r, f, "unset %s to let the plugin choose (it would choose %d: %s), or pick a non-zero entry listed above",
              which, chosen, why);
     } else {
       char gs[64];
       dr_gid_format(e->gid, gs, sizeof gs);
       bool poor = cl == DR_GID_LINK_LOCAL || e->type == DR_GID_TYPE_V1;
-      f = dr_add(r, id, poor ? DR_WARN : DR_OK, "%s port %d: GID index %d (%s, %s) forced by %s%s", d->name, port, ov, gs,
-                 dr_gid_type_name(e->type), which, chosen != ov ? "" : " (same as the automatic choice)");
+      f = dr_add(r, id, poor ? DR_WARN : DR_OK, "%s port %d: GID index %d (%s, %s) forced by %s%s", d->name, port, ov,
+                 gs, dr_gid_type_name(e->type), which, chosen != ov ? "" : " (same as the automatic choice)");
       if (chosen != ov) dr_evidence(r, f, "automatic choice would be %d: %s", chosen, why);
       if (poor) {
-        dr_evidence(r, f, "%s", cl == DR_GID_LINK_LOCAL ? "a link-local GID is not routable: connections across "
-                                                          "subnets fail"
-                                                        : "RoCE v1 is not routable (layer 2 only)");
+        dr_evidence(r, f, "%s",
+                    cl == DR_GID_LINK_LOCAL ? "a link-local GID is not routable: connections across "
+                                              "subnets fail"
+                                            : "RoCE v1 is not routable (layer 2 only)");
         dr_fix(r, f, "unset %s (automatic choice: %d) or choose a RoCE v2 IPv4 entry", which, chosen);
       }
     }
   } else if (chosen < 0) {
     f = dr_add(r, id, DR_FAIL, "%s port %d: no usable RoCE GID (%s)", d->name, port, why);
-    dr_evidence(r, f, "the plugin then falls back to GID index 0, which is not routable: connections fail or stay "
-                      "within one L2 segment");
-    dr_fix(r, f, "give the port's network interface an IP address (ip addr add <addr>/<len> dev <netdev>): the RoCE "
-                 "GID table is filled from the interface's addresses");
+    dr_evidence(r, f,
+                "the plugin then falls back to GID index 0, which is not routable: connections fail or stay "
+                "within one L2 segment");
+    dr_fix(r, f,
+           "give the port's network interface an IP address (ip addr add <addr>/<len> dev <netdev>): the RoCE "
+           "GID table is filled from the interface's addresses");
   } else {
     const struct dr_gid_entry *e = NULL;
     for (size_t i = 0; i < nt; i++)
@@ -188,8 +193,9 @@ static void check_gids(struct dr_ctx *c, const struct dr_rdma_dev *d, const char
       dr_fix(r, f, "unset %s (RoCE v2 is the default) unless every rank shares one L2 segment", vwhich);
     } else if (v1) {
       dr_evidence(r, f, "only RoCE v1 GIDs carry a usable address: v1 is not routable (layer 2 only)");
-      dr_fix(r, f, "enable RoCE v2 on the NIC (the default on ConnectX-4 and later), or confine the job to one L2 "
-                   "segment");
+      dr_fix(r, f,
+             "enable RoCE v2 on the NIC (the default on ConnectX-4 and later), or confine the job to one L2 "
+             "segment");
     }
   }
   if (f) {
@@ -201,15 +207,17 @@ static void check_gids(struct dr_ctx *c, const struct dr_rdma_dev *d, const char
       if (shown++ >= 16) continue;
       char gs[64];
       dr_gid_format(e->gid, gs, sizeof gs);
-      dr_evidence(r, f, "[%d] %s %s%s%s%s%s", e->index, gs, dr_gid_type_name(e->type), ndevs[i][0] ? " " : "",
-                  ndevs[i], cl == DR_GID_LINK_LOCAL ? " link-local (skipped)" : "",
+      dr_evidence(r, f, "[%d] %s %s%s%s%s%s", e->index, gs, dr_gid_type_name(e->type), ndevs[i][0] ? " " : "", ndevs[i],
+                  cl == DR_GID_LINK_LOCAL ? " link-local (skipped)" : "",
                   e->ndev == DR_GID_NDEV_NONE ? " no netdev" : "");
     }
     if (shown > 16) dr_evidence(r, f, "... %zu more non-zero entries", shown - 16);
     dr_evidence(r, f, "%s: %zu entries, %zu non-zero", dr_unroot(c, gdir), nt, nonzero);
     if (types_missing)
-      dr_evidence(r, f, "gid_attrs/types unreadable for %zu non-zero entr%s (usual in containers): type unknown, "
-                        "still eligible", types_missing, types_missing == 1 ? "y" : "ies");
+      dr_evidence(r, f,
+                  "gid_attrs/types unreadable for %zu non-zero entr%s (usual in containers): type unknown, "
+                  "still eligible",
+                  types_missing, types_missing == 1 ? "y" : "ies");
     if (bad) dr_evidence(r, f, "%zu GID file%s malformed: treated as empty", bad, bad == 1 ? "" : "s");
     if (which && ov == -1) dr_evidence(r, f, "%s=%s: automatic selection", which, val);
     dr_evidence(r, f, "automatic selection prefers %s, RoCE v%d (%s%s%s, %s%s%s)",
@@ -234,17 +242,16 @@ static void check_port(struct dr_ctx *c, struct dr_rdma_dev *d, struct dr_rdma_p
   pt->active = strcasecmp(pt->state, "ACTIVE") == 0;
   bool roce = ll && strcasecmp(ll, "Ethernet") == 0;
   snprintf(id, sizeof id, "port/%s/%d", d->name, pt->num);
-  struct dr_finding *f =
-      dr_add(r, id, pt->active ? DR_OK : DR_WARN, "%s port %d: %s, %s, %s%s, %s", d->name, pt->num, pt->state,
-             pt->phys_state, pt->link_layer, roce ? " (RoCE)" : "", pt->rate);
+  struct dr_finding *f = dr_add(r, id, pt->active ? DR_OK : DR_WARN, "%s port %d: %s, %s, %s%s, %s", d->name, pt->num,
+                                pt->state, pt->phys_state, pt->link_layer, roce ? " (RoCE)" : "", pt->rate);
   dr_evidence(r, f, "%s/{state,phys_state,link_layer,rate}", dr_unroot(c, portdir));
   if (!pt->active) {
     if (strcasecmp(pt->state, "INIT") == 0 || strcasecmp(pt->state, "ARMED") == 0)
-      dr_fix(r, f, "the link is up but not configured: %s", roce ? "check the netdev (ip link set <netdev> up)"
-                                                                  : "start a subnet manager (opensm) on the fabric");
+      dr_fix(r, f, "the link is up but not configured: %s",
+             roce ? "check the netdev (ip link set <netdev> up)" : "start a subnet manager (opensm) on the fabric");
     else
-      dr_fix(r, f, "bring the link up: check the cable and the switch port (ibstat %s %d / ip link)%s", d->name, pt->num,
-             roce ? "; ip link set <netdev> up" : "");
+      dr_fix(r, f, "bring the link up: check the cable and the switch port (ibstat %s %d / ip link)%s", d->name,
+             pt->num, roce ? "; ip link set <netdev> up" : "");
   }
   free(state);
   free(phys);
@@ -264,16 +271,27 @@ static void no_device(struct dr_ctx *c, const char *base, ssize_t n) {
   for (size_t i = 0; i < c->ngpus; i++) dr_evidence(r, f, "GPU %s (device %s)", c->gpus[i].bdf, c->gpus[i].device_id);
   dr_evidence(r, f, "network PCI functions: %s", c->pci_nics ? c->pci_nics : "none");
   dr_evidence(r, f, "network interfaces (/sys/class/net): %s", c->net_ifaces ? c->net_ifaces : "none besides lo");
-  if (c->verbs_devices > 0)
-    dr_evidence(r, f, "libibverbs nevertheless lists %d device%s (an emulator or a provider without sysfs): GPUDirect "
-                      "needs a kernel RDMA device", c->verbs_devices, c->verbs_devices == 1 ? "" : "s");
-  dr_fix(r, f, "load the NIC's RDMA driver: modprobe mlx5_ib (NVIDIA/Mellanox ConnectX), irdma (Intel E810), "
-               "bnxt_re (Broadcom), efa (AWS); then `rdma link` / `ibv_devinfo` should list it");
-  dr_fix(r, f, "in a container: pass the device in (Kubernetes: an RDMA device-plugin resource such as "
-               "rdma/hca_shared_devices_a: 1 or an SR-IOV VF; Docker: --device=/dev/infiniband --cap-add=IPC_LOCK) "
-               "and keep /sys/class/infiniband visible");
-  dr_fix(r, f, "no RDMA NIC on this host: GPUDirect RDMA is impossible; the plugin falls back to TCP "
-               "(GDRNET_TRANSPORT=auto)");
+  const char *lib = getenv("GDRNET_IBVERBS_LIB");
+  if (c->verbs_devices > 0) {
+    /* e.g. the verbs emulator through GDRNET_IBVERBS_LIB: the plugin does use RDMA, over what libibverbs lists */
+    dr_evidence(r, f,
+                "%s lists %d device%s nevertheless (an emulator or a provider without sysfs): the plugin uses "
+                "RDMA through %s; GPUDirect RDMA needs a kernel RDMA device",
+                lib && *lib ? lib : "libibverbs", c->verbs_devices, c->verbs_devices == 1 ? "" : "s",
+                c->verbs_devices == 1 ? "it" : "them");
+    if (lib && *lib) dr_evidence(r, f, "GDRNET_IBVERBS_LIB=%s (the library the plugin loads)", lib);
+  }
+  dr_fix(r, f,
+         "load the NIC's RDMA driver: modprobe mlx5_ib (NVIDIA/Mellanox ConnectX), irdma (Intel E810), "
+         "bnxt_re (Broadcom), efa (AWS); then `rdma link` / `ibv_devinfo` should list it");
+  dr_fix(r, f,
+         "in a container: pass the device in (Kubernetes: the RDMA shared device plugin's resource "
+         "rdma/rdma_shared_device_a: 1, as packaging/k8s requests it, or an SR-IOV VF; Docker: "
+         "--device=/dev/infiniband --cap-add=IPC_LOCK) and keep /sys/class/infiniband visible");
+  if (c->verbs_devices <= 0)
+    dr_fix(r, f,
+           "no RDMA NIC on this host: GPUDirect RDMA is impossible; the plugin falls back to TCP "
+           "(GDRNET_TRANSPORT=auto)");
 }
 
 void dr_check_rdma_devices(struct dr_ctx *c) {
@@ -355,7 +373,8 @@ void dr_check_rdma_devices(struct dr_ctx *c) {
   if (sum && active == 0) {
     sum->status = DR_FAIL;
     free(sum->title);
-    if (asprintf(&sum->title, "%zd RDMA device%s but no ACTIVE port among %zu", n, n == 1 ? "" : "s", nports_total) < 0) {
+    if (asprintf(&sum->title, "%zd RDMA device%s but no ACTIVE port among %zu", n, n == 1 ? "" : "s", nports_total) <
+        0) {
       sum->title = NULL;
       r->oom = true;
     }

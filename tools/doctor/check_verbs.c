@@ -60,8 +60,9 @@ void dr_check_verbs_lib(struct dr_ctx *c) {
     struct dr_finding *f = dr_add(r, "rdma-core", DR_FAIL, "rdma-core not usable: cannot load %s", name);
     dr_evidence(r, f, "dlopen(\"%s\"): %s", name, err ? err : "unknown error");
     if (env && *env) dr_evidence(r, f, "GDRNET_IBVERBS_LIB=%s", env);
-    dr_fix(r, f, "install rdma-core's verbs library and providers: apt-get install libibverbs1 ibverbs-providers "
-                 "(Debian/Ubuntu) or dnf install rdma-core libibverbs (RHEL); in a container image install them too");
+    dr_fix(r, f,
+           "install rdma-core's verbs library and providers: apt-get install libibverbs1 ibverbs-providers "
+           "(Debian/Ubuntu) or dnf install rdma-core libibverbs (RHEL); in a container image install them too");
     if (env && *env) dr_fix(r, f, "or unset GDRNET_IBVERBS_LIB / point it at an existing libibverbs.so.1");
     return;
   }
@@ -91,8 +92,8 @@ void dr_check_verbs_lib(struct dr_ctx *c) {
   errno = 0;
   void **list = get_list(&n);
   int err = errno;
-  struct dr_finding *f = dr_add(r, "rdma-core", DR_OK, "rdma-core %s (%s loaded)", ver[0] ? ver : "version unknown",
-                                name);
+  struct dr_finding *f =
+      dr_add(r, "rdma-core", DR_OK, "rdma-core %s (%s loaded)", ver[0] ? ver : "version unknown", name);
   dr_evidence(r, f, "dlopen(\"%s\") -> %s", name, file[0] ? file : "(path unknown)");
   if (env && *env) dr_evidence(r, f, "GDRNET_IBVERBS_LIB=%s", env);
   if (!ver[0]) dr_evidence(r, f, "the file name carries no rdma-core release (libibverbs.so.1.<abi>.<release>)");
@@ -112,8 +113,9 @@ void dr_check_verbs_lib(struct dr_ctx *c) {
       used += (size_t)w;
     }
     dr_evidence(r, f, "ibv_get_device_list(): %d device%s%s%s", n, n == 1 ? "" : "s", n ? ": " : "", names);
-    if (n == 0 && err) dr_evidence(r, f, "errno %d (%s)%s", err, strerror(err),
-                                   err == ENOSYS ? ": the kernel has no RDMA support (CONFIG_INFINIBAND)" : "");
+    if (n == 0 && err)
+      dr_evidence(r, f, "errno %d (%s)%s", err, strerror(err),
+                  err == ENOSYS ? ": the kernel has no RDMA support (CONFIG_INFINIBAND)" : "");
 
     /* The DMA-BUF probe NCCL uses: ibv_reg_dmabuf_mr(fd=-1) fails with EBADF when the kernel and provider
      * support DMA-BUF MRs, with EOPNOTSUPP/EPROTONOSUPPORT when they do not. */

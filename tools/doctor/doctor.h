@@ -14,12 +14,14 @@
 
 #include "pcicfg.h"
 
-#define DR_VERSION "0.1.0"
+#ifndef DR_VERSION
+#error "DR_VERSION (the project's version, from CMake) must be defined"
+#endif
 
 enum dr_status { DR_OK = 0, DR_INFO, DR_WARN, DR_FAIL };
 
 struct dr_finding {
-  char *id;    /* stable, e.g. "memlock", "port/mlx5_0/1", "topo/mlx5_0/0000:03:00.0" */
+  char *id; /* stable, e.g. "memlock", "port/mlx5_0/1", "topo/mlx5_0/0000:03:00.0" */
   enum dr_status status;
   char *title; /* one line */
   char **evidence;
@@ -78,16 +80,16 @@ struct dr_ctx {
   size_t ndevs;
   struct dr_gpu *gpus;
   size_t ngpus;
-  int verbs_devices;       /* devices ibv_get_device_list() returned; -1 not probed */
+  int verbs_devices; /* devices ibv_get_device_list() returned; -1 not probed */
   bool verbs_loaded;
   enum dr_tri verbs_dmabuf; /* ibv_reg_dmabuf_mr(fd=-1) probe */
   enum dr_tri cuda_dmabuf;  /* CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED on all GPUs */
   bool cuda_loaded;
   enum dr_tri peermem;
-  enum dr_tri dmabuf;       /* overall verdict */
+  enum dr_tri dmabuf; /* overall verdict */
   unsigned long long cap_eff;
   bool cap_known;
-  char *pci_nics; /* "0000:00:03.0 (1af4, virtio-pci), ..." network-class PCI functions, for "what else" */
+  char *pci_nics;   /* "0000:00:03.0 (1af4, virtio-pci), ..." network-class PCI functions, for "what else" */
   char *net_ifaces; /* "eth0 (virtio_net), ..." from /sys/class/net */
   size_t npci;      /* PCI functions seen */
   size_t npci_nics; /* of which network class (0x02xxxx) */
@@ -112,7 +114,7 @@ void dr_evidence(struct dr_report *r, struct dr_finding *f, const char *fmt, ...
 void dr_fix(struct dr_report *r, struct dr_finding *f, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 const struct dr_finding *dr_find(const struct dr_report *r, const char *id);
 size_t dr_count(const struct dr_report *r, enum dr_status st);
-const char *dr_status_tag(enum dr_status st); /* "[ OK ]" ... */
+const char *dr_status_tag(enum dr_status st);  /* "[ OK ]" ... */
 const char *dr_status_name(enum dr_status st); /* "OK" ... */
 int dr_print_human(const struct dr_report *r, const struct dr_ctx *c, FILE *out);
 int dr_print_json(const struct dr_report *r, const struct dr_ctx *c, FILE *out);
@@ -145,14 +147,14 @@ bool dr_word_in(const char *text, const char *word);
 void dr_fmt_bytes(unsigned long long v, char *buf, size_t len);
 
 /* ---- checks, in the order main() runs them ---- */
-void dr_check_verbs_lib(struct dr_ctx *c);     /* rdma-core via dlopen */
-void dr_check_rdma_devices(struct dr_ctx *c);  /* /sys/class/infiniband: devices, ports, GIDs */
-void dr_check_limits(struct dr_ctx *c);        /* memlock, CAP_IPC_LOCK, /dev/infiniband */
-void dr_check_gpus(struct dr_ctx *c);          /* GPUs on the PCI bus */
-void dr_check_gdr(struct dr_ctx *c);           /* nvidia driver, peermem, DMA-BUF, CUDA */
+void dr_check_verbs_lib(struct dr_ctx *c);    /* rdma-core via dlopen */
+void dr_check_rdma_devices(struct dr_ctx *c); /* /sys/class/infiniband: devices, ports, GIDs */
+void dr_check_limits(struct dr_ctx *c);       /* memlock, CAP_IPC_LOCK, /dev/infiniband */
+void dr_check_gpus(struct dr_ctx *c);         /* GPUs on the PCI bus */
+void dr_check_gdr(struct dr_ctx *c);          /* nvidia driver, peermem, DMA-BUF, CUDA */
 void dr_check_iommu(struct dr_ctx *c);
-void dr_check_topology(struct dr_ctx *c);      /* GPU x NIC distance, ACS, relaxed ordering */
-void dr_check_env(struct dr_ctx *c);           /* NCCL_* and GDRNET_* */
+void dr_check_topology(struct dr_ctx *c); /* GPU x NIC distance, ACS, relaxed ordering */
+void dr_check_env(struct dr_ctx *c);      /* NCCL_* and GDRNET_* */
 
 /* Run everything (main's body without option parsing). */
 void dr_run_all(struct dr_ctx *c);

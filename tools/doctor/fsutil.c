@@ -84,9 +84,7 @@ char *dr_read_rel(const struct dr_ctx *c, const char *fmt, ...) {
   return dr_read_text(full, 65536);
 }
 
-static int cmp_names(const void *a, const void *b) {
-  return strverscmp(*(char *const *)a, *(char *const *)b);
-}
+static int cmp_names(const void *a, const void *b) { return strverscmp(*(char *const *)a, *(char *const *)b); }
 
 void dr_free_list(char **names, size_t n) {
   if (names == NULL) return;

@@ -60,7 +60,7 @@ int dr_gid_select(const struct dr_gid_entry *tab, size_t n, enum dr_gid_family f
     nzero += c == DR_GID_ZERO;
     nll += c == DR_GID_LINK_LOCAL;
   }
-  int fam = family == DR_GID_FAMILY_IPV4 ? GDR_GID_FAMILY_IPV4
+  int fam = family == DR_GID_FAMILY_IPV4   ? GDR_GID_FAMILY_IPV4
             : family == DR_GID_FAMILY_IPV6 ? GDR_GID_FAMILY_IPV6
                                            : GDR_GID_FAMILY_ANY;
   int best = gdr_gid_select(tbl, (int)n, fam, roce_version);
@@ -115,8 +115,8 @@ void dr_gid_format(const uint8_t gid[16], char *buf, size_t len) {
   if (dr_gid_classify(gid) == DR_GID_IPV4)
     r = snprintf(buf, len, "::ffff:%u.%u.%u.%u", gid[12], gid[13], gid[14], gid[15]);
   else
-    r = snprintf(buf, len, "%02x%02x:%02x%02x:%02x%02x:%02x%02x:%02x%02x:%02x%02x:%02x%02x:%02x%02x", gid[0],
-                 gid[1], gid[2], gid[3], gid[4], gid[5], gid[6], gid[7], gid[8], gid[9], gid[10], gid[11], gid[12],
-                 gid[13], gid[14], gid[15]);
+    r = snprintf(buf, len, "%02x%02x:%02x%02x:%02x%02x:%02x%02x:%02x%02x:%02x%02x:%02x%02x:%02x%02x", gid[0], gid[1],
+                 gid[2], gid[3], gid[4], gid[5], gid[6], gid[7], gid[8], gid[9], gid[10], gid[11], gid[12], gid[13],
+                 gid[14], gid[15]);
   if (r < 0) buf[0] = '\0';
 }

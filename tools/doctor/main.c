@@ -8,23 +8,25 @@
 #include "doctor.h"
 
 static void usage(FILE *out) {
-  fprintf(out,
-          "usage: gdrnet-doctor [--json] [--sysfs-root DIR] [--no-verbs] [--no-cuda] [--probe-libs] [--help]\n"
-          "\n"
-          "Checks whether GPUDirect RDMA can work on this host for libnccl-net-gdr and says what to fix:\n"
-          "rdma-core, RDMA devices/ports/RoCE GIDs, RLIMIT_MEMLOCK, CAP_IPC_LOCK, /dev/infiniband,\n"
-          "nvidia-peermem, DMA-BUF, IOMMU, GPU<->NIC PCIe distance, ACS, relaxed ordering, NCCL_* variables.\n"
-          "\n"
-          "  --json            one JSON object (findings with id, status, title, evidence, fix; verdict)\n"
-          "  --sysfs-root DIR  read DIR/sys, DIR/proc, DIR/dev instead of the live host (tests, or a copy\n"
-          "                    taken elsewhere); implies --no-verbs --no-cuda unless --probe-libs\n"
-          "  --no-verbs        do not dlopen libibverbs.so.1 ($GDRNET_IBVERBS_LIB)\n"
-          "  --no-cuda         do not dlopen libcuda.so.1\n"
-          "  --probe-libs      load libibverbs and libcuda even with --sysfs-root\n"
-          "  --help            this text\n"
-          "\n"
-          "Each finding is OK, INFO, WARN (works, but slower or fragile) or FAIL (GPUDirect RDMA will not work).\n"
-          "Exit status: 0 ready (no FAIL), 1 not ready, 2 usage error.\n");
+  fprintf(
+      out,
+      "usage: gdrnet-doctor [--json] [--sysfs-root DIR] [--no-verbs] [--no-cuda] [--probe-libs] [--version] [--help]\n"
+      "\n"
+      "Checks whether GPUDirect RDMA can work on this host for libnccl-net-gdr and says what to fix:\n"
+      "rdma-core, RDMA devices/ports/RoCE GIDs, RLIMIT_MEMLOCK, CAP_IPC_LOCK, /dev/infiniband,\n"
+      "nvidia-peermem, DMA-BUF, IOMMU, GPU<->NIC PCIe distance, ACS, relaxed ordering, NCCL_* variables.\n"
+      "\n"
+      "  --json            one JSON object (findings with id, status, title, evidence, fix; verdict)\n"
+      "  --sysfs-root DIR  read DIR/sys, DIR/proc, DIR/dev instead of the live host (tests, or a copy\n"
+      "                    taken elsewhere); implies --no-verbs --no-cuda unless --probe-libs\n"
+      "  --no-verbs        do not dlopen libibverbs.so.1 ($GDRNET_IBVERBS_LIB)\n"
+      "  --no-cuda         do not dlopen libcuda.so.1\n"
+      "  --probe-libs      load libibverbs and libcuda even with --sysfs-root\n"
+      "  --version         print the version and exit\n"
+      "  --help            this text\n"
+      "\n"
+      "Each finding is OK, INFO, WARN (works, but slower or fragile) or FAIL (GPUDirect RDMA will not work).\n"
+      "Exit status: 0 ready (no FAIL), 1 not ready, 2 usage error.\n");
 }
 
 int main(int argc, char **argv) {
@@ -40,6 +42,9 @@ int main(int argc, char **argv) {
       no_cuda = true;
     } else if (strcmp(a, "--probe-libs") == 0) {
       probe_libs = true;
+    } else if (strcmp(a, "--version") == 0) {
+      printf("gdrnet-doctor %s\n", DR_VERSION);
+      return 0;
     } else if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
       usage(stdout);
       return 0;

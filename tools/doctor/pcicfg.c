@@ -71,8 +71,9 @@ void dr_acs_bits_str(uint16_t ctrl, char *buf, size_t len) {
   static const struct {
     uint16_t bit;
     const char *name;
-  } names[] = {{DR_ACS_SV, "SrcValid"}, {DR_ACS_TB, "TransBlk"},  {DR_ACS_RR, "ReqRedir"}, {DR_ACS_CR, "CmpltRedir"},
-               {DR_ACS_UF, "UpstreamFwd"}, {DR_ACS_EC, "EgressCtrl"}, {DR_ACS_DT, "DirectTrans"}};
+  } names[] = {{DR_ACS_SV, "SrcValid"},   {DR_ACS_TB, "TransBlk"},    {DR_ACS_RR, "ReqRedir"},
+               {DR_ACS_CR, "CmpltRedir"}, {DR_ACS_UF, "UpstreamFwd"}, {DR_ACS_EC, "EgressCtrl"},
+               {DR_ACS_DT, "DirectTrans"}};
   size_t used = 0;
   if (buf == NULL || len == 0) return;
   buf[0] = '\0';

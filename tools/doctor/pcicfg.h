@@ -12,8 +12,8 @@ enum dr_cfg_res {
   DR_CFG_MALFORMED, /* a loop, a pointer out of range, an all-ones header */
 };
 
-#define DR_PCI_CAP_ID_EXP 0x10     /* PCI Express capability (standard list) */
-#define DR_PCI_ECAP_ID_ACS 0x000d  /* Access Control Services (extended list) */
+#define DR_PCI_CAP_ID_EXP 0x10    /* PCI Express capability (standard list) */
+#define DR_PCI_ECAP_ID_ACS 0x000d /* Access Control Services (extended list) */
 
 /* ACS Control register bits (PCIe base spec 7.7.8.3) */
 #define DR_ACS_SV 0x0001 /* Source Validation */

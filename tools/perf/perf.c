@@ -6,7 +6,7 @@
  *
  * Process A (--local parent, or the client) drives the run and prints the table; process B (the
  * --local child, or the server) follows the commands A sends over the bootstrap socket. Both load the
- * plugin after the fork, exactly as NCCL ranks do, and drive it as NCCL 2.28 does (DESIGN.md §4,
+ * plugin after the fork, exactly as NCCL ranks do, and drive it as NCCL 2.28 does (docs/design.md §2,
  * NET_ABI.md): init, devices, getProperties, listen → handle over the bootstrap → connect / accept
  * re-entered while NULL, closeListen after accept, regMr per buffer, isend/irecv on sub-ranges with up
  * to --inflight outstanding, test() until done, iflush for GPUDirect receives, deregMr, close. */
@@ -32,9 +32,11 @@
 #endif
 
 #define MAX_INFLIGHT 32
+#define PERF_STR_(x) #x
+#define PERF_STR(x) PERF_STR_(x)
 #define DEFAULT_PORT 18515
-#define BUF_CAP (128ull << 20)   /* data buffer cap per direction: slots shrink for big messages */
-#define CTRL_BYTES 4096          /* a control region after the data slots (acks) */
+#define BUF_CAP (128ull << 20) /* data buffer cap per direction: slots shrink for big messages */
+#define CTRL_BYTES 4096        /* a control region after the data slots (acks) */
 #define SALT_A2B 0xa2bull
 #define SALT_B2A 0xb2aull
 
@@ -77,8 +79,8 @@ typedef struct {
   const char *transport;
   uint64_t min_size, max_size;
   uint64_t factor;
-  uint64_t iters;     /* 0: automatic */
-  double duration;    /* 0: none */
+  uint64_t iters;  /* 0: automatic */
+  double duration; /* 0: none */
   int inflight;
   int qps;
   int cuda_dev; /* -1: host memory */
@@ -108,8 +110,8 @@ typedef struct {
   char *sbuf, *rbuf; /* host or device pointers */
   char *stage;       /* host staging for --check with device buffers */
   size_t data_bytes, buf_bytes;
-  int cuda;          /* buffers are device memory */
-  int need_flush;    /* GPUDirect receives: iflush after each non-empty receive */
+  int cuda;       /* buffers are device memory */
+  int need_flush; /* GPUDirect receives: iflush after each non-empty receive */
   int use_dmabuf;
   gn_ctx_t ctx;
   /* per command */
@@ -160,6 +162,7 @@ static void usage(FILE *f) {
           "                       else libnccl-net-gdr.so from the loader's path)\n"
           "  --timeout S          give up on any single phase after S seconds (default 120)\n"
           "  -v, --verbose        print the plugin's INFO lines (NCCL_DEBUG=INFO does the same)\n"
+          "  --version            print the version and exit\n"
           "  -h, --help           this text\n"
           "\n"
           "Exit status: 0 on success, 1 on any error or data mismatch (the reason is printed), 2 on usage errors.\n",
@@ -200,6 +203,9 @@ static int parse_int(const char *s, long lo, long hi, const char *what) {
   return (int)v;
 }
 
+#define SIZES_ACCEPTED                                                                                                 \
+  "MIN:MAX[:FACTOR]: byte counts with optional K/M/G suffix (binary: 64K = 65536), MIN <= MAX <= 1G, FACTOR 2..1024"
+
 static void parse_sizes(const char *s, opts_t *o) {
   char buf[128];
   snprintf(buf, sizeof buf, "%s", s);
@@ -207,20 +213,80 @@ static void parse_sizes(const char *s, opts_t *o) {
   int n = 0;
   char *save = NULL;
   for (char *t = strtok_r(buf, ":", &save); t != NULL && n < 3; t = strtok_r(NULL, ":", &save)) parts[n++] = t;
-  if (n < 1 || strtok_r(NULL, ":", &save) != NULL) usage_error("bad --sizes '%s' (MIN:MAX[:FACTOR])", s);
-  if (gn_parse_size(parts[0], &o->min_size) != 0) usage_error("bad --sizes '%s': MIN", s);
+  if (n < 1 || strtok_r(NULL, ":", &save) != NULL) usage_error("bad --sizes '%s' (expected " SIZES_ACCEPTED ")", s);
+  if (gn_parse_size(parts[0], &o->min_size) != 0)
+    usage_error("bad --sizes '%s': MIN is not a size (expected " SIZES_ACCEPTED ")", s);
   o->max_size = o->min_size;
-  if (n >= 2 && gn_parse_size(parts[1], &o->max_size) != 0) usage_error("bad --sizes '%s': MAX", s);
+  if (n >= 2 && gn_parse_size(parts[1], &o->max_size) != 0)
+    usage_error("bad --sizes '%s': MAX is not a size (expected " SIZES_ACCEPTED ")", s);
   if (n == 3) {
     char *end = NULL;
     errno = 0;
     unsigned long long f = strtoull(parts[2], &end, 10);
     if (errno || end == parts[2] || *end != '\0' || f < 2 || f > 1024)
-      usage_error("bad --sizes '%s': FACTOR must be 2..1024", s);
+      usage_error("bad --sizes '%s': FACTOR must be an integer in 2..1024", s);
     o->factor = f;
   }
-  if (o->max_size < o->min_size) usage_error("bad --sizes '%s': MAX < MIN", s);
+  if (o->max_size < o->min_size) usage_error("bad --sizes '%s': MAX < MIN (expected " SIZES_ACCEPTED ")", s);
   if (o->max_size > (1ull << 30)) usage_error("bad --sizes '%s': at most 1G per message (the v8 ABI's int size)", s);
+}
+
+/* Seconds in (0, max]; a usage error naming the option and the range otherwise. */
+static double parse_seconds(const char *s, const char *opt, double max) {
+  char *end = NULL;
+  errno = 0;
+  double v = strtod(s, &end);
+  if (errno || end == s || *end != '\0' || !(v > 0) || v > max) {
+    char msg[160];
+    snprintf(msg, sizeof msg, "bad %s '%%s' (expected seconds, more than 0 and at most %.0f, e.g. 30 or 0.5)", opt,
+             max);
+    usage_error(msg, s);
+  }
+  return v;
+}
+
+/* Long options' codes (past any character). */
+enum {
+  O_LOCAL = 256,
+  O_SERVER,
+  O_CLIENT,
+  O_PORT,
+  O_TRANSPORT,
+  O_SIZES,
+  O_ITERS,
+  O_DURATION,
+  O_INFLIGHT,
+  O_QPS,
+  O_CUDA,
+  O_CHECK,
+  O_BIDIR,
+  O_JSON,
+  O_CSV,
+  O_PLUGIN,
+  O_DEV,
+  O_TIMEOUT,
+  O_VERSION
+};
+
+/* What an option's value must be, for "option --X needs a value: ..." (the ranges parse_args checks). */
+static const char *value_hint(int opt) {
+  switch (opt) {
+  case O_CLIENT: return "the server's host name or address (gdrnet-perf --client HOST [--port P])";
+  case O_PORT: return "a TCP port, 0..65535";
+  case O_TRANSPORT: return "rdma, tcp or auto";
+  case O_SIZES: return SIZES_ACCEPTED;
+  case O_ITERS: return "an integer in 1..100000000";
+  case O_DURATION: return "seconds, more than 0 and at most 3600";
+  case O_INFLIGHT: return "an integer in 1.." PERF_STR(MAX_INFLIGHT);
+  case O_QPS: return "an integer in 1..16";
+  case O_CUDA: return "a CUDA device ordinal, 0..1023";
+  case O_JSON:
+  case O_CSV: return "a file name";
+  case O_PLUGIN: return "the path of the plugin's .so";
+  case O_DEV: return "a plugin device index, 0..1023";
+  case O_TIMEOUT: return "seconds, more than 0 and at most 86400";
+  default: return "see --help";
+  }
 }
 
 static void parse_args(int argc, char **argv, opts_t *o) {
@@ -232,25 +298,35 @@ static void parse_args(int argc, char **argv, opts_t *o) {
   o->inflight = 8;
   o->cuda_dev = -1;
   o->timeout = 120;
-  enum { O_LOCAL = 256, O_SERVER, O_CLIENT, O_PORT, O_TRANSPORT, O_SIZES, O_ITERS, O_DURATION, O_INFLIGHT,
-         O_QPS, O_CUDA, O_CHECK, O_BIDIR, O_JSON, O_CSV, O_PLUGIN, O_DEV, O_TIMEOUT };
-  static const struct option lo[] = {
-      {"local", no_argument, NULL, O_LOCAL},         {"server", no_argument, NULL, O_SERVER},
-      {"client", required_argument, NULL, O_CLIENT}, {"port", required_argument, NULL, O_PORT},
-      {"transport", required_argument, NULL, O_TRANSPORT}, {"sizes", required_argument, NULL, O_SIZES},
-      {"iters", required_argument, NULL, O_ITERS},   {"duration", required_argument, NULL, O_DURATION},
-      {"inflight", required_argument, NULL, O_INFLIGHT}, {"qps", required_argument, NULL, O_QPS},
-      {"cuda", required_argument, NULL, O_CUDA},     {"check", no_argument, NULL, O_CHECK},
-      {"bidir", no_argument, NULL, O_BIDIR},         {"json", required_argument, NULL, O_JSON},
-      {"csv", required_argument, NULL, O_CSV},       {"plugin", required_argument, NULL, O_PLUGIN},
-      {"dev", required_argument, NULL, O_DEV},       {"timeout", required_argument, NULL, O_TIMEOUT},
-      {"verbose", no_argument, NULL, 'v'},           {"help", no_argument, NULL, 'h'},
-      {NULL, 0, NULL, 0}};
+  static const struct option lo[] = {{"local", no_argument, NULL, O_LOCAL},
+                                     {"server", no_argument, NULL, O_SERVER},
+                                     {"client", required_argument, NULL, O_CLIENT},
+                                     {"port", required_argument, NULL, O_PORT},
+                                     {"transport", required_argument, NULL, O_TRANSPORT},
+                                     {"sizes", required_argument, NULL, O_SIZES},
+                                     {"iters", required_argument, NULL, O_ITERS},
+                                     {"duration", required_argument, NULL, O_DURATION},
+                                     {"inflight", required_argument, NULL, O_INFLIGHT},
+                                     {"qps", required_argument, NULL, O_QPS},
+                                     {"cuda", required_argument, NULL, O_CUDA},
+                                     {"check", no_argument, NULL, O_CHECK},
+                                     {"bidir", no_argument, NULL, O_BIDIR},
+                                     {"json", required_argument, NULL, O_JSON},
+                                     {"csv", required_argument, NULL, O_CSV},
+                                     {"plugin", required_argument, NULL, O_PLUGIN},
+                                     {"dev", required_argument, NULL, O_DEV},
+                                     {"timeout", required_argument, NULL, O_TIMEOUT},
+                                     {"version", no_argument, NULL, O_VERSION},
+                                     {"verbose", no_argument, NULL, 'v'},
+                                     {"help", no_argument, NULL, 'h'},
+                                     {NULL, 0, NULL, 0}};
   int c;
   opterr = 0;
-  while ((c = getopt_long(argc, argv, "vh", lo, NULL)) != -1) {
+  while ((c = getopt_long(argc, argv, ":vh", lo, NULL)) != -1) {
     switch (c) {
-    case O_LOCAL: case O_SERVER: case O_CLIENT:
+    case O_LOCAL:
+    case O_SERVER:
+    case O_CLIENT:
       if (o->mode != 0) usage_error("%s", "choose one of --local, --server, --client");
       o->mode = c == O_LOCAL ? 'l' : c == O_SERVER ? 's' : 'c';
       if (c == O_CLIENT) o->host = optarg;
@@ -258,19 +334,12 @@ static void parse_args(int argc, char **argv, opts_t *o) {
     case O_PORT: o->port = parse_int(optarg, 0, 65535, "--port"); break;
     case O_TRANSPORT:
       if (strcmp(optarg, "rdma") != 0 && strcmp(optarg, "tcp") != 0 && strcmp(optarg, "auto") != 0)
-        usage_error("bad --transport '%s' (rdma, tcp or auto)", optarg);
+        usage_error("bad --transport '%s' (expected rdma, tcp or auto)", optarg);
       o->transport = optarg;
       break;
     case O_SIZES: parse_sizes(optarg, o); break;
     case O_ITERS: o->iters = (uint64_t)parse_int(optarg, 1, 100000000, "--iters"); break;
-    case O_DURATION: {
-      char *end = NULL;
-      errno = 0;
-      o->duration = strtod(optarg, &end);
-      if (errno || end == optarg || *end != '\0' || !(o->duration > 0) || o->duration > 3600)
-        usage_error("bad --duration '%s' (seconds, > 0)", optarg);
-      break;
-    }
+    case O_DURATION: o->duration = parse_seconds(optarg, "--duration", 3600); break;
     case O_INFLIGHT: o->inflight = parse_int(optarg, 1, MAX_INFLIGHT, "--inflight"); break;
     case O_QPS: o->qps = parse_int(optarg, 1, 16, "--qps"); break;
     case O_CUDA: o->cuda_dev = parse_int(optarg, 0, 1023, "--cuda"); break;
@@ -280,21 +349,26 @@ static void parse_args(int argc, char **argv, opts_t *o) {
     case O_CSV: o->csv = optarg; break;
     case O_PLUGIN: o->plugin = optarg; break;
     case O_DEV: o->dev = parse_int(optarg, 0, 1023, "--dev"); break;
-    case O_TIMEOUT: {
-      char *end = NULL;
-      o->timeout = strtod(optarg, &end);
-      if (end == optarg || *end != '\0' || !(o->timeout > 0)) usage_error("bad --timeout '%s'", optarg);
-      break;
-    }
+    case O_TIMEOUT: o->timeout = parse_seconds(optarg, "--timeout", 86400); break;
+    case O_VERSION: printf("gdrnet-perf %s\n", GDRNET_VERSION); exit(0);
     case 'v': o->verbose = 1; break;
     case 'h': usage(stdout); exit(0);
+    case ':': /* a known option without its value: name it and what it takes */
+      for (size_t i = 0; lo[i].name != NULL; i++)
+        if (lo[i].val == optopt) {
+          char msg[256];
+          snprintf(msg, sizeof msg, "option --%s needs a value: %s", lo[i].name, value_hint(lo[i].val));
+          usage_error("%s", msg);
+        }
+      usage_error("option '%s' needs a value", argv[optind - 1]);
+      break;
     case '?':
     default:
-      if (optopt != 0) {
-        char s[2] = {(char)optopt, 0};
-        usage_error("unknown option or missing argument: -%s", s);
+      if (optopt != 0 && optopt < 256) {
+        char o1[3] = {'-', (char)optopt, 0};
+        usage_error("unknown option '%s'", o1);
       }
-      usage_error("unknown option or missing argument: %s", argv[optind - 1]);
+      usage_error("unknown option '%s'", argv[optind - 1]);
     }
   }
   if (optind < argc) usage_error("unexpected argument '%s'", argv[optind]);
@@ -488,8 +562,8 @@ static int reg_one(void *comm, void *buf, void **mh, const char *which) {
   } else {
     r = P.net->regMr(comm, buf, P.buf_bytes, NCCL_PTR_CUDA, mh);
   }
-  if (r != ncclSuccess) return fatal("registering the %s buffer (%zu bytes) returned %s", which, P.buf_bytes,
-                                     gn_result_str(r));
+  if (r != ncclSuccess)
+    return fatal("registering the %s buffer (%zu bytes) returned %s", which, P.buf_bytes, gn_result_str(r));
   return 0;
 }
 
@@ -524,8 +598,7 @@ static int phase_latency(const cmd_t *c, double *lat_us) {
       progress("latency", size, i + 1, c->lat_iters);
     }
   } else {
-    if (c->lat_iters > 0 && P.o.check && fill_send(0, size, gn_pattern_seed(size, seed_base, SALT_B2A)) != 0)
-      return -1;
+    if (c->lat_iters > 0 && P.o.check && fill_send(0, size, gn_pattern_seed(size, seed_base, SALT_B2A)) != 0) return -1;
     for (uint64_t i = 0; i < c->lat_iters; i++) {
       uint64_t it = seed_base + i;
       void *rreq = NULL, *sreq = NULL;
@@ -716,8 +789,10 @@ static int setup_comms(uint64_t max_size, int inflight) {
 static int teardown(void) {
   int rc = 0;
   ncclResult_t r;
-  if (P.smh && (r = P.net->deregMr(P.scomm, P.smh)) != ncclSuccess) rc = fatal("deregMr(send) returned %s", gn_result_str(r));
-  if (P.rmh && (r = P.net->deregMr(P.rcomm, P.rmh)) != ncclSuccess) rc = fatal("deregMr(recv) returned %s", gn_result_str(r));
+  if (P.smh && (r = P.net->deregMr(P.scomm, P.smh)) != ncclSuccess)
+    rc = fatal("deregMr(send) returned %s", gn_result_str(r));
+  if (P.rmh && (r = P.net->deregMr(P.rcomm, P.rmh)) != ncclSuccess)
+    rc = fatal("deregMr(recv) returned %s", gn_result_str(r));
   P.smh = P.rmh = NULL;
   if (P.scomm && (r = P.net->closeSend(P.scomm)) != ncclSuccess) rc = fatal("closeSend returned %s", gn_result_str(r));
   if (P.rcomm && (r = P.net->closeRecv(P.rcomm)) != ncclSuccess) rc = fatal("closeRecv returned %s", gn_result_str(r));
@@ -746,8 +821,10 @@ static int sync_status(int ok_local) {
     snprintf(mine.msg, sizeof mine.msg, "%.255s", P.fatal_msg);
   }
   if (gn_boot_send(P.bootfd, &mine, sizeof mine) != 0 || gn_boot_recv(P.bootfd, &peer, sizeof peer, P.o.timeout) != 0) {
-    if (!ok_local) perr("%s", P.fatal_msg);
-    else perr("bootstrap: lost the peer during setup: %s", strerror(errno));
+    if (!ok_local)
+      perr("%s", P.fatal_msg);
+    else
+      perr("bootstrap: lost the peer during setup: %s", strerror(errno));
     return -1;
   }
   if (!ok_local) {
@@ -849,12 +926,18 @@ static void print_header(void) {
   char sum[1024];
   gn_props_summary(P.o.dev, &P.props, sum, sizeof sum);
   const char *tr = getenv("GDRNET_TRANSPORT");
+  char chosen[16], why[512];
+  if (gn_log_transport(chosen, sizeof chosen, why, sizeof why) != 0) {
+    snprintf(chosen, sizeof chosen, "unknown");
+    snprintf(why, sizeof why, "the plugin did not log its choice");
+  }
   printf("# gdrnet-perf %s: plugin \"%s\" from %s\n", GDRNET_VERSION, P.net->name, P.plug.path);
   printf("# %s\n", sum);
-  printf("# transport %s (GDRNET_TRANSPORT=%s)%s%s  buffers %s%s  inflight %d  check %s  %s\n",
-         tr ? tr : "auto", tr ? tr : "unset", P.o.qps ? "  qps/conn " : "", P.o.qps ? getenv("GDRNET_QPS_PER_CONN") : "",
-         P.cuda ? "cuda" : "host", P.cuda ? (P.use_dmabuf ? " (dmabuf)" : " (peermem)") : "", P.o.inflight,
-         P.o.check ? "on (every byte)" : "off", P.o.mode == 'l' ? "2 processes on this host" : "2 hosts");
+  printf("# transport %s, chosen by the plugin: %s\n", chosen, why);
+  printf("# requested GDRNET_TRANSPORT=%s%s%s  buffers %s%s  inflight %d  check %s  %s\n", tr ? tr : "unset (auto)",
+         P.o.qps ? "  qps/conn " : "", P.o.qps ? getenv("GDRNET_QPS_PER_CONN") : "", P.cuda ? "cuda" : "host",
+         P.cuda ? (P.use_dmabuf ? " (dmabuf)" : " (peermem)") : "", P.o.inflight, P.o.check ? "on (every byte)" : "off",
+         P.o.mode == 'l' ? "2 processes on this host" : "2 hosts");
   printf("# latency: ping-pong, half round trip per message; bandwidth: %s streaming, up to %d in flight, "
          "timed to the receiver's ack\n",
          P.o.bidir ? "bidirectional (sum of both directions)" : "one-way", P.o.inflight);
@@ -876,17 +959,22 @@ static int write_outputs(const row_t *rows, int nrows) {
     if (f == NULL) return fatal("--json %s: %s", P.o.json, strerror(errno));
     fprintf(f, "{\n  \"tool\": \"gdrnet-perf\",\n  \"version\": \"%s\",\n  \"plugin\": \"%s\",\n  \"name\": \"%s\",\n",
             GDRNET_VERSION, P.plug.path, P.net->name);
-    fprintf(f, "  \"device\": {\"index\": %d, \"name\": \"%s\", \"speed_mbps\": %d, \"ptr_support\": \"%s\", "
-               "\"max_recvs\": %d},\n",
+    fprintf(f,
+            "  \"device\": {\"index\": %d, \"name\": \"%s\", \"speed_mbps\": %d, \"ptr_support\": \"%s\", "
+            "\"max_recvs\": %d},\n",
             P.o.dev, P.props.name ? P.props.name : "", P.props.speed, gn_ptr_support_str(P.props.ptrSupport),
             P.props.maxRecvs);
-    fprintf(f, "  \"transport\": \"%s\",\n  \"buffers\": \"%s\",\n  \"inflight\": %d,\n  \"check\": %s,\n"
-               "  \"bidir\": %s,\n  \"rows\": [\n",
-            tr ? tr : "auto", P.cuda ? "cuda" : "host", P.o.inflight, P.o.check ? "true" : "false",
+    char chosen[16];
+    if (gn_log_transport(chosen, sizeof chosen, NULL, 0) != 0) snprintf(chosen, sizeof chosen, "unknown");
+    fprintf(f,
+            "  \"transport\": \"%s\",\n  \"transport_requested\": \"%s\",\n  \"buffers\": \"%s\",\n"
+            "  \"inflight\": %d,\n  \"check\": %s,\n  \"bidir\": %s,\n  \"rows\": [\n",
+            chosen, tr ? tr : "auto", P.cuda ? "cuda" : "host", P.o.inflight, P.o.check ? "true" : "false",
             P.o.bidir ? "true" : "false");
     for (int i = 0; i < nrows; i++)
-      fprintf(f, "    {\"bytes\": %" PRIu64 ", \"iters\": %" PRIu64 ", \"lat_iters\": %" PRIu64
-                 ", \"gbps\": %.6f, \"avg_us\": %.3f, \"p50_us\": %.3f, \"p99_us\": %.3f, \"msgs_per_s\": %.1f}%s\n",
+      fprintf(f,
+              "    {\"bytes\": %" PRIu64 ", \"iters\": %" PRIu64 ", \"lat_iters\": %" PRIu64
+              ", \"gbps\": %.6f, \"avg_us\": %.3f, \"p50_us\": %.3f, \"p99_us\": %.3f, \"msgs_per_s\": %.1f}%s\n",
               rows[i].size, rows[i].bw_iters, rows[i].lat_iters, rows[i].gbps, rows[i].avg_us, rows[i].p50_us,
               rows[i].p99_us, rows[i].msgs, i + 1 < nrows ? "," : "");
     fprintf(f, "  ]\n}\n");
@@ -905,8 +993,11 @@ static int write_outputs(const row_t *rows, int nrows) {
 }
 
 static int run_a(void) {
-  params_t prm = {.magic = PARAMS_MAGIC, .max_size = P.o.max_size, .inflight = (uint32_t)P.o.inflight,
-                  .check = (uint32_t)P.o.check, .bidir = (uint32_t)P.o.bidir};
+  params_t prm = {.magic = PARAMS_MAGIC,
+                  .max_size = P.o.max_size,
+                  .inflight = (uint32_t)P.o.inflight,
+                  .check = (uint32_t)P.o.check,
+                  .bidir = (uint32_t)P.o.bidir};
   if (gn_boot_send(P.bootfd, &prm, sizeof prm) != 0) {
     perr("bootstrap: %s", strerror(errno));
     return 1;
@@ -937,8 +1028,11 @@ static int run_a(void) {
     uint64_t lat_n = P.o.iters ? P.o.iters : auto_lat_iters(size);
     uint64_t bw_n = P.o.iters ? P.o.iters : auto_bw_iters(size);
     /* warm-up (also the calibration for --duration) */
-    cmd_t w = {.op = OP_RUN, .size = size, .lat_iters = lat_n < 4 ? lat_n : 4,
-               .bw_iters = bw_n < (uint64_t)P.o.inflight ? bw_n : (uint64_t)P.o.inflight, .iter_base = iter_base};
+    cmd_t w = {.op = OP_RUN,
+               .size = size,
+               .lat_iters = lat_n < 4 ? lat_n : 4,
+               .bw_iters = bw_n < (uint64_t)P.o.inflight ? bw_n : (uint64_t)P.o.inflight,
+               .iter_base = iter_base};
     if (P.o.duration > 0) {
       w.lat_iters = 16;
       w.bw_iters = 2 * (uint64_t)P.o.inflight;

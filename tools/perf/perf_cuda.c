@@ -39,13 +39,13 @@ static const char *cu_err(CUresult r) {
   return "unknown CUDA error";
 }
 
-#define LOAD(field, sym)                                                          \
-  do {                                                                            \
-    *(void **)(&g.field) = dlsym(g.dl, sym);                                      \
-    if (g.field == NULL) {                                                        \
-      snprintf(err, errlen, "libcuda.so.1 lacks %s", sym);                        \
-      return -1;                                                                  \
-    }                                                                             \
+#define LOAD(field, sym)                                                                                               \
+  do {                                                                                                                 \
+    *(void **)(&g.field) = dlsym(g.dl, sym);                                                                           \
+    if (g.field == NULL) {                                                                                             \
+      snprintf(err, errlen, "libcuda.so.1 lacks %s", sym);                                                             \
+      return -1;                                                                                                       \
+    }                                                                                                                  \
   } while (0)
 
 int pc_open(int dev, char *err, size_t errlen) {

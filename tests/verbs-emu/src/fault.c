@@ -1,4 +1,4 @@
-/* verbs emulator: VEMU_FAULTS rules (DESIGN.md section 5) and VEMU_TRACE.
+/* verbs emulator: VEMU_FAULTS rules (docs/design.md section 3) and VEMU_TRACE.
  * Every rule is counted per process, nth from 1, and fires once. */
 #include "vemu.h"
 

@@ -266,7 +266,8 @@ int fx_healthy_host(struct fx *f) {
   r |= fx_write(f, "proc/cmdline", "BOOT_IMAGE=/vmlinuz root=/dev/sda1 ro quiet\n");
   r |= fx_write(f, "proc/sys/kernel/osrelease", "6.8.0-49-generic\n");
   r |= fx_write(f, "proc/driver/nvidia/version",
-                "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.95.05  Release Build  (dvs-builder@U16-I3-B03-4-3)\n"
+                "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.95.05  Release Build  "
+                "(dvs-builder@U16-I3-B03-4-3)\n"
                 "GCC version:  gcc version 13.3.0 (Ubuntu 13.3.0-6ubuntu2~24.04)\n");
   r |= fx_write(f, "sys/module/nvidia/version", "580.95.05\n");
   r |= fx_write(f, "sys/module/nvidia_peermem/version", "580.95.05\n");

@@ -263,9 +263,11 @@ static void no_rdma_device(void **state) {
   assert_int_equal(fx_pci(f, "pci0000:00/0000:00:01.0/0000:01:00.0", 0x10de, 0x030200, 0, cfg, sizeof cfg), 0);
   assert_int_equal(fx_pci(f, "pci0000:00/0000:00:02.0/0000:05:00.0", 0x8086, 0x020000, 0, NULL, 0), 0);
   assert_int_equal(fx_mkdir(f, "sys/class/net/eth0"), 0);
-  assert_int_equal(fx_symlink(f, "sys/class/net/eth0/device", "../../../devices/pci0000:00/0000:00:02.0/0000:05:00.0"), 0);
+  assert_int_equal(fx_symlink(f, "sys/class/net/eth0/device", "../../../devices/pci0000:00/0000:00:02.0/0000:05:00.0"),
+                   0);
   assert_int_equal(fx_mkdir(f, "sys/bus/pci/drivers/ice"), 0);
-  assert_int_equal(fx_symlink(f, "sys/devices/pci0000:00/0000:00:02.0/0000:05:00.0/driver", "../../../../bus/pci/drivers/ice"), 0);
+  assert_int_equal(
+      fx_symlink(f, "sys/devices/pci0000:00/0000:00:02.0/0000:05:00.0/driver", "../../../../bus/pci/drivers/ice"), 0);
   assert_int_equal(fx_memlock(f, "unlimited", "unlimited"), 0);
   struct res r = run_json(f, NULL, NULL);
   assert_int_equal(r.rc, 1);
@@ -430,8 +432,9 @@ static void gid_container_and_overrides(void **state) {
   for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) assert_int_equal(fx_unlink(f, files[i]), 0);
   struct res r = run_json(f, NULL, NULL);
   expect(&r, "gid/mlx5_0/1", "OK");
-  expect_has(&r, "gid/mlx5_0/1", "title",
-             "GID index 3 (::ffff:10.0.0.5, IPv4-mapped type unknown GID (repeats an earlier entry: probably its v2 twin))");
+  expect_has(
+      &r, "gid/mlx5_0/1", "title",
+      "GID index 3 (::ffff:10.0.0.5, IPv4-mapped type unknown GID (repeats an earlier entry: probably its v2 twin))");
   expect_has(&r, "gid/mlx5_0/1", "evidence", "gid_attrs/types unreadable for 4 non-zero entries");
   res_free(&r);
   assert_int_equal(fx_gid(f, "mlx5_0", 1, 2, "0000:0000:0000:0000:0000:ffff:0a00:0005", "IB/RoCE v1", "eth2"), 0);
@@ -476,7 +479,8 @@ static void gid_container_and_overrides(void **state) {
   r = run_json(f, NULL, e7);
   expect(&r, "gid/mlx5_0/1", "WARN"); /* the user asked for v1: chosen, and warned about */
   expect_has(&r, "gid/mlx5_0/1", "title", "GID index 2");
-  expect_has(&r, "gid/mlx5_0/1", "evidence", "prefers IPv4-mapped, RoCE v1 (address family default, NCCL_IB_ROCE_VERSION_NUM=1)");
+  expect_has(&r, "gid/mlx5_0/1", "evidence",
+             "prefers IPv4-mapped, RoCE v1 (address family default, NCCL_IB_ROCE_VERSION_NUM=1)");
   res_free(&r);
   /* IPv6 wanted but none there: IPv4 still chosen */
   const char *e8[] = {"GDRNET_IB_ADDR_FAMILY=AF_INET6", NULL};
@@ -506,9 +510,10 @@ static void gpu_memory_paths(void **state) {
   res_free(&r);
 
   /* proprietary modules: no DMA-BUF, no peermem -> no GPUDirect */
-  assert_int_equal(fx_write(f, "proc/driver/nvidia/version",
-                            "NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.183.01  Sun May 12 19:39:15 UTC 2024\n"),
-                   0);
+  assert_int_equal(
+      fx_write(f, "proc/driver/nvidia/version",
+               "NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.183.01  Sun May 12 19:39:15 UTC 2024\n"),
+      0);
   assert_int_equal(fx_write(f, "sys/module/nvidia/version", "535.183.01\n"), 0);
   r = run_json(f, NULL, NULL);
   expect(&r, "peermem", "WARN");
@@ -733,7 +738,8 @@ static void acs_on_the_path(void **state) {
   assert_int_equal(fx_bridge(f, "pci0000:00/0000:00:01.0/0000:01:00.0/0000:02:00.0", 0, 0x001d), 0);
   struct res r = run_json(f, NULL, NULL);
   expect(&r, "acs/mlx5_0/" GPU, "FAIL");
-  expect_has(&r, "acs/mlx5_0/" GPU, "evidence", "0000:02:00.0: ACS Control 0x001d at 0x14e (SrcValid+ ReqRedir+ CmpltRedir+ UpstreamFwd+)");
+  expect_has(&r, "acs/mlx5_0/" GPU, "evidence",
+             "0000:02:00.0: ACS Control 0x001d at 0x14e (SrcValid+ ReqRedir+ CmpltRedir+ UpstreamFwd+)");
   expect_has(&r, "acs/mlx5_0/" GPU, "fix", "setpci -s 0000:02:00.0 ECAP_ACS+0x6.w=0000");
   expect_has(&r, "acs/mlx5_0/" GPU, "fix", "BIOS");
   assert_int_equal(r.rc, 1);
@@ -749,7 +755,8 @@ static void acs_on_the_path(void **state) {
   /* unprivileged read: 256 bytes of config space, cannot tell */
   static uint8_t cfg[4096];
   fx_cfg(cfg, 0x10b5, true, 0, 0x1d);
-  assert_int_equal(fx_write_bin(f, "sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0/0000:02:01.0/config", cfg, 256), 0);
+  assert_int_equal(fx_write_bin(f, "sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0/0000:02:01.0/config", cfg, 256),
+                   0);
   r = run_json(f, NULL, NULL);
   expect(&r, "acs/mlx5_0/" GPU, "WARN");
   expect_has(&r, "acs/mlx5_0/" GPU, "title", "cannot tell");
@@ -817,7 +824,7 @@ static void nccl_environment(void **state) {
   r = run_json(f, NULL, bad);
   expect(&r, "env/NCCL_NET", "FAIL");
   expect(&r, "env/NCCL_NET_PLUGIN", "FAIL");
-  expect(&r, "env/NCCL_IB_DISABLE", "WARN");
+  expect(&r, "env/NCCL_IB_DISABLE", "FAIL"); /* the plugin honours it: no RDMA */
   expect(&r, "env/NCCL_NET_GDR_LEVEL", "FAIL");
   expect(&r, "env/NCCL_NET_GDR_READ", "WARN");
   expect(&r, "env/NCCL_P2P_SHM", "INFO");
@@ -831,7 +838,8 @@ static void nccl_environment(void **state) {
   assert_int_equal(r.rc, 1);
   res_free(&r);
 
-  const char *odd[] = {"NCCL_NET_GDR_LEVEL=FAR", "NCCL_NET_GDR_LEVEL_X=1", "NCCL_DMABUF_ENABLE=0", "GDRNET_GDR=1", NULL};
+  const char *odd[] = {"NCCL_NET_GDR_LEVEL=FAR", "NCCL_NET_GDR_LEVEL_X=1", "NCCL_DMABUF_ENABLE=0", "GDRNET_GDR=1",
+                       NULL};
   r = run_json(f, NULL, odd);
   expect(&r, "env/NCCL_NET_GDR_LEVEL", "WARN");
   expect(&r, "env/DMABUF", "INFO"); /* peermem is loaded in this fixture */
@@ -852,15 +860,92 @@ static void nccl_environment(void **state) {
   res_free(&r);
 }
 
+/* The plugin's knobs, checked with the plugin's own table and parser. */
+static void plugin_knobs(void **state) {
+  struct fx *f = *state;
+  /* valid values (including -1 for an auto knob, a tools' variable): no knob finding */
+  const char *good[] = {"GDRNET_QPS_PER_CONN=4",    "GDRNET_GID_INDEX=-1", "GDRNET_TCP_INLINE=32K",
+                        "GDRNET_TEST_PLUGIN=/x.so", "NCCL_IB_TIMEOUT=18",  NULL};
+  struct res r = run_json(f, NULL, good);
+  expect(&r, "env/knobs", "INFO");
+  expect_has(&r, "env/knobs", "title", "every value valid for the plugin");
+  assert_false(has_finding(&r, "knob/GDRNET_QPS_PER_CONN"));
+  assert_false(has_finding(&r, "knob/GDRNET_TEST_PLUGIN"));
+  assert_int_equal(r.rc, 0);
+  res_free(&r);
+
+  /* what init rejects is a FAIL; unknown names and bad NCCL alias values are WARNs */
+  const char *bad[] = {"GDRNET_QPS_PER_CONN=99", "GDRNET_TRANSPORT=ib",    "GDRNET_TCP_INLINE=2G",
+                       "GDRNET_FOO=1",           "GDRNET_HAC=mlx5_0",      "GDRNET_IB_HCA=mlx5_0",
+                       "NCCL_IB_TIMEOUT=x",      "GDRNET_SOCKET_IFNAME=^", NULL};
+  r = run_json(f, NULL, bad);
+  assert_int_equal(r.rc, 1);
+  expect(&r, "knob/GDRNET_QPS_PER_CONN", "FAIL");
+  expect_has(&r, "knob/GDRNET_QPS_PER_CONN", "title", "init fails");
+  expect_has(&r, "knob/GDRNET_QPS_PER_CONN", "fix", "an integer in 1..16");
+  expect(&r, "knob/GDRNET_TRANSPORT", "FAIL");
+  expect_has(&r, "knob/GDRNET_TRANSPORT", "fix", "one of auto, rdma, tcp");
+  expect(&r, "knob/GDRNET_TCP_INLINE", "FAIL");
+  expect(&r, "knob/GDRNET_SOCKET_IFNAME", "FAIL");
+  expect(&r, "knob/GDRNET_FOO", "WARN");
+  assert_false(field_has(finding(&r, "knob/GDRNET_FOO"), "title", "did you mean")); /* nothing is close to FOO */
+  expect_has(&r, "knob/GDRNET_FOO", "fix", "/share/doc/libnccl-net-gdr/docs/configuration.md");
+  expect(&r, "knob/GDRNET_HAC", "WARN");
+  expect_has(&r, "knob/GDRNET_HAC", "title", "did you mean GDRNET_HCA?");
+  expect_has(&r, "knob/GDRNET_IB_HCA", "title", "did you mean GDRNET_HCA?"); /* NCCL's spelling */
+  expect(&r, "knob/NCCL_IB_TIMEOUT", "WARN");
+  expect_has(&r, "knob/NCCL_IB_TIMEOUT", "title", "ignored, the default is used");
+  res_free(&r);
+
+  /* NCCL_IB_DISABLE=1 or GDRNET_IB_DISABLE=1: the plugin uses no RDMA */
+  const char *off[] = {"GDRNET_IB_DISABLE=1", NULL};
+  r = run_json(f, NULL, off);
+  expect(&r, "env/GDRNET_IB_DISABLE", "FAIL");
+  assert_int_equal(r.rc, 1);
+  res_free(&r);
+  const char *off2[] = {"GDRNET_IB_DISABLE=0", "NCCL_IB_DISABLE=1", NULL}; /* ours wins, as in the plugin */
+  r = run_json(f, NULL, off2);
+  assert_false(has_finding(&r, "env/NCCL_IB_DISABLE"));
+  assert_false(has_finding(&r, "env/GDRNET_IB_DISABLE"));
+  res_free(&r);
+}
+
+/* No kernel RDMA device, but the library the plugin loads (GDRNET_IBVERBS_LIB, e.g. the verbs emulator) lists one:
+ * the plugin uses RDMA through it, it does not fall back to TCP. */
+static void verbs_lib_without_sysfs(void **state) {
+  struct fx *f = *state;
+  char lib[1024];
+  snprintf(lib, sizeof lib, "GDRNET_IBVERBS_LIB=%s", g_fakeverbs);
+  const char *probe[] = {"--probe-libs", "--no-cuda", NULL};
+  const char *env[] = {lib, NULL};
+  struct res r = run_json(f, probe, env);
+  expect(&r, "rdma-devices", "FAIL"); /* GPUDirect still needs a kernel device */
+  expect_has(&r, "rdma-devices", "evidence", "the plugin uses RDMA through it");
+  expect_has(&r, "rdma-devices", "evidence", "GDRNET_IBVERBS_LIB=");
+  assert_false(field_has(finding(&r, "rdma-devices"), "fix", "falls back to TCP"));
+  expect_has(&r, "rdma-devices", "fix", "rdma/rdma_shared_device_a: 1"); /* the resource packaging/k8s requests */
+  assert_false(field_has(finding(&r, "rdma-devices"), "fix", "hca_shared_devices_a"));
+  res_free(&r);
+  /* and without any device at all, it does */
+  r = run_json(f, NULL, NULL);
+  expect_has(&r, "rdma-devices", "fix", "falls back to TCP");
+  res_free(&r);
+}
+
 static void json_escaping(void **state) {
   struct fx *f = *state;
   /* quotes, backslashes, control characters, UTF-8 and invalid bytes survive as valid JSON */
-  const char *env[] = {"NCCL_NET=a\"b\\c\td\x01" "e\xc3\xa9" "f\xff", NULL};
+  const char *env[] = {"NCCL_NET=a\"b\\c\td\x01"
+                       "e\xc3\xa9"
+                       "f\xff",
+                       NULL};
   struct res r = run_json(f, NULL, env);
   const struct jv *fnd = finding(&r, "env/NCCL_NET");
   const char *title = json_str(json_get(fnd, "title"));
   assert_non_null(title);
-  assert_non_null(strstr(title, "NCCL_NET=a\"b\\c\td\x01" "e\xc3\xa9" "f\xef\xbf\xbd:"));
+  assert_non_null(strstr(title, "NCCL_NET=a\"b\\c\td\x01"
+                                "e\xc3\xa9"
+                                "f\xef\xbf\xbd:"));
   res_free(&r);
 }
 
@@ -891,6 +976,12 @@ static void usage_errors(void **state) {
   assert_int_equal(r.rc, 0);
   assert_non_null(strstr(r.out, "usage: gdrnet-doctor [--json] [--sysfs-root DIR]"));
   assert_non_null(strstr(r.out, "Exit status: 0 ready"));
+  assert_non_null(strstr(r.out, "--version"));
+  res_free(&r);
+  const char *a6[] = {"--version", NULL};
+  r = run_raw(a6, NULL);
+  assert_int_equal(r.rc, 0);
+  assert_string_equal(r.out, "gdrnet-doctor " DR_VERSION "\n");
   res_free(&r);
 }
 
@@ -955,15 +1046,24 @@ static void hostile_files(void **state) {
   struct fx *f = *state;
   /* binary junk and truncation everywhere the doctor reads text */
   static const char junk[] = "\x00\xff\xfe garbage \x01\x02\n:::\n";
-  const char *files[] = {"proc/self/status", "proc/cmdline", "proc/driver/nvidia/version", "sys/module/nvidia/version",
-                         IBP "state", IBP "link_layer", IBP "rate", IBP "gids/3", IBP "gid_attrs/types/3",
+  const char *files[] = {"proc/self/status",
+                         "proc/cmdline",
+                         "proc/driver/nvidia/version",
+                         "sys/module/nvidia/version",
+                         IBP "state",
+                         IBP "link_layer",
+                         IBP "rate",
+                         IBP "gids/3",
+                         IBP "gid_attrs/types/3",
                          "sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0/0000:02:01.0/" NIC "/numa_node",
                          "sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0/0000:02:01.0/" NIC "/config",
-                         "sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0/0000:02:00.0/config", "proc/self/limits"};
+                         "sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0/0000:02:00.0/config",
+                         "proc/self/limits"};
   for (size_t i = 0; i < sizeof files / sizeof files[0]; i++)
     assert_int_equal(fx_write_bin(f, files[i], junk, sizeof junk - 1), 0);
   /* a GPU whose class file is empty, a dangling link in the PCI list */
-  assert_int_equal(fx_write_bin(f, "sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0/0000:02:00.0/" GPU "/class", "", 0), 0);
+  assert_int_equal(
+      fx_write_bin(f, "sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0/0000:02:00.0/" GPU "/class", "", 0), 0);
   assert_int_equal(fx_symlink(f, "sys/bus/pci/devices/0000:ff:00.0", "../../../devices/nowhere"), 0);
   struct res r = run_json(f, NULL, NULL);
   assert_int_equal(r.rc, 1);
@@ -1002,6 +1102,8 @@ int main(int argc, char **argv) {
       cmocka_unit_test_setup_teardown(acs_on_the_path, setup, teardown),
       cmocka_unit_test_setup_teardown(relaxed_ordering, setup, teardown),
       cmocka_unit_test_setup_teardown(nccl_environment, setup, teardown),
+      cmocka_unit_test_setup_teardown(plugin_knobs, setup, teardown),
+      cmocka_unit_test_setup_teardown(verbs_lib_without_sysfs, setup_empty, teardown),
       cmocka_unit_test_setup_teardown(json_escaping, setup, teardown),
       cmocka_unit_test(usage_errors),
       cmocka_unit_test_setup_teardown(library_probes, setup, teardown),

@@ -17,7 +17,6 @@ static struct dr_gid_entry E(int idx, const char *gid, enum dr_gid_type t, enum 
   e.ndev = nd;
   return e;
 }
-
 #define LL "fe80:0000:0000:0000:0e42:a1ff:fe00:0001"
 #define V4 "0000:0000:0000:0000:0000:ffff:0a00:0005"
 #define V4B "0000:0000:0000:0000:0000:ffff:0a00:0007"
@@ -30,7 +29,8 @@ static struct dr_gid_entry E(int idx, const char *gid, enum dr_gid_type t, enum 
 #define V2 DR_GID_TYPE_V2
 #define FAM4 DR_GID_FAMILY_IPV4
 
-static void ipv4_before_ipv6(void **s) {
+static void
+ipv4_before_ipv6(void **s) {
   (void)s;
   struct dr_gid_entry t[] = {E(0, LL, V2, P), E(1, V6, V2, P), E(2, V4, V2, P)};
   char why[128];
@@ -52,8 +52,7 @@ static void ipv6_when_no_ipv4(void **s) {
 
 static void link_local_and_zero_skipped(void **s) {
   (void)s;
-  struct dr_gid_entry t[] = {E(0, LL, V1, P), E(1, LL, V2, P), E(2, ZERO, U, DR_GID_NDEV_UNKNOWN),
-                             E(3, V4ZERO, V2, P)};
+  struct dr_gid_entry t[] = {E(0, LL, V1, P), E(1, LL, V2, P), E(2, ZERO, U, DR_GID_NDEV_UNKNOWN), E(3, V4ZERO, V2, P)};
   char why[160];
   assert_int_equal(dr_gid_select(t, 4, FAM4, 2, why, sizeof why), -1);
   assert_string_equal(why, "no usable GID among 4 entries (2 all-zero, 2 link-local fe80::/10)");
@@ -132,10 +131,14 @@ static void parse_and_format(void **s) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(ipv4_before_ipv6),   cmocka_unit_test(ipv6_when_no_ipv4),
-      cmocka_unit_test(link_local_and_zero_skipped), cmocka_unit_test(v2_preferred),
-      cmocka_unit_test(missing_type_files), cmocka_unit_test(order_tiebreak_ndev_not_ranked),
-      cmocka_unit_test(empty_table),        cmocka_unit_test(parse_and_format),
+      cmocka_unit_test(ipv4_before_ipv6),
+      cmocka_unit_test(ipv6_when_no_ipv4),
+      cmocka_unit_test(link_local_and_zero_skipped),
+      cmocka_unit_test(v2_preferred),
+      cmocka_unit_test(missing_type_files),
+      cmocka_unit_test(order_tiebreak_ndev_not_ranked),
+      cmocka_unit_test(empty_table),
+      cmocka_unit_test(parse_and_format),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -96,8 +96,9 @@ static enum dr_dist dist(const char *a, const char *b, int na, int nb) {
 static void distances(void **s) {
   (void)s;
   /* same switch */
-  assert_int_equal(dist(RP "/0000:01:00.0/0000:02:00.0/0000:03:00.0", RP "/0000:01:00.0/0000:02:01.0/0000:04:00.0", 0, 0),
-                   DR_DIST_PIX);
+  assert_int_equal(
+      dist(RP "/0000:01:00.0/0000:02:00.0/0000:03:00.0", RP "/0000:01:00.0/0000:02:01.0/0000:04:00.0", 0, 0),
+      DR_DIST_PIX);
   /* cascaded switches */
   assert_int_equal(dist(RP "/0000:01:00.0/0000:02:00.0/0000:03:00.0/0000:04:00.0/0000:05:00.0",
                         RP "/0000:01:00.0/0000:02:01.0/0000:06:00.0", 0, 0),
@@ -116,7 +117,8 @@ static void distances(void **s) {
 static void path_parse(void **s) {
   (void)s;
   struct dr_pcipath p;
-  assert_int_equal(dr_pcipath_parse("/tmp/fx/sys/devices/pci0000:00/0000:00:01.0/0000:04:00.0/infiniband/mlx5_0", &p), 0);
+  assert_int_equal(dr_pcipath_parse("/tmp/fx/sys/devices/pci0000:00/0000:00:01.0/0000:04:00.0/infiniband/mlx5_0", &p),
+                   0);
   assert_string_equal(p.host, "pci0000:00");
   assert_int_equal(p.n, 2);
   assert_string_equal(p.comp[1], "0000:04:00.0");
@@ -130,8 +132,11 @@ static void path_parse(void **s) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(acs_found), cmocka_unit_test(acs_absent_short_malformed), cmocka_unit_test(devctl_relaxed_ordering),
-      cmocka_unit_test(distances), cmocka_unit_test(path_parse),
+      cmocka_unit_test(acs_found),
+      cmocka_unit_test(acs_absent_short_malformed),
+      cmocka_unit_test(devctl_relaxed_ordering),
+      cmocka_unit_test(distances),
+      cmocka_unit_test(path_parse),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
