@@ -567,12 +567,14 @@ static ncclResult_t connect_qps(struct gdr_rdma_comm *c, int expected_role) {
 
 /* ---------------------------------------------------------------------------------------- listen -- */
 
-ncclResult_t gdr_rdma_listen(int dev, struct gdr_handle *handle, void **listen_comm) {
+ncclResult_t gdr_rdma_listen(int dev, const struct gdr_conn_opts *opts, struct gdr_handle *handle,
+                             void **listen_comm) {
   *listen_comm = NULL;
   if (dev < 0 || dev >= gdr_rdma.ndevs) return ncclInvalidArgument;
   struct gdr_rdma_listen *l = calloc(1, sizeof(*l));
   if (l == NULL) return ncclSystemError;
   l->dev = dev;
+  (void)opts;
   ncclResult_t res = gdr_listener_open(&l->l, &gdr_rdma.if_addr, GDR_TP_RDMA, GDR_CAP_RDMA);
   if (res != ncclSuccess) {
     free(l);
@@ -641,13 +643,14 @@ enum { CS_TCP = 1, CS_SEND_HS, CS_RECV_HS, CS_SEND_READY, CS_RECV_TCPH, CS_TCP_C
 static ncclResult_t connect_tcp_peer(int dev, struct gdr_handle *handle, void **send_comm) {
   ncclResult_t res = ncclSuccess;
   void *tc = NULL;
+  struct gdr_conn_opts to = gdr_conn_opts_one(gdr_rdma.tcp_dev);
   struct gdr_rdma_comm *c;
   if (!gdr_rdma.tcp_ok) {
     GDR_WARN("connect: the peer listens with the TCP transport (it has no usable RDMA device) and this process has "
              "no TCP transport to meet it (GDRNET_FALLBACK=0?)");
     return ncclInvalidUsage;
   }
-  GDR_CHECK(gdr_transport_tcp.connect(gdr_rdma.tcp_dev, handle, &tc));
+  GDR_CHECK(gdr_transport_tcp.connect(gdr_rdma.tcp_dev, &to, handle, &tc));
   if (tc == NULL) return ncclSuccess; /* in progress (its state is in the handle) */
   c = comm_alloc(dev, GDR_RCOMM_SEND);
   if (c == NULL) {
@@ -664,8 +667,10 @@ out:
   return res;
 }
 
-ncclResult_t gdr_rdma_connect(int dev, struct gdr_handle *handle, void **send_comm) {
+ncclResult_t gdr_rdma_connect(int dev, const struct gdr_conn_opts *opts, struct gdr_handle *handle,
+                              void **send_comm) {
   *send_comm = NULL;
+  (void)opts;
   ncclResult_t res = ncclSuccess;
   struct gdr_rdma_comm *c = NULL;
   if (handle->magic == GDR_HANDLE_MAGIC && handle->transport == GDR_TP_TCP) return connect_tcp_peer(dev, handle, send_comm);
@@ -759,7 +764,8 @@ ncclResult_t gdr_rdma_connect(int dev, struct gdr_handle *handle, void **send_co
   } /* fall through */
   case CS_TCP_CONNECT: {
     void *tc = NULL;
-    GDR_CHECK(gdr_transport_tcp.connect(gdr_rdma.tcp_dev, &c->fb.tcp_handle, &tc));
+    struct gdr_conn_opts to = gdr_conn_opts_one(gdr_rdma.tcp_dev);
+    GDR_CHECK(gdr_transport_tcp.connect(gdr_rdma.tcp_dev, &to, &c->fb.tcp_handle, &tc));
     if (tc == NULL) return stage_deadline(c, "the TCP connection");
     tcp_only_done(c, tc);
     break;
@@ -869,7 +875,8 @@ ncclResult_t gdr_rdma_accept(void *listen_comm, void **recv_comm) {
       goto out;
     }
     memset(&c->fb.tcp_handle, 0, sizeof(c->fb.tcp_handle));
-    GDR_CHECK(gdr_transport_tcp.listen(gdr_rdma.tcp_dev, &c->fb.tcp_handle, &c->fb.tcp_listen));
+    struct gdr_conn_opts to = gdr_conn_opts_one(gdr_rdma.tcp_dev);
+    GDR_CHECK(gdr_transport_tcp.listen(gdr_rdma.tcp_dev, &to, &c->fb.tcp_handle, &c->fb.tcp_listen));
     c->stage = AS_SEND_TCPH;
   } /* fall through */
   case AS_SEND_TCPH: {

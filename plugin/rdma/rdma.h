@@ -356,8 +356,11 @@ const struct gdr_fault_class *gdr_rdma_fault_wc_table(int *n);
 const struct gdr_fault_class *gdr_rdma_fault_event_table(int *n);
 
 /* conn.c */
-ncclResult_t gdr_rdma_listen(int dev, struct gdr_handle *handle, void **listen_comm);
-ncclResult_t gdr_rdma_connect(int dev, struct gdr_handle *handle, void **send_comm);
+/* opts: ndevs is 1 (max_fused 1: the core runs a fused device's connections on its first device). */
+ncclResult_t gdr_rdma_listen(int dev, const struct gdr_conn_opts *opts, struct gdr_handle *handle,
+                             void **listen_comm);
+ncclResult_t gdr_rdma_connect(int dev, const struct gdr_conn_opts *opts, struct gdr_handle *handle,
+                              void **send_comm);
 ncclResult_t gdr_rdma_accept(void *listen_comm, void **recv_comm);
 ncclResult_t gdr_rdma_close_send(void *send_comm);
 ncclResult_t gdr_rdma_close_recv(void *recv_comm);

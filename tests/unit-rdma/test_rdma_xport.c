@@ -143,7 +143,8 @@ static void run_receiver(const struct xcase *x, int fd, const char *vemu_dir) {
   for (int i = 0; i < n; i++) {
     devs[i] = x->alldevs ? i % ndev : 0;
     memset(&h[i], 0, sizeof(h[i]));
-    CKR(T->listen(devs[i], &h[i], &lc[i]));
+    struct gdr_conn_opts o = gdr_conn_opts_one(devs[i]);
+    CKR(T->listen(devs[i], &o, &h[i], &lc[i]));
   }
   size_t hbytes = sizeof(h[0]) * (size_t)(n & (2 * MAXCOMMS - 1));
   CK(write(fd, h, hbytes) == (ssize_t)hbytes);
@@ -189,7 +190,8 @@ static void run_sender(const struct xcase *x, int fd, const char *vemu_dir) {
     sc[i] = NULL;
     double t0 = now_s();
     while (sc[i] == NULL) {
-      CKR(T->connect(devs[i], &h[i], &sc[i]));
+      struct gdr_conn_opts o = gdr_conn_opts_one(devs[i]);
+      CKR(T->connect(devs[i], &o, &h[i], &sc[i]));
       CK(now_s() - t0 < 30);
     }
   }
