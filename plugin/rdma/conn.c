@@ -238,7 +238,7 @@ static int qp_to_rtr_rts(struct gdr_rdma_comm *c, struct ibv_qp *qp, uint32_t rq
     at.ah_attr.grh.sgid_index = (uint8_t)c->lgid_index;
     at.ah_attr.grh.hop_limit = 255;
     at.ah_attr.grh.flow_label = 0;
-    at.ah_attr.grh.traffic_class = (uint8_t)gdr_param_int(GDR_PARAM_IB_TC);
+    at.ah_attr.grh.traffic_class = (uint8_t)gdr_rdma_traffic_class(c->tc);
   }
   int rc = gdr_ibv.modify_qp(qp, &at,
                              IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
@@ -396,6 +396,7 @@ static struct gdr_rdma_comm *comm_alloc(int devidx, int kind) {
   c->fd = -1;
   gdr_health_init(&c->health);
   atomic_init(&c->pending.state, 0);
+  c->tc = -1;
   snprintf(c->peer, sizeof(c->peer), "(connecting)");
   set_desc(c);
   c->fb.tcp_dev = gdr_rdma.tcp_dev;
@@ -574,7 +575,7 @@ ncclResult_t gdr_rdma_listen(int dev, const struct gdr_conn_opts *opts, struct g
   struct gdr_rdma_listen *l = calloc(1, sizeof(*l));
   if (l == NULL) return ncclSystemError;
   l->dev = dev;
-  (void)opts;
+  l->tc = opts->traffic_class;
   ncclResult_t res = gdr_listener_open(&l->l, &gdr_rdma.if_addr, GDR_TP_RDMA, GDR_CAP_RDMA);
   if (res != ncclSuccess) {
     free(l);
@@ -670,7 +671,6 @@ out:
 ncclResult_t gdr_rdma_connect(int dev, const struct gdr_conn_opts *opts, struct gdr_handle *handle,
                               void **send_comm) {
   *send_comm = NULL;
-  (void)opts;
   ncclResult_t res = ncclSuccess;
   struct gdr_rdma_comm *c = NULL;
   if (handle->magic == GDR_HANDLE_MAGIC && handle->transport == GDR_TP_TCP) return connect_tcp_peer(dev, handle, send_comm);
@@ -685,6 +685,7 @@ ncclResult_t gdr_rdma_connect(int dev, const struct gdr_conn_opts *opts, struct 
     }
     c = comm_alloc(dev, GDR_RCOMM_SEND);
     if (c == NULL) return ncclSystemError;
+    c->tc = opts->traffic_class;
     gdr_sockaddr_str(&peer, c->peer, sizeof(c->peer));
     set_desc(c);
     c->nqps = gdr_rdma.nqps;
@@ -804,6 +805,7 @@ ncclResult_t gdr_rdma_accept(void *listen_comm, void **recv_comm) {
       close(s.fd);
       return ncclSystemError;
     }
+    c->tc = l->tc;
     l->pending = c;
     GDR_CHECK(ctrl_established(c, s.fd, &s.peer));
     arm_deadline(c);
