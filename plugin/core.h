@@ -199,6 +199,8 @@ ncclResult_t gdr_core_isend(void *send_comm, void *data, size_t size, int tag, v
 ncclResult_t gdr_core_irecv(void *recv_comm, int n, void **data, size_t *sizes, int *tags, void **mhandles,
                             void **phandles, void **request);
 ncclResult_t gdr_core_iflush(void *recv_comm, int n, void **data, int *sizes, void **mhandles, void **request);
+/* A send/recv comm closes with requests outstanding (a peer died, an abort): their profiler events stop. */
+void gdr_core_requests_close(struct gdr_comm *c);
 /* sizes: NULL or GDR_MAX_RECVS entries, meaningful only once *done (the transport writes them directly); *n (may be
  * NULL) gets how many were filled (1 for a send, the group size for a receive, 0 for a flush). */
 ncclResult_t gdr_core_test(void *request, int *done, size_t *sizes, int *n);

@@ -150,6 +150,13 @@ static void events_stop(struct gdr_request *r) {
   r->nev = 0;
 }
 
+void gdr_core_requests_close(struct gdr_comm *c) {
+  for (int i = 0; i < c->reqs.cap; i++) {
+    struct gdr_request *r = (struct gdr_request *)(c->reqs.mem + (size_t)i * c->reqs.objsize);
+    if (c->reqs.used[i] && r->magic == GDR_REQ_MAGIC && r->nev > 0) events_stop(r);
+  }
+}
+
 /* A message bigger than the device's maxP2pBytes (v9+ sizes are size_t): refused, never truncated. */
 static ncclResult_t size_check(const struct gdr_comm *c, size_t size, const char *op) {
   if (size <= c->max_bytes) return ncclSuccess;

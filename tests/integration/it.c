@@ -117,7 +117,8 @@ void it_init(const char *name, int timeout_s) {
   alarm((unsigned)g_timeout_s);
   const char *vd = getenv("VEMU_DIR");
   if (vd != NULL && *vd != '\0') mkdir_p(vd);
-  it_log("plugin %s, GDRNET_TRANSPORT=%s", it_plugin_path(), getenv("GDRNET_TRANSPORT") ? getenv("GDRNET_TRANSPORT") : "(unset)");
+  it_log("plugin %s, GDRNET_TRANSPORT=%s, table ncclNetPlugin_v%d", it_plugin_path(),
+         getenv("GDRNET_TRANSPORT") ? getenv("GDRNET_TRANSPORT") : "(unset)", it_abi());
 }
 
 const char *it_plugin_path(void) {
@@ -187,11 +188,19 @@ void it_join(it_child_t *c, double timeout_s) {
            WIFEXITED(st) ? "exited with status" : "died of signal", WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st));
 }
 
+int it_abi(void) {
+  int v = (int)it_env_double("GDRNET_TEST_ABI", 8);
+  IT_CHECK(v >= 6 && v <= 12, "GDRNET_TEST_ABI=%d: the plugin's tables are v6..v12", v);
+  return v;
+}
+
 void it_load(it_plugin_t *ip) {
   char err[1024];
   memset(ip, 0, sizeof *ip);
-  it_step("loading %s", it_plugin_path());
-  IT_CHECK(gn_plugin_open(&ip->p, it_plugin_path(), err, sizeof err) == 0, "%s", err);
+  it_step("loading %s (ncclNetPlugin_v%d)", it_plugin_path(), it_abi());
+  IT_CHECK(gn_plugin_open_version(&ip->p, it_plugin_path(), it_abi(), (int)it_env_double("GNIT_TRAFFIC_CLASS", -1),
+                                  err, sizeof err) == 0,
+           "%s", err);
   ip->net = ip->p.net;
   IT_CHECK(ip->net->name != NULL && strcmp(ip->net->name, "GDR") == 0, "the table's name is \"%s\", not \"GDR\"",
            ip->net->name ? ip->net->name : "(null)");
@@ -208,7 +217,17 @@ void it_load(it_plugin_t *ip) {
 }
 
 void it_unload(it_plugin_t *ip) {
-  IT_CHECK(gn_plugin_close(&ip->p) == 0, "dlclose failed");
+  if (ip->p.version >= 10) {
+    /* every event the plugin started was stopped, by the rules (test() saw every request done) */
+    gn_prof_stats_t st;
+    gn_compat_prof_stats(&st);
+    it_log("profiler events through ncclNetPlugin_v%d: %ld started, %ld stopped", ip->p.version, st.starts,
+           st.stops);
+    IT_CHECK(st.bad == 0, "the plugin misused the profiler callback %ld time(s) (NULL or foreign phandle, eHandle "
+             "not NULL at start, stop of an eHandle start did not set)", st.bad);
+    IT_CHECK(st.starts == st.stops, "%ld profiler events started, %ld stopped", st.starts, st.stops);
+  }
+  IT_CHECK(gn_plugin_close(&ip->p) == 0, "finalize or dlclose failed");
   ip->net = NULL;
 }
 

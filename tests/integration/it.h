@@ -58,7 +58,12 @@ int it_reap(it_child_t *c, double timeout_s);
  * ends of a socketpair, it_join(child, join_s), then "PASS". Returns main's exit status. */
 int it_two_sides(const char *name, int timeout_s, int (*side)(int fd, int parent), double join_s);
 
-/* The plugin, loaded and initialised with the NCCL-style logger (its output captured). */
+/* The table the tests drive: ncclNetPlugin_v$GDRNET_TEST_ABI (6..12, default 8), through gn_compat's v8 shape for
+ * every version but 8 (the tests are written against v8). */
+int it_abi(void);
+
+/* The plugin, loaded and initialised with the NCCL-style logger (its output captured). it_unload checks, for v10+,
+ * that the profiler events the plugin started were all stopped by the rules, then finalizes (v11+) and dlcloses. */
 typedef struct {
   gn_plugin_t p;
   ncclNet_v8_t *net;
