@@ -162,8 +162,8 @@ ncclResult_t gdr_core_ctx_init(void **ctx, uint64_t comm_id, int traffic_class, 
 /* Closes what the communicator still holds (comms NCCL did not close: abort paths) and frees the context; the last
  * one stops every thread and forgets the devices (NCCL >= 2.28 dlcloses the plugin next). */
 ncclResult_t gdr_core_ctx_finalize(void *ctx);
-/* Records the hints; those that map to something (flows per peer: TCP streams of later connections) are used,
- * the rest said once at INFO. attr may be NULL. */
+/* Records the hints; those that map to something (the receive side's flows per peer: the data streams of the TCP
+ * connections the context's listens accept later) are used, the rest said once at INFO. attr may be NULL. */
 ncclResult_t gdr_core_set_net_attr(void *ctx, const struct gdr_net_attr *attr);
 /* A fused device over ndevs (1..max_devs) distinct physical devices; *d is its index (the same index for the
  * same list: NCCL asks again for every communicator). ndevs 1 gives the physical device itself. */

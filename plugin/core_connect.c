@@ -84,11 +84,10 @@ static ncclResult_t prepare(void *ctx, int dev, int traffic_class, int listener,
     traffic_class = -1;
   }
   opts->traffic_class = traffic_class >= 0 ? traffic_class : *x != NULL ? (*x)->traffic_class : -1;
-  if (*x != NULL) {
+  if (*x != NULL && listener) {
     /* the listener (receiver) decides the streams of a connection: its side's hints */
-    const struct gdr_net_attr *a = &(*x)->attr;
-    opts->min_flows = listener ? a->recv_min_flows : a->send_min_flows;
-    opts->max_flows = listener ? a->recv_max_flows : a->send_max_flows;
+    opts->min_flows = (*x)->attr.recv_min_flows;
+    opts->max_flows = (*x)->attr.recv_max_flows;
   }
 out:
   return res;

@@ -154,15 +154,20 @@ ncclResult_t gdr_core_set_net_attr(void *ctx, const struct gdr_net_attr *a) {
   if (a == NULL) goto out;
   x->attr = *a;
   if (!x->attr_logged) {
-    /* flows per peer bound the data streams (TCP) of the connections the communicator opens later */
+    /* flows per peer bound the data streams of the TCP connections the communicator's listens accept later */
+    int nphys = 0;
+    const struct gdr_transport *tp = gdr_core_transport_locked(&nphys);
+    int tcp = tp != NULL && tp->id == GDR_TP_TCP;
     x->attr_logged = 1;
     GDR_INFO(NCCL_INIT | NCCL_NET,
-             "setNetAttr (communicator 0x%llx): flows per peer send %d..%d, recv %d..%d bound the data streams of "
-             "later connections; the other hints (concurrent peers send %d..%d recv %d..%d, op %d, algo %d, proto "
-             "%d) have no counterpart in this plugin and are not used (said once per communicator)",
-             (unsigned long long)x->comm_id, a->send_min_flows, a->send_max_flows, a->recv_min_flows,
-             a->recv_max_flows, a->send_min_peers, a->send_max_peers, a->recv_min_peers, a->recv_max_peers,
-             (int)a->op, (int)a->algo, (int)a->proto);
+             "setNetAttr (communicator 0x%llx): flows per peer (recv %d..%d) %s; the other hints (send flows "
+             "%d..%d, concurrent peers send %d..%d recv %d..%d, op %d, algo %d, proto %d) have no counterpart in "
+             "this plugin and are not used (said once per communicator)",
+             (unsigned long long)x->comm_id, a->recv_min_flows, a->recv_max_flows,
+             tcp ? "bound the data streams of the connections its listens accept from now on"
+                 : "are not used either: the RDMA transport's QPs per connection follow GDRNET_QPS_PER_CONN",
+             a->send_min_flows, a->send_max_flows, a->send_min_peers, a->send_max_peers, a->recv_min_peers,
+             a->recv_max_peers, (int)a->op, (int)a->algo, (int)a->proto);
   }
 out:
   gdr_core_unlock();

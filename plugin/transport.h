@@ -71,7 +71,8 @@ struct gdr_props {
  *     over them. A transport with max_fused 1 always gets ndevs 1 (the core says so once per fused device).
  *   - traffic_class: the communicator's (v10 connect config, v11+ init config), -1 undefined. Its knobs may take
  *     precedence (RDMA: GDRNET_IB_TC/NCCL_IB_TC when set, as NCCL's IB transport).
- *   - min_flows/max_flows: setNetAttr's flows per peer for new connections of the communicator, -1 undefined. */
+ *   - min_flows/max_flows: listen only: setNetAttr's receive-side flows per peer (the streams of the connections
+ *     it accepts), -1 undefined. */
 struct gdr_conn_opts {
   int ndevs;
   int devs[GDR_MAX_FUSED];

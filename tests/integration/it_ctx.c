@@ -8,7 +8,8 @@
  *   3. The traffic class reaches A's connections and not B's: TCP sockets of A carry IP_TOS 104 (its receive
  *      side's gone once A is finalized, every one once the last context is); RDMA QPs in the emulator's trace (VEMU_TRACE) have tc=104 for A's and the default for B's, as
  *      many of each -- unless GDRNET_IB_TC/NCCL_IB_TC is set, which wins for every QP (NCCL's precedence).
- *   4. After B's finalize (the last context) the process has exactly the threads it had before the first init. */
+ *   4. B's setNetAttr hints (1 flow per peer on the receive side) give its TCP connections one data stream.
+ *   5. After B's finalize (the last context) the process has exactly the threads it had before the first init. */
 #include <dlfcn.h>
 #include <netinet/in.h>
 #include <netinet/ip.h>
@@ -177,8 +178,23 @@ static int side(int fd, int parent) {
   IT_OK(g_net->init(&a.ctx, 0xa, &ca, gn_logger, prof));
   IT_OK(g_net->init(&g_b.ctx, 0xb, &cb, gn_logger, NULL));
   it_step("connections of A and of B");
+  {
+    /* B's hints: one flow per peer on the receive side (TCP: its accepted connections get one data stream) */
+    ncclNetAttr_v11_t at;
+    memset(&at, 0xff, sizeof at);
+    at.recvCommAttr.maxFlowsPerPeer = 1;
+    at.recvCommAttr.minFlowsPerPeer = 1;
+    IT_OK(g_net->setNetAttr(g_b.ctx, &at));
+  }
   pair_open(&a, fd);
+  gn_log_capture(1);
   pair_open(&g_b, fd);
+  if (tcp) {
+    char *log = gn_log_captured();
+    IT_CHECK(strstr(log, "TCP: accepted") != NULL && strstr(log, "with 1 data stream(s)") != NULL,
+             "B's connection (setNetAttr: 1 flow per peer) did not get exactly 1 data stream");
+    free(log);
+  }
   void *a_listen = NULL;
   char h[NCCL_NET_HANDLE_MAXSIZE];
   IT_OK(g_net->listen(a.ctx, 0, h, &a_listen)); /* never accepted: A's finalize closes it */
