@@ -1,7 +1,8 @@
 /* gdrnet tools/common: what the perf tool and the integration tests share.
  *
- * Everything here talks to the plugin only through the ncclNet v8 ABI, loaded the way NCCL loads it
- * (dlopen RTLD_NOW|RTLD_LOCAL, dlsym "ncclNetPlugin_v8"), and drives it the way NCCL 2.28 does:
+ * Everything here talks to the plugin only through the ncclNet v8 ABI's shape, loaded the way NCCL loads it
+ * (dlopen RTLD_NOW|RTLD_LOCAL, dlsym "ncclNetPlugin_v8", or any other table version through gn_compat's v8-shaped
+ * driver), and drives it the way NCCL 2.28 does:
  * connect/accept re-entered while they return a NULL comm, isend/irecv re-posted while the request
  * is NULL, test() polled until done. */
 #ifndef GDRNET_TOOLS_GN_H
