@@ -56,6 +56,7 @@ struct gdr_ctx {
   int attr_logged;          /* the "hints not used" INFO line was printed */
   struct gdr_comm *comms;   /* its open comms (listen, send, recv), for finalize */
   int ncomms;
+  struct gdr_ctx *next;     /* the live contexts (core_ctx.c): a pointer is checked against them, never read */
 };
 
 struct gdr_comm {
@@ -168,7 +169,8 @@ ncclResult_t gdr_core_set_net_attr(void *ctx, const struct gdr_net_attr *attr);
 /* A fused device over ndevs (1..max_devs) distinct physical devices; *d is its index (the same index for the
  * same list: NCCL asks again for every communicator). ndevs 1 gives the physical device itself. */
 ncclResult_t gdr_core_make_vdevice(int *d, int ndevs, const int *devs, int max_devs);
-/* The context of an ABI call, or NULL with a WARN if ctx is not a live one of ours. */
+/* Under the core lock: the context of an ABI call, or NULL with a WARN if ctx is not a live one of ours (it is
+ * looked up among the live contexts, so a finalized or foreign pointer is never dereferenced). */
 struct gdr_ctx *gdr_core_ctx_check(void *ctx, const char *what);
 /* Under the core lock: forget the fused devices (fini). */
 void gdr_core_vdevs_reset_locked(void);

@@ -19,6 +19,7 @@
 #include "log.h"
 
 static int g_nctx;                               /* live contexts */
+static struct gdr_ctx *g_ctxs;                   /* ... in a list */
 static struct gdr_vdev g_vdevs[GDR_MAX_VDEVS];   /* fused devices, in creation order */
 static int g_nvdevs;
 
@@ -34,7 +35,8 @@ const struct gdr_vdev *gdr_core_vdev_locked(int v) { return v >= 0 && v < g_nvde
 /* ------------------------------------------------------------------------------------------------ contexts -- */
 
 struct gdr_ctx *gdr_core_ctx_check(void *ctx, const char *what) {
-  struct gdr_ctx *x = ctx;
+  struct gdr_ctx *x = g_ctxs;
+  while (x != NULL && (void *)x != ctx) x = x->next;
   if (x == NULL || x->magic != GDR_CTX_MAGIC) {
     GDR_WARN("%s: %p is not a context this plugin's init() returned (or it was finalized)", what, ctx);
     return NULL;
@@ -74,6 +76,8 @@ ncclResult_t gdr_core_ctx_init(void **ctx, uint64_t comm_id, int traffic_class, 
   gdr_core_lock();
   res = gdr_core_load_locked();
   if (res == ncclSuccess) {
+    x->next = g_ctxs;
+    g_ctxs = x;
     g_nctx++;
     (void)gdr_core_devices_locked(&ndev);
     GDR_INFO(NCCL_INIT | NCCL_NET,
@@ -115,6 +119,11 @@ ncclResult_t gdr_core_ctx_finalize(void *ctx) {
     left_open = c;
   }
   x->magic = 0;
+  for (struct gdr_ctx **pp = &g_ctxs; *pp != NULL; pp = &(*pp)->next)
+    if (*pp == x) {
+      *pp = x->next;
+      break;
+    }
   g_nctx--;
   comm_id = x->comm_id;
   free(x);

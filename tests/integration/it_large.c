@@ -40,7 +40,12 @@ static size_t max_p2p(int dev) {
     IT_OK(((const ncclNet_v12_t *)g_net)->getProperties(dev, &p));
     return p.maxP2pBytes;
   }
-  ncclNetProperties_v10_t p; /* v9, v10, v11 agree up to maxCollBytes */
+  if (g_v == 11) {
+    ncclNetProperties_v11_t p;
+    IT_OK(((const ncclNet_v11_t *)g_net)->getProperties(dev, &p));
+    return p.maxP2pBytes;
+  }
+  ncclNetProperties_v10_t p; /* v9's layout */
   IT_OK(g_net->getProperties(dev, &p));
   return p.maxP2pBytes;
 }

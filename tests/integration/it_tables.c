@@ -281,6 +281,10 @@ int main(void) {
   check_v10();
   check_ctx_table(11);
   check_ctx_table(12);
+  for (int d = 0; d < g_ndev; d++) {
+    free(g_p8[d].name);
+    free(g_p8[d].pciPath);
+  }
   it_log("PASS");
   return 0;
 }
