@@ -29,24 +29,34 @@ ncclResult_t gdr_api_irecv_int(void *recv_comm, int n, void **data, int *sizes, 
 /* ---- every version: test's sizes are int (a size above INT_MAX reads INT_MAX: only v9+ can receive one) ---- */
 ncclResult_t gdr_api_test(void *request, int *done, int *sizes);
 
-/* ---- device handles (v7+): a host plugin offloads nothing ---- */
-static inline void gdr_api_no_devcomm(ncclNetDeviceHandle_v8_t **dev_comm) {
-  if (dev_comm != NULL) *dev_comm = NULL;
-}
+/* ---- listen/connect/accept, as the versions that share a signature call them ----
+ * A host plugin offloads nothing: a device handle NCCL asks for (v7+) is set to NULL. The device handle type is
+ * the same in v7..v12, and so is v10..v12's config and v11/v12's attributes. */
+ncclResult_t gdr_api_listen(int dev, void *handle, void **listen_comm);          /* v6..v10 */
+ncclResult_t gdr_api_connect_v6(int dev, void *handle, void **send_comm);         /* v6 */
+ncclResult_t gdr_api_accept_v6(void *listen_comm, void **recv_comm);              /* v6 */
+ncclResult_t gdr_api_connect(int dev, void *handle, void **send_comm,             /* v7, v8, v9 */
+                             ncclNetDeviceHandle_v8_t **send_dev_comm);
+ncclResult_t gdr_api_accept(void *listen_comm, void **recv_comm,                  /* v7..v12 */
+                            ncclNetDeviceHandle_v8_t **recv_dev_comm);
+ncclResult_t gdr_api_connect_config(int dev, ncclNetCommConfig_v10_t *config, void *handle, /* v10 */
+                                    void **send_comm, ncclNetDeviceHandle_v8_t **send_dev_comm);
+ncclResult_t gdr_api_connect_ctx(void *ctx, int dev, void *handle, void **send_comm,         /* v11, v12 */
+                                 ncclNetDeviceHandle_v8_t **send_dev_comm);
+
+/* ---- v9: size_t sizes, no profiler handles ---- */
+ncclResult_t gdr_api_isend_v9(void *send_comm, void *data, size_t size, int tag, void *mhandle, void **request);
+ncclResult_t gdr_api_irecv_v9(void *recv_comm, int n, void **data, size_t *sizes, int *tags, void **mhandles,
+                              void **request);
 
 /* ---- v9+: fused devices: makeVDevice(d, {ndevs; devs[max]}) ---- */
 #define GDR_API_MAKE_VDEVICE(d, vprops, max)                                                                         \
   ((vprops) == NULL ? gdr_core_make_vdevice((d), 0, NULL, (max))                                                     \
                     : gdr_core_make_vdevice((d), (vprops)->ndevs, (vprops)->devs, (max)))
 
-/* ---- v10+: the connect config's traffic class (config may be NULL) ---- */
-static inline int gdr_api_traffic_class(const ncclNetCommConfig_v10_t *config) {
-  return config != NULL ? config->trafficClass : NCCL_NET_TRAFFIC_CLASS_UNDEF;
-}
-
-/* ---- v11+: per-communicator init and setNetAttr ---- */
+/* ---- v11+: per-communicator init (abi: the table, for the log) and setNetAttr ---- */
 ncclResult_t gdr_api_init_ctx(void **ctx, uint64_t comm_id, const ncclNetCommConfig_v11_t *config,
                               ncclDebugLogger_t logger, ncclProfilerCallback_t profiler, int abi);
-ncclResult_t gdr_api_set_net_attr(void *ctx, const ncclNetAttr_v11_t *attr);
+ncclResult_t gdr_api_set_net_attr(void *ctx, ncclNetAttr_v11_t *attr);
 
 #endif /* GDRNET_API_H */

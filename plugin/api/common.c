@@ -49,76 +49,67 @@ __attribute__((destructor)) static void gdr_api_unload(void) { gdr_core_unload()
     (o)->maxCollBytes = (p)->max_coll_bytes;                                                                         \
   } while (0)
 
-/* The core's properties of dev, or the error. */
-static ncclResult_t core_props(int dev, struct gdr_props *p) { return gdr_core_get_properties(dev, p); }
+/* One conversion function per layout: the core's properties, then `fill` (o, p: the layout, the core's). */
+#define GDR_API_PROPS_FN(v, fill)                                                                                   \
+  ncclResult_t gdr_api_props_##v(int dev, ncclNetProperties_##v##_t *o) {                                         \
+    struct gdr_props core;                                                                                           \
+    const struct gdr_props *p = &core;                                                                               \
+    ncclResult_t res = gdr_core_get_properties(dev, &core);                                                          \
+    if (res != ncclSuccess) return res;                                                                              \
+    memset(o, 0, sizeof(*o));                                                                                        \
+    fill;                                                                                                            \
+    return ncclSuccess;                                                                                              \
+  }
 
-ncclResult_t gdr_api_props_v6(int dev, ncclNetProperties_v6_t *o) {
-  struct gdr_props p;
-  ncclResult_t res = core_props(dev, &p);
-  if (res != ncclSuccess) return res;
-  memset(o, 0, sizeof(*o));
-  GDR_API_PROPS_V6(o, &p);
-  return ncclSuccess;
+GDR_API_PROPS_FN(v6, GDR_API_PROPS_V6(o, p))
+GDR_API_PROPS_FN(v7, GDR_API_PROPS_V6(o, p); o->netDeviceType = p->net_device_type;
+                 o->netDeviceVersion = p->net_device_version)
+GDR_API_PROPS_FN(v8, GDR_API_PROPS_V8(o, p))
+GDR_API_PROPS_FN(v9, GDR_API_PROPS_V9(o, p, NCCL_NET_MAX_DEVS_PER_NIC_V9))
+GDR_API_PROPS_FN(v10, GDR_API_PROPS_V9(o, p, NCCL_NET_MAX_DEVS_PER_NIC_V9))
+GDR_API_PROPS_FN(v11, GDR_API_PROPS_V9(o, p, NCCL_NET_MAX_DEVS_PER_NIC_V9);
+                 o->maxMultiRequestSize = p->max_multi_request_size)
+GDR_API_PROPS_FN(v12, GDR_API_PROPS_V9(o, p, NCCL_NET_MAX_DEVS_PER_NIC_V12);
+                 o->maxMultiRequestSize = p->max_multi_request_size; o->railId = (int16_t)p->rail_id;
+                 o->planeId = (int16_t)p->plane_id)
+
+/* ------------------------------------------------------------------------------------ listen/connect/accept -- */
+
+static void no_devcomm(ncclNetDeviceHandle_v8_t **dev_comm) {
+  if (dev_comm != NULL) *dev_comm = NULL;
 }
 
-ncclResult_t gdr_api_props_v7(int dev, ncclNetProperties_v7_t *o) {
-  struct gdr_props p;
-  ncclResult_t res = core_props(dev, &p);
-  if (res != ncclSuccess) return res;
-  memset(o, 0, sizeof(*o));
-  GDR_API_PROPS_V6(o, &p);
-  o->netDeviceType = p.net_device_type;
-  o->netDeviceVersion = p.net_device_version;
-  return ncclSuccess;
+ncclResult_t gdr_api_listen(int dev, void *handle, void **listen_comm) {
+  return gdr_core_listen(NULL, dev, handle, listen_comm);
 }
 
-ncclResult_t gdr_api_props_v8(int dev, ncclNetProperties_v8_t *o) {
-  struct gdr_props p;
-  ncclResult_t res = core_props(dev, &p);
-  if (res != ncclSuccess) return res;
-  memset(o, 0, sizeof(*o));
-  GDR_API_PROPS_V8(o, &p);
-  return ncclSuccess;
+ncclResult_t gdr_api_connect_v6(int dev, void *handle, void **send_comm) {
+  return gdr_core_connect(NULL, dev, -1, handle, send_comm);
 }
 
-ncclResult_t gdr_api_props_v9(int dev, ncclNetProperties_v9_t *o) {
-  struct gdr_props p;
-  ncclResult_t res = core_props(dev, &p);
-  if (res != ncclSuccess) return res;
-  memset(o, 0, sizeof(*o));
-  GDR_API_PROPS_V9(o, &p, NCCL_NET_MAX_DEVS_PER_NIC_V9);
-  return ncclSuccess;
+ncclResult_t gdr_api_accept_v6(void *listen_comm, void **recv_comm) { return gdr_core_accept(listen_comm, recv_comm); }
+
+ncclResult_t gdr_api_connect(int dev, void *handle, void **send_comm, ncclNetDeviceHandle_v8_t **send_dev_comm) {
+  no_devcomm(send_dev_comm);
+  return gdr_core_connect(NULL, dev, -1, handle, send_comm);
 }
 
-ncclResult_t gdr_api_props_v10(int dev, ncclNetProperties_v10_t *o) {
-  struct gdr_props p;
-  ncclResult_t res = core_props(dev, &p);
-  if (res != ncclSuccess) return res;
-  memset(o, 0, sizeof(*o));
-  GDR_API_PROPS_V9(o, &p, NCCL_NET_MAX_DEVS_PER_NIC_V9);
-  return ncclSuccess;
+ncclResult_t gdr_api_accept(void *listen_comm, void **recv_comm, ncclNetDeviceHandle_v8_t **recv_dev_comm) {
+  no_devcomm(recv_dev_comm);
+  return gdr_core_accept(listen_comm, recv_comm);
 }
 
-ncclResult_t gdr_api_props_v11(int dev, ncclNetProperties_v11_t *o) {
-  struct gdr_props p;
-  ncclResult_t res = core_props(dev, &p);
-  if (res != ncclSuccess) return res;
-  memset(o, 0, sizeof(*o));
-  GDR_API_PROPS_V9(o, &p, NCCL_NET_MAX_DEVS_PER_NIC_V9);
-  o->maxMultiRequestSize = p.max_multi_request_size;
-  return ncclSuccess;
+ncclResult_t gdr_api_connect_config(int dev, ncclNetCommConfig_v10_t *config, void *handle, void **send_comm,
+                                    ncclNetDeviceHandle_v8_t **send_dev_comm) {
+  no_devcomm(send_dev_comm);
+  return gdr_core_connect(NULL, dev, config != NULL ? config->trafficClass : NCCL_NET_TRAFFIC_CLASS_UNDEF, handle,
+                          send_comm);
 }
 
-ncclResult_t gdr_api_props_v12(int dev, ncclNetProperties_v12_t *o) {
-  struct gdr_props p;
-  ncclResult_t res = core_props(dev, &p);
-  if (res != ncclSuccess) return res;
-  memset(o, 0, sizeof(*o));
-  GDR_API_PROPS_V9(o, &p, NCCL_NET_MAX_DEVS_PER_NIC_V12);
-  o->maxMultiRequestSize = p.max_multi_request_size;
-  o->railId = (int16_t)p.rail_id;
-  o->planeId = (int16_t)p.plane_id;
-  return ncclSuccess;
+ncclResult_t gdr_api_connect_ctx(void *ctx, int dev, void *handle, void **send_comm,
+                                 ncclNetDeviceHandle_v8_t **send_dev_comm) {
+  no_devcomm(send_dev_comm);
+  return gdr_core_connect(ctx, dev, -1, handle, send_comm);
 }
 
 /* ------------------------------------------------------------------------------------------------- int sizes -- */
@@ -159,6 +150,15 @@ ncclResult_t gdr_api_irecv_int(void *recv_comm, int n, void **data, int *sizes, 
   return gdr_core_irecv(recv_comm, n, data, s, tags, mhandles, NULL, request);
 }
 
+ncclResult_t gdr_api_isend_v9(void *send_comm, void *data, size_t size, int tag, void *mhandle, void **request) {
+  return gdr_core_isend(send_comm, data, size, tag, mhandle, NULL, request);
+}
+
+ncclResult_t gdr_api_irecv_v9(void *recv_comm, int n, void **data, size_t *sizes, int *tags, void **mhandles,
+                              void **request) {
+  return gdr_core_irecv(recv_comm, n, data, sizes, tags, mhandles, NULL, request);
+}
+
 ncclResult_t gdr_api_test(void *request, int *done, int *sizes) {
   size_t s[GDR_MAX_RECVS];
   int n = 0;
@@ -173,10 +173,11 @@ ncclResult_t gdr_api_test(void *request, int *done, int *sizes) {
 
 ncclResult_t gdr_api_init_ctx(void **ctx, uint64_t comm_id, const ncclNetCommConfig_v11_t *config,
                               ncclDebugLogger_t logger, ncclProfilerCallback_t profiler, int abi) {
-  return gdr_core_ctx_init(ctx, comm_id, gdr_api_traffic_class(config), logger, profiler, abi);
+  return gdr_core_ctx_init(ctx, comm_id, config != NULL ? config->trafficClass : NCCL_NET_TRAFFIC_CLASS_UNDEF, logger,
+                           profiler, abi);
 }
 
-ncclResult_t gdr_api_set_net_attr(void *ctx, const ncclNetAttr_v11_t *a) {
+ncclResult_t gdr_api_set_net_attr(void *ctx, ncclNetAttr_v11_t *a) {
   struct gdr_net_attr x;
   if (a == NULL) return gdr_core_set_net_attr(ctx, NULL);
   x.send_max_peers = a->sendCommAttr.maxConcurrentPeers;

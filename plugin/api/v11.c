@@ -4,23 +4,13 @@
  * setNetAttr, maxMultiRequestSize. */
 #include "api.h"
 
-static ncclResult_t v11_init(void **ctx, uint64_t comm_id, ncclNetCommConfig_v11_t *config, ncclDebugLogger_t logger,
-                              ncclProfilerCallback_t profiler) {
+static ncclResult_t v11_init(void **ctx, uint64_t comm_id, ncclNetCommConfig_v11_t *config,
+                             ncclDebugLogger_t logger, ncclProfilerCallback_t profiler) {
   return gdr_api_init_ctx(ctx, comm_id, config, logger, profiler, 11);
-}
-static ncclResult_t v11_connect(void *ctx, int dev, void *handle, void **send_comm,
-                                ncclNetDeviceHandle_v11_t **send_dev_comm) {
-  gdr_api_no_devcomm(send_dev_comm);
-  return gdr_core_connect(ctx, dev, -1, handle, send_comm);
-}
-static ncclResult_t v11_accept(void *listen_comm, void **recv_comm, ncclNetDeviceHandle_v11_t **recv_dev_comm) {
-  gdr_api_no_devcomm(recv_dev_comm);
-  return gdr_core_accept(listen_comm, recv_comm);
 }
 static ncclResult_t v11_make_vdevice(int *d, ncclNetVDeviceProps_v11_t *props) {
   return GDR_API_MAKE_VDEVICE(d, props, NCCL_NET_MAX_DEVS_PER_NIC_V9);
 }
-static ncclResult_t v11_set_net_attr(void *ctx, ncclNetAttr_v11_t *attr) { return gdr_api_set_net_attr(ctx, attr); }
 
 GDR_API_EXPORT const ncclNet_v11_t ncclNetPlugin_v11 = {
     .name = "GDR",
@@ -28,8 +18,8 @@ GDR_API_EXPORT const ncclNet_v11_t ncclNetPlugin_v11 = {
     .devices = gdr_core_devices,
     .getProperties = gdr_api_props_v11,
     .listen = gdr_core_listen,
-    .connect = v11_connect,
-    .accept = v11_accept,
+    .connect = gdr_api_connect_ctx,
+    .accept = gdr_api_accept,
     .regMr = gdr_core_reg_mr,
     .regMrDmaBuf = gdr_core_reg_mr_dmabuf,
     .deregMr = gdr_core_dereg_mr,
@@ -44,5 +34,5 @@ GDR_API_EXPORT const ncclNet_v11_t ncclNetPlugin_v11 = {
     .irecvConsumed = NULL,
     .makeVDevice = v11_make_vdevice,
     .finalize = gdr_core_ctx_finalize,
-    .setNetAttr = v11_set_net_attr,
+    .setNetAttr = gdr_api_set_net_attr,
 };

@@ -2,23 +2,13 @@
  * railId/planeId in the properties (-1: unknown). */
 #include "api.h"
 
-static ncclResult_t v12_init(void **ctx, uint64_t comm_id, ncclNetCommConfig_v12_t *config, ncclDebugLogger_t logger,
-                              ncclProfilerCallback_t profiler) {
+static ncclResult_t v12_init(void **ctx, uint64_t comm_id, ncclNetCommConfig_v12_t *config,
+                             ncclDebugLogger_t logger, ncclProfilerCallback_t profiler) {
   return gdr_api_init_ctx(ctx, comm_id, config, logger, profiler, 12);
-}
-static ncclResult_t v12_connect(void *ctx, int dev, void *handle, void **send_comm,
-                                ncclNetDeviceHandle_v12_t **send_dev_comm) {
-  gdr_api_no_devcomm(send_dev_comm);
-  return gdr_core_connect(ctx, dev, -1, handle, send_comm);
-}
-static ncclResult_t v12_accept(void *listen_comm, void **recv_comm, ncclNetDeviceHandle_v12_t **recv_dev_comm) {
-  gdr_api_no_devcomm(recv_dev_comm);
-  return gdr_core_accept(listen_comm, recv_comm);
 }
 static ncclResult_t v12_make_vdevice(int *d, ncclNetVDeviceProps_v12_t *props) {
   return GDR_API_MAKE_VDEVICE(d, props, NCCL_NET_MAX_DEVS_PER_NIC_V12);
 }
-static ncclResult_t v12_set_net_attr(void *ctx, ncclNetAttr_v12_t *attr) { return gdr_api_set_net_attr(ctx, attr); }
 
 GDR_API_EXPORT const ncclNet_v12_t ncclNetPlugin_v12 = {
     .name = "GDR",
@@ -26,8 +16,8 @@ GDR_API_EXPORT const ncclNet_v12_t ncclNetPlugin_v12 = {
     .devices = gdr_core_devices,
     .getProperties = gdr_api_props_v12,
     .listen = gdr_core_listen,
-    .connect = v12_connect,
-    .accept = v12_accept,
+    .connect = gdr_api_connect_ctx,
+    .accept = gdr_api_accept,
     .regMr = gdr_core_reg_mr,
     .regMrDmaBuf = gdr_core_reg_mr_dmabuf,
     .deregMr = gdr_core_dereg_mr,
@@ -42,5 +32,5 @@ GDR_API_EXPORT const ncclNet_v12_t ncclNetPlugin_v12 = {
     .irecvConsumed = NULL,
     .makeVDevice = v12_make_vdevice,
     .finalize = gdr_core_ctx_finalize,
-    .setNetAttr = v12_set_net_attr,
+    .setNetAttr = gdr_api_set_net_attr,
 };
