@@ -112,6 +112,14 @@ static int thread_count(void) {
   return n;
 }
 
+/* thread_count() once it is `want`, or what it is after a bounded wait: a thread pthread_join returned for can
+ * still be listed in /proc/self/task until its exit is reaped (seen under load). A thread left running stays. */
+static int thread_count_settled(int want) {
+  int n = thread_count();
+  for (double t0 = now_s(); n != want && now_s() - t0 < 5; n = thread_count()) sched_yield();
+  return n;
+}
+
 static int setup_process(const struct xcase *x, int sender, const char *vemu_dir) {
   static char dirvar[512];
   snprintf(dirvar, sizeof(dirvar), "VEMU_DIR=%s", vemu_dir);
@@ -160,7 +168,7 @@ static void run_receiver(const struct xcase *x, int fd, const char *vemu_dir) {
   CK(thread_count() > threads0); /* the device's async event thread runs while comms are open */
   x->recv(x, rc, devs, n);
   for (int i = 0; i < n; i++) CKR(T->close_recv(rc[i]));
-  CK(thread_count() == threads0); /* ... and is joined with the last one */
+  CK(thread_count_settled(threads0) == threads0); /* ... and is joined with the last one */
   T->quiesce();
   T->fini();
   exit(0); /* not _exit: LeakSanitizer checks the child at exit */
@@ -198,7 +206,7 @@ static void run_sender(const struct xcase *x, int fd, const char *vemu_dir) {
   CK(thread_count() > threads0);
   x->send(x, sc, devs, n);
   for (int i = 0; i < n; i++) CKR(T->close_send(sc[i]));
-  CK(thread_count() == threads0);
+  CK(thread_count_settled(threads0) == threads0);
   T->quiesce();
   T->fini();
   exit(0); /* not _exit: LeakSanitizer checks the child at exit */
