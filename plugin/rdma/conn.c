@@ -641,10 +641,11 @@ static ncclResult_t hs_recv(struct gdr_rdma_comm *c, uint32_t type, void *data, 
 enum { CS_TCP = 1, CS_SEND_HS, CS_RECV_HS, CS_SEND_READY, CS_RECV_TCPH, CS_TCP_CONNECT, CS_TCP_DIRECT };
 
 /* A peer without RDMA listens with a TCP handle: the connection is a TCP one inside this RDMA comm. */
-static ncclResult_t connect_tcp_peer(int dev, struct gdr_handle *handle, void **send_comm) {
+static ncclResult_t connect_tcp_peer(int dev, const struct gdr_conn_opts *opts, struct gdr_handle *handle,
+                                     void **send_comm) {
   ncclResult_t res = ncclSuccess;
   void *tc = NULL;
-  struct gdr_conn_opts to = gdr_conn_opts_one(gdr_rdma.tcp_dev);
+  struct gdr_conn_opts to = gdr_rdma_tcp_opts(opts->traffic_class);
   struct gdr_rdma_comm *c;
   if (!gdr_rdma.tcp_ok) {
     GDR_WARN("connect: the peer listens with the TCP transport (it has no usable RDMA device) and this process has "
@@ -673,7 +674,7 @@ ncclResult_t gdr_rdma_connect(int dev, const struct gdr_conn_opts *opts, struct 
   *send_comm = NULL;
   ncclResult_t res = ncclSuccess;
   struct gdr_rdma_comm *c = NULL;
-  if (handle->magic == GDR_HANDLE_MAGIC && handle->transport == GDR_TP_TCP) return connect_tcp_peer(dev, handle, send_comm);
+  if (handle->magic == GDR_HANDLE_MAGIC && handle->transport == GDR_TP_TCP) return connect_tcp_peer(dev, opts, handle, send_comm);
   c = gdr_handle_state_get(handle);
   if (c == NULL) {
     if (dev < 0 || dev >= gdr_rdma.ndevs) return ncclInvalidArgument;
@@ -765,7 +766,7 @@ ncclResult_t gdr_rdma_connect(int dev, const struct gdr_conn_opts *opts, struct 
   } /* fall through */
   case CS_TCP_CONNECT: {
     void *tc = NULL;
-    struct gdr_conn_opts to = gdr_conn_opts_one(gdr_rdma.tcp_dev);
+    struct gdr_conn_opts to = gdr_rdma_tcp_opts(c->tc);
     GDR_CHECK(gdr_transport_tcp.connect(gdr_rdma.tcp_dev, &to, &c->fb.tcp_handle, &tc));
     if (tc == NULL) return stage_deadline(c, "the TCP connection");
     tcp_only_done(c, tc);
@@ -877,7 +878,7 @@ ncclResult_t gdr_rdma_accept(void *listen_comm, void **recv_comm) {
       goto out;
     }
     memset(&c->fb.tcp_handle, 0, sizeof(c->fb.tcp_handle));
-    struct gdr_conn_opts to = gdr_conn_opts_one(gdr_rdma.tcp_dev);
+    struct gdr_conn_opts to = gdr_rdma_tcp_opts(c->tc);
     GDR_CHECK(gdr_transport_tcp.listen(gdr_rdma.tcp_dev, &to, &c->fb.tcp_handle, &c->fb.tcp_listen));
     c->stage = AS_SEND_TCPH;
   } /* fall through */

@@ -71,6 +71,7 @@ static void enqueue(struct gdr_rdma_comm *c, struct gdr_rdma_req *r) {
 
 static ncclResult_t open_listener(struct gdr_rdma_comm *c) {
   struct gdr_conn_opts to = gdr_conn_opts_one(c->fb.tcp_dev);
+  to.traffic_class = c->tc;
   memset(&c->fb.tcp_handle, 0, sizeof(c->fb.tcp_handle));
   return gdr_transport_tcp.listen(c->fb.tcp_dev, &to, &c->fb.tcp_handle, &c->fb.tcp_listen);
 }
@@ -233,6 +234,7 @@ static void tcp_connect_step(struct gdr_rdma_comm *c) {
   void *tc = fb->tcp;
   ncclResult_t r = ncclSuccess;
   struct gdr_conn_opts to = gdr_conn_opts_one(fb->tcp_dev);
+  to.traffic_class = c->tc;
   if (tc == NULL && is_sender(c))
     r = gdr_transport_tcp.connect(fb->tcp_dev, &to, &fb->tcp_handle, &tc);
   else if (tc == NULL)

@@ -366,6 +366,14 @@ static inline int gdr_rdma_traffic_class(int comm_tc) {
   return comm_tc & 0xff;
 }
 
+/* The TCP transport's options for a connection this RDMA comm carries over TCP: the communicator's traffic class
+ * (-1 undefined) is kept. */
+static inline struct gdr_conn_opts gdr_rdma_tcp_opts(int tc) {
+  struct gdr_conn_opts o = gdr_conn_opts_one(gdr_rdma.tcp_dev);
+  o.traffic_class = tc;
+  return o;
+}
+
 /* conn.c */
 /* opts: ndevs is 1 (max_fused 1: the core runs a fused device's connections on its first device); its
  * traffic_class is the connection's (the accepted recv comms get the listen's). */
