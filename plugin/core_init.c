@@ -1,4 +1,6 @@
-/* init, devices, properties: which transport serves this process, and the devices NCCL sees. */
+/* init, devices, properties: which transport serves this process, and the devices NCCL sees (the transport's
+ * physical ones, then the fused ones of core_ctx.c). */
+#include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
@@ -12,8 +14,10 @@
  * protected by g_lock (init and set-up/teardown paths only; the data path never takes it). */
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static const struct gdr_transport *g_tp; /* chosen transport, NULL before a successful init */
-static int g_ndev;
-static int g_ncomms; /* open comms of every kind, for quiesce */
+static int g_ndev;                       /* physical devices of g_tp */
+static int g_ncomms;                     /* open comms of every kind, for quiesce */
+static int g_legacy;                     /* a v6..v10 init (no finalize will come) happened since the last fini */
+static ncclProfilerCallback_t g_profiler; /* v10's, process-wide (v11+ contexts carry their own) */
 
 void gdr_core_lock(void) { pthread_mutex_lock(&g_lock); }
 void gdr_core_unlock(void) { pthread_mutex_unlock(&g_lock); }
@@ -27,7 +31,27 @@ const struct gdr_transport *gdr_core_transport(void) {
 }
 
 /* Called with g_lock held by the connection paths. */
-void gdr_core_comm_opened(void) { g_ncomms++; }
+void gdr_core_comm_opened(struct gdr_comm *c) {
+  struct gdr_ctx *x = c->ctx;
+  g_ncomms++;
+  if (x == NULL) return;
+  c->ctx_prev = NULL;
+  c->ctx_next = x->comms;
+  if (x->comms != NULL) x->comms->ctx_prev = c;
+  x->comms = c;
+  x->ncomms++;
+}
+
+void gdr_core_comm_detach_locked(struct gdr_comm *c) {
+  struct gdr_ctx *x = c->ctx;
+  if (x == NULL) return;
+  if (c->ctx_prev != NULL) c->ctx_prev->ctx_next = c->ctx_next;
+  else x->comms = c->ctx_next;
+  if (c->ctx_next != NULL) c->ctx_next->ctx_prev = c->ctx_prev;
+  c->ctx_prev = c->ctx_next = NULL;
+  c->ctx = NULL;
+  x->ncomms--;
+}
 
 void gdr_core_comm_closed(const struct gdr_transport *tp) {
   if (g_ncomms > 0) g_ncomms--;
@@ -35,6 +59,8 @@ void gdr_core_comm_closed(const struct gdr_transport *tp) {
   if (tp != NULL && tp->quiesce != NULL) tp->quiesce();
   gdr_linger_drain(); /* streams still delivering a closed comm's last bytes: done before NCCL may unload us */
 }
+
+ncclProfilerCallback_t gdr_core_profiler_locked(void) { return g_profiler; }
 
 /* Appends "name (extra)" of each device to buf. */
 static void describe_devices(const struct gdr_transport *tp, int ndev, char *buf, size_t len) {
@@ -108,10 +134,9 @@ out:
   return res;
 }
 
-ncclResult_t gdr_core_init(ncclDebugLogger_t logger) {
+/* Knobs and transport, once per load (or after a fini): caller holds g_lock. */
+ncclResult_t gdr_core_load_locked(void) {
   ncclResult_t res = ncclSuccess;
-  gdr_log_init(logger);
-  pthread_mutex_lock(&g_lock);
   if (g_tp != NULL) goto out; /* initialised before in this load: NCCL may call init once per user of the table */
   if (gdr_params_load() != ncclSuccess) {
     GDR_WARN("plugin init fails: fix the environment knob(s) named above (docs/configuration.md lists them)");
@@ -126,45 +151,135 @@ ncclResult_t gdr_core_init(ncclDebugLogger_t logger) {
     gdr_params_reset();
   }
 out:
+  return res;
+}
+
+ncclResult_t gdr_core_init(ncclDebugLogger_t logger) { return gdr_core_init_table(logger, 8, NULL); }
+
+ncclResult_t gdr_core_init_table(ncclDebugLogger_t logger, int abi, ncclProfilerCallback_t profiler) {
+  ncclResult_t res = ncclSuccess;
+  gdr_log_init(logger);
+  pthread_mutex_lock(&g_lock);
+  GDR_CHECK(gdr_core_load_locked());
+  g_legacy = 1;
+  if (profiler != NULL) g_profiler = profiler;
+  GDR_INFO(NCCL_INIT | NCCL_NET, "NCCL called ncclNetPlugin_v%d (process-wide init%s; %d device(s))", abi,
+           abi >= 10 ? (profiler != NULL ? ", profiler callback given" : ", no profiler callback") : "", g_ndev);
+out:
   pthread_mutex_unlock(&g_lock);
   return res;
 }
 
+ncclResult_t gdr_core_devices_locked(int *ndev) {
+  *ndev = 0;
+  if (g_tp == NULL) return ncclInternalError;
+  *ndev = g_ndev;
+  while (gdr_core_vdev_locked(*ndev - g_ndev) != NULL) (*ndev)++;
+  return ncclSuccess;
+}
+
 ncclResult_t gdr_core_devices(int *ndev) {
-  ncclResult_t res = ncclSuccess;
+  ncclResult_t res;
   pthread_mutex_lock(&g_lock);
+  res = gdr_core_devices_locked(ndev);
+  pthread_mutex_unlock(&g_lock);
+  if (res != ncclSuccess) GDR_WARN("devices() called before a successful init()");
+  return res;
+}
+
+ncclResult_t gdr_core_phys_props_locked(int dev, struct gdr_props *p) {
+  ncclResult_t res = ncclSuccess;
+  memset(p, 0, sizeof(*p));
+  GDR_CHECK(g_tp->get_properties(dev, p));
+  p->vdev_ndevs = 1;
+  p->vdev_devs[0] = dev;
+  p->max_multi_request_size = 1;
+  p->rail_id = -1;
+  p->plane_id = -1;
+  /* GDRNET_FORCE_FLUSH / NCCL_NET_FORCE_FLUSH: NCCL flushes every GPUDirect receive */
+  if (gdr_param_int(GDR_PARAM_FORCE_FLUSH) && (p->ptr_support & (NCCL_PTR_CUDA | NCCL_PTR_DMABUF)))
+    p->force_flush = 1;
+out:
+  return res;
+}
+
+/* Properties of any device NCCL sees (caller holds g_lock). A fused device: the first device's, with speed the sum,
+ * what every member supports (pointer types, grouped receives, comms, sizes), the largest latency. */
+static ncclResult_t props_locked(int dev, struct gdr_props *p) {
+  ncclResult_t res = ncclSuccess;
+  const struct gdr_vdev *v;
   if (g_tp == NULL) {
-    GDR_WARN("devices() called before a successful init()");
+    GDR_WARN("getProperties called before a successful init()");
     res = ncclInternalError;
     goto out;
   }
-  *ndev = g_ndev;
+  if (dev >= 0 && dev < g_ndev) {
+    GDR_CHECK(gdr_core_phys_props_locked(dev, p));
+    goto out;
+  }
+  v = dev >= g_ndev ? gdr_core_vdev_locked(dev - g_ndev) : NULL;
+  if (v == NULL) {
+    int n = 0;
+    (void)gdr_core_devices_locked(&n);
+    GDR_WARN("getProperties: device %d does not exist (%d device(s))", dev, n);
+    res = ncclInvalidArgument;
+    goto out;
+  }
+  GDR_CHECK(gdr_core_phys_props_locked(v->devs[0], p));
+  for (int i = 1; i < v->ndevs; i++) {
+    struct gdr_props q;
+    GDR_CHECK(gdr_core_phys_props_locked(v->devs[i], &q));
+    p->speed = p->speed > INT_MAX - q.speed ? INT_MAX : p->speed + q.speed;
+    p->ptr_support &= q.ptr_support;
+    p->reg_is_global &= q.reg_is_global;
+    p->force_flush |= q.force_flush;
+    if (q.latency > p->latency) p->latency = q.latency;
+    if (q.max_comms < p->max_comms) p->max_comms = q.max_comms;
+    if (q.max_recvs < p->max_recvs) p->max_recvs = q.max_recvs;
+    if (q.max_p2p_bytes < p->max_p2p_bytes) p->max_p2p_bytes = q.max_p2p_bytes;
+    if (q.max_coll_bytes < p->max_coll_bytes) p->max_coll_bytes = q.max_coll_bytes;
+  }
+  p->name = v->name;
+  p->vdev_ndevs = v->ndevs;
+  memcpy(p->vdev_devs, v->devs, sizeof(p->vdev_devs));
 out:
-  pthread_mutex_unlock(&g_lock);
   return res;
 }
 
 ncclResult_t gdr_core_get_properties(int dev, struct gdr_props *props) {
-  ncclResult_t res = ncclSuccess;
-  const struct gdr_transport *tp;
-  int ndev;
+  ncclResult_t res;
   pthread_mutex_lock(&g_lock);
-  tp = g_tp;
-  ndev = g_ndev;
+  res = props_locked(dev, props);
   pthread_mutex_unlock(&g_lock);
-  if (tp == NULL || dev < 0 || dev >= ndev) {
-    GDR_WARN("getProperties: device %d does not exist (%d device(s))", dev, ndev);
-    res = ncclInvalidArgument;
-    goto out;
+  return res;
+}
+
+ncclResult_t gdr_core_resolve_locked(int dev, struct gdr_props *props, struct gdr_conn_opts *opts) {
+  ncclResult_t res = ncclSuccess;
+  int max = g_tp != NULL && g_tp->max_fused > 1 ? g_tp->max_fused : 1;
+  GDR_CHECK(props_locked(dev, props));
+  memset(opts, 0, sizeof(*opts));
+  opts->traffic_class = -1;
+  opts->min_flows = opts->max_flows = -1;
+  opts->ndevs = props->vdev_ndevs < max ? props->vdev_ndevs : max;
+  memcpy(opts->devs, props->vdev_devs, sizeof(opts->devs));
+  if (opts->ndevs < props->vdev_ndevs) {
+    struct gdr_vdev *v = (struct gdr_vdev *)gdr_core_vdev_locked(dev - g_ndev);
+    if (v != NULL && !v->said_first) {
+      struct gdr_props first;
+      v->said_first = 1;
+      if (gdr_core_phys_props_locked(v->devs[0], &first) == ncclSuccess)
+        GDR_INFO(NCCL_INIT | NCCL_NET,
+                 "fused device [%d] %s: the %s transport stripes a connection over at most %d device(s), not %d; "
+                 "its connections run on %d device(s) from %s (its first)",
+                 dev, v->name, g_tp->name, max, v->ndevs, opts->ndevs, first.name ? first.name : "?");
+    }
   }
-  memset(props, 0, sizeof(*props));
-  GDR_CHECK(tp->get_properties(dev, props));
 out:
   return res;
 }
 
-void gdr_core_fini(void) {
-  pthread_mutex_lock(&g_lock);
+void gdr_core_fini_locked(void) {
   gdr_stats_stop(); /* the last file, with the devices' counters, before the transport forgets them */
   if (g_tp != NULL) {
     if (g_tp->quiesce) g_tp->quiesce();
@@ -174,7 +289,15 @@ void gdr_core_fini(void) {
   g_tp = NULL;
   g_ndev = 0;
   g_ncomms = 0;
+  g_legacy = 0;
+  g_profiler = NULL;
+  gdr_core_vdevs_reset_locked();
   gdr_params_reset();
+}
+
+void gdr_core_fini(void) {
+  pthread_mutex_lock(&g_lock);
+  gdr_core_fini_locked();
   pthread_mutex_unlock(&g_lock);
 }
 
@@ -184,6 +307,10 @@ void gdr_core_unload(void) {
   pthread_mutex_unlock(&g_lock);
   if (idle) gdr_core_fini();
 }
+
+/* Caller holds g_lock: after the last v11+ context, forget everything unless a v6..v10 init (which gets no
+ * finalize) or an open comm still needs it. */
+int gdr_core_idle_locked(void) { return g_ncomms == 0 && !g_legacy; }
 
 /* Used by core_connect.c: the transport and device count under the lock's protection (caller holds it). */
 const struct gdr_transport *gdr_core_transport_locked(int *ndev) {

@@ -1,5 +1,11 @@
 /* Registration and the data path. isend/irecv/iflush/test run on NCCL's progress thread, one comm at a time per
- * thread: no lock here; the request pool belongs to the comm. */
+ * thread: no lock here; the request pool belongs to the comm.
+ *
+ * Profiler events (v10+): one per message (per buffer of a grouped receive), started once the transport accepted
+ * the operation, with the phandle NCCL passed (never a NULL one) and an eHandle initialised to NULL; stopped when
+ * test reports the request done or failed, the eHandle reset after the stop (NCCL's callback writes it only when
+ * its profiler takes net-plugin events). The descriptor is NCCL's socket one (TCP: fd -1) or IB one (RDMA: QP 0,
+ * this layer does not know which QP carries the message); the length is the posted size. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -87,7 +93,7 @@ static void *tmr_of(void *mhandle) {
 
 /* The wrapper of an operation the transport accepted. The pool holds 2 x 32 x maxRecvs: callers check nfree
  * before asking the transport, so this never fails. */
-static void *wrap_req(struct gdr_comm *c, int kind, int n, void *treq) {
+static struct gdr_request *wrap_req(struct gdr_comm *c, int kind, int n, void *treq) {
   int idx = -1;
   struct gdr_request *r = gdr_pool_get_idx(&c->reqs, &idx);
   r->magic = GDR_REQ_MAGIC;
@@ -97,6 +103,7 @@ static void *wrap_req(struct gdr_comm *c, int kind, int n, void *treq) {
   r->comm = c;
   r->treq = treq;
   r->error = ncclSuccess;
+  r->nev = 0;
   return r;
 }
 
@@ -108,7 +115,59 @@ static ncclResult_t failed_req(struct gdr_comm *c, ncclResult_t res, void **requ
   return ncclSuccess;
 }
 
-ncclResult_t gdr_core_isend(void *send_comm, void *data, size_t size, int tag, void *mhandle, void **request) {
+/* Starts the profiler events of a request: phandles[i] for buffer i (n of them; NULL entries get none). */
+static void events_start(struct gdr_request *r, int n, void *const *phandles, const size_t *sizes, int op) {
+  struct gdr_comm *c = r->comm;
+  for (int i = 0; i < n; i++) {
+    r->ev[i] = NULL;
+    if (phandles[i] == NULL) continue;
+    if (c->tp->id == GDR_TP_TCP) {
+      ncclProfilerNetSockDescr_v1_t d;
+      memset(&d, 0, sizeof(d));
+      d.type = ncclProfileSocket;
+      d.sock.fd = -1;
+      d.sock.op = op;
+      d.sock.length = sizes[i];
+      (void)c->profiler(&r->ev[i], ncclProfilerNetEventStart, phandles[i], (int64_t)c->profiler_id, &d);
+    } else {
+      ncclProfilerNetIbDescr_v1_t d;
+      memset(&d, 0, sizeof(d));
+      d.type = ncclProfileQp;
+      d.qp.device = c->dev;
+      d.qp.opcode = -1;
+      d.qp.length = sizes[i];
+      (void)c->profiler(&r->ev[i], ncclProfilerNetEventStart, phandles[i], (int64_t)c->profiler_id, &d);
+    }
+  }
+  r->nev = n;
+}
+
+static void events_stop(struct gdr_request *r) {
+  for (int i = 0; i < r->nev; i++) {
+    if (r->ev[i] == NULL) continue;
+    (void)r->comm->profiler(&r->ev[i], ncclProfilerNetEventStop, NULL, 0, NULL);
+    r->ev[i] = NULL;
+  }
+  r->nev = 0;
+}
+
+void gdr_core_requests_close(struct gdr_comm *c) {
+  for (int i = 0; i < c->reqs.cap; i++) {
+    struct gdr_request *r = (struct gdr_request *)(c->reqs.mem + (size_t)i * c->reqs.objsize);
+    if (c->reqs.used[i] && r->magic == GDR_REQ_MAGIC && r->nev > 0) events_stop(r);
+  }
+}
+
+/* A message bigger than the device's maxP2pBytes (v9+ sizes are size_t): refused, never truncated. */
+static ncclResult_t size_check(const struct gdr_comm *c, size_t size, const char *op) {
+  if (size <= c->max_bytes) return ncclSuccess;
+  GDR_WARN("%s of %zu bytes: the %s transport takes at most %zu bytes per message (maxP2pBytes)", op, size,
+           c->tp->name, c->max_bytes);
+  return ncclInvalidArgument;
+}
+
+ncclResult_t gdr_core_isend(void *send_comm, void *data, size_t size, int tag, void *mhandle, void *phandle,
+                            void **request) {
   struct gdr_comm *c = send_comm;
   void *treq = NULL;
   ncclResult_t res;
@@ -118,10 +177,16 @@ ncclResult_t gdr_core_isend(void *send_comm, void *data, size_t size, int tag, v
     GDR_WARN("isend: %p is not a send comm of this plugin", send_comm);
     return ncclInternalError;
   }
+  res = size_check(c, size, "isend");
+  if (res != ncclSuccess) return res;
   if (c->reqs.nfree == 0) return ncclSuccess; /* NCCL holds too many: try again later */
   res = c->tp->isend(c->tcomm, data, size, tag, tmr_of(mhandle), &treq);
   if (res != ncclSuccess) return failed_req(c, res, request);
-  if (treq != NULL) *request = wrap_req(c, GDR_REQ_SEND, 1, treq);
+  if (treq != NULL) {
+    struct gdr_request *r = wrap_req(c, GDR_REQ_SEND, 1, treq);
+    if (c->profiler != NULL && phandle != NULL) events_start(r, 1, &phandle, &size, 0);
+    *request = r;
+  }
   return ncclSuccess;
 }
 
@@ -145,7 +210,7 @@ static void transport_mrs(int n, void **mhandles, void **tmrs) {
 }
 
 ncclResult_t gdr_core_irecv(void *recv_comm, int n, void **data, size_t *sizes, int *tags, void **mhandles,
-                            void **request) {
+                            void **phandles, void **request) {
   struct gdr_comm *c = recv_comm;
   void *tmrs[GDR_MAX_RECVS];
   void *treq = NULL;
@@ -154,11 +219,19 @@ ncclResult_t gdr_core_irecv(void *recv_comm, int n, void **data, size_t *sizes, 
   *request = NULL;
   res = recv_group_check(c, recv_comm, n, "irecv", "receives");
   if (res != ncclSuccess) return res;
+  for (int i = 0; i < n; i++) {
+    res = size_check(c, sizes[i], "irecv");
+    if (res != ncclSuccess) return res;
+  }
   if (c->reqs.nfree == 0) return ncclSuccess;
   transport_mrs(n, mhandles, tmrs);
   res = c->tp->irecv(c->tcomm, n, data, sizes, tags, tmrs, &treq);
   if (res != ncclSuccess) return failed_req(c, res, request);
-  if (treq != NULL) *request = wrap_req(c, GDR_REQ_RECV, n, treq);
+  if (treq != NULL) {
+    struct gdr_request *r = wrap_req(c, GDR_REQ_RECV, n, treq);
+    if (c->profiler != NULL && phandles != NULL) events_start(r, n, phandles, sizes, 1);
+    *request = r;
+  }
   return ncclSuccess;
 }
 
@@ -198,6 +271,7 @@ ncclResult_t gdr_core_test(void *request, int *done, size_t *sizes, int *n) {
   size_t own[GDR_MAX_RECVS];
   size_t *sz = sizes != NULL ? sizes : (r->kind == GDR_REQ_SEND || r->kind == GDR_REQ_RECV ? own : NULL);
   res = r->kind == GDR_REQ_FAILED ? r->error : c->tp->test(r->treq, done, sz);
+  if (r->nev > 0 && (res != ncclSuccess || *done)) events_stop(r);
   if (res != ncclSuccess || *done) {
     struct gdr_tp_counters *tc = &gdr_stats_tp[gdr_stats_tp_index(c->tp->name)];
     if (res != ncclSuccess) {

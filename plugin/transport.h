@@ -3,7 +3,10 @@
  * gdr_transport_rdma, built only when GDRNET_HAVE_RDMA is defined) implement it.
  *
  * It mirrors the ncclNet table with the version differences taken out: sizes are size_t, properties are the
- * union of every ABI version's fields (the api_vN adapters convert), there are no device handles.
+ * union of every ABI version's fields (the plugin/api/vN.c adapters convert), there are no device handles. What the
+ * newer versions add to a connection (the fused device's physical devices, the communicator's traffic class, the
+ * setNetAttr hints) reaches listen/connect as struct gdr_conn_opts; per-communicator contexts, profiler events
+ * and fused-device bookkeeping stay in the core.
  *
  * The core wraps every comm, request and memory handle a transport returns (struct gdr_comm / gdr_request /
  * gdr_mr in core.h) so that a connection can later move to another transport under NCCL's feet (RDMA -> TCP
@@ -35,6 +38,7 @@
 #include "sock.h"
 
 #define GDR_MAX_RECVS 8 /* largest grouped receive any transport may announce (NIB: 8) */
+#define GDR_MAX_FUSED 8 /* physical devices of one fused device (makeVDevice): v12's 8 (v9..v11: 4) */
 
 /* Device properties: every field of ncclNetProperties v8..v12. Strings are owned by the transport and live until
  * its fini(). */
@@ -52,9 +56,34 @@ struct gdr_props {
   int max_recvs;
   int net_device_type; /* NCCL_NET_DEVICE_HOST */
   int net_device_version;
-  size_t max_p2p_bytes;  /* v9+ */
+  size_t max_p2p_bytes;  /* v9+: largest isend/irecv; the core refuses bigger ones */
   size_t max_coll_bytes; /* v9+ */
+  /* filled by the core (a transport leaves them zero): */
+  int vdev_ndevs;                /* v9+ vProps: the physical devices behind this device (1: itself) */
+  int vdev_devs[GDR_MAX_FUSED];
+  int max_multi_request_size;    /* v11+ */
+  int rail_id, plane_id;         /* v12, -1 = unknown */
 };
+
+/* What a connection is asked for beyond its device, filled by the core from the ABI version's arguments.
+ *   - ndevs/devs: the physical devices of NCCL's device; devs[0] is the `dev` argument. ndevs > 1 only for a fused
+ *     device (makeVDevice) and only up to the transport's max_fused: the transport stripes the connection's traffic
+ *     over them. A transport with max_fused 1 always gets ndevs 1 (the core says so once per fused device).
+ *   - traffic_class: the communicator's (v10 connect config, v11+ init config), -1 undefined. Its knobs may take
+ *     precedence (RDMA: GDRNET_IB_TC/NCCL_IB_TC when set, as NCCL's IB transport).
+ *   - min_flows/max_flows: listen only: setNetAttr's receive-side flows per peer (the streams of the connections
+ *     it accepts), -1 undefined. */
+struct gdr_conn_opts {
+  int ndevs;
+  int devs[GDR_MAX_FUSED];
+  int traffic_class;
+  int min_flows, max_flows;
+};
+/* A connection on one physical device with nothing else asked (tests, tools). */
+static inline struct gdr_conn_opts gdr_conn_opts_one(int dev) {
+  struct gdr_conn_opts o = {1, {dev}, -1, -1, -1};
+  return o;
+}
 
 struct gdr_transport {
   const char *name; /* "tcp", "rdma" */
@@ -66,9 +95,13 @@ struct gdr_transport {
   ncclResult_t (*init)(int *ndev, char *why, size_t whylen);
   ncclResult_t (*get_properties)(int dev, struct gdr_props *props);
 
-  /* handle: NCCL's 128-byte buffer. listen fills it (use gdr_listener_open + gdr_listener_handle). */
-  ncclResult_t (*listen)(int dev, struct gdr_handle *handle, void **listen_comm);
-  ncclResult_t (*connect)(int dev, struct gdr_handle *handle, void **send_comm);
+  /* Physical devices one connection can stripe over (gdr_conn_opts.ndevs); 1 = no NIC fusion (yet). */
+  int max_fused;
+
+  /* handle: NCCL's 128-byte buffer. listen fills it (use gdr_listener_open + gdr_listener_handle). opts is never
+   * NULL; dev == opts->devs[0]. The accepted recv comm inherits what its listen comm was asked for. */
+  ncclResult_t (*listen)(int dev, const struct gdr_conn_opts *opts, struct gdr_handle *handle, void **listen_comm);
+  ncclResult_t (*connect)(int dev, const struct gdr_conn_opts *opts, struct gdr_handle *handle, void **send_comm);
   ncclResult_t (*accept)(void *listen_comm, void **recv_comm);
 
   /* comm: a send or recv comm of this transport. type: NCCL_PTR_HOST / NCCL_PTR_CUDA. reg_mr_dmabuf may be NULL

@@ -1,4 +1,5 @@
-/* The NCCL network-plugin ABI, version 8, as libnccl-net-gdr sees it.
+/* The NCCL network-plugin ABI, version 8 (NCCL 2.20.3+), as libnccl-net-gdr sees it. The types every version
+ * shares are in net_common.h.
  *
  * Typed from shared/NET_ABI.md (NVIDIA/nccl v2.19..v2.30). Field order is the ABI: never reorder.
  * The _Static_asserts below pin the x86_64 sizes and every field offset, so a mistake is a build
@@ -6,73 +7,11 @@
 #ifndef GDRNET_NET_V8_H
 #define GDRNET_NET_V8_H
 
-#include <stddef.h>
-#include <stdint.h>
+#include "gdrnet/net_common.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-/* Result codes (int enum in NCCL). A plugin never returns 7 (InProgress). */
-typedef enum {
-  ncclSuccess = 0,
-  ncclUnhandledCudaError = 1,
-  ncclSystemError = 2,
-  ncclInternalError = 3,
-  ncclInvalidArgument = 4,
-  ncclInvalidUsage = 5,
-  ncclRemoteError = 6,
-} ncclResult_t;
-
-/* Logger levels and subsystem flags. */
-typedef enum {
-  NCCL_LOG_NONE = 0,
-  NCCL_LOG_VERSION = 1,
-  NCCL_LOG_WARN = 2,
-  NCCL_LOG_INFO = 3,
-  NCCL_LOG_ABORT = 4,
-  NCCL_LOG_TRACE = 5,
-} ncclDebugLogLevel;
-
-typedef enum {
-  NCCL_INIT = 0x1,
-  NCCL_COLL = 0x2,
-  NCCL_P2P = 0x4,
-  NCCL_SHM = 0x8,
-  NCCL_NET = 0x10,
-  NCCL_GRAPH = 0x20,
-  NCCL_TUNING = 0x40,
-  NCCL_ENV = 0x80,
-  NCCL_ALLOC = 0x100,
-  NCCL_CALL = 0x200,
-  NCCL_PROXY = 0x400,
-  NCCL_NVLS = 0x800,
-  NCCL_BOOTSTRAP = 0x1000,
-  NCCL_REG = 0x2000,
-  NCCL_ALL = ~0,
-} ncclDebugLogSubSys;
-
-typedef void (*ncclDebugLogger_t)(ncclDebugLogLevel level, unsigned long flags, const char *file, int line,
-                                  const char *fmt, ...);
-
-#define NCCL_PTR_HOST 0x1
-#define NCCL_PTR_CUDA 0x2
-#define NCCL_PTR_DMABUF 0x4
-
-#define NCCL_NET_HANDLE_MAXSIZE 128
-#define NCCL_NET_MAX_REQUESTS 32
-
-#define NCCL_NET_DEVICE_HOST 0
-#define NCCL_NET_DEVICE_UNPACK 1
-
-/* Device handle: identical v7..v12, 32 bytes. */
-typedef struct {
-  int netDeviceType;
-  int netDeviceVersion;
-  void *handle;
-  size_t size;
-  int needsProxyProgress;
-} ncclNetDeviceHandle_v8_t;
 
 typedef struct {
   char *name;
@@ -114,14 +53,6 @@ typedef struct {
 } ncclNet_v8_t;
 
 #if defined(__x86_64__) || defined(__aarch64__)
-_Static_assert(sizeof(ncclResult_t) == 4, "ncclResult_t is an int enum");
-_Static_assert(sizeof(ncclNetDeviceHandle_v8_t) == 32, "device handle is 32 bytes");
-_Static_assert(offsetof(ncclNetDeviceHandle_v8_t, netDeviceType) == 0, "devHandle.netDeviceType");
-_Static_assert(offsetof(ncclNetDeviceHandle_v8_t, netDeviceVersion) == 4, "devHandle.netDeviceVersion");
-_Static_assert(offsetof(ncclNetDeviceHandle_v8_t, handle) == 8, "devHandle.handle");
-_Static_assert(offsetof(ncclNetDeviceHandle_v8_t, size) == 16, "devHandle.size");
-_Static_assert(offsetof(ncclNetDeviceHandle_v8_t, needsProxyProgress) == 24, "devHandle.needsProxyProgress");
-
 _Static_assert(sizeof(ncclNetProperties_v8_t) == 64, "v8 properties are 64 bytes");
 _Static_assert(offsetof(ncclNetProperties_v8_t, name) == 0, "props.name");
 _Static_assert(offsetof(ncclNetProperties_v8_t, pciPath) == 8, "props.pciPath");

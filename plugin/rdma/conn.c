@@ -238,7 +238,7 @@ static int qp_to_rtr_rts(struct gdr_rdma_comm *c, struct ibv_qp *qp, uint32_t rq
     at.ah_attr.grh.sgid_index = (uint8_t)c->lgid_index;
     at.ah_attr.grh.hop_limit = 255;
     at.ah_attr.grh.flow_label = 0;
-    at.ah_attr.grh.traffic_class = (uint8_t)gdr_param_int(GDR_PARAM_IB_TC);
+    at.ah_attr.grh.traffic_class = (uint8_t)gdr_rdma_traffic_class(c->tc);
   }
   int rc = gdr_ibv.modify_qp(qp, &at,
                              IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
@@ -396,6 +396,7 @@ static struct gdr_rdma_comm *comm_alloc(int devidx, int kind) {
   c->fd = -1;
   gdr_health_init(&c->health);
   atomic_init(&c->pending.state, 0);
+  c->tc = -1;
   snprintf(c->peer, sizeof(c->peer), "(connecting)");
   set_desc(c);
   c->fb.tcp_dev = gdr_rdma.tcp_dev;
@@ -569,12 +570,14 @@ static ncclResult_t connect_qps(struct gdr_rdma_comm *c, int expected_role) {
 
 /* ---------------------------------------------------------------------------------------- listen -- */
 
-ncclResult_t gdr_rdma_listen(int dev, struct gdr_handle *handle, void **listen_comm) {
+ncclResult_t gdr_rdma_listen(int dev, const struct gdr_conn_opts *opts, struct gdr_handle *handle,
+                             void **listen_comm) {
   *listen_comm = NULL;
   if (dev < 0 || dev >= gdr_rdma.ndevs) return ncclInvalidArgument;
   struct gdr_rdma_listen *l = calloc(1, sizeof(*l));
   if (l == NULL) return ncclSystemError;
   l->dev = dev;
+  l->tc = opts->traffic_class;
   ncclResult_t res = gdr_listener_open(&l->l, &gdr_rdma.if_addr, GDR_TP_RDMA, GDR_CAP_RDMA);
   if (res != ncclSuccess) {
     free(l);
@@ -640,16 +643,18 @@ static ncclResult_t hs_recv(struct gdr_rdma_comm *c, uint32_t type, void *data, 
 enum { CS_TCP = 1, CS_SEND_HS, CS_RECV_HS, CS_SEND_READY, CS_RECV_TCPH, CS_TCP_CONNECT, CS_TCP_DIRECT };
 
 /* A peer without RDMA listens with a TCP handle: the connection is a TCP one inside this RDMA comm. */
-static ncclResult_t connect_tcp_peer(int dev, struct gdr_handle *handle, void **send_comm) {
+static ncclResult_t connect_tcp_peer(int dev, const struct gdr_conn_opts *opts, struct gdr_handle *handle,
+                                     void **send_comm) {
   ncclResult_t res = ncclSuccess;
   void *tc = NULL;
+  struct gdr_conn_opts to = gdr_rdma_tcp_opts(opts->traffic_class);
   struct gdr_rdma_comm *c;
   if (!gdr_rdma.tcp_ok) {
     GDR_WARN("connect: the peer listens with the TCP transport (it has no usable RDMA device) and this process has "
              "no TCP transport to meet it (GDRNET_FALLBACK=0?)");
     return ncclInvalidUsage;
   }
-  GDR_CHECK(gdr_transport_tcp.connect(gdr_rdma.tcp_dev, handle, &tc));
+  GDR_CHECK(gdr_transport_tcp.connect(gdr_rdma.tcp_dev, &to, handle, &tc));
   if (tc == NULL) return ncclSuccess; /* in progress (its state is in the handle) */
   c = comm_alloc(dev, GDR_RCOMM_SEND);
   if (c == NULL) {
@@ -666,11 +671,12 @@ out:
   return res;
 }
 
-ncclResult_t gdr_rdma_connect(int dev, struct gdr_handle *handle, void **send_comm) {
+ncclResult_t gdr_rdma_connect(int dev, const struct gdr_conn_opts *opts, struct gdr_handle *handle,
+                              void **send_comm) {
   *send_comm = NULL;
   ncclResult_t res = ncclSuccess;
   struct gdr_rdma_comm *c = NULL;
-  if (handle->magic == GDR_HANDLE_MAGIC && handle->transport == GDR_TP_TCP) return connect_tcp_peer(dev, handle, send_comm);
+  if (handle->magic == GDR_HANDLE_MAGIC && handle->transport == GDR_TP_TCP) return connect_tcp_peer(dev, opts, handle, send_comm);
   c = gdr_handle_state_get(handle);
   if (c == NULL) {
     if (dev < 0 || dev >= gdr_rdma.ndevs) return ncclInvalidArgument;
@@ -682,6 +688,7 @@ ncclResult_t gdr_rdma_connect(int dev, struct gdr_handle *handle, void **send_co
     }
     c = comm_alloc(dev, GDR_RCOMM_SEND);
     if (c == NULL) return ncclSystemError;
+    c->tc = opts->traffic_class;
     gdr_sockaddr_str(&peer, c->peer, sizeof(c->peer));
     set_desc(c);
     c->nqps = gdr_rdma.nqps;
@@ -761,7 +768,8 @@ ncclResult_t gdr_rdma_connect(int dev, struct gdr_handle *handle, void **send_co
   } /* fall through */
   case CS_TCP_CONNECT: {
     void *tc = NULL;
-    GDR_CHECK(gdr_transport_tcp.connect(gdr_rdma.tcp_dev, &c->fb.tcp_handle, &tc));
+    struct gdr_conn_opts to = gdr_rdma_tcp_opts(c->tc);
+    GDR_CHECK(gdr_transport_tcp.connect(gdr_rdma.tcp_dev, &to, &c->fb.tcp_handle, &tc));
     if (tc == NULL) return stage_deadline(c, "the TCP connection");
     tcp_only_done(c, tc);
     break;
@@ -800,6 +808,7 @@ ncclResult_t gdr_rdma_accept(void *listen_comm, void **recv_comm) {
       close(s.fd);
       return ncclSystemError;
     }
+    c->tc = l->tc;
     l->pending = c;
     GDR_CHECK(ctrl_established(c, s.fd, &s.peer));
     arm_deadline(c);
@@ -871,7 +880,8 @@ ncclResult_t gdr_rdma_accept(void *listen_comm, void **recv_comm) {
       goto out;
     }
     memset(&c->fb.tcp_handle, 0, sizeof(c->fb.tcp_handle));
-    GDR_CHECK(gdr_transport_tcp.listen(gdr_rdma.tcp_dev, &c->fb.tcp_handle, &c->fb.tcp_listen));
+    struct gdr_conn_opts to = gdr_rdma_tcp_opts(c->tc);
+    GDR_CHECK(gdr_transport_tcp.listen(gdr_rdma.tcp_dev, &to, &c->fb.tcp_handle, &c->fb.tcp_listen));
     c->stage = AS_SEND_TCPH;
   } /* fall through */
   case AS_SEND_TCPH: {

@@ -90,8 +90,10 @@ static void enqueue(struct gdr_rdma_comm *c, struct gdr_rdma_req *r) {
 }
 
 static ncclResult_t open_listener(struct gdr_rdma_comm *c) {
+  struct gdr_conn_opts to = gdr_conn_opts_one(c->fb.tcp_dev);
+  to.traffic_class = c->tc;
   memset(&c->fb.tcp_handle, 0, sizeof(c->fb.tcp_handle));
-  return gdr_transport_tcp.listen(c->fb.tcp_dev, &c->fb.tcp_handle, &c->fb.tcp_listen);
+  return gdr_transport_tcp.listen(c->fb.tcp_dev, &to, &c->fb.tcp_handle, &c->fb.tcp_listen);
 }
 
 static ncclResult_t send_rstate(struct gdr_rdma_comm *c) {
@@ -267,8 +269,10 @@ static void tcp_connect_step(struct gdr_rdma_comm *c) {
   struct gdr_rdma_fb *fb = &c->fb;
   void *tc = fb->tcp;
   ncclResult_t r = ncclSuccess;
+  struct gdr_conn_opts to = gdr_conn_opts_one(fb->tcp_dev);
+  to.traffic_class = c->tc;
   if (tc == NULL && is_sender(c))
-    r = gdr_transport_tcp.connect(fb->tcp_dev, &fb->tcp_handle, &tc);
+    r = gdr_transport_tcp.connect(fb->tcp_dev, &to, &fb->tcp_handle, &tc);
   else if (tc == NULL)
     r = gdr_transport_tcp.accept(fb->tcp_listen, &tc);
   /* else an earlier fallback's TCP connection carries on */

@@ -311,6 +311,8 @@ struct gdr_rdma_comm {
   uint16_t llid;
   int lgid_index;
 
+  int tc; /* the communicator's traffic class (-1 undefined): see gdr_rdma_traffic_class */
+
   struct gdr_health health;
   struct gdr_rdma_pending pending; /* from the async thread */
   struct gdr_rdma_rec rec;
@@ -347,6 +349,7 @@ struct gdr_rdma_comm {
 
 struct gdr_rdma_listen {
   int dev;
+  int tc; /* the communicator's traffic class for the accepted comms (-1 undefined) */
   struct gdr_listener l;
   struct gdr_rdma_comm *pending; /* the connection being accepted */
 };
@@ -357,9 +360,29 @@ const struct gdr_fault_class *gdr_rdma_fault_event(int event);
 const struct gdr_fault_class *gdr_rdma_fault_wc_table(int *n);
 const struct gdr_fault_class *gdr_rdma_fault_event_table(int *n);
 
+/* The GRH traffic class of a connection's QPs, NCCL's IB precedence (ANCHORS.md "Traffic class"): GDRNET_IB_TC /
+ * NCCL_IB_TC when set, else the communicator's (comm_tc, -1 undefined), else the knob's default. */
+static inline int gdr_rdma_traffic_class(int comm_tc) {
+  if (comm_tc < 0 || gdr_param_source(GDR_PARAM_IB_TC) != GDR_PSRC_DEFAULT)
+    return (int)gdr_param_int(GDR_PARAM_IB_TC);
+  return comm_tc & 0xff;
+}
+
+/* The TCP transport's options for a connection this RDMA comm carries over TCP: the communicator's traffic class
+ * (-1 undefined) is kept. */
+static inline struct gdr_conn_opts gdr_rdma_tcp_opts(int tc) {
+  struct gdr_conn_opts o = gdr_conn_opts_one(gdr_rdma.tcp_dev);
+  o.traffic_class = tc;
+  return o;
+}
+
 /* conn.c */
-ncclResult_t gdr_rdma_listen(int dev, struct gdr_handle *handle, void **listen_comm);
-ncclResult_t gdr_rdma_connect(int dev, struct gdr_handle *handle, void **send_comm);
+/* opts: ndevs is 1 (max_fused 1: the core runs a fused device's connections on its first device); its
+ * traffic_class is the connection's (the accepted recv comms get the listen's). */
+ncclResult_t gdr_rdma_listen(int dev, const struct gdr_conn_opts *opts, struct gdr_handle *handle,
+                             void **listen_comm);
+ncclResult_t gdr_rdma_connect(int dev, const struct gdr_conn_opts *opts, struct gdr_handle *handle,
+                              void **send_comm);
 ncclResult_t gdr_rdma_accept(void *listen_comm, void **recv_comm);
 ncclResult_t gdr_rdma_close_send(void *send_comm);
 ncclResult_t gdr_rdma_close_recv(void *recv_comm);

@@ -4,6 +4,7 @@
 const struct gdr_transport gdr_transport_rdma = {
   .name = "rdma",
   .id = GDR_TP_RDMA,
+  .max_fused = 1, /* one device per connection: a fused device runs on its first (docs/abi.md, NIC fusion) */
   .init = gdr_rdma_init,
   .get_properties = gdr_rdma_get_properties,
   .listen = gdr_rdma_listen,

@@ -37,6 +37,14 @@
  * reads it only when it needs something (a CTS, credits at or below C/4) and at least every TCP_SEND_POLL_CALLS
  * isend/test calls (to see an ERR_RECV or the peer's close when it has no CTS to wait for).
  *
+ * Fused devices (makeVDevice; opts->ndevs > 1): the listener listens on every member's address (one socket each,
+ * one nonce), its data streams are a multiple of the member count, and it tells a connector that understands it
+ * (TCP_FEAT_FUSED) its addresses on the control stream right after the HELLO (blob TCP_BLOB_ADDRS); that connector
+ * opens data stream s to address (s - 1) % n, so the chunks, which rotate over the streams, are striped over the
+ * receiver's interfaces (and, with rail-aligned subnets, over the sender's by its routes). A connector that does not
+ * (an older plugin) puts every stream on the first address, which also works. The communicator's traffic class, when
+ * defined, is the IP TOS / IPv6 traffic class of the connection's sockets.
+ *
  * Failure: EOF/reset on any stream, or TCP_USER_TIMEOUT/keepalive expiry (GDRNET_TCP_TIMEOUT_MS) on a silent peer,
  * fails the comm; test() then returns ncclRemoteError/ncclSystemError with a WARN naming the peer. A receiver whose
  * peer closed cleanly keeps completing what is still in flight and fails only what can no longer arrive. */
@@ -66,6 +74,9 @@ static inline size_t gdr_tcp_chunk_len(const struct gdr_tcp_plan *p, size_t size
 
 /* Stream/thread counts for this host: GDRNET_TCP_NSOCKS/NTHREADS, their NCCL aliases, the core count. */
 void gdr_tcp_resolve_streams(int *nsocks, int *nthreads);
+/* The same for one listener: bounded by setNetAttr's flows per peer, and a multiple of the fused device count (at
+ * least one stream per member). */
+void gdr_tcp_streams_for(const struct gdr_conn_opts *opts, int *nsocks, int *nthreads);
 
 /* ------------------------------------------------------------------------------------------- internals -- */
 
@@ -76,6 +87,7 @@ void gdr_tcp_resolve_streams(int *nsocks, int *nthreads);
 #define TCP_CHUNK_MAGIC 0x4b4e4843u /* "CHNK" */
 
 #define TCP_MAX_CREDITS 1024
+#define TCP_MAX_MESSAGE ((size_t)1 << 40) /* maxP2pBytes/maxCollBytes (v9+) */
 
 /* TCP wire protocol version and features, carried in the handshake's transport-specific bytes: the listener's in
  * the handle (tp_data), the connector's in the HELLO of every stream (tp_data). Plugins older than version 2 leave
@@ -89,17 +101,23 @@ void gdr_tcp_resolve_streams(int *nsocks, int *nthreads);
 #define TCP_PROTO_MIN 1 /* oldest peer version this plugin interoperates with (1 = zero tp_data) */
 #define TCP_FEAT_EAGER 0x1u /* understands GRANT, sends EAGER/RTS, receives CREDIT */
 #define TCP_FEAT_GROUPS 0x2u /* (version 3) understands CTS_GROUP, names each message's tag in EAGER: grouped receives */
+#define TCP_FEAT_FUSED 0x4u /* listener: sends its addresses (TCP_BLOB_ADDRS) to a connector announcing it, which
+                             * understands them and spreads its data streams over them */
+#define TCP_BLOB_ADDRS 0x52444154u /* "TADR": struct gdr_wire_addr[ndevs], listener -> connector, control stream */
 struct tcp_proto {
   uint32_t magic;    /* TCP_PROTO_MAGIC, or 0 from a version-1 peer */
   uint16_t version;  /* TCP_PROTO_VERSION of the writer */
   uint16_t min_peer; /* the oldest peer version the writer can talk to */
   uint32_t features; /* TCP_FEAT_* */
-  uint8_t pad[20];
+  uint8_t ndevs;     /* listener (handle): the addresses it listens on; 0 or 1: the handle's only */
+  uint8_t pad[19];
 };
 _Static_assert(sizeof(struct tcp_proto) == 32, "tcp_proto fills tp_data");
 void gdr_tcp_proto_local(struct tcp_proto *p);
 /* Reads a peer's tp_data: its version (1 for zeros) and features; -1 with why set when it cannot be spoken to. */
 int gdr_tcp_proto_peer(const void *tp_data, unsigned *version, uint32_t *features, char *why, size_t whylen);
+/* A listener's address count from its handle's tp_data (1 for an older plugin). */
+int gdr_tcp_proto_ndevs(const void *tp_data);
 #define TCP_SEND_POLL_CALLS 32 /* a sender reads the control stream at least once per this many isend/test calls */
 
 /* Control messages. r->s: receiver to sender; s->r: sender to receiver. */
@@ -325,8 +343,10 @@ ncclResult_t gdr_tcp_test(void *request, int *done, size_t *sizes);
 /* tcp_init.c */
 ncclResult_t gdr_tcp_dev_addr(int dev, union gdr_sockaddr *addr);
 /* tcp_conn.c */
-ncclResult_t gdr_tcp_listen(int dev, struct gdr_handle *handle, void **listen_comm);
-ncclResult_t gdr_tcp_connect(int dev, struct gdr_handle *handle, void **send_comm);
+ncclResult_t gdr_tcp_listen(int dev, const struct gdr_conn_opts *opts, struct gdr_handle *handle,
+                            void **listen_comm);
+ncclResult_t gdr_tcp_connect(int dev, const struct gdr_conn_opts *opts, struct gdr_handle *handle,
+                             void **send_comm);
 ncclResult_t gdr_tcp_accept(void *listen_comm, void **recv_comm);
 ncclResult_t gdr_tcp_close_send(void *send_comm);
 ncclResult_t gdr_tcp_close_recv(void *recv_comm);

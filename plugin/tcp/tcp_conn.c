@@ -22,13 +22,18 @@ struct tcp_group { /* streams of one incoming connection, gathered by conn_id */
   int ctrl_fd;
   unsigned peer_version; /* from the control stream's HELLO */
   uint32_t peer_features;
+  int addrs_pending;          /* fused listener: its addresses still to be sent on ctrl_fd */
+  struct gdr_blob_io addrs_io;
   int nfds;
   int fds[TCP_MAX_STREAMS];
 };
 
 struct tcp_listen {
-  struct gdr_listener l;
+  int nl;                   /* addresses listened on: 1, or the fused device's members */
+  struct gdr_listener *l;   /* nl of them, one nonce */
+  struct gdr_wire_addr addrs[GDR_MAX_FUSED];
   int dev;
+  int tc; /* traffic class of the accepted comms' sockets, -1 none */
   int nsocks, nthreads;
   struct tcp_group groups[TCP_MAX_GROUPS];
 };
@@ -38,6 +43,11 @@ struct tcp_connecting { /* lives in the handle's state while connect() is re-ent
   unsigned peer_version; /* from the handle */
   uint32_t peer_features;
   int nsocks, nthreads;
+  int naddrs;         /* fused listener: its addresses, read from the control stream before the data streams */
+  int data_started;   /* the data stream connectors are started */
+  uint64_t deadline_ns;
+  struct gdr_blob_io addrs_io;
+  struct gdr_wire_addr addrs[GDR_MAX_FUSED];
   int ndone;
   int done[1 + TCP_MAX_STREAMS];
   struct gdr_connector conn[1 + TCP_MAX_STREAMS];
@@ -61,7 +71,14 @@ void gdr_tcp_proto_local(struct tcp_proto *p) {
   p->magic = TCP_PROTO_MAGIC;
   p->version = TCP_PROTO_VERSION;
   p->min_peer = TCP_PROTO_MIN;
-  p->features = TCP_FEAT_EAGER | TCP_FEAT_GROUPS;
+  p->features = TCP_FEAT_EAGER | TCP_FEAT_GROUPS | TCP_FEAT_FUSED;
+}
+
+int gdr_tcp_proto_ndevs(const void *tp_data) {
+  struct tcp_proto p;
+  memcpy(&p, tp_data, sizeof(p));
+  if (p.magic != TCP_PROTO_MAGIC || !(p.features & TCP_FEAT_FUSED) || p.ndevs < 1) return 1;
+  return p.ndevs;
 }
 
 int gdr_tcp_proto_peer(const void *tp_data, unsigned *version, uint32_t *features, char *why, size_t whylen) {
@@ -121,9 +138,22 @@ static void comm_free(struct tcp_comm *c) {
 }
 
 /* Builds a comm from established streams; takes ownership of the fds (closed on failure). */
+/* The communicator's traffic class as the IP TOS / IPv6 traffic class of a socket (tc < 0: leave it). */
+static ncclResult_t set_tclass(int fd, int family, int tc) {
+  ncclResult_t res = ncclSuccess;
+  if (tc < 0) goto out;
+  if (family == AF_INET6) {
+    GDR_SYSCHECK(setsockopt(fd, IPPROTO_IPV6, IPV6_TCLASS, &tc, sizeof(tc)), "setsockopt(IPV6_TCLASS)");
+  } else {
+    GDR_SYSCHECK(setsockopt(fd, IPPROTO_IP, IP_TOS, &tc, sizeof(tc)), "setsockopt(IP_TOS)");
+  }
+out:
+  return res;
+}
+
 static ncclResult_t comm_create(int is_send, int dev, int ctrl_fd, const int *fds, int nsocks, int nthreads,
                                 const union gdr_sockaddr *peer, unsigned peer_version, uint32_t peer_features,
-                                struct tcp_comm **out) {
+                                int tc, struct tcp_comm **out) {
   ncclResult_t res = ncclSuccess;
   struct tcp_comm *c = calloc(1, sizeof(*c));
   int timeout = (int)gdr_param_int(GDR_PARAM_TCP_TIMEOUT_MS);
@@ -188,9 +218,11 @@ static ncclResult_t comm_create(int is_send, int dev, int ctrl_fd, const int *fd
   }
   GDR_CHECK(gdr_sock_set_nonblocking(ctrl_fd, 1));
   GDR_CHECK(gdr_sock_tune(ctrl_fd, 1, 0, timeout));
+  GDR_CHECK(set_tclass(ctrl_fd, peer->sa.sa_family, tc));
   for (int s = 0; s < nsocks; s++) {
     GDR_CHECK(gdr_sock_set_nonblocking(fds[s], 0));
     GDR_CHECK(gdr_sock_tune(fds[s], 1, sockbuf, timeout));
+    GDR_CHECK(set_tclass(fds[s], peer->sa.sa_family, tc));
   }
   GDR_CHECK(gdr_tcp_eager_setup(c));
   GDR_CHECK(gdr_tcp_comm_start(c));
@@ -235,46 +267,63 @@ ncclResult_t gdr_tcp_comm_start(struct tcp_comm *c) {
 
 /* ------------------------------------------------------------------------------------------------ listen -- */
 
-ncclResult_t gdr_tcp_listen(int dev, struct gdr_handle *handle, void **listen_comm) {
+static void listen_free(struct tcp_listen *lc) {
+  if (lc->l != NULL)
+    for (int i = 0; i < lc->nl; i++) gdr_listener_close(&lc->l[i]);
+  for (int g = 0; g < TCP_MAX_GROUPS; g++) group_clear(&lc->groups[g]);
+  free(lc->l);
+  free(lc);
+}
+
+ncclResult_t gdr_tcp_listen(int dev, const struct gdr_conn_opts *opts, struct gdr_handle *handle,
+                            void **listen_comm) {
   ncclResult_t res = ncclSuccess;
   struct tcp_listen *lc = calloc(1, sizeof(*lc));
-  union gdr_sockaddr addr;
+  int n = opts->ndevs > 1 ? opts->ndevs : 1;
 
   *listen_comm = NULL;
-  if (lc == NULL) {
+  if (lc == NULL || (lc->l = calloc((size_t)n, sizeof(*lc->l))) == NULL) {
     GDR_WARN("TCP listen: out of memory");
+    free(lc);
     return ncclSystemError;
   }
-  lc->l.fd = -1;
   for (int g = 0; g < TCP_MAX_GROUPS; g++) group_init(&lc->groups[g]);
   lc->dev = dev;
-  gdr_tcp_resolve_streams(&lc->nsocks, &lc->nthreads);
-  GDR_CHECK(gdr_tcp_dev_addr(dev, &addr));
-  GDR_CHECK(gdr_listener_open(&lc->l, &addr, GDR_TP_TCP, GDR_CAP_TCP));
-  gdr_listener_handle(&lc->l, (uint32_t)dev, handle);
+  lc->tc = opts->traffic_class;
+  gdr_tcp_streams_for(opts, &lc->nsocks, &lc->nthreads);
+  /* one listening socket per address; the others take the first one's nonce (the handle carries one) */
+  for (; lc->nl < n; lc->nl++) {
+    union gdr_sockaddr addr;
+    struct gdr_handle h;
+    GDR_CHECK(gdr_tcp_dev_addr(opts->devs[lc->nl], &addr));
+    GDR_CHECK(gdr_listener_open(&lc->l[lc->nl], &addr, GDR_TP_TCP, GDR_CAP_TCP));
+    if (lc->nl > 0) lc->l[lc->nl].nonce = lc->l[0].nonce;
+    gdr_listener_handle(&lc->l[lc->nl], (uint32_t)dev, &h);
+    lc->addrs[lc->nl] = h.addr;
+  }
+  gdr_listener_handle(&lc->l[0], (uint32_t)dev, handle);
   {
     struct tcp_proto p;
     gdr_tcp_proto_local(&p);
+    p.ndevs = (uint8_t)n;
     memcpy(handle->tp_data, &p, sizeof(p));
   }
   handle->nstreams = (uint16_t)lc->nsocks;
   handle->nthreads = (uint16_t)lc->nthreads;
+  if (n > 1)
+    GDR_INFO(NCCL_NET, "TCP: listening on %d addresses of fused device %d, %d data stream(s) spread over them", n,
+             dev, lc->nsocks);
   *listen_comm = lc;
   lc = NULL;
 out:
-  if (lc != NULL) {
-    gdr_listener_close(&lc->l);
-    free(lc);
-  }
+  if (lc != NULL) listen_free(lc);
   return res;
 }
 
 ncclResult_t gdr_tcp_close_listen(void *listen_comm) {
   struct tcp_listen *lc = listen_comm;
   if (lc == NULL) return ncclSuccess;
-  gdr_listener_close(&lc->l);
-  for (int g = 0; g < TCP_MAX_GROUPS; g++) group_clear(&lc->groups[g]);
-  free(lc);
+  listen_free(lc);
   return ncclSuccess;
 }
 
@@ -291,11 +340,58 @@ static void connecting_free(struct tcp_connecting *st) {
   free(st);
 }
 
-ncclResult_t gdr_tcp_connect(int dev, struct gdr_handle *handle, void **send_comm) {
+/* Starts the data stream connectors: stream s (1..nsocks) to the listener's address (s - 1) % naddrs (the
+ * handle's only one unless the listener sent its fused addresses). */
+static ncclResult_t start_data(struct tcp_connecting *st, const struct gdr_handle *handle) {
+  ncclResult_t res = ncclSuccess;
+  struct tcp_proto me;
+  gdr_tcp_proto_local(&me);
+  for (int i = 1; i <= st->nsocks; i++) {
+    struct gdr_handle h = *handle;
+    if (st->naddrs > 1) h.addr = st->addrs[(i - 1) % st->naddrs];
+    GDR_CHECK(gdr_connector_start(&st->conn[i], &h, GDR_STREAM_DATA, (uint16_t)i, (uint16_t)st->nsocks, st->conn_id,
+                                  GDR_CAP_TCP, &me));
+  }
+  st->data_started = 1;
+out:
+  return res;
+}
+
+/* A fused listener's addresses, read from the control stream once it is up (non-blocking). *done when read. */
+static ncclResult_t read_addrs(struct tcp_connecting *st, int n, int *done) {
+  ncclResult_t res = ncclSuccess;
+  uint32_t len = 0;
+  char a[GDR_ADDR_STRLEN];
+  *done = 0;
+  res = gdr_sock_blob_recv(st->conn[0].fd, &st->addrs_io, TCP_BLOB_ADDRS, st->addrs, sizeof(st->addrs), &len, done);
+  if (res != ncclSuccess) goto out;
+  if (!*done) {
+    if (gdr_time_ns() > st->deadline_ns) {
+      GDR_WARN("TCP connect to %s: the listener's fused addresses did not come within GDRNET_CONNECT_TIMEOUT_MS=%lld",
+               gdr_sockaddr_str(&st->conn[0].peer, a, sizeof(a)),
+               (long long)gdr_param_int(GDR_PARAM_CONNECT_TIMEOUT_MS));
+      res = ncclRemoteError;
+    }
+    goto out;
+  }
+  if (len != (uint32_t)n * sizeof(struct gdr_wire_addr)) {
+    GDR_WARN("TCP connect to %s: the listener sent %u bytes of addresses for its %d addresses",
+             gdr_sockaddr_str(&st->conn[0].peer, a, sizeof(a)), len, n);
+    res = ncclRemoteError;
+    goto out;
+  }
+  st->naddrs = n;
+out:
+  return res;
+}
+
+ncclResult_t gdr_tcp_connect(int dev, const struct gdr_conn_opts *opts, struct gdr_handle *handle,
+                             void **send_comm) {
   ncclResult_t res = ncclSuccess;
   struct tcp_connecting *st = gdr_handle_state_get(handle);
   union gdr_sockaddr peer;
   int fds[TCP_MAX_STREAMS];
+  int naddrs = gdr_tcp_proto_ndevs(handle->tp_data);
 
   *send_comm = NULL;
   if (st == NULL) {
@@ -337,10 +433,13 @@ ncclResult_t gdr_tcp_connect(int dev, struct gdr_handle *handle, void **send_com
     st->nsocks = handle->nstreams;
     st->nthreads = handle->nthreads;
     for (int i = 0; i <= st->nsocks; i++) st->conn[i].fd = -1;
+    st->deadline_ns = gdr_time_ns() + (uint64_t)gdr_param_int(GDR_PARAM_CONNECT_TIMEOUT_MS) * 1000000ull;
     res = gdr_random_bytes(&st->conn_id, sizeof(st->conn_id));
-    for (int i = 0; i <= st->nsocks && res == ncclSuccess; i++)
-      res = gdr_connector_start(&st->conn[i], handle, i == 0 ? GDR_STREAM_CTRL : GDR_STREAM_DATA, (uint16_t)i,
-                                (uint16_t)st->nsocks, st->conn_id, GDR_CAP_TCP, &me);
+    if (res == ncclSuccess)
+      res = gdr_connector_start(&st->conn[0], handle, GDR_STREAM_CTRL, 0, (uint16_t)st->nsocks, st->conn_id,
+                                GDR_CAP_TCP, &me);
+    /* a fused listener's data streams wait for its addresses, which come on the control stream */
+    if (res == ncclSuccess && naddrs == 1) res = start_data(st, handle);
     if (res != ncclSuccess) {
       connecting_free(st);
       st = NULL;
@@ -348,7 +447,7 @@ ncclResult_t gdr_tcp_connect(int dev, struct gdr_handle *handle, void **send_com
     }
     gdr_handle_state_set(handle, st);
   }
-  for (int i = 0; i <= st->nsocks; i++) {
+  for (int i = 0; i <= (st->data_started ? st->nsocks : 0); i++) {
     int done = 0;
     if (st->done[i]) continue;
     res = gdr_connector_poll(&st->conn[i], &done);
@@ -357,6 +456,16 @@ ncclResult_t gdr_tcp_connect(int dev, struct gdr_handle *handle, void **send_com
       st->done[i] = 1;
       st->ndone++;
     }
+  }
+  if (!st->data_started) {
+    int done = 0;
+    if (!st->done[0]) goto out;
+    res = read_addrs(st, naddrs, &done);
+    if (res != ncclSuccess) goto fail;
+    if (!done) goto out;
+    res = start_data(st, handle);
+    if (res != ncclSuccess) goto fail;
+    goto out; /* the data streams progress from the next call */
   }
   if (st->ndone <= st->nsocks) goto out; /* not yet: NCCL calls again */
   for (int i = 0; i < st->nsocks; i++) fds[i] = st->conn[1 + i].fd;
@@ -372,8 +481,10 @@ ncclResult_t gdr_tcp_connect(int dev, struct gdr_handle *handle, void **send_com
     free(st);
     st = NULL;
     gdr_handle_state_set(handle, NULL);
-    GDR_CHECK(comm_create(1, dev, ctrl, fds, ns, nt, &peer, pver, pfeat, &c));
-    GDR_INFO(NCCL_NET, "TCP: connected to %s with %d data stream(s), %d helper thread(s)", c->peer_str, ns, nt);
+    GDR_CHECK(comm_create(1, dev, ctrl, fds, ns, nt, &peer, pver, pfeat, opts->traffic_class, &c));
+    GDR_INFO(NCCL_NET, "TCP: connected to %s with %d data stream(s)%s, %d helper thread(s)%s", c->peer_str, ns,
+             naddrs > 1 ? " over the listener's fused addresses" : "", nt,
+             opts->traffic_class >= 0 ? ", traffic class set" : "");
     *send_comm = c;
   }
   goto out;
@@ -393,18 +504,38 @@ static void group_reject(struct tcp_listen *lc, struct gdr_stream *s, const char
   (void)lc;
 }
 
+/* A fused listener's addresses to the connector of group g (a few hundred bytes into a fresh socket: sent at once
+ * in practice, finished by a later accept otherwise). -1 when the group was dropped. */
+static int send_addrs(struct tcp_listen *lc, struct tcp_group *g) {
+  int done = 0;
+  ncclResult_t r = gdr_sock_blob_send(g->ctrl_fd, &g->addrs_io, TCP_BLOB_ADDRS, lc->addrs,
+                                      (uint32_t)((size_t)lc->nl * sizeof(lc->addrs[0])), &done);
+  if (r != ncclSuccess) {
+    char a[GDR_ADDR_STRLEN];
+    GDR_WARN("TCP accept: sending the fused addresses to %s failed; connection dropped",
+             gdr_sockaddr_str(&g->peer, a, sizeof(a)));
+    group_clear(g);
+    return -1;
+  }
+  if (done) g->addrs_pending = 0;
+  return 0;
+}
+
 ncclResult_t gdr_tcp_accept(void *listen_comm, void **recv_comm) {
   ncclResult_t res = ncclSuccess;
   struct tcp_listen *lc = listen_comm;
   uint64_t now = gdr_time_ns();
 
   *recv_comm = NULL;
-  for (;;) {
+  for (int i = 0; i < TCP_MAX_GROUPS; i++)
+    if (lc->groups[i].used && lc->groups[i].addrs_pending) (void)send_addrs(lc, &lc->groups[i]);
+  for (int li = 0; li < lc->nl; li++) {
     struct gdr_stream s;
     struct tcp_group *g = NULL;
     int got = 0;
-    GDR_CHECK(gdr_listener_poll(&lc->l, &s, &got));
-    if (!got) break;
+    GDR_CHECK(gdr_listener_poll(&lc->l[li], &s, &got));
+    if (!got) continue;
+    li = -1; /* something came: poll every listener again */
     if (s.hello.nstreams != lc->nsocks) {
       group_reject(lc, &s, "its connection has a different stream count than this listener offered");
       continue;
@@ -433,6 +564,7 @@ ncclResult_t gdr_tcp_accept(void *listen_comm, void **recv_comm) {
       }
       g->ctrl_fd = s.fd;
       g->peer = s.peer;
+      g->addrs_pending = lc->nl > 1 && (g->peer_features & TCP_FEAT_FUSED);
     } else if (s.hello.kind == GDR_STREAM_DATA && s.hello.stream >= 1 && g->fds[s.hello.stream - 1] < 0) {
       g->fds[s.hello.stream - 1] = s.fd;
       g->nfds++;
@@ -440,7 +572,8 @@ ncclResult_t gdr_tcp_accept(void *listen_comm, void **recv_comm) {
       group_reject(lc, &s, "duplicate or inconsistent stream");
       continue;
     }
-    if (g->ctrl_fd >= 0 && g->nfds == lc->nsocks) {
+    if (g->addrs_pending && send_addrs(lc, g) != 0) continue;
+    if (g->ctrl_fd >= 0 && !g->addrs_pending && g->nfds == lc->nsocks) {
       struct tcp_comm *c = NULL;
       int ctrl = g->ctrl_fd;
       int fds[TCP_MAX_STREAMS];
@@ -453,7 +586,7 @@ ncclResult_t gdr_tcp_accept(void *listen_comm, void **recv_comm) {
       }
       g->ctrl_fd = -1;
       group_clear(g);
-      GDR_CHECK(comm_create(0, lc->dev, ctrl, fds, lc->nsocks, lc->nthreads, &peer, pver, pfeat, &c));
+      GDR_CHECK(comm_create(0, lc->dev, ctrl, fds, lc->nsocks, lc->nthreads, &peer, pver, pfeat, lc->tc, &c));
       GDR_INFO(NCCL_NET, "TCP: accepted %s with %d data stream(s), %d helper thread(s)", c->peer_str, lc->nsocks,
                lc->nthreads);
       *recv_comm = c;

@@ -71,6 +71,22 @@ void gdr_tcp_resolve_streams(int *nsocks, int *nthreads) {
   *nthreads = nt;
 }
 
+void gdr_tcp_streams_for(const struct gdr_conn_opts *o, int *nsocks, int *nthreads) {
+  int nt_knob = (int)gdr_param_int(GDR_PARAM_TCP_NTHREADS);
+  int n = o->ndevs > 1 ? o->ndevs : 1;
+  int ns, nt;
+  gdr_tcp_resolve_streams(&ns, &nt);
+  if (o->max_flows > 0 && ns > o->max_flows) ns = o->max_flows;
+  if (o->min_flows > 0 && ns < o->min_flows) ns = o->min_flows;
+  if (ns < n) ns = n;
+  ns = (ns + n - 1) / n * n;
+  if (ns > TCP_MAX_STREAMS) ns = TCP_MAX_STREAMS - TCP_MAX_STREAMS % n;
+  if (nt_knob == GDR_PARAM_AUTO || nt_knob > ns) nt = ns;
+  else nt = nt_knob < 1 ? 1 : nt_knob;
+  *nsocks = ns;
+  *nthreads = nt;
+}
+
 /* Reads a small sysfs file into buf (trailing newline removed); -1 if absent. */
 static int read_sysfs(const char *ifname, const char *file, char *buf, size_t len) {
   char path[256];
@@ -171,8 +187,10 @@ static ncclResult_t tcp_get_properties(int dev, struct gdr_props *p) {
   p->max_recvs = TCP_MAX_RECVS;
   p->net_device_type = NCCL_NET_DEVICE_HOST;
   p->net_device_version = 0;
-  p->max_p2p_bytes = (size_t)1 << 31;
-  p->max_coll_bytes = (size_t)1 << 31;
+  /* 64-bit sizes and offsets on the wire: no limit of its own; NCCL's largest network message (1 TiB, as its own
+   * transports report) keeps NCCL's arithmetic away from SIZE_MAX */
+  p->max_p2p_bytes = TCP_MAX_MESSAGE;
+  p->max_coll_bytes = TCP_MAX_MESSAGE;
   return ncclSuccess;
 }
 
@@ -185,6 +203,7 @@ ncclResult_t gdr_tcp_dev_addr(int dev, union gdr_sockaddr *addr) {
 const struct gdr_transport gdr_transport_tcp = {
     .name = "tcp",
     .id = GDR_TP_TCP,
+    .max_fused = GDR_MAX_FUSED,
     .init = tcp_init,
     .get_properties = tcp_get_properties,
     .listen = gdr_tcp_listen,

@@ -1,6 +1,8 @@
 /* The integration tests' harness (see it.h). */
 #include "it.h"
 
+#include <dirent.h>
+#include <dlfcn.h>
 #include <errno.h>
 #include <poll.h>
 #include <signal.h>
@@ -9,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -117,7 +120,8 @@ void it_init(const char *name, int timeout_s) {
   alarm((unsigned)g_timeout_s);
   const char *vd = getenv("VEMU_DIR");
   if (vd != NULL && *vd != '\0') mkdir_p(vd);
-  it_log("plugin %s, GDRNET_TRANSPORT=%s", it_plugin_path(), getenv("GDRNET_TRANSPORT") ? getenv("GDRNET_TRANSPORT") : "(unset)");
+  it_log("plugin %s, GDRNET_TRANSPORT=%s, table ncclNetPlugin_v%d", it_plugin_path(),
+         getenv("GDRNET_TRANSPORT") ? getenv("GDRNET_TRANSPORT") : "(unset)", it_abi());
 }
 
 const char *it_plugin_path(void) {
@@ -187,11 +191,19 @@ void it_join(it_child_t *c, double timeout_s) {
            WIFEXITED(st) ? "exited with status" : "died of signal", WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st));
 }
 
+int it_abi(void) {
+  int v = (int)it_env_double("GDRNET_TEST_ABI", 8);
+  IT_CHECK(v >= 6 && v <= 12, "GDRNET_TEST_ABI=%d: the plugin's tables are v6..v12", v);
+  return v;
+}
+
 void it_load(it_plugin_t *ip) {
   char err[1024];
   memset(ip, 0, sizeof *ip);
-  it_step("loading %s", it_plugin_path());
-  IT_CHECK(gn_plugin_open(&ip->p, it_plugin_path(), err, sizeof err) == 0, "%s", err);
+  it_step("loading %s (ncclNetPlugin_v%d)", it_plugin_path(), it_abi());
+  IT_CHECK(gn_plugin_open_version(&ip->p, it_plugin_path(), it_abi(), (int)it_env_double("GNIT_TRAFFIC_CLASS", -1),
+                                  err, sizeof err) == 0,
+           "%s", err);
   ip->net = ip->p.net;
   IT_CHECK(ip->net->name != NULL && strcmp(ip->net->name, "GDR") == 0, "the table's name is \"%s\", not \"GDR\"",
            ip->net->name ? ip->net->name : "(null)");
@@ -208,7 +220,17 @@ void it_load(it_plugin_t *ip) {
 }
 
 void it_unload(it_plugin_t *ip) {
-  IT_CHECK(gn_plugin_close(&ip->p) == 0, "dlclose failed");
+  if (ip->p.version >= 10) {
+    /* every event the plugin started was stopped, by the rules (test() saw every request done) */
+    gn_prof_stats_t st;
+    gn_compat_prof_stats(&st);
+    it_log("profiler events through ncclNetPlugin_v%d: %ld started, %ld stopped", ip->p.version, st.starts,
+           st.stops);
+    IT_CHECK(st.bad == 0, "the plugin misused the profiler callback %ld time(s) (NULL or foreign phandle, eHandle "
+             "not NULL at start, stop of an eHandle start did not set)", st.bad);
+    IT_CHECK(st.starts == st.stops, "%ld profiler events started, %ld stopped", st.starts, st.stops);
+  }
+  IT_CHECK(gn_plugin_close(&ip->p) == 0, "finalize or dlclose failed");
   ip->net = NULL;
 }
 
@@ -281,4 +303,58 @@ int it_two_sides(const char *name, int timeout_s, int (*side)(int fd, int parent
   it_join(&c, join_s);
   it_log("PASS");
   return 0;
+}
+
+/* Threads that belong to the verbs library rather than to the plugin: the emulator's agent thread (it
+ * plays the NIC: one per process, for good, in a -z nodelete library), or a real provider's. Start them
+ * before the baseline by opening and closing every device once through the same library the plugin
+ * will load; it stays loaded. Only for the RDMA transport. */
+void it_settle_verbs_threads(void) {
+  const char *tr = getenv("GDRNET_TRANSPORT");
+  if (tr == NULL || strcmp(tr, "rdma") != 0) return;
+  const char *lib = getenv("GDRNET_IBVERBS_LIB");
+  void *h = dlopen(lib && *lib ? lib : "libibverbs.so.1", RTLD_NOW | RTLD_LOCAL);
+  IT_CHECK(h != NULL, "dlopen(%s): %s", lib && *lib ? lib : "libibverbs.so.1", dlerror());
+  void **(*get_list)(int *) = (void **(*)(int *))dlsym(h, "ibv_get_device_list");
+  void (*free_list)(void **) = (void (*)(void **))dlsym(h, "ibv_free_device_list");
+  void *(*open_dev)(void *) = (void *(*)(void *))dlsym(h, "ibv_open_device");
+  int (*close_dev)(void *) = (int (*)(void *))dlsym(h, "ibv_close_device");
+  IT_CHECK(get_list && free_list && open_dev && close_dev, "the verbs library lacks the device calls");
+  int n = 0;
+  void **list = get_list(&n);
+  IT_CHECK(list != NULL && n > 0, "the verbs library shows no device");
+  for (int i = 0; i < n; i++) {
+    void *ctx = open_dev(list[i]);
+    IT_CHECK(ctx != NULL, "ibv_open_device failed");
+    IT_CHECK(close_dev(ctx) == 0, "ibv_close_device failed");
+  }
+  free_list(list);
+  it_log("verbs library threads started before the baseline: %d thread(s) now", gn_thread_count());
+}
+
+int it_count_sockets(int (*pred)(int fd, void *arg), void *arg) {
+  DIR *d = opendir("/proc/self/fd");
+  struct dirent *e;
+  int n = 0;
+  IT_CHECK(d != NULL, "opendir(/proc/self/fd): %s", strerror(errno));
+  while ((e = readdir(d)) != NULL) {
+    char path[300], link[64];
+    int fd = atoi(e->d_name);
+    if (e->d_name[0] == '.' || fd == dirfd(d)) continue;
+    snprintf(path, sizeof path, "/proc/self/fd/%s", e->d_name);
+    ssize_t k = readlink(path, link, sizeof link - 1);
+    if (k <= 0) continue;
+    link[k] = '\0';
+    if (strncmp(link, "socket:", 7) != 0) continue;
+    int type = 0;
+    socklen_t len = sizeof type;
+    if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) != 0 || type != SOCK_STREAM) continue;
+    struct sockaddr_storage ss;
+    len = sizeof ss;
+    if (getsockname(fd, (struct sockaddr *)&ss, &len) != 0 || (ss.ss_family != AF_INET && ss.ss_family != AF_INET6))
+      continue;
+    if (pred(fd, arg)) n++;
+  }
+  closedir(d);
+  return n;
 }

@@ -58,7 +58,12 @@ int it_reap(it_child_t *c, double timeout_s);
  * ends of a socketpair, it_join(child, join_s), then "PASS". Returns main's exit status. */
 int it_two_sides(const char *name, int timeout_s, int (*side)(int fd, int parent), double join_s);
 
-/* The plugin, loaded and initialised with the NCCL-style logger (its output captured). */
+/* The table the tests drive: ncclNetPlugin_v$GDRNET_TEST_ABI (6..12, default 8), through gn_compat's v8 shape for
+ * every version but 8 (the tests are written against v8). */
+int it_abi(void);
+
+/* The plugin, loaded and initialised with the NCCL-style logger (its output captured). it_unload checks, for v10+,
+ * that the profiler events the plugin started were all stopped by the rules, then finalizes (v11+) and dlcloses. */
 typedef struct {
   gn_plugin_t p;
   ncclNet_v8_t *net;
@@ -89,5 +94,11 @@ void it_recv_pattern(gn_ctx_t *ctx, it_conn_t *c, size_t off, int cap, int expec
 /* Verifies a completed receive (sizes, bytes, canary) without driving anything. */
 void it_verify(const unsigned char *buf, int cap, int got, int expect, uint64_t iter, uint64_t salt, const char *what);
 #define IT_CANARY 0xa5
+
+/* Over the RDMA transport: starts the verbs library's own threads (the emulator's NIC agent, for good) before a
+ * thread-count baseline, by opening every device once through the library the plugin will load. No-op over TCP. */
+void it_settle_verbs_threads(void);
+/* TCP sockets (IPv4/IPv6 streams) of this process -- the plugin's included -- for which pred is true. */
+int it_count_sockets(int (*pred)(int fd, void *arg), void *arg);
 
 #endif

@@ -72,10 +72,11 @@ static void *worker_main(void *arg) {
     struct gdr_handle h;
     memset(&h, 0, sizeof(h));
     void *lc = NULL, *sc = NULL, *rc = NULL;
-    WCHECK(T->listen(0, &h, &lc) == ncclSuccess);
+    struct gdr_conn_opts o0 = gdr_conn_opts_one(0);
+    WCHECK(T->listen(0, &o0, &h, &lc) == ncclSuccess);
     double t0 = now_s();
     while (sc == NULL || rc == NULL) {
-      if (sc == NULL) WCHECK(T->connect(0, &h, &sc) == ncclSuccess);
+      if (sc == NULL) WCHECK(T->connect(0, &o0, &h, &sc) == ncclSuccess);
       if (rc == NULL) WCHECK(T->accept(lc, &rc) == ncclSuccess);
       WCHECK(now_s() - t0 < 30);
     }

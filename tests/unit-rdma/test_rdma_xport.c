@@ -163,6 +163,14 @@ static int thread_count(void) {
   return n;
 }
 
+/* thread_count() once it is `want`, or what it is after a bounded wait: a thread pthread_join returned for can
+ * still be listed in /proc/self/task until its exit is reaped (seen under load). A thread left running stays. */
+static int thread_count_settled(int want) {
+  int n = thread_count();
+  for (double t0 = now_s(); n != want && now_s() - t0 < 5; n = thread_count()) sched_yield();
+  return n;
+}
+
 static int setup_process(const struct xcase *x, int sender, const char *vemu_dir) {
   static char dirvar[512];
   snprintf(dirvar, sizeof(dirvar), "VEMU_DIR=%s", vemu_dir);
@@ -194,7 +202,8 @@ static void run_receiver(const struct xcase *x, int fd, const char *vemu_dir) {
   for (int i = 0; i < n; i++) {
     devs[i] = x->alldevs ? i % ndev : 0;
     memset(&h[i], 0, sizeof(h[i]));
-    CKR(T->listen(devs[i], &h[i], &lc[i]));
+    struct gdr_conn_opts o = gdr_conn_opts_one(devs[i]);
+    CKR(T->listen(devs[i], &o, &h[i], &lc[i]));
   }
   size_t hbytes = sizeof(h[0]) * (size_t)(n & (2 * MAXCOMMS - 1));
   CK(write(fd, h, hbytes) == (ssize_t)hbytes);
@@ -217,7 +226,7 @@ static void run_receiver(const struct xcase *x, int fd, const char *vemu_dir) {
   CK(thread_count() > threads0); /* the device's async event thread runs while comms are open */
   x->recv(x, rc, devs, n);
   for (int i = 0; i < n; i++) CKR(T->close_recv(rc[i]));
-  CK(thread_count() == threads0); /* ... and is joined with the last one */
+  CK(thread_count_settled(threads0) == threads0); /* ... and is joined with the last one */
   T->quiesce();
   T->fini();
   g_rep.ok = 1;
@@ -252,7 +261,8 @@ static void run_sender(const struct xcase *x, int fd, const char *vemu_dir) {
     sc[i] = NULL;
     double t0 = now_s();
     while (sc[i] == NULL) {
-      ncclResult_t r = T->connect(devs[i], &h[i], &sc[i]);
+      struct gdr_conn_opts o = gdr_conn_opts_one(devs[i]);
+      ncclResult_t r = T->connect(devs[i], &o, &h[i], &sc[i]);
       if (r != ncclSuccess && x->expect_send.fail) report_fail(XP_CONNECT, r, -1);
       CKR(r);
       CK(now_s() - t0 < 30);
@@ -261,7 +271,7 @@ static void run_sender(const struct xcase *x, int fd, const char *vemu_dir) {
   CK(thread_count() > threads0);
   x->send(x, sc, devs, n);
   for (int i = 0; i < n; i++) CKR(T->close_send(sc[i]));
-  CK(thread_count() == threads0);
+  CK(thread_count_settled(threads0) == threads0);
   T->quiesce();
   T->fini();
   g_rep.ok = 1;

@@ -30,11 +30,11 @@ static void pair_open(struct pair *p) {
   double t0 = ut_now();
   char h[NCCL_NET_HANDLE_MAXSIZE];
   memset(p, 0, sizeof(*p));
-  assert_int_equal(gdr_core_listen(0, p->handle, &p->l), ncclSuccess);
+  assert_int_equal(gdr_core_listen(NULL, 0, p->handle, &p->l), ncclSuccess);
   assert_non_null(p->l);
   memcpy(h, p->handle, sizeof(h)); /* what NCCL ships to the peer */
   while (p->s == NULL || p->r == NULL) {
-    if (p->s == NULL) assert_int_equal(gdr_core_connect(0, h, &p->s), ncclSuccess);
+    if (p->s == NULL) assert_int_equal(gdr_core_connect(NULL, 0, -1, h, &p->s), ncclSuccess);
     if (p->r == NULL) assert_int_equal(gdr_core_accept(p->l, &p->r), ncclSuccess);
     assert_true(ut_now() - t0 < 20.0);
   }
@@ -78,9 +78,9 @@ static void xfer(struct pair *p, size_t ssize, size_t rsize, unsigned seed) {
   assert_int_equal(gdr_core_reg_mr(p->s, sb, ssize ? ssize : 1, NCCL_PTR_HOST, &smr), ncclSuccess);
   assert_int_equal(gdr_core_reg_mr(p->r, rb, rsize + 16, NCCL_PTR_HOST, &rmr), ncclSuccess);
   void *mh[1] = {rmr};
-  while (rreq == NULL) assert_int_equal(gdr_core_irecv(p->r, 1, data, sizes, tags, mh, &rreq), ncclSuccess);
+  while (rreq == NULL) assert_int_equal(gdr_core_irecv(p->r, 1, data, sizes, tags, mh, NULL, &rreq), ncclSuccess);
   while (!sdone || !rdone) {
-    if (sreq == NULL) assert_int_equal(gdr_core_isend(p->s, sb, ssize, 7, smr, &sreq), ncclSuccess);
+    if (sreq == NULL) assert_int_equal(gdr_core_isend(p->s, sb, ssize, 7, smr, NULL, &sreq), ncclSuccess);
     if (sreq != NULL && !sdone) assert_int_equal(gdr_core_test(sreq, &sdone, NULL, NULL), ncclSuccess);
     if (!rdone) assert_int_equal(gdr_core_test(rreq, &rdone, got, &n), ncclSuccess);
     assert_true(ut_now() - t0 < 60.0);
@@ -250,20 +250,20 @@ static void test_inflight_32_mode(const char *credits) {
     fill(sb[i], sz[i], (unsigned)i);
     data[0] = rb[i];
     s[0] = sz[i];
-    assert_int_equal(gdr_core_irecv(p.r, 1, data, s, &tag, NULL, &rreq[i]), ncclSuccess);
+    assert_int_equal(gdr_core_irecv(p.r, 1, data, s, &tag, NULL, NULL, &rreq[i]), ncclSuccess);
     assert_non_null(rreq[i]);
   }
   {
     void *data[1] = {rb[0]};
     size_t s[1] = {1};
     int tag = 0;
-    assert_int_equal(gdr_core_irecv(p.r, 1, data, s, &tag, NULL, &extra), ncclSuccess);
+    assert_int_equal(gdr_core_irecv(p.r, 1, data, s, &tag, NULL, NULL, &extra), ncclSuccess);
     assert_null(extra); /* 33rd: try again later */
   }
   t0 = ut_now();
   for (int i = 0; i < N; i++) {
     while (sreq[i] == NULL) {
-      assert_int_equal(gdr_core_isend(p.s, sb[i], sz[i], 0, NULL, &sreq[i]), ncclSuccess);
+      assert_int_equal(gdr_core_isend(p.s, sb[i], sz[i], 0, NULL, NULL, &sreq[i]), ncclSuccess);
       assert_true(ut_now() - t0 < 30.0);
     }
   }
@@ -336,7 +336,7 @@ static void *post_recv(void *r, void *buf, size_t size) {
   void *data[1] = {buf};
   size_t s[1] = {size};
   int tag = 0;
-  assert_int_equal(gdr_core_irecv(r, 1, data, s, &tag, NULL, &req), ncclSuccess);
+  assert_int_equal(gdr_core_irecv(r, 1, data, s, &tag, NULL, NULL, &req), ncclSuccess);
   assert_non_null(req);
   return req;
 }
@@ -345,7 +345,7 @@ static void *post_send(void *s, void *buf, size_t size) {
   void *req = NULL;
   double t0 = ut_now();
   while (req == NULL) {
-    assert_int_equal(gdr_core_isend(s, buf, size, 0, NULL, &req), ncclSuccess);
+    assert_int_equal(gdr_core_isend(s, buf, size, 0, NULL, NULL, &req), ncclSuccess);
     assert_true(ut_now() - t0 < 10.0);
   }
   return req;
@@ -396,7 +396,7 @@ static void test_send_larger_than_recv(void **state) {
         wait_ctrl_bytes(p.r, 24 + 8 + 24 + (int)ssizes[k]);
       } else {
         while (tcomm_of(p.s)->rts_sent != 2) { /* the big one waits for a CTS and says so (RTS) */
-          assert_int_equal(gdr_core_isend(p.s, sbuf, ssizes[k], 0, NULL, &sreq), ncclSuccess);
+          assert_int_equal(gdr_core_isend(p.s, sbuf, ssizes[k], 0, NULL, NULL, &sreq), ncclSuccess);
           assert_null(sreq);
           assert_true(ut_now() - t0 < 10.0);
         }
@@ -411,7 +411,7 @@ static void test_send_larger_than_recv(void **state) {
       /* the sender: its message, then (once that completed, as an eager send does) further small ones, until an
        * isend or test fails */
       if (sreq == NULL) {
-        sr = gdr_core_isend(p.s, sbuf, done ? 1 : ssizes[k], 0, NULL, &sreq);
+        sr = gdr_core_isend(p.s, sbuf, done ? 1 : ssizes[k], 0, NULL, NULL, &sreq);
       } else {
         int d = 0;
         sr = gdr_core_test(sreq, &d, NULL, NULL);
@@ -583,7 +583,7 @@ static void test_eager_credit_exhaustion(void **state) {
   wait_ctrl_bytes(p.r, C * 64);
   for (int k = 0; k < 200; k++) { /* no receive posted: no credit comes back, however often it asks */
     void *req = NULL;
-    assert_int_equal(gdr_core_isend(p.s, sb[sent], 64, 0, NULL, &req), ncclSuccess);
+    assert_int_equal(gdr_core_isend(p.s, sb[sent], 64, 0, NULL, NULL, &req), ncclSuccess);
     assert_null(req);
   }
   { /* and nothing at all came back on the sender's control stream: no credit is on its way either */
@@ -600,7 +600,7 @@ static void test_eager_credit_exhaustion(void **state) {
     }
     if (sent < N) {
       void *req = NULL;
-      assert_int_equal(gdr_core_isend(p.s, sb[sent], 64, 0, NULL, &req), ncclSuccess);
+      assert_int_equal(gdr_core_isend(p.s, sb[sent], 64, 0, NULL, NULL, &req), ncclSuccess);
       if (req != NULL) {
         assert_true(sent - recvd < C + 1);
         sreq[sent++] = req;
@@ -652,7 +652,7 @@ static void test_eager_mixed_order(void **state) {
       }
       if (ns < N) {
         void *req = NULL;
-        assert_int_equal(gdr_core_isend(p.s, sb[ns], sizes[ns], 0, NULL, &req), ncclSuccess);
+        assert_int_equal(gdr_core_isend(p.s, sb[ns], sizes[ns], 0, NULL, NULL, &req), ncclSuccess);
         if (req) sreq[ns++] = req;
       }
       for (int i = ds; i < ns; i++) { /* tested in order, as NCCL does */
@@ -723,16 +723,16 @@ static void test_peer_closes(void **state) {
     init_plugin();
     pair_open(&p);
     xfer(&p, 1000, 1000, 1);
-    if (k < 4) assert_int_equal(gdr_core_irecv(p.r, 1, data, rs, &tag, NULL, &rreq), ncclSuccess);
+    if (k < 4) assert_int_equal(gdr_core_irecv(p.r, 1, data, rs, &tag, NULL, NULL, &rreq), ncclSuccess);
     assert_int_equal(gdr_core_close_send(p.s), ncclSuccess);
     p.s = NULL;
     if (k == 4) {
       void *first = NULL;
       int fd = tcomm_of(p.r)->ctrl_fd;
       wait_fd(fd, POLLRDHUP, 10.0); /* the sender's FIN has arrived */
-      assert_int_equal(gdr_core_irecv(p.r, 1, data, rs, &tag, NULL, &first), ncclSuccess);
+      assert_int_equal(gdr_core_irecv(p.r, 1, data, rs, &tag, NULL, NULL, &first), ncclSuccess);
       wait_fd(fd, POLLERR | POLLHUP, 10.0); /* the closed peer answered the first CTS with a reset */
-      assert_int_equal(gdr_core_irecv(p.r, 1, data, rs, &tag, NULL, &rreq), ncclSuccess);
+      assert_int_equal(gdr_core_irecv(p.r, 1, data, rs, &tag, NULL, NULL, &rreq), ncclSuccess);
       assert_non_null(rreq);
     }
     t0 = ut_now();
@@ -767,7 +767,7 @@ static void test_receiver_closes(void **state) {
     while (r == ncclSuccess) {
       void *req = NULL;
       int done = 0;
-      r = gdr_core_isend(p.s, sbuf, k % 2 ? sizeof(sbuf) : 8, 0, NULL, &req);
+      r = gdr_core_isend(p.s, sbuf, k % 2 ? sizeof(sbuf) : 8, 0, NULL, NULL, &req);
       while (r == ncclSuccess && req != NULL && !done) r = gdr_core_test(req, &done, NULL, NULL);
       assert_true(ut_now() - t0 < 10.0);
     }
@@ -796,13 +796,13 @@ static void test_close_after_send_delivers_mode(const char *credits) {
     size_t s[1] = {sz[i]};
     int tag = 0;
     fill(sb[i], sz[i], (unsigned)i + 5);
-    assert_int_equal(gdr_core_irecv(p.r, 1, data, s, &tag, NULL, &rreq[i]), ncclSuccess);
+    assert_int_equal(gdr_core_irecv(p.r, 1, data, s, &tag, NULL, NULL, &rreq[i]), ncclSuccess);
   }
   for (int i = 0; i < N; i++) {
     int done = 0;
     double t0 = ut_now();
     while (sreq[i] == NULL) {
-      assert_int_equal(gdr_core_isend(p.s, sb[i], sz[i], 0, NULL, &sreq[i]), ncclSuccess);
+      assert_int_equal(gdr_core_isend(p.s, sb[i], sz[i], 0, NULL, NULL, &sreq[i]), ncclSuccess);
       for (int j = 0; j < N && sreq[i] == NULL; j++) { /* out of credits: the receiver consumes one */
         if (rdone[j]) continue;
         assert_int_equal(gdr_core_test(rreq[j], &rdone[j], got[j], NULL), ncclSuccess);
@@ -919,7 +919,7 @@ static void test_no_fd_leak_or_stray_close(void **state) {
     pair_open(&p);
     xfer(&p, 100000, 100000, (unsigned)k);
     pair_close(&p);
-    assert_int_equal(gdr_core_listen(0, h, &l), ncclSuccess); /* a listen closed without any accept */
+    assert_int_equal(gdr_core_listen(NULL, 0, h, &l), ncclSuccess); /* a listen closed without any accept */
     assert_int_equal(gdr_core_close_listen(l), ncclSuccess);
   }
   assert_int_equal(count_fds(), n0);
@@ -1000,7 +1000,7 @@ static void test_random_traffic(void **state) {
           size_t s1[1] = {sz + (RND() % 64)};
           int tag = 0;
           memset(rb[i], 0xee, s1[0]);
-          assert_int_equal(gdr_core_irecv(p.r, 1, data, s1, &tag, NULL, &rreq[i]), ncclSuccess);
+          assert_int_equal(gdr_core_irecv(p.r, 1, data, s1, &tag, NULL, NULL, &rreq[i]), ncclSuccess);
           if (rreq[i] == NULL) break; /* the plugin's 32 are out */
           rsz[i] = sz;
           rseq[i] = posted_r++;
@@ -1012,7 +1012,7 @@ static void test_random_traffic(void **state) {
           uint32_t y = (uint32_t)posted_s * 2654435761u;
           size_t sz = (y >> 4) % 4 == 0 ? (y >> 8) % 64 : (y >> 8) % MAXSZ;
           fill(sb[i], sz, (unsigned)posted_s);
-          assert_int_equal(gdr_core_isend(p.s, sb[i], sz, 0, NULL, &sreq[i]), ncclSuccess);
+          assert_int_equal(gdr_core_isend(p.s, sb[i], sz, 0, NULL, NULL, &sreq[i]), ncclSuccess);
           if (sreq[i] == NULL) break;
           posted_s++;
           break;
@@ -1109,9 +1109,9 @@ static void test_core_misuse(void **state) {
   (void)state;
   init_plugin();
   pair_open(&p);
-  assert_int_equal(gdr_core_isend(p.r, buf, 1, 0, NULL, &req), ncclInternalError); /* a recv comm */
-  assert_int_equal(gdr_core_irecv(p.s, 1, data, sz, &tag, NULL, &req), ncclInternalError);
-  assert_int_equal(gdr_core_irecv(p.r, 9, data, sz, &tag, NULL, &req), ncclInternalError); /* maxRecvs 8 */
+  assert_int_equal(gdr_core_isend(p.r, buf, 1, 0, NULL, NULL, &req), ncclInternalError); /* a recv comm */
+  assert_int_equal(gdr_core_irecv(p.s, 1, data, sz, &tag, NULL, NULL, &req), ncclInternalError);
+  assert_int_equal(gdr_core_irecv(p.r, 9, data, sz, &tag, NULL, NULL, &req), ncclInternalError); /* maxRecvs 8 */
   assert_int_equal(gdr_core_test(buf, &done, NULL, NULL), ncclInternalError);
   { /* a request tested again after it completed (it was freed) */
     char rb[8];
@@ -1128,9 +1128,9 @@ static void test_core_misuse(void **state) {
     char h[NCCL_NET_HANDLE_MAXSIZE];
     void *s = NULL;
     memset(h, 0x5a, sizeof(h)); /* a handle that is not ours */
-    assert_int_equal(gdr_core_connect(0, h, &s), ncclInvalidUsage);
-    assert_int_equal(gdr_core_listen(7, h, &s), ncclInvalidArgument);
-    assert_int_equal(gdr_core_connect(-1, h, &s), ncclInvalidArgument);
+    assert_int_equal(gdr_core_connect(NULL, 0, -1, h, &s), ncclInvalidUsage);
+    assert_int_equal(gdr_core_listen(NULL, 7, h, &s), ncclInvalidArgument);
+    assert_int_equal(gdr_core_connect(NULL, -1, -1, h, &s), ncclInvalidArgument);
   }
   assert_true(ut_nwarn >= 10);
   pair_close(&p);
@@ -1167,13 +1167,13 @@ static void test_loopback_stream(void **state) {
         size_t s[1] = {msg};
         int tag = 0;
         memset(rbk, 0xA5, msg);
-        assert_int_equal(gdr_core_irecv(p.r, 1, data, s, &tag, NULL, &rreq[k]), ncclSuccess);
+        assert_int_equal(gdr_core_irecv(p.r, 1, data, s, &tag, NULL, NULL, &rreq[k]), ncclSuccess);
         if (rreq[k]) rmsg[k] = posted_r++;
       }
       if (sreq[k] == NULL && posted_s < posted_r && posted_s < ITERS) {
         size_t sz = msg - (size_t)(posted_s % 3); /* 4 MiB, 4 MiB - 1, 4 MiB - 2 */
         fill(sbk, sz, (unsigned)posted_s + 100);
-        assert_int_equal(gdr_core_isend(p.s, sbk, sz, 0, NULL, &sreq[k]), ncclSuccess);
+        assert_int_equal(gdr_core_isend(p.s, sbk, sz, 0, NULL, NULL, &sreq[k]), ncclSuccess);
         if (sreq[k]) posted_s++;
       }
       if (rreq[k]) {

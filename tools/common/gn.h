@@ -1,7 +1,8 @@
 /* gdrnet tools/common: what the perf tool and the integration tests share.
  *
- * Everything here talks to the plugin only through the ncclNet v8 ABI, loaded the way NCCL loads it
- * (dlopen RTLD_NOW|RTLD_LOCAL, dlsym "ncclNetPlugin_v8"), and drives it the way NCCL 2.28 does:
+ * Everything here talks to the plugin only through the ncclNet v8 ABI's shape, loaded the way NCCL loads it
+ * (dlopen RTLD_NOW|RTLD_LOCAL, dlsym "ncclNetPlugin_v8", or any other table version through gn_compat's v8-shaped
+ * driver), and drives it the way NCCL 2.28 does:
  * connect/accept re-entered while they return a NULL comm, isend/irecv re-posted while the request
  * is NULL, test() polled until done. */
 #ifndef GDRNET_TOOLS_GN_H
@@ -48,7 +49,8 @@ int gn_log_transport(char *name, size_t namelen, char *reason, size_t reasonlen)
 /* ---- plugin loading ---- */
 typedef struct {
   void *dl;
-  ncclNet_v8_t *net;
+  ncclNet_v8_t *net; /* the v8 table, or gn_compat's v8-shaped driver of the version opened */
+  int version;       /* the table opened: ncclNetPlugin_v<version> */
   char path[4096];
 } gn_plugin_t;
 
@@ -59,8 +61,26 @@ void gn_plugin_resolve(const char *explicit_path, char *out, size_t outlen);
 /* dlopen(path, RTLD_NOW|RTLD_LOCAL) + dlsym("ncclNetPlugin_v8") + sanity of the table.
  * Returns 0, or -1 with a reason in err. */
 int gn_plugin_open(gn_plugin_t *p, const char *path, char *err, size_t errlen);
-/* dlclose; returns dlclose's result. */
+/* The same for table ncclNetPlugin_v<version> (6..12): any version but 8 is driven through gn_compat (below), so
+ * p->net has the v8 shape whatever the version. traffic_class: the v10 connect config's / v11+ init config's
+ * (-1 undefined). */
+int gn_plugin_open_version(gn_plugin_t *p, const char *path, int version, int traffic_class, char *err,
+                           size_t errlen);
+/* finalize (v11+: the shim's context) then dlclose; returns -1 if either failed. */
 int gn_plugin_close(gn_plugin_t *p);
+
+/* ---- gn_compat: the v8 shape over any other table version (gn_compat.c) ----
+ * One table at a time per process. v10+: isend/irecv get phandles and init a profiler callback that checks the
+ * plugin's use of it (start with one of the shim's phandles and a NULL-initialised eHandle, stop with the eHandle
+ * start set); the counts: */
+typedef struct {
+  long starts, stops; /* events started and stopped */
+  long bad;           /* calls that broke the rules above */
+} gn_prof_stats_t;
+ncclNet_v8_t *gn_compat_open(const void *table, int version, int traffic_class, char *err, size_t errlen);
+int gn_compat_close(void); /* v11+: finalize of the shim's context; -1 if it failed */
+int gn_compat_version(void); /* the version driven now (8 when none) */
+void gn_compat_prof_stats(gn_prof_stats_t *s);
 /* One-line summary of a device's properties, as the tools print it. */
 void gn_props_summary(int dev, const ncclNetProperties_v8_t *pr, char *out, size_t outlen);
 const char *gn_ptr_support_str(int ptrSupport); /* "HOST|CUDA|DMABUF", static storage */

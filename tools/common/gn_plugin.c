@@ -48,7 +48,16 @@ void gn_plugin_resolve(const char *explicit_path, char *out, size_t outlen) {
 }
 
 int gn_plugin_open(gn_plugin_t *p, const char *path, char *err, size_t errlen) {
+  return gn_plugin_open_version(p, path, 8, -1, err, errlen);
+}
+
+int gn_plugin_open_version(gn_plugin_t *p, const char *path, int version, int traffic_class, char *err,
+                           size_t errlen) {
+  char sym[32];
+  void *table;
   memset(p, 0, sizeof *p);
+  p->version = version;
+  snprintf(sym, sizeof sym, "ncclNetPlugin_v%d", version);
   snprintf(p->path, sizeof p->path, "%s", path);
   dlerror();
   p->dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
@@ -58,10 +67,16 @@ int gn_plugin_open(gn_plugin_t *p, const char *path, char *err, size_t errlen) {
     return -1;
   }
   dlerror();
-  p->net = (ncclNet_v8_t *)dlsym(p->dl, "ncclNetPlugin_v8");
-  if (p->net == NULL) {
+  table = dlsym(p->dl, sym);
+  if (table == NULL) {
     const char *e = dlerror();
-    snprintf(err, errlen, "%s: symbol ncclNetPlugin_v8 not found: %s", path, e ? e : "NULL value");
+    snprintf(err, errlen, "%s: symbol %s not found: %s", path, sym, e ? e : "NULL value");
+    dlclose(p->dl);
+    p->dl = NULL;
+    return -1;
+  }
+  p->net = version == 8 ? (ncclNet_v8_t *)table : gn_compat_open(table, version, traffic_class, err, errlen);
+  if (p->net == NULL) {
     dlclose(p->dl);
     p->dl = NULL;
     return -1;
@@ -85,7 +100,8 @@ int gn_plugin_open(gn_plugin_t *p, const char *path, char *err, size_t errlen) {
   else if (!n->closeRecv) missing = "closeRecv";
   else if (!n->closeListen) missing = "closeListen";
   if (missing != NULL) {
-    snprintf(err, errlen, "%s: ncclNetPlugin_v8.%s is NULL", path, missing);
+    snprintf(err, errlen, "%s: %s.%s is NULL", path, sym, missing);
+    if (version != 8) (void)gn_compat_close();
     dlclose(p->dl);
     p->dl = NULL;
     p->net = NULL;
@@ -96,7 +112,8 @@ int gn_plugin_open(gn_plugin_t *p, const char *path, char *err, size_t errlen) {
 
 int gn_plugin_close(gn_plugin_t *p) {
   int rc = 0;
-  if (p->dl != NULL) rc = dlclose(p->dl);
+  if (p->version != 8 && p->net != NULL && gn_compat_close() != 0) rc = -1;
+  if (p->dl != NULL && dlclose(p->dl) != 0) rc = -1;
   p->dl = NULL;
   p->net = NULL;
   return rc;

@@ -528,6 +528,38 @@ static void sc_trace(void)
 	CHECK_EQ(count_lines(path, "flags=UNSIGNALED", qp), 2);
 	CHECK_EQ(count_lines(path, "mr reg", "access=LOCAL_WRITE|REMOTE_WRITE|RELAXED_ORDERING"), 1);
 	CHECK_EQ(count_lines(path, "mr reg", "access=LOCAL_WRITE|REMOTE_WRITE|REMOTE_READ mem=host"), 1);
+	/* the address vector's service level and GRH traffic class are on the qp state lines from RTR on */
+	struct ibv_qp *b = vt_qp(&d, 16, 16, NULL);
+	struct ibv_qp_attr at;
+	memset(&at, 0, sizeof(at));
+	at.qp_state = IBV_QPS_INIT;
+	at.port_num = 1;
+	at.qp_access_flags = IBV_ACCESS_REMOTE_WRITE;
+	CHECK_EQ(ibv_modify_qp(b, &at, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS), 0);
+	memset(&at, 0, sizeof(at));
+	at.qp_state = IBV_QPS_RTR;
+	at.path_mtu = IBV_MTU_4096;
+	at.dest_qp_num = b->qp_num;
+	at.max_dest_rd_atomic = 1;
+	at.min_rnr_timer = 12;
+	at.ah_attr.port_num = 1;
+	at.ah_attr.sl = 5;
+	at.ah_attr.dlid = d.port.lid;
+	at.ah_attr.is_global = 1;
+	CHECK_EQ(ibv_query_gid(d.ctx, 1, 0, &at.ah_attr.grh.dgid), 0);
+	at.ah_attr.grh.sgid_index = 0;
+	at.ah_attr.grh.hop_limit = 1;
+	at.ah_attr.grh.traffic_class = 106;
+	CHECK_EQ(ibv_modify_qp(b, &at,
+			       IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+				       IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER),
+		 0);
+	char qpb[48];
+	snprintf(qpb, sizeof(qpb), "qp state qp=0x%x 1->2 ", b->qp_num);
+	CHECK_EQ(count_lines(path, qpb, "sl=5 global=1 tc=106"), 1);
+	snprintf(qpb, sizeof(qpb), "qp state qp=0x%x 1->2 ", a->qp_num); /* vt_connect: no traffic class */
+	CHECK_EQ(count_lines(path, qpb, " tc=0"), 1);
+	CHECK_EQ(ibv_destroy_qp(b), 0);
 }
 
 /* ---------------------------------------------------------------- GDR_LAZY */

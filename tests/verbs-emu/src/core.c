@@ -1595,9 +1595,9 @@ VEMU_EXPORT int ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int m
 		q->rnr_retry = attr->rnr_retry;
 	if (next != cur)
 		VTRACE("qp state qp=0x%x %d->%d dest=0x%x timeout=%u retry_cnt=%u rnr_retry=%u min_rnr_timer=%u "
-		       "access=0x%x\n",
+		       "access=0x%x sl=%u global=%d tc=%u\n",
 		       qp->qp_num, cur, next, q->dest_qpn, q->timeout, q->retry_cnt, q->rnr_retry, q->min_rnr_timer,
-		       q->access);
+		       q->access, q->ah.sl, q->ah.is_global, q->ah.is_global ? q->ah.grh.traffic_class : 0);
 	int fatal = 0;
 	if (next == IBV_QPS_RESET) {
 		drop_queues(q);
