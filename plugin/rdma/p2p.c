@@ -142,7 +142,7 @@ ncclResult_t gdr_rdma_isend(void *send_comm, void *data, size_t size, int tag, v
   }
   for (int r = 1; r < n; r++)
     if (__atomic_load_n(&e[r].seq, __ATOMIC_ACQUIRE) != want) return ncclSuccess; /* still landing */
-  __atomic_thread_fence(__ATOMIC_ACQUIRE);
+  /* (each seq load above is an acquire: the entries' other fields are read after all of them) */
   if (m->matched == 0) { /* the first isend of this message */
     memset(m, 0, sizeof(*m));
     m->seq = c->head;
