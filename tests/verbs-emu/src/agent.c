@@ -20,6 +20,7 @@
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/uio.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -107,6 +108,9 @@ struct vconn {
 	uint64_t stage_fill;
 	int want_out;
 	int writing;                /* a thread is in writev on it (g.mu) */
+#ifdef VEMU_TSAN
+	char tsan_sync;             /* TSan: released by its writers, acquired by its reader (conn_sendmsg) */
+#endif
 };
 
 #define IBUF_SZ (256 * 1024)
@@ -181,7 +185,7 @@ static void seg_copy_in(const struct vseg *s, uint64_t off, const void *src, uin
 	if (s->cuda)
 		vemu_cuda_htod(s->cuctx, s->addr + off, src, n);
 	else
-		memcpy((void *)(uintptr_t)(s->addr + off), src, n);
+		vemu_place((void *)(uintptr_t)(s->addr + off), src, n);
 }
 
 static void seg_copy_out(const struct vseg *s, uint64_t off, void *dst, uint64_t n)
@@ -435,6 +439,24 @@ static void respond(struct vconn *c, const struct whdr *req, int type, int statu
  * The out queue of a connection is under g.mu. One thread at a time writes on a connection (c->writing): the
  * agent, or an application thread in ibv_post_send when the connection is idle (the direct path, which saves
  * a thread wake-up per message). The syscall itself runs without the lock. */
+
+/* sendmsg on a connection. Under ThreadSanitizer: the kernel reads the payload during the call, and the peer's
+ * response (which completes the work request, after which the application may reuse its buffer) can be read by
+ * the agent before the call has returned; TSan records sendmsg's reads when it returns and sees no order through
+ * a socket. So the reads are recorded before the call, released on the connection, and acquired by the thread
+ * that reads the connection's responses (conn_read); the kernel is called directly. */
+static ssize_t conn_sendmsg(struct vconn *c, const struct msghdr *mh, int flags)
+{
+#ifdef VEMU_TSAN
+	for (size_t i = 0; i < mh->msg_iovlen; i++)
+		__tsan_read_range(mh->msg_iov[i].iov_base, mh->msg_iov[i].iov_len);
+	__tsan_release(&c->tsan_sync);
+	return syscall(SYS_sendmsg, c->fd, mh, flags);
+#else
+	return sendmsg(c->fd, mh, flags);
+#endif
+}
+
 static int conn_write_locked(struct vconn *c)
 {
 	if (c->writing || c->dead || c->fd < 0 || vemu_fault_is_lost())
@@ -446,8 +468,8 @@ static int conn_write_locked(struct vconn *c)
 		int ns = 0;
 		for (struct oframe *f = c->oq_head; f && ns < 62; f = f->next)
 			snap[ns++] = f;
-		pthread_rwlock_rdlock(&g.memlock); /* taken under g.mu: see struct vglobal */
 		pthread_mutex_unlock(&g.mu);
+		pthread_rwlock_rdlock(&g.memlock); /* before the dead marks are read: see struct vglobal */
 		struct iovec iov[64];
 		int n = 0;
 		/* gather header and host payload of consecutive frames (only the writer touches off/stage) */
@@ -508,7 +530,7 @@ static int conn_write_locked(struct vconn *c)
 		}
 		/* sendmsg with MSG_NOSIGNAL: a vanished peer must not SIGPIPE the application's thread */
 		struct msghdr mh = { .msg_iov = iov, .msg_iovlen = (size_t)n };
-		ssize_t w = sendmsg(c->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+		ssize_t w = conn_sendmsg(c, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
 		int err = errno;
 		pthread_rwlock_unlock(&g.memlock);
 		pthread_mutex_lock(&g.mu);
@@ -1318,6 +1340,9 @@ static ssize_t read_direct(struct vconn *c)
 		iov[0].iov_len = want;
 		n = 1;
 	} else if (c->rx_kind == RX_PLACE || c->rx_kind == RX_READ_RESP) {
+#ifdef VEMU_TSAN
+		return -2; /* placed by vemu_place, not by the kernel */
+#endif
 		int i = c->iseg_i;
 		uint64_t off = c->iseg_off;
 		for (; i < c->nisegs && n < 16 && want; i++) {
@@ -1356,6 +1381,19 @@ static ssize_t read_direct(struct vconn *c)
 	return r;
 }
 
+/* after a read of r bytes from c: under ThreadSanitizer, what this connection's writers sent before these bytes
+ * (responses to it among them) happened before (conn_sendmsg) */
+static inline void conn_read_acquire(struct vconn *c, ssize_t r)
+{
+#ifdef VEMU_TSAN
+	if (r > 0)
+		__tsan_acquire(&c->tsan_sync);
+#else
+	(void)c;
+	(void)r;
+#endif
+}
+
 static int conn_read_locked(struct vconn *c)
 {
 	if (vemu_fault_is_lost() || c->dead || c->fd < 0)
@@ -1391,16 +1429,20 @@ static int conn_read_locked(struct vconn *c)
 		ssize_t r;
 		if (c->in_payload && c->in_left >= 65536) {
 			r = read_direct(c);
+			conn_read_acquire(c, r);
 			if (r > 0) {
 				vemu_fault_peer_lost((uint64_t)r);
 				if (!c->in_left)
 					payload_done(c);
 				continue;
 			}
-			if (r == -2)
+			if (r == -2) {
 				r = read(c->fd, c->ibuf, IBUF_SZ < c->in_left ? IBUF_SZ : c->in_left);
+				conn_read_acquire(c, r);
+			}
 		} else {
 			r = read(c->fd, c->ibuf, IBUF_SZ);
+			conn_read_acquire(c, r);
 		}
 		if (r > 0) {
 			c->ibuf_len = (size_t)r;
@@ -1422,9 +1464,7 @@ static int conn_read_locked(struct vconn *c)
 /* reads place bytes straight into registered memory: with g.memlock read-held (see struct vglobal) */
 static int conn_read(struct vconn *c)
 {
-	pthread_mutex_lock(&g.mu);
 	pthread_rwlock_rdlock(&g.memlock);
-	pthread_mutex_unlock(&g.mu);
 	int rc = conn_read_locked(c);
 	pthread_rwlock_unlock(&g.memlock);
 	return rc;
