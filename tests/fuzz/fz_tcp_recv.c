@@ -1,0 +1,149 @@
+/* Target tcp_recv: what a TCP receive comm reads from its sender. A real receive comm of the plugin (listen and
+ * accept through the core, fz_tcp_recv_comm) whose sender is the fuzzer: it writes raw or structured control
+ * messages (INLINE, EAGER with payload, RTS, ERR_SIZE, anything else) on the control stream and raw or structured
+ * chunks (CHNK headers) on the data streams, while the plugin's own irecv/test run. The parsers are the plugin's:
+ * the control stream in test() (tcp_p2p.c rx_consume), the chunk headers in the helper thread.
+ *
+ * Input: a flags byte (bit 0: the sender announces the eager feature, else it is a version-1 peer), then ops:
+ *   0 irecv of a fuzzed size (exactly that much heap: ASan sees any overflow)
+ *   1 raw control bytes       2 a control header {type, aux, seq, size} and up to 255 payload bytes
+ *   3 raw bytes on a data stream   4 a chunk header {magic, len, seq, off, total} and up to 255 payload bytes
+ *   5 test() of every outstanding receive   6 read what the plugin sent (CTS, GRANT, CREDIT, ERR_RECV)
+ * then the sender hangs up. Invariants: a receive completes with at most its posted size; after the hangup every
+ * outstanding receive completes or fails within 10 s; the buffer of a completed receive is free()d at once (as
+ * NCCL reuses it): nothing may write into it afterwards (ASan); close leaves nothing open or running. */
+#include "fz.h"
+
+#include <stdlib.h>
+
+#include "core.h"
+#include "transport.h"
+#include "tcp/tcp.h"
+
+#define NREQ 40 /* more than the 32 the comm takes: irecv must refuse the rest */
+#define MAXOPS 96
+
+struct rq {
+  void *req;
+  uint8_t *buf;
+  size_t size;
+};
+
+int LLVMFuzzerInitialize(int *argc, char ***argv) {
+  (void)argc;
+  (void)argv;
+  fz_core_init_tcp();
+  return 0;
+}
+
+static size_t fuzz_size(struct fz_in *in) {
+  uint8_t k = fz_u8(in);
+  if (k & 0x80) return fz_u32(in) % (192u << 10); /* chunked: above GDRNET_TCP_INLINE=4096 */
+  return fz_u16(in) % 8192;                       /* eager/inline and just above */
+}
+
+/* test() of r; 1 if it is finished (completed, checked and freed, or failed) */
+static int test_one(struct rq *r) {
+  size_t sizes[GDR_MAX_RECVS] = {0};
+  int done = 0, n = 0;
+  if (gdr_core_test(r->req, &done, sizes, &n) != ncclSuccess) {
+    r->req = NULL; /* failed: the comm's error; close frees it */
+    return 1;
+  }
+  if (!done) return 0;
+  if (n != 1 || sizes[0] > r->size) fz_fail("a receive of %zu bytes completed with %zu bytes (n %d)", r->size, sizes[0], n);
+  free(r->buf);
+  r->buf = NULL;
+  r->req = NULL;
+  return 1;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+  struct fz_in in = {data, size};
+  struct fz_tcp_peer p;
+  struct rq rq[NREQ];
+  int nrq = 0, ops = 0;
+  double end;
+
+  memset(rq, 0, sizeof(rq));
+  fz_tcp_recv_comm(&p, fz_u8(&in) & 1);
+  while (fz_left(&in) && ops++ < MAXOPS) {
+    uint8_t buf[32 + 256]; /* a chunk or control header and up to 255 payload bytes */
+    size_t k;
+    switch (fz_u8(&in) % 7) {
+    case 0: {
+      struct rq *r = nrq < NREQ ? &rq[nrq] : NULL;
+      void *dp[1];
+      size_t sz[1];
+      int tag = 0;
+      if (r == NULL) break;
+      r->size = fuzz_size(&in);
+      r->buf = malloc(r->size ? r->size : 1);
+      if (r->buf == NULL) fz_fail("out of memory");
+      dp[0] = r->buf;
+      sz[0] = r->size;
+      if (gdr_core_irecv(p.comm, 1, dp, sz, &tag, NULL, &r->req) != ncclSuccess) r->req = NULL;
+      if (r->req == NULL) {
+        free(r->buf);
+        r->buf = NULL;
+      } else {
+        nrq++;
+      }
+      break;
+    }
+    case 1:
+      k = fz_bytes(&in, buf, fz_u8(&in));
+      (void)fz_write(p.ctrl, buf, k);
+      break;
+    case 2: {
+      struct tcp_ctrl_hdr h;
+      h.type = fz_u8(&in) % 10;
+      h.aux = fz_u8(&in) & 1 ? fz_u32(&in) : fz_u8(&in);
+      h.seq = fz_u8(&in) & 1 ? fz_u64(&in) : fz_u8(&in) % 48;
+      h.size = fz_u8(&in) & 1 ? fz_u64(&in) : fuzz_size(&in);
+      memcpy(buf, &h, sizeof(h));
+      k = fz_bytes(&in, buf + sizeof(h), fz_u8(&in));
+      (void)fz_write(p.ctrl, buf, sizeof(h) + k);
+      break;
+    }
+    case 3: {
+      int s = fz_u8(&in) % p.nsocks;
+      k = fz_bytes(&in, buf, fz_u8(&in));
+      (void)fz_write(p.data[s], buf, k);
+      break;
+    }
+    case 4: {
+      struct tcp_chunk_hdr h;
+      int s = fz_u8(&in) % p.nsocks;
+      h.magic = fz_u8(&in) & 1 ? fz_u32(&in) : TCP_CHUNK_MAGIC;
+      h.len = fz_u8(&in) & 1 ? fz_u32(&in) : fz_u16(&in);
+      h.seq = fz_u8(&in) % 48;
+      h.off = fz_u8(&in) & 1 ? fz_u64(&in) : fz_u16(&in);
+      h.total = fz_u8(&in) & 1 ? fz_u64(&in) : fuzz_size(&in);
+      memcpy(buf, &h, sizeof(h));
+      k = fz_bytes(&in, buf + sizeof(h), fz_u8(&in));
+      (void)fz_write(p.data[s], buf, sizeof(h) + k);
+      break;
+    }
+    case 5:
+      for (int i = 0; i < nrq; i++)
+        if (rq[i].req != NULL) (void)test_one(&rq[i]);
+      break;
+    default:
+      (void)fz_drain(p.ctrl);
+      break;
+    }
+  }
+  /* the sender goes away: whatever is outstanding must complete or fail, in bounded time */
+  fz_tcp_peer_hangup(&p);
+  end = fz_now() + 10.0;
+  for (int left = 1; left;) {
+    left = 0;
+    for (int i = 0; i < nrq; i++)
+      if (rq[i].req != NULL && !test_one(&rq[i])) left = 1;
+    if (left && fz_now() > end) fz_fail("receives neither completed nor failed within 10 s of the sender's hangup");
+  }
+  if (gdr_core_close_recv(p.comm) != ncclSuccess) fz_fail("closeRecv failed");
+  for (int i = 0; i < nrq; i++) free(rq[i].buf);
+  return 0;
+}
