@@ -7,6 +7,7 @@
 #include <ifaddrs.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -190,21 +191,69 @@ out:
 
 #define GDR_STATE_MAGIC 0x4554415453524447ull /* "GDRSTATE" */
 
+/* The handle reaches this process from the peer (through NCCL's bootstrap): its state[] holds whatever the peer
+ * sent. A state pointer in it is used only if this process stored it there and has not cleared it since: the
+ * live states are listed here, each with a random tag the handle carries too (a forged handle can neither point
+ * the connect at arbitrary memory nor at another connection's state). */
 struct gdr_handle_state {
   uint64_t magic;
   void *ptr;
+  uint64_t tag;
 };
 _Static_assert(sizeof(struct gdr_handle_state) <= sizeof(((struct gdr_handle *)0)->state), "state fits");
 
-void *gdr_handle_state_get(const struct gdr_handle *h) {
-  struct gdr_handle_state s;
-  memcpy(&s, h->state, sizeof(s));
-  return s.magic == GDR_STATE_MAGIC ? s.ptr : NULL;
+static pthread_mutex_t state_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct gdr_handle_state *live_states; /* under state_mu; grown, never shrunk (connects in progress) */
+static size_t nlive, caplive;
+
+/* index of s in the live list, or -1; state_mu held */
+static long live_find(const struct gdr_handle_state *s) {
+  for (size_t i = 0; i < nlive; i++)
+    if (live_states[i].ptr == s->ptr && live_states[i].tag == s->tag) return (long)i;
+  return -1;
 }
 
-void gdr_handle_state_set(struct gdr_handle *h, void *state) {
-  struct gdr_handle_state s = {state ? GDR_STATE_MAGIC : 0, state};
-  memcpy(h->state, &s, sizeof(s));
+void *gdr_handle_state_get(const struct gdr_handle *h) {
+  struct gdr_handle_state s;
+  void *ptr = NULL;
+  memcpy(&s, h->state, sizeof(s));
+  if (s.magic != GDR_STATE_MAGIC || s.ptr == NULL) return NULL;
+  pthread_mutex_lock(&state_mu);
+  if (live_find(&s) >= 0) ptr = s.ptr;
+  pthread_mutex_unlock(&state_mu);
+  return ptr;
+}
+
+ncclResult_t gdr_handle_state_set(struct gdr_handle *h, void *state) {
+  ncclResult_t res = ncclSuccess;
+  struct gdr_handle_state s, old;
+  long i;
+
+  memset(&s, 0, sizeof(s));
+  if (state != NULL) {
+    GDR_CHECK(gdr_random_bytes(&s.tag, sizeof(s.tag)));
+    s.magic = GDR_STATE_MAGIC;
+    s.ptr = state;
+  }
+  memcpy(&old, h->state, sizeof(old));
+  pthread_mutex_lock(&state_mu);
+  if (old.magic == GDR_STATE_MAGIC && (i = live_find(&old)) >= 0) live_states[i] = live_states[--nlive];
+  if (state != NULL && nlive == caplive) {
+    size_t cap = caplive ? 2 * caplive : 64;
+    struct gdr_handle_state *n = realloc(live_states, cap * sizeof(*n));
+    if (n == NULL) {
+      GDR_WARN("connect: out of memory for %zu connections in progress", nlive + 1);
+      res = ncclSystemError;
+    } else {
+      live_states = n;
+      caplive = cap;
+    }
+  }
+  if (res == ncclSuccess && state != NULL) live_states[nlive++] = s;
+  pthread_mutex_unlock(&state_mu);
+  if (res == ncclSuccess) memcpy(h->state, &s, sizeof(s));
+out:
+  return res;
 }
 
 ncclResult_t gdr_handle_check(const struct gdr_handle *h, union gdr_sockaddr *peer) {

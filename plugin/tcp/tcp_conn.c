@@ -341,12 +341,12 @@ ncclResult_t gdr_tcp_connect(int dev, struct gdr_handle *handle, void **send_com
     for (int i = 0; i <= st->nsocks && res == ncclSuccess; i++)
       res = gdr_connector_start(&st->conn[i], handle, i == 0 ? GDR_STREAM_CTRL : GDR_STREAM_DATA, (uint16_t)i,
                                 (uint16_t)st->nsocks, st->conn_id, GDR_CAP_TCP, &me);
+    if (res == ncclSuccess) res = gdr_handle_state_set(handle, st);
     if (res != ncclSuccess) {
       connecting_free(st);
       st = NULL;
       goto out;
     }
-    gdr_handle_state_set(handle, st);
   }
   for (int i = 0; i <= st->nsocks; i++) {
     int done = 0;
