@@ -662,6 +662,23 @@ void gdr_listener_close(struct gdr_listener *l) {
 
 enum { CONN_START = 0, CONN_CONNECTING, CONN_HELLO, CONN_ACK, CONN_DONE, CONN_FAILED };
 
+/* A link-local IPv6 peer: the handle's scope id is the listener's interface index, which names nothing (or another
+ * interface) on this host. Use the interface this process's own listeners would use (GDRNET_SOCKET_IFNAME and
+ * GDRNET_SOCKET_FAMILY, as gdr_if_find chooses): the first one whose address is link-local. None: left as it is. */
+static void link_local_scope(union gdr_sockaddr *peer) {
+  struct gdr_if ifs[GDR_MAX_IFS];
+  int n = 0;
+  if (peer->sa.sa_family != AF_INET6 || !IN6_IS_ADDR_LINKLOCAL(&peer->sin6.sin6_addr)) return;
+  if (gdr_if_find(gdr_param_str(GDR_PARAM_SOCKET_IFNAME), (int)gdr_param_int(GDR_PARAM_SOCKET_FAMILY), ifs,
+                  GDR_MAX_IFS, &n) != ncclSuccess)
+    return;
+  for (int i = 0; i < n; i++)
+    if (ifs[i].addr.sa.sa_family == AF_INET6 && IN6_IS_ADDR_LINKLOCAL(&ifs[i].addr.sin6.sin6_addr)) {
+      peer->sin6.sin6_scope_id = (uint32_t)ifs[i].index;
+      return;
+    }
+}
+
 ncclResult_t gdr_connector_start(struct gdr_connector *c, const struct gdr_handle *h, uint8_t kind, uint16_t stream,
                                  uint16_t nstreams, uint64_t conn_id, uint32_t caps, const void *tp_data) {
   ncclResult_t res = ncclSuccess;
@@ -669,6 +686,7 @@ ncclResult_t gdr_connector_start(struct gdr_connector *c, const struct gdr_handl
   c->fd = -1;
   c->stage = CONN_START;
   GDR_CHECK(gdr_handle_check(h, &c->peer));
+  link_local_scope(&c->peer);
   c->start_ns = gdr_time_ns();
   c->deadline_ns = c->start_ns + (uint64_t)gdr_param_int(GDR_PARAM_CONNECT_TIMEOUT_MS) * 1000000ull;
   c->retry_ns = c->start_ns;
