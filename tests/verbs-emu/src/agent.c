@@ -368,8 +368,12 @@ static uint64_t qpn_owner(uint32_t qpn)
 	return n > 0 ? strtoull(buf, NULL, 16) : 0;
 }
 
-/* the agent socket of emulator id: VEMU_DIR/agent-<id>.sock, or an abstract-namespace name derived from
- * VEMU_DIR when that path does not fit in sun_path */
+/* the agent socket of emulator id: VEMU_DIR/agent-<id>.sock. When that path does not fit in sun_path, the same file
+ * through a descriptor of VEMU_DIR: /proc/self/fd/<fd>/agent-<id>.sock (every process opens its own, vemu_agent_start).
+ * Only without /proc an abstract-namespace name derived from VEMU_DIR: abstract names are per network namespace, so
+ * processes in two namespaces (two "hosts" sharing VEMU_DIR) would not find each other. */
+static int dir_fd = -1; /* O_PATH descriptor of VEMU_DIR, opened once (g.mu held) */
+
 static socklen_t agent_addr(uint64_t id, struct sockaddr_un *a)
 {
 	memset(a, 0, sizeof(*a));
@@ -377,6 +381,12 @@ static socklen_t agent_addr(uint64_t id, struct sockaddr_un *a)
 	int len = snprintf(a->sun_path, sizeof(a->sun_path), "%s/agent-%016llx.sock", g.dir, (unsigned long long)id);
 	if (len < (int)sizeof(a->sun_path))
 		return (socklen_t)sizeof(*a);
+	if (dir_fd >= 0) {
+		len = snprintf(a->sun_path, sizeof(a->sun_path), "/proc/self/fd/%d/agent-%016llx.sock", dir_fd,
+			       (unsigned long long)id);
+		if (len < (int)sizeof(a->sun_path))
+			return (socklen_t)sizeof(*a);
+	}
 	uint64_t h = 1469598103934665603ull;
 	for (const char *p = g.dir; *p; p++)
 		h = (h ^ (uint8_t)*p) * 1099511628211ull;
@@ -1683,6 +1693,15 @@ int vemu_agent_start(void)
 	if (ep < 0 || g.doorbell < 0 || g.listen_fd < 0)
 		return -1;
 	struct sockaddr_un a;
+	if (dir_fd < 0 && strlen(g.dir) + sizeof("/agent-0123456789abcdef.sock") > sizeof(a.sun_path)) {
+		char self[64];
+		dir_fd = open(g.dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
+		snprintf(self, sizeof(self), "/proc/self/fd/%d", dir_fd);
+		if (dir_fd >= 0 && access(self, F_OK) != 0) { /* no /proc: the abstract name */
+			close(dir_fd);
+			dir_fd = -1;
+		}
+	}
 	socklen_t alen = agent_addr(self_id, &a);
 	if (a.sun_path[0]) {
 		snprintf(g.sock_path, sizeof(g.sock_path), "%s", a.sun_path);
