@@ -169,9 +169,11 @@ ncclResult_t gdr_rdma_isend(void *send_comm, void *data, size_t size, int tag, v
     GDR_WARN("isend of %zu bytes to %s without a memory handle", size, c->peer);
     return ncclInvalidUsage;
   }
-  if (size > 0 && (e[r].addr == 0 || e[r].rkey == 0)) {
-    gdr_rdma_comm_fail(c, ncclRemoteError, "receiver posted an invalid buffer for message #%llu (addr 0x%llx rkey 0x%x)",
-                       (unsigned long long)c->head, (unsigned long long)e[r].addr, e[r].rkey);
+  /* (a buffer whose end wraps past 2^64: the parts' remote addresses, addr + offset, would wrap to elsewhere) */
+  if (size > 0 && (e[r].addr == 0 || e[r].rkey == 0 || e[r].addr + cap < e[r].addr)) {
+    gdr_rdma_comm_fail(c, ncclRemoteError,
+                       "receiver posted an invalid buffer for message #%llu (addr 0x%llx size %llu rkey 0x%x)",
+                       (unsigned long long)c->head, (unsigned long long)e[r].addr, (unsigned long long)cap, e[r].rkey);
     return gdr_rdma_comm_check(c);
   }
   struct gdr_rdma_req *req = gdr_rdma_req_get(c);
