@@ -68,9 +68,12 @@ void fz_logger(ncclDebugLogLevel level, unsigned long flags, const char *file, i
 extern unsigned long fz_nwarn;
 
 /* Sets the knobs the targets run with (where the environment has not set them: GDRNET_TRANSPORT=tcp,
- * GDRNET_SOCKET_IFNAME=lo, GDRNET_CONNECT_TIMEOUT_MS=100, 2 TCP streams and 1 helper thread, small eager and chunk
- * sizes) and initialises the core once, over TCP. */
-void fz_core_init_tcp(void);
+ * GDRNET_SOCKET_IFNAME=lo, GDRNET_CONNECT_TIMEOUT_MS=connect_ms, 2 TCP streams and 1 helper thread, small eager and
+ * chunk sizes) and initialises the core once, over TCP. A target whose inputs may leave a connect waiting for its
+ * timeout uses a short one (100, the least); one that only sets up well-formed connections a long one (a loaded
+ * machine must not fail them). */
+void fz_core_init_tcp(int connect_ms);
+extern int fz_connect_ms; /* the GDRNET_CONNECT_TIMEOUT_MS in force */
 /* Only installs fz_logger (for targets that call transport functions without the core). */
 void fz_quiet_log(void);
 

@@ -53,15 +53,21 @@ double fz_now(void) {
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-void fz_core_init_tcp(void) {
+int fz_connect_ms;
+
+void fz_core_init_tcp(int connect_ms) {
   static const char *const knobs[][2] = {
-      {"GDRNET_TRANSPORT", "tcp"},         {"GDRNET_SOCKET_IFNAME", "lo"},   {"GDRNET_SOCKET_FAMILY", "AF_INET"},
-      {"GDRNET_CONNECT_TIMEOUT_MS", "100"}, {"GDRNET_TCP_NSOCKS", "2"},       {"GDRNET_TCP_NTHREADS", "1"},
-      {"GDRNET_TCP_INLINE", "4096"},        {"GDRNET_TCP_EAGER_CREDITS", "4"}, {"GDRNET_TCP_MIN_CHUNK", "4096"},
-      {"GDRNET_TCP_MAX_CHUNK", "16384"},    {"GDRNET_TCP_TIMEOUT_MS", "5000"},
+      {"GDRNET_TRANSPORT", "tcp"},         {"GDRNET_SOCKET_IFNAME", "lo"},     {"GDRNET_SOCKET_FAMILY", "AF_INET"},
+      {"GDRNET_TCP_NSOCKS", "2"},          {"GDRNET_TCP_NTHREADS", "1"},       {"GDRNET_TCP_INLINE", "4096"},
+      {"GDRNET_TCP_EAGER_CREDITS", "4"},   {"GDRNET_TCP_MIN_CHUNK", "4096"},   {"GDRNET_TCP_MAX_CHUNK", "16384"},
+      {"GDRNET_TCP_TIMEOUT_MS", "5000"},
   };
+  char ms[32];
   int ndev = 0;
   for (size_t i = 0; i < sizeof(knobs) / sizeof(knobs[0]); i++) setenv(knobs[i][0], knobs[i][1], 0);
+  snprintf(ms, sizeof(ms), "%d", connect_ms);
+  setenv("GDRNET_CONNECT_TIMEOUT_MS", ms, 0);
+  fz_connect_ms = atoi(getenv("GDRNET_CONNECT_TIMEOUT_MS"));
   if (gdr_core_init(fz_logger) != ncclSuccess || gdr_core_devices(&ndev) != ncclSuccess || ndev < 1)
     fz_fail("the plugin does not initialise over TCP on lo (%d devices)", ndev);
   if (atexit(gdr_core_fini) != 0) fz_fail("atexit failed"); /* what the library's unload does, for LeakSanitizer */

@@ -17,7 +17,7 @@
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
   (void)argc;
   (void)argv;
-  fz_core_init_tcp();
+  fz_core_init_tcp(100);
   return 0;
 }
 

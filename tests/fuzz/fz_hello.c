@@ -23,7 +23,7 @@
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
   (void)argc;
   (void)argv;
-  fz_core_init_tcp();
+  fz_core_init_tcp(100);
   return 0;
 }
 
@@ -118,7 +118,7 @@ static void connector_side(struct fz_in *in) {
   size_t acklen[2];
   uint8_t shut[2];
   void *s = NULL;
-  double end;
+  double start, end;
 
   for (int i = 0; i < 2; i++) {
     uint8_t flags = fz_u8(in);
@@ -151,7 +151,8 @@ static void connector_side(struct fz_in *in) {
   gdr_tcp_proto_local(&tp);
   memcpy(h.tp_data, &tp, sizeof(tp));
   memcpy(hbuf, &h, sizeof(h));
-  end = fz_now() + 5.0;
+  start = fz_now();
+  end = start + 5.0;
   while (s == NULL && !failed) {
     if (gdr_core_connect(0, hbuf, &s) != ncclSuccess) failed = 1;
     for (int i = 0; i < 2; i++) {
@@ -169,7 +170,8 @@ static void connector_side(struct fz_in *in) {
     }
     if (fz_now() > end) fz_fail("connect neither completed nor failed within 5 s");
   }
-  if ((s != NULL) != ok)
+  /* (a connect that failed only after GDRNET_CONNECT_TIMEOUT_MS may have timed out on a loaded machine: no verdict) */
+  if (s == NULL ? ok && fz_now() - start < fz_connect_ms / 1000.0 : !ok)
     fz_fail("connect %s although the ACKs were %s", s ? "succeeded" : "failed", ok ? "well-formed" : "not");
   if (s != NULL && gdr_core_close_send(s) != ncclSuccess) fz_fail("closeSend failed");
   for (int i = 0; i < 2; i++) fz_close(&fd[i]);

@@ -31,7 +31,7 @@ struct sq {
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
   (void)argc;
   (void)argv;
-  fz_core_init_tcp();
+  fz_core_init_tcp(10000);
   return 0;
 }
 
