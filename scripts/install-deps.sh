@@ -3,7 +3,8 @@
 # Idempotent: does nothing when everything is present. Needs root (or sudo) when it must install.
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config libibverbs-dev libcmocka-dev ibverbs-utils
-      python3 python3-yaml python3-matplotlib valgrind dpkg-dev rpm file binutils procps iproute2 shellcheck)
+      python3 python3-yaml python3-matplotlib valgrind dpkg-dev rpm file binutils procps iproute2 shellcheck
+      clang libclang-rt-dev)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
