@@ -1,14 +1,17 @@
 /* Targets rdma_cts and rdma_imm: what the RDMA data path reads that the peer wrote into this process's memory or
  * completions. The plugin's own isend/irecv/test (p2p.c) run on a comm whose NIC is a fake of this file: its QPs'
  * post_send/post_recv check and record the work requests, its CQ returns completions the input decides. No
- * parser is copied; the fake only stands where hardware would.
+ * parser is copied; the fake only stands where hardware would. The comm is what conn.c builds, with a peer that
+ * announced neither recovery nor fallback: a fault fails it (recovery and fallback need QPs this NIC cannot make;
+ * their records' validators are fuzzed by rdma_ctrl).
  *
  * rdma_cts (FZ_SIDE_SEND): a send comm. The fuzzer writes clear-to-send entries into the comm's FIFO (as the
  *   receiver's RDMA WRITE does: well-formed-ish entries of fuzzed fields, or raw bytes anywhere in the FIFO), calls
  *   isend with fuzzed sizes and tags, delivers completions (good, or failed ones), writes control records, calls
  *   test. Invariants checked by the fake NIC: every local SGE lies inside the buffer isend was given (or the comm's
- *   own sizes array); a WRITE lands inside an entry the receiver offered for that message, with its rkey (unless
- *   the fuzzer rewrote the slot after isend matched it); the sizes WRITE_WITH_IMM inside the receiver's sizes array;
+ *   own sizes array); a WRITE lands inside an entry the receiver offered for that message, with its rkey (a part is
+ *   posted by the isend that matched it, from the entry it checked); the sizes WRITE_WITH_IMM inside the receiver's
+ *   sizes array;
  *   a completed send reports its size; a posted message's sends complete or fail once their completions arrived.
  * rdma_imm (FZ_SIDE_RECV): a receive comm. The fuzzer posts grouped or single receives (irecv), delivers receive
  *   completions with fuzzed immediate data and wr_id, writes the grouped-receive sizes array (as the sender's
@@ -45,7 +48,6 @@ struct fz_nic {
   unsigned head, tail;
   struct gdr_rdma_comm *c;
   uint8_t *sbuf;     /* send side: the one buffer isend is given */
-  int tainted[GDR_RDMA_FIFO_SLOTS]; /* the fuzzer rewrote the slot after an isend matched it */
   uint64_t last_wr_id;
   uint64_t posted_recv_wrs, cts_writes;
 };
@@ -73,7 +75,7 @@ static int fake_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_
   int n = 0;
   for (; wr != NULL; wr = wr->next, n++) {
     uint64_t len = wr->num_sge ? wr->sg_list[0].length : 0;
-    int slot = gdr_wr_slot(wr->wr_id);
+    int slot = gdr_wr_data_slot(wr->wr_id);
     if (n > GDR_RDMA_MAX_RECVS + 1 || wr->num_sge > 1) fz_fail("a chain of %d WRs / %d SGEs", n, wr->num_sge);
     if (wr->opcode != IBV_WR_RDMA_WRITE && wr->opcode != IBV_WR_RDMA_WRITE_WITH_IMM)
       fz_fail("opcode %d posted", wr->opcode);
@@ -100,7 +102,7 @@ static int fake_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_
       if (!in_range(wr->wr.rdma.remote_addr, len, RSIZES_ADDR, sizeof(struct gdr_sizes_slot) * GDR_RDMA_FIFO_SLOTS) ||
           len > sizeof(struct gdr_sizes_slot))
         fz_fail("the sizes WRITE_WITH_IMM lands outside the receiver's sizes array");
-    } else if (len > 0 && !nic.tainted[slot]) {
+    } else if (len > 0) {
       /* data: inside one entry the receiver offered for this message */
       const struct gdr_cts_entry *e = c->fifo[slot].e;
       int ok = 0;
@@ -160,21 +162,25 @@ static struct gdr_rdma_comm *comm_new(int kind, int nqps, int split, int fd) {
   snprintf(fzdev.name, sizeof(fzdev.name), "fz0");
   fzdev.port = 1;
   fzdev.link_layer = IBV_LINK_LAYER_ETHERNET;
+  /* what conn.c's comm_alloc and the handshake leave; the peer announced no recovery or fallback (remote.caps 0):
+   * a fault fails the comm instead of bringing up QPs this fake NIC does not have */
   c->kind = kind;
   c->dev = &fzdev;
   c->fd = fd;
-  atomic_init(&c->fatal, 0);
+  gdr_health_init(&c->health);
+  atomic_init(&c->pending.state, 0);
   snprintf(c->peer, sizeof(c->peer), "fuzzer");
-  c->cq = &nic.cq;
+  snprintf(c->desc, sizeof(c->desc), "RDMA %s connection with the fuzzer (fz0 port 1)", kind == GDR_RCOMM_SEND ? "send" : "receive");
+  c->qs.cq = &nic.cq;
   c->nqps = nqps;
   c->split = split;
   c->nparts = gdr_stripe_nparts(nqps, split);
   for (int i = 0; i < nqps; i++) {
     nic.qp[i].context = &nic.ctx;
     nic.qp[i].qp_num = 0x100u + (unsigned)i;
-    c->qps[i] = &nic.qp[i];
+    c->qs.qps[i] = &nic.qp[i];
   }
-  c->max_inline = 256;
+  c->qs.max_inline = 256;
   c->nreqs_pool = kind == GDR_RCOMM_SEND ? GDR_RDMA_SEND_REQS : 2 * GDR_RDMA_MAX_REQS;
   c->reqs = calloc((size_t)c->nreqs_pool, sizeof(*c->reqs));
   if (kind == GDR_RCOMM_SEND) {
@@ -263,7 +269,6 @@ static void run(struct fz_in *in, int comm_fd, int peer_fd) {
       e.idx = (uint8_t)r;
       e.rsvd = 0;
       e.seq = f & 32 ? fz_u64(in) : c->head + 1;
-      if (c->send_matched[slot] > 0) nic.tainted[slot] = 1;
       memcpy(&c->fifo[slot].e[r], &e, offsetof(struct gdr_cts_entry, seq));
       __atomic_store_n(&c->fifo[slot].e[r].seq, e.seq, __ATOMIC_RELEASE);
       break;
@@ -273,9 +278,6 @@ static void run(struct fz_in *in, int comm_fd, int peer_fd) {
       size_t len = fz_u8(in) % 64, room = sizeof(struct gdr_cts_slot) * GDR_RDMA_FIFO_SLOTS - off;
       uint8_t b[64];
       len = fz_bytes(in, b, len < room ? len : room);
-      for (int s = (int)(off / sizeof(struct gdr_cts_slot)); s <= (int)((off + len) / sizeof(struct gdr_cts_slot)) &&
-                                                           s < GDR_RDMA_FIFO_SLOTS; s++)
-        if (c->send_matched[s] > 0) nic.tainted[s] = 1;
       memcpy((uint8_t *)c->fifo + off, b, len);
       break;
     }
@@ -283,7 +285,6 @@ static void run(struct fz_in *in, int comm_fd, int peer_fd) {
       uint8_t f = fz_u8(in);
       size_t size = f & 1 ? fz_u32(in) % SBUF_LEN : fz_u16(in) % 4096;
       int tag = fz_u8(in) % 4;
-      uint64_t head = c->head;
       void *req = NULL;
       if (nout == NOUT) break;
       if (gdr_rdma_isend(c, nic.sbuf, size, tag, &mh, &req) == ncclSuccess && req != NULL) {
@@ -292,7 +293,6 @@ static void run(struct fz_in *in, int comm_fd, int peer_fd) {
         out[nout].seq = ((struct gdr_rdma_req *)req)->seq;
         nout++;
       }
-      for (uint64_t m = head; m < c->head; m++) nic.tainted[m % GDR_RDMA_FIFO_SLOTS] = 0; /* posted */
       break;
     }
     case 3: /* test */

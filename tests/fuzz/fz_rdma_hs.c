@@ -7,9 +7,9 @@
  * Input: a flags byte (bit 0: expect the receiver's handshake, as the connecting side; else the sender's), then the
  * bytes the peer sends (written to a socketpair whose writer then closes). Invariants: the blob reader ends (done
  * or an error) without hanging; a blob is taken only at exactly sizeof(struct gdr_rdma_hs) bytes (as hs_recv
- * requires); an accepted handshake has everything conn.c then relies on in range (QP count 1..16, every used QPN
- * non-zero and 24-bit, PSNs 24-bit, MTU 1..5, link layer IB or Ethernet, port >= 1, FIFO address and rkey set, a
- * terminated device name). */
+ * requires); an accepted handshake has everything conn.c then relies on in range (QP count 1..16, MTU 1..5, link
+ * layer IB or Ethernet, port >= 1, a terminated device name, and unless it says TCP_ONLY every used QPN non-zero and
+ * 24-bit, PSNs 24-bit, FIFO address and rkey set). */
 #include "fz.h"
 
 #include <stdio.h>
@@ -56,11 +56,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (read_blob(sv[0], GDR_RDMA_BLOB_HS, &hs, sizeof(hs))) {
     bad = gdr_rdma_hs_check(&hs, role);
     if (bad == NULL) {
+      int tcp_only = (hs.caps & GDR_RDMA_CAP_TCP_ONLY) != 0; /* no QPs, no FIFO: the connection runs on TCP */
       if (hs.nqps < 1 || hs.nqps > GDR_RDMA_MAX_QPS || hs.mtu < 1 || hs.mtu > 5 || hs.split > 1 || hs.port < 1 ||
-          (hs.link_layer != 1 && hs.link_layer != 2) || hs.raddr == 0 || hs.rkey == 0 || hs.role != role ||
-          memchr(hs.devname, '\0', sizeof(hs.devname)) == NULL)
+          (hs.link_layer != 1 && hs.link_layer != 2) || (!tcp_only && (hs.raddr == 0 || hs.rkey == 0)) ||
+          hs.role != role || memchr(hs.devname, '\0', sizeof(hs.devname)) == NULL)
         fz_fail("an accepted handshake is out of range");
-      for (int i = 0; i < hs.nqps; i++)
+      for (int i = 0; i < hs.nqps && !tcp_only; i++)
         if (hs.qpn[i] == 0 || hs.qpn[i] > 0xffffffu || hs.psn[i] > 0xffffffu) fz_fail("accepted QP %d out of range", i);
       if (role == GDR_RDMA_ROLE_SEND) /* the accepting side then waits for READY */
         (void)read_blob(sv[0], GDR_RDMA_BLOB_READY, &ready, sizeof(ready));

@@ -5,11 +5,12 @@
  * the control stream in test() (tcp_p2p.c rx_consume), the chunk headers in the helper thread.
  *
  * Input: a flags byte (bit 0: the sender announces the eager feature, else it is a version-1 peer), then ops:
- *   0 irecv of a fuzzed size (exactly that much heap: ASan sees any overflow)
+ *   0 irecv of one buffer or of a group of up to 8, fuzzed sizes (exactly that much heap: ASan sees any overflow)
  *   1 raw control bytes       2 a control header {type, aux, seq, size} and up to 255 payload bytes
  *   3 raw bytes on a data stream   4 a chunk header {magic, len, seq, off, total} and up to 255 payload bytes
  *   5 test() of every outstanding receive   6 read what the plugin sent (CTS, GRANT, CREDIT, ERR_RECV)
- * then the sender hangs up. Invariants: a receive completes with at most its posted size; after the hangup every
+ * then the sender hangs up. Invariants: a receive completes with its buffer count and at most each buffer's posted
+ * size; after the hangup every
  * outstanding receive completes or fails within 10 s; the buffer of a completed receive is free()d at once (as
  * NCCL reuses it): nothing may write into it afterwards (ASan); close leaves nothing open or running. */
 #include "fz.h"
@@ -25,9 +26,15 @@
 
 struct rq {
   void *req;
-  uint8_t *buf;
-  size_t size;
+  int n; /* buffers of a grouped receive */
+  uint8_t *buf[TCP_MAX_RECVS];
+  size_t size[TCP_MAX_RECVS];
 };
+
+static void rq_free(struct rq *r) {
+  for (int i = 0; i < r->n; i++) free(r->buf[i]);
+  r->n = 0;
+}
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
   (void)argc;
@@ -51,9 +58,10 @@ static int test_one(struct rq *r) {
     return 1;
   }
   if (!done) return 0;
-  if (n != 1 || sizes[0] > r->size) fz_fail("a receive of %zu bytes completed with %zu bytes (n %d)", r->size, sizes[0], n);
-  free(r->buf);
-  r->buf = NULL;
+  if (n != r->n) fz_fail("a receive of %d buffers completed with %d", r->n, n);
+  for (int i = 0; i < n; i++)
+    if (sizes[i] > r->size[i]) fz_fail("buffer %d of %zu bytes completed with %zu bytes", i, r->size[i], sizes[i]);
+  rq_free(r);
   r->req = NULL;
   return 1;
 }
@@ -71,24 +79,24 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     uint8_t buf[32 + 256]; /* a chunk or control header and up to 255 payload bytes */
     size_t k;
     switch (fz_u8(&in) % 7) {
-    case 0: {
+    case 0: { /* irecv of 1 buffer, or of a group of up to 8 (tags 0..n-1) */
       struct rq *r = nrq < NREQ ? &rq[nrq] : NULL;
-      void *dp[1];
-      size_t sz[1];
-      int tag = 0;
+      void *dp[TCP_MAX_RECVS];
+      size_t sz[TCP_MAX_RECVS];
+      int tags[TCP_MAX_RECVS];
       if (r == NULL) break;
-      r->size = fuzz_size(&in);
-      r->buf = malloc(r->size ? r->size : 1);
-      if (r->buf == NULL) fz_fail("out of memory");
-      dp[0] = r->buf;
-      sz[0] = r->size;
-      if (gdr_core_irecv(p.comm, 1, dp, sz, &tag, NULL, &r->req) != ncclSuccess) r->req = NULL;
-      if (r->req == NULL) {
-        free(r->buf);
-        r->buf = NULL;
-      } else {
-        nrq++;
+      r->n = fz_u8(&in) % 4 == 0 ? 1 + fz_u8(&in) % TCP_MAX_RECVS : 1;
+      for (int i = 0; i < r->n; i++) {
+        r->size[i] = fuzz_size(&in);
+        r->buf[i] = malloc(r->size[i] ? r->size[i] : 1);
+        if (r->buf[i] == NULL) fz_fail("out of memory");
+        dp[i] = r->buf[i];
+        sz[i] = r->size[i];
+        tags[i] = i;
       }
+      if (gdr_core_irecv(p.comm, r->n, dp, sz, tags, NULL, &r->req) != ncclSuccess) r->req = NULL;
+      if (r->req == NULL) rq_free(r);
+      else nrq++;
       break;
     }
     case 1:
@@ -144,6 +152,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (left && fz_now() > end) fz_fail("receives neither completed nor failed within 10 s of the sender's hangup");
   }
   if (gdr_core_close_recv(p.comm) != ncclSuccess) fz_fail("closeRecv failed");
-  for (int i = 0; i < nrq; i++) free(rq[i].buf);
+  for (int i = 0; i < nrq; i++) rq_free(&rq[i]);
   return 0;
 }

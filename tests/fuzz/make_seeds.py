@@ -101,8 +101,19 @@ def blob(t, payload):
     return struct.pack('<II', t, len(payload)) + payload
 
 
-def rctrl(t, seq, a=0, b=0, magic=RDMA_CTRL_MAGIC):
-    return struct.pack('<IIQQQ', magic, t, seq, a, b)
+def rctrl(t, seq, a=0, b=0, magic=RDMA_CTRL_MAGIC, payload=b''):
+    # header: magic, type (u16), payload length (u16), seq, a, b; then the payload
+    return struct.pack('<IHHQQQ', magic, t, len(payload), seq, a, b) + payload
+
+
+def rec_state(nqps=1, head=0, incomplete=0):
+    qpn = [0x200 + i if i < nqps else 0 for i in range(16)]
+    return struct.pack('<BBHI16s16I16IQIIQII', nqps, 2, 0, 0, bytes(16), *qpn, *([7] * 16), 0x7f0000002000, 0x55, 0,
+                       head, incomplete, 0)
+
+
+def fb_sent(seq, n, placed, sizes):
+    return struct.pack('<QBBHI8I', seq, n, placed, 0, 0, *(sizes + [0] * (8 - len(sizes))))
 
 
 def seeds():
@@ -142,7 +153,9 @@ def seeds():
     # tcp_recv: flags (bit 0 eager sender), then ops 0 irecv, 1 raw ctrl, 2 ctrl msg, 3 raw data, 4 chunk, 5 test,
     # 6 drain
     def irecv(n):
-        return b'\x00' + fsize(n)
+        return b'\x00\x01' + fsize(n)  # one buffer
+    def irecv_group(sizes):
+        return b'\x00\x00' + bytes([len(sizes) - 1]) + b''.join(fsize(n) for n in sizes)
     def op_chunk(stream, length, seq, off, total, payload=b''):
         return bytes([4, stream, 0, 0]) + u16(length) + bytes([seq, 0]) + u16(off) + bytes([0]) + fsize(total) + \
             bytes([len(payload)]) + payload
@@ -158,6 +171,8 @@ def seeds():
         op_chunk(1, 255, 0, 255, 510, pattern[:255]) + b'\x05' + irecv(510) + b'\x05',
         'err-size': b'\x00' + irecv(9000) + op_ctrl_msg(2, ERR_SIZE, 0, 0, 12000) + b'\x05',
         'garbage-type': b'\x01' + irecv(16) + op_ctrl_msg(2, 9, 0, 0, 0) + b'\x05',
+        'group-eager': b'\x01' + irecv_group([100, 200, 50]) + b'\x06' + op_ctrl_msg(2, EAGER, 1, 1, 150, pattern[:150]) +
+        op_ctrl_msg(2, EAGER, 0, 0, 80, pattern[:80]) + op_ctrl_msg(2, EAGER, 2, 2, 10, pattern[:10]) + b'\x05',
     }
     # tcp_send: flags (bit 0 eager receiver), then ops 0 isend, 1 raw ctrl, 2 ctrl msg, 3 test, 4 drain
     def isend(n):
@@ -171,6 +186,9 @@ def seeds():
         'err-recv': b'\x01' + op_ctrl_msg(2, GRANT, 4, 2, 4096) + isend(200) + op_ctrl_msg(2, ERR_RECV, 100, 0, 200) +
         b'\x03' + isend(5) + b'\x03',
         'cts-too-small': b'\x00' + op_ctrl_msg(2, CTS, 0, 0, 10) + isend(300) + b'\x03',
+        'cts-group': b'\x01' + op_ctrl_msg(2, GRANT, 4, 3, 4096) +
+        op_ctrl_msg(2, 9, 2, 0, 32, struct.pack('<QII', 5000, 0, 0) + struct.pack('<QII', 9000, 1, 0)) +
+        isend(5000) + b'\x03\x04' + isend(8000) + b'\x03\x04',
     }
     # rdma_hs: flags (bit 0: the receiver's handshake), then the stream
     s['rdma_hs'] = {
@@ -182,8 +200,17 @@ def seeds():
         'bad-qps': b'\x00' + blob(BLOB_HS, rdma_hs(1, nqps=17)),
     }
     # rdma_ctrl: flags (bit 0 send comm, bit 1 posted receives, bits 2-3 their round), then records
+    REC_REQ, REC_STATE, REC_GO, REC_FAIL, FB_REQ, FB_RSTATE, FB_SSTATE = 3, 4, 5, 6, 7, 8, 9
+    BACK_OFFER, BACK_READY, BACK_NOT_YET, BACK_SWITCH = 10, 11, 12, 13
     s['rdma_ctrl'] = {
         'size-err': b'\x02' + rctrl(1, 5, 1000, 10),
+        'rec-req-from-old-peer': b'\x01' + rctrl(REC_REQ, 1),
+        'rec-fail-text': b'\x02' + rctrl(REC_FAIL, 1, 2, payload=b'gave up: port down'),
+        'fb-req-from-old-peer': b'\x00' + rctrl(FB_REQ, 1, payload=b'port down'),
+        'back-offer': b'\x01' + rctrl(BACK_OFFER, 1, payload=rec_state(2)),
+        'records-rec-state': b'\x10\x00\x01' + rctrl(REC_STATE, 1)[:32] + rec_state(2, head=3, incomplete=1),
+        'records-fb-sstate': b'\x11\x00' + rctrl(FB_SSTATE, 1)[:32] + fb_sent(4, 2, 1, [100]) + fb_sent(5, 1, 0, []),
+        'records-bad-sstate': b'\x11\x00' + rctrl(FB_SSTATE, 1)[:32] + fb_sent(4, 9, 1, [100]),
         'size-err-stale': b'\x06' + rctrl(1, 5, 1000, 10) + rctrl(1, 37, 1000, 10),
         'bye': b'\x00' + rctrl(2, 3),
         'garbage': b'\x02' + rctrl(1, 1, magic=0xdeadbeef),
