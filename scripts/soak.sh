@@ -6,7 +6,7 @@
 #   SOAK_COMMS=N        connection pairs per run (default 6)
 #   SOAK_TRANSPORTS     default "tcp rdma"
 #   SOAK_FAULTS=1       fault mode: random VEMU_FAULTS rules on the RDMA run, which then expects the plugin to
-#                       recover (no error, every byte); off by default: there is no recovery yet
+#                       recover (no error, every byte); off by default
 #   SOAK_ARGS           more gdrnet-soak options (--rss-growth-mb M, --fd-growth F, --stall S, --sample S, --seed X)
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -15,8 +15,8 @@
  * baseline by more than --rss-growth-mb, or more fds at a round's end than at the baseline plus --fd-growth.
  *
  * --faults (off by default): the RDMA transport runs with random VEMU_FAULTS rules (failed completions, a fatal QP,
- * a missing receive credit) in both processes. It expects recovery (every byte still arrives, no error reaches the
- * caller), which the plugin does not have yet: today such a run fails at the first fault. */
+ * a missing receive credit; each fires once per process) in both processes, and expects recovery: every byte still
+ * arrives and no error reaches the caller (docs/recovery.md). */
 #include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
