@@ -18,6 +18,7 @@
 
 #include "gdrnet/net_v8.h"
 #include "sock.h"
+#include "transport.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerInitialize(int *argc, char ***argv);
@@ -92,6 +93,16 @@ int fz_drain(int fd);
 int fz_read_all(int fd, void *buf, size_t len, double timeout_s);
 void fz_close(int *fd); /* closes and sets -1 (nothing if already -1) */
 
+/* A handle for a raw listener of the harness at me (TCP, the given stream count, 1 helper thread; the TCP protocol
+ * data of a current plugin if eager, else zeros as from a version-1 plugin). */
+void fz_tcp_handle(struct gdr_handle *h, const union gdr_sockaddr *me, uint64_t nonce, int nstreams, int eager);
+
+/* The ops tcp_recv and tcp_send share: a fuzzed message size (small, eager/inline-sized, or up to 192 KiB chunked),
+ * raw bytes, and a control header {type, aux, seq, size} with up to 255 payload bytes, written to fd. */
+size_t fz_msg_size(struct fz_in *in);
+void fz_op_raw(struct fz_in *in, int fd);
+void fz_op_ctrl(struct fz_in *in, int fd);
+
 /* --------------------------------------------------------------------------- a TCP comm with a fuzzed peer -- */
 
 #define FZ_MAX_STREAMS 8
@@ -113,5 +124,20 @@ void fz_tcp_recv_comm(struct fz_tcp_peer *p, int eager_sender);
 void fz_tcp_send_comm(struct fz_tcp_peer *p, int eager_receiver);
 /* Closes the harness's ends (the plugin sees EOF), then nothing else. */
 void fz_tcp_peer_hangup(struct fz_tcp_peer *p);
+
+/* An outstanding request of the core (a send: n = 1) with its buffers, exactly as large as posted. */
+struct fz_req {
+  void *req; /* NULL once finished */
+  int is_send, n;
+  uint8_t *buf[GDR_MAX_RECVS];
+  size_t size[GDR_MAX_RECVS];
+};
+/* One test() of r; 1 when it is finished: failed (the comm's error), or completed with n buffers, a send with its
+ * size and a receive with at most each buffer's posted size (else fz_fail), and its buffers freed at once (as NCCL
+ * reuses them: nothing may touch them afterwards). */
+int fz_req_test(struct fz_req *r);
+void fz_req_free(struct fz_req *r); /* its buffers */
+/* After the peer hung up: tests every outstanding request until it is finished; fz_fail after 10 s. */
+void fz_reqs_finish(struct fz_req *r, int n);
 
 #endif /* GDRNET_FZ_H */

@@ -160,6 +160,50 @@ int fz_read_all(int fd, void *buf, size_t len, double timeout_s) {
   return 0;
 }
 
+void fz_tcp_handle(struct gdr_handle *h, const union gdr_sockaddr *me, uint64_t nonce, int nstreams, int eager) {
+  memset(h, 0, sizeof(*h));
+  h->magic = GDR_HANDLE_MAGIC;
+  h->version = GDR_HANDLE_VERSION;
+  h->transport = GDR_TP_TCP;
+  h->caps = GDR_CAP_TCP;
+  h->nonce = nonce;
+  h->addr.family = AF_INET;
+  h->addr.port = me->sin.sin_port;
+  memcpy(h->addr.addr, &me->sin.sin_addr, 4);
+  h->nstreams = (uint16_t)nstreams;
+  h->nthreads = 1;
+  if (eager) {
+    struct tcp_proto tp;
+    gdr_tcp_proto_local(&tp);
+    memcpy(h->tp_data, &tp, sizeof(tp));
+  }
+}
+
+size_t fz_msg_size(struct fz_in *in) {
+  uint8_t k = fz_u8(in);
+  if (k & 0x80) return fz_u32(in) % (192u << 10); /* chunked: above GDRNET_TCP_INLINE=4096 */
+  return fz_u16(in) % 8192;                       /* eager/inline and just above */
+}
+
+void fz_op_raw(struct fz_in *in, int fd) {
+  uint8_t buf[256];
+  size_t k = fz_bytes(in, buf, fz_u8(in));
+  (void)fz_write(fd, buf, k);
+}
+
+void fz_op_ctrl(struct fz_in *in, int fd) {
+  uint8_t buf[sizeof(struct tcp_ctrl_hdr) + 256];
+  struct tcp_ctrl_hdr h;
+  size_t k;
+  h.type = fz_u8(in) % 10;
+  h.aux = fz_u8(in) & 1 ? fz_u32(in) : fz_u8(in);
+  h.seq = fz_u8(in) & 1 ? fz_u64(in) : fz_u8(in) % 48;
+  h.size = fz_u8(in) & 1 ? fz_u64(in) : fz_msg_size(in);
+  memcpy(buf, &h, sizeof(h));
+  k = fz_bytes(in, buf + sizeof(h), fz_u8(in));
+  (void)fz_write(fd, buf, sizeof(h) + k);
+}
+
 /* --------------------------------------------------------------------------- a TCP comm with a fuzzed peer -- */
 
 static void peer_init(struct fz_tcp_peer *p) {
@@ -235,22 +279,7 @@ void fz_tcp_send_comm(struct fz_tcp_peer *p, int eager_receiver) {
   p->nsocks = 2;
   lfd = fz_socket_listen(&me);
   if (lfd < 0) fz_fail("cannot listen on 127.0.0.1");
-  memset(&h, 0, sizeof(h));
-  h.magic = GDR_HANDLE_MAGIC;
-  h.version = GDR_HANDLE_VERSION;
-  h.transport = GDR_TP_TCP;
-  h.caps = GDR_CAP_TCP;
-  h.nonce = 0x5a46465a5a46465aull;
-  h.addr.family = AF_INET;
-  h.addr.port = me.sin.sin_port;
-  memcpy(h.addr.addr, &me.sin.sin_addr, 4);
-  h.nstreams = (uint16_t)p->nsocks;
-  h.nthreads = 1;
-  if (eager_receiver) {
-    struct tcp_proto tp;
-    gdr_tcp_proto_local(&tp);
-    memcpy(h.tp_data, &tp, sizeof(tp));
-  }
+  fz_tcp_handle(&h, &me, 0x5a46465a5a46465aull, p->nsocks, eager_receiver);
   memcpy(hbuf, &h, sizeof(h));
   while (p->comm == NULL) {
     if (gdr_core_connect(0, hbuf, &p->comm) != ncclSuccess) fz_fail("connect to a well-formed listener failed");
@@ -280,4 +309,41 @@ void fz_tcp_send_comm(struct fz_tcp_peer *p, int eager_receiver) {
   }
   for (int i = 0; i < npend; i++) fz_close(&pend[i].fd);
   close(lfd);
+}
+
+/* ------------------------------------------------------------------------------------------- requests -- */
+
+void fz_req_free(struct fz_req *r) {
+  for (int i = 0; i < r->n; i++) {
+    free(r->buf[i]);
+    r->buf[i] = NULL;
+  }
+}
+
+int fz_req_test(struct fz_req *r) {
+  size_t sizes[GDR_MAX_RECVS] = {0};
+  int done = 0, n = 0;
+  if (gdr_core_test(r->req, &done, sizes, &n) != ncclSuccess) {
+    r->req = NULL; /* failed: the comm's error; close frees it */
+    return 1;
+  }
+  if (!done) return 0;
+  if (n != r->n) fz_fail("a %s of %d buffers completed with %d", r->is_send ? "send" : "receive", r->n, n);
+  for (int i = 0; i < n; i++)
+    if (r->is_send ? sizes[i] != r->size[i] : sizes[i] > r->size[i])
+      fz_fail("buffer %d of a %s of %zu bytes completed with %zu bytes", i, r->is_send ? "send" : "receive",
+              r->size[i], sizes[i]);
+  fz_req_free(r);
+  r->req = NULL;
+  return 1;
+}
+
+void fz_reqs_finish(struct fz_req *r, int n) {
+  double end = fz_now() + 10.0;
+  for (int left = 1; left;) {
+    left = 0;
+    for (int i = 0; i < n; i++)
+      if (r[i].req != NULL && !fz_req_test(&r[i])) left = 1;
+    if (left && fz_now() > end) fz_fail("requests neither completed nor failed within 10 s of the peer's hangup");
+  }
 }

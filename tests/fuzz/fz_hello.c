@@ -111,7 +111,6 @@ static void connector_side(struct fz_in *in) {
   char hbuf[NCCL_NET_HANDLE_MAXSIZE];
   struct gdr_handle h;
   union gdr_sockaddr me;
-  struct tcp_proto tp;
   int lfd, fd[2] = {-1, -1}, answered[2] = {0, 0}, ok = 1, failed = 0;
   size_t hgot[2] = {0, 0};
   uint8_t ackb[2][sizeof(struct gdr_hello_ack) + 8];
@@ -137,19 +136,7 @@ static void connector_side(struct fz_in *in) {
   }
   lfd = fz_socket_listen(&me);
   if (lfd < 0) fz_fail("cannot listen on 127.0.0.1");
-  memset(&h, 0, sizeof(h));
-  h.magic = GDR_HANDLE_MAGIC;
-  h.version = GDR_HANDLE_VERSION;
-  h.transport = GDR_TP_TCP;
-  h.caps = GDR_CAP_TCP;
-  h.nonce = 77;
-  h.addr.family = AF_INET;
-  h.addr.port = me.sin.sin_port;
-  memcpy(h.addr.addr, &me.sin.sin_addr, 4);
-  h.nstreams = 1;
-  h.nthreads = 1;
-  gdr_tcp_proto_local(&tp);
-  memcpy(h.tp_data, &tp, sizeof(tp));
+  fz_tcp_handle(&h, &me, 77, 1, 1);
   memcpy(hbuf, &h, sizeof(h));
   start = fz_now();
   end = start + 5.0;

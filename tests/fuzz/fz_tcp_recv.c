@@ -24,18 +24,6 @@
 #define NREQ 40 /* more than the 32 the comm takes: irecv must refuse the rest */
 #define MAXOPS 96
 
-struct rq {
-  void *req;
-  int n; /* buffers of a grouped receive */
-  uint8_t *buf[TCP_MAX_RECVS];
-  size_t size[TCP_MAX_RECVS];
-};
-
-static void rq_free(struct rq *r) {
-  for (int i = 0; i < r->n; i++) free(r->buf[i]);
-  r->n = 0;
-}
-
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
   (void)argc;
   (void)argv;
@@ -43,51 +31,25 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
   return 0;
 }
 
-static size_t fuzz_size(struct fz_in *in) {
-  uint8_t k = fz_u8(in);
-  if (k & 0x80) return fz_u32(in) % (192u << 10); /* chunked: above GDRNET_TCP_INLINE=4096 */
-  return fz_u16(in) % 8192;                       /* eager/inline and just above */
-}
-
-/* test() of r; 1 if it is finished (completed, checked and freed, or failed) */
-static int test_one(struct rq *r) {
-  size_t sizes[GDR_MAX_RECVS] = {0};
-  int done = 0, n = 0;
-  if (gdr_core_test(r->req, &done, sizes, &n) != ncclSuccess) {
-    r->req = NULL; /* failed: the comm's error; close frees it */
-    return 1;
-  }
-  if (!done) return 0;
-  if (n != r->n) fz_fail("a receive of %d buffers completed with %d", r->n, n);
-  for (int i = 0; i < n; i++)
-    if (sizes[i] > r->size[i]) fz_fail("buffer %d of %zu bytes completed with %zu bytes", i, r->size[i], sizes[i]);
-  rq_free(r);
-  r->req = NULL;
-  return 1;
-}
-
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   struct fz_in in = {data, size};
   struct fz_tcp_peer p;
-  struct rq rq[NREQ];
+  struct fz_req rq[NREQ];
   int nrq = 0, ops = 0;
-  double end;
 
   memset(rq, 0, sizeof(rq));
   fz_tcp_recv_comm(&p, fz_u8(&in) & 1);
   while (fz_left(&in) && ops++ < MAXOPS) {
-    uint8_t buf[32 + 256]; /* a chunk or control header and up to 255 payload bytes */
-    size_t k;
     switch (fz_u8(&in) % 7) {
     case 0: { /* irecv of 1 buffer, or of a group of up to 8 (tags 0..n-1) */
-      struct rq *r = nrq < NREQ ? &rq[nrq] : NULL;
+      struct fz_req *r = nrq < NREQ ? &rq[nrq] : NULL;
       void *dp[TCP_MAX_RECVS];
       size_t sz[TCP_MAX_RECVS];
       int tags[TCP_MAX_RECVS];
       if (r == NULL) break;
       r->n = fz_u8(&in) % 4 == 0 ? 1 + fz_u8(&in) % TCP_MAX_RECVS : 1;
       for (int i = 0; i < r->n; i++) {
-        r->size[i] = fuzz_size(&in);
+        r->size[i] = fz_msg_size(&in);
         r->buf[i] = malloc(r->size[i] ? r->size[i] : 1);
         if (r->buf[i] == NULL) fz_fail("out of memory");
         dp[i] = r->buf[i];
@@ -95,39 +57,29 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         tags[i] = i;
       }
       if (gdr_core_irecv(p.comm, r->n, dp, sz, tags, NULL, &r->req) != ncclSuccess) r->req = NULL;
-      if (r->req == NULL) rq_free(r);
+      if (r->req == NULL) fz_req_free(r);
       else nrq++;
       break;
     }
     case 1:
-      k = fz_bytes(&in, buf, fz_u8(&in));
-      (void)fz_write(p.ctrl, buf, k);
+      fz_op_raw(&in, p.ctrl);
       break;
-    case 2: {
-      struct tcp_ctrl_hdr h;
-      h.type = fz_u8(&in) % 10;
-      h.aux = fz_u8(&in) & 1 ? fz_u32(&in) : fz_u8(&in);
-      h.seq = fz_u8(&in) & 1 ? fz_u64(&in) : fz_u8(&in) % 48;
-      h.size = fz_u8(&in) & 1 ? fz_u64(&in) : fuzz_size(&in);
-      memcpy(buf, &h, sizeof(h));
-      k = fz_bytes(&in, buf + sizeof(h), fz_u8(&in));
-      (void)fz_write(p.ctrl, buf, sizeof(h) + k);
+    case 2:
+      fz_op_ctrl(&in, p.ctrl);
       break;
-    }
-    case 3: {
-      int s = fz_u8(&in) % p.nsocks;
-      k = fz_bytes(&in, buf, fz_u8(&in));
-      (void)fz_write(p.data[s], buf, k);
+    case 3:
+      fz_op_raw(&in, p.data[fz_u8(&in) % p.nsocks]);
       break;
-    }
     case 4: {
+      uint8_t buf[sizeof(struct tcp_chunk_hdr) + 256];
       struct tcp_chunk_hdr h;
+      size_t k;
       int s = fz_u8(&in) % p.nsocks;
       h.magic = fz_u8(&in) & 1 ? fz_u32(&in) : TCP_CHUNK_MAGIC;
       h.len = fz_u8(&in) & 1 ? fz_u32(&in) : fz_u16(&in);
       h.seq = fz_u8(&in) % 48;
       h.off = fz_u8(&in) & 1 ? fz_u64(&in) : fz_u16(&in);
-      h.total = fz_u8(&in) & 1 ? fz_u64(&in) : fuzz_size(&in);
+      h.total = fz_u8(&in) & 1 ? fz_u64(&in) : fz_msg_size(&in);
       memcpy(buf, &h, sizeof(h));
       k = fz_bytes(&in, buf + sizeof(h), fz_u8(&in));
       (void)fz_write(p.data[s], buf, sizeof(h) + k);
@@ -135,7 +87,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
     case 5:
       for (int i = 0; i < nrq; i++)
-        if (rq[i].req != NULL) (void)test_one(&rq[i]);
+        if (rq[i].req != NULL) (void)fz_req_test(&rq[i]);
       break;
     default:
       (void)fz_drain(p.ctrl);
@@ -144,14 +96,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   }
   /* the sender goes away: whatever is outstanding must complete or fail, in bounded time */
   fz_tcp_peer_hangup(&p);
-  end = fz_now() + 10.0;
-  for (int left = 1; left;) {
-    left = 0;
-    for (int i = 0; i < nrq; i++)
-      if (rq[i].req != NULL && !test_one(&rq[i])) left = 1;
-    if (left && fz_now() > end) fz_fail("receives neither completed nor failed within 10 s of the sender's hangup");
-  }
+  fz_reqs_finish(rq, nrq);
   if (gdr_core_close_recv(p.comm) != ncclSuccess) fz_fail("closeRecv failed");
-  for (int i = 0; i < nrq; i++) rq_free(&rq[i]);
+  for (int i = 0; i < nrq; i++) fz_req_free(&rq[i]);
   return 0;
 }

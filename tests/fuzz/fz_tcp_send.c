@@ -22,38 +22,11 @@
 #define NREQ 40
 #define MAXOPS 96
 
-struct sq {
-  void *req;
-  uint8_t *buf;
-  size_t size;
-};
-
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
   (void)argc;
   (void)argv;
   fz_core_init_tcp(10000);
   return 0;
-}
-
-static size_t fuzz_size(struct fz_in *in) {
-  uint8_t k = fz_u8(in);
-  if (k & 0x80) return fz_u32(in) % (192u << 10);
-  return fz_u16(in) % 8192;
-}
-
-static int test_one(struct sq *s) {
-  size_t sizes[GDR_MAX_RECVS] = {0};
-  int done = 0, n = 0;
-  if (gdr_core_test(s->req, &done, sizes, &n) != ncclSuccess) {
-    s->req = NULL;
-    return 1;
-  }
-  if (!done) return 0;
-  if (n != 1 || sizes[0] != s->size) fz_fail("a send of %zu bytes completed with %zu bytes (n %d)", s->size, sizes[0], n);
-  free(s->buf);
-  s->buf = NULL;
-  s->req = NULL;
-  return 1;
 }
 
 static void drain_all(struct fz_tcp_peer *p) {
@@ -64,49 +37,39 @@ static void drain_all(struct fz_tcp_peer *p) {
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   struct fz_in in = {data, size};
   struct fz_tcp_peer p;
-  struct sq sq[NREQ];
-  struct sq pend = {NULL, NULL, 0}; /* an isend the comm said "later" to */
+  struct fz_req sq[NREQ];
+  struct fz_req pend; /* an isend the comm said "later" to */
   int nsq = 0, ops = 0;
-  double end;
 
   memset(sq, 0, sizeof(sq));
+  memset(&pend, 0, sizeof(pend));
   fz_tcp_send_comm(&p, fz_u8(&in) & 1);
   while (fz_left(&in) && ops++ < MAXOPS) {
-    uint8_t buf[32 + 256]; /* a chunk or control header and up to 255 payload bytes */
-    size_t k;
     int op = fz_u8(&in) % 5;
-    if (op == 0 && pend.buf == NULL && nsq < NREQ) {
-      pend.size = fuzz_size(&in);
-      pend.buf = calloc(1, pend.size ? pend.size : 1);
-      if (pend.buf == NULL) fz_fail("out of memory");
+    if (op == 0 && pend.n == 0 && nsq < NREQ) {
+      pend.is_send = 1;
+      pend.n = 1;
+      pend.size[0] = fz_msg_size(&in);
+      pend.buf[0] = calloc(1, pend.size[0] ? pend.size[0] : 1);
+      if (pend.buf[0] == NULL) fz_fail("out of memory");
     }
-    if ((op == 0 || op == 3) && pend.buf != NULL) {
-      if (gdr_core_isend(p.comm, pend.buf, pend.size, 0, NULL, &pend.req) != ncclSuccess) pend.req = NULL;
+    if ((op == 0 || op == 3) && pend.n == 1) {
+      if (gdr_core_isend(p.comm, pend.buf[0], pend.size[0], 0, NULL, &pend.req) != ncclSuccess) pend.req = NULL;
       if (pend.req != NULL) {
         sq[nsq++] = pend;
-        pend.buf = NULL;
-        pend.req = NULL;
+        memset(&pend, 0, sizeof(pend));
       }
     }
     switch (op) {
     case 1:
-      k = fz_bytes(&in, buf, fz_u8(&in));
-      (void)fz_write(p.ctrl, buf, k);
+      fz_op_raw(&in, p.ctrl);
       break;
-    case 2: {
-      struct tcp_ctrl_hdr h;
-      h.type = fz_u8(&in) % 10;
-      h.aux = fz_u8(&in) & 1 ? fz_u32(&in) : fz_u8(&in);
-      h.seq = fz_u8(&in) & 1 ? fz_u64(&in) : fz_u8(&in) % 48;
-      h.size = fz_u8(&in) & 1 ? fz_u64(&in) : fuzz_size(&in);
-      memcpy(buf, &h, sizeof(h));
-      k = fz_bytes(&in, buf + sizeof(h), fz_u8(&in));
-      (void)fz_write(p.ctrl, buf, sizeof(h) + k);
+    case 2:
+      fz_op_ctrl(&in, p.ctrl);
       break;
-    }
     case 3:
       for (int i = 0; i < nsq; i++)
-        if (sq[i].req != NULL) (void)test_one(&sq[i]);
+        if (sq[i].req != NULL) (void)fz_req_test(&sq[i]);
       break;
     case 4:
       drain_all(&p);
@@ -118,15 +81,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   /* the receiver goes away: outstanding sends complete or fail in bounded time */
   drain_all(&p);
   fz_tcp_peer_hangup(&p);
-  end = fz_now() + 10.0;
-  for (int left = 1; left;) {
-    left = 0;
-    for (int i = 0; i < nsq; i++)
-      if (sq[i].req != NULL && !test_one(&sq[i])) left = 1;
-    if (left && fz_now() > end) fz_fail("sends neither completed nor failed within 10 s of the receiver's hangup");
-  }
+  fz_reqs_finish(sq, nsq);
   if (gdr_core_close_send(p.comm) != ncclSuccess) fz_fail("closeSend failed");
-  for (int i = 0; i < nsq; i++) free(sq[i].buf);
-  free(pend.buf);
+  for (int i = 0; i < nsq; i++) fz_req_free(&sq[i]);
+  fz_req_free(&pend);
   return 0;
 }

@@ -105,6 +105,16 @@ start_server() {
   exec 3<&-
 }
 
+# wait_ends: waits for the client ($cpid) then the server ($spid); sets $crc $src and their end times $t1 $t2
+wait_ends() {
+  wait "$cpid"
+  crc=$?
+  t1=$(now_ms)
+  wait "$spid"
+  src=$?
+  t2=$(now_ms)
+}
+
 # run_pair TRANSPORT [server env...] -- [client options...]: a server in A, its client in B; sets $crc $src
 run_pair() {
   local tr=$1
@@ -176,12 +186,7 @@ linkdown-tcp)
   t0=$(now_ms)
   B ip link set "$vB" down || fail "link down"
   log "$vB down after $((($(txb) - tx0) >> 20)) MiB"
-  wait "$cpid"
-  crc=$?
-  t1=$(now_ms)
-  wait "$spid"
-  src=$?
-  t2=$(now_ms)
+  wait_ends
   bound=$((GDRNET_TCP_TIMEOUT_MS + 4000))
   log "client exit $crc after $((t1 - t0)) ms, server exit $src after $((t2 - t0)) ms (bound: GDRNET_TCP_TIMEOUT_MS $GDRNET_TCP_TIMEOUT_MS + 4000 ms)"
   [ "$crc" != 0 ] && [ "$src" != 0 ] || fail "the run did not fail (client $crc, server $src)"
@@ -215,12 +220,7 @@ linkdown-rdma | linkdown-all)
   else
     log "the port went down"
   fi
-  wait "$cpid"
-  crc=$?
-  t1=$(now_ms)
-  wait "$spid"
-  src=$?
-  t2=$(now_ms)
+  wait_ends
   log "client exit $crc after $((t1 - t0)) ms, server exit $src after $((t2 - t0)) ms"
   grep -q "connection vemu0" "$work/client.err" || fail "the client never connected over RDMA"
   if [ "$case" = linkdown-rdma ]; then
