@@ -23,6 +23,9 @@ done
 ./scripts/install-deps.sh
 
 times=()
+# CPU seconds (user + system) of the stages' finished processes: on a shared machine the wall time says little about
+# what two dedicated cores would take (about CPU / 2 for the parallel stages)
+cpu_s() { awk '{ printf "%d", ($16 + $17) / 100 }' "/proc/$$/stat"; }
 stage_release() {
   echo "== build (RelWithDebInfo) =="
   cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
@@ -63,7 +66,8 @@ for s in "${stages[@]}"; do
   packages) [ "${GDRNET_SKIP_PACKAGES:-0}" != 1 ] || continue ;;
   esac
   t0=$(date +%s)
+  c0=$(cpu_s)
   "stage_$s"
-  times+=("$s $(($(date +%s) - t0))s")
+  times+=("$s $(($(date +%s) - t0))s (cpu $(($(cpu_s) - c0))s)")
 done
 echo "== all stages passed: ${times[*]} =="
