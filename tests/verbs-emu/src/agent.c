@@ -108,6 +108,7 @@ struct vconn {
 	uint64_t stage_fill;
 	int want_out;
 	int writing;                /* a thread is in writev on it (g.mu) */
+	uint32_t rx_gen;            /* g.qp_gone_gen when the payload's placement was decided (placement_recheck) */
 #ifdef VEMU_TSAN
 	char tsan_sync;             /* TSan: released by its writers, acquired by its reader (conn_sendmsg) */
 #endif
@@ -656,7 +657,7 @@ static void transmit_qp(struct vqp *q)
 	}
 	if (q->qp.state != IBV_QPS_RTS)
 		return;
-	if (q->ctx->dev->port_state != IBV_PORT_ACTIVE)
+	if (vemu_port_state(q->ctx->dev) != IBV_PORT_ACTIVE)
 		return;
 	struct vwr *w;
 	while ((w = q->sq_head)) {
@@ -817,7 +818,7 @@ static int plan_request(struct vconn *c, struct vqp *q, const struct whdr *h, st
 		       (unsigned)h->seq);
 		return RX_DISCARD; /* silently dropped: the initiator times out and retransmits */
 	}
-	if (q->ctx->dev->port_state != IBV_PORT_ACTIVE) {
+	if (vemu_port_state(q->ctx->dev) != IBV_PORT_ACTIVE) {
 		VTRACE("drop qp=0x%x psn=%u (port down)\n", q->qp.qp_num, (unsigned)h->seq);
 		return RX_DISCARD; /* lost on a down link: the initiator's retry timer decides */
 	}
@@ -1037,7 +1038,7 @@ static void place_from_buffer(struct vseg *s, int n, const char *data)
 
 static void run_held(struct vqp *q, uint64_t now)
 {
-	while (q->held_head && q->ctx->dev->port_state == IBV_PORT_ACTIVE) {
+	while (q->held_head && vemu_port_state(q->ctx->dev) == IBV_PORT_ACTIVE) {
 		struct held *hd = q->held_head;
 		if (q->qp.state != IBV_QPS_RTR && q->qp.state != IBV_QPS_RTS) {
 			vemu_held_drop(q);
@@ -1187,11 +1188,12 @@ static void header_done(struct vconn *c)
 	c->iseg_off = 0;
 	c->rx_kind = RX_NONE;
 	pthread_mutex_lock(&g.mu);
+	c->rx_gen = g.qp_gone_gen;
 	if (h->type == F_PROBE) {
 		struct vqp *q = vemu_qp_find(h->dst_qpn);
 		/* answered only by a connected QP on a live port, as packets would be */
 		if (q && (q->qp.state == IBV_QPS_RTR || q->qp.state == IBV_QPS_RTS) && q->dest_qpn == h->src_qpn &&
-		    q->ctx->dev->port_state == IBV_PORT_ACTIVE) {
+		    vemu_port_state(q->ctx->dev) == IBV_PORT_ACTIVE) {
 			struct oframe *f = frame_new(F_PROBE_RESP, h->src_qpn, h->dst_qpn, q->rx_psn);
 			enqueue(c, f);
 		}
@@ -1287,6 +1289,32 @@ static void stage_advance(struct vconn *c, struct vseg *s)
 		c->iseg_i++;
 		c->iseg_off = 0;
 	}
+}
+
+/* The QP a payload is placed for (the target's, or a READ's initiator) may have been destroyed since its header:
+ * ibv_destroy_qp bumps g.qp_gone_gen, then waits for g.memlock, so a placement step in progress finishes and the next
+ * one sees the bump. The rest of the payload is then dropped: when ibv_destroy_qp returns, nothing more is placed for
+ * that QP (a NIC places nothing for a QP that is gone; the plugin hands a receive's buffer to TCP after destroying
+ * the QPs it was posted on). Called with memlock read-held, before bytes of a payload go to memory. */
+static void placement_recheck(struct vconn *c)
+{
+	if (!c->in_payload || (c->rx_kind != RX_PLACE && c->rx_kind != RX_READ_RESP) ||
+	    __atomic_load_n(&g.qp_gone_gen, __ATOMIC_ACQUIRE) == c->rx_gen)
+		return;
+	pthread_mutex_lock(&g.mu);
+	c->rx_gen = g.qp_gone_gen;
+	if (!vemu_qp_find(c->ih.dst_qpn)) {
+		VTRACE("drop qp=0x%x psn=%u (destroyed while placing: the rest is not placed)\n", c->ih.dst_qpn,
+		       (unsigned)c->ih.seq);
+		for (struct lazyrec *l = c->rx_lazy, *nx; l; l = nx) {
+			nx = l->next;
+			free(l->data);
+			free(l);
+		}
+		c->rx_lazy = NULL;
+		c->rx_kind = RX_DISCARD;
+	}
+	pthread_mutex_unlock(&g.mu);
 }
 
 /* deliver n bytes of payload from buf to the current sink */
@@ -1425,6 +1453,7 @@ static int conn_read_locked(struct vconn *c)
 				}
 			} else {
 				uint64_t k = c->in_left < avail ? c->in_left : avail;
+				placement_recheck(c);
 				sink_bytes(c, c->ibuf + c->ibuf_off, k);
 				c->ibuf_off += k;
 				c->in_left -= k;
@@ -1438,6 +1467,7 @@ static int conn_read_locked(struct vconn *c)
 			return 0; /* let the other connections have their turn; epoll reports the rest */
 		ssize_t r;
 		if (c->in_payload && c->in_left >= 65536) {
+			placement_recheck(c);
 			r = read_direct(c);
 			conn_read_acquire(c, r);
 			if (r > 0) {
@@ -1501,7 +1531,7 @@ static void check_timers(uint64_t now)
 		if (q->retries < q->retry_cnt) {
 			/* the retry timer: find out what the responder lacks (unless nothing has even left yet) */
 			q->retries++;
-			if (!q->unsent && q->if_head && q->ctx->dev->port_state == IBV_PORT_ACTIVE)
+			if (!q->unsent && q->if_head && vemu_port_state(q->ctx->dev) == IBV_PORT_ACTIVE)
 				send_probe(q);
 			q->last_progress = now;
 			want_deadline(now + t);
@@ -1555,7 +1585,7 @@ int vemu_try_direct(struct vqp *q)
 	 * to the agent, which batches them into fewer system calls. */
 	if (!enabled || agent_thread || q->dirty || q->if_head || q->qp.state != IBV_QPS_RTS || !c || c->dead ||
 	    c->writing ||
-	    c->oq_head || c->fd < 0 || q->ctx->dev->port_state != IBV_PORT_ACTIVE || vemu_fault_is_lost())
+	    c->oq_head || c->fd < 0 || vemu_port_state(q->ctx->dev) != IBV_PORT_ACTIVE || vemu_fault_is_lost())
 		return 0;
 	if (g.gdr_lazy)
 		return 0; /* a READ would apply parked device writes: CUDA work stays in the agent */
