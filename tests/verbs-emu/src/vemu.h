@@ -46,9 +46,13 @@ struct vdev {
 	union ibv_gid gid[VEMU_NGID];
 	int gid_type[VEMU_NGID];    /* IBV_GID_TYPE_* */
 	int ngid;
-	volatile int port_state;    /* IBV_PORT_ACTIVE / IBV_PORT_DOWN */
+	int port_state;             /* IBV_PORT_ACTIVE / IBV_PORT_DOWN: the agent sets it (fault rules), any thread reads it;
+	                             * through vemu_port_state / vemu_set_port_state (atomic) */
 	volatile int fatal;         /* device_fatal fired: every QP in ERR, new resources refused with EIO */
 };
+
+static inline int vemu_port_state(const struct vdev *d) { return __atomic_load_n(&d->port_state, __ATOMIC_ACQUIRE); }
+static inline void vemu_set_port_state(struct vdev *d, int s) { __atomic_store_n(&d->port_state, s, __ATOMIC_RELEASE); }
 
 struct vctx {
 	struct verbs_context vc;    /* ibv_context is the last member of verbs_context */
@@ -252,6 +256,7 @@ struct vglobal {
 	struct vqp *qps;
 	struct vqp *dirty_head;
 	int nqp_rts;                        /* counts QPs that reached RTS (qp_fatal rule) */
+	uint32_t qp_gone_gen;               /* bumped by ibv_destroy_qp under g.mu (atomic: read by the agent without it) */
 	/* agent */
 	int agent_started;
 	pthread_t agent;
