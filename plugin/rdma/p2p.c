@@ -48,7 +48,6 @@ static void post_failed(struct gdr_rdma_comm *c, struct ibv_qp *qp, int rc, cons
 ncclResult_t gdr_rdma_post_part(struct gdr_rdma_comm *c, int slot, int r) {
   struct gdr_rdma_smsg *m = &c->smsg[slot];
   struct gdr_rdma_part *pt = &m->part[r];
-  volatile struct gdr_cts_entry *e = &c->fifo[slot].e[r];
   const uint64_t seq = m->seq;
   pt->posted = 1;
   for (int p = 0; p < c->nparts; p++) {
@@ -64,8 +63,8 @@ ncclResult_t gdr_rdma_post_part(struct gdr_rdma_comm *c, int slot, int r) {
     sge.lkey = pt->lkey;
     w.sg_list = &sge;
     w.num_sge = len ? 1 : 0;
-    w.wr.rdma.remote_addr = e->addr + off;
-    w.wr.rdma.rkey = e->rkey;
+    w.wr.rdma.remote_addr = pt->raddr + off;
+    w.wr.rdma.rkey = pt->rkey;
     w.wr_id = gdr_wr_id(GDR_WR_DATA, gdr_wr_data_arg(slot, r), seq);
     w.send_flags = IBV_SEND_SIGNALED;
     if (m->n == 1) {
@@ -193,6 +192,8 @@ ncclResult_t gdr_rdma_isend(void *send_comm, void *data, size_t size, int tag, v
   pt->data = data;
   pt->size = size;
   pt->lkey = mh ? mh->lkey : 0;
+  pt->raddr = e[r].addr;
+  pt->rkey = e[r].rkey;
   c->sizes_src[slot].size[r] = (int32_t)size;
   m->live++;
   *request = req;
