@@ -247,21 +247,69 @@ out:
 
 #define GDR_STATE_MAGIC 0x4554415453524447ull /* "GDRSTATE" */
 
+/* The handle reaches this process from the peer (through NCCL's bootstrap): its state[] holds whatever the peer
+ * sent. A state pointer in it is used only if this process stored it there and has not cleared it since: the
+ * live states are listed here, each with a random tag the handle carries too (a forged handle can neither point
+ * the connect at arbitrary memory nor at another connection's state). */
 struct gdr_handle_state {
   uint64_t magic;
   void *ptr;
+  uint64_t tag;
 };
 _Static_assert(sizeof(struct gdr_handle_state) <= sizeof(((struct gdr_handle *)0)->state), "state fits");
 
-void *gdr_handle_state_get(const struct gdr_handle *h) {
-  struct gdr_handle_state s;
-  memcpy(&s, h->state, sizeof(s));
-  return s.magic == GDR_STATE_MAGIC ? s.ptr : NULL;
+static pthread_mutex_t state_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct gdr_handle_state *live_states; /* under state_mu; grown, never shrunk (connects in progress) */
+static size_t nlive, caplive;
+
+/* index of s in the live list, or -1; state_mu held */
+static long live_find(const struct gdr_handle_state *s) {
+  for (size_t i = 0; i < nlive; i++)
+    if (live_states[i].ptr == s->ptr && live_states[i].tag == s->tag) return (long)i;
+  return -1;
 }
 
-void gdr_handle_state_set(struct gdr_handle *h, void *state) {
-  struct gdr_handle_state s = {state ? GDR_STATE_MAGIC : 0, state};
-  memcpy(h->state, &s, sizeof(s));
+void *gdr_handle_state_get(const struct gdr_handle *h) {
+  struct gdr_handle_state s;
+  void *ptr = NULL;
+  memcpy(&s, h->state, sizeof(s));
+  if (s.magic != GDR_STATE_MAGIC || s.ptr == NULL) return NULL;
+  pthread_mutex_lock(&state_mu);
+  if (live_find(&s) >= 0) ptr = s.ptr;
+  pthread_mutex_unlock(&state_mu);
+  return ptr;
+}
+
+ncclResult_t gdr_handle_state_set(struct gdr_handle *h, void *state) {
+  ncclResult_t res = ncclSuccess;
+  struct gdr_handle_state s, old;
+  long i;
+
+  memset(&s, 0, sizeof(s));
+  if (state != NULL) {
+    GDR_CHECK(gdr_random_bytes(&s.tag, sizeof(s.tag)));
+    s.magic = GDR_STATE_MAGIC;
+    s.ptr = state;
+  }
+  memcpy(&old, h->state, sizeof(old));
+  pthread_mutex_lock(&state_mu);
+  if (old.magic == GDR_STATE_MAGIC && (i = live_find(&old)) >= 0) live_states[i] = live_states[--nlive];
+  if (state != NULL && nlive == caplive) {
+    size_t cap = caplive ? 2 * caplive : 64;
+    struct gdr_handle_state *n = realloc(live_states, cap * sizeof(*n));
+    if (n == NULL) {
+      GDR_WARN("connect: out of memory for %zu connections in progress", nlive + 1);
+      res = ncclSystemError;
+    } else {
+      live_states = n;
+      caplive = cap;
+    }
+  }
+  if (res == ncclSuccess && state != NULL) live_states[nlive++] = s;
+  pthread_mutex_unlock(&state_mu);
+  if (res == ncclSuccess) memcpy(h->state, &s, sizeof(s));
+out:
+  return res;
 }
 
 ncclResult_t gdr_handle_check(const struct gdr_handle *h, union gdr_sockaddr *peer) {
@@ -670,6 +718,23 @@ void gdr_listener_close(struct gdr_listener *l) {
 
 enum { CONN_START = 0, CONN_CONNECTING, CONN_HELLO, CONN_ACK, CONN_DONE, CONN_FAILED };
 
+/* A link-local IPv6 peer: the handle's scope id is the listener's interface index, which names nothing (or another
+ * interface) on this host. Use the interface this process's own listeners would use (GDRNET_SOCKET_IFNAME and
+ * GDRNET_SOCKET_FAMILY, as gdr_if_find chooses): the first one whose address is link-local. None: left as it is. */
+static void link_local_scope(union gdr_sockaddr *peer) {
+  struct gdr_if ifs[GDR_MAX_IFS];
+  int n = 0;
+  if (peer->sa.sa_family != AF_INET6 || !IN6_IS_ADDR_LINKLOCAL(&peer->sin6.sin6_addr)) return;
+  if (gdr_if_find(gdr_param_str(GDR_PARAM_SOCKET_IFNAME), (int)gdr_param_int(GDR_PARAM_SOCKET_FAMILY), ifs,
+                  GDR_MAX_IFS, &n) != ncclSuccess)
+    return;
+  for (int i = 0; i < n; i++)
+    if (ifs[i].addr.sa.sa_family == AF_INET6 && IN6_IS_ADDR_LINKLOCAL(&ifs[i].addr.sin6.sin6_addr)) {
+      peer->sin6.sin6_scope_id = (uint32_t)ifs[i].index;
+      return;
+    }
+}
+
 ncclResult_t gdr_connector_start(struct gdr_connector *c, const struct gdr_handle *h, uint8_t kind, uint16_t stream,
                                  uint16_t nstreams, uint64_t conn_id, uint32_t caps, const void *tp_data) {
   ncclResult_t res = ncclSuccess;
@@ -677,6 +742,7 @@ ncclResult_t gdr_connector_start(struct gdr_connector *c, const struct gdr_handl
   c->fd = -1;
   c->stage = CONN_START;
   GDR_CHECK(gdr_handle_check(h, &c->peer));
+  link_local_scope(&c->peer);
   c->start_ns = gdr_time_ns();
   c->deadline_ns = c->start_ns + (uint64_t)gdr_param_int(GDR_PARAM_CONNECT_TIMEOUT_MS) * 1000000ull;
   c->retry_ns = c->start_ns;

@@ -96,9 +96,12 @@ _Static_assert(sizeof(struct gdr_handle) == NCCL_NET_HANDLE_MAXSIZE, "handle is 
  * with a WARN otherwise (e.g. a handle from another plugin/version). Fills peer from handle->addr. */
 ncclResult_t gdr_handle_check(const struct gdr_handle *h, union gdr_sockaddr *peer);
 
-/* Connect-side state kept inside the handle buffer that NCCL passes to every connect() call. */
+/* Connect-side state kept inside the handle buffer that NCCL passes to every connect() call. get returns a state
+ * only if this process set it in this handle and has not cleared it (the peer wrote the rest of the handle: a
+ * forged state[] yields NULL, a fresh connect). set fails (ncclSystemError, with a WARN) only for a non-NULL state
+ * (no memory, no random tag); NULL clears and cannot fail. */
 void *gdr_handle_state_get(const struct gdr_handle *h);
-void gdr_handle_state_set(struct gdr_handle *h, void *state); /* NULL clears */
+ncclResult_t gdr_handle_state_set(struct gdr_handle *h, void *state);
 
 /* -------------------------------------------------------------------------------------------------- hello -- */
 

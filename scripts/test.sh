@@ -1,17 +1,31 @@
 #!/usr/bin/env bash
-# Runs every test of libnccl-net-gdr: installs the build dependencies (Debian/Ubuntu), builds the project
-# twice (RelWithDebInfo, then ASan+UBSan), runs the whole CTest suite in each, then builds, installs, tests
-# and removes the .deb package. Exit status 0 only when everything passed.
+# Runs every test of libnccl-net-gdr: installs the build dependencies (Debian/Ubuntu), then the stages below in this
+# order. Exit status 0 only when everything passed.
+#   release   build (RelWithDebInfo), the whole CTest suite: unit, integration over TCP and over the verbs emulator,
+#             the emulator's self-tests, every fuzz corpus replayed, the two-host tests in network namespaces
+#   asan      the same in an ASan+UBSan build (build-asan)
+#   tsan      a ThreadSanitizer build (build-tsan): the integration suite over TCP and the emulator, and the
+#             multi-threaded unit tests; any report fails
+#   fuzz      every fuzz target with libFuzzer for FUZZ_SECONDS each (default 20; scripts/fuzz.sh, build-fuzz)
+#   soak      one minute of scripts/soak.sh over both transports (SOAK_MINUTES)
+#   packages  build, install, test and remove the .deb
+#   ./scripts/test.sh tsan fuzz   (or GDRNET_TEST_STAGES="tsan fuzz") runs only the stages named.
+# GDRNET_SKIP_SANITIZE=1 skips asan and tsan, GDRNET_SKIP_PACKAGES=1 the packages.
 # With CI=true (.ci/run sets it) a missing test dependency fails the run; otherwise the tests left out, and why, are
 # listed at the end (tests/deps.cmake).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=$(nproc 2>/dev/null || echo 2)
+all="release asan tsan fuzz soak packages"
+read -r -a stages <<<"${*:-${GDRNET_TEST_STAGES:-$all}}"
+for s in "${stages[@]}"; do
+  case " $all " in *" $s "*) ;; *) echo "test.sh: unknown stage '$s' (stages: $all)" >&2; exit 2 ;; esac
+done
 
 # What was not tested, and why: printed last, whether the run passed or failed.
 skipped_report() {
   local f any=0
-  for f in build/skipped-tests.txt build-asan/skipped-tests.txt; do
+  for f in build/skipped-tests.txt build-asan/skipped-tests.txt build-tsan/skipped-tests.txt; do
     if [ -s "$f" ]; then
       [ "$any" -eq 1 ] || echo "== tests not built or not run (missing dependency, or off by configuration) =="
       any=1
@@ -26,13 +40,18 @@ trap skipped_report EXIT
 
 ./scripts/install-deps.sh
 
-echo "== build (RelWithDebInfo) =="
-cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-cmake --build build -j"$jobs"
-echo "== tests (RelWithDebInfo) =="
-ctest --test-dir build --output-on-failure -j"$jobs"
-
-if [ "${GDRNET_SKIP_SANITIZE:-0}" != 1 ]; then
+times=()
+# CPU seconds (user + system) of the stages' finished processes: on a shared machine the wall time says little about
+# what two dedicated cores would take (about CPU / 2 for the parallel stages)
+cpu_s() { awk '{ printf "%d", ($16 + $17) / 100 }' "/proc/$$/stat"; }
+stage_release() {
+  echo "== build (RelWithDebInfo) =="
+  cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+  cmake --build build -j"$jobs"
+  echo "== tests (RelWithDebInfo) =="
+  ctest --test-dir build --output-on-failure -j"$jobs"
+}
+stage_asan() {
   echo "== build (ASan+UBSan) =="
   cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DGDRNET_SANITIZE=ON >/dev/null
   cmake --build build-asan -j"$jobs"
@@ -40,9 +59,33 @@ if [ "${GDRNET_SKIP_SANITIZE:-0}" != 1 ]; then
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:strict_string_checks=1 \
   UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     ctest --test-dir build-asan --output-on-failure -j"$jobs" -LE nosanitize
-fi
-
-if [ -x packaging/test-packages.sh ] && [ "${GDRNET_SKIP_PACKAGES:-0}" != 1 ]; then
+}
+stage_tsan() {
+  echo "== build (ThreadSanitizer) =="
+  cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGDRNET_SANITIZE=thread >/dev/null
+  cmake --build build-tsan -j"$jobs"
+  echo "== tests (ThreadSanitizer: integration, threaded unit tests) =="
+  TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
+    ctest --test-dir build-tsan --output-on-failure -j"$jobs" -L integration
+  TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
+    ctest --test-dir build-tsan --output-on-failure -j"$jobs" -R '^(unit_tcp|unit_sock|unit_unload|test_rdma_threads)$'
+}
+stage_fuzz() { ./scripts/fuzz.sh "${FUZZ_SECONDS:-20}"; }
+stage_soak() { ./scripts/soak.sh "${SOAK_MINUTES:-1}"; }
+stage_packages() {
+  [ -x packaging/test-packages.sh ] || return 0
   echo "== packages =="
   packaging/test-packages.sh build-pkg
-fi
+}
+
+for s in "${stages[@]}"; do
+  case $s in
+  asan | tsan) [ "${GDRNET_SKIP_SANITIZE:-0}" != 1 ] || continue ;;
+  packages) [ "${GDRNET_SKIP_PACKAGES:-0}" != 1 ] || continue ;;
+  esac
+  t0=$(date +%s)
+  c0=$(cpu_s)
+  "stage_$s"
+  times+=("$s $(($(date +%s) - t0))s (cpu $(($(cpu_s) - c0))s)")
+done
+echo "== all stages passed: ${times[*]} =="

@@ -706,7 +706,7 @@ ncclResult_t gdr_rdma_connect(int dev, const struct gdr_conn_opts *opts, struct 
     }
     GDR_CHECK(gdr_connector_start(&c->connector, handle, GDR_STREAM_CTRL, 0, 0, conn_id, GDR_CAP_RDMA, NULL));
     c->stage = CS_TCP;
-    gdr_handle_state_set(handle, c);
+    GDR_CHECK(gdr_handle_state_set(handle, c));
   }
   switch (c->stage) {
   case CS_TCP: {

@@ -48,7 +48,6 @@ static void post_failed(struct gdr_rdma_comm *c, struct ibv_qp *qp, int rc, cons
 ncclResult_t gdr_rdma_post_part(struct gdr_rdma_comm *c, int slot, int r) {
   struct gdr_rdma_smsg *m = &c->smsg[slot];
   struct gdr_rdma_part *pt = &m->part[r];
-  volatile struct gdr_cts_entry *e = &c->fifo[slot].e[r];
   const uint64_t seq = m->seq;
   pt->posted = 1;
   for (int p = 0; p < c->nparts; p++) {
@@ -64,8 +63,8 @@ ncclResult_t gdr_rdma_post_part(struct gdr_rdma_comm *c, int slot, int r) {
     sge.lkey = pt->lkey;
     w.sg_list = &sge;
     w.num_sge = len ? 1 : 0;
-    w.wr.rdma.remote_addr = e->addr + off;
-    w.wr.rdma.rkey = e->rkey;
+    w.wr.rdma.remote_addr = pt->raddr + off;
+    w.wr.rdma.rkey = pt->rkey;
     w.wr_id = gdr_wr_id(GDR_WR_DATA, gdr_wr_data_arg(slot, r), seq);
     w.send_flags = IBV_SEND_SIGNALED;
     if (m->n == 1) {
@@ -142,7 +141,7 @@ ncclResult_t gdr_rdma_isend(void *send_comm, void *data, size_t size, int tag, v
   }
   for (int r = 1; r < n; r++)
     if (__atomic_load_n(&e[r].seq, __ATOMIC_ACQUIRE) != want) return ncclSuccess; /* still landing */
-  __atomic_thread_fence(__ATOMIC_ACQUIRE);
+  /* (each seq load above is an acquire: the entries' other fields are read after all of them) */
   if (m->matched == 0) { /* the first isend of this message */
     memset(m, 0, sizeof(*m));
     m->seq = c->head;
@@ -169,9 +168,11 @@ ncclResult_t gdr_rdma_isend(void *send_comm, void *data, size_t size, int tag, v
     GDR_WARN("isend of %zu bytes to %s without a memory handle", size, c->peer);
     return ncclInvalidUsage;
   }
-  if (size > 0 && (e[r].addr == 0 || e[r].rkey == 0)) {
-    gdr_rdma_comm_fail(c, ncclRemoteError, "receiver posted an invalid buffer for message #%llu (addr 0x%llx rkey 0x%x)",
-                       (unsigned long long)c->head, (unsigned long long)e[r].addr, e[r].rkey);
+  /* (a buffer whose end wraps past 2^64: the parts' remote addresses, addr + offset, would wrap to elsewhere) */
+  if (size > 0 && (e[r].addr == 0 || e[r].rkey == 0 || e[r].addr + cap < e[r].addr)) {
+    gdr_rdma_comm_fail(c, ncclRemoteError,
+                       "receiver posted an invalid buffer for message #%llu (addr 0x%llx size %llu rkey 0x%x)",
+                       (unsigned long long)c->head, (unsigned long long)e[r].addr, (unsigned long long)cap, e[r].rkey);
     return gdr_rdma_comm_check(c);
   }
   struct gdr_rdma_req *req = gdr_rdma_req_get(c);
@@ -191,6 +192,8 @@ ncclResult_t gdr_rdma_isend(void *send_comm, void *data, size_t size, int tag, v
   pt->data = data;
   pt->size = size;
   pt->lkey = mh ? mh->lkey : 0;
+  pt->raddr = e[r].addr;
+  pt->rkey = e[r].rkey;
   c->sizes_src[slot].size[r] = (int32_t)size;
   m->live++;
   *request = req;

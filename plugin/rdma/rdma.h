@@ -190,6 +190,8 @@ struct gdr_rdma_part {
   void *data;
   size_t size;
   uint32_t lkey;
+  uint32_t rkey;  /* the receiver's buffer, from its CTS entry when the isend matched it (a replay posts to the */
+  uint64_t raddr; /* same place without reading the FIFO again, which the receiver may be rewriting) */
   int posted; /* its WRITEs went to the QPs */
 };
 

@@ -440,12 +440,12 @@ ncclResult_t gdr_tcp_connect(int dev, const struct gdr_conn_opts *opts, struct g
                                 GDR_CAP_TCP, &me);
     /* a fused listener's data streams wait for its addresses, which come on the control stream */
     if (res == ncclSuccess && naddrs == 1) res = start_data(st, handle);
+    if (res == ncclSuccess) res = gdr_handle_state_set(handle, st);
     if (res != ncclSuccess) {
       connecting_free(st);
       st = NULL;
       goto out;
     }
-    gdr_handle_state_set(handle, st);
   }
   for (int i = 0; i <= (st->data_started ? st->nsocks : 0); i++) {
     int done = 0;

@@ -156,11 +156,25 @@ static void test_handle_encode_check(void **state) {
 
   /* connect-side state rides in the handle */
   int x;
-  gdr_handle_state_set(&h, &x);
+  struct gdr_handle forged;
+  assert_int_equal(gdr_handle_state_set(&h, &x), ncclSuccess);
   assert_ptr_equal(gdr_handle_state_get(&h), &x);
   assert_int_equal(gdr_handle_check(&h, &peer), ncclSuccess);
-  gdr_handle_state_set(&h, NULL);
+  /* the peer wrote the handle: a state this process did not set there is not used (the fuzz target "handle" found
+   * connect dereferencing a pointer a handle carried) */
+  forged = h;
+  forged.state[16] ^= 1; /* the state's tag */
+  assert_null(gdr_handle_state_get(&forged));
+  memcpy(forged.state, "GDRSTATE", 8);
+  memset(forged.state + 8, 0x41, 8);
+  assert_null(gdr_handle_state_get(&forged));
+  assert_int_equal(gdr_handle_state_set(&h, NULL), ncclSuccess);
   assert_null(gdr_handle_state_get(&h));
+  forged = h;
+  assert_int_equal(gdr_handle_state_set(&h, &x), ncclSuccess);
+  memcpy(&forged, &h, sizeof(h));
+  assert_int_equal(gdr_handle_state_set(&h, NULL), ncclSuccess);
+  assert_null(gdr_handle_state_get(&forged)); /* a copy of a cleared state is dead too */
   gdr_listener_close(&l);
 }
 

@@ -23,6 +23,18 @@ static int remaining_ms(uint64_t deadline) {
 
 int gn_boot_socketpair(int sv[2]) { return socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv); }
 
+/* A listening socket on a (IPv6: dual-stack, IPv4 clients too), or -1. */
+static int listen_on(const struct addrinfo *a) {
+  int one = 1, zero = 0;
+  int fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+  if (fd < 0) return -1;
+  (void)setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  if (a->ai_family == AF_INET6) (void)setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero);
+  if (bind(fd, a->ai_addr, a->ai_addrlen) == 0 && listen(fd, 16) == 0) return fd;
+  close(fd);
+  return -1;
+}
+
 int gn_boot_tcp_listen(const char *bind_host, int port, int *bound_port) {
   struct addrinfo hints, *res = NULL;
   memset(&hints, 0, sizeof hints);
@@ -37,19 +49,11 @@ int gn_boot_tcp_listen(const char *bind_host, int port, int *bound_port) {
     return -1;
   }
   int fd = -1;
-  for (struct addrinfo *a = res; a != NULL; a = a->ai_next) {
-    fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
-    if (fd < 0) continue;
-    int one = 1;
-    (void)setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    if (a->ai_family == AF_INET6) {
-      int zero = 0; /* accept IPv4 too */
-      (void)setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero);
-    }
-    if (bind(fd, a->ai_addr, a->ai_addrlen) == 0 && listen(fd, 16) == 0) break;
-    close(fd);
-    fd = -1;
-  }
+  /* IPv6 first: its dual-stack wildcard takes IPv4 clients too, while getaddrinfo lists 0.0.0.0 first (which left a
+   * --server unreachable from a host without IPv4) */
+  for (int pass = 0; pass < 2 && fd < 0; pass++)
+    for (struct addrinfo *a = res; a != NULL && fd < 0; a = a->ai_next)
+      if ((a->ai_family == AF_INET6) == (pass == 0)) fd = listen_on(a);
   freeaddrinfo(res);
   if (fd < 0) return -1;
   if (bound_port != NULL) {

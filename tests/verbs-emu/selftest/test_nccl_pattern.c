@@ -83,18 +83,19 @@ static void sender(int fd)
 		for (uint32_t i = 0; i < size; i++)
 			data[i] = pattern(m, i);
 		/* wait for the receiver's CTS entry for message m (one-sided write into our memory) */
-		volatile struct cts *e = &fifo[m % FIFO_N];
+		struct cts *e = (struct cts *)&fifo[m % FIFO_N];
 		uint64_t end = vt_now_ms() + 20000;
-		/* (the entry is placed by one memcpy in the sender's agent: poll every field we use, as the
-		 * bytes of one write may land in any order) */
-		while (e->seq != (uint32_t)m + 1 || e->size != size || e->addr == 0 || e->rkey == 0) {
+		/* (the entry is placed by one write of the sender's agent: poll every field we use, as the
+		 * bytes of one write may land in any order; acquire loads, as on memory a NIC writes) */
+		while (__atomic_load_n(&e->seq, __ATOMIC_ACQUIRE) != (uint32_t)m + 1 ||
+		       __atomic_load_n(&e->size, __ATOMIC_ACQUIRE) != size ||
+		       __atomic_load_n(&e->addr, __ATOMIC_ACQUIRE) == 0 ||
+		       __atomic_load_n(&e->rkey, __ATOMIC_ACQUIRE) == 0) {
 			CHECK(vt_now_ms() < end);
 			sched_yield();
 		}
-		__atomic_thread_fence(__ATOMIC_ACQUIRE);
-		CHECK_EQ(e->size, size);
-		uint64_t raddr = e->addr;
-		uint32_t rkey = e->rkey;
+		uint64_t raddr = __atomic_load_n(&e->addr, __ATOMIC_ACQUIRE);
+		uint32_t rkey = __atomic_load_n(&e->rkey, __ATOMIC_ACQUIRE);
 		/* split over the QPs, 128-byte aligned; each QP's part ends with WRITE_WITH_IMM (size in imm) */
 		uint32_t chunk = ((size + NQP - 1) / NQP + 127) & ~127u;
 		for (int q = 0; q < NQP; q++) {

@@ -20,6 +20,7 @@
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/uio.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -107,6 +108,10 @@ struct vconn {
 	uint64_t stage_fill;
 	int want_out;
 	int writing;                /* a thread is in writev on it (g.mu) */
+	uint32_t rx_gen;            /* g.qp_gone_gen when the payload's placement was decided (placement_recheck) */
+#ifdef VEMU_TSAN
+	char tsan_sync;             /* TSan: released by its writers, acquired by its reader (conn_sendmsg) */
+#endif
 };
 
 #define IBUF_SZ (256 * 1024)
@@ -181,7 +186,7 @@ static void seg_copy_in(const struct vseg *s, uint64_t off, const void *src, uin
 	if (s->cuda)
 		vemu_cuda_htod(s->cuctx, s->addr + off, src, n);
 	else
-		memcpy((void *)(uintptr_t)(s->addr + off), src, n);
+		vemu_place((void *)(uintptr_t)(s->addr + off), src, n);
 }
 
 static void seg_copy_out(const struct vseg *s, uint64_t off, void *dst, uint64_t n)
@@ -364,8 +369,12 @@ static uint64_t qpn_owner(uint32_t qpn)
 	return n > 0 ? strtoull(buf, NULL, 16) : 0;
 }
 
-/* the agent socket of emulator id: VEMU_DIR/agent-<id>.sock, or an abstract-namespace name derived from
- * VEMU_DIR when that path does not fit in sun_path */
+/* the agent socket of emulator id: VEMU_DIR/agent-<id>.sock. When that path does not fit in sun_path, the same file
+ * through a descriptor of VEMU_DIR: /proc/self/fd/<fd>/agent-<id>.sock (every process opens its own, vemu_agent_start).
+ * Only without /proc an abstract-namespace name derived from VEMU_DIR: abstract names are per network namespace, so
+ * processes in two namespaces (two "hosts" sharing VEMU_DIR) would not find each other. */
+static int dir_fd = -1; /* O_PATH descriptor of VEMU_DIR, opened once (g.mu held) */
+
 static socklen_t agent_addr(uint64_t id, struct sockaddr_un *a)
 {
 	memset(a, 0, sizeof(*a));
@@ -373,6 +382,12 @@ static socklen_t agent_addr(uint64_t id, struct sockaddr_un *a)
 	int len = snprintf(a->sun_path, sizeof(a->sun_path), "%s/agent-%016llx.sock", g.dir, (unsigned long long)id);
 	if (len < (int)sizeof(a->sun_path))
 		return (socklen_t)sizeof(*a);
+	if (dir_fd >= 0) {
+		len = snprintf(a->sun_path, sizeof(a->sun_path), "/proc/self/fd/%d/agent-%016llx.sock", dir_fd,
+			       (unsigned long long)id);
+		if (len < (int)sizeof(a->sun_path))
+			return (socklen_t)sizeof(*a);
+	}
 	uint64_t h = 1469598103934665603ull;
 	for (const char *p = g.dir; *p; p++)
 		h = (h ^ (uint8_t)*p) * 1099511628211ull;
@@ -435,6 +450,24 @@ static void respond(struct vconn *c, const struct whdr *req, int type, int statu
  * The out queue of a connection is under g.mu. One thread at a time writes on a connection (c->writing): the
  * agent, or an application thread in ibv_post_send when the connection is idle (the direct path, which saves
  * a thread wake-up per message). The syscall itself runs without the lock. */
+
+/* sendmsg on a connection. Under ThreadSanitizer: the kernel reads the payload during the call, and the peer's
+ * response (which completes the work request, after which the application may reuse its buffer) can be read by
+ * the agent before the call has returned; TSan records sendmsg's reads when it returns and sees no order through
+ * a socket. So the reads are recorded before the call, released on the connection, and acquired by the thread
+ * that reads the connection's responses (conn_read); the kernel is called directly. */
+static ssize_t conn_sendmsg(struct vconn *c, const struct msghdr *mh, int flags)
+{
+#ifdef VEMU_TSAN
+	for (size_t i = 0; i < mh->msg_iovlen; i++)
+		__tsan_read_range(mh->msg_iov[i].iov_base, mh->msg_iov[i].iov_len);
+	__tsan_release(&c->tsan_sync);
+	return syscall(SYS_sendmsg, c->fd, mh, flags);
+#else
+	return sendmsg(c->fd, mh, flags);
+#endif
+}
+
 static int conn_write_locked(struct vconn *c)
 {
 	if (c->writing || c->dead || c->fd < 0 || vemu_fault_is_lost())
@@ -446,8 +479,8 @@ static int conn_write_locked(struct vconn *c)
 		int ns = 0;
 		for (struct oframe *f = c->oq_head; f && ns < 62; f = f->next)
 			snap[ns++] = f;
-		pthread_rwlock_rdlock(&g.memlock); /* taken under g.mu: see struct vglobal */
 		pthread_mutex_unlock(&g.mu);
+		pthread_rwlock_rdlock(&g.memlock); /* before the dead marks are read: see struct vglobal */
 		struct iovec iov[64];
 		int n = 0;
 		/* gather header and host payload of consecutive frames (only the writer touches off/stage) */
@@ -508,7 +541,7 @@ static int conn_write_locked(struct vconn *c)
 		}
 		/* sendmsg with MSG_NOSIGNAL: a vanished peer must not SIGPIPE the application's thread */
 		struct msghdr mh = { .msg_iov = iov, .msg_iovlen = (size_t)n };
-		ssize_t w = sendmsg(c->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+		ssize_t w = conn_sendmsg(c, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
 		int err = errno;
 		pthread_rwlock_unlock(&g.memlock);
 		pthread_mutex_lock(&g.mu);
@@ -624,7 +657,7 @@ static void transmit_qp(struct vqp *q)
 	}
 	if (q->qp.state != IBV_QPS_RTS)
 		return;
-	if (q->ctx->dev->port_state != IBV_PORT_ACTIVE)
+	if (vemu_port_state(q->ctx->dev) != IBV_PORT_ACTIVE)
 		return;
 	struct vwr *w;
 	while ((w = q->sq_head)) {
@@ -785,7 +818,7 @@ static int plan_request(struct vconn *c, struct vqp *q, const struct whdr *h, st
 		       (unsigned)h->seq);
 		return RX_DISCARD; /* silently dropped: the initiator times out and retransmits */
 	}
-	if (q->ctx->dev->port_state != IBV_PORT_ACTIVE) {
+	if (vemu_port_state(q->ctx->dev) != IBV_PORT_ACTIVE) {
 		VTRACE("drop qp=0x%x psn=%u (port down)\n", q->qp.qp_num, (unsigned)h->seq);
 		return RX_DISCARD; /* lost on a down link: the initiator's retry timer decides */
 	}
@@ -1005,7 +1038,7 @@ static void place_from_buffer(struct vseg *s, int n, const char *data)
 
 static void run_held(struct vqp *q, uint64_t now)
 {
-	while (q->held_head && q->ctx->dev->port_state == IBV_PORT_ACTIVE) {
+	while (q->held_head && vemu_port_state(q->ctx->dev) == IBV_PORT_ACTIVE) {
 		struct held *hd = q->held_head;
 		if (q->qp.state != IBV_QPS_RTR && q->qp.state != IBV_QPS_RTS) {
 			vemu_held_drop(q);
@@ -1155,11 +1188,12 @@ static void header_done(struct vconn *c)
 	c->iseg_off = 0;
 	c->rx_kind = RX_NONE;
 	pthread_mutex_lock(&g.mu);
+	c->rx_gen = g.qp_gone_gen;
 	if (h->type == F_PROBE) {
 		struct vqp *q = vemu_qp_find(h->dst_qpn);
 		/* answered only by a connected QP on a live port, as packets would be */
 		if (q && (q->qp.state == IBV_QPS_RTR || q->qp.state == IBV_QPS_RTS) && q->dest_qpn == h->src_qpn &&
-		    q->ctx->dev->port_state == IBV_PORT_ACTIVE) {
+		    vemu_port_state(q->ctx->dev) == IBV_PORT_ACTIVE) {
 			struct oframe *f = frame_new(F_PROBE_RESP, h->src_qpn, h->dst_qpn, q->rx_psn);
 			enqueue(c, f);
 		}
@@ -1257,6 +1291,32 @@ static void stage_advance(struct vconn *c, struct vseg *s)
 	}
 }
 
+/* The QP a payload is placed for (the target's, or a READ's initiator) may have been destroyed since its header:
+ * ibv_destroy_qp bumps g.qp_gone_gen, then waits for g.memlock, so a placement step in progress finishes and the next
+ * one sees the bump. The rest of the payload is then dropped: when ibv_destroy_qp returns, nothing more is placed for
+ * that QP (a NIC places nothing for a QP that is gone; the plugin hands a receive's buffer to TCP after destroying
+ * the QPs it was posted on). Called with memlock read-held, before bytes of a payload go to memory. */
+static void placement_recheck(struct vconn *c)
+{
+	if (!c->in_payload || (c->rx_kind != RX_PLACE && c->rx_kind != RX_READ_RESP) ||
+	    __atomic_load_n(&g.qp_gone_gen, __ATOMIC_ACQUIRE) == c->rx_gen)
+		return;
+	pthread_mutex_lock(&g.mu);
+	c->rx_gen = g.qp_gone_gen;
+	if (!vemu_qp_find(c->ih.dst_qpn)) {
+		VTRACE("drop qp=0x%x psn=%u (destroyed while placing: the rest is not placed)\n", c->ih.dst_qpn,
+		       (unsigned)c->ih.seq);
+		for (struct lazyrec *l = c->rx_lazy, *nx; l; l = nx) {
+			nx = l->next;
+			free(l->data);
+			free(l);
+		}
+		c->rx_lazy = NULL;
+		c->rx_kind = RX_DISCARD;
+	}
+	pthread_mutex_unlock(&g.mu);
+}
+
 /* deliver n bytes of payload from buf to the current sink */
 static void sink_bytes(struct vconn *c, const char *buf, uint64_t n)
 {
@@ -1318,6 +1378,9 @@ static ssize_t read_direct(struct vconn *c)
 		iov[0].iov_len = want;
 		n = 1;
 	} else if (c->rx_kind == RX_PLACE || c->rx_kind == RX_READ_RESP) {
+#ifdef VEMU_TSAN
+		return -2; /* placed by vemu_place, not by the kernel */
+#endif
 		int i = c->iseg_i;
 		uint64_t off = c->iseg_off;
 		for (; i < c->nisegs && n < 16 && want; i++) {
@@ -1356,6 +1419,19 @@ static ssize_t read_direct(struct vconn *c)
 	return r;
 }
 
+/* after a read of r bytes from c: under ThreadSanitizer, what this connection's writers sent before these bytes
+ * (responses to it among them) happened before (conn_sendmsg) */
+static inline void conn_read_acquire(struct vconn *c, ssize_t r)
+{
+#ifdef VEMU_TSAN
+	if (r > 0)
+		__tsan_acquire(&c->tsan_sync);
+#else
+	(void)c;
+	(void)r;
+#endif
+}
+
 static int conn_read_locked(struct vconn *c)
 {
 	if (vemu_fault_is_lost() || c->dead || c->fd < 0)
@@ -1377,6 +1453,7 @@ static int conn_read_locked(struct vconn *c)
 				}
 			} else {
 				uint64_t k = c->in_left < avail ? c->in_left : avail;
+				placement_recheck(c);
 				sink_bytes(c, c->ibuf + c->ibuf_off, k);
 				c->ibuf_off += k;
 				c->in_left -= k;
@@ -1390,17 +1467,22 @@ static int conn_read_locked(struct vconn *c)
 			return 0; /* let the other connections have their turn; epoll reports the rest */
 		ssize_t r;
 		if (c->in_payload && c->in_left >= 65536) {
+			placement_recheck(c);
 			r = read_direct(c);
+			conn_read_acquire(c, r);
 			if (r > 0) {
 				vemu_fault_peer_lost((uint64_t)r);
 				if (!c->in_left)
 					payload_done(c);
 				continue;
 			}
-			if (r == -2)
+			if (r == -2) {
 				r = read(c->fd, c->ibuf, IBUF_SZ < c->in_left ? IBUF_SZ : c->in_left);
+				conn_read_acquire(c, r);
+			}
 		} else {
 			r = read(c->fd, c->ibuf, IBUF_SZ);
+			conn_read_acquire(c, r);
 		}
 		if (r > 0) {
 			c->ibuf_len = (size_t)r;
@@ -1422,9 +1504,7 @@ static int conn_read_locked(struct vconn *c)
 /* reads place bytes straight into registered memory: with g.memlock read-held (see struct vglobal) */
 static int conn_read(struct vconn *c)
 {
-	pthread_mutex_lock(&g.mu);
 	pthread_rwlock_rdlock(&g.memlock);
-	pthread_mutex_unlock(&g.mu);
 	int rc = conn_read_locked(c);
 	pthread_rwlock_unlock(&g.memlock);
 	return rc;
@@ -1451,7 +1531,7 @@ static void check_timers(uint64_t now)
 		if (q->retries < q->retry_cnt) {
 			/* the retry timer: find out what the responder lacks (unless nothing has even left yet) */
 			q->retries++;
-			if (!q->unsent && q->if_head && q->ctx->dev->port_state == IBV_PORT_ACTIVE)
+			if (!q->unsent && q->if_head && vemu_port_state(q->ctx->dev) == IBV_PORT_ACTIVE)
 				send_probe(q);
 			q->last_progress = now;
 			want_deadline(now + t);
@@ -1505,7 +1585,7 @@ int vemu_try_direct(struct vqp *q)
 	 * to the agent, which batches them into fewer system calls. */
 	if (!enabled || agent_thread || q->dirty || q->if_head || q->qp.state != IBV_QPS_RTS || !c || c->dead ||
 	    c->writing ||
-	    c->oq_head || c->fd < 0 || q->ctx->dev->port_state != IBV_PORT_ACTIVE || vemu_fault_is_lost())
+	    c->oq_head || c->fd < 0 || vemu_port_state(q->ctx->dev) != IBV_PORT_ACTIVE || vemu_fault_is_lost())
 		return 0;
 	if (g.gdr_lazy)
 		return 0; /* a READ would apply parked device writes: CUDA work stays in the agent */
@@ -1643,6 +1723,15 @@ int vemu_agent_start(void)
 	if (ep < 0 || g.doorbell < 0 || g.listen_fd < 0)
 		return -1;
 	struct sockaddr_un a;
+	if (dir_fd < 0 && strlen(g.dir) + sizeof("/agent-0123456789abcdef.sock") > sizeof(a.sun_path)) {
+		char self[64];
+		dir_fd = open(g.dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
+		snprintf(self, sizeof(self), "/proc/self/fd/%d", dir_fd);
+		if (dir_fd >= 0 && access(self, F_OK) != 0) { /* no /proc: the abstract name */
+			close(dir_fd);
+			dir_fd = -1;
+		}
+	}
 	socklen_t alen = agent_addr(self_id, &a);
 	if (a.sun_path[0]) {
 		snprintf(g.sock_path, sizeof(g.sock_path), "%s", a.sun_path);

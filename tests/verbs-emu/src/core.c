@@ -253,7 +253,7 @@ static int parse_devices(const char *spec)
 		d->dev.transport_type = IBV_TRANSPORT_IB;
 		d->guid = 0x0002c90300000000ull | (hash64(tok) & 0xffffffull) << 8 | (uint64_t)d->index;
 		d->lid = (uint16_t)(d->index + 1);
-		d->port_state = IBV_PORT_ACTIVE;
+		vemu_set_port_state(d, IBV_PORT_ACTIVE);
 		make_gids(d);
 		g.devs[g.ndev] = d;
 		g.devlist[g.ndev] = &d->dev;
@@ -431,7 +431,7 @@ VEMU_EXPORT __be64 ibv_get_device_guid(struct ibv_device *device)
 static void fill_port(struct vdev *d, struct ibv_port_attr *a)
 {
 	memset(a, 0, sizeof(*a));
-	a->state = d->port_state;
+	a->state = vemu_port_state(d);
 	a->max_mtu = IBV_MTU_4096;
 	a->active_mtu = IBV_MTU_4096;
 	a->gid_tbl_len = d->ngid;
@@ -445,7 +445,7 @@ static void fill_port(struct vdev *d, struct ibv_port_attr *a)
 	a->subnet_timeout = 18;
 	a->active_width = 2;   /* 4x */
 	a->active_speed = 64;  /* HDR: 4x HDR = 200 Gb/s */
-	a->phys_state = d->port_state == IBV_PORT_ACTIVE ? 5 : 3;
+	a->phys_state = vemu_port_state(d) == IBV_PORT_ACTIVE ? 5 : 3;
 	a->link_layer = d->is_ib ? IBV_LINK_LAYER_INFINIBAND : IBV_LINK_LAYER_ETHERNET;
 	a->flags = 0;
 	a->port_cap_flags2 = 0;
@@ -1409,7 +1409,11 @@ VEMU_EXPORT int ibv_destroy_qp(struct ibv_qp *qp)
 		}
 	q->destroyed = 1;
 	drop_queues(q);
+	__atomic_add_fetch(&g.qp_gone_gen, 1, __ATOMIC_RELEASE);
 	pthread_mutex_unlock(&g.mu);
+	/* a payload being placed for this QP is not placed any further once this returns (placement_recheck) */
+	pthread_rwlock_wrlock(&g.memlock);
+	pthread_rwlock_unlock(&g.memlock);
 	VTRACE("qp destroy qp=0x%x\n", qp->qp_num);
 	pthread_mutex_destroy(&qp->mutex);
 	pthread_cond_destroy(&qp->cond);

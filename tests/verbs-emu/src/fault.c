@@ -350,7 +350,7 @@ void vemu_fault_port_timers(uint64_t now, uint64_t *next)
 			 * every context, and new QPs, CQs, MRs and QP changes on it fail with EIO from now on */
 			r->phase = 2;
 			d->fatal = 1;
-			d->port_state = IBV_PORT_DOWN;
+			vemu_set_port_state(d, IBV_PORT_DOWN);
 			VTRACE("fault device_fatal dev=%s\n", d->dev.name);
 			pthread_mutex_lock(&g.mu);
 			for (struct vqp *q = g.qps; q; q = q->anext)
@@ -364,7 +364,7 @@ void vemu_fault_port_timers(uint64_t now, uint64_t *next)
 		}
 		if (r->phase == 0 && now >= t_down) {
 			r->phase = 1;
-			d->port_state = IBV_PORT_DOWN;
+			vemu_set_port_state(d, IBV_PORT_DOWN);
 			VTRACE("fault port_down dev=%s DOWN\n", d->dev.name);
 			pthread_mutex_lock(&g.mu);
 			for (struct vctx *c = g.ctxs; c; c = c->next)
@@ -374,7 +374,7 @@ void vemu_fault_port_timers(uint64_t now, uint64_t *next)
 		}
 		if (r->phase == 1 && r->has_for && now >= t_up) {
 			r->phase = 2;
-			d->port_state = IBV_PORT_ACTIVE;
+			vemu_set_port_state(d, IBV_PORT_ACTIVE);
 			VTRACE("fault port_down dev=%s ACTIVE again\n", d->dev.name);
 			pthread_mutex_lock(&g.mu);
 			for (struct vctx *c = g.ctxs; c; c = c->next)

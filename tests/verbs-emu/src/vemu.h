@@ -11,6 +11,21 @@
 #include <sys/types.h>
 
 #define VEMU_EXPORT __attribute__((visibility("default")))
+
+/* ThreadSanitizer builds (-DGDRNET_SANITIZE=thread): the emulator tells TSan what a NIC and the kernel do that it
+ * cannot see (vemu_place below, and the socket writes in agent.c). */
+#if defined(__SANITIZE_THREAD__)
+#define VEMU_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define VEMU_TSAN 1
+#endif
+#endif
+#ifdef VEMU_TSAN
+void __tsan_acquire(void *addr);
+void __tsan_release(void *addr);
+void __tsan_read_range(void *addr, unsigned long size);
+#endif
 #define VEMU_MAX_DEVS 16
 #define VEMU_NGID 6
 #define VEMU_QPN_BLOCK 16
@@ -31,9 +46,13 @@ struct vdev {
 	union ibv_gid gid[VEMU_NGID];
 	int gid_type[VEMU_NGID];    /* IBV_GID_TYPE_* */
 	int ngid;
-	volatile int port_state;    /* IBV_PORT_ACTIVE / IBV_PORT_DOWN */
+	int port_state;             /* IBV_PORT_ACTIVE / IBV_PORT_DOWN: the agent sets it (fault rules), any thread reads it;
+	                             * through vemu_port_state / vemu_set_port_state (atomic) */
 	volatile int fatal;         /* device_fatal fired: every QP in ERR, new resources refused with EIO */
 };
+
+static inline int vemu_port_state(const struct vdev *d) { return __atomic_load_n(&d->port_state, __ATOMIC_ACQUIRE); }
+static inline void vemu_set_port_state(struct vdev *d, int s) { __atomic_store_n(&d->port_state, s, __ATOMIC_RELEASE); }
 
 struct vctx {
 	struct verbs_context vc;    /* ibv_context is the last member of verbs_context */
@@ -181,12 +200,40 @@ static inline int vemu_seg_dead(const struct vseg *s)
 	return s->mr && __atomic_load_n(&s->mr->dead, __ATOMIC_ACQUIRE);
 }
 
+/* The NIC's write of n bytes into host memory at dst. A memcpy, except under ThreadSanitizer: applications poll
+ * memory a NIC writes (a CTS FIFO's sequence word) with atomic loads, and a DMA write is not a plain store of
+ * another thread. There the bytes are placed in ascending order as relaxed atomic stores, 8 at a time where
+ * aligned, and the last word (and a trailing byte) as a release store: a poller whose acquire load sees the last
+ * word of a placement sees all of it (the FIFO's seq is the last word of an entry, and the plugin reads an
+ * entry's fields after loading the seq of the group's last entry). A release per word would cost TSan a sync
+ * object per 8 bytes (seconds per MiB). */
+static inline void vemu_place(void *dst, const void *src, size_t n)
+{
+#ifdef VEMU_TSAN
+	unsigned char *d = dst;
+	const unsigned char *s = src;
+	for (; n && ((uintptr_t)d & 7); n--)
+		__atomic_store_n(d++, *s++, n == 1 ? __ATOMIC_RELEASE : __ATOMIC_RELAXED);
+	for (; n >= 8; n -= 8, d += 8, s += 8) {
+		uint64_t v;
+		__builtin_memcpy(&v, s, 8);
+		__atomic_store_n((uint64_t *)(void *)d, v, n < 16 ? __ATOMIC_RELEASE : __ATOMIC_RELAXED);
+	}
+	for (; n; n--)
+		__atomic_store_n(d++, *s++, n == 1 ? __ATOMIC_RELEASE : __ATOMIC_RELAXED);
+#else
+	__builtin_memcpy(dst, src, n);
+#endif
+}
+
 /* ------------------------------------------------------------ globals */
 struct vglobal {
 	pthread_mutex_t mu;
 	/* Application memory is touched outside g.mu (sendmsg from it, readv into it) only with memlock read-held,
-	 * taken while g.mu is held. ibv_dereg_mr marks the MR dead under g.mu, then takes memlock for writing: when it
-	 * returns, no access that could have missed the mark is still running (the caller may free the memory). */
+	 * and a segment's dead mark is read after memlock is taken. ibv_dereg_mr marks the MR dead under g.mu, then
+	 * takes memlock for writing: when it returns, no access that could have missed the mark is still running (the
+	 * caller may free the memory). Lock order: memlock before g.mu (the reader takes g.mu with memlock held;
+	 * nothing takes memlock with g.mu held; ibv_dereg_mr holds nothing else while it waits). */
 	pthread_rwlock_t memlock;
 	struct vmr *dead_mrs;               /* deregistered MRs, kept: queued segments may still point to them */
 	int inited;
@@ -209,6 +256,7 @@ struct vglobal {
 	struct vqp *qps;
 	struct vqp *dirty_head;
 	int nqp_rts;                        /* counts QPs that reached RTS (qp_fatal rule) */
+	uint32_t qp_gone_gen;               /* bumped by ibv_destroy_qp under g.mu (atomic: read by the agent without it) */
 	/* agent */
 	int agent_started;
 	pthread_t agent;
