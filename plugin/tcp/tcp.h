@@ -66,6 +66,11 @@ static inline size_t gdr_tcp_chunk_len(const struct gdr_tcp_plan *p, size_t size
 
 /* Stream/thread counts for this host: GDRNET_TCP_NSOCKS/NTHREADS, their NCCL aliases, the core count. */
 void gdr_tcp_resolve_streams(int *nsocks, int *nthreads);
+/* How long (ns) a helper thread polls after its last progress before it sleeps in the kernel: GDRNET_TCP_SPIN_US,
+ * auto = TCP_SPIN_AUTO_US on hosts with at least TCP_SPIN_AUTO_CORES online cores, else 0 (always block). */
+uint64_t gdr_tcp_resolve_spin_ns(void);
+#define TCP_SPIN_AUTO_US 50
+#define TCP_SPIN_AUTO_CORES 8
 
 /* ------------------------------------------------------------------------------------------- internals -- */
 
@@ -194,7 +199,8 @@ struct tcp_thread {
   pthread_mutex_t mu;
   pthread_cond_t cv;
   struct tcp_task q[TCP_NREQ];
-  unsigned head, tail; /* under mu */
+  unsigned head;        /* under mu (written by the helper only) */
+  _Atomic unsigned tail; /* written under mu; a spinning helper peeks at it without the lock */
   int stop;            /* under mu */
 };
 
@@ -226,6 +232,7 @@ struct tcp_comm {
   union gdr_sockaddr peer;
   char peer_str[GDR_ADDR_STRLEN];
   size_t inline_max, min_chunk, max_chunk;
+  uint64_t spin_ns; /* helper threads: poll this long after their last progress before blocking (0: block) */
 
   /* progress-thread state */
   uint64_t next_seq;
