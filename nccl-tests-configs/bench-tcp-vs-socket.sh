@@ -19,9 +19,9 @@ What runs, in this order (every run: two ranks on GPU 0, NCCL_HOSTID=hostA / hos
 NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET; transports alternated Socket, GDR, Socket, GDR ...):
   1. main      --collectives x {Socket, GDR} x --reps:  -b 8 -e 128M -f 4 -n 20 -w 5 -c 1 (defaults of both)
   2. latency   all_reduce 8 B, -n 1000 -w 100, {Socket, GDR} x --reps
-  3. variants  each --variant (plugin knobs, GDR only) x --variant-collectives x --reps
-  4. nccl      each --nccl-variant (NCCL settings, on Socket AND GDR) x --variant-collectives x --reps
-  5. kv        pytorch/kv_transfer.py through Socket and GDR (two torchrun --nnodes=2 node ranks on GPU 0)
+  3. kv        pytorch/kv_transfer.py through Socket and GDR (two torchrun --nnodes=2 node ranks on GPU 0)
+  4. variants  each --variant (plugin knobs, GDR only) x --variant-collectives x --reps
+  5. nccl      each --nccl-variant (NCCL settings, on Socket AND GDR) x --variant-collectives x --reps
 Parts 3-5 are skipped (and say so) once the elapsed time leaves less than their estimate within --budget.
 
 Options:
@@ -35,7 +35,7 @@ Options:
   --variant-collectives L  collectives of parts 3-4 (default all_reduce,sendrecv)
   --iters N --warmup N     nccl-tests -n / -w of parts 1, 3, 4 (default 20 / 5)
   --kv-args "ARGS"         extra kv_transfer.py arguments (default: none; its defaults are 200 blocks of 4 MiB)
-  --no-kv                  skip part 5
+  --no-kv                  skip part 3
   --budget SEC             wall-time budget in seconds (default 470)
   --run-timeout SEC        kill one run after SEC seconds (default 150)
   --mpirun CMD             default: "mpirun --allow-run-as-root"
@@ -195,24 +195,7 @@ done
 for r in $(seq 1 "$REPS"); do
   for tp in socket gdr; do run_nt "$OUT/latency/$tp/r$r/all_reduce.log" "$tp" all_reduce "" -b 8 -e 8 -n 1000 -w 100; done
 done
-# 3. plugin variants
-EST=$(( ${#VCOLL_LIST[@]} * 10 ))
-for r in $(seq 1 "$REPS"); do
-  for v in "${VARIANTS[@]}"; do
-    if ! fits "$EST"; then echo "# skipped variant $v rep $r: time budget"; continue; fi
-    for c in "${VCOLL_LIST[@]}"; do run_nt "$OUT/variant/${v%%:*}/r$r/$c.log" gdr "$c" "${v#*:}" "${SIZES[@]}"; done
-  done
-done
-# 4. NCCL settings on both transports
-for r in $(seq 1 "$REPS"); do
-  for v in "${NVARIANTS[@]}"; do
-    if ! fits $(( EST * 2 )); then echo "# skipped NCCL variant $v rep $r: time budget"; continue; fi
-    for c in "${VCOLL_LIST[@]}"; do
-      for tp in socket gdr; do run_nt "$OUT/nccl/${v%%:*}/$tp/r$r/$c.log" "$tp" "$c" "${v#*:}" "${SIZES[@]}"; done
-    done
-  done
-done
-# 5. KV-cache transfer
+# 3. KV-cache transfer (before the variants: it is part of the comparison, they are extras)
 run_kv() {  # run_kv TRANSPORT LOG
   local tp="$1" log="$2" envs=() tr pids=() rc=0 port
   envs=("${COMMON[@]}")
@@ -251,6 +234,23 @@ if [ "$KV" -eq 1 ]; then
     run_kv "$tp" "$OUT/kv/$tp.log"
   done
 fi
+# 4. plugin variants
+EST=$(( ${#VCOLL_LIST[@]} * 10 ))
+for r in $(seq 1 "$REPS"); do
+  for v in "${VARIANTS[@]}"; do
+    if ! fits "$EST"; then echo "# skipped variant $v rep $r: time budget"; continue; fi
+    for c in "${VCOLL_LIST[@]}"; do run_nt "$OUT/variant/${v%%:*}/r$r/$c.log" gdr "$c" "${v#*:}" "${SIZES[@]}"; done
+  done
+done
+# 5. NCCL settings on both transports
+for r in $(seq 1 "$REPS"); do
+  for v in "${NVARIANTS[@]}"; do
+    if ! fits $(( EST * 2 )); then echo "# skipped NCCL variant $v rep $r: time budget"; continue; fi
+    for c in "${VCOLL_LIST[@]}"; do
+      for tp in socket gdr; do run_nt "$OUT/nccl/${v%%:*}/$tp/r$r/$c.log" "$tp" "$c" "${v#*:}" "${SIZES[@]}"; done
+    done
+  done
+done
 [ "$DRY" -eq 1 ] && { echo "# $NRUNS runs"; exit 0; }
 
 # ---- summary ----------------------------------------------------------------

@@ -14,7 +14,10 @@
  * Measured over the streaming loop only (connect/teardown excluded), per process, from getrusage: CPU of the
  * whole process (RUSAGE_SELF: every thread), of the driving thread (RUSAGE_THREAD: NCCL's proxy thread's share),
  * and the context switches of the whole process (voluntary: a thread slept and was woken = a wake-up;
- * involuntary: preempted). Printed per message (the messages a side sent, or received when it only receives).
+ * involuntary: preempted), and the system calls of the driving thread and of the others (the kernel's
+ * raw_syscalls:sys_enter tracepoint through perf_event_open: root or perf_event_paranoid <= -1; -1 where it cannot be
+ * opened; the driver's own sched_yield() calls are not counted) with the test() calls made. Printed per message (the messages a side sent, or received when it only
+ * receives).
  * A benchmark helper (bench/tcp-chunk builds and runs it), not a test.
  *
  * usage: chunkcost --mode plugin|raw [--plugin SO] [--size S] [--window W] [--iters N] [--warmup N]
@@ -32,7 +35,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/perf_event.h>
+#include <sys/ioctl.h>
 #include <sys/resource.h>
+#include <sys/syscall.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -79,6 +85,39 @@ static void usage_now(struct usage *u) {
   u->vcsw = (double)s.ru_nvcsw;
   u->ivcsw = (double)s.ru_nivcsw;
 }
+
+/* System calls counted by the kernel (tracepoint raw_syscalls:sys_enter through perf_event_open): of this thread
+ * alone (inherit 0: the proxy thread), and of this thread and every thread it creates after the call (inherit 1:
+ * the plugin's helpers are created at connect). -1 where the tracepoint cannot be opened (no tracefs, not root). */
+static int sys_counter(int inherit) {
+  static const char *ids[] = {"/sys/kernel/tracing/events/raw_syscalls/sys_enter/id",
+                              "/sys/kernel/debug/tracing/events/raw_syscalls/sys_enter/id"};
+  long id = -1;
+  for (unsigned i = 0; i < sizeof ids / sizeof ids[0] && id < 0; i++) {
+    FILE *f = fopen(ids[i], "r");
+    if (f == NULL) continue;
+    if (fscanf(f, "%ld", &id) != 1) id = -1;
+    fclose(f);
+  }
+  if (id < 0) return -1;
+  struct perf_event_attr a;
+  memset(&a, 0, sizeof a);
+  a.size = sizeof a;
+  a.type = PERF_TYPE_TRACEPOINT;
+  a.config = (unsigned long long)id;
+  a.inherit = inherit ? 1 : 0;
+  a.exclude_kernel = 0;
+  return (int)syscall(SYS_perf_event_open, &a, 0, -1, -1, 0);
+}
+
+static double counter_read(int fd) {
+  uint64_t v = 0;
+  if (fd < 0) return -1;
+  if (read(fd, &v, sizeof v) != (ssize_t)sizeof v) return -1;
+  return (double)v;
+}
+
+static long n_tests, n_yields; /* test() calls and the driver's own sched_yield() calls in the streaming loop */
 
 /* ------------------------------------------------------------------------------------------------ plugin -- */
 
@@ -150,6 +189,7 @@ static void plugin_stream(int nch, struct chan *ch, size_t size, int w, long n, 
         }
         if (k->r_done < k->r_posted) {
           int done = 0, got = 0;
+          n_tests++;
           if (net->test(k->rreq[k->r_done % w], &done, &got) != ncclSuccess) die("test (recv) failed");
           if (done) {
             if (got != isz) die("received %d bytes, expected %d", got, isz);
@@ -172,6 +212,7 @@ static void plugin_stream(int nch, struct chan *ch, size_t size, int w, long n, 
         }
         if (k->s_done < k->s_posted) {
           int done = 0;
+          n_tests++;
           if (net->test(k->sreq[k->s_done % w], &done, NULL) != ncclSuccess) die("test (send) failed");
           if (done) {
             k->s_done++;
@@ -182,7 +223,10 @@ static void plugin_stream(int nch, struct chan *ch, size_t size, int w, long n, 
       }
     }
     if (!busy) break;
-    if (!progressed) sched_yield(); /* as NCCL's proxy thread when no request progressed */
+    if (!progressed) { /* as NCCL's proxy thread when no request progressed */
+      n_yields++;
+      sched_yield();
+    }
   }
 }
 
@@ -265,6 +309,7 @@ int main(int argc, char **argv) {
   close(child == 0 ? sp[0] : sp[1]);
   int do_send = bidir || role == 'A', do_recv = bidir || role == 'B';
 
+  int sc_all = sys_counter(1), sc_me = sys_counter(0); /* before the helpers exist */
   static struct chan ch[MAX_CH];
   int rfd[2][MAX_CH]; /* raw: [0] A->B, [1] B->A */
   char *rbuf = NULL;
@@ -281,6 +326,7 @@ int main(int argc, char **argv) {
 
   char go = 'g';
   struct usage u0, u1;
+  double sc0_all = -1, sc0_me = -1, sc1_all = -1, sc1_me = -1;
   uint64_t t0 = 0, t1 = 0;
   for (int phase = 0; phase < 2; phase++) { /* warm-up, then the measured run */
     long n = phase == 0 ? warmup : iters;
@@ -288,6 +334,9 @@ int main(int argc, char **argv) {
     if (role == 'A') xfer_all(ctl, &go, 1, 0);
     else xfer_all(ctl, &go, 1, 1);
     usage_now(&u0);
+    sc0_all = counter_read(sc_all);
+    sc0_me = counter_read(sc_me);
+    n_tests = n_yields = 0;
     t0 = now_ns();
     if (is_plugin) {
       plugin_stream((int)nch, ch, (size_t)size, (int)window, n, do_send, do_recv);
@@ -307,6 +356,8 @@ int main(int argc, char **argv) {
       for (int i = 0; i < nt; i++) pthread_join(th[i], NULL);
     }
     t1 = now_ns();
+    sc1_all = counter_read(sc_all);
+    sc1_me = counter_read(sc_me);
     usage_now(&u1);
   }
   /* both sides done before anyone closes */
@@ -315,14 +366,18 @@ int main(int argc, char **argv) {
 
   double msgs = (double)iters * (double)nch; /* per side: messages it sent (or received, when it only receives) */
   double wall = (double)(t1 - t0) / 1e9;
-  double res[8] = {wall,
+  int have_sc = sc0_all >= 0 && sc1_all >= 0 && sc0_me >= 0 && sc1_me >= 0;
+  double res[11] = {wall,
                    (u1.thr_u - u0.thr_u) / msgs,
                    (u1.thr_s - u0.thr_s) / msgs,
                    ((u1.self_u - u0.self_u) - (u1.thr_u - u0.thr_u)) / msgs,
                    ((u1.self_s - u0.self_s) - (u1.thr_s - u0.thr_s)) / msgs,
                    (u1.vcsw - u0.vcsw) / msgs,
                    (u1.ivcsw - u0.ivcsw) / msgs,
-                   wall * 1e6 / msgs};
+                   wall * 1e6 / msgs,
+                   have_sc ? (sc1_me - sc0_me - (double)n_yields) / msgs : -1, /* the plugin's, not the driver's yields */
+                   have_sc ? ((sc1_all - sc0_all) - (sc1_me - sc0_me)) / msgs : -1,
+                   (double)n_tests / msgs};
   if (role == 'B') xfer_all(ctl, res, sizeof res, 1);
   if (is_plugin) {
     plugin_teardown((int)nch, ch);
@@ -334,7 +389,7 @@ int main(int argc, char **argv) {
     free(rbuf);
   }
   if (role == 'B') _exit(0);
-  double peer[8];
+  double peer[11];
   xfer_all(ctl, peer, sizeof peer, 0);
   int st = 0;
   if (waitpid(child, &st, 0) < 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0) die("process B failed");
@@ -344,9 +399,9 @@ int main(int argc, char **argv) {
     /* one direction's bytes per wall second (bidir: each direction carries this much) */
     printf("chunkcost mode=%s side=%s size=%ld window=%ld channels=%ld bidir=%d msgs=%.0f wall_s=%.4f gbps=%.3f "
            "us_per_msg=%.2f proxy_user_us=%.2f proxy_sys_us=%.2f helper_user_us=%.2f helper_sys_us=%.2f vcsw=%.3f "
-           "ivcsw=%.3f\n",
+           "ivcsw=%.3f proxy_sys_calls=%.2f helper_sys_calls=%.2f tests=%.2f\n",
            mode, what, size, window, nch, bidir, msgs, r[0], msgs * (double)size / r[0] / 1e9, r[7], r[1], r[2], r[3],
-           r[4], r[5], r[6]);
+           r[4], r[5], r[6], r[8], r[9], r[10]);
   }
   return 0;
 }
