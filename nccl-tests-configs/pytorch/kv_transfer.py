@@ -21,7 +21,7 @@ a mismatch; the decode side compares each received block with the expected one (
 overlapping the next transfer) and reports the count. Exit status 1 on any mismatch.
 
 Output (rank 0): a header with the world, backend, NCCL version and NCCL_NET/NCCL_NET_PLUGIN, then one row per
-phase: count, p50/p99/mean time in us, GB/s (bytes / mean time; for request also bytes / total time), check.
+phase: count, p50/p99/mean time in us, GB/s (bytes / mean time), check.
 --json FILE writes the same.
 """
 
@@ -139,9 +139,10 @@ def main():
     results = []
     nb = 0  # blocks moved so far (both sides count alike: it names the pattern and the pool slot)
 
-    # ---- block phase: one block, one ack ----
-    # The decode side posts the receive of the next block before it checks the current one, so the check overlaps
-    # the next transfer instead of delaying it.
+    # One phase: `count` transfers (after --warmup untimed ones) of `per` blocks each, all posted at once, then one ack
+    # from the decode side; the prefill side times each transfer (send -> ack). The decode side posts the receives of
+    # the next transfer before it checks the current one, so the check overlaps the next transfer instead of
+    # delaying it.
     def post(first, count):
         works, todo = [], []
         for k in range(count):
@@ -150,67 +151,41 @@ def main():
             todo.append((slot, first + k))
         return works, todo
 
-    lat = []
-    nblk = args.warmup + args.blocks
-    pending = post(nb, 1) if rank == 1 else None
-    for i in range(nblk):
-        if rank == 0:
-            sync()
-            t0 = time.perf_counter()
-            for w in send_block(nb):
-                w.wait()
-            dist.recv(ack, peer)
-            sync()
-            if i >= args.warmup:
-                lat.append(time.perf_counter() - t0)
-        else:
-            works, todo = pending
-            for w in works:
-                w.wait()
-            dist.send(ack, peer)
-            pending = post(nb + 1, 1) if i + 1 < nblk else None
-            for slot, b in todo:
-                check(slot, b)
-        nb += 1
-    if rank == 0:
-        mean = statistics.mean(lat)
-        results.append({"phase": "block", "count": len(lat), "bytes": block_bytes, "p50_us": pct(lat, 50) * 1e6,
-                        "p99_us": pct(lat, 99) * 1e6, "mean_us": mean * 1e6, "gbps": block_bytes / mean / 1e9})
+    def phase(name, count, per):
+        nonlocal nb
+        lat = []
+        total = args.warmup + count if count else 0
+        pending = post(nb, per) if rank == 1 and total else None
+        for i in range(total):
+            if rank == 0:
+                sync()
+                t0 = time.perf_counter()
+                works = []
+                for k in range(per):
+                    works += send_block(nb + k)
+                for w in works:
+                    w.wait()
+                dist.recv(ack, peer)
+                sync()
+                if i >= args.warmup:
+                    lat.append(time.perf_counter() - t0)
+            else:
+                works, todo = pending
+                for w in works:
+                    w.wait()
+                dist.send(ack, peer)
+                pending = post(nb + per, per) if i + 1 < total else None
+                for slot, b in todo:
+                    check(slot, b)
+            nb += per
+        if rank == 0 and lat:
+            nbytes = block_bytes * per
+            results.append({"phase": name, "count": len(lat), "bytes": nbytes, "p50_us": pct(lat, 50) * 1e6,
+                            "p99_us": pct(lat, 99) * 1e6, "mean_us": statistics.mean(lat) * 1e6,
+                            "gbps": nbytes * len(lat) / sum(lat) / 1e9})
 
-    # ---- request phase: request_blocks blocks posted at once, one ack at the end ----
-    rlat = []
-    t_all = 0.0
-    nreq = args.warmup + args.requests if args.requests else 0
-    rb = args.request_blocks
-    pending = post(nb, rb) if rank == 1 and nreq else None
-    for i in range(nreq):
-        if rank == 0:
-            sync()
-            t0 = time.perf_counter()
-            works = []
-            for k in range(rb):
-                works += send_block(nb + k)
-            for w in works:
-                w.wait()
-            dist.recv(ack, peer)
-            sync()
-            if i >= args.warmup:
-                rlat.append(time.perf_counter() - t0)
-        else:
-            works, todo = pending
-            for w in works:
-                w.wait()
-            dist.send(ack, peer)
-            pending = post(nb + rb, rb) if i + 1 < nreq else None
-            for slot, b in todo:
-                check(slot, b)
-        nb += rb
-    if rank == 0 and rlat:
-        rbytes = block_bytes * args.request_blocks
-        t_all = sum(rlat)
-        results.append({"phase": "request", "count": len(rlat), "bytes": rbytes, "p50_us": pct(rlat, 50) * 1e6,
-                        "p99_us": pct(rlat, 99) * 1e6, "mean_us": statistics.mean(rlat) * 1e6,
-                        "gbps": rbytes * len(rlat) / t_all / 1e9})
+    phase("block", args.blocks, 1)  # one block, one ack: per-block latency
+    phase("request", args.requests, args.request_blocks)  # a prompt's blocks at once
 
     # ---- verdict: the decode side's mismatch count goes to the prefill side ----
     sync()
