@@ -41,24 +41,6 @@
 
 static ncclNet_v8_t *net;
 
-
-static uint64_t now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-
-static void xfer_all(int fd, void *buf, size_t len, int is_write) {
-  size_t off = 0;
-  while (off < len) {
-    ssize_t n = is_write ? write(fd, (char *)buf + off, len - off) : read(fd, (char *)buf + off, len - off);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) die("%s: %s", is_write ? "write" : "read", n == 0 ? "EOF" : strerror(errno));
-    off += (size_t)n;
-  }
-}
-
 static void recv_spin(int fd, void *buf, size_t len) {
   size_t off = 0;
   while (off < len) {

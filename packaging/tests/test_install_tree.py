@@ -91,10 +91,11 @@ class InstallTree(unittest.TestCase):
         base = "share/libnccl-net-gdr/nccl-tests-configs/"
         self.expect(base + "run-matrix", executable=True)
         self.expect(base + "summarize", executable=True)
+        self.expect(base + "bench-tcp-vs-socket.sh", executable=True)
         self.expect(base + "README.md")
         for p in PRESETS:
             self.expect(base + p)
-        for f in ("README.md", "ddp_step.py", "allreduce_bench.py"):
+        for f in ("README.md", "ddp_step.py", "allreduce_bench.py", "kv_transfer.py"):
             self.expect(base + "pytorch/" + f)
         self.assertFalse([f for f in self.files if f.startswith(base + "tests")], "test logs are not installed")
 
@@ -103,7 +104,8 @@ class InstallTree(unittest.TestCase):
             r"^%s/libnccl-net-gdr\.so(\.\d+)*$" % re.escape(self.libdir),
             r"^bin/gdrnet-(perf|doctor)$",
             r"^share/doc/libnccl-net-gdr/",
-            r"^share/libnccl-net-gdr/nccl-tests-configs/(run-matrix|summarize|README\.md|[a-z-]+\.env|pytorch/[\w.]+)$",
+            r"^share/libnccl-net-gdr/nccl-tests-configs/(run-matrix|summarize|bench-tcp-vs-socket\.sh|README\.md|[a-z-]+\.env|"
+            r"pytorch/[\w.]+)$",
             r"^share/man/man\d/gdrnet-[\w-]+\.\d(\.gz)?$",
         ]
         if self.link_on:

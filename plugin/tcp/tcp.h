@@ -30,7 +30,9 @@
  *     buffer at its offset (no copy besides the kernel's). Thread t of both sides owns the streams s with
  *     s % nthreads == t and uses them in the same rotation, so blocking I/O on both ends pairs up.
  * Sends complete when their bytes are in the kernel; receives when every byte has landed (atomic counters the
- * helpers bump, test() reads). Requests live in a 32-slot ring per comm indexed by seq.
+ * helpers bump, test() reads). Helper threads block in the kernel, or with GDRNET_TCP_SPIN_US first poll
+ * (non-blocking reads and writes, their task queue) for that long after their last progress. Requests live in a
+ * 32-slot ring per comm indexed by seq.
  *
  * System calls: the receiver reads the control stream in test() of an unfinished receive and stops after a short
  * read (the socket is drained) or once a payload read straight into the posted buffer is complete. The sender
@@ -77,6 +79,11 @@ void gdr_tcp_resolve_streams(int *nsocks, int *nthreads);
 /* The same for one listener: bounded by setNetAttr's flows per peer, and a multiple of the fused device count (at
  * least one stream per member). */
 void gdr_tcp_streams_for(const struct gdr_conn_opts *opts, int *nsocks, int *nthreads);
+/* How long (ns) a helper thread polls after its last progress before it sleeps in the kernel: GDRNET_TCP_SPIN_US,
+ * auto = TCP_SPIN_AUTO_US on hosts with at least TCP_SPIN_AUTO_CORES online cores, else 0 (always block). */
+uint64_t gdr_tcp_resolve_spin_ns(void);
+#define TCP_SPIN_AUTO_US 50
+#define TCP_SPIN_AUTO_CORES 8
 
 /* ------------------------------------------------------------------------------------------- internals -- */
 
@@ -212,7 +219,8 @@ struct tcp_thread {
   pthread_mutex_t mu;
   pthread_cond_t cv;
   struct tcp_task q[TCP_NREQ];
-  unsigned head, tail; /* under mu */
+  unsigned head;        /* under mu (written by the helper only) */
+  _Atomic unsigned tail; /* written under mu; a spinning helper peeks at it without the lock */
   int stop;            /* under mu */
 };
 
@@ -244,6 +252,7 @@ struct tcp_comm {
   union gdr_sockaddr peer;
   char peer_str[GDR_ADDR_STRLEN];
   size_t inline_max, min_chunk, max_chunk;
+  uint64_t spin_ns; /* helper threads: poll this long after their last progress before blocking (0: block) */
 
   /* progress-thread state */
   uint64_t next_seq;

@@ -87,6 +87,15 @@ void gdr_tcp_streams_for(const struct gdr_conn_opts *o, int *nsocks, int *nthrea
   *nthreads = nt;
 }
 
+uint64_t gdr_tcp_resolve_spin_ns(void) {
+  int64_t us = gdr_param_int(GDR_PARAM_TCP_SPIN_US);
+  if (us == GDR_PARAM_AUTO) {
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    us = cores >= TCP_SPIN_AUTO_CORES ? TCP_SPIN_AUTO_US : 0;
+  }
+  return us > 0 ? (uint64_t)us * 1000u : 0;
+}
+
 /* Reads a small sysfs file into buf (trailing newline removed); -1 if absent. */
 static int read_sysfs(const char *ifname, const char *file, char *buf, size_t len) {
   char path[256];
@@ -165,8 +174,11 @@ static ncclResult_t tcp_init(int *ndev, char *why, size_t whylen) {
                             gdr_sockaddr_str(&g_devs[i].addr, a, sizeof(a)));
   }
   if (off < whylen)
-    snprintf(why + off, whylen - off, "; %d data stream(s) and %d helper thread(s) per connection, inline <= %lld B",
-             ns, nt, (long long)gdr_param_int(GDR_PARAM_TCP_INLINE));
+    snprintf(why + off, whylen - off,
+             "; %d data stream(s) and %d helper thread(s) per connection, inline <= %lld B, helpers poll %llu us "
+             "before sleeping",
+             ns, nt, (long long)gdr_param_int(GDR_PARAM_TCP_INLINE),
+             (unsigned long long)(gdr_tcp_resolve_spin_ns() / 1000u));
 out:
   return res;
 }

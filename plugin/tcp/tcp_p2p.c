@@ -1,6 +1,7 @@
 /* TCP transport data path: the control stream protocol (progress thread), the helper threads (data streams),
  * registration, isend/irecv/test. Design in tcp.h. */
 #include <errno.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -613,11 +614,35 @@ static int thread_stopping(struct tcp_thread *th) {
   return stop;
 }
 
-/* Writes header + payload with as few syscalls as the kernel allows. 0, or errno (EPIPE... ; -1 never). */
-static int send_chunk(int fd, const struct tcp_chunk_hdr *h, const char *data, size_t len) {
+/* A short pause inside a polling loop (lets the sibling hyper-thread run). */
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  __asm__ __volatile__("yield" ::: "memory");
+#endif
+}
+
+/* Polling helpers (GDRNET_TCP_SPIN_US, c->spin_ns > 0): a helper thread that made progress at `*since` may keep
+ * polling until since + spin_ns; after that it blocks in the kernel. *since == 0: the window starts now. Returns 1
+ * while it may still poll. Between polls it yields the core (so that on a busy host polling threads hand it to
+ * those with work). */
+static int spin_more(uint64_t spin_ns, uint64_t *since) {
+  uint64_t now = gdr_time_ns();
+  if (*since == 0) *since = now;
+  if (now - *since >= spin_ns) return 0;
+  cpu_relax();
+  sched_yield();
+  return 1;
+}
+
+/* Writes header + payload with as few syscalls as the kernel allows; with spin_ns, non-blocking writes retried while
+ * the socket is full, for up to spin_ns since the last byte went out, then blocking ones. 0, or errno (EPIPE...). */
+static int send_chunk(int fd, const struct tcp_chunk_hdr *h, const char *data, size_t len, uint64_t spin_ns) {
   struct iovec iov[2] = {{(void *)h, sizeof(*h)}, {(void *)data, len}};
   struct msghdr mh;
   size_t total = sizeof(*h) + len, sent = 0;
+  uint64_t since = 0;
   memset(&mh, 0, sizeof(mh));
   while (sent < total) {
     ssize_t n;
@@ -634,14 +659,27 @@ static int send_chunk(int fd, const struct tcp_chunk_hdr *h, const char *data, s
     }
     mh.msg_iov = v;
     mh.msg_iovlen = (size_t)nv;
-    n = sendmsg(fd, &mh, MSG_NOSIGNAL);
+    n = sendmsg(fd, &mh, MSG_NOSIGNAL | (spin_ns ? MSG_DONTWAIT : 0));
     if (n < 0) {
       if (errno == EINTR) continue;
+      if (spin_ns && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+        if (!spin_more(spin_ns, &since)) spin_ns = 0; /* the rest of this chunk: blocking writes */
+        continue;
+      }
       return errno;
     }
     sent += (size_t)n;
+    since = 0;
   }
   return 0;
+}
+
+/* Send helper with polling on: waits up to spin_ns for the next task without sleeping (the proxy thread then needs
+ * no futex wake and the helper no scheduler round trip). Returns when a task is queued or the time is up. */
+static void spin_for_task(struct tcp_thread *th, uint64_t spin_ns) {
+  uint64_t since = 0;
+  while (atomic_load_explicit(&th->tail, memory_order_acquire) == th->head)
+    if (!spin_more(spin_ns, &since)) return;
 }
 
 void *gdr_tcp_send_thread(void *arg) {
@@ -650,6 +688,7 @@ void *gdr_tcp_send_thread(void *arg) {
   unsigned rot = 0;
   for (;;) {
     struct tcp_task t;
+    if (c->spin_ns) spin_for_task(th, c->spin_ns);
     pthread_mutex_lock(&th->mu);
     while (th->head == th->tail && !th->stop) pthread_cond_wait(&th->cv, &th->mu);
     if (th->head == th->tail) {
@@ -672,7 +711,7 @@ void *gdr_tcp_send_thread(void *arg) {
       h.seq = t.seq;
       h.off = off;
       h.total = t.size;
-      err = send_chunk(fd, &h, t.data + off, len);
+      err = send_chunk(fd, &h, t.data + off, len, c->spin_ns);
       if (err != 0) {
         if (!thread_stopping(th))
           gdr_tcp_comm_fail(c, ncclRemoteError, "sending message %llu on data stream %d: %s",
@@ -685,17 +724,24 @@ void *gdr_tcp_send_thread(void *arg) {
   return NULL;
 }
 
-/* Exact receive on a blocking socket. 0 ok; else the errno, or -1 for EOF (*got says after how many bytes). */
-static int recv_exact(int fd, void *buf, size_t len, size_t *got) {
+/* Exact receive on a blocking socket; with spin_ns, non-blocking reads polled for up to spin_ns since the last byte
+ * came, then a blocking one for the rest. 0 ok; else the errno, or -1 for EOF (*got says after how many bytes). */
+static int recv_exact(int fd, void *buf, size_t len, size_t *got, uint64_t spin_ns) {
+  uint64_t since = 0;
   *got = 0;
   while (*got < len) {
-    ssize_t n = recv(fd, (char *)buf + *got, len - *got, MSG_WAITALL);
+    ssize_t n = recv(fd, (char *)buf + *got, len - *got, spin_ns ? MSG_DONTWAIT : MSG_WAITALL);
     if (n == 0) return -1;
     if (n < 0) {
       if (errno == EINTR) continue;
+      if (spin_ns && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+        if (!spin_more(spin_ns, &since)) spin_ns = 0;
+        continue;
+      }
       return errno;
     }
     *got += (size_t)n;
+    since = 0;
   }
   return 0;
 }
@@ -711,7 +757,7 @@ void *gdr_tcp_recv_thread(void *arg) {
     int fd = th->fds[rot % (unsigned)th->nfds];
     int err;
     rot++;
-    err = recv_exact(fd, &h, sizeof(h), &got);
+    err = recv_exact(fd, &h, sizeof(h), &got, c->spin_ns);
     if (err != 0) {
       if (thread_stopping(th)) break;
       if (err == -1 && got == 0) {
@@ -733,7 +779,7 @@ void *gdr_tcp_recv_thread(void *arg) {
                         (unsigned long long)h.total);
       break;
     }
-    err = recv_exact(fd, r->data + h.off, h.len, &got);
+    err = recv_exact(fd, r->data + h.off, h.len, &got, c->spin_ns);
     if (err != 0) {
       if (thread_stopping(th)) break;
       gdr_tcp_comm_fail(c, ncclRemoteError, "receiving message %llu on data stream %d: %s",
