@@ -53,10 +53,10 @@ struct gdr_ctx {
   int traffic_class; /* -1 undefined */
   ncclProfilerCallback_t profiler;
   struct gdr_net_attr attr;
-  int attr_logged;          /* the "hints not used" INFO line was printed */
-  struct gdr_comm *comms;   /* its open comms (listen, send, recv), for finalize */
+  int attr_logged;        /* the "hints not used" INFO line was printed */
+  struct gdr_comm *comms; /* its open comms (listen, send, recv), for finalize */
   int ncomms;
-  struct gdr_ctx *next;     /* the live contexts (core_ctx.c): a pointer is checked against them, never read */
+  struct gdr_ctx *next; /* the live contexts (core_ctx.c): a pointer is checked against them, never read */
 };
 
 struct gdr_comm {
@@ -66,11 +66,11 @@ struct gdr_comm {
   const struct gdr_transport *tp;
   void *tcomm;
   int max_recvs;
-  size_t max_bytes;               /* largest isend/irecv (the device's max_p2p_bytes) */
+  size_t max_bytes;                /* largest isend/irecv (the device's max_p2p_bytes) */
   ncclProfilerCallback_t profiler; /* NULL: no events */
-  uint32_t profiler_id;           /* NCCL_PROFILER_NET_TYPE_* | descriptor version */
-  struct gdr_conn_opts opts;      /* what it was asked for (a recv comm: its listen comm's) */
-  struct gdr_ctx *ctx;            /* v11+: owner; NULL for v6..v10 */
+  uint32_t profiler_id;            /* NCCL_PROFILER_NET_TYPE_* | descriptor version */
+  struct gdr_conn_opts opts;       /* what it was asked for (a recv comm: its listen comm's) */
+  struct gdr_ctx *ctx;             /* v11+: owner; NULL for v6..v10 */
   struct gdr_comm *ctx_prev, *ctx_next;
   struct gdr_pool reqs; /* struct gdr_request; send/recv comms only */
 };
@@ -92,8 +92,8 @@ struct gdr_request {
   int n;          /* receives in the group */
   int idx;        /* in comm->reqs */
   struct gdr_comm *comm;
-  void *treq;         /* NULL for GDR_REQ_FAILED */
-  ncclResult_t error; /* GDR_REQ_FAILED: what test() returns */
+  void *treq;              /* NULL for GDR_REQ_FAILED */
+  ncclResult_t error;      /* GDR_REQ_FAILED: what test() returns */
   int nev;                 /* profiler events started (0 without a profiler or phandles, and for GDR_REQ_FAILED) */
   void *ev[GDR_MAX_RECVS]; /* their eHandles; NULL where NCCL's profiler took none */
 };

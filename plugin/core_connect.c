@@ -60,8 +60,8 @@ static void free_comm(struct gdr_comm *c, uint32_t magic) {
 }
 
 /* The context of a listen/connect (NULL for v6..v10), its device resolved and its options filled. */
-static ncclResult_t prepare(void *ctx, int dev, int traffic_class, int listener, const char *what,
-                            struct gdr_ctx **x, struct gdr_props *props, struct gdr_conn_opts *opts) {
+static ncclResult_t prepare(void *ctx, int dev, int traffic_class, int listener, const char *what, struct gdr_ctx **x,
+                            struct gdr_props *props, struct gdr_conn_opts *opts) {
   ncclResult_t res = ncclSuccess;
   int ndev = 0;
   *x = NULL;

@@ -18,9 +18,9 @@
 #include "core.h"
 #include "log.h"
 
-static int g_nctx;                               /* live contexts */
-static struct gdr_ctx *g_ctxs;                   /* ... in a list */
-static struct gdr_vdev g_vdevs[GDR_MAX_VDEVS];   /* fused devices, in creation order */
+static int g_nctx;                             /* live contexts */
+static struct gdr_ctx *g_ctxs;                 /* ... in a list */
+static struct gdr_vdev g_vdevs[GDR_MAX_VDEVS]; /* fused devices, in creation order */
 static int g_nvdevs;
 
 int gdr_core_nctx_locked(void) { return g_nctx; }

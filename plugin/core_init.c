@@ -13,10 +13,10 @@
 /* Process-wide plugin state. Global because NCCL's plugin ABI is a set of free functions; every field is
  * protected by g_lock (init and set-up/teardown paths only; the data path never takes it). */
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
-static const struct gdr_transport *g_tp; /* chosen transport, NULL before a successful init */
-static int g_ndev;                       /* physical devices of g_tp */
-static int g_ncomms;                     /* open comms of every kind, for quiesce */
-static int g_legacy;                     /* a v6..v10 init (no finalize will come) happened since the last fini */
+static const struct gdr_transport *g_tp;  /* chosen transport, NULL before a successful init */
+static int g_ndev;                        /* physical devices of g_tp */
+static int g_ncomms;                      /* open comms of every kind, for quiesce */
+static int g_legacy;                      /* a v6..v10 init (no finalize will come) happened since the last fini */
 static ncclProfilerCallback_t g_profiler; /* v10's, process-wide (v11+ contexts carry their own) */
 
 void gdr_core_lock(void) { pthread_mutex_lock(&g_lock); }
@@ -45,8 +45,10 @@ void gdr_core_comm_opened(struct gdr_comm *c) {
 void gdr_core_comm_detach_locked(struct gdr_comm *c) {
   struct gdr_ctx *x = c->ctx;
   if (x == NULL) return;
-  if (c->ctx_prev != NULL) c->ctx_prev->ctx_next = c->ctx_next;
-  else x->comms = c->ctx_next;
+  if (c->ctx_prev != NULL)
+    c->ctx_prev->ctx_next = c->ctx_next;
+  else
+    x->comms = c->ctx_next;
   if (c->ctx_next != NULL) c->ctx_next->ctx_prev = c->ctx_prev;
   c->ctx_prev = c->ctx_next = NULL;
   c->ctx = NULL;
@@ -197,8 +199,7 @@ ncclResult_t gdr_core_phys_props_locked(int dev, struct gdr_props *p) {
   p->rail_id = -1;
   p->plane_id = -1;
   /* GDRNET_FORCE_FLUSH / NCCL_NET_FORCE_FLUSH: NCCL flushes every GPUDirect receive */
-  if (gdr_param_int(GDR_PARAM_FORCE_FLUSH) && (p->ptr_support & (NCCL_PTR_CUDA | NCCL_PTR_DMABUF)))
-    p->force_flush = 1;
+  if (gdr_param_int(GDR_PARAM_FORCE_FLUSH) && (p->ptr_support & (NCCL_PTR_CUDA | NCCL_PTR_DMABUF))) p->force_flush = 1;
 out:
   return res;
 }

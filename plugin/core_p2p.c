@@ -161,8 +161,8 @@ void gdr_core_requests_close(struct gdr_comm *c) {
 /* A message bigger than the device's maxP2pBytes (v9+ sizes are size_t): refused, never truncated. */
 static ncclResult_t size_check(const struct gdr_comm *c, size_t size, const char *op) {
   if (size <= c->max_bytes) return ncclSuccess;
-  GDR_WARN("%s of %zu bytes: the %s transport takes at most %zu bytes per message (maxP2pBytes)", op, size,
-           c->tp->name, c->max_bytes);
+  GDR_WARN("%s of %zu bytes: the %s transport takes at most %zu bytes per message (maxP2pBytes)", op, size, c->tp->name,
+           c->max_bytes);
   return ncclInvalidArgument;
 }
 

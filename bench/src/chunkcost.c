@@ -265,19 +265,26 @@ int main(int argc, char **argv) {
       continue;
     }
     if (!v) die("%s needs a value", a);
-    if (!strcmp(a, "--mode")) mode = v;
-    else if (!strcmp(a, "--plugin")) plugin = v;
-    else if (!strcmp(a, "--size")) size = atol(v);
-    else if (!strcmp(a, "--window")) window = atol(v);
-    else if (!strcmp(a, "--iters")) iters = atol(v);
-    else if (!strcmp(a, "--warmup")) warmup = atol(v);
-    else if (!strcmp(a, "--channels")) nch = atol(v);
-    else die("unknown option %s", a);
+    if (!strcmp(a, "--mode"))
+      mode = v;
+    else if (!strcmp(a, "--plugin"))
+      plugin = v;
+    else if (!strcmp(a, "--size"))
+      size = atol(v);
+    else if (!strcmp(a, "--window"))
+      window = atol(v);
+    else if (!strcmp(a, "--iters"))
+      iters = atol(v);
+    else if (!strcmp(a, "--warmup"))
+      warmup = atol(v);
+    else if (!strcmp(a, "--channels"))
+      nch = atol(v);
+    else
+      die("unknown option %s", a);
     i++;
   }
-  if (!mode || (strcmp(mode, "raw") && strcmp(mode, "plugin")) || (!strcmp(mode, "plugin") && !plugin) ||
-      size < 1 || size > (1L << 30) || window < 1 || window > MAX_W || iters < 1 || warmup < 0 || nch < 1 ||
-      nch > MAX_CH)
+  if (!mode || (strcmp(mode, "raw") && strcmp(mode, "plugin")) || (!strcmp(mode, "plugin") && !plugin) || size < 1 ||
+      size > (1L << 30) || window < 1 || window > MAX_W || iters < 1 || warmup < 0 || nch < 1 || nch > MAX_CH)
     die("usage: chunkcost --mode plugin|raw [--plugin SO] [--size S] [--window W<=%d] [--iters N] [--warmup N] "
         "[--channels C<=%d] [--bidir]",
         MAX_W, MAX_CH);
@@ -315,8 +322,10 @@ int main(int argc, char **argv) {
   for (int phase = 0; phase < 2; phase++) { /* warm-up, then the measured run */
     long n = phase == 0 ? warmup : iters;
     if (n == 0) continue;
-    if (role == 'A') xfer_all(ctl, &go, 1, 0);
-    else xfer_all(ctl, &go, 1, 1);
+    if (role == 'A')
+      xfer_all(ctl, &go, 1, 0);
+    else
+      xfer_all(ctl, &go, 1, 1);
     usage_now(&u0);
     sc0_all = counter_read(sc_all);
     sc0_me = counter_read(sc_me);
@@ -331,8 +340,7 @@ int main(int argc, char **argv) {
       for (int c = 0; c < nch; c++) {
         for (int d = 0; d < (bidir ? 2 : 1); d++) {
           int mine_writes = (d == 0) == (role == 'A');
-          job[nt] = (struct rawjob){rfd[d][c], mine_writes, rbuf + (size_t)size * (size_t)(2 * c + d), (size_t)size,
-                                    n};
+          job[nt] = (struct rawjob){rfd[d][c], mine_writes, rbuf + (size_t)size * (size_t)(2 * c + d), (size_t)size, n};
           if (pthread_create(&th[nt], NULL, raw_thread, &job[nt]) != 0) die("pthread_create failed");
           nt++;
         }
@@ -345,23 +353,26 @@ int main(int argc, char **argv) {
     usage_now(&u1);
   }
   /* both sides done before anyone closes */
-  if (role == 'A') xfer_all(ctl, &go, 1, 0);
-  else xfer_all(ctl, &go, 1, 1);
+  if (role == 'A')
+    xfer_all(ctl, &go, 1, 0);
+  else
+    xfer_all(ctl, &go, 1, 1);
 
   double msgs = (double)iters * (double)nch; /* per side: messages it sent (or received, when it only receives) */
   double wall = (double)(t1 - t0) / 1e9;
   int have_sc = sc0_all >= 0 && sc1_all >= 0 && sc0_me >= 0 && sc1_me >= 0;
   double res[11] = {wall,
-                   (u1.thr_u - u0.thr_u) / msgs,
-                   (u1.thr_s - u0.thr_s) / msgs,
-                   ((u1.self_u - u0.self_u) - (u1.thr_u - u0.thr_u)) / msgs,
-                   ((u1.self_s - u0.self_s) - (u1.thr_s - u0.thr_s)) / msgs,
-                   (u1.vcsw - u0.vcsw) / msgs,
-                   (u1.ivcsw - u0.ivcsw) / msgs,
-                   wall * 1e6 / msgs,
-                   have_sc ? (sc1_me - sc0_me - (double)n_yields) / msgs : -1, /* the plugin's, not the driver's yields */
-                   have_sc ? ((sc1_all - sc0_all) - (sc1_me - sc0_me)) / msgs : -1,
-                   (double)n_tests / msgs};
+                    (u1.thr_u - u0.thr_u) / msgs,
+                    (u1.thr_s - u0.thr_s) / msgs,
+                    ((u1.self_u - u0.self_u) - (u1.thr_u - u0.thr_u)) / msgs,
+                    ((u1.self_s - u0.self_s) - (u1.thr_s - u0.thr_s)) / msgs,
+                    (u1.vcsw - u0.vcsw) / msgs,
+                    (u1.ivcsw - u0.ivcsw) / msgs,
+                    wall * 1e6 / msgs,
+                    have_sc ? (sc1_me - sc0_me - (double)n_yields) / msgs
+                            : -1, /* the plugin's, not the driver's yields */
+                    have_sc ? ((sc1_all - sc0_all) - (sc1_me - sc0_me)) / msgs : -1,
+                    (double)n_tests / msgs};
   if (role == 'B') xfer_all(ctl, res, sizeof res, 1);
   if (is_plugin) {
     plugin_teardown((int)nch, ch);

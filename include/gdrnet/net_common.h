@@ -158,7 +158,6 @@ typedef ncclNetAttr_v11_t ncclNetAttr_v12_t;
 /* v12: railId/planeId when unknown. */
 #define NCCL_NET_ID_UNDEF -1
 
-
 #if defined(__x86_64__) || defined(__aarch64__)
 _Static_assert(sizeof(ncclResult_t) == 4, "ncclResult_t is an int enum");
 _Static_assert(sizeof(ncclNetDeviceHandle_v8_t) == 32, "device handle is 32 bytes");

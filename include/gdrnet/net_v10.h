@@ -47,13 +47,11 @@ typedef struct {
                           ncclNetDeviceHandle_v10_t **sendDevComm);
   ncclResult_t (*accept)(void *listenComm, void **recvComm, ncclNetDeviceHandle_v10_t **recvDevComm);
   ncclResult_t (*regMr)(void *comm, void *data, size_t size, int type, void **mhandle);
-  ncclResult_t (*regMrDmaBuf)(void *comm, void *data, size_t size, int type, uint64_t offset, int fd,
-                              void **mhandle);
+  ncclResult_t (*regMrDmaBuf)(void *comm, void *data, size_t size, int type, uint64_t offset, int fd, void **mhandle);
   ncclResult_t (*deregMr)(void *comm, void *mhandle);
-  ncclResult_t (*isend)(void *sendComm, void *data, size_t size, int tag, void *mhandle, void *phandle,
+  ncclResult_t (*isend)(void *sendComm, void *data, size_t size, int tag, void *mhandle, void *phandle, void **request);
+  ncclResult_t (*irecv)(void *recvComm, int n, void **data, size_t *sizes, int *tags, void **mhandles, void **phandles,
                         void **request);
-  ncclResult_t (*irecv)(void *recvComm, int n, void **data, size_t *sizes, int *tags, void **mhandles,
-                        void **phandles, void **request);
   ncclResult_t (*iflush)(void *recvComm, int n, void **data, int *sizes, void **mhandles, void **request);
   ncclResult_t (*test)(void *request, int *done, int *sizes);
   ncclResult_t (*closeSend)(void *sendComm);

@@ -32,16 +32,16 @@ ncclResult_t gdr_api_test(void *request, int *done, int *sizes);
 /* ---- listen/connect/accept, as the versions that share a signature call them ----
  * A host plugin offloads nothing: a device handle NCCL asks for (v7+) is set to NULL. The device handle type is
  * the same in v7..v12, and so is v10..v12's config and v11/v12's attributes. */
-ncclResult_t gdr_api_listen(int dev, void *handle, void **listen_comm);          /* v6..v10 */
-ncclResult_t gdr_api_connect_v6(int dev, void *handle, void **send_comm);         /* v6 */
-ncclResult_t gdr_api_accept_v6(void *listen_comm, void **recv_comm);              /* v6 */
-ncclResult_t gdr_api_connect(int dev, void *handle, void **send_comm,             /* v7, v8, v9 */
+ncclResult_t gdr_api_listen(int dev, void *handle, void **listen_comm);   /* v6..v10 */
+ncclResult_t gdr_api_connect_v6(int dev, void *handle, void **send_comm); /* v6 */
+ncclResult_t gdr_api_accept_v6(void *listen_comm, void **recv_comm);      /* v6 */
+ncclResult_t gdr_api_connect(int dev, void *handle, void **send_comm,     /* v7, v8, v9 */
                              ncclNetDeviceHandle_v8_t **send_dev_comm);
-ncclResult_t gdr_api_accept(void *listen_comm, void **recv_comm,                  /* v7..v12 */
+ncclResult_t gdr_api_accept(void *listen_comm, void **recv_comm, /* v7..v12 */
                             ncclNetDeviceHandle_v8_t **recv_dev_comm);
 ncclResult_t gdr_api_connect_config(int dev, ncclNetCommConfig_v10_t *config, void *handle, /* v10 */
                                     void **send_comm, ncclNetDeviceHandle_v8_t **send_dev_comm);
-ncclResult_t gdr_api_connect_ctx(void *ctx, int dev, void *handle, void **send_comm,         /* v11, v12 */
+ncclResult_t gdr_api_connect_ctx(void *ctx, int dev, void *handle, void **send_comm, /* v11, v12 */
                                  ncclNetDeviceHandle_v8_t **send_dev_comm);
 
 /* ---- v9: size_t sizes, no profiler handles ---- */
@@ -50,8 +50,8 @@ ncclResult_t gdr_api_irecv_v9(void *recv_comm, int n, void **data, size_t *sizes
                               void **request);
 
 /* ---- v9+: fused devices: makeVDevice(d, {ndevs; devs[max]}) ---- */
-#define GDR_API_MAKE_VDEVICE(d, vprops, max)                                                                         \
-  ((vprops) == NULL ? gdr_core_make_vdevice((d), 0, NULL, (max))                                                     \
+#define GDR_API_MAKE_VDEVICE(d, vprops, max)                                                                           \
+  ((vprops) == NULL ? gdr_core_make_vdevice((d), 0, NULL, (max))                                                       \
                     : gdr_core_make_vdevice((d), (vprops)->ndevs, (vprops)->devs, (max)))
 
 /* ---- v11+: per-communicator init (abi: the table, for the log) and setNetAttr ---- */

@@ -16,49 +16,49 @@ __attribute__((destructor)) static void gdr_api_unload(void) { gdr_core_unload()
 /* ------------------------------------------------------------------------------------------------ properties -- */
 
 /* The fields every layout has, v6's nine. */
-#define GDR_API_PROPS_V6(o, p)                                                                                      \
-  do {                                                                                                               \
-    (o)->name = (char *)(p)->name;                                                                                   \
-    (o)->pciPath = (char *)(p)->pci_path;                                                                            \
-    (o)->guid = (p)->guid;                                                                                           \
-    (o)->ptrSupport = (p)->ptr_support;                                                                              \
-    (o)->speed = (p)->speed;                                                                                         \
-    (o)->port = (p)->port;                                                                                           \
-    (o)->latency = (p)->latency;                                                                                     \
-    (o)->maxComms = (p)->max_comms;                                                                                  \
-    (o)->maxRecvs = (p)->max_recvs;                                                                                  \
+#define GDR_API_PROPS_V6(o, p)                                                                                         \
+  do {                                                                                                                 \
+    (o)->name = (char *)(p)->name;                                                                                     \
+    (o)->pciPath = (char *)(p)->pci_path;                                                                              \
+    (o)->guid = (p)->guid;                                                                                             \
+    (o)->ptrSupport = (p)->ptr_support;                                                                                \
+    (o)->speed = (p)->speed;                                                                                           \
+    (o)->port = (p)->port;                                                                                             \
+    (o)->latency = (p)->latency;                                                                                       \
+    (o)->maxComms = (p)->max_comms;                                                                                    \
+    (o)->maxRecvs = (p)->max_recvs;                                                                                    \
   } while (0)
 
 /* v8's: v6's, the device type/version (v7) and regIsGlobal. */
-#define GDR_API_PROPS_V8(o, p)                                                                                      \
-  do {                                                                                                               \
-    GDR_API_PROPS_V6(o, p);                                                                                          \
-    (o)->netDeviceType = (p)->net_device_type;                                                                       \
-    (o)->netDeviceVersion = (p)->net_device_version;                                                                 \
-    (o)->regIsGlobal = (p)->reg_is_global;                                                                           \
+#define GDR_API_PROPS_V8(o, p)                                                                                         \
+  do {                                                                                                                 \
+    GDR_API_PROPS_V6(o, p);                                                                                            \
+    (o)->netDeviceType = (p)->net_device_type;                                                                         \
+    (o)->netDeviceVersion = (p)->net_device_version;                                                                   \
+    (o)->regIsGlobal = (p)->reg_is_global;                                                                             \
   } while (0)
 
 /* v9's (and v10's, v11's, v12's): forceFlush, vProps with at most `max` devices, the size limits. */
-#define GDR_API_PROPS_V9(o, p, max)                                                                                 \
-  do {                                                                                                               \
-    GDR_API_PROPS_V8(o, p);                                                                                          \
-    (o)->forceFlush = (p)->force_flush;                                                                              \
-    (o)->vProps.ndevs = (p)->vdev_ndevs < (max) ? (p)->vdev_ndevs : (max);                                           \
-    for (int i_ = 0; i_ < (o)->vProps.ndevs; i_++) (o)->vProps.devs[i_] = (p)->vdev_devs[i_];                        \
-    (o)->maxP2pBytes = (p)->max_p2p_bytes;                                                                           \
-    (o)->maxCollBytes = (p)->max_coll_bytes;                                                                         \
+#define GDR_API_PROPS_V9(o, p, max)                                                                                    \
+  do {                                                                                                                 \
+    GDR_API_PROPS_V8(o, p);                                                                                            \
+    (o)->forceFlush = (p)->force_flush;                                                                                \
+    (o)->vProps.ndevs = (p)->vdev_ndevs < (max) ? (p)->vdev_ndevs : (max);                                             \
+    for (int i_ = 0; i_ < (o)->vProps.ndevs; i_++) (o)->vProps.devs[i_] = (p)->vdev_devs[i_];                          \
+    (o)->maxP2pBytes = (p)->max_p2p_bytes;                                                                             \
+    (o)->maxCollBytes = (p)->max_coll_bytes;                                                                           \
   } while (0)
 
 /* One conversion function per layout: the core's properties, then `fill` (o, p: the layout, the core's). */
-#define GDR_API_PROPS_FN(v, fill)                                                                                   \
-  ncclResult_t gdr_api_props_##v(int dev, ncclNetProperties_##v##_t *o) {                                         \
-    struct gdr_props core;                                                                                           \
-    const struct gdr_props *p = &core;                                                                               \
-    ncclResult_t res = gdr_core_get_properties(dev, &core);                                                          \
-    if (res != ncclSuccess) return res;                                                                              \
-    memset(o, 0, sizeof(*o));                                                                                        \
-    fill;                                                                                                            \
-    return ncclSuccess;                                                                                              \
+#define GDR_API_PROPS_FN(v, fill)                                                                                      \
+  ncclResult_t gdr_api_props_##v(int dev, ncclNetProperties_##v##_t *o) {                                              \
+    struct gdr_props core;                                                                                             \
+    const struct gdr_props *p = &core;                                                                                 \
+    ncclResult_t res = gdr_core_get_properties(dev, &core);                                                            \
+    if (res != ncclSuccess) return res;                                                                                \
+    memset(o, 0, sizeof(*o));                                                                                          \
+    fill;                                                                                                              \
+    return ncclSuccess;                                                                                                \
   }
 
 GDR_API_PROPS_FN(v6, GDR_API_PROPS_V6(o, p))

@@ -4,8 +4,8 @@
  * setNetAttr, maxMultiRequestSize. */
 #include "api.h"
 
-static ncclResult_t v11_init(void **ctx, uint64_t comm_id, ncclNetCommConfig_v11_t *config,
-                             ncclDebugLogger_t logger, ncclProfilerCallback_t profiler) {
+static ncclResult_t v11_init(void **ctx, uint64_t comm_id, ncclNetCommConfig_v11_t *config, ncclDebugLogger_t logger,
+                             ncclProfilerCallback_t profiler) {
   return gdr_api_init_ctx(ctx, comm_id, config, logger, profiler, 11);
 }
 static ncclResult_t v11_make_vdevice(int *d, ncclNetVDeviceProps_v11_t *props) {

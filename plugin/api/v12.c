@@ -2,8 +2,8 @@
  * railId/planeId in the properties (-1: unknown). */
 #include "api.h"
 
-static ncclResult_t v12_init(void **ctx, uint64_t comm_id, ncclNetCommConfig_v12_t *config,
-                             ncclDebugLogger_t logger, ncclProfilerCallback_t profiler) {
+static ncclResult_t v12_init(void **ctx, uint64_t comm_id, ncclNetCommConfig_v12_t *config, ncclDebugLogger_t logger,
+                             ncclProfilerCallback_t profiler) {
   return gdr_api_init_ctx(ctx, comm_id, config, logger, profiler, 12);
 }
 static ncclResult_t v12_make_vdevice(int *d, ncclNetVDeviceProps_v12_t *props) {

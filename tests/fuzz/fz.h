@@ -81,8 +81,8 @@ void fz_quiet_log(void);
 double fz_now(void); /* CLOCK_MONOTONIC, seconds */
 
 /* Sockets of the harness (the fuzzed peer): non-blocking, CLOEXEC. */
-int fz_socket_connect(const union gdr_sockaddr *to);        /* -1 on failure */
-int fz_socket_listen(union gdr_sockaddr *bound);             /* 127.0.0.1, ephemeral port; -1 on failure */
+int fz_socket_connect(const union gdr_sockaddr *to); /* -1 on failure */
+int fz_socket_listen(union gdr_sockaddr *bound);     /* 127.0.0.1, ephemeral port; -1 on failure */
 /* Writes what the socket takes now (non-blocking); returns bytes written (0 if full or broken). */
 size_t fz_write(int fd, const void *buf, size_t len);
 /* Writes all of buf, waiting up to timeout_s for room; 0 ok, -1 broken or timed out. */

@@ -34,7 +34,8 @@ void fz_logger(ncclDebugLogLevel level, unsigned long flags, const char *file, i
   static int verbose = -1;
   (void)flags;
   if (level == NCCL_LOG_WARN) __atomic_add_fetch(&fz_nwarn, 1, __ATOMIC_RELAXED);
-  if (__atomic_load_n(&verbose, __ATOMIC_RELAXED) < 0) __atomic_store_n(&verbose, getenv("FZ_VERBOSE") != NULL, __ATOMIC_RELAXED);
+  if (__atomic_load_n(&verbose, __ATOMIC_RELAXED) < 0)
+    __atomic_store_n(&verbose, getenv("FZ_VERBOSE") != NULL, __ATOMIC_RELAXED);
   if (__atomic_load_n(&verbose, __ATOMIC_RELAXED)) {
     va_list ap;
     char msg[1024];
@@ -57,9 +58,9 @@ int fz_connect_ms;
 
 void fz_core_init_tcp(int connect_ms) {
   static const char *const knobs[][2] = {
-      {"GDRNET_TRANSPORT", "tcp"},         {"GDRNET_SOCKET_IFNAME", "lo"},     {"GDRNET_SOCKET_FAMILY", "AF_INET"},
-      {"GDRNET_TCP_NSOCKS", "2"},          {"GDRNET_TCP_NTHREADS", "1"},       {"GDRNET_TCP_INLINE", "4096"},
-      {"GDRNET_TCP_EAGER_CREDITS", "4"},   {"GDRNET_TCP_MIN_CHUNK", "4096"},   {"GDRNET_TCP_MAX_CHUNK", "16384"},
+      {"GDRNET_TRANSPORT", "tcp"},       {"GDRNET_SOCKET_IFNAME", "lo"},   {"GDRNET_SOCKET_FAMILY", "AF_INET"},
+      {"GDRNET_TCP_NSOCKS", "2"},        {"GDRNET_TCP_NTHREADS", "1"},     {"GDRNET_TCP_INLINE", "4096"},
+      {"GDRNET_TCP_EAGER_CREDITS", "4"}, {"GDRNET_TCP_MIN_CHUNK", "4096"}, {"GDRNET_TCP_MAX_CHUNK", "16384"},
       {"GDRNET_TCP_TIMEOUT_MS", "5000"},
   };
   char ms[32];
@@ -97,8 +98,7 @@ int fz_socket_listen(union gdr_sockaddr *bound) {
   memset(bound, 0, sizeof(*bound));
   bound->sin.sin_family = AF_INET;
   bound->sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (bind(fd, &bound->sa, sizeof(bound->sin)) != 0 || listen(fd, 64) != 0 ||
-      getsockname(fd, &bound->sa, &len) != 0) {
+  if (bind(fd, &bound->sa, sizeof(bound->sin)) != 0 || listen(fd, 64) != 0 || getsockname(fd, &bound->sa, &len) != 0) {
     close(fd);
     return -1;
   }
@@ -282,7 +282,8 @@ void fz_tcp_send_comm(struct fz_tcp_peer *p, int eager_receiver) {
   fz_tcp_handle(&h, &me, 0x5a46465a5a46465aull, p->nsocks, eager_receiver);
   memcpy(hbuf, &h, sizeof(h));
   while (p->comm == NULL) {
-    if (gdr_core_connect(NULL, 0, -1, hbuf, &p->comm) != ncclSuccess) fz_fail("connect to a well-formed listener failed");
+    if (gdr_core_connect(NULL, 0, -1, hbuf, &p->comm) != ncclSuccess)
+      fz_fail("connect to a well-formed listener failed");
     if (fz_now() > end) fz_fail("connect to a well-formed listener did not complete within 20 s");
     while (npend < 1 + p->nsocks) {
       int fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
@@ -300,10 +301,13 @@ void fz_tcp_send_comm(struct fz_tcp_peer *p, int eager_receiver) {
       if (n > 0) pend[i].got += (size_t)n;
       if (pend[i].got < sizeof(pend[i].hello)) continue;
       s = pend[i].hello.stream;
-      if (s > p->nsocks || (s == 0 ? p->ctrl : p->data[s - 1]) >= 0) fz_fail("the plugin sent a bad HELLO (stream %d)", s);
+      if (s > p->nsocks || (s == 0 ? p->ctrl : p->data[s - 1]) >= 0)
+        fz_fail("the plugin sent a bad HELLO (stream %d)", s);
       if (fz_write_all(pend[i].fd, &ack, sizeof(ack), 20.0) != 0) fz_fail("cannot ACK stream %d", s);
-      if (s == 0) p->ctrl = pend[i].fd;
-      else p->data[s - 1] = pend[i].fd;
+      if (s == 0)
+        p->ctrl = pend[i].fd;
+      else
+        p->data[s - 1] = pend[i].fd;
       pend[i].fd = -1;
     }
   }
@@ -331,8 +335,8 @@ int fz_req_test(struct fz_req *r) {
   if (n != r->n) fz_fail("a %s of %d buffers completed with %d", r->is_send ? "send" : "receive", r->n, n);
   for (int i = 0; i < n; i++)
     if (r->is_send ? sizes[i] != r->size[i] : sizes[i] > r->size[i])
-      fz_fail("buffer %d of a %s of %zu bytes completed with %zu bytes", i, r->is_send ? "send" : "receive",
-              r->size[i], sizes[i]);
+      fz_fail("buffer %d of a %s of %zu bytes completed with %zu bytes", i, r->is_send ? "send" : "receive", r->size[i],
+              sizes[i]);
   fz_req_free(r);
   r->req = NULL;
   return 1;

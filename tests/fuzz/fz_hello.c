@@ -167,7 +167,9 @@ static void connector_side(struct fz_in *in) {
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   struct fz_in in = {data, size};
-  if (fz_u8(&in) & 1) connector_side(&in);
-  else listener_side(&in);
+  if (fz_u8(&in) & 1)
+    connector_side(&in);
+  else
+    listener_side(&in);
   return 0;
 }

@@ -39,19 +39,21 @@ static void records(struct fz_in *in) {
   fz_bytes(in, &m, sizeof(m));
   len = fz_bytes(in, payload, sizeof(payload));
   bad = gdr_rdma_ctrl_check(&m, role);
-  if (bad == NULL && (m.magic != GDR_RDMA_CTRL_MAGIC || m.len > GDR_RDMA_CTRL_MAX_PAYLOAD || m.type < 1 ||
-                      m.type > GDR_CTRL_TYPE_MAX))
+  if (bad == NULL &&
+      (m.magic != GDR_RDMA_CTRL_MAGIC || m.len > GDR_RDMA_CTRL_MAX_PAYLOAD || m.type < 1 || m.type > GDR_CTRL_TYPE_MAX))
     fz_fail("an accepted record header: magic 0x%x type %u len %u", m.magic, m.type, m.len);
   if (gdr_rdma_rec_state_check((const struct gdr_rdma_rec_state *)payload, len, role, nqps) == NULL) {
     const struct gdr_rdma_rec_state *st = (const void *)payload;
     if (len != sizeof(*st) || st->nqps != nqps || st->raddr == 0 || st->rkey == 0)
       fz_fail("an accepted recovery state of %zu bytes, %u QPs", len, st->nqps);
     for (int i = 0; i < st->nqps; i++)
-      if (st->qpn[i] == 0 || st->qpn[i] > 0xffffffu || st->psn[i] > 0xffffffu) fz_fail("accepted QP %d out of range", i);
+      if (st->qpn[i] == 0 || st->qpn[i] > 0xffffffu || st->psn[i] > 0xffffffu)
+        fz_fail("accepted QP %d out of range", i);
   }
   if (gdr_rdma_fb_sstate_check(payload, len) == NULL) {
     const struct gdr_rdma_fb_sent *e = (const void *)payload;
-    if (len % sizeof(*e) != 0 || len / sizeof(*e) > GDR_RDMA_FB_MAX_SENT) fz_fail("an accepted send state of %zu bytes", len);
+    if (len % sizeof(*e) != 0 || len / sizeof(*e) > GDR_RDMA_FB_MAX_SENT)
+      fz_fail("an accepted send state of %zu bytes", len);
     for (size_t i = 0; i < len / sizeof(*e); i++)
       if (e[i].n < 1 || e[i].n > GDR_RDMA_MAX_RECVS || (e[i].placed >> e[i].n) != 0) fz_fail("accepted entry %zu", i);
   }
@@ -100,7 +102,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   }
   (void)gdr_rdma_comm_check(c);
   for (int i = 0; i < GDR_RDMA_FIFO_SLOTS; i++)
-    if (reqs[i].error != ncclSuccess && (!(flags & 2) || reqs[i].error != ncclInvalidUsage || c->kind != GDR_RCOMM_RECV))
+    if (reqs[i].error != ncclSuccess &&
+        (!(flags & 2) || reqs[i].error != ncclInvalidUsage || c->kind != GDR_RCOMM_RECV))
       fz_fail("receive %d got error %d", i, (int)reqs[i].error);
   close(sv[0]);
   free(c);

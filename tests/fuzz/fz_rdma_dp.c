@@ -47,7 +47,7 @@ struct fz_nic {
   struct ibv_wc ring[4096];
   unsigned head, tail;
   struct gdr_rdma_comm *c;
-  uint8_t *sbuf;     /* send side: the one buffer isend is given */
+  uint8_t *sbuf; /* send side: the one buffer isend is given */
   uint64_t last_wr_id;
   uint64_t posted_recv_wrs, cts_writes;
 };
@@ -87,7 +87,9 @@ static int fake_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_
         ok = in_range(s->addr, s->length, (uintptr_t)c->sizes_src, sizeof(struct gdr_sizes_slot) * GDR_RDMA_FIFO_SLOTS);
       if (s->lkey == CTS_LKEY && c->cts_src)
         ok = in_range(s->addr, s->length, (uintptr_t)c->cts_src, sizeof(struct gdr_cts_slot) * GDR_RDMA_FIFO_SLOTS);
-      if (!ok) fz_fail("a local SGE [0x%llx, +%u) lkey 0x%x outside its buffer", (unsigned long long)s->addr, s->length, s->lkey);
+      if (!ok)
+        fz_fail("a local SGE [0x%llx, +%u) lkey 0x%x outside its buffer", (unsigned long long)s->addr, s->length,
+                s->lkey);
     }
     if (c->kind == GDR_RCOMM_RECV) {
       /* the receiver's only send: its CTS entries into the sender's FIFO */
@@ -96,7 +98,8 @@ static int fake_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_
           !in_range(wr->wr.rdma.remote_addr, len, RFIFO_ADDR, sizeof(struct gdr_cts_slot) * GDR_RDMA_FIFO_SLOTS))
         fz_fail("a malformed clear-to-send WRITE");
       for (uint64_t i = 0; i < len / sizeof(*e); i++)
-        if (e[i].nreqs != len / sizeof(*e) || e[i].idx != i || e[i].seq == 0) fz_fail("a malformed CTS entry %llu", (unsigned long long)i);
+        if (e[i].nreqs != len / sizeof(*e) || e[i].idx != i || e[i].seq == 0)
+          fz_fail("a malformed CTS entry %llu", (unsigned long long)i);
       nic.cts_writes++;
     } else if (wr->wr.rdma.rkey == RSIZES_RKEY && wr->opcode == IBV_WR_RDMA_WRITE_WITH_IMM && len > 0) {
       if (!in_range(wr->wr.rdma.remote_addr, len, RSIZES_ADDR, sizeof(struct gdr_sizes_slot) * GDR_RDMA_FIFO_SLOTS) ||
@@ -170,7 +173,8 @@ static struct gdr_rdma_comm *comm_new(int kind, int nqps, int split, int fd) {
   gdr_health_init(&c->health);
   atomic_init(&c->pending.state, 0);
   snprintf(c->peer, sizeof(c->peer), "fuzzer");
-  snprintf(c->desc, sizeof(c->desc), "RDMA %s connection with the fuzzer (fz0 port 1)", kind == GDR_RCOMM_SEND ? "send" : "receive");
+  snprintf(c->desc, sizeof(c->desc), "RDMA %s connection with the fuzzer (fz0 port 1)",
+           kind == GDR_RCOMM_SEND ? "send" : "receive");
   c->qs.cq = &nic.cq;
   c->nqps = nqps;
   c->split = split;

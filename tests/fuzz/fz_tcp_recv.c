@@ -57,19 +57,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         tags[i] = i;
       }
       if (gdr_core_irecv(p.comm, r->n, dp, sz, tags, NULL, NULL, &r->req) != ncclSuccess) r->req = NULL;
-      if (r->req == NULL) fz_req_free(r);
-      else nrq++;
+      if (r->req == NULL)
+        fz_req_free(r);
+      else
+        nrq++;
       break;
     }
-    case 1:
-      fz_op_raw(&in, p.ctrl);
-      break;
-    case 2:
-      fz_op_ctrl(&in, p.ctrl);
-      break;
-    case 3:
-      fz_op_raw(&in, p.data[fz_u8(&in) % p.nsocks]);
-      break;
+    case 1: fz_op_raw(&in, p.ctrl); break;
+    case 2: fz_op_ctrl(&in, p.ctrl); break;
+    case 3: fz_op_raw(&in, p.data[fz_u8(&in) % p.nsocks]); break;
     case 4: {
       uint8_t buf[sizeof(struct tcp_chunk_hdr) + 256];
       struct tcp_chunk_hdr h;
@@ -89,9 +85,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       for (int i = 0; i < nrq; i++)
         if (rq[i].req != NULL) (void)fz_req_test(&rq[i]);
       break;
-    default:
-      (void)fz_drain(p.ctrl);
-      break;
+    default: (void)fz_drain(p.ctrl); break;
     }
   }
   /* the sender goes away: whatever is outstanding must complete or fail, in bounded time */

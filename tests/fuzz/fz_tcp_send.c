@@ -61,21 +61,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       }
     }
     switch (op) {
-    case 1:
-      fz_op_raw(&in, p.ctrl);
-      break;
-    case 2:
-      fz_op_ctrl(&in, p.ctrl);
-      break;
+    case 1: fz_op_raw(&in, p.ctrl); break;
+    case 2: fz_op_ctrl(&in, p.ctrl); break;
     case 3:
       for (int i = 0; i < nsq; i++)
         if (sq[i].req != NULL) (void)fz_req_test(&sq[i]);
       break;
-    case 4:
-      drain_all(&p);
-      break;
-    default:
-      break;
+    case 4: drain_all(&p); break;
+    default: break;
     }
   }
   /* the receiver goes away: outstanding sends complete or fail in bounded time */

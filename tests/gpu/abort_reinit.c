@@ -26,21 +26,21 @@
 #define CHECKED 10    /* all_reduces tested before the abort */
 #define INFLIGHT 8    /* all_reduces launched and never waited for */
 
-#define CU(x)                                                                                                        \
-  do {                                                                                                               \
-    cudaError_t e_ = (x);                                                                                            \
-    if (e_ != cudaSuccess) {                                                                                         \
-      fprintf(stderr, "rank %d: %s: %s\n", rank, #x, cudaGetErrorString(e_));                                        \
-      MPI_Abort(MPI_COMM_WORLD, 2);                                                                                  \
-    }                                                                                                                \
+#define CU(x)                                                                                                          \
+  do {                                                                                                                 \
+    cudaError_t e_ = (x);                                                                                              \
+    if (e_ != cudaSuccess) {                                                                                           \
+      fprintf(stderr, "rank %d: %s: %s\n", rank, #x, cudaGetErrorString(e_));                                          \
+      MPI_Abort(MPI_COMM_WORLD, 2);                                                                                    \
+    }                                                                                                                  \
   } while (0)
-#define NC(x)                                                                                                        \
-  do {                                                                                                               \
-    ncclResult_t r_ = (x);                                                                                           \
-    if (r_ != ncclSuccess) {                                                                                         \
-      fprintf(stderr, "rank %d: %s: %s\n", rank, #x, ncclGetErrorString(r_));                                        \
-      MPI_Abort(MPI_COMM_WORLD, 3);                                                                                  \
-    }                                                                                                                \
+#define NC(x)                                                                                                          \
+  do {                                                                                                                 \
+    ncclResult_t r_ = (x);                                                                                             \
+    if (r_ != ncclSuccess) {                                                                                           \
+      fprintf(stderr, "rank %d: %s: %s\n", rank, #x, ncclGetErrorString(r_));                                          \
+      MPI_Abort(MPI_COMM_WORLD, 3);                                                                                    \
+    }                                                                                                                  \
   } while (0)
 
 static uint64_t now_ns(void) {
@@ -96,7 +96,8 @@ int main(int argc, char **argv) {
     CU(cudaFree(rbuf));
     CU(cudaStreamDestroy(s));
     printf("ABORTED rank=%d pid=%d round=%d t_ns=%llu init_ms=%.1f abort_ms=%.1f result=%s\n", rank, round,
-           (int)getpid(), (unsigned long long)tb, (double)(ta - t0) / 1e6, (double)(tb - ta) / 1e6, bad ? "WRONG" : "ok");
+           (int)getpid(), (unsigned long long)tb, (double)(ta - t0) / 1e6, (double)(tb - ta) / 1e6,
+           bad ? "WRONG" : "ok");
     fflush(stdout);
     MPI_Barrier(MPI_COMM_WORLD);
   }

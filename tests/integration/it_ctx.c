@@ -203,8 +203,10 @@ static int side(int fd, int parent) {
     int tc = TC_A;
     tos_open = it_count_sockets(tos_is, &tc);
     it_log("TCP sockets with TOS %d while A and B are open: %d", TC_A, tos_open);
-    IT_CHECK(tos_open >= 4, "A's connections have %d sockets with IP_TOS %d (control + data streams of both "
-             "directions expected)", tos_open, TC_A);
+    IT_CHECK(tos_open >= 4,
+             "A's connections have %d sockets with IP_TOS %d (control + data streams of both "
+             "directions expected)",
+             tos_open, TC_A);
   }
 
   it_step("A and B stream");
@@ -241,12 +243,14 @@ static int side(int fd, int parent) {
      * bytes (they are gone after the last finalize, below) */
     int tc = TC_A, n = it_count_sockets(tos_is, &tc);
     it_log("TCP sockets with TOS %d after A's finalize: %d (send streams lingering)", TC_A, n);
-    IT_CHECK(n <= tos_open - 2, "%d sockets with IP_TOS %d after A's finalize, %d before: its receive side's are not "
-             "all closed", n, TC_A, tos_open);
+    IT_CHECK(n <= tos_open - 2,
+             "%d sockets with IP_TOS %d after A's finalize, %d before: its receive side's are not "
+             "all closed",
+             n, TC_A, tos_open);
   }
   IT_CHECK(pthread_join(bt, NULL) == 0, "pthread_join");
-  it_log("B: %ld messages before A closed, %ld in all, %ld after A's finalize", b_before,
-         (long)atomic_load(&g_b_msgs), (long)atomic_load(&g_b_after));
+  it_log("B: %ld messages before A closed, %ld in all, %ld after A's finalize", b_before, (long)atomic_load(&g_b_msgs),
+         (long)atomic_load(&g_b_after));
   if (parent)
     IT_CHECK(atomic_load(&g_b_after) >= AFTER, "B moved %ld messages after A's finalize",
              (long)atomic_load(&g_b_after));
@@ -275,8 +279,7 @@ static int side(int fd, int parent) {
    * the count, bounded (a thread left running never goes) */
   int after = gn_thread_count();
   for (uint64_t dl = gn_deadline_ns(5); after != baseline && !gn_expired(dl); after = gn_thread_count()) sched_yield();
-  it_log("threads: %d before init, %d with both communicators, %d after the last finalize", baseline, with_both,
-         after);
+  it_log("threads: %d before init, %d with both communicators, %d after the last finalize", baseline, with_both, after);
   IT_CHECK(after == baseline, "%d threads after the last finalize, %d before the first init", after, baseline);
   IT_CHECK(gn_boot_barrier(fd, 60) == 0, "barrier");
   IT_CHECK(dlclose(dl) == 0, "dlclose");
@@ -294,17 +297,20 @@ static int side(int fd, int parent) {
     snprintf(want_def, sizeof want_def, " tc=%d\n", def);
     while (fgets(line, sizeof line, f)) {
       if (!strstr(line, "qp state") || !strstr(line, " 1->2 ")) continue;
-      if (strstr(line, want_a)) n_a++;
-      else if (strstr(line, want_def)) n_def++;
-      else n_other++;
+      if (strstr(line, want_a))
+        n_a++;
+      else if (strstr(line, want_def))
+        n_def++;
+      else
+        n_other++;
     }
     fclose(f);
     it_log("QPs to RTR: %d with tc=%d, %d with tc=%d, %d other (GDRNET_IB_TC/NCCL_IB_TC %s)", n_a, TC_A, n_def, def,
            n_other, knob ? "set" : "unset");
     IT_CHECK(n_other == 0, "%d QPs with an unexpected traffic class", n_other);
     if (knob) {
-      IT_CHECK(n_a == 0 && n_def >= 4, "with the knob set every QP must have tc=%d: %d have %d, %d have %d", def,
-               n_a, TC_A, n_def, def);
+      IT_CHECK(n_a == 0 && n_def >= 4, "with the knob set every QP must have tc=%d: %d have %d, %d have %d", def, n_a,
+               TC_A, n_def, def);
     } else {
       IT_CHECK(n_a >= 4 && n_a == n_def, "A's QPs (tc=%d): %d, B's (tc=%d): %d -- expected as many, at least 4", TC_A,
                n_a, def, n_def);

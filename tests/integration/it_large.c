@@ -62,9 +62,12 @@ static void connect_pair(void *ctx, int fd, void **s, void **r) {
   while (*s == NULL || *r == NULL) {
     ncclNetDeviceHandle_v10_t *dh = NULL;
     if (*s == NULL) {
-      if (g_v >= 11) IT_OK(n11->connect(ctx, 0, peer, s, &dh));
-      else if (g_v == 10) IT_OK(g_net->connect(0, NULL, peer, s, &dh));
-      else IT_OK(((const ncclNet_v9_t *)g_net)->connect(0, peer, s, &dh));
+      if (g_v >= 11)
+        IT_OK(n11->connect(ctx, 0, peer, s, &dh));
+      else if (g_v == 10)
+        IT_OK(g_net->connect(0, NULL, peer, s, &dh));
+      else
+        IT_OK(((const ncclNet_v9_t *)g_net)->connect(0, peer, s, &dh));
     }
     if (*r == NULL) {
       IT_OK(g_net->accept(lc, r, &dh));

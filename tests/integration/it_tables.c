@@ -42,83 +42,85 @@ static void expect_info(int v) {
   free(log);
 }
 
-static void common_fields(int v, int d, const char *name, const char *pci, uint64_t guid, int ptr, int speed,
-                          int port, int maxComms, int maxRecvs) {
+static void common_fields(int v, int d, const char *name, const char *pci, uint64_t guid, int ptr, int speed, int port,
+                          int maxComms, int maxRecvs) {
   const ncclNetProperties_v8_t *e = &g_p8[d];
   IT_CHECK(name != NULL && strcmp(name, e->name) == 0, "v%d dev %d: name %s, v8 says %s", v, d, name ? name : "-",
            e->name);
   IT_CHECK((pci == NULL) == (e->pciPath == NULL) && (pci == NULL || strcmp(pci, e->pciPath) == 0),
            "v%d dev %d: pciPath differs from v8's", v, d);
-  IT_CHECK(guid == e->guid && ptr == e->ptrSupport && speed == e->speed && port == e->port &&
-               maxComms == e->maxComms && maxRecvs == e->maxRecvs,
+  IT_CHECK(guid == e->guid && ptr == e->ptrSupport && speed == e->speed && port == e->port && maxComms == e->maxComms &&
+               maxRecvs == e->maxRecvs,
            "v%d dev %d: guid/ptrSupport/speed/port/maxComms/maxRecvs differ from v8's", v, d);
 }
 
 /* v9+ fields of one physical device, whichever layout (V is the properties type) */
-#define CHECK_V9(V, p, d)                                                                                            \
-  do {                                                                                                               \
-    size_t lim = strcmp(g_transport, "rdma") == 0 ? (size_t)0x7fffffff : (size_t)1 << 40;                            \
-    int gdr = ((p).ptrSupport & (NCCL_PTR_CUDA | NCCL_PTR_DMABUF)) != 0;                                             \
-    int ff = gdr && it_env_double("GDRNET_FORCE_FLUSH", 0) == 1;                                                     \
-    IT_CHECK((p).vProps.ndevs == 1 && (p).vProps.devs[0] == (d), "v%d dev %d: vProps {%d, %d}", V, d,              \
-             (p).vProps.ndevs, (p).vProps.devs[0]);                                                                  \
-    IT_CHECK((p).maxP2pBytes == lim && (p).maxCollBytes == lim, "v%d dev %d: maxP2pBytes %zu maxCollBytes %zu, the " \
-             "%s transport's limit is %zu", V, d, (p).maxP2pBytes, (p).maxCollBytes, g_transport, lim);             \
-    IT_CHECK((p).forceFlush == ff, "v%d dev %d: forceFlush %d, expected %d", V, d, (p).forceFlush, ff);             \
-    IT_CHECK((p).regIsGlobal == g_p8[d].regIsGlobal && (p).netDeviceType == g_p8[d].netDeviceType,                 \
-             "v%d dev %d: regIsGlobal/netDeviceType differ from v8's", V, d);                                       \
+#define CHECK_V9(V, p, d)                                                                                              \
+  do {                                                                                                                 \
+    size_t lim = strcmp(g_transport, "rdma") == 0 ? (size_t)0x7fffffff : (size_t)1 << 40;                              \
+    int gdr = ((p).ptrSupport & (NCCL_PTR_CUDA | NCCL_PTR_DMABUF)) != 0;                                               \
+    int ff = gdr && it_env_double("GDRNET_FORCE_FLUSH", 0) == 1;                                                       \
+    IT_CHECK((p).vProps.ndevs == 1 && (p).vProps.devs[0] == (d), "v%d dev %d: vProps {%d, %d}", V, d,                  \
+             (p).vProps.ndevs, (p).vProps.devs[0]);                                                                    \
+    IT_CHECK((p).maxP2pBytes == lim && (p).maxCollBytes == lim,                                                        \
+             "v%d dev %d: maxP2pBytes %zu maxCollBytes %zu, the "                                                      \
+             "%s transport's limit is %zu",                                                                            \
+             V, d, (p).maxP2pBytes, (p).maxCollBytes, g_transport, lim);                                               \
+    IT_CHECK((p).forceFlush == ff, "v%d dev %d: forceFlush %d, expected %d", V, d, (p).forceFlush, ff);                \
+    IT_CHECK((p).regIsGlobal == g_p8[d].regIsGlobal && (p).netDeviceType == g_p8[d].netDeviceType,                     \
+             "v%d dev %d: regIsGlobal/netDeviceType differ from v8's", V, d);                                          \
   } while (0)
 
 /* makeVDevice through table t of version v (max devices per fused NIC: max) */
-#define CHECK_VDEV(V, T, VP, PT, max)                                                                                 \
-  do {                                                                                                               \
-    VP vp;                                                                                                           \
-    int d = -1, n = 0;                                                                                               \
-    memset(&vp, 0, sizeof vp);                                                                                       \
-    vp.ndevs = 0;                                                                                                    \
-    IT_CHECK((T)->makeVDevice(&d, &vp) != ncclSuccess, "v%d makeVDevice of 0 devices succeeded", V);               \
-    vp.ndevs = (max) + 1;                                                                                            \
-    IT_CHECK((T)->makeVDevice(&d, &vp) != ncclSuccess, "v%d makeVDevice of %d devices succeeded", V, (max) + 1);   \
-    vp.ndevs = 2;                                                                                                    \
-    vp.devs[0] = vp.devs[1] = 0;                                                                                     \
-    IT_CHECK((T)->makeVDevice(&d, &vp) != ncclSuccess, "v%d makeVDevice of one device twice succeeded", V);        \
-    vp.devs[1] = g_ndev;                                                                                             \
-    IT_CHECK((T)->makeVDevice(&d, &vp) != ncclSuccess, "v%d makeVDevice of device %d (of %d) succeeded", V,       \
-             g_ndev, g_ndev);                                                                                        \
-    vp.ndevs = 1;                                                                                                    \
-    vp.devs[0] = g_ndev - 1;                                                                                         \
-    IT_OK((T)->makeVDevice(&d, &vp));                                                                                \
-    IT_CHECK(d == g_ndev - 1, "v%d makeVDevice of device %d alone gave %d", V, g_ndev - 1, d);                     \
-    IT_OK((T)->devices(&n));                                                                                         \
-    IT_CHECK(n == g_ndev, "v%d: %d devices after a fused device of one, %d before", V, n, g_ndev);                 \
-    if (g_ndev >= 2) {                                                                                               \
-      PT fp;                                                                                                         \
-      char want[512];                                                                                                \
-      int d2 = -1;                                                                                                   \
-      vp.ndevs = 2;                                                                                                  \
-      vp.devs[0] = 0;                                                                                                \
-      vp.devs[1] = 1;                                                                                                \
-      IT_OK((T)->makeVDevice(&d, &vp));                                                                              \
-      IT_CHECK(d == g_ndev, "v%d: the first fused device got index %d, expected %d", V, d, g_ndev);                \
-      IT_OK((T)->devices(&n));                                                                                       \
-      IT_CHECK(n == g_ndev + 1, "v%d: devices() %d after a fused device (%d physical)", V, n, g_ndev);             \
-      IT_OK((T)->makeVDevice(&d2, &vp));                                                                             \
-      IT_CHECK(d2 == d, "v%d: the same fused device again got index %d, first %d", V, d2, d);                      \
-      IT_OK((T)->getProperties(d, &fp));                                                                             \
-      snprintf(want, sizeof want, "%s+%s", g_p8[0].name, g_p8[1].name);                                              \
-      IT_CHECK(strcmp(fp.name, want) == 0, "v%d: fused device named %s, expected %s", V, fp.name, want);           \
-      IT_CHECK(fp.speed == g_p8[0].speed + g_p8[1].speed, "v%d: fused speed %d, expected %d + %d", V, fp.speed,    \
-               g_p8[0].speed, g_p8[1].speed);                                                                        \
-      IT_CHECK((fp.pciPath == NULL && g_p8[0].pciPath == NULL) ||                                                    \
-                   (fp.pciPath && g_p8[0].pciPath && strcmp(fp.pciPath, g_p8[0].pciPath) == 0),                      \
-               "v%d: the fused device's pciPath is not its first device's", V);                                      \
-      IT_CHECK(fp.vProps.ndevs == 2 && fp.vProps.devs[0] == 0 && fp.vProps.devs[1] == 1,                            \
-               "v%d: fused vProps {%d, %d, %d}", V, fp.vProps.ndevs, fp.vProps.devs[0], fp.vProps.devs[1]);          \
-      IT_CHECK(fp.ptrSupport == (g_p8[0].ptrSupport & g_p8[1].ptrSupport) &&                                         \
-                   fp.maxRecvs == (g_p8[0].maxRecvs < g_p8[1].maxRecvs ? g_p8[0].maxRecvs : g_p8[1].maxRecvs),        \
-               "v%d: fused ptrSupport/maxRecvs are not the intersection", V);                                        \
-      it_log("v%d: fused device [%d] %s, %d Mbps", V, d, fp.name, fp.speed);                                         \
-    }                                                                                                                \
+#define CHECK_VDEV(V, T, VP, PT, max)                                                                                  \
+  do {                                                                                                                 \
+    VP vp;                                                                                                             \
+    int d = -1, n = 0;                                                                                                 \
+    memset(&vp, 0, sizeof vp);                                                                                         \
+    vp.ndevs = 0;                                                                                                      \
+    IT_CHECK((T)->makeVDevice(&d, &vp) != ncclSuccess, "v%d makeVDevice of 0 devices succeeded", V);                   \
+    vp.ndevs = (max) + 1;                                                                                              \
+    IT_CHECK((T)->makeVDevice(&d, &vp) != ncclSuccess, "v%d makeVDevice of %d devices succeeded", V, (max) + 1);       \
+    vp.ndevs = 2;                                                                                                      \
+    vp.devs[0] = vp.devs[1] = 0;                                                                                       \
+    IT_CHECK((T)->makeVDevice(&d, &vp) != ncclSuccess, "v%d makeVDevice of one device twice succeeded", V);            \
+    vp.devs[1] = g_ndev;                                                                                               \
+    IT_CHECK((T)->makeVDevice(&d, &vp) != ncclSuccess, "v%d makeVDevice of device %d (of %d) succeeded", V, g_ndev,    \
+             g_ndev);                                                                                                  \
+    vp.ndevs = 1;                                                                                                      \
+    vp.devs[0] = g_ndev - 1;                                                                                           \
+    IT_OK((T)->makeVDevice(&d, &vp));                                                                                  \
+    IT_CHECK(d == g_ndev - 1, "v%d makeVDevice of device %d alone gave %d", V, g_ndev - 1, d);                         \
+    IT_OK((T)->devices(&n));                                                                                           \
+    IT_CHECK(n == g_ndev, "v%d: %d devices after a fused device of one, %d before", V, n, g_ndev);                     \
+    if (g_ndev >= 2) {                                                                                                 \
+      PT fp;                                                                                                           \
+      char want[512];                                                                                                  \
+      int d2 = -1;                                                                                                     \
+      vp.ndevs = 2;                                                                                                    \
+      vp.devs[0] = 0;                                                                                                  \
+      vp.devs[1] = 1;                                                                                                  \
+      IT_OK((T)->makeVDevice(&d, &vp));                                                                                \
+      IT_CHECK(d == g_ndev, "v%d: the first fused device got index %d, expected %d", V, d, g_ndev);                    \
+      IT_OK((T)->devices(&n));                                                                                         \
+      IT_CHECK(n == g_ndev + 1, "v%d: devices() %d after a fused device (%d physical)", V, n, g_ndev);                 \
+      IT_OK((T)->makeVDevice(&d2, &vp));                                                                               \
+      IT_CHECK(d2 == d, "v%d: the same fused device again got index %d, first %d", V, d2, d);                          \
+      IT_OK((T)->getProperties(d, &fp));                                                                               \
+      snprintf(want, sizeof want, "%s+%s", g_p8[0].name, g_p8[1].name);                                                \
+      IT_CHECK(strcmp(fp.name, want) == 0, "v%d: fused device named %s, expected %s", V, fp.name, want);               \
+      IT_CHECK(fp.speed == g_p8[0].speed + g_p8[1].speed, "v%d: fused speed %d, expected %d + %d", V, fp.speed,        \
+               g_p8[0].speed, g_p8[1].speed);                                                                          \
+      IT_CHECK((fp.pciPath == NULL && g_p8[0].pciPath == NULL) ||                                                      \
+                   (fp.pciPath && g_p8[0].pciPath && strcmp(fp.pciPath, g_p8[0].pciPath) == 0),                        \
+               "v%d: the fused device's pciPath is not its first device's", V);                                        \
+      IT_CHECK(fp.vProps.ndevs == 2 && fp.vProps.devs[0] == 0 && fp.vProps.devs[1] == 1,                               \
+               "v%d: fused vProps {%d, %d, %d}", V, fp.vProps.ndevs, fp.vProps.devs[0], fp.vProps.devs[1]);            \
+      IT_CHECK(fp.ptrSupport == (g_p8[0].ptrSupport & g_p8[1].ptrSupport) &&                                           \
+                   fp.maxRecvs == (g_p8[0].maxRecvs < g_p8[1].maxRecvs ? g_p8[0].maxRecvs : g_p8[1].maxRecvs),         \
+               "v%d: fused ptrSupport/maxRecvs are not the intersection", V);                                          \
+      it_log("v%d: fused device [%d] %s, %d Mbps", V, d, fp.name, fp.speed);                                           \
+    }                                                                                                                  \
   } while (0)
 
 static void v8_baseline(void) {
@@ -244,7 +246,8 @@ static void check_ctx_table(int v) {
                p.planeId);
     }
   }
-  if (v == 11) CHECK_VDEV(11, t, ncclNetVDeviceProps_v11_t, ncclNetProperties_v11_t, NCCL_NET_MAX_DEVS_PER_NIC_V9);
+  if (v == 11)
+    CHECK_VDEV(11, t, ncclNetVDeviceProps_v11_t, ncclNetProperties_v11_t, NCCL_NET_MAX_DEVS_PER_NIC_V9);
   else {
     const ncclNet_v12_t *t12 = (const ncclNet_v12_t *)t;
     CHECK_VDEV(12, t12, ncclNetVDeviceProps_v12_t, ncclNetProperties_v12_t, NCCL_NET_MAX_DEVS_PER_NIC_V12);

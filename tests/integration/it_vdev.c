@@ -125,8 +125,8 @@ static int side(int fd, int parent) {
              x1.bytes, payload);
   } else {
     char *log = gn_log_captured(), want[160];
-    snprintf(want, sizeof want, "fused device [%d] %s+%s: the rdma transport stripes a connection over at most 1",
-             vd, ip.props[0].name, ip.props[1].name);
+    snprintf(want, sizeof want, "fused device [%d] %s+%s: the rdma transport stripes a connection over at most 1", vd,
+             ip.props[0].name, ip.props[1].name);
     IT_CHECK(strstr(log, want) != NULL, "no INFO line \"%s...\"", want);
     free(log);
   }
@@ -171,8 +171,10 @@ int main(void) {
   int rc = side(ch.fd, 1);
   int st = it_reap(&ch, 60);
   /* both sides see the same devices: a skip is a skip on both */
-  IT_CHECK(WIFEXITED(st) && WEXITSTATUS(st) == rc, "the child ended with status %d, the parent with %d (its FAIL "
-           "line above says why)", WIFEXITED(st) ? WEXITSTATUS(st) : -1, rc);
+  IT_CHECK(WIFEXITED(st) && WEXITSTATUS(st) == rc,
+           "the child ended with status %d, the parent with %d (its FAIL "
+           "line above says why)",
+           WIFEXITED(st) ? WEXITSTATUS(st) : -1, rc);
   if (rc == 77) return 77;
   it_log("PASS");
   return 0;

@@ -313,18 +313,19 @@ static int side(int fd, int parent) {
   }
   printf("soak %s %s PASS: %.0f s, %llu rounds, %llu messages, %.2f GB, %llu reopened; rss %.1f MiB at the baseline, "
          "max %.1f; fds %ld at the baseline, max %ld\n",
-         getenv("GDRNET_TRANSPORT") ? getenv("GDRNET_TRANSPORT") : "auto", role(),
-         (double)(gn_now_ns() - S.t0) / 1e9, (unsigned long long)S.rounds, (unsigned long long)S.msgs,
-         (double)S.bytes / 1e9, (unsigned long long)S.reopened, (double)S.rss0_kb / 1024.0,
-         (double)S.rss_max_kb / 1024.0, S.fds0, S.fds_max);
+         getenv("GDRNET_TRANSPORT") ? getenv("GDRNET_TRANSPORT") : "auto", role(), (double)(gn_now_ns() - S.t0) / 1e9,
+         (unsigned long long)S.rounds, (unsigned long long)S.msgs, (double)S.bytes / 1e9,
+         (unsigned long long)S.reopened, (double)S.rss0_kb / 1024.0, (double)S.rss_max_kb / 1024.0, S.fds0, S.fds_max);
   fflush(stdout);
   it_unload(&S.ip);
   return 0;
 }
 
 static void usage(const char *msg) {
-  fprintf(stderr, "gdrnet-soak: %s\nusage: gdrnet-soak --seconds S [--comms N] [--sample S] [--rss-growth-mb M] "
-                  "[--fd-growth F] [--stall S] [--seed X] [--faults]\n", msg);
+  fprintf(stderr,
+          "gdrnet-soak: %s\nusage: gdrnet-soak --seconds S [--comms N] [--sample S] [--rss-growth-mb M] "
+          "[--fd-growth F] [--stall S] [--seed X] [--faults]\n",
+          msg);
   exit(2);
 }
 
@@ -342,14 +343,22 @@ int main(int argc, char **argv) {
       O.faults = 1;
       continue;
     }
-    if (!strcmp(a, "--seconds")) O.seconds = num(a, v);
-    else if (!strcmp(a, "--comms")) O.comms = (int)num(a, v);
-    else if (!strcmp(a, "--sample")) O.sample_s = num(a, v);
-    else if (!strcmp(a, "--rss-growth-mb")) O.rss_growth_mb = num(a, v);
-    else if (!strcmp(a, "--fd-growth")) O.fd_growth = (int)num(a, v);
-    else if (!strcmp(a, "--stall")) O.stall_s = num(a, v);
-    else if (!strcmp(a, "--seed")) O.seed = (uint64_t)num(a, v);
-    else usage("unknown option");
+    if (!strcmp(a, "--seconds"))
+      O.seconds = num(a, v);
+    else if (!strcmp(a, "--comms"))
+      O.comms = (int)num(a, v);
+    else if (!strcmp(a, "--sample"))
+      O.sample_s = num(a, v);
+    else if (!strcmp(a, "--rss-growth-mb"))
+      O.rss_growth_mb = num(a, v);
+    else if (!strcmp(a, "--fd-growth"))
+      O.fd_growth = (int)num(a, v);
+    else if (!strcmp(a, "--stall"))
+      O.stall_s = num(a, v);
+    else if (!strcmp(a, "--seed"))
+      O.seed = (uint64_t)num(a, v);
+    else
+      usage("unknown option");
     i++;
   }
   if (O.comms < 1 || O.comms > MAXC) usage("--comms must be 1..32");

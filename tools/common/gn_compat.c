@@ -20,7 +20,7 @@
 
 static const void *g_table; /* the real table, of version g_version */
 static int g_version;
-static void *g_ctx;         /* v11+: the context init returned */
+static void *g_ctx; /* v11+: the context init returned */
 static int g_tc = NCCL_NET_TRAFFIC_CLASS_UNDEF;
 static ncclDebugLogger_t g_logger;
 
@@ -88,17 +88,17 @@ static ncclResult_t c_init(ncclDebugLogger_t logger) {
 static ncclResult_t c_devices(int *ndev) { return T(6)->devices(ndev); } /* same place, same type in every one */
 
 /* v9's layout is v10's and, up to maxCollBytes, v11's; v12 moves vProps' end */
-#define V8_FROM(o, p)                                                                                                \
-  do {                                                                                                               \
-    (o)->name = (p).name;                                                                                            \
-    (o)->pciPath = (p).pciPath;                                                                                      \
-    (o)->guid = (p).guid;                                                                                            \
-    (o)->ptrSupport = (p).ptrSupport;                                                                                \
-    (o)->speed = (p).speed;                                                                                          \
-    (o)->port = (p).port;                                                                                            \
-    (o)->latency = (p).latency;                                                                                      \
-    (o)->maxComms = (p).maxComms;                                                                                    \
-    (o)->maxRecvs = (p).maxRecvs;                                                                                    \
+#define V8_FROM(o, p)                                                                                                  \
+  do {                                                                                                                 \
+    (o)->name = (p).name;                                                                                              \
+    (o)->pciPath = (p).pciPath;                                                                                        \
+    (o)->guid = (p).guid;                                                                                              \
+    (o)->ptrSupport = (p).ptrSupport;                                                                                  \
+    (o)->speed = (p).speed;                                                                                            \
+    (o)->port = (p).port;                                                                                              \
+    (o)->latency = (p).latency;                                                                                        \
+    (o)->maxComms = (p).maxComms;                                                                                      \
+    (o)->maxRecvs = (p).maxRecvs;                                                                                      \
   } while (0)
 
 static ncclResult_t c_props(int dev, ncclNetProperties_v8_t *o) {
@@ -252,8 +252,8 @@ ncclNet_v8_t *gn_compat_open(const void *table, int version, int traffic_class, 
   if (!t6->name || !t6->init || !t6->devices || !t6->getProperties || !t6->listen || !t6->connect || !t6->accept ||
       !t6->regMr || !t6->deregMr || !t6->isend || !t6->irecv || !t6->iflush || !t6->test || !t6->closeSend ||
       !t6->closeRecv || !t6->closeListen || (version >= 9 && ((const ncclNet_v9_t *)table)->makeVDevice == NULL) ||
-      (version >= 11 && (((const ncclNet_v11_t *)table)->finalize == NULL ||
-                         ((const ncclNet_v11_t *)table)->setNetAttr == NULL))) {
+      (version >= 11 &&
+       (((const ncclNet_v11_t *)table)->finalize == NULL || ((const ncclNet_v11_t *)table)->setNetAttr == NULL))) {
     snprintf(err, errlen, "gn_compat: ncclNetPlugin_v%d lacks a member its version requires", version);
     return NULL;
   }
