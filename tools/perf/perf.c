@@ -733,7 +733,92 @@ static int run_cmd(const cmd_t *c, double *lat_us, uint64_t *bw_ns) {
 
 /* ------------------------------------------------------------------------------------------ */
 
+/* The plugin's counters (GDRNET_STATS_FILE, written when it is unloaded): unless the user names a file, each process
+ * of the run writes its own in TMPDIR, read and removed at the end ("# counters" lines). */
+static char g_stats_pattern[512];
+static int g_stats_own; /* 1: the pattern is ours (the files are removed once read) */
+
+static void setup_stats_env(void) {
+  const char *user = getenv("GDRNET_STATS_FILE");
+  if (user != NULL && user[0] != '\0') {
+    snprintf(g_stats_pattern, sizeof g_stats_pattern, "%s", user);
+    return;
+  }
+  const char *tmp = getenv("TMPDIR");
+  snprintf(g_stats_pattern, sizeof g_stats_pattern, "%s/gdrnet-perf-stats-%%p.prom", tmp && *tmp ? tmp : "/tmp");
+  if (setenv("GDRNET_STATS_FILE", g_stats_pattern, 1) != 0) {
+    g_stats_pattern[0] = '\0';
+    return;
+  }
+  g_stats_own = 1;
+  if (getenv("GDRNET_STATS_INTERVAL_S") == NULL && setenv("GDRNET_STATS_INTERVAL_S", "0", 1) != 0)
+    perr("setenv GDRNET_STATS_INTERVAL_S: %s", strerror(errno));
+}
+
+/* The file of process pid: the pattern with %p replaced (%h too, by this host's name). */
+static void stats_path(pid_t pid, char *out, size_t len) {
+  size_t o = 0;
+  char host[256] = "";
+  if (gethostname(host, sizeof host - 1) != 0) snprintf(host, sizeof host, "unknown");
+  for (const char *c = g_stats_pattern; *c && o + 1 < len; c++) {
+    int n = 0;
+    if (c[0] == '%' && c[1] == 'p') {
+      n = snprintf(out + o, len - o, "%d", (int)pid);
+      c++;
+    } else if (c[0] == '%' && c[1] == 'h') {
+      n = snprintf(out + o, len - o, "%s", host);
+      c++;
+    } else {
+      out[o] = *c;
+      n = 1;
+    }
+    if (n < 0 || (size_t)n >= len - o) break;
+    o += (size_t)n;
+  }
+  out[o < len ? o : len - 1] = '\0';
+}
+
+/* Sums the samples of one metric (every label set) in a Prometheus text file's contents. */
+static double stats_sum(const char *text, const char *metric) {
+  double sum = 0;
+  size_t ml = strlen(metric);
+  for (const char *l = text; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL) {
+    if (strncmp(l, metric, ml) != 0 || (l[ml] != '{' && l[ml] != ' ')) continue;
+    const char *v = l[ml] == '{' ? strchr(l, '}') : l + ml;
+    if (v == NULL) continue;
+    sum += strtod(v + 1, NULL);
+  }
+  return sum;
+}
+
+/* One "# counters" line for process pid (after its plugin was unloaded): faults, recoveries, fallbacks and returns. */
+static void print_counters(pid_t pid, const char *who) {
+  char path[600], text[16384];
+  if (g_stats_pattern[0] == '\0') return;
+  stats_path(pid, path, sizeof path);
+  FILE *f = fopen(path, "r");
+  if (f == NULL) {
+    if (P.o.verbose) printf("# counters (%s): none (%s not written: a plugin without GDRNET_STATS_FILE?)\n", who, path);
+    return;
+  }
+  size_t n = fread(text, 1, sizeof text - 1, f);
+  text[n] = '\0';
+  (void)fclose(f);
+  printf("# counters (%s): %.0f fault(s), %.0f recovery(ies) (%.0f message(s) replayed), %.0f fallback(s) to TCP, "
+         "%.0f return(s) to RDMA (%.2f s on TCP), %.0f TCP-only connection(s), %.0f device(s) lost, %.0f failed "
+         "connection(s), %.0f failed request(s)%s%s\n",
+         who, stats_sum(text, "gdrnet_faults_total"), stats_sum(text, "gdrnet_recoveries_total"),
+         stats_sum(text, "gdrnet_recovery_replayed_messages_total"), stats_sum(text, "gdrnet_fallbacks_total"),
+         stats_sum(text, "gdrnet_returns_total"), stats_sum(text, "gdrnet_tcp_seconds_total"),
+         stats_sum(text, "gdrnet_tcp_only_connections_total"), stats_sum(text, "gdrnet_device_lost"),
+         stats_sum(text, "gdrnet_failed_connections_total"), stats_sum(text, "gdrnet_failed_requests_total"),
+         g_stats_own ? "" : "; in ", g_stats_own ? "" : path);
+  fflush(stdout);
+  if (g_stats_own && unlink(path) != 0 && errno != ENOENT) perr("removing %s: %s", path, strerror(errno));
+}
+
 static void setup_env(void) {
+  setup_stats_env();
   if (P.o.transport) setenv("GDRNET_TRANSPORT", P.o.transport, 1);
   if (P.o.qps) {
     char v[16];
@@ -1178,6 +1263,8 @@ int main(int argc, char **argv) {
       fprintf(stderr, "gdrnet-perf: error: peer process B died of signal %d\n", WTERMSIG(st));
       return 1;
     }
+    print_counters(getpid(), "process A");
+    print_counters(pid, "process B");
     if (WEXITSTATUS(st) != 0) {
       if (rc == 0) fprintf(stderr, "gdrnet-perf: error: peer process B exited with status %d\n", WEXITSTATUS(st));
       return 1;
@@ -1202,6 +1289,7 @@ int main(int argc, char **argv) {
     P.role = 'B';
     int rc = run_b();
     close(P.bootfd);
+    print_counters(getpid(), "this server");
     if (rc == 0) printf("# gdrnet-perf server: run complete\n");
     return rc;
   }
@@ -1213,5 +1301,6 @@ int main(int argc, char **argv) {
   P.role = 'A';
   int rc = run_a();
   close(P.bootfd);
+  print_counters(getpid(), "this client");
   return rc;
 }
