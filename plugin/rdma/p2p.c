@@ -461,6 +461,7 @@ static void process_wc(struct gdr_rdma_comm *c, const struct ibv_wc *wc) {
 ncclResult_t gdr_rdma_poll(struct gdr_rdma_comm *c, int *progress) {
   struct ibv_wc wcs[GDR_RDMA_CQ_BATCH], bad;
   int total = 0, nbad = 0;
+  memset(&bad, 0, sizeof(bad)); /* read only when nbad > 0; -O3 cannot tell */
   if (progress) *progress = 0;
   while (c->qs.cq != NULL) { /* NULL between QP sets (recovery) */
     int n = gdr_ibv_poll_cq(c->qs.cq, GDR_RDMA_CQ_BATCH, wcs);
