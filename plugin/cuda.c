@@ -27,6 +27,7 @@ struct gdr_cuda_api {
   gdr_CUresult (*cuPointerGetAttribute)(void *, int, gdr_CUdeviceptr);
   /* staging copies (optional: needed only when a connection carries CUDA memory over TCP) */
   gdr_CUresult (*cuDevicePrimaryCtxRetain)(void **, gdr_CUdevice);
+  gdr_CUresult (*cuCtxCreate_v2)(void **, unsigned int, gdr_CUdevice);
   gdr_CUresult (*cuCtxPushCurrent_v2)(void *);
   gdr_CUresult (*cuCtxPopCurrent_v2)(void **);
   gdr_CUresult (*cuStreamCreate)(void **, unsigned int);
@@ -64,6 +65,7 @@ static void cuda_load_once(void) {
   LOAD(cuDeviceGetAttribute, 1);
   LOAD(cuPointerGetAttribute, 1);
   LOAD(cuDevicePrimaryCtxRetain, 0);
+  LOAD(cuCtxCreate_v2, 0);
   LOAD(cuCtxPushCurrent_v2, 0);
   LOAD(cuCtxPopCurrent_v2, 0);
   LOAD(cuStreamCreate, 0);
@@ -135,6 +137,36 @@ static int have_staging(void) {
          g_cu.cuMemFreeHost;
 }
 
+/* The plugin's own context on device ordinal (gdr_cuda_mem_ctx), made once; NULL when it cannot be (said once). */
+#define GDR_CUDA_MAX_DEV 64
+static void *g_priv[GDR_CUDA_MAX_DEV];
+static int g_priv_failed[GDR_CUDA_MAX_DEV];
+static void *private_ctx(int ordinal, gdr_CUdevice d) {
+  void *c = NULL, *old = NULL;
+  int r = -1;
+  if (ordinal < 0 || ordinal >= GDR_CUDA_MAX_DEV) return NULL;
+  pthread_mutex_lock(&g_smu);
+  c = g_priv[ordinal];
+  if (c == NULL && !g_priv_failed[ordinal]) {
+    if (g_cu.cuCtxCreate_v2 != NULL) r = g_cu.cuCtxCreate_v2(&c, 0, d);
+    if (r == 0 && c != NULL) {
+      (void)g_cu.cuCtxPopCurrent_v2(&old); /* cuCtxCreate made it current here: the thread gets its own back */
+      g_priv[ordinal] = c;
+      GDR_INFO(NCCL_NET, "CUDA device %d: TCP staging copies of cuMem* memory run in a CUDA context of the plugin's "
+               "own (an application thread in a synchronous copy cannot hold them up)", ordinal);
+    } else {
+      c = NULL;
+      g_priv_failed[ordinal] = 1;
+      GDR_WARN("CUDA device %d: no CUDA context of the plugin's own (%s): TCP staging copies use the primary "
+               "context, where an application thread in a synchronous copy (e.g. PyTorch's .item() right after a "
+               "collective) can hold them up until that collective's timeout", ordinal,
+               g_cu.cuCtxCreate_v2 == NULL ? "libcuda.so.1 lacks cuCtxCreate_v2" : "cuCtxCreate_v2 failed");
+    }
+  }
+  pthread_mutex_unlock(&g_smu);
+  return c;
+}
+
 ncclResult_t gdr_cuda_mem_ctx(const void *dptr, void **ctx) {
   void *c = NULL;
   int ordinal = 0;
@@ -146,12 +178,18 @@ ncclResult_t gdr_cuda_mem_ctx(const void *dptr, void **ctx) {
   }
   if (g_cu.cuPointerGetAttribute(&c, GDR_CU_POINTER_ATTRIBUTE_CONTEXT, (gdr_CUdeviceptr)(uintptr_t)dptr) != 0)
     c = NULL;
-  if (c == NULL) { /* cuMem* (VMM) memory belongs to the device, not to a context: its primary context */
+  if (c == NULL) { /* cuMem* (VMM) memory belongs to the device, not to a context: the plugin's own context there */
     gdr_CUdevice d;
     if (g_cu.cuPointerGetAttribute(&ordinal, GDR_CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
                                    (gdr_CUdeviceptr)(uintptr_t)dptr) != 0 ||
-        g_cu.cuDeviceGet(&d, ordinal) != 0 || g_cu.cuDevicePrimaryCtxRetain(&c, d) != 0) {
-      GDR_WARN("CUDA memory at %p: no context or device for it", dptr);
+        g_cu.cuDeviceGet(&d, ordinal) != 0) {
+      GDR_WARN("CUDA memory at %p: no device for it", dptr);
+      return ncclSystemError;
+    }
+    c = private_ctx(ordinal, d);
+    if (c == NULL && g_cu.cuDevicePrimaryCtxRetain(&c, d) != 0) {
+      GDR_WARN("CUDA memory at %p: neither a context of the plugin's own nor device %d's primary context", dptr,
+               ordinal);
       return ncclSystemError;
     }
   }
@@ -206,11 +244,19 @@ out:
   return res;
 }
 
-ncclResult_t gdr_cuda_host_alloc(size_t len, void **p) {
+ncclResult_t gdr_cuda_host_alloc(void *ctx, size_t len, void **p) {
+  void *popped = NULL;
+  int pushed = 0, r = -1;
   *p = NULL;
-  if (gdr_cuda_load(NULL, 0) != ncclSuccess || g_cu.cuMemHostAlloc == NULL ||
-      g_cu.cuMemHostAlloc(p, len ? len : 1, GDR_CU_MEMHOSTALLOC_PORTABLE) != 0) {
-    GDR_WARN("cuMemHostAlloc of %zu bytes for a TCP staging buffer failed", len);
+  if (gdr_cuda_load(NULL, 0) == ncclSuccess && g_cu.cuMemHostAlloc != NULL && g_cu.cuCtxPushCurrent_v2 != NULL &&
+      g_cu.cuCtxPushCurrent_v2(ctx) == 0) {
+    pushed = 1;
+    r = g_cu.cuMemHostAlloc(p, len ? len : 1, GDR_CU_MEMHOSTALLOC_PORTABLE);
+  }
+  if (pushed) (void)g_cu.cuCtxPopCurrent_v2(&popped);
+  if (r != 0) {
+    GDR_WARN("cuMemHostAlloc of %zu bytes for a TCP staging buffer failed%s", len,
+             pushed ? "" : " (its CUDA context could not be made current)");
     *p = NULL;
     return ncclSystemError;
   }

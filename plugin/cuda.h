@@ -26,13 +26,17 @@ ncclResult_t gdr_cuda_ptr_kind(const void *ptr, enum gdr_mem_kind *kind, int *cu
  * device. */
 ncclResult_t gdr_cuda_dmabuf_supported(int dev, int *supported);
 
-/* Staging (device memory carried by the TCP transport): the context to copy ptr's memory in (its own, or its device's
- * primary context for cuMem* memory, which has none), a copy between host and device memory (an async copy on the
- * plugin's own non-blocking stream of that context, then a sync of that stream only: never behind the
- * application's kernels), and pinned host buffers. Errors are WARNed. */
+/* Staging (device memory carried by the TCP transport): the context to copy ptr's memory in, a copy between host and
+ * device memory (an async copy on the plugin's own non-blocking stream of that context, then a sync of that stream
+ * only: never behind the application's kernels), and pinned host buffers (allocated with that context current).
+ * The context: cudaMalloc memory's own; for cuMem* (VMM) memory, which belongs to no context (NCCL's default
+ * buffers), a context of the plugin's own on its device, made once: a copy enqueued with the primary context current
+ * waits while any application thread sits in a synchronous copy behind a kernel (PyTorch's .item() after a
+ * collective; measured on the H200, tests/verbs-emu's cuda_lock_probe), and that kernel may wait for this very
+ * copy: a deadlock. Without cuCtxCreate_v2 (or when it fails) the primary context, said once. Errors are WARNed. */
 ncclResult_t gdr_cuda_mem_ctx(const void *dptr, void **ctx);
 ncclResult_t gdr_cuda_copy(void *ctx, void *dst, const void *src, size_t len, int to_device);
-ncclResult_t gdr_cuda_host_alloc(size_t len, void **p);
+ncclResult_t gdr_cuda_host_alloc(void *ctx, size_t len, void **p);
 void gdr_cuda_host_free(void *p);
 
 #endif /* GDRNET_CUDA_H */

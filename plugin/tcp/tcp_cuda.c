@@ -20,12 +20,12 @@ ncclResult_t gdr_tcp_mr_make(void *data, size_t size, int type, struct tcp_mr *m
   return gdr_cuda_mem_ctx(data, &mr->cuda_ctx);
 }
 
-static ncclResult_t stage_fit(struct tcp_req *r, size_t size) {
+static ncclResult_t stage_fit(struct tcp_req *r, void *ctx, size_t size) {
   void *p = NULL;
   if (r->stage_cap >= size && r->stage != NULL) return ncclSuccess;
   size_t cap = r->stage_cap ? r->stage_cap : 65536;
   while (cap < size) cap *= 2;
-  if (gdr_cuda_host_alloc(cap, &p) != ncclSuccess) return ncclSystemError;
+  if (gdr_cuda_host_alloc(ctx, cap, &p) != ncclSuccess) return ncclSystemError;
   gdr_cuda_host_free(r->stage);
   r->stage = p;
   r->stage_cap = cap;
@@ -34,7 +34,7 @@ static ncclResult_t stage_fit(struct tcp_req *r, size_t size) {
 
 ncclResult_t gdr_tcp_stage_out(struct tcp_req *r, const struct tcp_mr *mr, const void *data, size_t size, char **host) {
   ncclResult_t res = ncclSuccess;
-  GDR_CHECK(stage_fit(r, size));
+  GDR_CHECK(stage_fit(r, mr->cuda_ctx, size));
   GDR_CHECK(gdr_cuda_copy(mr->cuda_ctx, r->stage, data, size, 0));
   *host = r->stage;
 out:
@@ -43,7 +43,7 @@ out:
 
 ncclResult_t gdr_tcp_stage_in(struct tcp_req *r, const struct tcp_mr *mr, void *data, size_t size, char **host) {
   ncclResult_t res = ncclSuccess;
-  GDR_CHECK(stage_fit(r, size));
+  GDR_CHECK(stage_fit(r, mr->cuda_ctx, size));
   r->dev = data;
   r->cuda_ctx = mr->cuda_ctx;
   *host = r->stage;

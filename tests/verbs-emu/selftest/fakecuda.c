@@ -239,6 +239,16 @@ EXPORT CUresult cuDeviceGet(int *dev, int ord)
 	return 0;
 }
 
+/* every attribute 0 (e.g. no DMA-BUF): the plugin's CUDA loader needs the entry point */
+EXPORT CUresult cuDeviceGetAttribute(int *value, int attr, int dev)
+{
+	(void)attr;
+	if (dev != 0)
+		return 101; /* CUDA_ERROR_INVALID_DEVICE */
+	*value = 0;
+	return 0;
+}
+
 static CUresult push(void *ctx)
 {
 	if (depth >= 8)
