@@ -6,7 +6,9 @@
 set -u
 perf=$1
 plug=$2
-tmp=${TMPDIR:-/tmp}
+# a TMPDIR of its own: other tests' gdrnet-perf runs (CTest -j) keep their files there while they run
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/perf-counters.XXXXXX") || exit 1
+export TMPDIR="$tmp"
 fail() { echo "perf_counters: FAIL: $*"; exit 1; }
 out=$("$perf" --local --check --sizes 8:1M:4 --iters 20 --plugin "$plug") || fail "the clean run failed"
 echo "$out" | grep '^# counters'
@@ -19,4 +21,5 @@ n=$(echo "$out" | grep -c '^# counters (process [AB]): [1-9][0-9]* fault(s), [1-
 [ "$n" = 2 ] || fail "the run with a fault: $n of 2 counters lines show a fault and a recovery"
 left=$(ls "$tmp"/gdrnet-perf-stats-* 2>/dev/null)
 [ -z "$left" ] || fail "stats files left behind: $left"
+rmdir "$tmp" || fail "$tmp: not empty"
 echo "perf_counters: PASS"
