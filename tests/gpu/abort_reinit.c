@@ -95,9 +95,8 @@ int main(int argc, char **argv) {
     CU(cudaFree(sbuf));
     CU(cudaFree(rbuf));
     CU(cudaStreamDestroy(s));
-    printf("ABORTED rank=%d pid=%d round=%d t_ns=%llu init_ms=%.1f abort_ms=%.1f result=%s\n", rank,
-           (int)getpid(), round, (unsigned long long)tb, (double)(ta - t0) / 1e6, (double)(tb - ta) / 1e6,
-           bad ? "WRONG" : "ok");
+    printf("ABORTED rank=%d pid=%d round=%d t_ns=%llu init_ms=%.1f abort_ms=%.1f result=%s\n", rank, (int)getpid(),
+           round, (unsigned long long)tb, (double)(ta - t0) / 1e6, (double)(tb - ta) / 1e6, bad ? "WRONG" : "ok");
     fflush(stdout);
     MPI_Barrier(MPI_COMM_WORLD);
   }

@@ -162,7 +162,7 @@ static void test_vmm_staging_under_sync_copy(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-    cmocka_unit_test(test_vmm_staging_under_sync_copy),
+      cmocka_unit_test(test_vmm_staging_under_sync_copy),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
