@@ -259,7 +259,7 @@ struct gdr_handle_state {
 _Static_assert(sizeof(struct gdr_handle_state) <= sizeof(((struct gdr_handle *)0)->state), "state fits");
 
 static pthread_mutex_t state_mu = PTHREAD_MUTEX_INITIALIZER;
-static struct gdr_handle_state *live_states; /* under state_mu; grown, never shrunk (connects in progress) */
+static struct gdr_handle_state *live_states; /* under state_mu: the connects in progress; freed when none is left */
 static size_t nlive, caplive;
 
 /* index of s in the live list, or -1; state_mu held */
@@ -306,6 +306,11 @@ ncclResult_t gdr_handle_state_set(struct gdr_handle *h, void *state) {
     }
   }
   if (res == ncclSuccess && state != NULL) live_states[nlive++] = s;
+  if (nlive == 0) { /* no connect in progress: nothing kept (an unload loses no memory) */
+    free(live_states);
+    live_states = NULL;
+    caplive = 0;
+  }
   pthread_mutex_unlock(&state_mu);
   if (res == ncclSuccess) memcpy(h->state, &s, sizeof(s));
 out:
