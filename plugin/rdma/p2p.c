@@ -148,12 +148,17 @@ ncclResult_t gdr_rdma_isend(void *send_comm, void *data, size_t size, int tag, v
     m->n = n;
   }
 
+  /* The entries' fields are read with relaxed atomic loads: after a recovery the receiver writes the clear-to-send
+   * of an incomplete receive again (the same bytes) while this side may be reading it. */
   int r = 0;
   for (; r < n; r++)
-    if (m->part[r].req == NULL && !m->part[r].posted && e[r].tag == (uint32_t)tag) break;
+    if (m->part[r].req == NULL && !m->part[r].posted && __atomic_load_n(&e[r].tag, __ATOMIC_RELAXED) == (uint32_t)tag)
+      break;
   if (r == n) return ncclSuccess; /* no buffer with this tag in the group (yet) */
 
-  const uint64_t cap = e[r].size;
+  const uint64_t cap = __atomic_load_n(&e[r].size, __ATOMIC_RELAXED);
+  const uint64_t raddr = __atomic_load_n(&e[r].addr, __ATOMIC_RELAXED);
+  const uint32_t rkey = __atomic_load_n(&e[r].rkey, __ATOMIC_RELAXED);
   if (size > cap) {
     GDR_WARN("isend #%llu to %s (tag %d): %zu bytes do not fit the posted receive of %llu bytes",
              (unsigned long long)c->head, c->peer, tag, size, (unsigned long long)cap);
@@ -169,10 +174,10 @@ ncclResult_t gdr_rdma_isend(void *send_comm, void *data, size_t size, int tag, v
     return ncclInvalidUsage;
   }
   /* (a buffer whose end wraps past 2^64: the parts' remote addresses, addr + offset, would wrap to elsewhere) */
-  if (size > 0 && (e[r].addr == 0 || e[r].rkey == 0 || e[r].addr + cap < e[r].addr)) {
+  if (size > 0 && (raddr == 0 || rkey == 0 || raddr + cap < raddr)) {
     gdr_rdma_comm_fail(c, ncclRemoteError,
                        "receiver posted an invalid buffer for message #%llu (addr 0x%llx size %llu rkey 0x%x)",
-                       (unsigned long long)c->head, (unsigned long long)e[r].addr, (unsigned long long)cap, e[r].rkey);
+                       (unsigned long long)c->head, (unsigned long long)raddr, (unsigned long long)cap, rkey);
     return gdr_rdma_comm_check(c);
   }
   struct gdr_rdma_req *req = gdr_rdma_req_get(c);
@@ -192,8 +197,8 @@ ncclResult_t gdr_rdma_isend(void *send_comm, void *data, size_t size, int tag, v
   pt->data = data;
   pt->size = size;
   pt->lkey = mh ? mh->lkey : 0;
-  pt->raddr = e[r].addr;
-  pt->rkey = e[r].rkey;
+  pt->raddr = raddr;
+  pt->rkey = rkey;
   c->sizes_src[slot].size[r] = (int32_t)size;
   m->live++;
   *request = req;
