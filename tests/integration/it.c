@@ -5,6 +5,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -325,7 +326,18 @@ int it_two_sides(const char *name, int timeout_s, int (*side)(int fd, int parent
  * plays the NIC: one per process, for good, in a -z nodelete library), or a real provider's. Start them
  * before the baseline by opening and closing every device once through the same library the plugin
  * will load; it stays loaded. Only for the RDMA transport. */
+static void *noop_thread(void *arg) { return arg; }
+
+/* A sanitizer runtime's own thread: ThreadSanitizer starts a background thread at the process's first
+ * pthread_create, for good. One thread created and joined before the baseline starts it. */
+static void settle_runtime_threads(void) {
+  pthread_t t;
+  IT_CHECK(pthread_create(&t, NULL, noop_thread, NULL) == 0, "pthread_create failed");
+  IT_CHECK(pthread_join(t, NULL) == 0, "pthread_join failed");
+}
+
 void it_settle_verbs_threads(void) {
+  settle_runtime_threads();
   const char *tr = getenv("GDRNET_TRANSPORT");
   if (tr == NULL || strcmp(tr, "rdma") != 0) return;
   const char *lib = getenv("GDRNET_IBVERBS_LIB");

@@ -95,8 +95,9 @@ void it_recv_pattern(gn_ctx_t *ctx, it_conn_t *c, size_t off, int cap, int expec
 void it_verify(const unsigned char *buf, int cap, int got, int expect, uint64_t iter, uint64_t salt, const char *what);
 #define IT_CANARY 0xa5
 
-/* Over the RDMA transport: starts the verbs library's own threads (the emulator's NIC agent, for good) before a
- * thread-count baseline, by opening every device once through the library the plugin will load. No-op over TCP. */
+/* Before a thread-count baseline: starts the threads that are not the plugin's and stay for good: a sanitizer
+ * runtime's (TSan's background thread, at the first pthread_create) and, over the RDMA transport, the verbs
+ * library's (the emulator's NIC agent), by opening every device once through the library the plugin will load. */
 void it_settle_verbs_threads(void);
 /* TCP sockets (IPv4/IPv6 streams) of this process -- the plugin's included -- for which pred is true. */
 int it_count_sockets(int (*pred)(int fd, void *arg), void *arg);

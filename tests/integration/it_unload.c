@@ -90,18 +90,8 @@ static void cycle(int k, int baseline) {
            after, baseline);
 }
 
-/* A sanitizer runtime's own thread: ThreadSanitizer starts a background thread at the process's first
- * pthread_create, for good. One thread created and joined before the baseline starts it. */
-static void *noop_thread(void *arg) { return arg; }
-static void settle_runtime_threads(void) {
-  pthread_t t;
-  IT_CHECK(pthread_create(&t, NULL, noop_thread, NULL) == 0, "pthread_create failed");
-  IT_CHECK(pthread_join(t, NULL) == 0, "pthread_join failed");
-}
-
 int main(void) {
   it_init("unload", 150);
-  settle_runtime_threads();
   it_settle_verbs_threads();
   int baseline = gn_thread_count();
   IT_CHECK(baseline >= 1, "cannot count /proc/self/task");
