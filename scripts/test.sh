@@ -5,7 +5,8 @@
 #             the emulator's self-tests, every fuzz corpus replayed, the two-host tests in network namespaces
 #   asan      the same in an ASan+UBSan build (build-asan)
 #   tsan      a ThreadSanitizer build (build-tsan): the integration suite over TCP and the emulator (without the
-#             fault matrix and the ABI matrix: tsan-faults, and the other passes) and the multi-threaded unit tests;
+#             fault matrix and the ABI matrix: tsan-faults, and the other passes; nor the five longest runs under TSan,
+#             closetail, large, perf-demo and the 4-QP variants: the other passes) and the multi-threaded unit tests;
 #             any report fails
 #   tsan-faults  (by name only, not in the default run) the fault matrix under ThreadSanitizer
 #   fuzz      every fuzz target with libFuzzer for FUZZ_SECONDS each (default 20; scripts/fuzz.sh, build-fuzz)
@@ -72,17 +73,21 @@ stage_tsan() {
   stage_tsan_build
   echo "== tests (ThreadSanitizer: integration, threaded unit tests) =="
   TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
-    ctest --test-dir build-tsan --output-on-failure -j"$jobs" -L integration -LE "faultmatrix|abimatrix"
+    ctest --test-dir build-tsan --output-on-failure -j"$jobs" -L integration -LE "faultmatrix|abimatrix" \
+    -E '^integration\.(tcp\.closetail|tcp\.large|(tcp|rdma)\.perf-demo|rdma\..*-qps4-split[01])$'
   TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
     ctest --test-dir build-tsan --output-on-failure -j"$jobs" -R '^(unit_tcp|unit_sock|unit_unload|unit_tcp_cuda|test_rdma_threads)$'
 }
-# the fault matrix under ThreadSanitizer (not in the default run: ~5 min more on two cores, and TSan's slowdown turns
-# the emulator's scaled timers into extra faults; docs/HARDENING.md says what it finds today)
+# what the tsan stage leaves out, under ThreadSanitizer (not in the default run: ~15 min more on two cores, and TSan's
+# slowdown turns the emulator's scaled timers into extra faults; docs/HARDENING.md says what it finds today)
 stage_tsan_faults() {
   [ -d build-tsan ] || stage_tsan_build
-  echo "== tests (ThreadSanitizer: the fault matrix) =="
+  echo "== tests (ThreadSanitizer: the fault matrix and the long runs) =="
   TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
     ctest --test-dir build-tsan --output-on-failure -j"$jobs" -L faultmatrix
+  TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
+    ctest --test-dir build-tsan --output-on-failure -j"$jobs" -L integration -LE "faultmatrix|abimatrix" \
+    -R '^integration\.(tcp\.closetail|tcp\.large|(tcp|rdma)\.perf-demo|rdma\..*-qps4-split[01])$'
 }
 stage_fuzz() { ./scripts/fuzz.sh "${FUZZ_SECONDS:-20}"; }
 stage_soak() { ./scripts/soak.sh "${SOAK_MINUTES:-1}"; }
