@@ -580,7 +580,10 @@ ncclResult_t gdr_rdma_fb_message(struct gdr_rdma_comm *c, const struct gdr_rdma_
     if (!ours || fb->back != GDR_BACK_READY) return ncclSuccess;
     /* P: R is a receive boundary; a P above it (sends of this side the receiver has not posted yet) may fall inside
      * a grouped receive: the receiver names the end of that one (BACK_FINAL) before this side goes past P */
-    fb->switch_at = m->b > tcp_next(c) + (uint64_t)tcp_announced(c) ? m->b : tcp_next(c) + (uint64_t)tcp_announced(c);
+    {
+      const uint64_t t = tcp_next(c) + (uint64_t)tcp_announced(c); /* this side's first message not on TCP */
+      fb->switch_at = m->b > t ? m->b : t;
+    }
     fb->back = fb->switch_at == m->b ? GDR_BACK_AT : GDR_BACK_AT_WAIT;
     fb->deadline_ns = gdr_time_ns() + ms_ns(gdr_param_int(GDR_PARAM_RECOVERY_TIMEOUT_MS));
     return gdr_rdma_ctrl_send(c, GDR_CTRL_BACK_AT, fb->epoch, fb->offer, fb->switch_at, NULL, 0);

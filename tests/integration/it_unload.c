@@ -5,7 +5,6 @@
  * ranks of one process do), so /proc/self/task sees every thread the plugin started. Over RDMA the verbs
  * library's own threads (the emulator's NIC agent) are started before the baseline. */
 #include <dlfcn.h>
-#include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -48,13 +48,6 @@ static void pair_close(struct pair *p) {
   memset(p, 0, sizeof(*p));
 }
 
-static void fill(unsigned char *b, size_t n, unsigned seed) {
-  uint32_t x = seed * 2654435761u + 1;
-  for (size_t i = 0; i < n; i++) {
-    x = x * 1103515245u + 12345u;
-    b[i] = (unsigned char)(x >> 16);
-  }
-}
 
 /* The eager path is off by default (GDRNET_TCP_EAGER_CREDITS=0); these tests turn it on. */
 static void eager_on(const char *credits) { setenv("GDRNET_TCP_EAGER_CREDITS", credits, 1); }
@@ -73,7 +66,7 @@ static void xfer(struct pair *p, size_t ssize, size_t rsize, unsigned seed) {
 
   assert_non_null(sb);
   assert_non_null(rb);
-  fill(sb, ssize, seed);
+  ut_fill(sb, ssize, seed);
   memset(rb, 0xA5, rsize + 16);
   assert_int_equal(gdr_core_reg_mr(p->s, sb, ssize ? ssize : 1, NCCL_PTR_HOST, &smr), ncclSuccess);
   assert_int_equal(gdr_core_reg_mr(p->r, rb, rsize + 16, NCCL_PTR_HOST, &rmr), ncclSuccess);
@@ -247,7 +240,7 @@ static void test_inflight_32_mode(const char *credits) {
     sz[i] = (size_t)(i % 4 == 0 ? 3000 * i : (i % 4 == 1 ? 0 : 50000 * i + 13));
     sb[i] = malloc(sz[i] + 1);
     rb[i] = malloc(sz[i] + 1);
-    fill(sb[i], sz[i], (unsigned)i);
+    ut_fill(sb[i], sz[i], (unsigned)i);
     data[0] = rb[i];
     s[0] = sz[i];
     assert_int_equal(gdr_core_irecv(p.r, 1, data, s, &tag, NULL, NULL, &rreq[i]), ncclSuccess);
@@ -460,7 +453,7 @@ static void test_eager_posted(void **state) {
   pair_open(&p);
   for (int round = 0; round < 3; round++) {
     for (int i = 0; i < N; i++) {
-      fill(sb[i], sizes[i], (unsigned)(i + 10 * round));
+      ut_fill(sb[i], sizes[i], (unsigned)(i + 10 * round));
       size_t rs = sizes[i] + (round == 1 ? 100 : 0);
       rreq[i] = post_recv(p.r, rb[i], rs > 32768 ? 32768 : rs); /* not above the eager size: no CTS */
     }
@@ -494,7 +487,7 @@ static void test_eager_unposted(void **state) {
   init_plugin();
   pair_open(&p);
   for (int i = 0; i < N; i++) {
-    fill(sb[i], sizes[i], (unsigned)i + 40);
+    ut_fill(sb[i], sizes[i], (unsigned)i + 40);
     sreq[i] = post_send(p.s, sb[i], sizes[i]);
     assert_int_equal(wait_req(sreq[i]), sizes[i]); /* complete with no receive posted */
     bytes += 24 + (int)sizes[i];
@@ -534,7 +527,7 @@ static void test_eager_posted_mid_payload(void **state) {
   eager_on("32");
   init_plugin();
   pair_open(&p);
-  fill(sb, BIG, 3);
+  ut_fill(sb, BIG, 3);
   r0 = post_recv(p.r, rb, 8);
   s0 = post_send(p.s, sb, 8);
   s1 = post_send(p.s, sb, BIG); /* eager too; the socket takes part of it now */
@@ -576,7 +569,7 @@ static void test_eager_credit_exhaustion(void **state) {
   eager_on("4");
   init_plugin();
   pair_open(&p);
-  for (int i = 0; i < N; i++) fill(sb[i], 64, (unsigned)i + 7);
+  for (int i = 0; i < N; i++) ut_fill(sb[i], 64, (unsigned)i + 7);
   for (; sent < C; sent++) sreq[sent] = post_send(p.s, sb[sent], 64);
   assert_int_equal(tcomm_of(p.s)->credits, 0);
   /* every eager message has reached the receiver (at least its payload bytes are queued there) */
@@ -640,7 +633,7 @@ static void test_eager_mixed_order(void **state) {
     for (int i = 0; i < N; i++) {
       sb[i] = malloc(MAXSZ);
       rb[i] = malloc(MAXSZ);
-      fill(sb[i], sizes[i], (unsigned)(i * 3 + mode));
+      ut_fill(sb[i], sizes[i], (unsigned)(i * 3 + mode));
     }
     while (ds < N || dr < N) {
       int want_recv = mode == 0 ? 1 : (mode == 1 ? (ns == N || sreq[ns] == NULL) : (nr <= ns));
@@ -795,7 +788,7 @@ static void test_close_after_send_delivers_mode(const char *credits) {
     void *data[1] = {rb[i]};
     size_t s[1] = {sz[i]};
     int tag = 0;
-    fill(sb[i], sz[i], (unsigned)i + 5);
+    ut_fill(sb[i], sz[i], (unsigned)i + 5);
     assert_int_equal(gdr_core_irecv(p.r, 1, data, s, &tag, NULL, NULL, &rreq[i]), ncclSuccess);
   }
   for (int i = 0; i < N; i++) {
@@ -1011,7 +1004,7 @@ static void test_random_traffic(void **state) {
           if (sreq[i] != NULL) continue;
           uint32_t y = (uint32_t)posted_s * 2654435761u;
           size_t sz = (y >> 4) % 4 == 0 ? (y >> 8) % 64 : (y >> 8) % MAXSZ;
-          fill(sb[i], sz, (unsigned)posted_s);
+          ut_fill(sb[i], sz, (unsigned)posted_s);
           assert_int_equal(gdr_core_isend(p.s, sb[i], sz, 0, NULL, NULL, &sreq[i]), ncclSuccess);
           if (sreq[i] == NULL) break;
           posted_s++;
@@ -1031,7 +1024,7 @@ static void test_random_traffic(void **state) {
         if (d) {
           unsigned char *ref = malloc(rsz[k] + 1);
           assert_int_equal(got[0], rsz[k]);
-          fill(ref, rsz[k], (unsigned)rseq[k]);
+          ut_fill(ref, rsz[k], (unsigned)rseq[k]);
           assert_memory_equal(ref, rb[k], rsz[k]);
           free(ref);
           rreq[k] = NULL;
@@ -1172,7 +1165,7 @@ static void test_loopback_stream(void **state) {
       }
       if (sreq[k] == NULL && posted_s < posted_r && posted_s < ITERS) {
         size_t sz = msg - (size_t)(posted_s % 3); /* 4 MiB, 4 MiB - 1, 4 MiB - 2 */
-        fill(sbk, sz, (unsigned)posted_s + 100);
+        ut_fill(sbk, sz, (unsigned)posted_s + 100);
         assert_int_equal(gdr_core_isend(p.s, sbk, sz, 0, NULL, NULL, &sreq[k]), ncclSuccess);
         if (sreq[k]) posted_s++;
       }
@@ -1183,7 +1176,7 @@ static void test_loopback_stream(void **state) {
           /* messages complete in order on one comm: receive k carries message rmsg[k] */
           size_t want = msg - (size_t)(rmsg[k] % 3);
           assert_int_equal(got[0], want);
-          fill(ex, want, (unsigned)rmsg[k] + 100);
+          ut_fill(ex, want, (unsigned)rmsg[k] + 100);
           assert_memory_equal(rbk, ex, want);
           for (size_t i = want; i < msg; i++) assert_int_equal(rbk[i], 0xA5);
           rreq[k] = NULL;

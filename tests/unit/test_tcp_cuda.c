@@ -15,10 +15,7 @@
 #include "cuda.h"
 #include "tcp/tcp.h"
 #include "unit_common.h"
-
-struct fakecu_stats { /* the fake's layout (fakecuda.c) */
-  int htod, dtoh, dtod, syncs, streams, pushes, pops, bad, pageable, pinned_allocs, private_ctxs, private_copies;
-};
+#include "../verbs-emu/selftest/fakecuda.h"
 
 static void (*f_hold)(int);
 static void *(*f_alloc_vmm)(size_t);
@@ -60,14 +57,6 @@ static void load_fake(void) {
   *(void **)&f_stats = dlsym(h, "fakecu_get_stats");
   /* the fake driver, not a real one: the test needs its hooks */
   assert_true(f_hold && f_alloc_vmm && f_poke && f_peek && f_stats);
-}
-
-static void fill(unsigned char *b, size_t n, unsigned seed) {
-  uint32_t x = seed * 2654435761u + 1;
-  for (size_t i = 0; i < n; i++) {
-    x = x * 1103515245u + 12345u;
-    b[i] = (unsigned char)(x >> 16);
-  }
 }
 
 static void test_vmm_staging_under_sync_copy(void **state) {
@@ -113,7 +102,7 @@ static void test_vmm_staging_under_sync_copy(void **state) {
     assert_non_null(dst);
     assert_non_null(want);
     assert_non_null(got);
-    fill(want, cap, (unsigned)k + 1);
+    ut_fill(want, cap, (unsigned)k + 1);
     memset(got, 0xA5, cap);
     assert_int_equal(f_poke(src, want, cap), 0);
     assert_int_equal(f_poke(dst, got, cap), 0); /* the receive buffer prefilled */

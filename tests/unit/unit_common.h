@@ -45,6 +45,15 @@ static inline void ut_logger(ncclDebugLogLevel level, unsigned long flags, const
 
 static inline int ut_warned(const char *needle) { return strstr(ut_warns, needle) != NULL; }
 
+/* n pseudo-random bytes of stream seed: what a message of a test carries, checked on arrival */
+static inline void ut_fill(unsigned char *b, size_t n, unsigned seed) {
+  uint32_t x = seed * 2654435761u + 1;
+  for (size_t i = 0; i < n; i++) {
+    x = x * 1103515245u + 12345u;
+    b[i] = (unsigned char)(x >> 16);
+  }
+}
+
 static inline double ut_now(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);

@@ -24,9 +24,7 @@ typedef int CUresult;
 typedef unsigned long long CUdeviceptr;
 #define EXPORT __attribute__((visibility("default")))
 
-struct fakecu_stats {
-	int htod, dtoh, dtod, syncs, streams, pushes, pops, bad, pageable, pinned_allocs, private_ctxs, private_copies;
-};
+#include "fakecuda.h"
 
 static struct fakecu_stats st;
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;

@@ -9,9 +9,7 @@
 #include <dlfcn.h>
 #include <sys/mman.h>
 
-struct fakecu_stats {
-	int htod, dtoh, dtod, syncs, streams, pushes, pops, bad, pageable, pinned_allocs, private_ctxs, private_copies;
-};
+#include "fakecuda.h"
 static void (*cu_hold_sync)(int);
 static void *(*cu_alloc)(size_t);
 static void *(*cu_alloc_vmm)(size_t);
