@@ -476,7 +476,9 @@ ncclResult_t gdr_rdma_poll(struct gdr_rdma_comm *c, int *progress) {
     }
     /* every completion, in order: a failed one does not hide the successes after it */
     for (int i = 0; i < n; i++) {
-      if (wcs[i].status == IBV_WC_SUCCESS) {
+      if (gdr_wr_kind(wcs[i].wr_id) == GDR_WR_DRAIN) {
+        c->drain_seen++; /* a quiesce marker: every completion of its queue came before it */
+      } else if (wcs[i].status == IBV_WC_SUCCESS) {
         process_wc(c, &wcs[i]);
         if (gdr_health_state(&c->health) == GDR_HEALTH_OK) c->rec.healthy = 1;
       } else if (gdr_health_state(&c->health) == GDR_HEALTH_OK && nbad++ == 0) {

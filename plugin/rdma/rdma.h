@@ -151,7 +151,15 @@ struct gdr_rdma_req {
 
 /* wr_id: kind in the top byte, an 8-bit argument in the next (slot, slot | part << 5, or a request index), the
  * message's seq in the low 48 bits */
-enum { GDR_WR_DATA = 1, GDR_WR_RECV = 2, GDR_WR_CTS = 3, GDR_WR_FLUSH = 4, GDR_WR_IMM = 5, GDR_WR_PROBE = 6 };
+enum {
+  GDR_WR_DATA = 1,
+  GDR_WR_RECV = 2,
+  GDR_WR_CTS = 3,
+  GDR_WR_FLUSH = 4,
+  GDR_WR_IMM = 5,
+  GDR_WR_PROBE = 6,
+  GDR_WR_DRAIN = 7 /* quiesce's marker on a QP in ERR (recover.c) */
+};
 static inline uint64_t gdr_wr_id(int kind, int arg, uint64_t seq) {
   return ((uint64_t)kind << 56) | ((uint64_t)(arg & 0xff) << 48) | (seq & 0xffffffffffffull);
 }
@@ -307,6 +315,7 @@ struct gdr_rdma_comm {
   /* verbs */
   struct gdr_rdma_qpset qs;
   unsigned qs_gen;              /* incremented with every new qpset (under dev->lock: the async thread reads qs) */
+  int drain_seen;               /* quiesce: the markers' completions polled so far */
   int nqps, split, nparts;
   enum ibv_mtu mtu;
   union ibv_gid lgid;           /* this side's address as used by this incarnation */

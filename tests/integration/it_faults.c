@@ -104,12 +104,12 @@ static int note_error(struct run *R, ncclResult_t r, const char *what) {
   return 1;
 }
 
-/* One step of each direction; returns 1 while anything is left to do. */
-static int step(struct run *R) {
+/* One step of the send direction: post the next message's parts (all of them, in its order), complete oldest
+ * first. Returns -1 on an error (noted), else 1 when it did something. */
+static int step_tx(struct run *R) {
   const ncclNet_v8_t *net = R->ip->net;
   struct msgspec sp;
   int busy = 0;
-  /* --- send: post the next message's parts (all of them, in its order), complete oldest first --- */
   if (R->tx.posted < R->msgs && R->tx.posted - R->tx.completed < INFLIGHT) {
     int m = R->tx.posted, k = m % INFLIGHT;
     spec_of(R->seed, R->txflow, m, R->groups, R->maxsize, &sp);
@@ -125,7 +125,7 @@ static int step(struct run *R) {
     int i = sp.order[j];
     void *rq = NULL;
     ncclResult_t r = net->isend(R->c.s, slot_buf(R->c.sbuf, R, k, i), sp.size[i], sp.tag[i], R->c.smh, &rq);
-    if (note_error(R, r, "isend")) return 0;
+    if (note_error(R, r, "isend")) return -1;
     if (rq) {
       R->tx.req[k][j] = rq;
       if (j + 1 == sp.n) {
@@ -143,7 +143,7 @@ static int step(struct run *R) {
       if (R->tx.req[k][j] == NULL) continue;
       int d = 0, sz = -1;
       ncclResult_t r = net->test(R->tx.req[k][j], &d, &sz);
-      if (note_error(R, r, "test (send)")) return 0;
+      if (note_error(R, r, "test (send)")) return -1;
       if (!d) break;
       IT_CHECK(sz == sp.size[sp.order[j]], "send of message %d part %d: test reported %d bytes, %d sent",
                R->tx.msg[k], j, sz, sp.size[sp.order[j]]);
@@ -153,6 +153,15 @@ static int step(struct run *R) {
     if (R->tx.nreq[k] == 0) R->tx.completed++;
     busy = 1;
   }
+  return busy;
+}
+
+/* One step of each direction; returns 1 while anything is left to do. */
+static int step(struct run *R) {
+  const ncclNet_v8_t *net = R->ip->net;
+  struct msgspec sp;
+  int busy = step_tx(R);
+  if (busy < 0) return 0;
   /* --- receive: post grouped/plain receives, complete oldest first, flush, check --- */
   if (R->rx.posted < R->msgs && R->rx.posted - R->rx.completed < INFLIGHT) {
     int m = R->rx.posted, k = m % INFLIGHT;
@@ -196,6 +205,9 @@ static int step(struct run *R) {
           if (note_error(R, r, "test (flush)")) return 0;
           if (fd2) break;
           IT_CHECK(!gn_expired(fdl), "message %d: the flush never completed", m);
+          /* the other direction goes on meanwhile, as NCCL's proxy progresses every connection: a recovery of
+           * this receive may need this process's send side (the peer's own flush may wait on it) */
+          if (step_tx(R) < 0) return 0;
         }
       }
       for (int i = 0; i < sp.n; i++) {

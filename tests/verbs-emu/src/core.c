@@ -1078,6 +1078,7 @@ struct deferred {
 	struct vcq *cq;
 	struct ibv_wc wc;
 	struct cqmeta meta;
+	uint64_t not_before; /* late_cqe: not pushed before this time, nor anything of its CQ behind it */
 };
 /* no __thread: LeakSanitizer's tracer trips over the dynamic TLS of a dlopened library */
 static pthread_t agent_tid;
@@ -1123,15 +1124,52 @@ void vemu_cq_push(struct vcq *q, const struct ibv_wc *wc, struct vsq *sq, int sl
 	defq[defq_n].cq = q;
 	defq[defq_n].wc = *wc;
 	defq[defq_n].meta = meta;
+	defq[defq_n].not_before = 0;
 	defq_n++;
+	if (!vemu_in_agent())
+		vemu_ring(); /* behind a lagging completion: the agent pushes it when its turn comes */
+}
+
+void vemu_cq_push_late(struct vcq *q, const struct ibv_wc *wc, uint64_t not_before_ns)
+{
+	size_t n0 = defq_n;
+	vemu_cq_push(q, wc, NULL, 0);
+	if (defq_n == n0 + 1) /* queued (not pushed: the realloc failed) */
+		defq[n0].not_before = not_before_ns;
+}
+
+uint64_t vemu_deferred_deadline(void)
+{
+	uint64_t t = 0;
+	for (size_t i = 0; i < defq_n; i++)
+		if (defq[i].not_before && (!t || defq[i].not_before < t))
+			t = defq[i].not_before;
+	return t;
 }
 
 void vemu_flush_deferred(void)
 {
 	pthread_mutex_lock(&g.mu);
-	for (size_t i = 0; i < defq_n; i++)
-		cq_push_now(defq[i].cq, &defq[i].wc, defq[i].meta);
-	defq_n = 0;
+	/* in order; a lagging completion keeps its place and holds back what follows it on its CQ */
+	struct vcq *blocked[16];
+	int nblocked = 0;
+	size_t k = 0;
+	uint64_t now = vemu_now_ns();
+	for (size_t i = 0; i < defq_n; i++) {
+		int held = 0;
+		for (int b = 0; b < nblocked; b++)
+			held |= blocked[b] == defq[i].cq;
+		if (!held && defq[i].not_before > now) {
+			held = 1;
+			if (nblocked < (int)(sizeof(blocked) / sizeof(blocked[0])))
+				blocked[nblocked++] = defq[i].cq;
+		}
+		if (held)
+			defq[k++] = defq[i];
+		else
+			cq_push_now(defq[i].cq, &defq[i].wc, defq[i].meta);
+	}
+	defq_n = k;
 	pthread_mutex_unlock(&g.mu);
 }
 
@@ -1409,6 +1447,7 @@ VEMU_EXPORT int ibv_destroy_qp(struct ibv_qp *qp)
 		}
 	q->destroyed = 1;
 	drop_queues(q);
+	vemu_lazy_drain_locked(q->ctx->dev);
 	__atomic_add_fetch(&g.qp_gone_gen, 1, __ATOMIC_RELEASE);
 	pthread_mutex_unlock(&g.mu);
 	/* a payload being placed for this QP is not placed any further once this returns (placement_recheck) */

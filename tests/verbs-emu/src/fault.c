@@ -8,7 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
-enum { R_WC = 1, R_QP_FATAL, R_PEER_LOSS, R_PORT_DOWN, R_FAIL, R_NO_RECV_CREDIT, R_DEVICE_FATAL };
+enum { R_WC = 1, R_QP_FATAL, R_PEER_LOSS, R_PORT_DOWN, R_FAIL, R_NO_RECV_CREDIT, R_DEVICE_FATAL, R_LATE_CQE };
 
 struct rule {
 	int kind;
@@ -127,9 +127,11 @@ static int parse_rule(char *text)
 		r.kind = R_NO_RECV_CREDIT;
 	else if (!strcmp(kind, "device_fatal"))
 		r.kind = R_DEVICE_FATAL;
+	else if (!strcmp(kind, "late_cqe"))
+		r.kind = R_LATE_CQE;
 	else
-		return bad(r.text,
-			   "unknown kind (want wc, qp_fatal, peer_loss, port_down, device_fatal, fail, no_recv_credit)");
+		return bad(r.text, "unknown kind (want wc, qp_fatal, peer_loss, port_down, device_fatal, fail, "
+				   "no_recv_credit, late_cqe)");
 	int have_nth = 0, have_op = 0, have_status = 0, have_call = 0, have_errno = 0, have_bytes = 0,
 	    have_dev = 0, have_after = 0;
 	for (char *kv = strtok_r(NULL, ":", &save); kv; kv = strtok_r(NULL, ":", &save)) {
@@ -140,7 +142,7 @@ static int parse_rule(char *text)
 		const char *k = kv, *v = eq + 1;
 		int ok = 0;
 		if (!strcmp(k, "nth") && (r.kind == R_WC || r.kind == R_QP_FATAL || r.kind == R_FAIL ||
-					  r.kind == R_NO_RECV_CREDIT)) {
+					  r.kind == R_NO_RECV_CREDIT || r.kind == R_LATE_CQE)) {
 			ok = !parse_u64(v, &r.nth) && r.nth >= 1;
 			if (!ok)
 				return bad(r.text, "nth must be an integer >= 1");
@@ -167,6 +169,10 @@ static int parse_rule(char *text)
 			if (parse_u64(v, &r.after_ms))
 				return bad(r.text, "after_ms must be an integer");
 			have_after = ok = 1;
+		} else if (!strcmp(k, "ms") && r.kind == R_LATE_CQE) {
+			if (parse_u64(v, &r.for_ms) || r.for_ms < 1 || r.for_ms > 60000)
+				return bad(r.text, "ms must be an integer from 1 to 60000");
+			r.has_for = ok = 1;
 		} else if (!strcmp(k, "for_ms") && r.kind == R_PORT_DOWN) {
 			if (parse_u64(v, &r.for_ms))
 				return bad(r.text, "for_ms must be an integer");
@@ -198,6 +204,7 @@ static int parse_rule(char *text)
 		break;
 	case R_QP_FATAL:
 	case R_NO_RECV_CREDIT:
+	case R_LATE_CQE:
 		if (!have_nth)
 			return bad(r.text, "needs nth=");
 		break;
@@ -295,6 +302,14 @@ int vemu_fault_qp_fatal(void)
 	if (!nrules)
 		return 0;
 	return count_hit(R_QP_FATAL, NULL, -1) != NULL;
+}
+
+uint64_t vemu_fault_late_cqe(void)
+{
+	if (!nrules)
+		return 0;
+	struct rule *r = count_hit(R_LATE_CQE, NULL, -1);
+	return r ? (r->has_for ? r->for_ms : 50) : 0;
 }
 
 int vemu_fault_no_recv_credit(void)
