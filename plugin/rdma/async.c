@@ -140,36 +140,72 @@ static void *async_main(void *argp) {
   return NULL;
 }
 
+/* d->lock held: the thread that reads d->ctx's events */
+static ncclResult_t start_thread_locked(struct gdr_rdma_dev *d) {
+  ncclResult_t res = ncclSuccess;
+  int fl = fcntl(d->ctx->async_fd, F_GETFL);
+  if (fl >= 0) fcntl(d->ctx->async_fd, F_SETFL, fl | O_NONBLOCK);
+  d->stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (d->stop_fd < 0) {
+    GDR_WARN("%s: eventfd failed: %s", d->name, strerror(errno));
+    res = ncclSystemError;
+    goto out;
+  }
+  struct async_arg *arg = malloc(sizeof(*arg));
+  int rc = arg ? 0 : ENOMEM;
+  if (arg) {
+    arg->d = d;
+    arg->stop_fd = d->stop_fd;
+    rc = pthread_create(&d->thread, NULL, async_main, arg);
+    if (rc) free(arg);
+  }
+  if (rc) {
+    GDR_WARN("%s: cannot start the async event thread: %s", d->name, strerror(rc));
+    close(d->stop_fd);
+    d->stop_fd = -1;
+    res = ncclSystemError;
+    goto out;
+  }
+  d->thread_running = 1;
+out:
+  return res;
+}
+
+/* A lost device back (dev.c): the thread stops reading the old context, the device takes the new context and PD,
+ * and the thread starts again on it if any comm is attached. */
+ncclResult_t gdr_rdma_async_swap_ctx(struct gdr_rdma_dev *d, struct ibv_context *ctx, struct ibv_pd *pd) {
+  pthread_t t = 0;
+  int stop_fd = -1;
+  ncclResult_t res = ncclSuccess;
+  pthread_mutex_lock(&d->lock);
+  int running = d->thread_running;
+  if (running) {
+    uint64_t one = 1;
+    ssize_t w = write(d->stop_fd, &one, sizeof(one));
+    (void)w;
+    t = d->thread;
+    stop_fd = d->stop_fd;
+    d->stop_fd = -1;
+    d->thread_running = 0;
+  }
+  pthread_mutex_unlock(&d->lock);
+  if (running) {
+    pthread_join(t, NULL);
+    close(stop_fd);
+  }
+  pthread_mutex_lock(&d->lock);
+  d->ctx = ctx;
+  d->pd = pd;
+  if (d->ncomms > 0 && !d->thread_running) res = start_thread_locked(d);
+  pthread_mutex_unlock(&d->lock);
+  return res;
+}
+
 ncclResult_t gdr_rdma_async_attach(struct gdr_rdma_comm *c) {
   struct gdr_rdma_dev *d = c->dev;
   ncclResult_t res = ncclSuccess;
   pthread_mutex_lock(&d->lock);
-  if (!d->thread_running) {
-    int fl = fcntl(d->ctx->async_fd, F_GETFL);
-    if (fl >= 0) fcntl(d->ctx->async_fd, F_SETFL, fl | O_NONBLOCK);
-    d->stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    if (d->stop_fd < 0) {
-      GDR_WARN("%s: eventfd failed: %s", d->name, strerror(errno));
-      res = ncclSystemError;
-      goto out;
-    }
-    struct async_arg *arg = malloc(sizeof(*arg));
-    int rc = arg ? 0 : ENOMEM;
-    if (arg) {
-      arg->d = d;
-      arg->stop_fd = d->stop_fd;
-      rc = pthread_create(&d->thread, NULL, async_main, arg);
-      if (rc) free(arg);
-    }
-    if (rc) {
-      GDR_WARN("%s: cannot start the async event thread: %s", d->name, strerror(rc));
-      close(d->stop_fd);
-      d->stop_fd = -1;
-      res = ncclSystemError;
-      goto out;
-    }
-    d->thread_running = 1;
-  }
+  if (!d->thread_running && (res = start_thread_locked(d)) != ncclSuccess) goto out;
   c->next = d->comms;
   d->comms = c;
   d->ncomms++;

@@ -695,7 +695,7 @@ ncclResult_t gdr_rdma_connect(int dev, const struct gdr_conn_opts *opts, struct 
     c->split = gdr_rdma.split;
     uint64_t conn_id = 0;
     gdr_random_bytes(&conn_id, sizeof(conn_id));
-    if (c->dev->fatal) {
+    if (c->dev->fatal && gdr_rdma_dev_revive(c->dev) != 0) {
       if (go_tcp_only(c, "the device is lost (DEVICE_FATAL)") != 0) {
         res = ncclSystemError;
         goto out;
@@ -835,7 +835,7 @@ ncclResult_t gdr_rdma_accept(void *listen_comm, void **recv_comm) {
         res = ncclSystemError;
         goto out;
       }
-    } else if (c->dev->fatal) {
+    } else if (c->dev->fatal && gdr_rdma_dev_revive(c->dev) != 0) {
       if (go_tcp_only(c, "the device is lost (DEVICE_FATAL)") != 0) {
         res = ncclSystemError;
         goto out;

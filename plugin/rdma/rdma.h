@@ -70,7 +70,11 @@ struct gdr_rdma_dev {
   pthread_t thread;
   int thread_running;
   int stop_fd;         /* eventfd: wakes the async thread to stop */
-  int fatal;           /* DEVICE_FATAL seen */
+  int fatal;           /* DEVICE_FATAL seen, and not back yet (gdr_rdma_dev_revive) */
+  uint64_t revive_ns;  /* the next time a lost device is looked for again */
+  int nretired;        /* contexts (and PDs) of earlier lives of the device, closed at fini */
+  struct ibv_context *retired_ctx[4];
+  struct ibv_pd *retired_pd[4];
   char ibdev_path[256]; /* sysfs directory of the verbs device (GID types are read again after a port flap) */
 
   /* counters over every connection of the device (GDRNET_STATS_FILE, stats.h) */
@@ -114,6 +118,8 @@ ncclResult_t gdr_rdma_async_attach(struct gdr_rdma_comm *c);
 void gdr_rdma_async_detach(struct gdr_rdma_comm *c);
 /* Stops and joins the device's thread even if comms are still open (fini after leaked comms). */
 void gdr_rdma_async_stop(struct gdr_rdma_dev *d);
+ncclResult_t gdr_rdma_async_swap_ctx(struct gdr_rdma_dev *d, struct ibv_context *ctx, struct ibv_pd *pd);
+int gdr_rdma_dev_revive(struct gdr_rdma_dev *d); /* a lost device back: 0 when usable again */
 
 /* ---------------------------------------------------------------------------------------- requests -- */
 

@@ -28,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "it.h"
@@ -233,6 +234,52 @@ static int count_in_log(const char *needle) {
   return n;
 }
 
+/* GNIT_RECONNECT=1 (a lost device that comes back, device_fatal with for_ms): new connections are made until
+ * both ends of one run over RDMA (each try that ran over TCP from the start is closed), within GNIT_PHASE_S; then
+ * GNIT_RECONNECT_MSGS messages each way over it, every byte checked, and no end of it may move to TCP. */
+static void reconnect(struct run *R, gn_ctx_t *ctx, int fd) {
+  const ncclNet_v8_t *net = R->ip->net;
+  uint64_t dl = gn_deadline_ns(it_env_double("GNIT_RECONNECT_S", 20));
+  int tries = 0;
+  it_step("reconnecting");
+  for (;;) {
+    int before = count_in_log(" runs over TCP (");
+    IT_GN(ctx, gn_establish(ctx, 0, fd, &R->c.s, &R->c.r));
+    int tcp[2] = {count_in_log(" runs over TCP (") > before, 0};
+    tries++;
+    IT_CHECK(gn_boot_send(fd, &tcp[0], sizeof(int)) == 0 && gn_boot_recv(fd, &tcp[1], sizeof(int), 60) == 0,
+             "bootstrap");
+    if (!tcp[0] && !tcp[1]) break;
+    IT_OK(net->closeSend(R->c.s));
+    IT_OK(net->closeRecv(R->c.r));
+    IT_CHECK(!gn_expired(dl), "no connection over RDMA after %d tries: the device did not come back", tries);
+    struct timespec ts = {0, 100 * 1000 * 1000};
+    nanosleep(&ts, NULL); /* pacing between tries; the loop's condition is the connection's transport */
+  }
+  it_log("a connection over RDMA again after %d tries", tries);
+  size_t len = R->slot_len * INFLIGHT;
+  int moves0 = count_in_log(" now runs over TCP");
+  IT_OK(net->regMr(R->c.s, R->c.sbuf, len, NCCL_PTR_HOST, &R->c.smh));
+  IT_OK(net->regMr(R->c.r, R->c.rbuf, len, NCCL_PTR_HOST, &R->c.rmh));
+  memset(&R->tx, 0, sizeof(R->tx));
+  memset(&R->rx, 0, sizeof(R->rx));
+  R->msgs = (int)it_env_double("GNIT_RECONNECT_MSGS", 50);
+  R->flush = 0;
+  it_step("traffic after the device came back");
+  while (step(R)) {
+    IT_CHECK(!gn_expired(dl), "traffic stuck after the device came back: sent %d/%d, received %d/%d",
+             R->tx.completed, R->msgs, R->rx.completed, R->msgs);
+    sched_yield();
+  }
+  IT_CHECK(R->failed == ncclSuccess, "the run after the device came back failed with %s", gn_result_str(R->failed));
+  IT_CHECK(count_in_log(" now runs over TCP") == moves0, "the connection made after the device came back moved to TCP");
+  IT_CHECK(gn_boot_barrier(fd, 60) == 0, "barrier");
+  IT_OK(net->deregMr(R->c.s, R->c.smh));
+  IT_OK(net->deregMr(R->c.r, R->c.rmh));
+  IT_OK(net->closeSend(R->c.s));
+  IT_OK(net->closeRecv(R->c.r));
+}
+
 /* Sum of the values of every line of metric `name` (any labels) in the text, and how many lines. */
 static double metric_sum(const char *text, const char *name, int *lines) {
   double sum = 0;
@@ -356,6 +403,7 @@ static int side(int fd, int parent) {
   IT_OK(ip.net->deregMr(R.c.r, R.c.rmh));
   IT_OK(ip.net->closeSend(R.c.s));
   IT_OK(ip.net->closeRecv(R.c.r));
+  if (it_env_double("GNIT_RECONNECT", 0) != 0) reconnect(&R, &ctx, fd);
   /* the counters: the recoveries and the stats line each connection logs at close */
   int mine[6] = {count_in_log(" recovered: "),
                  count_in_log(" now runs over TCP"),

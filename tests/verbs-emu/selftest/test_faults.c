@@ -639,6 +639,81 @@ static void sc_gdr_lazy(void)
 	free(dev);
 }
 
+/* ---------------------------------------------------------------- device_fatal, then back */
+static void sc_device_back(void)
+{
+	/* VEMU_FAULTS=device_fatal:dev=vemu0:after_ms=100:for_ms=300 */
+	open_all(64);
+	struct ibv_async_event ev;
+	async_expect(IBV_EVENT_DEVICE_FATAL, &ev, 5000);
+	struct ibv_port_attr pa;
+	CHECK_EQ(ibv_query_port(d.ctx, 1, &pa), 0);
+	CHECK_EQ(pa.state, IBV_PORT_DOWN);
+	/* while it is dead, a context opened on it is dead too */
+	struct ibv_device **list = ibv_get_device_list(NULL);
+	CHECK(list && list[0]);
+	struct ibv_context *early = ibv_open_device(list[0]);
+	CHECK(early);
+	errno = 0;
+	CHECK(ibv_create_cq(early, 8, NULL, NULL, 0) == NULL);
+	CHECK_EQ(errno, EIO);
+	/* back after for_ms: wait for a new context to find the port ACTIVE (polled: the time is the emulator's) */
+	struct ibv_context *nc = NULL;
+	uint64_t end = vt_now_ms() + 5000;
+	for (;;) {
+		CHECK(vt_now_ms() < end);
+		struct ibv_context *t = ibv_open_device(list[0]);
+		CHECK(t);
+		CHECK_EQ(ibv_query_port(t, 1, &pa), 0);
+		if (pa.state == IBV_PORT_ACTIVE) {
+			nc = t;
+			break;
+		}
+		CHECK_EQ(ibv_close_device(t), 0);
+		struct timespec ts = { 0, 5000000 };
+		nanosleep(&ts, NULL); /* between probes, not a synchronisation: the loop's condition is the port */
+	}
+	/* the old contexts stay dead: port DOWN, EIO */
+	CHECK_EQ(ibv_query_port(d.ctx, 1, &pa), 0);
+	CHECK_EQ(pa.state, IBV_PORT_DOWN);
+	errno = 0;
+	CHECK(ibv_create_cq(d.ctx, 8, NULL, NULL, 0) == NULL);
+	CHECK_EQ(errno, EIO);
+	CHECK(ibv_create_cq(early, 8, NULL, NULL, 0) == NULL);
+	/* the new one works: a WRITE between two of its QPs */
+	struct vt_dev n2;
+	memset(&n2, 0, sizeof(n2));
+	n2.ctx = nc;
+	n2.pd = ibv_alloc_pd(nc);
+	CHECK(n2.pd);
+	n2.ch = ibv_create_comp_channel(nc);
+	CHECK(n2.ch);
+	n2.cq = ibv_create_cq(nc, 64, NULL, n2.ch, 0);
+	CHECK(n2.cq);
+	struct ibv_mr *m2 = vt_mr(&n2, buf, BUFSZ, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+	struct vt_rc rc = VT_RC_DEFAULT;
+	struct ibv_qp *a = vt_qp(&n2, 8, 0, NULL), *b = vt_qp(&n2, 8, 0, NULL);
+	vt_connect(&n2, a, b->qp_num, rc);
+	vt_connect(&n2, b, a->qp_num, rc);
+	memset(buf, 'R', 64);
+	CHECK_EQ(vt_post_write(a, IBV_WR_RDMA_WRITE, buf, 64, m2->lkey, (uintptr_t)buf + 4096, m2->rkey, 1,
+			       IBV_SEND_SIGNALED, 0),
+		 0);
+	struct ibv_wc wc;
+	vt_wait(&n2, n2.cq, &wc, 1, 5000);
+	CHECK_EQ(wc.status, IBV_WC_SUCCESS);
+	CHECK_EQ(buf[4096], 'R');
+	CHECK_EQ(ibv_destroy_qp(a), 0);
+	CHECK_EQ(ibv_destroy_qp(b), 0);
+	CHECK_EQ(ibv_dereg_mr(m2), 0);
+	CHECK_EQ(ibv_destroy_cq(n2.cq), 0);
+	CHECK_EQ(ibv_destroy_comp_channel(n2.ch), 0);
+	CHECK_EQ(ibv_dealloc_pd(n2.pd), 0);
+	CHECK_EQ(ibv_close_device(nc), 0);
+	CHECK_EQ(ibv_close_device(early), 0);
+	ibv_free_device_list(list);
+}
+
 /* ---------------------------------------------------------------- late_cqe */
 static void sc_late_cqe(void)
 {
@@ -767,6 +842,7 @@ int main(int argc, char **argv)
 		{ "gdr_lazy", sc_gdr_lazy, NULL, NULL, "VEMU_GDR_LAZY" },
 		{ "malformed", sc_malformed, NULL, NULL, NULL },
 		{ "late_cqe", sc_late_cqe, "late_cqe:nth=2:ms=300", NULL, NULL },
+		{ "device_back", sc_device_back, "device_fatal:dev=vemu0:after_ms=100:for_ms=300", NULL, NULL },
 	};
 	for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++) {
 		if (strcmp(s, t[i].name))

@@ -458,6 +458,10 @@ static int vemu_query_port_ex(struct ibv_context *c, uint8_t port, struct ibv_po
 		return EINVAL;
 	struct ibv_port_attr a;
 	fill_port(d, &a);
+	if (__atomic_load_n(&to_vctx(c)->dead, __ATOMIC_ACQUIRE)) { /* a dead context's port stays down, even once the device is back */
+		a.state = IBV_PORT_DOWN;
+		a.phys_state = 3;
+	}
 	if (len > sizeof(a)) {
 		memset((char *)attr + sizeof(a), 0, len - sizeof(a));
 		len = sizeof(a);
@@ -654,6 +658,7 @@ VEMU_EXPORT struct ibv_context *ibv_open_device(struct ibv_device *device)
 		return NULL;
 	}
 	v->dev = (struct vdev *)device;
+	v->dead = __atomic_load_n(&v->dev->fatal, __ATOMIC_ACQUIRE); /* opened on a dead device: dead too */
 	v->async_wr = p[1];
 	fcntl(p[1], F_SETFL, O_NONBLOCK);
 	struct ibv_context *c = &v->vc.context;
@@ -809,7 +814,7 @@ struct vmr *vemu_mr_find(uint32_t key)
 static struct ibv_mr *reg_common(struct ibv_pd *pd, uint64_t base, size_t len, uint64_t iova, int access,
 				 int dmabuf, const char *call)
 {
-	int e = to_vctx(pd->context)->dev->fatal ? EIO : vemu_fault_call(call);
+	int e = __atomic_load_n(&to_vctx(pd->context)->dead, __ATOMIC_ACQUIRE) ? EIO : vemu_fault_call(call);
 	if (e) {
 		errno = e;
 		return NULL;
@@ -901,7 +906,7 @@ VEMU_EXPORT struct ibv_mr *ibv_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset,
 		errno = EBADF;
 		return NULL;
 	}
-	int e = to_vctx(pd->context)->dev->fatal ? EIO : vemu_fault_call("reg_dmabuf_mr"); /* not the fd = -1 probe */
+	int e = __atomic_load_n(&to_vctx(pd->context)->dead, __ATOMIC_ACQUIRE) ? EIO : vemu_fault_call("reg_dmabuf_mr"); /* not the fd = -1 probe */
 	if (e) {
 		errno = e;
 		return NULL;
@@ -978,7 +983,7 @@ VEMU_EXPORT int ibv_destroy_comp_channel(struct ibv_comp_channel *channel)
 VEMU_EXPORT struct ibv_cq *ibv_create_cq(struct ibv_context *c, int cqe, void *cq_context,
 					 struct ibv_comp_channel *channel, int comp_vector)
 {
-	int e = to_vctx(c)->dev->fatal ? EIO : vemu_fault_call("create_cq");
+	int e = __atomic_load_n(&to_vctx(c)->dead, __ATOMIC_ACQUIRE) ? EIO : vemu_fault_call("create_cq");
 	if (e) {
 		errno = e;
 		return NULL;
@@ -1329,7 +1334,7 @@ static int alloc_qpn(uint32_t *out)
 
 VEMU_EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
 {
-	int e = to_vctx(pd->context)->dev->fatal ? EIO : vemu_fault_call("create_qp");
+	int e = __atomic_load_n(&to_vctx(pd->context)->dead, __ATOMIC_ACQUIRE) ? EIO : vemu_fault_call("create_qp");
 	if (e) {
 		errno = e;
 		return NULL;
@@ -1566,7 +1571,7 @@ VEMU_EXPORT int ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int m
 	struct vqp *q = (struct vqp *)qp;
 	/* on a dead device only the way to ERR/RESET still works (what a driver lets a user do to clean up) */
 	int cleanup = (mask & IBV_QP_STATE) && (attr->qp_state == IBV_QPS_ERR || attr->qp_state == IBV_QPS_RESET);
-	int e = q->ctx->dev->fatal && !cleanup ? EIO : vemu_fault_call("modify_qp");
+	int e = __atomic_load_n(&q->ctx->dead, __ATOMIC_ACQUIRE) && !cleanup ? EIO : vemu_fault_call("modify_qp");
 	if (e)
 		return e;
 	pthread_mutex_lock(&g.mu);

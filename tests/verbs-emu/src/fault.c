@@ -173,7 +173,7 @@ static int parse_rule(char *text)
 			if (parse_u64(v, &r.for_ms) || r.for_ms < 1 || r.for_ms > 60000)
 				return bad(r.text, "ms must be an integer from 1 to 60000");
 			r.has_for = ok = 1;
-		} else if (!strcmp(k, "for_ms") && r.kind == R_PORT_DOWN) {
+		} else if (!strcmp(k, "for_ms") && (r.kind == R_PORT_DOWN || r.kind == R_DEVICE_FATAL)) {
 			if (parse_u64(v, &r.for_ms))
 				return bad(r.text, "for_ms must be an integer");
 			r.has_for = ok = 1;
@@ -356,25 +356,41 @@ void vemu_fault_port_timers(uint64_t now, uint64_t *next)
 		uint64_t t_down = g.start_ns + r->after_ms * 1000000ull;
 		uint64_t t_up = t_down + r->for_ms * 1000000ull;
 		if (r->kind == R_DEVICE_FATAL) {
-			if (now < t_down) {
+			if (r->phase == 0 && now < t_down) {
 				if (!*next || t_down < *next)
 					*next = t_down;
 				continue;
 			}
-			/* the device dies: the port goes down, every QP of it to ERR (its WRs flushed), DEVICE_FATAL on
-			 * every context, and new QPs, CQs, MRs and QP changes on it fail with EIO from now on */
-			r->phase = 2;
-			d->fatal = 1;
-			vemu_set_port_state(d, IBV_PORT_DOWN);
-			VTRACE("fault device_fatal dev=%s\n", d->dev.name);
-			pthread_mutex_lock(&g.mu);
-			for (struct vqp *q = g.qps; q; q = q->anext)
-				if (q->ctx->dev == d)
-					vemu_qp_to_err(q);
-			for (struct vctx *c = g.ctxs; c; c = c->next)
-				if (c->dev == d)
-					vemu_async_event(c, IBV_EVENT_DEVICE_FATAL, NULL, 0);
-			pthread_mutex_unlock(&g.mu);
+			if (r->phase == 0) {
+				/* the device dies: the port goes down, every QP of it to ERR (its WRs flushed), DEVICE_FATAL
+				 * on every context, and new QPs, CQs, MRs and QP changes through those contexts (and any
+				 * opened while it is dead) fail with EIO from now on */
+				r->phase = r->has_for ? 1 : 2;
+				__atomic_store_n(&d->fatal, 1, __ATOMIC_RELEASE);
+				vemu_set_port_state(d, IBV_PORT_DOWN);
+				VTRACE("fault device_fatal dev=%s\n", d->dev.name);
+				pthread_mutex_lock(&g.mu);
+				for (struct vqp *q = g.qps; q; q = q->anext)
+					if (q->ctx->dev == d)
+						vemu_qp_to_err(q);
+				for (struct vctx *c = g.ctxs; c; c = c->next)
+					if (c->dev == d) {
+						__atomic_store_n(&c->dead, 1, __ATOMIC_RELEASE);
+						vemu_async_event(c, IBV_EVENT_DEVICE_FATAL, NULL, 0);
+					}
+				pthread_mutex_unlock(&g.mu);
+			}
+			if (r->phase == 1 && now >= t_up) {
+				/* back (a driver reload, a reset NIC): contexts opened from now on work; the old ones stay
+				 * dead, as a real device's old file descriptors do */
+				r->phase = 2;
+				__atomic_store_n(&d->fatal, 0, __ATOMIC_RELEASE);
+				vemu_set_port_state(d, IBV_PORT_ACTIVE);
+				VTRACE("fault device_fatal dev=%s back\n", d->dev.name);
+				vemu_port_changed(d);
+			}
+			if (r->phase == 1 && (!*next || t_up < *next))
+				*next = t_up;
 			continue;
 		}
 		if (r->phase == 0 && now >= t_down) {

@@ -48,7 +48,7 @@ struct vdev {
 	int ngid;
 	int port_state;             /* IBV_PORT_ACTIVE / IBV_PORT_DOWN: the agent sets it (fault rules), any thread reads it;
 	                             * through vemu_port_state / vemu_set_port_state (atomic) */
-	volatile int fatal;         /* device_fatal fired: every QP in ERR, new resources refused with EIO */
+	int fatal;                  /* (atomic) device_fatal fired and the device is not back (for_ms): its contexts are dead */
 };
 
 static inline int vemu_port_state(const struct vdev *d) { return __atomic_load_n(&d->port_state, __ATOMIC_ACQUIRE); }
@@ -58,6 +58,7 @@ struct vctx {
 	struct verbs_context vc;    /* ibv_context is the last member of verbs_context */
 	struct vdev *dev;
 	int async_wr;               /* write end of the async event pipe (read end is context.async_fd) */
+	int dead;                   /* (atomic) opened before (or during) a device_fatal of its device: stays dead */
 	struct vctx *next;          /* open contexts */
 };
 
