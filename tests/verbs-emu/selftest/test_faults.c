@@ -714,6 +714,27 @@ static void sc_device_back(void)
 	ibv_free_device_list(list);
 }
 
+/* ---------------------------------------------------------------- every= */
+static void sc_wc_every(void)
+{
+	/* VEMU_FAULTS=wc:op=write:nth=2:every=3:status=rem_op: writes 2, 5 and 8 fail (one QP each: a failed WR
+	 * takes its QP to ERR) */
+	open_all(64);
+	struct vt_rc rc = VT_RC_DEFAULT;
+	for (int k = 1; k <= 8; k++) {
+		struct ibv_qp *q = vt_qp(&d, 8, 0, NULL);
+		vt_connect(&d, q, q->qp_num, rc);
+		CHECK_EQ(vt_post_write(q, IBV_WR_RDMA_WRITE, buf, 64, mr->lkey, (uintptr_t)buf + 4096, mr->rkey,
+				       (uint64_t)k, IBV_SEND_SIGNALED, 0),
+			 0);
+		struct ibv_wc wc;
+		vt_wait(&d, d.cq, &wc, 1, 5000);
+		CHECK_EQ(wc.wr_id, (uint64_t)k);
+		CHECK_EQ(wc.status, (k == 2 || k == 5 || k == 8) ? IBV_WC_REM_OP_ERR : IBV_WC_SUCCESS);
+		CHECK_EQ(ibv_destroy_qp(q), 0);
+	}
+}
+
 /* ---------------------------------------------------------------- late_cqe */
 static void sc_late_cqe(void)
 {
@@ -842,6 +863,7 @@ int main(int argc, char **argv)
 		{ "gdr_lazy", sc_gdr_lazy, NULL, NULL, "VEMU_GDR_LAZY" },
 		{ "malformed", sc_malformed, NULL, NULL, NULL },
 		{ "late_cqe", sc_late_cqe, "late_cqe:nth=2:ms=300", NULL, NULL },
+		{ "wc_every", sc_wc_every, "wc:op=write:nth=2:every=3:status=rem_op", NULL, NULL },
 		{ "device_back", sc_device_back, "device_fatal:dev=vemu0:after_ms=100:for_ms=300", NULL, NULL },
 	};
 	for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++) {

@@ -14,6 +14,7 @@ struct rule {
 	int kind;
 	unsigned ops;               /* wc: bit per IBV_WR_* opcode */
 	uint64_t nth;
+	uint64_t every;             /* wc, late_cqe, no_recv_credit: fires again every that many events after nth */
 	uint64_t count;
 	int status;                 /* wc */
 	char call[32];              /* fail */
@@ -147,6 +148,11 @@ static int parse_rule(char *text)
 			if (!ok)
 				return bad(r.text, "nth must be an integer >= 1");
 			have_nth = 1;
+		} else if (!strcmp(k, "every") &&
+			   (r.kind == R_WC || r.kind == R_LATE_CQE || r.kind == R_NO_RECV_CREDIT)) {
+			ok = !parse_u64(v, &r.every) && r.every >= 1;
+			if (!ok)
+				return bad(r.text, "every must be an integer >= 1");
 		} else if (!strcmp(k, "op") && r.kind == R_WC) {
 			if (parse_ops(v, &r.ops))
 				return bad(r.text, "op must be write, write_imm, read or send");
@@ -270,7 +276,8 @@ static struct rule *count_hit(int kind, const char *call, int op)
 		if (kind == R_WC && !(op >= 0 && op < 32 && (r->ops & (1u << op))))
 			continue;
 		r->count++;
-		if (r->count == r->nth && !hit)
+		int fires = r->count == r->nth || (r->every && r->count > r->nth && (r->count - r->nth) % r->every == 0);
+		if (fires && !hit)
 			hit = r;
 	}
 	pthread_mutex_unlock(&fmu);
