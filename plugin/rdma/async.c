@@ -140,6 +140,25 @@ static void *async_main(void *argp) {
   return NULL;
 }
 
+/* d->lock held: the running thread (if any) is told to stop and handed to the caller, who joins it with
+ * join_thread outside the lock; a concurrent attach starts a fresh thread with a fresh fd. 1 if there was one. */
+static int hand_thread_over_locked(struct gdr_rdma_dev *d, pthread_t *t, int *stop_fd) {
+  if (!d->thread_running) return 0;
+  uint64_t one = 1;
+  ssize_t w = write(d->stop_fd, &one, sizeof(one));
+  (void)w;
+  *t = d->thread;
+  *stop_fd = d->stop_fd;
+  d->stop_fd = -1;
+  d->thread_running = 0;
+  return 1;
+}
+
+static void join_thread(pthread_t t, int stop_fd) {
+  pthread_join(t, NULL);
+  close(stop_fd);
+}
+
 /* d->lock held: the thread that reads d->ctx's events */
 static ncclResult_t start_thread_locked(struct gdr_rdma_dev *d) {
   ncclResult_t res = ncclSuccess;
@@ -178,21 +197,9 @@ ncclResult_t gdr_rdma_async_swap_ctx(struct gdr_rdma_dev *d, struct ibv_context 
   int stop_fd = -1;
   ncclResult_t res = ncclSuccess;
   pthread_mutex_lock(&d->lock);
-  int running = d->thread_running;
-  if (running) {
-    uint64_t one = 1;
-    ssize_t w = write(d->stop_fd, &one, sizeof(one));
-    (void)w;
-    t = d->thread;
-    stop_fd = d->stop_fd;
-    d->stop_fd = -1;
-    d->thread_running = 0;
-  }
+  int running = hand_thread_over_locked(d, &t, &stop_fd);
   pthread_mutex_unlock(&d->lock);
-  if (running) {
-    pthread_join(t, NULL);
-    close(stop_fd);
-  }
+  if (running) join_thread(t, stop_fd);
   pthread_mutex_lock(&d->lock);
   d->ctx = ctx;
   d->pd = pd;
@@ -228,46 +235,20 @@ void gdr_rdma_async_detach(struct gdr_rdma_comm *c) {
       break;
     }
   c->attached = 0;
-  if (--d->ncomms == 0 && d->thread_running) {
-    /* hand the running thread and its stop fd over to this caller; a concurrent attach starts a
-     * fresh thread with a fresh fd */
-    uint64_t one = 1;
-    ssize_t w = write(d->stop_fd, &one, sizeof(one));
-    (void)w;
-    t = d->thread;
-    stop_fd = d->stop_fd;
-    d->stop_fd = -1;
-    d->thread_running = 0;
-    join = 1;
-  }
+  if (--d->ncomms == 0) join = hand_thread_over_locked(d, &t, &stop_fd);
   pthread_mutex_unlock(&d->lock);
-  if (join) {
-    pthread_join(t, NULL);
-    close(stop_fd);
-  }
+  if (join) join_thread(t, stop_fd);
 }
 
 void gdr_rdma_async_stop(struct gdr_rdma_dev *d) {
   pthread_t t = 0;
   int stop_fd = -1;
   pthread_mutex_lock(&d->lock);
-  int running = d->thread_running;
-  if (running) {
-    uint64_t one = 1;
-    ssize_t w = write(d->stop_fd, &one, sizeof(one));
-    (void)w;
-    t = d->thread;
-    stop_fd = d->stop_fd;
-    d->stop_fd = -1;
-    d->thread_running = 0;
-  }
+  int running = hand_thread_over_locked(d, &t, &stop_fd);
   /* comms still attached were leaked by the user: forget them (their verbs objects die with the context) */
   for (struct gdr_rdma_comm *c = d->comms; c; c = c->next) c->attached = 0;
   d->comms = NULL;
   d->ncomms = 0;
   pthread_mutex_unlock(&d->lock);
-  if (running) {
-    pthread_join(t, NULL);
-    close(stop_fd);
-  }
+  if (running) join_thread(t, stop_fd);
 }
