@@ -22,6 +22,7 @@ struct rule {
 	uint64_t after_bytes;       /* peer_loss */
 	char dev[64];               /* port_down */
 	uint64_t after_ms, for_ms;
+	uint64_t t_dead;            /* device_fatal: when it died (for_ms counts from there) */
 	int has_for;
 	int phase;                  /* port_down: 0 pending, 1 down, 2 done */
 	char text[256];
@@ -162,7 +163,7 @@ static int parse_rule(char *text)
 			if (!r.status)
 				return bad(r.text, "status must be rem_access, retry_exc, rnr_retry_exc, rem_op or loc_prot");
 			have_status = ok = 1;
-		} else if (!strcmp(k, "after_bytes") && r.kind == R_PEER_LOSS) {
+		} else if (!strcmp(k, "after_bytes") && (r.kind == R_PEER_LOSS || r.kind == R_DEVICE_FATAL)) {
 			if (parse_u64(v, &r.after_bytes))
 				return bad(r.text, "after_bytes must be an integer");
 			have_bytes = ok = 1;
@@ -219,9 +220,12 @@ static int parse_rule(char *text)
 			return bad(r.text, "peer_loss needs after_bytes=");
 		break;
 	case R_PORT_DOWN:
-	case R_DEVICE_FATAL:
 		if (!have_dev || !have_after)
-			return bad(r.text, "port_down and device_fatal need dev= and after_ms=");
+			return bad(r.text, "port_down needs dev= and after_ms=");
+		break;
+	case R_DEVICE_FATAL:
+		if (!have_dev || have_after == have_bytes)
+			return bad(r.text, "device_fatal needs dev= and one of after_ms= or after_bytes=");
 		break;
 	case R_FAIL:
 		if (!have_call || !have_nth || !have_errno)
@@ -363,11 +367,21 @@ void vemu_fault_port_timers(uint64_t now, uint64_t *next)
 		uint64_t t_down = g.start_ns + r->after_ms * 1000000ull;
 		uint64_t t_up = t_down + r->for_ms * 1000000ull;
 		if (r->kind == R_DEVICE_FATAL) {
-			if (r->phase == 0 && now < t_down) {
-				if (!*next || t_down < *next)
+			int due;
+			if (r->after_bytes) {
+				pthread_mutex_lock(&fmu);
+				due = moved_bytes >= r->after_bytes;
+				pthread_mutex_unlock(&fmu);
+			} else {
+				due = now >= t_down;
+				if (r->phase == 0 && !due && (!*next || t_down < *next))
 					*next = t_down;
-				continue;
 			}
+			if (r->phase == 0 && !due)
+				continue;
+			if (r->phase == 0)
+				r->t_dead = now;
+			t_up = r->t_dead + r->for_ms * 1000000ull;
 			if (r->phase == 0) {
 				/* the device dies: the port goes down, every QP of it to ERR (its WRs flushed), DEVICE_FATAL
 				 * on every context, and new QPs, CQs, MRs and QP changes through those contexts (and any
