@@ -682,10 +682,18 @@ static void spin_for_task(struct tcp_thread *th, uint64_t spin_ns) {
     if (!spin_more(spin_ns, &since)) return;
 }
 
+/* "gdr-tcp-tx/N" / "gdr-tcp-rx/N": what top -H and /proc/PID/task/TID/comm show (15 characters at most) */
+static void name_thread(const struct tcp_thread *th, const char *dir) {
+  char name[16];
+  snprintf(name, sizeof(name), "gdr-tcp-%s/%d", dir, th->idx % 100);
+  (void)pthread_setname_np(pthread_self(), name); /* a name is a convenience: no failure to report */
+}
+
 void *gdr_tcp_send_thread(void *arg) {
   struct tcp_thread *th = arg;
   struct tcp_comm *c = th->comm;
   unsigned rot = 0;
+  name_thread(th, "tx");
   for (;;) {
     struct tcp_task t;
     if (c->spin_ns) spin_for_task(th, c->spin_ns);
@@ -750,6 +758,7 @@ void *gdr_tcp_recv_thread(void *arg) {
   struct tcp_thread *th = arg;
   struct tcp_comm *c = th->comm;
   unsigned rot = 0;
+  name_thread(th, "rx");
   for (;;) {
     struct tcp_chunk_hdr h;
     struct tcp_req *r;
