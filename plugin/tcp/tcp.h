@@ -35,9 +35,7 @@
  * 32-slot ring per comm indexed by seq.
  *
  * System calls: the receiver reads the control stream in test() of an unfinished receive and stops after a short
- * read (the socket is drained) or once a payload read straight into the posted buffer is complete; once a chunk
- * header has told the receive's size (its data comes on the data streams) only every TCP_RECV_POLL_CALLS calls,
- * or at once when a data stream saw its peer close. The sender
+ * read (the socket is drained) or once a payload read straight into the posted buffer is complete. The sender
  * reads it only when it needs something (a CTS, credits at or below C/4) and at least every TCP_SEND_POLL_CALLS
  * isend/test calls (to see an ERR_RECV or the peer's close when it has no CTS to wait for).
  *
@@ -128,8 +126,6 @@ int gdr_tcp_proto_peer(const void *tp_data, unsigned *version, uint32_t *feature
 /* A listener's address count from its handle's tp_data (1 for an older plugin). */
 int gdr_tcp_proto_ndevs(const void *tp_data);
 #define TCP_SEND_POLL_CALLS 32 /* a sender reads the control stream at least once per this many isend/test calls */
-#define TCP_RECV_POLL_CALLS 32 /* a receiver whose pending receive's chunks are arriving reads the control stream once
-                                * per this many test() calls */
 
 /* Control messages. r->s: receiver to sender; s->r: sender to receiver. */
 enum {
@@ -299,7 +295,7 @@ struct tcp_comm {
   uint64_t rts_sent;   /* sender: seq + 1 of the message an RTS was sent for */
   uint64_t rts_seq;    /* receiver: seq + 1 of a pending RTS for a receive not posted yet, and its size */
   uint64_t rts_size;
-  unsigned idle_calls; /* isend/test calls since the control stream was last read (receiver: of a chunked receive) */
+  unsigned idle_calls; /* sender: isend/test calls since the control stream was last read */
   struct tcp_bounce *bounce; /* receiver: ring of ncredits slots, in seq order */
   unsigned b_head, b_tail;
   /* counters for tests and traces */

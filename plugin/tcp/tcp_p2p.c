@@ -806,8 +806,6 @@ void *gdr_tcp_recv_thread(void *arg) {
                         (unsigned long long)h.total);
       break;
     }
-    /* the size is known from the first header on (test() then stops reading the control stream for it) */
-    atomic_store_explicit(&r->total, (size_t)h.total, memory_order_relaxed);
     err = recv_exact(fd, r->data + h.off, h.len, &got, c->spin_ns, c->rcvlowat);
     if (err != 0) {
       if (thread_stopping(th)) break;
@@ -1106,17 +1104,9 @@ ncclResult_t gdr_tcp_test(void *request, int *done, size_t *sizes) {
     if (sizes) sizes[0] = bytes;
     r->state = TCP_REQ_FREE;
   } else {
-    struct tcp_req *q0 = recv_pending(c, r, &err);
-    if (q0 != NULL) {
+    if (recv_pending(c, r, &err) != NULL) {
       if (c->tx_head != c->tx_tail) GDR_CHECK(tx_flush(c));
-      /* Once a chunk header has named its size, the data of q0 flows on the data streams and the control stream
-       * has nothing for it: read that only every TCP_RECV_POLL_CALLS calls (the peer's close, errors, messages for
-       * later receives), not once per call of NCCL's spinning proxy thread. */
-      if (atomic_load_explicit(&q0->total, memory_order_relaxed) == SIZE_MAX || ++c->idle_calls >= TCP_RECV_POLL_CALLS ||
-          atomic_load_explicit(&c->streams_eof, memory_order_relaxed) > 0) {
-        c->idle_calls = 0;
-        GDR_CHECK(rx_progress(c));
-      }
+      GDR_CHECK(rx_progress(c));
       /* The streams' EOF count first, then the bytes: a helper adds its last chunk to done before it reads the EOF
        * that follows it, so every byte that arrived before the EOFs counted here is visible below (reading them in
        * the other order could see the chunk missing and then the EOF, and fail a message that is complete). done
