@@ -253,7 +253,6 @@ struct tcp_comm {
   char peer_str[GDR_ADDR_STRLEN];
   size_t inline_max, min_chunk, max_chunk;
   uint64_t spin_ns; /* helper threads: poll this long after their last progress before blocking (0: block) */
-  size_t rcvlowat;  /* receive helpers: SO_RCVLOWAT for blocking chunk reads of at least this size (0: never) */
 
   /* progress-thread state */
   uint64_t next_seq;

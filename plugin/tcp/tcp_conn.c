@@ -180,7 +180,6 @@ static ncclResult_t comm_create(int is_send, int dev, int ctrl_fd, const int *fd
   c->min_chunk = (size_t)gdr_param_int(GDR_PARAM_TCP_MIN_CHUNK);
   c->max_chunk = (size_t)gdr_param_int(GDR_PARAM_TCP_MAX_CHUNK);
   c->spin_ns = gdr_tcp_resolve_spin_ns();
-  c->rcvlowat = (size_t)gdr_param_int(GDR_PARAM_TCP_RCVLOWAT);
   for (int i = 0; i < TCP_NREQ; i++) {
     c->req[i].comm = c;
     atomic_init(&c->req[i].armed, 0);

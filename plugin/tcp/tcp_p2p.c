@@ -1,7 +1,6 @@
 /* TCP transport data path: the control stream protocol (progress thread), the helper threads (data streams),
  * registration, isend/irecv/test. Design in tcp.h. */
 #include <errno.h>
-#include <limits.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -733,43 +732,26 @@ void *gdr_tcp_send_thread(void *arg) {
   return NULL;
 }
 
-/* SO_RCVLOWAT of a blocking data stream: the reader wakes once `v` bytes are queued instead of at every segment
- * (loopback delivers 64 KiB at a time). A hint: if the kernel refuses it the reader just wakes more often. */
-static int set_lowat(int fd, size_t v) {
-  int x = v > (size_t)INT_MAX ? INT_MAX : (int)v;
-  return setsockopt(fd, SOL_SOCKET, SO_RCVLOWAT, &x, sizeof(x)) == 0;
-}
-
 /* Exact receive on a blocking socket; with spin_ns, non-blocking reads polled for up to spin_ns since the last byte
- * came, then a blocking one for the rest. lowat_min > 0: a blocking read of at least that many bytes first sets
- * SO_RCVLOWAT to them (never more than this read's bytes, which are sure to come: a larger mark would leave the
- * reader asleep), and back to 1 after. 0 ok; else the errno, or -1 for EOF (*got says after how many bytes). */
-static int recv_exact(int fd, void *buf, size_t len, size_t *got, uint64_t spin_ns, size_t lowat_min) {
+ * came, then a blocking one for the rest. 0 ok; else the errno, or -1 for EOF (*got says after how many bytes). */
+static int recv_exact(int fd, void *buf, size_t len, size_t *got, uint64_t spin_ns) {
   uint64_t since = 0;
-  int lowat = 0, err = 0;
   *got = 0;
   while (*got < len) {
-    ssize_t n;
-    if (!spin_ns && lowat_min && !lowat && len - *got >= lowat_min) lowat = set_lowat(fd, len - *got);
-    n = recv(fd, (char *)buf + *got, len - *got, spin_ns ? MSG_DONTWAIT : MSG_WAITALL);
-    if (n == 0) {
-      err = -1;
-      break;
-    }
+    ssize_t n = recv(fd, (char *)buf + *got, len - *got, spin_ns ? MSG_DONTWAIT : MSG_WAITALL);
+    if (n == 0) return -1;
     if (n < 0) {
       if (errno == EINTR) continue;
       if (spin_ns && (errno == EAGAIN || errno == EWOULDBLOCK)) {
         if (!spin_more(spin_ns, &since)) spin_ns = 0;
         continue;
       }
-      err = errno;
-      break;
+      return errno;
     }
     *got += (size_t)n;
     since = 0;
   }
-  if (lowat) (void)set_lowat(fd, 1);
-  return err;
+  return 0;
 }
 
 void *gdr_tcp_recv_thread(void *arg) {
@@ -784,7 +766,7 @@ void *gdr_tcp_recv_thread(void *arg) {
     int fd = th->fds[rot % (unsigned)th->nfds];
     int err;
     rot++;
-    err = recv_exact(fd, &h, sizeof(h), &got, c->spin_ns, 0);
+    err = recv_exact(fd, &h, sizeof(h), &got, c->spin_ns);
     if (err != 0) {
       if (thread_stopping(th)) break;
       if (err == -1 && got == 0) {
@@ -806,7 +788,7 @@ void *gdr_tcp_recv_thread(void *arg) {
                         (unsigned long long)h.total);
       break;
     }
-    err = recv_exact(fd, r->data + h.off, h.len, &got, c->spin_ns, c->rcvlowat);
+    err = recv_exact(fd, r->data + h.off, h.len, &got, c->spin_ns);
     if (err != 0) {
       if (thread_stopping(th)) break;
       gdr_tcp_comm_fail(c, ncclRemoteError, "receiving message %llu on data stream %d: %s",
