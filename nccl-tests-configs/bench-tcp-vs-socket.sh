@@ -368,10 +368,16 @@ for kind in ("variant", "nccl"):
                         name, c, sz >> 20, fmt(stat(vs, sz, "busbw")), fmt(stat(base_s, sz, "busbw")),
                         fmt(stat(vg, sz, "busbw")), fmt(stat(base_g, sz, "busbw")),
                         ratio(stat(vg, sz, "busbw"), stat(vs, sz, "busbw"))))
+                k = 512 * 1024
+                print("%-12s %-15s  512K time  Socket %s us (default %s)  GDR %s us (default %s)" % (
+                    name, c, fmt(stat(vs, k, "time")), fmt(stat(base_s, k, "time")), fmt(stat(vg, k, "time")),
+                    fmt(stat(base_g, k, "time"))))
 kv = {}
 for tp in ("socket", "gdr"):
-    p = os.path.join(out, "kv", tp + ".log.rank0.json")
-    if os.path.exists(p):
+    # the JSON comes from global rank 0, which the c10d rendezvous may give to either node (node n's file is .rankN)
+    js = sorted(glob.glob(os.path.join(out, "kv", tp + ".log.rank[01].json")))
+    p = js[0] if js else ""
+    if p:
         with open(p) as f:
             kv[tp] = json.load(f)
     elif os.path.exists(os.path.join(out, "kv", tp + ".log")):

@@ -71,7 +71,7 @@ if any(x.endswith("ddp_step.py") for x in a):  # ddp_step.py's last lines, 4x fa
     print("ddp_step: parameters identical on all ranks: yes")
     sys.exit(0)
 out = a[a.index("--json") + 1]
-if rank == 0:
+if rank == int(os.environ.get("FAKE_KV_RANK0_NODE", "0")):  # the node that got global rank 0 writes the JSON
     json.dump({"results": [{"phase": "block", "count": 200, "bytes": 4194304, "p50_us": 4194304 / bw / 1e3,
                             "p99_us": 2 * 4194304 / bw / 1e3, "mean_us": 4194304 / bw / 1e3, "gbps": bw}],
                "checked": 200, "wrong": 0}, open(out, "w"))
@@ -153,6 +153,13 @@ class Stubbed(unittest.TestCase):
         self.assertEqual(len(calls), 8 + 2 + 2 + 2, calls)  # main, latency, 2 variant runs, 2 NCCL variant runs
         self.assertIn("# ddp_step.py (DDP training step, 2 ranks), Socket vs GDR", p.stdout)
         self.assertRegex(p.stdout, r"ratio +4\.00x faster per step")
+
+    def test_kv_rank0_on_the_second_node(self):
+        # torchrun's c10d rendezvous gave global rank 0 to node_rank 1: its JSON is .rank1.json
+        p = self.run_script("--reps", "1", "--collectives", "sendrecv", env={"FAKE_KV_RANK0_NODE": "1"})
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        self.assertRegex(p.stdout, r"GDR\s+block\s+200 x\s+4194304 B.*9\.00 GB/s\s+ok")
+        self.assertNotIn("no result", p.stdout)
 
     def test_wrong_is_an_error(self):
         p = self.run_script("--reps", "1", "--no-kv", env={"FAKE_WRONG": "3"})
