@@ -86,7 +86,7 @@ uint64_t gdr_tcp_resolve_spin_ns(void);
  * helpers poll at all, else 0), in ns. */
 uint64_t gdr_tcp_resolve_spin_max_ns(void);
 #define TCP_SPIN_MAX_AUTO_US 1000
-#define TCP_SPIN_AUTO_US 50
+#define TCP_SPIN_AUTO_US 200
 #define TCP_SPIN_AUTO_CORES 8
 
 /* ------------------------------------------------------------------------------------------- internals -- */
