@@ -31,8 +31,10 @@
  *     s % nthreads == t and uses them in the same rotation, so blocking I/O on both ends pairs up.
  * Sends complete when their bytes are in the kernel; receives when every byte has landed (atomic counters the
  * helpers bump, test() reads). Helper threads block in the kernel, or with GDRNET_TCP_SPIN_US first poll
- * (non-blocking reads and writes, their task queue) for that long after their last progress. Requests live in a
- * 32-slot ring per comm indexed by seq.
+ * (non-blocking reads and writes, their task queue) for that long after their last progress, and for up to
+ * GDRNET_TCP_SPIN_MAX_US while their connection expects traffic (receiver: a receive whose CTS went out is not
+ * complete; sender: a CTS is not used yet; counts kept by the progress thread, read by the helpers as a hint).
+ * Requests live in a 32-slot ring per comm indexed by seq.
  *
  * System calls: the receiver reads the control stream in test() of an unfinished receive and stops after a short
  * read (the socket is drained) or once a payload read straight into the posted buffer is complete. The sender
