@@ -20,9 +20,12 @@ NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET; transports alternated Socket, GDR, S
   1. main      --collectives x {Socket, GDR} x --reps:  -b 8 -e 128M -f 4 -n 20 -w 5 -c 1 (defaults of both)
   2. latency   all_reduce 8 B, -n 1000 -w 100, {Socket, GDR} x --reps
   3. kv        pytorch/kv_transfer.py through Socket and GDR (two torchrun --nnodes=2 node ranks on GPU 0)
-  4. variants  each --variant (plugin knobs, GDR only) x --variant-collectives x --reps
-  5. nccl      each --nccl-variant (NCCL settings, on Socket AND GDR) x --variant-collectives x --reps
-Parts 3-5 are skipped (and say so) once the elapsed time leaves less than their estimate within --budget.
+  4. ddp       (with --ddp) pytorch/ddp_step.py through Socket and GDR, the same way
+  5. variants  each --variant (plugin knobs, GDR only) x its collectives x --reps
+  6. nccl      each --nccl-variant (NCCL settings, on Socket AND GDR) x its collectives x --reps
+Parts 3-6 are skipped (and say so) once the elapsed time leaves less than their estimate within --budget.
+A variant's collectives: NAME@coll+coll:K=V (e.g. p2p@sendrecv:NCCL_P2P_NET_CHUNKSIZE=524288), else
+--variant-collectives.
 
 Options:
   --plugin SO              the plugin (default: \$NET_GDR_BUILD_DIR/lib/libnccl-net-gdr.so, else
@@ -30,12 +33,13 @@ Options:
   --nccl-lib DIR           put DIR first in LD_LIBRARY_PATH (e.g. the nvidia-nccl-cu13 wheel's lib directory)
   --reps N                 repetitions of every case (default 2)
   --collectives LIST       default all_reduce,all_gather,reduce_scatter,sendrecv
-  --variant NAME:K=V[,K=V] a plugin variant (repeatable, at most 3), e.g. spin0:GDRNET_TCP_SPIN_US=0
-  --nccl-variant NAME:K=V[,K=V]  NCCL settings measured on both transports (repeatable, at most 2)
-  --variant-collectives L  collectives of parts 3-4 (default all_reduce,sendrecv)
+  --variant NAME[@C+C]:K=V[,K=V]  a plugin variant (repeatable, at most 4), e.g. spin0:GDRNET_TCP_SPIN_US=0
+  --nccl-variant NAME[@C+C]:K=V[,K=V]  NCCL settings measured on both transports (repeatable, at most 3)
+  --variant-collectives L  collectives of parts 5-6 for variants that name none (default all_reduce,sendrecv)
   --iters N --warmup N     nccl-tests -n / -w of parts 1, 3, 4 (default 20 / 5)
   --kv-args "ARGS"         extra kv_transfer.py arguments (default: none; its defaults are 200 blocks of 4 MiB)
   --no-kv                  skip part 3
+  --ddp                    run part 4 (ddp_step.py --steps 20 on both transports)
   --budget SEC             wall-time budget in seconds (default 470)
   --run-timeout SEC        kill one run after SEC seconds (default 150)
   --mpirun CMD             default: "mpirun --allow-run-as-root"
@@ -61,6 +65,7 @@ NVARIANTS=()
 ITERS=20
 WARMUP=5
 KV=1
+DDP=0
 KV_ARGS=""
 BUDGET=470
 RUN_TIMEOUT=150
@@ -82,6 +87,7 @@ while [ $# -gt 0 ]; do
     --warmup) need "$@"; WARMUP="$2"; shift 2 ;;
     --kv-args) need "$@"; KV_ARGS="$2"; shift 2 ;;
     --no-kv) KV=0; shift ;;
+    --ddp) DDP=1; shift ;;
     --budget) need "$@"; BUDGET="$2"; shift 2 ;;
     --run-timeout) need "$@"; RUN_TIMEOUT="$2"; shift 2 ;;
     --mpirun) need "$@"; MPIRUN="$2"; shift 2 ;;
@@ -99,11 +105,17 @@ OUT="${POS[1]}"
 [[ "$REPS" =~ ^[1-9][0-9]*$ ]] || die "--reps must be a positive integer"
 [[ "$ITERS" =~ ^[1-9][0-9]*$ && "$WARMUP" =~ ^[0-9]+$ ]] || die "--iters/--warmup must be integers"
 [[ "$BUDGET" =~ ^[0-9]+$ && "$RUN_TIMEOUT" =~ ^[0-9]+$ ]] || die "--budget/--run-timeout must be integers"
-[ ${#VARIANTS[@]} -le 3 ] || die "at most 3 --variant (the device time is short)"
-[ ${#NVARIANTS[@]} -le 2 ] || die "at most 2 --nccl-variant"
+[ ${#VARIANTS[@]} -le 4 ] || die "at most 4 --variant (the device time is short)"
+[ ${#NVARIANTS[@]} -le 3 ] || die "at most 3 --nccl-variant"
 for v in "${VARIANTS[@]}" "${NVARIANTS[@]}"; do
-  [[ "$v" =~ ^[A-Za-z0-9_-]+:[A-Z][A-Z0-9_]*=[^,]*(,[A-Z][A-Z0-9_]*=[^,]*)*$ ]] || die "bad variant '$v' (NAME:K=V[,K=V])"
+  [[ "$v" =~ ^[A-Za-z0-9_-]+(@[a-z_]+(\+[a-z_]+)*)?:[A-Z][A-Z0-9_]*=[^,]*(,[A-Z][A-Z0-9_]*=[^,]*)*$ ]] ||
+    die "bad variant '$v' (NAME[@C+C]:K=V[,K=V])"
 done
+vname() { local n="${1%%:*}"; echo "${n%%@*}"; }  # a variant's name
+vcolls() {  # a variant's collectives, one per line
+  local n="${1%%:*}"
+  if [[ "$n" == *@* ]]; then tr '+' '\n' <<<"${n#*@}"; else printf '%s\n' "${VCOLL_LIST[@]}"; fi
+}
 if [ -z "$PLUGIN" ]; then
   if [ -n "${NET_GDR_BUILD_DIR:-}" ]; then PLUGIN="$NET_GDR_BUILD_DIR/lib/libnccl-net-gdr.so"
   else PLUGIN="$HERE/../build/lib/libnccl-net-gdr.so"; fi
@@ -119,6 +131,8 @@ fi
 IFS=',' read -r -a COLLS <<<"$COLLECTIVES"
 IFS=',' read -r -a VCOLL_LIST <<<"$VCOLLS"
 for c in "${COLLS[@]}" "${VCOLL_LIST[@]}"; do [[ "$c" =~ ^[a-z_]+$ ]] || die "bad collective '$c'"; done
+ALL_VCOLLS=("${VCOLL_LIST[@]}")
+for v in "${VARIANTS[@]}" "${NVARIANTS[@]}"; do while read -r c; do ALL_VCOLLS+=("$c"); done < <(vcolls "$v"); done
 
 bin_for() {  # nccl-tests binary of a collective: NAME_perf_mpi, else NAME_perf
   if [ -x "$NT_DIR/$1_perf_mpi" ] || [ "$DRY" -eq 1 ]; then echo "$NT_DIR/$1_perf_mpi"
@@ -126,7 +140,7 @@ bin_for() {  # nccl-tests binary of a collective: NAME_perf_mpi, else NAME_perf
   else return 1; fi
 }
 if [ "$DRY" -eq 0 ]; then
-  for c in "${COLLS[@]}" "${VCOLL_LIST[@]}"; do bin_for "$c" >/dev/null || die "no $c binary in $NT_DIR"; done
+  for c in "${COLLS[@]}" "${ALL_VCOLLS[@]}"; do bin_for "$c" >/dev/null || die "no $c binary in $NT_DIR"; done
 fi
 
 LDP="${NCCL_LIB:+$NCCL_LIB${LD_LIBRARY_PATH:+:}}${LD_LIBRARY_PATH:-}"
@@ -196,8 +210,10 @@ for r in $(seq 1 "$REPS"); do
   for tp in socket gdr; do run_nt "$OUT/latency/$tp/r$r/all_reduce.log" "$tp" all_reduce "" -b 8 -e 8 -n 1000 -w 100; done
 done
 # 3. KV-cache transfer (before the variants: it is part of the comparison, they are extras)
-run_kv() {  # run_kv TRANSPORT LOG
-  local tp="$1" log="$2" envs=() tr pids=() rc=0 port
+run_kv() {  # run_kv TRANSPORT LOG [SCRIPT ARGS...]: kv_transfer.py (or SCRIPT) on two torchrun node ranks
+  local tp="$1" log="$2" envs=() tr pids=() rc=0 port script="kv_transfer.py"
+  shift 2
+  [ $# -gt 0 ] && { script="$1"; shift; }
   envs=("${COMMON[@]}")
   if [ "$tp" = socket ]; then envs+=("${SOCKET_ENV[@]}"); else envs+=("${GDR_ENV[@]}"); fi
   if [ -n "$TORCHRUN" ]; then read -r -a tr <<<"$TORCHRUN"
@@ -205,22 +221,26 @@ run_kv() {  # run_kv TRANSPORT LOG
   else tr=(python3 -m torch.distributed.run); fi
   port=$(( 29500 + RANDOM % 1000 ))
   local kvargs=(); [ -n "$KV_ARGS" ] && read -r -a kvargs <<<"$KV_ARGS"
+  [ "$script" = kv_transfer.py ] || kvargs=("$@")
+  local dev=() json=()
+  [ "$script" = kv_transfer.py ] && dev=(--device 0)  # ddp_step.py takes LOCAL_RANK's device: 0 on each node
   NRUNS=$((NRUNS + 1))
   if [ "$DRY" -eq 1 ]; then
     for n in 0 1; do
       printf 'env NCCL_HOSTID=host%s ' "$([ $n -eq 0 ] && echo A || echo B)"; printf '%q ' "${envs[@]}" "${tr[@]}" \
         --nnodes=2 --node_rank=$n --nproc_per_node=1 --rdzv-backend=c10d --rdzv-endpoint=127.0.0.1:$port \
-        "$HERE/pytorch/kv_transfer.py" --device 0 "${kvargs[@]}"; echo " &"
+        "$HERE/pytorch/$script" "${dev[@]}" "${kvargs[@]}"; echo " &"
     done
     return 0
   fi
   mkdir -p "$(dirname "$log")"
-  echo "# kv_transfer transport=$tp date=$(date -u +%FT%TZ)" >"$log"
+  echo "# ${script%.py} transport=$tp date=$(date -u +%FT%TZ)" >"$log"
   for n in 0 1; do
     local h=A; [ $n -eq 1 ] && h=B
+    [ "$script" = kv_transfer.py ] && json=(--json "$log.rank$n.json")
     timeout "$RUN_TIMEOUT" env NCCL_HOSTID=host$h "${envs[@]}" "${tr[@]}" --nnodes=2 --node_rank=$n --nproc_per_node=1 \
-      --rdzv-backend=c10d --rdzv-endpoint=127.0.0.1:$port "$HERE/pytorch/kv_transfer.py" --device 0 \
-      --json "$log.rank$n.json" "${kvargs[@]}" >"$log.node$n" 2>&1 &
+      --rdzv-backend=c10d --rdzv-endpoint=127.0.0.1:$port "$HERE/pytorch/$script" "${dev[@]}" "${json[@]}" \
+      "${kvargs[@]}" >"$log.node$n" 2>&1 &
     pids+=($!)
   done
   for p in "${pids[@]}"; do wait "$p" || rc=$?; done
@@ -234,20 +254,28 @@ if [ "$KV" -eq 1 ]; then
     run_kv "$tp" "$OUT/kv/$tp.log"
   done
 fi
-# 4. plugin variants
-EST=$(( ${#VCOLL_LIST[@]} * 10 ))
+# 4. DDP training steps (with --ddp)
+if [ "$DDP" -eq 1 ]; then
+  for tp in socket gdr; do
+    if ! fits 40; then echo "# skipped ddp_step $tp: time budget"; continue; fi
+    run_kv "$tp" "$OUT/ddp/$tp.log" ddp_step.py --steps 20
+  done
+fi
+# 5. plugin variants
 for r in $(seq 1 "$REPS"); do
   for v in "${VARIANTS[@]}"; do
-    if ! fits "$EST"; then echo "# skipped variant $v rep $r: time budget"; continue; fi
-    for c in "${VCOLL_LIST[@]}"; do run_nt "$OUT/variant/${v%%:*}/r$r/$c.log" gdr "$c" "${v#*:}" "${SIZES[@]}"; done
+    mapfile -t vc < <(vcolls "$v")
+    if ! fits $(( ${#vc[@]} * 10 )); then echo "# skipped variant $v rep $r: time budget"; continue; fi
+    for c in "${vc[@]}"; do run_nt "$OUT/variant/$(vname "$v")/r$r/$c.log" gdr "$c" "${v#*:}" "${SIZES[@]}"; done
   done
 done
-# 5. NCCL settings on both transports
+# 6. NCCL settings on both transports
 for r in $(seq 1 "$REPS"); do
   for v in "${NVARIANTS[@]}"; do
-    if ! fits $(( EST * 2 )); then echo "# skipped NCCL variant $v rep $r: time budget"; continue; fi
-    for c in "${VCOLL_LIST[@]}"; do
-      for tp in socket gdr; do run_nt "$OUT/nccl/${v%%:*}/$tp/r$r/$c.log" "$tp" "$c" "${v#*:}" "${SIZES[@]}"; done
+    mapfile -t vc < <(vcolls "$v")
+    if ! fits $(( ${#vc[@]} * 20 )); then echo "# skipped NCCL variant $v rep $r: time budget"; continue; fi
+    for c in "${vc[@]}"; do
+      for tp in socket gdr; do run_nt "$OUT/nccl/$(vname "$v")/$tp/r$r/$c.log" "$tp" "$c" "${v#*:}" "${SIZES[@]}"; done
     done
   done
 done
@@ -340,10 +368,16 @@ for kind in ("variant", "nccl"):
                         name, c, sz >> 20, fmt(stat(vs, sz, "busbw")), fmt(stat(base_s, sz, "busbw")),
                         fmt(stat(vg, sz, "busbw")), fmt(stat(base_g, sz, "busbw")),
                         ratio(stat(vg, sz, "busbw"), stat(vs, sz, "busbw"))))
+                k = 512 * 1024
+                print("%-12s %-15s  512K time  Socket %s us (default %s)  GDR %s us (default %s)" % (
+                    name, c, fmt(stat(vs, k, "time")), fmt(stat(base_s, k, "time")), fmt(stat(vg, k, "time")),
+                    fmt(stat(base_g, k, "time"))))
 kv = {}
 for tp in ("socket", "gdr"):
-    p = os.path.join(out, "kv", tp + ".log.rank0.json")
-    if os.path.exists(p):
+    # the JSON comes from global rank 0, which the c10d rendezvous may give to either node (node n's file is .rankN)
+    js = sorted(glob.glob(os.path.join(out, "kv", tp + ".log.rank[01].json")))
+    p = js[0] if js else ""
+    if p:
         with open(p) as f:
             kv[tp] = json.load(f)
     elif os.path.exists(os.path.join(out, "kv", tp + ".log")):
@@ -358,6 +392,27 @@ if kv:
             print("%-7s %-8s %5d x %9d B  p50 %9.1f us  p99 %9.1f us  %7.2f GB/s  %s" % (
                 "Socket" if tp == "socket" else "GDR", r["phase"], r["count"], r["bytes"], r["p50_us"], r["p99_us"],
                 r["gbps"], "ok" if not d.get("wrong") else "WRONG"))
+ddp = {}
+for tp in ("socket", "gdr"):
+    p = os.path.join(out, "ddp", tp + ".log")
+    if not os.path.exists(p):
+        continue
+    with open(p, errors="replace") as f:
+        t = f.read()
+    m = re.search(r"mean step time ([\d.]+) ms over (\d+) steps.*?([\d.]+) GB/s", t)
+    same = re.search(r"parameters identical on all ranks: (\S+)", t)
+    if not m or not same or same.group(1) != "yes":
+        bad.append("ddp/%s.log: %s" % (tp, "parameters differ" if same else "no result"))
+    if m:
+        ddp[tp] = (float(m.group(1)), int(m.group(2)), float(m.group(3)))
+if ddp:
+    print()
+    print("# ddp_step.py (DDP training step, 2 ranks), Socket vs GDR")
+    for tp, (ms, n, gbps) in ddp.items():
+        print("%-7s mean step %8.2f ms over %d steps, %6.2f GB/s of gradients" % (
+            "Socket" if tp == "socket" else "GDR", ms, n, gbps))
+    if len(ddp) == 2:
+        print("%-7s %.2fx faster per step" % ("ratio", ddp["socket"][0] / ddp["gdr"][0]))
 print()
 if failed:
     bad.append("%d run(s) exited non-zero (see '# exit status' in their logs)" % failed)

@@ -31,8 +31,10 @@
  *     s % nthreads == t and uses them in the same rotation, so blocking I/O on both ends pairs up.
  * Sends complete when their bytes are in the kernel; receives when every byte has landed (atomic counters the
  * helpers bump, test() reads). Helper threads block in the kernel, or with GDRNET_TCP_SPIN_US first poll
- * (non-blocking reads and writes, their task queue) for that long after their last progress. Requests live in a
- * 32-slot ring per comm indexed by seq.
+ * (non-blocking reads and writes, their task queue) for that long after their last progress, and for up to
+ * GDRNET_TCP_SPIN_MAX_US while their connection expects traffic (receiver: a receive whose CTS went out is not
+ * complete; sender: a CTS is not used yet; counts kept by the progress thread, read by the helpers as a hint).
+ * Requests live in a 32-slot ring per comm indexed by seq.
  *
  * System calls: the receiver reads the control stream in test() of an unfinished receive and stops after a short
  * read (the socket is drained) or once a payload read straight into the posted buffer is complete. The sender
@@ -82,7 +84,11 @@ void gdr_tcp_streams_for(const struct gdr_conn_opts *opts, int *nsocks, int *nth
 /* How long (ns) a helper thread polls after its last progress before it sleeps in the kernel: GDRNET_TCP_SPIN_US,
  * auto = TCP_SPIN_AUTO_US on hosts with at least TCP_SPIN_AUTO_CORES online cores, else 0 (always block). */
 uint64_t gdr_tcp_resolve_spin_ns(void);
-#define TCP_SPIN_AUTO_US 50
+/* The longer polling window while traffic is expected (GDRNET_TCP_SPIN_MAX_US; auto: TCP_SPIN_MAX_AUTO_US where
+ * helpers poll at all, else 0), in ns. */
+uint64_t gdr_tcp_resolve_spin_max_ns(void);
+#define TCP_SPIN_MAX_AUTO_US 1000
+#define TCP_SPIN_AUTO_US 200
 #define TCP_SPIN_AUTO_CORES 8
 
 /* ------------------------------------------------------------------------------------------- internals -- */
@@ -184,6 +190,7 @@ struct tcp_req {
   _Atomic size_t total;     /* recv: the sent size once known (SIZE_MAX before) */
   ncclResult_t err;         /* failure of this request alone (size mismatch) */
   int cts;                  /* recv: its CTS was sent (progress thread only) */
+  int expect;               /* recv, first buffer: counted in the comm's rx_expect (progress thread only) */
   uint64_t wseq;            /* send: the message number its INLINE header and chunks carry (a group's buffer) */
   /* grouped receive: sub-requests in consecutive slots, one per buffer; the first one is NCCL's request */
   int gn;                   /* recv, first sub-request: buffers in the group (1: a plain receive) */
@@ -253,6 +260,7 @@ struct tcp_comm {
   char peer_str[GDR_ADDR_STRLEN];
   size_t inline_max, min_chunk, max_chunk;
   uint64_t spin_ns; /* helper threads: poll this long after their last progress before blocking (0: block) */
+  uint64_t spin_max_ns; /* ... and up to this long while traffic is expected (rx_expect/tx_expect > 0) */
 
   /* progress-thread state */
   uint64_t next_seq;
@@ -303,6 +311,10 @@ struct tcp_comm {
   /* shared with the helper threads */
   _Atomic int streams_eof; /* data streams that saw a clean EOF */
   _Atomic int failed;      /* fail_res is set */
+  _Atomic int stopping;    /* the helpers are being stopped (close) */
+  _Atomic int rx_expect;   /* receiver: receives whose CTS went out and that are not complete (written by the
+                            * progress thread; helpers read it as a hint to keep polling) */
+  _Atomic int tx_expect;   /* sender: clear-to-sends received for messages not sent yet (likewise) */
   pthread_mutex_t fail_mu;
   int fail_mu_ok; /* fail_mu initialised */
   int nsync;      /* threads[] whose mu/cv are initialised */

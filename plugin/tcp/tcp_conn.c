@@ -180,6 +180,10 @@ static ncclResult_t comm_create(int is_send, int dev, int ctrl_fd, const int *fd
   c->min_chunk = (size_t)gdr_param_int(GDR_PARAM_TCP_MIN_CHUNK);
   c->max_chunk = (size_t)gdr_param_int(GDR_PARAM_TCP_MAX_CHUNK);
   c->spin_ns = gdr_tcp_resolve_spin_ns();
+  c->spin_max_ns = gdr_tcp_resolve_spin_max_ns();
+  atomic_init(&c->stopping, 0);
+  atomic_init(&c->rx_expect, 0);
+  atomic_init(&c->tx_expect, 0);
   for (int i = 0; i < TCP_NREQ; i++) {
     c->req[i].comm = c;
     atomic_init(&c->req[i].armed, 0);
@@ -235,6 +239,7 @@ out:
 }
 
 static void comm_stop_threads(struct tcp_comm *c) {
+  atomic_store(&c->stopping, 1); /* polling helpers stop expecting traffic */
   for (int t = 0; t < c->nthreads; t++) {
     struct tcp_thread *th = &c->threads[t];
     pthread_mutex_lock(&th->mu);

@@ -96,6 +96,12 @@ uint64_t gdr_tcp_resolve_spin_ns(void) {
   return us > 0 ? (uint64_t)us * 1000u : 0;
 }
 
+uint64_t gdr_tcp_resolve_spin_max_ns(void) {
+  int64_t us = gdr_param_int(GDR_PARAM_TCP_SPIN_MAX_US);
+  if (us == GDR_PARAM_AUTO) us = gdr_tcp_resolve_spin_ns() > 0 ? TCP_SPIN_MAX_AUTO_US : 0;
+  return us > 0 ? (uint64_t)us * 1000u : 0;
+}
+
 /* Reads a small sysfs file into buf (trailing newline removed); -1 if absent. */
 static int read_sysfs(const char *ifname, const char *file, char *buf, size_t len) {
   char path[256];
@@ -176,9 +182,10 @@ static ncclResult_t tcp_init(int *ndev, char *why, size_t whylen) {
   if (off < whylen)
     snprintf(why + off, whylen - off,
              "; %d data stream(s) and %d helper thread(s) per connection, inline <= %lld B, helpers poll %llu us "
-             "before sleeping",
+             "before sleeping (up to %llu us while traffic is expected)",
              ns, nt, (long long)gdr_param_int(GDR_PARAM_TCP_INLINE),
-             (unsigned long long)(gdr_tcp_resolve_spin_ns() / 1000u));
+             (unsigned long long)(gdr_tcp_resolve_spin_ns() / 1000u),
+             (unsigned long long)(gdr_tcp_resolve_spin_max_ns() / 1000u));
 out:
   return res;
 }

@@ -310,6 +310,14 @@ out:
   return res;
 }
 
+/* Receiver: the receive whose first buffer is h sent its clear-to-send, so its data is on the way (the helpers'
+ * polling hint, until test() completes it). */
+static void expect_data(struct tcp_comm *c, struct tcp_req *h) {
+  if (h->expect) return;
+  h->expect = 1;
+  atomic_fetch_add_explicit(&c->rx_expect, 1, memory_order_relaxed);
+}
+
 /* Receiver: announces a grouped receive's buffers (sizes and tags) so that the sender can place each send. */
 static ncclResult_t send_cts_group(struct tcp_comm *c, struct tcp_req *h) {
   struct tcp_group_ent ent[TCP_MAX_RECVS];
@@ -321,6 +329,7 @@ static ncclResult_t send_cts_group(struct tcp_comm *c, struct tcp_req *h) {
     q->cts = 1;
   }
   c->n_cts++;
+  expect_data(c, h);
   return tx_send_copy(c, TCP_MSG_CTS_GROUP, (uint32_t)h->gn, h->gbase, ent, (size_t)h->gn * sizeof(ent[0]));
 }
 
@@ -362,6 +371,7 @@ static ncclResult_t protocol_error(struct tcp_comm *c, const struct tcp_ctrl_hdr
 static ncclResult_t rx_message_send(struct tcp_comm *c, const struct tcp_ctrl_hdr *h, const char *payload) {
   switch (h->type) {
   case TCP_MSG_CTS:
+    if (h->seq >= c->next_seq) atomic_fetch_add_explicit(&c->tx_expect, 1, memory_order_relaxed);
     c->cts[h->seq % TCP_NREQ].seq = h->seq + 1;
     c->cts[h->seq % TCP_NREQ].size = h->size;
     c->cts[h->seq % TCP_NREQ].group = 0;
@@ -377,6 +387,7 @@ static ncclResult_t rx_message_send(struct tcp_comm *c, const struct tcp_ctrl_hd
     g->used = 0;
     memcpy(g->ent, payload, n * sizeof(struct tcp_group_ent));
     for (unsigned i = 0; i < n; i++) {
+      if (h->seq + i >= c->next_seq) atomic_fetch_add_explicit(&c->tx_expect, 1, memory_order_relaxed);
       c->cts[(h->seq + i) % TCP_NREQ].seq = h->seq + i + 1;
       c->cts[(h->seq + i) % TCP_NREQ].size = 0;
       c->cts[(h->seq + i) % TCP_NREQ].group = h->seq + 1;
@@ -474,6 +485,7 @@ static ncclResult_t rx_message_recv(struct tcp_comm *c, const struct tcp_ctrl_hd
         if (h->size > r->size) return recv_too_small(c, r, h->size);
         c->n_cts++;
         r->cts = 1;
+        expect_data(c, r);
         return tx_send(c, TCP_MSG_CTS, 0, r->seq, r->size, NULL, 0, NULL);
       }
       return ncclSuccess; /* its CTS went out at irecv (its data may even be arriving already) */
@@ -636,6 +648,17 @@ static int spin_more(uint64_t spin_ns, uint64_t *since) {
   return 1;
 }
 
+/* The polling window of a helper waiting for its next chunk: GDRNET_TCP_SPIN_US, or GDRNET_TCP_SPIN_MAX_US while
+ * its connection expects traffic (expect: the receiver's count of receives waiting for their data after a CTS, the
+ * sender's of clear-to-sends not used yet; read without ordering, as a hint), unless the comm is closing. */
+static uint64_t spin_window(const struct tcp_comm *c, const _Atomic int *expect) {
+  if (c->spin_max_ns > c->spin_ns && atomic_load_explicit(expect, memory_order_relaxed) > 0 &&
+      !atomic_load_explicit(&c->stopping, memory_order_relaxed) &&
+      !atomic_load_explicit(&c->failed, memory_order_relaxed))
+    return c->spin_max_ns;
+  return c->spin_ns;
+}
+
 /* Writes header + payload with as few syscalls as the kernel allows; with spin_ns, non-blocking writes retried while
  * the socket is full, for up to spin_ns since the last byte went out, then blocking ones. 0, or errno (EPIPE...). */
 static int send_chunk(int fd, const struct tcp_chunk_hdr *h, const char *data, size_t len, uint64_t spin_ns) {
@@ -674,21 +697,30 @@ static int send_chunk(int fd, const struct tcp_chunk_hdr *h, const char *data, s
   return 0;
 }
 
-/* Send helper with polling on: waits up to spin_ns for the next task without sleeping (the proxy thread then needs
- * no futex wake and the helper no scheduler round trip). Returns when a task is queued or the time is up. */
-static void spin_for_task(struct tcp_thread *th, uint64_t spin_ns) {
+/* Send helper with polling on: waits up to its polling window for the next task without sleeping (the proxy thread
+ * then needs no futex wake and the helper no scheduler round trip). Returns when a task is queued or the time is up. */
+static void spin_for_task(struct tcp_thread *th) {
+  const struct tcp_comm *c = th->comm;
   uint64_t since = 0;
   while (atomic_load_explicit(&th->tail, memory_order_acquire) == th->head)
-    if (!spin_more(spin_ns, &since)) return;
+    if (!spin_more(spin_window(c, &c->tx_expect), &since)) return;
+}
+
+/* "gdr-tcp-tx/N" / "gdr-tcp-rx/N": what top -H and /proc/PID/task/TID/comm show (15 characters at most) */
+static void name_thread(const struct tcp_thread *th, const char *dir) {
+  char name[16];
+  snprintf(name, sizeof(name), "gdr-tcp-%s/%d", dir, th->idx % 100);
+  (void)pthread_setname_np(pthread_self(), name); /* a name is a convenience: no failure to report */
 }
 
 void *gdr_tcp_send_thread(void *arg) {
   struct tcp_thread *th = arg;
   struct tcp_comm *c = th->comm;
   unsigned rot = 0;
+  name_thread(th, "tx");
   for (;;) {
     struct tcp_task t;
-    if (c->spin_ns) spin_for_task(th, c->spin_ns);
+    if (c->spin_ns) spin_for_task(th);
     pthread_mutex_lock(&th->mu);
     while (th->head == th->tail && !th->stop) pthread_cond_wait(&th->cv, &th->mu);
     if (th->head == th->tail) {
@@ -724,18 +756,20 @@ void *gdr_tcp_send_thread(void *arg) {
   return NULL;
 }
 
-/* Exact receive on a blocking socket; with spin_ns, non-blocking reads polled for up to spin_ns since the last byte
- * came, then a blocking one for the rest. 0 ok; else the errno, or -1 for EOF (*got says after how many bytes). */
-static int recv_exact(int fd, void *buf, size_t len, size_t *got, uint64_t spin_ns) {
+/* Exact receive on a blocking socket; with polling on (c->spin_ns), non-blocking reads polled for up to the polling
+ * window since the last byte came (next: a chunk header, whose wait may take the longer window of spin_window()),
+ * then a blocking one for the rest. 0 ok; else the errno, or -1 for EOF (*got says after how many bytes). */
+static int recv_exact(const struct tcp_comm *c, int fd, void *buf, size_t len, size_t *got, int next) {
   uint64_t since = 0;
+  int spin = c->spin_ns > 0;
   *got = 0;
   while (*got < len) {
-    ssize_t n = recv(fd, (char *)buf + *got, len - *got, spin_ns ? MSG_DONTWAIT : MSG_WAITALL);
+    ssize_t n = recv(fd, (char *)buf + *got, len - *got, spin ? MSG_DONTWAIT : MSG_WAITALL);
     if (n == 0) return -1;
     if (n < 0) {
       if (errno == EINTR) continue;
-      if (spin_ns && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-        if (!spin_more(spin_ns, &since)) spin_ns = 0;
+      if (spin && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+        if (!spin_more(next && *got == 0 ? spin_window(c, &c->rx_expect) : c->spin_ns, &since)) spin = 0;
         continue;
       }
       return errno;
@@ -750,6 +784,7 @@ void *gdr_tcp_recv_thread(void *arg) {
   struct tcp_thread *th = arg;
   struct tcp_comm *c = th->comm;
   unsigned rot = 0;
+  name_thread(th, "rx");
   for (;;) {
     struct tcp_chunk_hdr h;
     struct tcp_req *r;
@@ -757,7 +792,7 @@ void *gdr_tcp_recv_thread(void *arg) {
     int fd = th->fds[rot % (unsigned)th->nfds];
     int err;
     rot++;
-    err = recv_exact(fd, &h, sizeof(h), &got, c->spin_ns);
+    err = recv_exact(c, fd, &h, sizeof(h), &got, 1);
     if (err != 0) {
       if (thread_stopping(th)) break;
       if (err == -1 && got == 0) {
@@ -779,7 +814,7 @@ void *gdr_tcp_recv_thread(void *arg) {
                         (unsigned long long)h.total);
       break;
     }
-    err = recv_exact(fd, r->data + h.off, h.len, &got, c->spin_ns);
+    err = recv_exact(c, fd, r->data + h.off, h.len, &got, 0);
     if (err != 0) {
       if (thread_stopping(th)) break;
       gdr_tcp_comm_fail(c, ncclRemoteError, "receiving message %llu on data stream %d: %s",
@@ -923,6 +958,7 @@ ncclResult_t gdr_tcp_isend(void *send_comm, void *data, size_t size, int tag, vo
       goto out;
     }
     c->cts[slot].seq = 0;
+    atomic_fetch_sub_explicit(&c->tx_expect, 1, memory_order_relaxed); /* counted when it came (seq >= next_seq) */
     GDR_TRACE(NCCL_NET, "TCP isend %s seq %llu (wire %llu) size %zu %s", c->peer_str, (unsigned long long)seq,
               (unsigned long long)wseq, size, size <= c->inline_max ? "inline" : "chunked");
     if (mr && mr->cuda_ctx && size > 0) GDR_CHECK(gdr_tcp_stage_out(r, mr, data, size, &wire));
@@ -957,6 +993,7 @@ static void recv_arm(struct tcp_comm *c, uint64_t seq, uint64_t base, int gn, vo
   r->size = size;
   r->err = ncclSuccess;
   r->cts = 0;
+  r->expect = 0;
   r->gn = gn;
   r->gbase = base;
   r->tag = tag;
@@ -1025,6 +1062,7 @@ ncclResult_t gdr_tcp_irecv(void *recv_comm, int n, void **data, size_t *sizes, i
   } else if (need_cts) {
     c->n_cts++;
     r->cts = 1;
+    expect_data(c, r);
     GDR_CHECK(tx_send(c, TCP_MSG_CTS, 0, seq, size, NULL, 0, NULL));
   }
   /* messages that came eagerly before their receive was posted: copied now (or when the rest arrives) */
@@ -1110,6 +1148,8 @@ ncclResult_t gdr_tcp_test(void *request, int *done, size_t *sizes) {
       if (q != r) q->state = TCP_REQ_FREE;
     }
     bytes = sizes ? sizes[0] : 0;
+    if (r->expect) atomic_fetch_sub_explicit(&c->rx_expect, 1, memory_order_relaxed);
+    r->expect = 0;
     r->state = TCP_REQ_FREE;
   }
   GDR_TRACE(NCCL_NET, "TCP %s done %s seq %llu bytes %zu", c->is_send ? "send" : "recv", c->peer_str,

@@ -474,6 +474,63 @@ static void test_eager_posted(void **state) {
   eager_default();
 }
 
+/* The helpers' polling hint (GDRNET_TCP_SPIN_MAX_US): the receiver counts receives whose CTS went out until they
+ * complete, the sender CTSs it has read until it uses them; both end at zero, also when a CTS'd receive gets an eager
+ * message (its CTS reaches the sender after the send: not counted). */
+static void test_expect_counts(void **state) {
+  enum { N = 4, BIG = 256 * 1024 };
+  static unsigned char sb[N][BIG], rb[N][BIG];
+  struct pair p;
+  void *rreq[N], *sreq[N];
+  (void)state;
+  eager_on("32");
+  setenv("GDRNET_TCP_SPIN_US", "50", 1);
+  setenv("GDRNET_TCP_SPIN_MAX_US", "1000", 1);
+  init_plugin();
+  pair_open(&p);
+  assert_int_equal(tcomm_of(p.r)->spin_max_ns, 1000000);
+  for (int i = 0; i < N; i++) rreq[i] = post_recv(p.r, rb[i], BIG); /* above the eager size: a CTS each */
+  assert_int_equal(atomic_load(&tcomm_of(p.r)->rx_expect), N);
+  /* the receiver's GRANT and the four CTSs are at the sender, which has not read its control stream yet */
+  wait_ctrl_bytes(p.s, (N + 1) * (int)sizeof(struct tcp_ctrl_hdr));
+  for (int i = 0; i < N; i++) {
+    ut_fill(sb[i], BIG, (unsigned)i);
+    sreq[i] = post_send(p.s, sb[i], i < 2 ? BIG : 100); /* two chunked, two small ones (eager would do; a CTS is
+                                                         * there, so they go inline after it) */
+    if (i == 0) assert_int_equal(atomic_load(&tcomm_of(p.s)->tx_expect), N - 1); /* read all four, used one */
+  }
+  for (int i = 0; i < N; i++) {
+    assert_int_equal(wait_req(sreq[i]), i < 2 ? BIG : 100);
+    assert_int_equal(wait_req(rreq[i]), i < 2 ? BIG : 100);
+    assert_memory_equal(sb[i], rb[i], i < 2 ? BIG : 100);
+  }
+  assert_int_equal(atomic_load(&tcomm_of(p.r)->rx_expect), 0);
+  assert_int_equal(atomic_load(&tcomm_of(p.s)->tx_expect), 0);
+  /* an eager send into a CTS'd receive: the send goes before the sender reads the CTS */
+  sreq[0] = post_send(p.s, sb[0], 100);
+  rreq[0] = post_recv(p.r, rb[0], BIG);
+  assert_int_equal(atomic_load(&tcomm_of(p.r)->rx_expect), 1);
+  assert_int_equal(wait_req(sreq[0]), 100);
+  assert_int_equal(wait_req(rreq[0]), 100);
+  assert_int_equal(atomic_load(&tcomm_of(p.r)->rx_expect), 0);
+  /* a big message next: its isend reads the control stream, the late CTS (not counted) and its own (counted, used) */
+  rreq[1] = post_recv(p.r, rb[1], BIG);
+  wait_ctrl_bytes(p.s, 2 * (int)sizeof(struct tcp_ctrl_hdr));
+  sreq[1] = post_send(p.s, sb[1], BIG);
+  assert_int_equal(atomic_load(&tcomm_of(p.s)->tx_expect), 0);
+  assert_int_equal(wait_req(sreq[1]), BIG);
+  assert_int_equal(wait_req(rreq[1]), BIG);
+  assert_memory_equal(sb[1], rb[1], BIG);
+  assert_int_equal(atomic_load(&tcomm_of(p.r)->rx_expect), 0);
+  assert_int_equal(atomic_load(&tcomm_of(p.s)->tx_expect), 0);
+  pair_close(&p);
+  assert_int_equal(ut_nwarn, 0);
+  fini_plugin();
+  unsetenv("GDRNET_TCP_SPIN_US");
+  unsetenv("GDRNET_TCP_SPIN_MAX_US");
+  eager_default();
+}
+
 /* Eager messages that arrive before their receives are posted wait in bounce slots; irecv completes them at once. */
 static void test_eager_unposted(void **state) {
   static const size_t sizes[] = {8, 0, 1000, 32768, 5};
@@ -1213,6 +1270,7 @@ int main(void) {
       cmocka_unit_test(test_inflight_32),
       cmocka_unit_test(test_send_larger_than_recv),
       cmocka_unit_test(test_eager_posted),
+      cmocka_unit_test(test_expect_counts),
       cmocka_unit_test(test_eager_unposted),
       cmocka_unit_test(test_eager_posted_mid_payload),
       cmocka_unit_test(test_eager_credit_exhaustion),
