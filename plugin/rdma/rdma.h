@@ -2,7 +2,8 @@
  *   dev.c      init, devices, properties, GDR probes, relaxed ordering, registration (regcache.c)
  *   async.c    one thread per device reading async events; marks the connections they hit
  *   conn.c     listen/connect/accept state machines, QP bring-up, close
- *   p2p.c      isend/irecv/iflush/test (CTS FIFO, WRITE/WRITE_WITH_IMM, multi-QP, flush)
+ *   p2p.c      isend/irecv/iflush/test (CTS FIFO, WRITE/WRITE_WITH_IMM, multi-QP and multi-device striping, WRs cut
+ *              to max_msg_sz and queued for send-queue room, flush)
  *   transport.c the gdr_transport table
  * Wire formats and arithmetic are in proto.h, the verbs loader in ibvwrap.h. */
 #ifndef GDRNET_RDMA_RDMA_H
@@ -28,8 +29,9 @@
 #define GDR_RDMA_SEND_REQS (GDR_RDMA_MAX_REQS * GDR_RDMA_MAX_RECVS) /* 32 x 8 on the send side */
 #define GDR_RDMA_CQ_BATCH 16
 #define GDR_RDMA_CTS_SIGNAL_EVERY 16 /* one CTS write in 16 per QP is signaled to drain the send queue */
-/* Queue depths. Sender, per QP: 32 messages x (8 part WRITEs + 1 WRITE_WITH_IMM) = 288 WRs at most (every QP
- * carries a stripe of every part when split); receiver: 32 CTS writes. Receive queue: 32 receives in flight. */
+/* Queue depths. Sender, per QP: 32 messages x (8 part WRITEs + 1 WRITE_WITH_IMM) = 288 WRs for messages of at most
+ * max_msg_sz per QP; longer ones are several WRITEs each, and what does not fit the 512 waits in the connection's
+ * posting queue (p2p.c); receiver: 32 CTS writes. Receive queue: 32 receives in flight. */
 #define GDR_RDMA_QP_SEND_WR 512
 #define GDR_RDMA_QP_RECV_WR 64
 #define GDR_RDMA_INLINE 256 /* a CTS of up to 4 entries (64 bytes each) */
