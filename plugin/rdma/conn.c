@@ -725,6 +725,10 @@ static ncclResult_t connect_qps(struct gdr_rdma_comm *c, int expected_role) {
   }
   if (gdr_rdma_qpset_connect(c, &c->qs, r->qpn, r->psn, r->dev, r->ndevs) != ncclSuccess) return ncclSystemError;
   take_peer(c, r->dev, r->ndevs, r->raddr);
+  for (int i = 0; i < c->nqps; i++) { /* (the data path's table: no division per work request) */
+    c->qp_ldev[i] = (uint8_t)(i % c->ndevs);
+    c->qp_rdev[i] = (uint8_t)(i % r->ndevs);
+  }
   /* the longest WR both sides' devices take, in whole 128-byte lines (a WRITE is never longer than 2^31 bytes) */
   uint64_t mw = local_max_msg(c);
   if (r->max_msg < mw) mw = r->max_msg;

@@ -66,6 +66,7 @@ static inline void part_stripe(const struct gdr_rdma_comm *c, const struct gdr_r
  * sizes ride in the row. */
 static int part_wrs(const struct gdr_rdma_comm *c, const struct gdr_rdma_smsg *m, int r) {
   uint64_t n = 0;
+  if (c->nparts == 1) return m->row && m->part[r].size == 0 ? 0 : (int)gdr_wr_pieces(m->part[r].size, c->max_wr);
   for (int p = 0; p < c->nparts; p++) {
     uint64_t off, len;
     part_stripe(c, &m->part[r], p, &off, &len);
@@ -81,7 +82,7 @@ static int pump_part(struct gdr_rdma_comm *c, struct gdr_rdma_pq_item *it) {
   struct gdr_rdma_part *pt = &m->part[it->r];
   const uint64_t seq = m->seq;
   for (; it->p < c->nparts; it->p++, it->off = 0) {
-    const int qpi = gdr_stripe_qp(seq, c->nqps, c->nparts, it->p), k = qpi % c->ndevs;
+    const int qpi = gdr_stripe_qp(seq, c->nqps, c->nparts, it->p), k = c->qp_ldev[qpi];
     uint64_t off, len;
     part_stripe(c, pt, it->p, &off, &len);
     if (m->row && len == 0) continue; /* nothing of this buffer on this QP */
@@ -97,7 +98,7 @@ static int pump_part(struct gdr_rdma_comm *c, struct gdr_rdma_pq_item *it) {
       w.sg_list = &sge;
       w.num_sge = n ? 1 : 0;
       w.wr.rdma.remote_addr = pt->raddr + off + it->off;
-      w.wr.rdma.rkey = pt->rkey[qpi % c->remote.ndevs];
+      w.wr.rdma.rkey = pt->rkey[c->qp_rdev[qpi]];
       w.wr_id = gdr_wr_id(GDR_WR_DATA, gdr_wr_data_arg(it->slot, it->r), seq);
       w.send_flags = IBV_SEND_SIGNALED;
       if (!m->row && it->off + n == len) {
@@ -124,7 +125,7 @@ static int pump_imm(struct gdr_rdma_comm *c, struct gdr_rdma_pq_item *it) {
   struct gdr_rdma_smsg *m = &c->smsg[it->slot];
   const uint64_t seq = m->seq;
   for (; it->p < c->nparts; it->p++) {
-    const int qpi = gdr_stripe_qp(seq, c->nqps, c->nparts, it->p), k = qpi % c->ndevs;
+    const int qpi = gdr_stripe_qp(seq, c->nqps, c->nparts, it->p), k = c->qp_ldev[qpi];
     struct ibv_send_wr w, *bad = NULL;
     struct ibv_sge sge = {(uint64_t)(uintptr_t)&c->sizes_src[it->slot], (uint32_t)(m->n * sizeof(uint64_t)),
                           c->m[k].sizes_src_mr->lkey};
@@ -135,7 +136,7 @@ static int pump_imm(struct gdr_rdma_comm *c, struct gdr_rdma_pq_item *it) {
     w.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
     w.imm_data = htobe32(gdr_imm_group(seq));
     w.wr.rdma.remote_addr = c->rsizes_addr + (uint64_t)it->slot * sizeof(struct gdr_sizes_slot);
-    w.wr.rdma.rkey = c->rsizes_rkey[qpi % c->remote.ndevs];
+    w.wr.rdma.rkey = c->rsizes_rkey[c->qp_rdev[qpi]];
     w.send_flags = IBV_SEND_SIGNALED;
     if ((int)sge.length <= c->qs.max_inline) w.send_flags |= IBV_SEND_INLINE;
     w.wr_id = gdr_wr_id(GDR_WR_IMM, it->slot, seq);
@@ -162,19 +163,23 @@ static void pump(struct gdr_rdma_comm *c) {
   }
 }
 
+/* Posts a part or the immediates now when nothing waits before it, and queues what does not fit (or all of it
+ * behind what waits). */
 static void enqueue(struct gdr_rdma_comm *c, int kind, int slot, int r) {
   struct gdr_rdma_pq *q = &c->pq;
+  struct gdr_rdma_pq_item now = {(uint8_t)kind, (uint8_t)slot, (uint8_t)r, 0, 0, 0};
   if (q->gen != c->qs_gen) q->head = q->tail = q->gen = c->qs_gen;
+  if (q->head == q->tail) { /* the common case: straight to the QPs */
+    int rc = kind == GDR_PQ_PART ? pump_part(c, &now) : pump_imm(c, &now);
+    if (rc != 0) return; /* all posted, or a failed post started a recovery */
+    if (q->gen != c->qs_gen) return;
+  }
   if (q->tail - q->head >= GDR_RDMA_PQ) { /* cannot happen: 32 messages x (8 parts + 1) */
     gdr_rdma_comm_fail(c, ncclInternalError, "the send queue of message #%llu overflows (%u items waiting)",
                        (unsigned long long)c->smsg[slot].seq, q->tail - q->head);
     return;
   }
-  struct gdr_rdma_pq_item *it = &q->it[q->tail++ % GDR_RDMA_PQ];
-  memset(it, 0, sizeof(*it));
-  it->kind = (uint8_t)kind;
-  it->slot = (uint8_t)slot;
-  it->r = (uint8_t)r;
+  q->it[q->tail++ % GDR_RDMA_PQ] = now; /* (what of it is posted already is in its p and off) */
   pump(c);
 }
 
@@ -225,11 +230,14 @@ ncclResult_t gdr_rdma_isend(void *send_comm, void *data, size_t size, int tag, v
   for (int r = 1; r < n; r++)
     if (__atomic_load_n(&e[r].seq, __ATOMIC_ACQUIRE) != want) return ncclSuccess; /* still landing */
   /* (each seq load above is an acquire: the entries' other fields are read after all of them) */
-  if (m->matched == 0) { /* the first isend of this message */
-    memset(m, 0, sizeof(*m));
+  if (m->matched == 0) { /* the first isend of this message (only its n parts are cleared: they are all it uses) */
     m->seq = c->head;
     m->n = n;
+    m->live = 0;
     m->row = n > 1;
+    m->imm_posted = 0;
+    m->imm_req = NULL;
+    memset(m->part, 0, (size_t)n * sizeof(m->part[0]));
   }
 
   /* The entries' fields are read with relaxed atomic loads: after a recovery the receiver writes the clear-to-send
@@ -242,11 +250,11 @@ ncclResult_t gdr_rdma_isend(void *send_comm, void *data, size_t size, int tag, v
 
   const uint64_t cap = __atomic_load_n(&e[r].size, __ATOMIC_RELAXED);
   const uint64_t raddr = __atomic_load_n(&e[r].addr, __ATOMIC_RELAXED);
-  uint32_t rkey[GDR_RDMA_MAX_CONN_DEVS];
+  struct gdr_rdma_part *pt = &m->part[r];
   int nokey = 0;
-  for (int k = 0; k < c->remote.ndevs; k++) {
-    rkey[k] = __atomic_load_n(&e[r].rkey[k], __ATOMIC_RELAXED);
-    nokey |= rkey[k] == 0;
+  for (int k = 0; k < c->remote.ndevs; k++) { /* (into the part: it is unused until this isend takes it) */
+    pt->rkey[k] = __atomic_load_n(&e[r].rkey[k], __ATOMIC_RELAXED);
+    nokey |= pt->rkey[k] == 0;
   }
   if (size > cap) {
     GDR_WARN("isend #%llu to %s (tag %d): %zu bytes do not fit the posted receive of %llu bytes",
@@ -266,7 +274,7 @@ ncclResult_t gdr_rdma_isend(void *send_comm, void *data, size_t size, int tag, v
   if (size > 0 && (raddr == 0 || nokey || raddr + cap < raddr)) {
     gdr_rdma_comm_fail(c, ncclRemoteError,
                        "receiver posted an invalid buffer for message #%llu (addr 0x%llx size %llu rkey 0x%x)",
-                       (unsigned long long)c->head, (unsigned long long)raddr, (unsigned long long)cap, rkey[0]);
+                       (unsigned long long)c->head, (unsigned long long)raddr, (unsigned long long)cap, pt->rkey[0]);
     return gdr_rdma_comm_check(c);
   }
   struct gdr_rdma_req *req = gdr_rdma_req_get(c);
@@ -281,13 +289,11 @@ ncclResult_t gdr_rdma_isend(void *send_comm, void *data, size_t size, int tag, v
   req->data[0] = data;
   req->mh[0] = mh;
   req->events = 0;
-  struct gdr_rdma_part *pt = &m->part[r];
   pt->req = req;
   pt->data = data;
   pt->size = size;
   pt->mh = mh;
   pt->raddr = raddr;
-  memcpy(pt->rkey, rkey, sizeof(uint32_t) * (size_t)c->remote.ndevs);
   c->sizes_src[slot].size[r] = size;
   if (n == 1 && size > GDR_IMM_SIZE_MAX) m->row = 1; /* the imm cannot say it: the size rides in the row */
   m->live++;
@@ -335,14 +341,14 @@ ncclResult_t gdr_rdma_post_cts(struct gdr_rdma_comm *c, struct gdr_rdma_req *req
   int qi = (int)(req->seq % (uint64_t)c->nqps);
   struct gdr_cts_entry *ce = c->cts_src[req->slot].e;
   struct ibv_sge sge = {(uint64_t)(uintptr_t)ce, (uint32_t)(req->nreqs * sizeof(struct gdr_cts_entry)),
-                        c->m[qi % c->ndevs].cts_src_mr->lkey};
+                        c->m[c->qp_ldev[qi]].cts_src_mr->lkey};
   struct ibv_send_wr w, *bad = NULL;
   memset(&w, 0, sizeof(w));
   w.sg_list = &sge;
   w.num_sge = 1;
   w.opcode = IBV_WR_RDMA_WRITE;
   w.wr.rdma.remote_addr = c->rfifo_addr + (uint64_t)req->slot * sizeof(struct gdr_cts_slot);
-  w.wr.rdma.rkey = c->rfifo_rkey[qi % c->remote.ndevs]; /* the sender's FIFO on the device of its QP qi */
+  w.wr.rdma.rkey = c->rfifo_rkey[c->qp_rdev[qi]]; /* the sender's FIFO on the device of its QP qi */
   if ((int)sge.length <= c->qs.max_inline) w.send_flags = IBV_SEND_INLINE;
   w.wr_id = gdr_wr_id(GDR_WR_CTS, req->slot, req->seq); /* unsignaled too: a failed completion names it */
   if (c->qs.cts_count[qi]++ % GDR_RDMA_CTS_SIGNAL_EVERY == 0) w.send_flags |= IBV_SEND_SIGNALED;
@@ -393,7 +399,7 @@ ncclResult_t gdr_rdma_irecv(void *recv_comm, int n, void **data, size_t *sizes, 
     req->mh[i] = mh;
     ce[i].addr = (uint64_t)(uintptr_t)data[i];
     ce[i].size = sizes[i];
-    for (int k = 0; k < GDR_RDMA_MAX_CONN_DEVS; k++) ce[i].rkey[k] = mh && k < mh->n && k < c->ndevs ? mh->rkey[k] : 0;
+    for (int k = 0; k < c->ndevs; k++) ce[i].rkey[k] = mh ? mh->rkey[k] : 0; /* (the rest stay 0; mh->n >= ndevs) */
     ce[i].tag = (uint32_t)tags[i];
     ce[i].nreqs = (uint8_t)n;
     ce[i].idx = (uint8_t)i;
@@ -518,7 +524,8 @@ static void process_wc(struct gdr_rdma_comm *c, const struct ibv_wc *wc) {
   switch (kind) {
   case GDR_WR_DATA: {
     struct gdr_rdma_smsg *m = &c->smsg[gdr_wr_data_slot(wc->wr_id)];
-    struct gdr_rdma_req *q = m->part[gdr_wr_data_part(wc->wr_id)].req;
+    const int pi = gdr_wr_data_part(wc->wr_id);
+    struct gdr_rdma_req *q = pi < m->n ? m->part[pi].req : NULL; /* (parts past n are not cleared) */
     if (q == NULL || (m->seq & 0xffffffffffffull) != seq48 || q->events <= 0) return unexpected(c, wc);
     q->events--;
     return;
@@ -566,12 +573,11 @@ static void process_wc(struct gdr_rdma_comm *c, const struct ibv_wc *wc) {
 }
 
 /* Sender: a completion (good or not) of one of its QPs frees its send-queue slot (every sender WR is signaled). */
-static void sq_release(struct gdr_rdma_comm *c, uint32_t qp_num) {
-  for (int i = 0; i < c->nqps; i++)
-    if (c->qs.qps[i] && c->qs.qps[i]->qp_num == qp_num) {
-      if (c->qs.sq_used[i] > 0) c->qs.sq_used[i]--;
-      return;
-    }
+static inline void sq_release(struct gdr_rdma_comm *c, uint32_t qp_num) {
+  int i = 0;
+  if (c->nqps > 1) /* (the set exists while its CQs are polled: every QP is there) */
+    while (i < c->nqps && c->qs.qps[i]->qp_num != qp_num) i++;
+  if (i < c->nqps && c->qs.sq_used[i] > 0) c->qs.sq_used[i]--;
 }
 
 ncclResult_t gdr_rdma_poll(struct gdr_rdma_comm *c, int *progress) {

@@ -120,7 +120,8 @@ static inline void gdr_stripe_part(uint64_t size, int nqps, int q, uint64_t *off
 /* The QP that carries stripe `part` (0..nparts-1) of message `seq`: with nparts = nqps (split) stripe p on QP p;
  * else the message's nparts stripes on consecutive QPs from (seq * nparts) % nqps (nparts 1: QP seq % nqps). */
 static inline int gdr_stripe_qp(uint64_t seq, int nqps, int nparts, int part) {
-  if (nqps < 1) nqps = 1;
+  if (nqps <= 1) return 0;
+  if (nparts == nqps) return part;
   return (int)(((seq % (uint64_t)nqps) * (uint64_t)nparts + (uint64_t)part) % (uint64_t)nqps);
 }
 /* How many stripes (and hence WRITE_WITH_IMM completions) one message has: every QP when split, else one per device

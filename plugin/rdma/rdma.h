@@ -369,6 +369,8 @@ struct gdr_rdma_comm {
   int nqps, split, nparts;
   enum ibv_mtu mtu;             /* the smallest path MTU of its QPs */
   uint64_t max_wr;              /* the longest work request: both sides' max_msg, a multiple of 128 */
+  uint8_t qp_ldev[GDR_RDMA_MAX_QPS]; /* QP i's device on this side (i % ndevs) and on the peer's (i % remote.ndevs) */
+  uint8_t qp_rdev[GDR_RDMA_MAX_QPS];
 
   int tc; /* the communicator's traffic class (-1 undefined): see gdr_rdma_traffic_class */
 
