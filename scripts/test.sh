@@ -3,7 +3,8 @@
 # order. Exit status 0 only when everything passed.
 #   release   build (RelWithDebInfo), the whole CTest suite: unit, integration over TCP and over the verbs emulator,
 #             the emulator's self-tests, every fuzz corpus replayed, the two-host tests in network namespaces
-#   asan      the same in an ASan+UBSan build (build-asan)
+#   asan      the same in an ASan+UBSan build (build-asan), without the tests labelled nosanitize (the ABI matrix's
+#             v7/v9/v10 and the RDMA 2 GiB message: the release pass)
 #   tsan      a ThreadSanitizer build (build-tsan): the integration suite over TCP and the emulator (without the
 #             fault matrix and the ABI matrix: tsan-faults, and the other passes; nor the longest runs under TSan,
 #             closetail, large (both transports), perf-demo and the 4-QP variants: the other passes) and the
