@@ -128,8 +128,10 @@ static const struct dev_metric dev_metrics[] = {
   DM("gdrnet_tcp_only_connections_total", "counter", "connections that ran over TCP from the start (their RDMA "
      "set-up failed)", 0, tcp_only, 0),
   DM("gdrnet_connections_on_tcp", "gauge", "connections of the device over TCP now", 0, on_tcp, 1),
-  DM("gdrnet_device_lost", "gauge", "1 once the device was lost (DEVICE_FATAL): its connections run over TCP", 0, lost,
-     1),
+  DM("gdrnet_device_lost", "gauge", "1 while the device is lost (DEVICE_FATAL, not back yet): its connections run over "
+     "TCP", 0, lost, 1),
+  DM("gdrnet_device_revivals_total", "counter", "times the lost device came back (a new context): new connections use "
+     "RDMA again", 0, revived, 0),
 };
 
 char *gdr_stats_render(void) {

@@ -28,7 +28,8 @@ struct gdr_dev_counters {
   _Atomic uint64_t handed_bytes;
   _Atomic uint64_t tcp_only;         /* connections that ran over TCP from the start (RDMA set-up failed) */
   _Atomic int64_t on_tcp;            /* gauge: connections over TCP now */
-  _Atomic int64_t lost;              /* gauge: 1 once the device was lost (DEVICE_FATAL) */
+  _Atomic int64_t lost;              /* gauge: 1 while the device is lost (DEVICE_FATAL, not back yet) */
+  _Atomic int64_t revived;           /* a lost device back (a new context) */
 };
 
 /* Per transport ("rdma", "tcp"), counted by the core. */

@@ -152,37 +152,80 @@ static void *async_main(void *argp) {
   return NULL;
 }
 
+/* d->lock held: the running thread (if any) is told to stop and handed to the caller, who joins it with
+ * join_thread outside the lock; a concurrent attach starts a fresh thread with a fresh fd. 1 if there was one. */
+static int hand_thread_over_locked(struct gdr_rdma_dev *d, pthread_t *t, int *stop_fd) {
+  if (!d->thread_running) return 0;
+  uint64_t one = 1;
+  ssize_t w = write(d->stop_fd, &one, sizeof(one));
+  (void)w;
+  *t = d->thread;
+  *stop_fd = d->stop_fd;
+  d->stop_fd = -1;
+  d->thread_running = 0;
+  return 1;
+}
+
+static void join_thread(pthread_t t, int stop_fd) {
+  pthread_join(t, NULL);
+  close(stop_fd);
+}
+
+/* d->lock held: the thread that reads d->ctx's events */
+static ncclResult_t start_thread_locked(struct gdr_rdma_dev *d) {
+  ncclResult_t res = ncclSuccess;
+  int fl = fcntl(d->ctx->async_fd, F_GETFL);
+  if (fl >= 0) fcntl(d->ctx->async_fd, F_SETFL, fl | O_NONBLOCK);
+  d->stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (d->stop_fd < 0) {
+    GDR_WARN("%s: eventfd failed: %s", d->name, strerror(errno));
+    res = ncclSystemError;
+    goto out;
+  }
+  struct async_arg *arg = malloc(sizeof(*arg));
+  int rc = arg ? 0 : ENOMEM;
+  if (arg) {
+    arg->d = d;
+    arg->stop_fd = d->stop_fd;
+    rc = pthread_create(&d->thread, NULL, async_main, arg);
+    if (rc) free(arg);
+  }
+  if (rc) {
+    GDR_WARN("%s: cannot start the async event thread: %s", d->name, strerror(rc));
+    close(d->stop_fd);
+    d->stop_fd = -1;
+    res = ncclSystemError;
+    goto out;
+  }
+  d->thread_running = 1;
+out:
+  return res;
+}
+
+/* A lost device back (dev.c): the thread stops reading the old context, the device takes the new context and PD,
+ * and the thread starts again on it if any comm is attached. */
+ncclResult_t gdr_rdma_async_swap_ctx(struct gdr_rdma_dev *d, struct ibv_context *ctx, struct ibv_pd *pd) {
+  pthread_t t = 0;
+  int stop_fd = -1;
+  ncclResult_t res = ncclSuccess;
+  pthread_mutex_lock(&d->lock);
+  int running = hand_thread_over_locked(d, &t, &stop_fd);
+  pthread_mutex_unlock(&d->lock);
+  if (running) join_thread(t, stop_fd);
+  pthread_mutex_lock(&d->lock);
+  d->ctx = ctx;
+  d->pd = pd;
+  if (d->ncomms > 0 && !d->thread_running) res = start_thread_locked(d);
+  pthread_mutex_unlock(&d->lock);
+  return res;
+}
+
 /* One device's list: the first comm starts its thread. */
 static ncclResult_t attach_one(struct gdr_rdma_comm *c, struct gdr_rdma_member *m) {
   struct gdr_rdma_dev *d = m->dev;
   ncclResult_t res = ncclSuccess;
   pthread_mutex_lock(&d->lock);
-  if (!d->thread_running) {
-    int fl = fcntl(d->ctx->async_fd, F_GETFL);
-    if (fl >= 0) fcntl(d->ctx->async_fd, F_SETFL, fl | O_NONBLOCK);
-    d->stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    if (d->stop_fd < 0) {
-      GDR_WARN("%s: eventfd failed: %s", d->name, strerror(errno));
-      res = ncclSystemError;
-      goto out;
-    }
-    struct async_arg *arg = malloc(sizeof(*arg));
-    int rc = arg ? 0 : ENOMEM;
-    if (arg) {
-      arg->d = d;
-      arg->stop_fd = d->stop_fd;
-      rc = pthread_create(&d->thread, NULL, async_main, arg);
-      if (rc) free(arg);
-    }
-    if (rc) {
-      GDR_WARN("%s: cannot start the async event thread: %s", d->name, strerror(rc));
-      close(d->stop_fd);
-      d->stop_fd = -1;
-      res = ncclSystemError;
-      goto out;
-    }
-    d->thread_running = 1;
-  }
+  if (!d->thread_running && (res = start_thread_locked(d)) != ncclSuccess) goto out;
   m->link.c = c;
   m->link.next = d->comms;
   d->comms = &m->link;
@@ -210,23 +253,9 @@ static void detach_one(struct gdr_rdma_member *m) {
       break;
     }
   m->link.attached = 0;
-  if (--d->ncomms == 0 && d->thread_running) {
-    /* hand the running thread and its stop fd over to this caller; a concurrent attach starts a
-     * fresh thread with a fresh fd */
-    uint64_t one = 1;
-    ssize_t w = write(d->stop_fd, &one, sizeof(one));
-    (void)w;
-    t = d->thread;
-    stop_fd = d->stop_fd;
-    d->stop_fd = -1;
-    d->thread_running = 0;
-    join = 1;
-  }
+  if (--d->ncomms == 0) join = hand_thread_over_locked(d, &t, &stop_fd);
   pthread_mutex_unlock(&d->lock);
-  if (join) {
-    pthread_join(t, NULL);
-    close(stop_fd);
-  }
+  if (join) join_thread(t, stop_fd);
 }
 
 ncclResult_t gdr_rdma_async_attach(struct gdr_rdma_comm *c) {
@@ -245,23 +274,11 @@ void gdr_rdma_async_stop(struct gdr_rdma_dev *d) {
   pthread_t t = 0;
   int stop_fd = -1;
   pthread_mutex_lock(&d->lock);
-  int running = d->thread_running;
-  if (running) {
-    uint64_t one = 1;
-    ssize_t w = write(d->stop_fd, &one, sizeof(one));
-    (void)w;
-    t = d->thread;
-    stop_fd = d->stop_fd;
-    d->stop_fd = -1;
-    d->thread_running = 0;
-  }
+  int running = hand_thread_over_locked(d, &t, &stop_fd);
   /* comms still attached were leaked by the user: forget them (their verbs objects die with the context) */
   for (struct gdr_rdma_link *l = d->comms; l; l = l->next) l->attached = 0;
   d->comms = NULL;
   d->ncomms = 0;
   pthread_mutex_unlock(&d->lock);
-  if (running) {
-    pthread_join(t, NULL);
-    close(stop_fd);
-  }
+  if (running) join_thread(t, stop_fd);
 }

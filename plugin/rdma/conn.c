@@ -278,16 +278,6 @@ static int qp_to_rtr_rts(struct gdr_rdma_comm *c, const struct gdr_rdma_member *
   return rc;
 }
 
-void gdr_rdma_qpset_stop(struct gdr_rdma_qpset *qs) {
-  struct ibv_qp_attr at;
-  memset(&at, 0, sizeof(at));
-  at.qp_state = IBV_QPS_ERR;
-  for (int i = 0; i < GDR_RDMA_MAX_QPS; i++)
-    if (qs->qps[i]) (void)gdr_ibv.modify_qp(qs->qps[i], &at, IBV_QP_STATE);
-  for (int k = 0; k < GDR_RDMA_MAX_CONN_DEVS; k++)
-    if (qs->flush_qp[k]) (void)gdr_ibv.modify_qp(qs->flush_qp[k], &at, IBV_QP_STATE);
-}
-
 void gdr_rdma_qpset_destroy(struct gdr_rdma_qpset *qs) {
   for (int i = 0; i < GDR_RDMA_MAX_QPS; i++)
     if (qs->qps[i]) gdr_ibv.destroy_qp(qs->qps[i]);
@@ -614,6 +604,13 @@ out:
   return res;
 }
 
+/* A device of the connection is lost (DEVICE_FATAL) and not back: gdr_rdma_dev_revive looks for it again. */
+static int comm_lost(struct gdr_rdma_comm *c) {
+  for (int i = 0; i < c->ndevs; i++)
+    if (c->m[i].dev->fatal && gdr_rdma_dev_revive(c->m[i].dev) != 0) return 1;
+  return 0;
+}
+
 /* The RDMA part of a connection that will run on TCP from the start: whatever comm_setup_verbs made, undone. */
 static void verbs_teardown(struct gdr_rdma_comm *c) {
   gdr_rdma_async_detach(c);
@@ -901,7 +898,7 @@ ncclResult_t gdr_rdma_connect(int dev, const struct gdr_conn_opts *opts, struct 
     c->split = gdr_rdma.split;
     uint64_t conn_id = 0;
     gdr_random_bytes(&conn_id, sizeof(conn_id));
-    if (gdr_rdma_comm_fatal(c)) {
+    if (comm_lost(c)) {
       if (go_tcp_only(c, "the device is lost (DEVICE_FATAL)") != 0) {
         res = ncclSystemError;
         goto out;
@@ -1048,7 +1045,7 @@ ncclResult_t gdr_rdma_accept(void *listen_comm, void **recv_comm) {
         res = ncclSystemError;
         goto out;
       }
-    } else if (gdr_rdma_comm_fatal(c)) {
+    } else if (comm_lost(c)) {
       if (go_tcp_only(c, "the device is lost (DEVICE_FATAL)") != 0) {
         res = ncclSystemError;
         goto out;

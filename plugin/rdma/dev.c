@@ -145,6 +145,73 @@ int gdr_rdma_dev_refresh(struct gdr_rdma_dev *d, int *active, union ibv_gid *gid
   return 0;
 }
 
+/* ----------------------------------------------------------------------------- a lost device back -- */
+
+#define REVIVE_EVERY_NS 1000000000ull /* a lost device is looked for at most once a second */
+static pthread_mutex_t revive_mu = PTHREAD_MUTEX_INITIALIZER; /* one revival at a time (connect and accept may
+                                                                  run on different threads) */
+
+/* A device lost with DEVICE_FATAL (async.c) is back when a newly opened context of it finds its port ACTIVE (a
+ * driver reload, a reset NIC). The device then takes the new context and a new PD, and connections made from then
+ * on use RDMA again; those that moved to TCP stay there (a lost device pins them). The old context and PD are kept
+ * until fini: a connection that moved may still hold objects of them. Called by connect and accept on a lost
+ * device. Returns 0 when the device is usable again. */
+int gdr_rdma_dev_revive(struct gdr_rdma_dev *d) {
+  struct ibv_device **list = NULL;
+  struct ibv_context *ctx = NULL;
+  struct ibv_pd *pd = NULL;
+  struct ibv_port_attr pa;
+  int n = 0, rc = -1;
+  pthread_mutex_lock(&revive_mu);
+  pthread_mutex_lock(&d->lock);
+  int fatal = d->fatal;
+  uint64_t now = gdr_time_ns();
+  int due = now >= d->revive_ns && d->nretired < (int)(sizeof(d->retired_ctx) / sizeof(d->retired_ctx[0]));
+  if (fatal && due) d->revive_ns = now + REVIVE_EVERY_NS;
+  pthread_mutex_unlock(&d->lock);
+  if (!fatal) {
+    rc = 0;
+    goto out;
+  }
+  if (!due) goto out;
+  list = gdr_ibv.get_device_list(&n);
+  for (int i = 0; list && i < n && ctx == NULL; i++)
+    if (strcmp(gdr_ibv.get_device_name(list[i]), d->ibname) == 0) ctx = gdr_ibv.open_device(list[i]);
+  if (ctx == NULL) goto out;
+  memset(&pa, 0, sizeof(pa));
+  if (gdr_ibv_query_port(ctx, (uint8_t)d->port, &pa, NULL) != 0 || pa.state != IBV_PORT_ACTIVE) goto out;
+  if ((pd = gdr_ibv.alloc_pd(ctx)) == NULL) goto out;
+  pthread_mutex_lock(&d->lock);
+  d->retired_ctx[d->nretired] = d->ctx;
+  d->retired_pd[d->nretired] = d->pd;
+  d->nretired++;
+  pthread_mutex_unlock(&d->lock);
+  if (gdr_rdma_async_swap_ctx(d, ctx, pd) != ncclSuccess)
+    GDR_WARN("%s: back, but its async events are not watched (see above)", d->name);
+  ctx = NULL; /* the device's now */
+  pd = NULL;
+  int active = 0, mtu = 0, gid_index = 0;
+  union ibv_gid gid;
+  uint16_t lid = 0;
+  (void)gdr_rdma_dev_refresh(d, &active, &gid, &gid_index, &lid, &mtu);
+  pthread_mutex_lock(&d->lock);
+  d->fatal = 0;
+  int ncomms = d->ncomms;
+  pthread_mutex_unlock(&d->lock);
+  atomic_store_explicit(&d->ctr.lost, 0, memory_order_relaxed);
+  atomic_fetch_add_explicit(&d->ctr.revived, 1, memory_order_relaxed);
+  GDR_WARN("%s is back after DEVICE_FATAL (a new context; port %d ACTIVE, GID index %d): new connections use RDMA "
+           "again; the %d connection(s) that moved to TCP stay there",
+           d->name, d->port, gid_index, ncomms);
+  rc = 0;
+out:
+  if (pd) gdr_ibv.dealloc_pd(pd);
+  if (ctx) gdr_ibv.close_device(ctx);
+  if (list) gdr_ibv.free_device_list(list);
+  pthread_mutex_unlock(&revive_mu);
+  return rc;
+}
+
 /* ------------------------------------------------------------------------------------------- GDR -- */
 
 static void probe_gdr(struct gdr_rdma_dev *d) {
@@ -417,6 +484,10 @@ static void close_dev(struct gdr_rdma_dev *d) {
   if (leaked) GDR_INFO(NCCL_NET, "%s: %d registrations were still live at fini", d->name, leaked);
   if (d->pd) gdr_ibv.dealloc_pd(d->pd);
   if (d->ctx) gdr_ibv.close_device(d->ctx);
+  for (int i = 0; i < d->nretired; i++) { /* the lives before a DEVICE_FATAL (gdr_rdma_dev_revive) */
+    if (d->retired_pd[i]) gdr_ibv.dealloc_pd(d->retired_pd[i]);
+    if (d->retired_ctx[i]) gdr_ibv.close_device(d->retired_ctx[i]);
+  }
   free(d->pci_path);
   pthread_mutex_destroy(&d->lock);
   memset(d, 0, sizeof(*d));

@@ -52,7 +52,10 @@ static void post_failed(struct gdr_rdma_comm *c, struct ibv_qp *qp, int rc, cons
  * every WR it will have when it is queued, so it cannot look done before the last one completed. Items are for
  * one QP set: a recovery or a move to TCP drops them (its replay queues what must go again). */
 
-static inline int sq_room(const struct gdr_rdma_comm *c, int qpi) { return c->qs.sq_used[qpi] < GDR_RDMA_QP_SEND_WR; }
+/* (one slot is left for the quiesce's drain marker, recover.c) */
+static inline int sq_room(const struct gdr_rdma_comm *c, int qpi) {
+  return c->qs.sq_used[qpi] < GDR_RDMA_QP_SEND_WR - 1;
+}
 
 /* Stripe p of part r: [*off, *off + *len) of its buffer. */
 static inline void part_stripe(const struct gdr_rdma_comm *c, const struct gdr_rdma_part *pt, int p, uint64_t *off,
@@ -598,7 +601,9 @@ ncclResult_t gdr_rdma_poll(struct gdr_rdma_comm *c, int *progress) {
     /* every completion, in order: a failed one does not hide the successes after it */
     for (int i = 0; i < n; i++) {
       if (sender) sq_release(c, wcs[i].qp_num);
-      if (wcs[i].status == IBV_WC_SUCCESS) {
+      if (gdr_wr_kind(wcs[i].wr_id) == GDR_WR_DRAIN) {
+        c->drain_seen++; /* a quiesce marker: every completion of its queue came before it */
+      } else if (wcs[i].status == IBV_WC_SUCCESS) {
         process_wc(c, &wcs[i]);
         if (gdr_health_state(&c->health) == GDR_HEALTH_OK) c->rec.healthy = 1;
       } else if (gdr_health_state(&c->health) == GDR_HEALTH_OK && nbad++ == 0) {

@@ -81,7 +81,11 @@ struct gdr_rdma_dev {
   pthread_t thread;
   int thread_running;
   int stop_fd;         /* eventfd: wakes the async thread to stop */
-  int fatal;           /* DEVICE_FATAL seen */
+  int fatal;           /* DEVICE_FATAL seen, and not back yet (gdr_rdma_dev_revive) */
+  uint64_t revive_ns;  /* the next time a lost device is looked for again */
+  int nretired;        /* contexts (and PDs) of earlier lives of the device, closed at fini */
+  struct ibv_context *retired_ctx[4];
+  struct ibv_pd *retired_pd[4];
   char ibdev_path[256]; /* sysfs directory of the verbs device (GID types are read again after a port flap) */
 
   /* counters over every connection of the device (GDRNET_STATS_FILE, stats.h) */
@@ -125,6 +129,8 @@ ncclResult_t gdr_rdma_async_attach(struct gdr_rdma_comm *c);
 void gdr_rdma_async_detach(struct gdr_rdma_comm *c);
 /* Stops and joins the device's thread even if comms are still open (fini after leaked comms). */
 void gdr_rdma_async_stop(struct gdr_rdma_dev *d);
+ncclResult_t gdr_rdma_async_swap_ctx(struct gdr_rdma_dev *d, struct ibv_context *ctx, struct ibv_pd *pd);
+int gdr_rdma_dev_revive(struct gdr_rdma_dev *d); /* a lost device back: 0 when usable again */
 
 /* ---------------------------------------------------------------------------------------- requests -- */
 
@@ -177,7 +183,15 @@ struct gdr_rdma_req {
 
 /* wr_id: kind in the top byte, an 8-bit argument in the next (slot, slot | part << 5, or a request index), the
  * message's seq in the low 48 bits */
-enum { GDR_WR_DATA = 1, GDR_WR_RECV = 2, GDR_WR_CTS = 3, GDR_WR_FLUSH = 4, GDR_WR_IMM = 5, GDR_WR_PROBE = 6 };
+enum {
+  GDR_WR_DATA = 1,
+  GDR_WR_RECV = 2,
+  GDR_WR_CTS = 3,
+  GDR_WR_FLUSH = 4,
+  GDR_WR_IMM = 5,
+  GDR_WR_PROBE = 6,
+  GDR_WR_DRAIN = 7 /* quiesce's marker on a QP in ERR (recover.c) */
+};
 static inline uint64_t gdr_wr_id(int kind, int arg, uint64_t seq) {
   return ((uint64_t)kind << 56) | ((uint64_t)(arg & 0xff) << 48) | (seq & 0xffffffffffffull);
 }
@@ -366,6 +380,7 @@ struct gdr_rdma_comm {
   /* verbs */
   struct gdr_rdma_qpset qs;
   unsigned qs_gen;              /* incremented with every new qpset (under dev->lock: the async thread reads qs) */
+  int drain_seen;               /* quiesce: the markers' completions polled so far */
   int nqps, split, nparts;
   enum ibv_mtu mtu;             /* the smallest path MTU of its QPs */
   uint64_t max_wr;              /* the longest work request: both sides' max_msg, a multiple of 128 */
@@ -458,12 +473,10 @@ ncclResult_t gdr_rdma_ctrl_poll(struct gdr_rdma_comm *c);
 ncclResult_t gdr_rdma_ctrl_send(struct gdr_rdma_comm *c, int type, uint64_t seq, uint64_t a, uint64_t b,
                                 const void *payload, size_t len);
 /* QP sets: create (a CQ per device + data QPs in INIT, + a flush QP connected to itself per device on a GDR
- * receiver), connect the data QPs to the peer's (RTR, RTS; QP i towards the peer's device i % rndevs), stop (every
- * QP to ERR), destroy. */
+ * receiver), connect the data QPs to the peer's (RTR, RTS; QP i towards the peer's device i % rndevs), destroy. */
 ncclResult_t gdr_rdma_qpset_create(struct gdr_rdma_comm *c, struct gdr_rdma_qpset *qs);
 ncclResult_t gdr_rdma_qpset_connect(struct gdr_rdma_comm *c, struct gdr_rdma_qpset *qs, const uint32_t *rqpn,
                                     const uint32_t *rpsn, const struct gdr_rdma_addr *rdev, int rndevs);
-void gdr_rdma_qpset_stop(struct gdr_rdma_qpset *qs);
 void gdr_rdma_qpset_destroy(struct gdr_rdma_qpset *qs);
 /* Puts `in` (NULL: no set) in place of the comm's QP set, the old one into *out (may be NULL), under the lock of
  * every device of the connection (their async threads read it); a new generation. */

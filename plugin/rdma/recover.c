@@ -19,6 +19,7 @@
  *   episode, all within GDRNET_RECOVERY_TIMEOUT_MS of its first fault; then the connection fails (REC_FAIL tells
  *   the peer) and every pending request ends with the error. */
 #include <errno.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -53,13 +54,64 @@ static void give_up(struct gdr_rdma_comm *c, ncclResult_t res, int tell_peer, co
 
 /* -------------------------------------------------------------------------------------------- quiesce -- */
 
+/* One marker on each queue of a QP in ERR (as the kernel's ib_drain_qp): it completes, flushed, after every
+ * completion the NIC still had for that queue. Returns the number posted. */
+static int post_markers(struct ibv_qp *qp, int recv) {
+  struct ibv_send_wr sw, *sbad = NULL;
+  struct ibv_recv_wr rw, *rbad = NULL;
+  struct ibv_sge none = {0, 0, 0};
+  int n = 0;
+  memset(&sw, 0, sizeof(sw));
+  sw.wr_id = gdr_wr_id(GDR_WR_DRAIN, 0, 0);
+  sw.sg_list = &none;
+  sw.opcode = IBV_WR_RDMA_WRITE;
+  sw.send_flags = IBV_SEND_SIGNALED;
+  if (gdr_ibv_post_send(qp, &sw, &sbad) == 0) n++;
+  if (recv) {
+    memset(&rw, 0, sizeof(rw));
+    rw.wr_id = gdr_wr_id(GDR_WR_DRAIN, 1, 0);
+    rw.sg_list = &none;
+    if (gdr_ibv_post_recv(qp, &rw, &rbad) == 0) n++;
+  }
+  return n;
+}
+
 /* Stops the QPs (ERR), applies what already completed, destroys the set (and its CQ: nothing of it can be taken
- * for a completion of the next one). The async thread sees the swap under the device lock. */
+ * for a completion of the next one). The async threads see the swap under the devices' locks.
+ *
+ * "What already completed" is every completion up to the markers: a NIC may acknowledge a WRITE_WITH_IMM before
+ * the receive completion it produced reaches the CQ. Destroying the CQ in that window would lose a receive the
+ * sender holds complete (and has released): the receiver would post its receive WRs again, the sender would not
+ * replay it, and every later message would complete the receive before its own. A device that produces no
+ * completions any more (fatal) is waited for GDR_DRAIN_NS at most. */
+#define GDR_DRAIN_NS 1000000000ull
 void gdr_rdma_quiesce_qps(struct gdr_rdma_comm *c) {
   struct gdr_rdma_qpset old;
-  gdr_rdma_qpset_stop(&c->qs);
-  (void)gdr_rdma_poll(c, NULL); /* successes still count; the flushed ones are ignored while recovering */
-  gdr_rdma_qs_swap(c, NULL, &old);
+  struct ibv_qp_attr at;
+  int want = 0;
+  memset(&at, 0, sizeof(at));
+  at.qp_state = IBV_QPS_ERR;
+  c->drain_seen = 0;
+  for (int i = 0; i < c->nqps; i++)
+    if (c->qs.qps[i] && gdr_ibv.modify_qp(c->qs.qps[i], &at, IBV_QP_STATE) == 0)
+      want += post_markers(c->qs.qps[i], 1);
+  for (int k = 0; k < GDR_RDMA_MAX_CONN_DEVS; k++) /* (a flush QP per device of the connection) */
+    if (c->qs.flush_qp[k] && gdr_ibv.modify_qp(c->qs.flush_qp[k], &at, IBV_QP_STATE) == 0)
+      want += post_markers(c->qs.flush_qp[k], 0);
+  /* successes still count; the flushed ones are ignored while recovering */
+  uint64_t until = gdr_time_ns() + GDR_DRAIN_NS;
+  for (;;) {
+    int got = 0;
+    (void)gdr_rdma_poll(c, &got);
+    if (c->drain_seen >= want || c->qs.cq == NULL || gdr_health_failed(&c->health)) break;
+    if (gdr_time_ns() > until) {
+      GDR_INFO(NCCL_NET, "%s: %d of %d drain marker(s) completed within %llu ms; the QPs are destroyed regardless",
+               c->desc, c->drain_seen, want, GDR_DRAIN_NS / 1000000ull);
+      break;
+    }
+    if (got == 0) sched_yield();
+  }
+  gdr_rdma_qs_swap(c, NULL, &old); /* under the lock of every device of the connection */
   gdr_rdma_qpset_destroy(&old);
 }
 

@@ -29,6 +29,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "it.h"
@@ -105,12 +106,12 @@ static int note_error(struct run *R, ncclResult_t r, const char *what) {
   return 1;
 }
 
-/* One step of each direction; returns 1 while anything is left to do. */
-static int step(struct run *R) {
+/* One step of the send direction: post the next message's parts (all of them, in its order), complete oldest
+ * first. Returns -1 on an error (noted), else 1 when it did something. */
+static int step_tx(struct run *R) {
   const ncclNet_v8_t *net = R->ip->net;
   struct msgspec sp;
   int busy = 0;
-  /* --- send: post the next message's parts (all of them, in its order), complete oldest first --- */
   if (R->tx.posted < R->msgs && R->tx.posted - R->tx.completed < INFLIGHT) {
     int m = R->tx.posted, k = m % INFLIGHT;
     spec_of(R->seed, R->txflow, m, R->groups, R->maxsize, &sp);
@@ -126,7 +127,7 @@ static int step(struct run *R) {
     int i = sp.order[j];
     void *rq = NULL;
     ncclResult_t r = net->isend(R->c.s, slot_buf(R->c.sbuf, R, k, i), sp.size[i], sp.tag[i], R->c.smh, &rq);
-    if (note_error(R, r, "isend")) return 0;
+    if (note_error(R, r, "isend")) return -1;
     if (rq) {
       R->tx.req[k][j] = rq;
       if (j + 1 == sp.n) {
@@ -144,7 +145,7 @@ static int step(struct run *R) {
       if (R->tx.req[k][j] == NULL) continue;
       int d = 0, sz = -1;
       ncclResult_t r = net->test(R->tx.req[k][j], &d, &sz);
-      if (note_error(R, r, "test (send)")) return 0;
+      if (note_error(R, r, "test (send)")) return -1;
       if (!d) break;
       IT_CHECK(sz == sp.size[sp.order[j]], "send of message %d part %d: test reported %d bytes, %d sent",
                R->tx.msg[k], j, sz, sp.size[sp.order[j]]);
@@ -154,6 +155,15 @@ static int step(struct run *R) {
     if (R->tx.nreq[k] == 0) R->tx.completed++;
     busy = 1;
   }
+  return busy;
+}
+
+/* One step of each direction; returns 1 while anything is left to do. */
+static int step(struct run *R) {
+  const ncclNet_v8_t *net = R->ip->net;
+  struct msgspec sp;
+  int busy = step_tx(R);
+  if (busy < 0) return 0;
   /* --- receive: post grouped/plain receives, complete oldest first, flush, check --- */
   if (R->rx.posted < R->msgs && R->rx.posted - R->rx.completed < INFLIGHT) {
     int m = R->rx.posted, k = m % INFLIGHT;
@@ -197,6 +207,9 @@ static int step(struct run *R) {
           if (note_error(R, r, "test (flush)")) return 0;
           if (fd2) break;
           IT_CHECK(!gn_expired(fdl), "message %d: the flush never completed", m);
+          /* the other direction goes on meanwhile, as NCCL's proxy progresses every connection: a recovery of
+           * this receive may need this process's send side (the peer's own flush may wait on it) */
+          if (step_tx(R) < 0) return 0;
         }
       }
       for (int i = 0; i < sp.n; i++) {
@@ -220,6 +233,52 @@ static int count_in_log(const char *needle) {
   for (const char *p = log; (p = strstr(p, needle)) != NULL; p += strlen(needle)) n++;
   free(log);
   return n;
+}
+
+/* GNIT_RECONNECT=1 (a lost device that comes back, device_fatal with for_ms): new connections are made until
+ * both ends of one run over RDMA (each try that ran over TCP from the start is closed), within GNIT_PHASE_S; then
+ * GNIT_RECONNECT_MSGS messages each way over it, every byte checked, and no end of it may move to TCP. */
+static void reconnect(struct run *R, gn_ctx_t *ctx, int fd) {
+  const ncclNet_v8_t *net = R->ip->net;
+  uint64_t dl = gn_deadline_ns(it_env_double("GNIT_RECONNECT_S", 20));
+  int tries = 0;
+  it_step("reconnecting");
+  for (;;) {
+    int before = count_in_log(" runs over TCP (");
+    IT_GN(ctx, gn_establish(ctx, R->ip->dev, fd, &R->c.s, &R->c.r));
+    int tcp[2] = {count_in_log(" runs over TCP (") > before, 0};
+    tries++;
+    IT_CHECK(gn_boot_send(fd, &tcp[0], sizeof(int)) == 0 && gn_boot_recv(fd, &tcp[1], sizeof(int), 60) == 0,
+             "bootstrap");
+    if (!tcp[0] && !tcp[1]) break;
+    IT_OK(net->closeSend(R->c.s));
+    IT_OK(net->closeRecv(R->c.r));
+    IT_CHECK(!gn_expired(dl), "no connection over RDMA after %d tries: the device did not come back", tries);
+    struct timespec ts = {0, 100 * 1000 * 1000};
+    nanosleep(&ts, NULL); /* pacing between tries; the loop's condition is the connection's transport */
+  }
+  it_log("a connection over RDMA again after %d tries", tries);
+  size_t len = R->slot_len * INFLIGHT;
+  int moves0 = count_in_log(" now runs over TCP");
+  IT_OK(net->regMr(R->c.s, R->c.sbuf, len, NCCL_PTR_HOST, &R->c.smh));
+  IT_OK(net->regMr(R->c.r, R->c.rbuf, len, NCCL_PTR_HOST, &R->c.rmh));
+  memset(&R->tx, 0, sizeof(R->tx));
+  memset(&R->rx, 0, sizeof(R->rx));
+  R->msgs = (int)it_env_double("GNIT_RECONNECT_MSGS", 50);
+  R->flush = 0;
+  it_step("traffic after the device came back");
+  while (step(R)) {
+    IT_CHECK(!gn_expired(dl), "traffic stuck after the device came back: sent %d/%d, received %d/%d",
+             R->tx.completed, R->msgs, R->rx.completed, R->msgs);
+    sched_yield();
+  }
+  IT_CHECK(R->failed == ncclSuccess, "the run after the device came back failed with %s", gn_result_str(R->failed));
+  IT_CHECK(count_in_log(" now runs over TCP") == moves0, "the connection made after the device came back moved to TCP");
+  IT_CHECK(gn_boot_barrier(fd, 60) == 0, "barrier");
+  IT_OK(net->deregMr(R->c.s, R->c.smh));
+  IT_OK(net->deregMr(R->c.r, R->c.rmh));
+  IT_OK(net->closeSend(R->c.s));
+  IT_OK(net->closeRecv(R->c.r));
 }
 
 /* Sum of the values of every line of metric `name` (any labels) in the text, and how many lines. */
@@ -345,6 +404,7 @@ static int side(int fd, int parent) {
   IT_OK(ip.net->deregMr(R.c.r, R.c.rmh));
   IT_OK(ip.net->closeSend(R.c.s));
   IT_OK(ip.net->closeRecv(R.c.r));
+  if (it_env_double("GNIT_RECONNECT", 0) != 0) reconnect(&R, &ctx, fd);
   /* the counters: the recoveries and the stats line each connection logs at close */
   int mine[6] = {count_in_log(" recovered: "),
                  count_in_log(" now runs over TCP"),

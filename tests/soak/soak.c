@@ -14,8 +14,9 @@
  * on a wrong byte or size, an error from the plugin, no completion for --stall seconds (a hang), RSS above the
  * baseline by more than --rss-growth-mb, or more fds at a round's end than at the baseline plus --fd-growth.
  *
- * --faults (off by default): the RDMA transport runs with random VEMU_FAULTS rules (failed completions, a fatal QP,
- * a missing receive credit; each fires once per process) in both processes, and expects recovery: every byte still
+ * --faults (off by default): the RDMA transport runs with random VEMU_FAULTS rules in both processes (failed
+ * completions and receive completions written after their QP failed, again and again through the run with every=; a
+ * fatal QP and a missing receive credit, once), and expects recovery or a move to TCP and back: every byte still
  * arrives and no error reaches the caller (docs/recovery.md). */
 #include <dirent.h>
 #include <errno.h>
@@ -260,10 +261,13 @@ static void set_faults(void) {
   const char *tr = getenv("GDRNET_TRANSPORT");
   if (!O.faults || tr == NULL || strcmp(tr, "rdma") != 0) return;
   snprintf(rules, sizeof(rules),
-           "wc:op=write_imm:nth=%llu:status=retry_exc;wc:op=write:nth=%llu:status=rem_access;qp_fatal:nth=%llu;"
-           "no_recv_credit:nth=%llu",
-           (unsigned long long)(200 + rnd(&s) % 5000), (unsigned long long)(100 + rnd(&s) % 5000),
-           (unsigned long long)(2 + rnd(&s) % 20), (unsigned long long)(100 + rnd(&s) % 5000));
+           "wc:op=write_imm:nth=%llu:every=%llu:status=retry_exc;wc:op=write:nth=%llu:every=%llu:status=rem_access;"
+           "late_cqe:nth=%llu:every=%llu:ms=20;qp_fatal:nth=%llu;no_recv_credit:nth=%llu:every=%llu",
+           (unsigned long long)(200 + rnd(&s) % 5000), (unsigned long long)(20000 + rnd(&s) % 20000),
+           (unsigned long long)(100 + rnd(&s) % 5000), (unsigned long long)(30000 + rnd(&s) % 30000),
+           (unsigned long long)(300 + rnd(&s) % 5000), (unsigned long long)(15000 + rnd(&s) % 15000),
+           (unsigned long long)(2 + rnd(&s) % 20), (unsigned long long)(100 + rnd(&s) % 5000),
+           (unsigned long long)(10000 + rnd(&s) % 10000));
   setenv("VEMU_FAULTS", rules, 1);
   it_log("fault mode: VEMU_FAULTS=%s (expects recovery)", rules);
 }

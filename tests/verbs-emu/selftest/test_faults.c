@@ -613,8 +613,180 @@ static void sc_gdr_lazy(void)
 		 0);
 	vt_wait(&d, d.cq, wc, 1, 5000);
 	CHECK_EQ(buf[100000], 'D');
+	/* destroying the target QP applies what it acknowledged (a real HCA finishes a QP's DMA before its destroy
+	 * completes): no later READ of another QP may land those bytes over newer data */
+	memset(buf, 'E', 4096);
+	CHECK_EQ(vt_post_write(a, IBV_WR_RDMA_WRITE, buf, 4096, mr->lkey, (uintptr_t)dev + 16384, dmr->rkey, 7,
+			       IBV_SEND_SIGNALED, 0),
+		 0);
+	vt_wait(&d, d.cq, wc, 1, 5000);
+	CHECK_EQ(wc[0].status, IBV_WC_SUCCESS);
+	CHECK_EQ(dev[16384], 0);
+	CHECK_EQ(ibv_destroy_qp(b), 0);
+	CHECK_EQ(dev[16384], 'E');
+	CHECK_EQ(dev[16384 + 4095], 'E');
+	memset(dev + 16384, 'N', 4096); /* newer data (another path) */
+	CHECK_EQ(vt_post_write(flush, IBV_WR_RDMA_READ, buf + 65536, 1, mr->lkey, (uintptr_t)dev + 16384, dmr->rkey, 8,
+			       IBV_SEND_SIGNALED, 0),
+		 0);
+	vt_wait(&d, d.cq, wc, 1, 5000);
+	CHECK_EQ(wc[0].status, IBV_WC_SUCCESS);
+	CHECK_EQ(dev[16384], 'N');
+	CHECK_EQ(buf[65536], 'N');
+	CHECK_EQ(ibv_destroy_qp(a), 0);
+	CHECK_EQ(ibv_destroy_qp(flush), 0);
 	CHECK_EQ(ibv_dereg_mr(dmr), 0);
 	free(dev);
+}
+
+/* ---------------------------------------------------------------- device_fatal, then back */
+static void sc_device_back(void)
+{
+	/* VEMU_FAULTS=device_fatal:dev=vemu0:after_ms=100:for_ms=300 */
+	open_all(64);
+	struct ibv_async_event ev;
+	async_expect(IBV_EVENT_DEVICE_FATAL, &ev, 5000);
+	struct ibv_port_attr pa;
+	CHECK_EQ(ibv_query_port(d.ctx, 1, &pa), 0);
+	CHECK_EQ(pa.state, IBV_PORT_DOWN);
+	/* while it is dead, a context opened on it is dead too */
+	struct ibv_device **list = ibv_get_device_list(NULL);
+	CHECK(list && list[0]);
+	struct ibv_context *early = ibv_open_device(list[0]);
+	CHECK(early);
+	errno = 0;
+	CHECK(ibv_create_cq(early, 8, NULL, NULL, 0) == NULL);
+	CHECK_EQ(errno, EIO);
+	/* back after for_ms: wait for a new context to find the port ACTIVE (polled: the time is the emulator's) */
+	struct ibv_context *nc = NULL;
+	uint64_t end = vt_now_ms() + 5000;
+	for (;;) {
+		CHECK(vt_now_ms() < end);
+		struct ibv_context *t = ibv_open_device(list[0]);
+		CHECK(t);
+		CHECK_EQ(ibv_query_port(t, 1, &pa), 0);
+		if (pa.state == IBV_PORT_ACTIVE) {
+			nc = t;
+			break;
+		}
+		CHECK_EQ(ibv_close_device(t), 0);
+		struct timespec ts = { 0, 5000000 };
+		nanosleep(&ts, NULL); /* between probes, not a synchronisation: the loop's condition is the port */
+	}
+	/* the old contexts stay dead: port DOWN, EIO */
+	CHECK_EQ(ibv_query_port(d.ctx, 1, &pa), 0);
+	CHECK_EQ(pa.state, IBV_PORT_DOWN);
+	errno = 0;
+	CHECK(ibv_create_cq(d.ctx, 8, NULL, NULL, 0) == NULL);
+	CHECK_EQ(errno, EIO);
+	CHECK(ibv_create_cq(early, 8, NULL, NULL, 0) == NULL);
+	/* the new one works: a WRITE between two of its QPs */
+	struct vt_dev n2;
+	memset(&n2, 0, sizeof(n2));
+	n2.ctx = nc;
+	n2.pd = ibv_alloc_pd(nc);
+	CHECK(n2.pd);
+	n2.ch = ibv_create_comp_channel(nc);
+	CHECK(n2.ch);
+	n2.cq = ibv_create_cq(nc, 64, NULL, n2.ch, 0);
+	CHECK(n2.cq);
+	struct ibv_mr *m2 = vt_mr(&n2, buf, BUFSZ, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+	struct vt_rc rc = VT_RC_DEFAULT;
+	struct ibv_qp *a = vt_qp(&n2, 8, 0, NULL), *b = vt_qp(&n2, 8, 0, NULL);
+	vt_connect(&n2, a, b->qp_num, rc);
+	vt_connect(&n2, b, a->qp_num, rc);
+	memset(buf, 'R', 64);
+	CHECK_EQ(vt_post_write(a, IBV_WR_RDMA_WRITE, buf, 64, m2->lkey, (uintptr_t)buf + 4096, m2->rkey, 1,
+			       IBV_SEND_SIGNALED, 0),
+		 0);
+	struct ibv_wc wc;
+	vt_wait(&n2, n2.cq, &wc, 1, 5000);
+	CHECK_EQ(wc.status, IBV_WC_SUCCESS);
+	CHECK_EQ(buf[4096], 'R');
+	CHECK_EQ(ibv_destroy_qp(a), 0);
+	CHECK_EQ(ibv_destroy_qp(b), 0);
+	CHECK_EQ(ibv_dereg_mr(m2), 0);
+	CHECK_EQ(ibv_destroy_cq(n2.cq), 0);
+	CHECK_EQ(ibv_destroy_comp_channel(n2.ch), 0);
+	CHECK_EQ(ibv_dealloc_pd(n2.pd), 0);
+	CHECK_EQ(ibv_close_device(nc), 0);
+	CHECK_EQ(ibv_close_device(early), 0);
+	ibv_free_device_list(list);
+}
+
+/* ---------------------------------------------------------------- every= */
+static void sc_wc_every(void)
+{
+	/* VEMU_FAULTS=wc:op=write:nth=2:every=3:status=rem_op: writes 2, 5 and 8 fail (one QP each: a failed WR
+	 * takes its QP to ERR) */
+	open_all(64);
+	struct vt_rc rc = VT_RC_DEFAULT;
+	for (int k = 1; k <= 8; k++) {
+		struct ibv_qp *q = vt_qp(&d, 8, 0, NULL);
+		vt_connect(&d, q, q->qp_num, rc);
+		CHECK_EQ(vt_post_write(q, IBV_WR_RDMA_WRITE, buf, 64, mr->lkey, (uintptr_t)buf + 4096, mr->rkey,
+				       (uint64_t)k, IBV_SEND_SIGNALED, 0),
+			 0);
+		struct ibv_wc wc;
+		vt_wait(&d, d.cq, &wc, 1, 5000);
+		CHECK_EQ(wc.wr_id, (uint64_t)k);
+		CHECK_EQ(wc.status, (k == 2 || k == 5 || k == 8) ? IBV_WC_REM_OP_ERR : IBV_WC_SUCCESS);
+		CHECK_EQ(ibv_destroy_qp(q), 0);
+	}
+}
+
+/* ---------------------------------------------------------------- late_cqe */
+static void sc_late_cqe(void)
+{
+	/* VEMU_FAULTS=late_cqe:nth=2:ms=300: the 2nd incoming WRITE_WITH_IMM is acknowledged (the sender completes),
+	 * its QP fails, and its receive completion is written 300 ms later, ahead of the flushed ones */
+	open_all(64);
+	struct ibv_cq *rcq = ibv_create_cq(d.ctx, 64, NULL, d.ch, 0); /* its own CQ: the lagging completion holds back only that one */
+	CHECK(rcq);
+	struct vt_rc rc = VT_RC_DEFAULT;
+	struct ibv_qp *a = vt_qp(&d, 64, 0, NULL), *b = vt_qp(&d, 64, 0, rcq);
+	vt_connect(&d, a, b->qp_num, rc);
+	vt_connect(&d, b, a->qp_num, rc);
+	struct ibv_wc wc[4];
+	for (int i = 1; i <= 3; i++)
+		CHECK_EQ(vt_post_recv(b, NULL, 0, 0, (uint64_t)(10 + i)), 0);
+	/* the first one is ordinary */
+	CHECK_EQ(vt_post_write(a, IBV_WR_RDMA_WRITE_WITH_IMM, buf, 64, mr->lkey, (uintptr_t)buf + 4096, mr->rkey, 1,
+			       IBV_SEND_SIGNALED, 0),
+		 0);
+	vt_wait(&d, d.cq, wc, 1, 5000);
+	CHECK_EQ(wc[0].status, IBV_WC_SUCCESS);
+	vt_wait(&d, rcq, wc, 1, 5000);
+	CHECK_EQ(wc[0].wr_id, 11);
+	CHECK_EQ(wc[0].status, IBV_WC_SUCCESS);
+	/* the second: the sender is told "done", the target's QP fails, and its CQ is empty for now */
+	uint64_t t0 = vt_now_ms();
+	CHECK_EQ(vt_post_write(a, IBV_WR_RDMA_WRITE_WITH_IMM, buf, 64, mr->lkey, (uintptr_t)buf + 8192, mr->rkey, 2,
+			       IBV_SEND_SIGNALED, 2),
+		 0);
+	vt_wait(&d, d.cq, wc, 1, 5000);
+	CHECK_EQ(wc[0].wr_id, 2);
+	CHECK_EQ(wc[0].status, IBV_WC_SUCCESS);
+	struct ibv_async_event ev;
+	async_expect(IBV_EVENT_QP_FATAL, &ev, 5000);
+	CHECK(ev.element.qp == b);
+	CHECK_EQ(b->state, IBV_QPS_ERR);
+	if (vt_now_ms() - t0 < 250)
+		CHECK_EQ(ibv_poll_cq(rcq, 4, wc), 0); /* the lagging completion is not there yet */
+	/* a marker posted now (as ib_drain_qp does) completes after it */
+	CHECK_EQ(vt_post_recv(b, NULL, 0, 0, 99), 0);
+	vt_wait(&d, rcq, wc, 3, 5000);
+	CHECK(vt_now_ms() - t0 >= 290);
+	CHECK_EQ(wc[0].wr_id, 12);
+	CHECK_EQ(wc[0].status, IBV_WC_SUCCESS);
+	CHECK_EQ(wc[0].imm_data, 2u);
+	CHECK_EQ(wc[1].wr_id, 13);
+	CHECK_EQ(wc[1].status, IBV_WC_WR_FLUSH_ERR);
+	CHECK_EQ(wc[2].wr_id, 99);
+	CHECK_EQ(wc[2].status, IBV_WC_WR_FLUSH_ERR);
+	CHECK_EQ(ibv_destroy_qp(b), 0);
+	CHECK_EQ(ibv_destroy_qp(a), 0);
+	CHECK_EQ(ibv_destroy_cq(rcq), 0);
 }
 
 /* ---------------------------------------------------------------- malformed rules */
@@ -690,6 +862,9 @@ int main(int argc, char **argv)
 		{ "trace", sc_trace, NULL, NULL, "VEMU_TRACE" },
 		{ "gdr_lazy", sc_gdr_lazy, NULL, NULL, "VEMU_GDR_LAZY" },
 		{ "malformed", sc_malformed, NULL, NULL, NULL },
+		{ "late_cqe", sc_late_cqe, "late_cqe:nth=2:ms=300", NULL, NULL },
+		{ "wc_every", sc_wc_every, "wc:op=write:nth=2:every=3:status=rem_op", NULL, NULL },
+		{ "device_back", sc_device_back, "device_fatal:dev=vemu0:after_ms=100:for_ms=300", NULL, NULL },
 	};
 	for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++) {
 		if (strcmp(s, t[i].name))

@@ -126,6 +126,9 @@ static uint64_t self_id;
 
 #define agent_thread vemu_in_agent()
 static uint64_t pending_dl, sleep_until = 1;
+/* GDR_LAZY drains asked of the agent by ibv_destroy_qp (g.mu) */
+static uint64_t lazy_drain_req, lazy_drain_done;
+static pthread_cond_t lazy_drain_cv = PTHREAD_COND_INITIALIZER;
 
 void vemu_agent_fork_child(void)
 {
@@ -136,6 +139,7 @@ void vemu_agent_fork_child(void)
 	sleep_until = 1;
 	memset(lazy_head, 0, sizeof(lazy_head));
 	memset(lazy_tail, 0, sizeof(lazy_tail));
+	lazy_drain_req = lazy_drain_done = 0;
 }
 
 /* ------------------------------------------------------------ time */
@@ -217,6 +221,37 @@ static void lazy_flush(struct vdev *d)
 	}
 	if (n)
 		VTRACE("gdr_lazy flush dev=%s writes=%d\n", d->dev.name, n);
+}
+
+/* GDR_LAZY and ibv_destroy_qp: the device's parked writes are applied before the destroy returns. A real HCA
+ * completes a QP's DMA before its destroy command completes (the kernel may unmap the memory next), so what a
+ * destroyed QP acknowledged is in memory; without this, bytes a QP acknowledged before a connection moved to
+ * another path (the plugin's TCP fallback) would land at some later READ, over newer data. The agent applies
+ * them (device memory is copied in its thread, as every CUDA call of the emulator); g.mu held, released while
+ * waiting. */
+void vemu_lazy_drain_locked(struct vdev *d)
+{
+	if (!g.gdr_lazy || !lazy_head[d->index])
+		return;
+	if (agent_thread || !g.agent_started) {
+		lazy_flush(d);
+		return;
+	}
+	uint64_t t = ++lazy_drain_req;
+	vemu_ring();
+	while (lazy_drain_done < t)
+		pthread_cond_wait(&lazy_drain_cv, &g.mu);
+}
+
+static void lazy_drain_serve(void)
+{
+	/* g.mu held */
+	if (lazy_drain_done == lazy_drain_req)
+		return;
+	for (int i = 0; i < g.ndev; i++)
+		lazy_flush(g.devs[i]);
+	lazy_drain_done = lazy_drain_req;
+	pthread_cond_broadcast(&lazy_drain_cv);
 }
 
 /* replace lazy segments by heap buffers; the records are published when the payload is complete */
@@ -999,6 +1034,20 @@ static void finish_request(struct vconn *c, const struct whdr *h)
 			}
 			wc.qp_num = h->dst_qpn;
 			wc.src_qp = h->src_qpn;
+			uint64_t late = wc.status == IBV_WC_SUCCESS && !c->rx_status ? vemu_fault_late_cqe() : 0;
+			if (late) {
+				/* late_cqe: acknowledged now, written to the CQ later; the QP fails meanwhile (its flushed
+				 * completions come behind this one, as a NIC writes what it acknowledged first) */
+				VTRACE("fault late_cqe qp=0x%x psn=%u: completion in %llu ms, QP fatal\n", h->dst_qpn,
+				       (unsigned)h->seq, (unsigned long long)late);
+				vemu_cq_push_late(q->rcq, &wc, vemu_now_ns() + late * 1000000ull);
+				want_deadline(vemu_now_ns() + late * 1000000ull);
+				respond(c, h, F_ACK, 0);
+				free(r);
+				vemu_qp_to_err(q);
+				vemu_async_event(q->ctx, IBV_EVENT_QP_FATAL, &q->qp, 0);
+				return;
+			}
 			vemu_cq_push(q->rcq, &wc, NULL, 0);
 			if (c->rx_recv_status != IBV_WC_SUCCESS)
 				responder_error(q, IBV_EVENT_QP_REQ_ERR);
@@ -1693,6 +1742,7 @@ static void *agent_main(void *arg)
 			pthread_mutex_unlock(&g.mu);
 		}
 		pthread_mutex_lock(&g.mu);
+		lazy_drain_serve();
 		for (struct vconn *c = conns; c; c = c->next) {
 			if (c->oq_head && !c->dead)
 				conn_write_locked(c);
@@ -1701,6 +1751,9 @@ static void *agent_main(void *arg)
 		}
 		pthread_mutex_unlock(&g.mu);
 		vemu_flush_deferred();
+		pthread_mutex_lock(&g.mu);
+		want_deadline(vemu_deferred_deadline()); /* a lagging completion's time */
+		pthread_mutex_unlock(&g.mu);
 	}
 	return NULL;
 }

@@ -469,6 +469,10 @@ static int vemu_query_port_ex(struct ibv_context *c, uint8_t port, struct ibv_po
 		return EINVAL;
 	struct ibv_port_attr a;
 	fill_port(d, &a);
+	if (__atomic_load_n(&to_vctx(c)->dead, __ATOMIC_ACQUIRE)) { /* a dead context's port stays down, even once the device is back */
+		a.state = IBV_PORT_DOWN;
+		a.phys_state = 3;
+	}
 	if (len > sizeof(a)) {
 		memset((char *)attr + sizeof(a), 0, len - sizeof(a));
 		len = sizeof(a);
@@ -665,6 +669,7 @@ VEMU_EXPORT struct ibv_context *ibv_open_device(struct ibv_device *device)
 		return NULL;
 	}
 	v->dev = (struct vdev *)device;
+	v->dead = __atomic_load_n(&v->dev->fatal, __ATOMIC_ACQUIRE); /* opened on a dead device: dead too */
 	v->async_wr = p[1];
 	fcntl(p[1], F_SETFL, O_NONBLOCK);
 	struct ibv_context *c = &v->vc.context;
@@ -820,7 +825,7 @@ struct vmr *vemu_mr_find(uint32_t key)
 static struct ibv_mr *reg_common(struct ibv_pd *pd, uint64_t base, size_t len, uint64_t iova, int access,
 				 int dmabuf, const char *call)
 {
-	int e = to_vctx(pd->context)->dev->fatal ? EIO : vemu_fault_call(call);
+	int e = __atomic_load_n(&to_vctx(pd->context)->dead, __ATOMIC_ACQUIRE) ? EIO : vemu_fault_call(call);
 	if (e) {
 		errno = e;
 		return NULL;
@@ -912,7 +917,7 @@ VEMU_EXPORT struct ibv_mr *ibv_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset,
 		errno = EBADF;
 		return NULL;
 	}
-	int e = to_vctx(pd->context)->dev->fatal ? EIO : vemu_fault_call("reg_dmabuf_mr"); /* not the fd = -1 probe */
+	int e = __atomic_load_n(&to_vctx(pd->context)->dead, __ATOMIC_ACQUIRE) ? EIO : vemu_fault_call("reg_dmabuf_mr"); /* not the fd = -1 probe */
 	if (e) {
 		errno = e;
 		return NULL;
@@ -989,7 +994,7 @@ VEMU_EXPORT int ibv_destroy_comp_channel(struct ibv_comp_channel *channel)
 VEMU_EXPORT struct ibv_cq *ibv_create_cq(struct ibv_context *c, int cqe, void *cq_context,
 					 struct ibv_comp_channel *channel, int comp_vector)
 {
-	int e = to_vctx(c)->dev->fatal ? EIO : vemu_fault_call("create_cq");
+	int e = __atomic_load_n(&to_vctx(c)->dead, __ATOMIC_ACQUIRE) ? EIO : vemu_fault_call("create_cq");
 	if (e) {
 		errno = e;
 		return NULL;
@@ -1089,6 +1094,7 @@ struct deferred {
 	struct vcq *cq;
 	struct ibv_wc wc;
 	struct cqmeta meta;
+	uint64_t not_before; /* late_cqe: not pushed before this time, nor anything of its CQ behind it */
 };
 /* no __thread: LeakSanitizer's tracer trips over the dynamic TLS of a dlopened library */
 static pthread_t agent_tid;
@@ -1134,15 +1140,52 @@ void vemu_cq_push(struct vcq *q, const struct ibv_wc *wc, struct vsq *sq, int sl
 	defq[defq_n].cq = q;
 	defq[defq_n].wc = *wc;
 	defq[defq_n].meta = meta;
+	defq[defq_n].not_before = 0;
 	defq_n++;
+	if (!vemu_in_agent())
+		vemu_ring(); /* behind a lagging completion: the agent pushes it when its turn comes */
+}
+
+void vemu_cq_push_late(struct vcq *q, const struct ibv_wc *wc, uint64_t not_before_ns)
+{
+	size_t n0 = defq_n;
+	vemu_cq_push(q, wc, NULL, 0);
+	if (defq_n == n0 + 1) /* queued (not pushed: the realloc failed) */
+		defq[n0].not_before = not_before_ns;
+}
+
+uint64_t vemu_deferred_deadline(void)
+{
+	uint64_t t = 0;
+	for (size_t i = 0; i < defq_n; i++)
+		if (defq[i].not_before && (!t || defq[i].not_before < t))
+			t = defq[i].not_before;
+	return t;
 }
 
 void vemu_flush_deferred(void)
 {
 	pthread_mutex_lock(&g.mu);
-	for (size_t i = 0; i < defq_n; i++)
-		cq_push_now(defq[i].cq, &defq[i].wc, defq[i].meta);
-	defq_n = 0;
+	/* in order; a lagging completion keeps its place and holds back what follows it on its CQ */
+	struct vcq *blocked[16];
+	int nblocked = 0;
+	size_t k = 0;
+	uint64_t now = vemu_now_ns();
+	for (size_t i = 0; i < defq_n; i++) {
+		int held = 0;
+		for (int b = 0; b < nblocked; b++)
+			held |= blocked[b] == defq[i].cq;
+		if (!held && defq[i].not_before > now) {
+			held = 1;
+			if (nblocked < (int)(sizeof(blocked) / sizeof(blocked[0])))
+				blocked[nblocked++] = defq[i].cq;
+		}
+		if (held)
+			defq[k++] = defq[i];
+		else
+			cq_push_now(defq[i].cq, &defq[i].wc, defq[i].meta);
+	}
+	defq_n = k;
 	pthread_mutex_unlock(&g.mu);
 }
 
@@ -1302,7 +1345,7 @@ static int alloc_qpn(uint32_t *out)
 
 VEMU_EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
 {
-	int e = to_vctx(pd->context)->dev->fatal ? EIO : vemu_fault_call("create_qp");
+	int e = __atomic_load_n(&to_vctx(pd->context)->dead, __ATOMIC_ACQUIRE) ? EIO : vemu_fault_call("create_qp");
 	if (e) {
 		errno = e;
 		return NULL;
@@ -1420,6 +1463,7 @@ VEMU_EXPORT int ibv_destroy_qp(struct ibv_qp *qp)
 		}
 	q->destroyed = 1;
 	drop_queues(q);
+	vemu_lazy_drain_locked(q->ctx->dev);
 	__atomic_add_fetch(&g.qp_gone_gen, 1, __ATOMIC_RELEASE);
 	pthread_mutex_unlock(&g.mu);
 	/* a payload being placed for this QP is not placed any further once this returns (placement_recheck) */
@@ -1538,7 +1582,7 @@ VEMU_EXPORT int ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int m
 	struct vqp *q = (struct vqp *)qp;
 	/* on a dead device only the way to ERR/RESET still works (what a driver lets a user do to clean up) */
 	int cleanup = (mask & IBV_QP_STATE) && (attr->qp_state == IBV_QPS_ERR || attr->qp_state == IBV_QPS_RESET);
-	int e = q->ctx->dev->fatal && !cleanup ? EIO : vemu_fault_call("modify_qp");
+	int e = __atomic_load_n(&q->ctx->dead, __ATOMIC_ACQUIRE) && !cleanup ? EIO : vemu_fault_call("modify_qp");
 	if (e)
 		return e;
 	pthread_mutex_lock(&g.mu);

@@ -8,12 +8,13 @@
 #include <string.h>
 #include <unistd.h>
 
-enum { R_WC = 1, R_QP_FATAL, R_PEER_LOSS, R_PORT_DOWN, R_FAIL, R_NO_RECV_CREDIT, R_DEVICE_FATAL };
+enum { R_WC = 1, R_QP_FATAL, R_PEER_LOSS, R_PORT_DOWN, R_FAIL, R_NO_RECV_CREDIT, R_DEVICE_FATAL, R_LATE_CQE };
 
 struct rule {
 	int kind;
 	unsigned ops;               /* wc: bit per IBV_WR_* opcode */
 	uint64_t nth;
+	uint64_t every;             /* wc, late_cqe, no_recv_credit: fires again every that many events after nth */
 	uint64_t count;
 	int status;                 /* wc */
 	char call[32];              /* fail */
@@ -21,6 +22,7 @@ struct rule {
 	uint64_t after_bytes;       /* peer_loss */
 	char dev[64];               /* port_down */
 	uint64_t after_ms, for_ms;
+	uint64_t t_dead;            /* device_fatal: when it died (for_ms counts from there) */
 	int has_for;
 	int phase;                  /* port_down: 0 pending, 1 down, 2 done */
 	char text[256];
@@ -127,9 +129,11 @@ static int parse_rule(char *text)
 		r.kind = R_NO_RECV_CREDIT;
 	else if (!strcmp(kind, "device_fatal"))
 		r.kind = R_DEVICE_FATAL;
+	else if (!strcmp(kind, "late_cqe"))
+		r.kind = R_LATE_CQE;
 	else
-		return bad(r.text,
-			   "unknown kind (want wc, qp_fatal, peer_loss, port_down, device_fatal, fail, no_recv_credit)");
+		return bad(r.text, "unknown kind (want wc, qp_fatal, peer_loss, port_down, device_fatal, fail, "
+				   "no_recv_credit, late_cqe)");
 	int have_nth = 0, have_op = 0, have_status = 0, have_call = 0, have_errno = 0, have_bytes = 0,
 	    have_dev = 0, have_after = 0;
 	for (char *kv = strtok_r(NULL, ":", &save); kv; kv = strtok_r(NULL, ":", &save)) {
@@ -140,11 +144,16 @@ static int parse_rule(char *text)
 		const char *k = kv, *v = eq + 1;
 		int ok = 0;
 		if (!strcmp(k, "nth") && (r.kind == R_WC || r.kind == R_QP_FATAL || r.kind == R_FAIL ||
-					  r.kind == R_NO_RECV_CREDIT)) {
+					  r.kind == R_NO_RECV_CREDIT || r.kind == R_LATE_CQE)) {
 			ok = !parse_u64(v, &r.nth) && r.nth >= 1;
 			if (!ok)
 				return bad(r.text, "nth must be an integer >= 1");
 			have_nth = 1;
+		} else if (!strcmp(k, "every") &&
+			   (r.kind == R_WC || r.kind == R_LATE_CQE || r.kind == R_NO_RECV_CREDIT)) {
+			ok = !parse_u64(v, &r.every) && r.every >= 1;
+			if (!ok)
+				return bad(r.text, "every must be an integer >= 1");
 		} else if (!strcmp(k, "op") && r.kind == R_WC) {
 			if (parse_ops(v, &r.ops))
 				return bad(r.text, "op must be write, write_imm, read or send");
@@ -154,7 +163,7 @@ static int parse_rule(char *text)
 			if (!r.status)
 				return bad(r.text, "status must be rem_access, retry_exc, rnr_retry_exc, rem_op or loc_prot");
 			have_status = ok = 1;
-		} else if (!strcmp(k, "after_bytes") && r.kind == R_PEER_LOSS) {
+		} else if (!strcmp(k, "after_bytes") && (r.kind == R_PEER_LOSS || r.kind == R_DEVICE_FATAL)) {
 			if (parse_u64(v, &r.after_bytes))
 				return bad(r.text, "after_bytes must be an integer");
 			have_bytes = ok = 1;
@@ -167,7 +176,11 @@ static int parse_rule(char *text)
 			if (parse_u64(v, &r.after_ms))
 				return bad(r.text, "after_ms must be an integer");
 			have_after = ok = 1;
-		} else if (!strcmp(k, "for_ms") && r.kind == R_PORT_DOWN) {
+		} else if (!strcmp(k, "ms") && r.kind == R_LATE_CQE) {
+			if (parse_u64(v, &r.for_ms) || r.for_ms < 1 || r.for_ms > 60000)
+				return bad(r.text, "ms must be an integer from 1 to 60000");
+			r.has_for = ok = 1;
+		} else if (!strcmp(k, "for_ms") && (r.kind == R_PORT_DOWN || r.kind == R_DEVICE_FATAL)) {
 			if (parse_u64(v, &r.for_ms))
 				return bad(r.text, "for_ms must be an integer");
 			r.has_for = ok = 1;
@@ -198,6 +211,7 @@ static int parse_rule(char *text)
 		break;
 	case R_QP_FATAL:
 	case R_NO_RECV_CREDIT:
+	case R_LATE_CQE:
 		if (!have_nth)
 			return bad(r.text, "needs nth=");
 		break;
@@ -206,9 +220,12 @@ static int parse_rule(char *text)
 			return bad(r.text, "peer_loss needs after_bytes=");
 		break;
 	case R_PORT_DOWN:
-	case R_DEVICE_FATAL:
 		if (!have_dev || !have_after)
-			return bad(r.text, "port_down and device_fatal need dev= and after_ms=");
+			return bad(r.text, "port_down needs dev= and after_ms=");
+		break;
+	case R_DEVICE_FATAL:
+		if (!have_dev || have_after == have_bytes)
+			return bad(r.text, "device_fatal needs dev= and one of after_ms= or after_bytes=");
 		break;
 	case R_FAIL:
 		if (!have_call || !have_nth || !have_errno)
@@ -263,7 +280,8 @@ static struct rule *count_hit(int kind, const char *call, int op)
 		if (kind == R_WC && !(op >= 0 && op < 32 && (r->ops & (1u << op))))
 			continue;
 		r->count++;
-		if (r->count == r->nth && !hit)
+		int fires = r->count == r->nth || (r->every && r->count > r->nth && (r->count - r->nth) % r->every == 0);
+		if (fires && !hit)
 			hit = r;
 	}
 	pthread_mutex_unlock(&fmu);
@@ -295,6 +313,14 @@ int vemu_fault_qp_fatal(void)
 	if (!nrules)
 		return 0;
 	return count_hit(R_QP_FATAL, NULL, -1) != NULL;
+}
+
+uint64_t vemu_fault_late_cqe(void)
+{
+	if (!nrules)
+		return 0;
+	struct rule *r = count_hit(R_LATE_CQE, NULL, -1);
+	return r ? (r->has_for ? r->for_ms : 50) : 0;
 }
 
 int vemu_fault_no_recv_credit(void)
@@ -341,25 +367,51 @@ void vemu_fault_port_timers(uint64_t now, uint64_t *next)
 		uint64_t t_down = g.start_ns + r->after_ms * 1000000ull;
 		uint64_t t_up = t_down + r->for_ms * 1000000ull;
 		if (r->kind == R_DEVICE_FATAL) {
-			if (now < t_down) {
-				if (!*next || t_down < *next)
+			int due;
+			if (r->after_bytes) {
+				pthread_mutex_lock(&fmu);
+				due = moved_bytes >= r->after_bytes;
+				pthread_mutex_unlock(&fmu);
+			} else {
+				due = now >= t_down;
+				if (r->phase == 0 && !due && (!*next || t_down < *next))
 					*next = t_down;
-				continue;
 			}
-			/* the device dies: the port goes down, every QP of it to ERR (its WRs flushed), DEVICE_FATAL on
-			 * every context, and new QPs, CQs, MRs and QP changes on it fail with EIO from now on */
-			r->phase = 2;
-			d->fatal = 1;
-			vemu_set_port_state(d, IBV_PORT_DOWN);
-			VTRACE("fault device_fatal dev=%s\n", d->dev.name);
-			pthread_mutex_lock(&g.mu);
-			for (struct vqp *q = g.qps; q; q = q->anext)
-				if (q->ctx->dev == d)
-					vemu_qp_to_err(q);
-			for (struct vctx *c = g.ctxs; c; c = c->next)
-				if (c->dev == d)
-					vemu_async_event(c, IBV_EVENT_DEVICE_FATAL, NULL, 0);
-			pthread_mutex_unlock(&g.mu);
+			if (r->phase == 0 && !due)
+				continue;
+			if (r->phase == 0)
+				r->t_dead = now;
+			t_up = r->t_dead + r->for_ms * 1000000ull;
+			if (r->phase == 0) {
+				/* the device dies: the port goes down, every QP of it to ERR (its WRs flushed), DEVICE_FATAL
+				 * on every context, and new QPs, CQs, MRs and QP changes through those contexts (and any
+				 * opened while it is dead) fail with EIO from now on */
+				r->phase = r->has_for ? 1 : 2;
+				__atomic_store_n(&d->fatal, 1, __ATOMIC_RELEASE);
+				vemu_set_port_state(d, IBV_PORT_DOWN);
+				VTRACE("fault device_fatal dev=%s\n", d->dev.name);
+				pthread_mutex_lock(&g.mu);
+				for (struct vqp *q = g.qps; q; q = q->anext)
+					if (q->ctx->dev == d)
+						vemu_qp_to_err(q);
+				for (struct vctx *c = g.ctxs; c; c = c->next)
+					if (c->dev == d) {
+						__atomic_store_n(&c->dead, 1, __ATOMIC_RELEASE);
+						vemu_async_event(c, IBV_EVENT_DEVICE_FATAL, NULL, 0);
+					}
+				pthread_mutex_unlock(&g.mu);
+			}
+			if (r->phase == 1 && now >= t_up) {
+				/* back (a driver reload, a reset NIC): contexts opened from now on work; the old ones stay
+				 * dead, as a real device's old file descriptors do */
+				r->phase = 2;
+				__atomic_store_n(&d->fatal, 0, __ATOMIC_RELEASE);
+				vemu_set_port_state(d, IBV_PORT_ACTIVE);
+				VTRACE("fault device_fatal dev=%s back\n", d->dev.name);
+				vemu_port_changed(d);
+			}
+			if (r->phase == 1 && (!*next || t_up < *next))
+				*next = t_up;
 			continue;
 		}
 		if (r->phase == 0 && now >= t_down) {

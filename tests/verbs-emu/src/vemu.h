@@ -49,7 +49,7 @@ struct vdev {
 	int ngid;
 	int port_state;             /* IBV_PORT_ACTIVE / IBV_PORT_DOWN: the agent sets it (fault rules), any thread reads it;
 	                             * through vemu_port_state / vemu_set_port_state (atomic) */
-	volatile int fatal;         /* device_fatal fired: every QP in ERR, new resources refused with EIO */
+	int fatal;                  /* (atomic) device_fatal fired and the device is not back (for_ms): its contexts are dead */
 };
 
 static inline int vemu_port_state(const struct vdev *d) { return __atomic_load_n(&d->port_state, __ATOMIC_ACQUIRE); }
@@ -59,6 +59,7 @@ struct vctx {
 	struct verbs_context vc;    /* ibv_context is the last member of verbs_context */
 	struct vdev *dev;
 	int async_wr;               /* write end of the async event pipe (read end is context.async_fd) */
+	int dead;                   /* (atomic) opened before (or during) a device_fatal of its device: stays dead */
 	struct vctx *next;          /* open contexts */
 };
 
@@ -278,6 +279,8 @@ uint64_t vemu_now_ns(void);
 struct vqp *vemu_qp_find(uint32_t qpn);
 struct vmr *vemu_mr_find(uint32_t key);
 void vemu_cq_push(struct vcq *cq, const struct ibv_wc *wc, struct vsq *sq, int slots);
+void vemu_cq_push_late(struct vcq *cq, const struct ibv_wc *wc, uint64_t not_before_ns); /* agent, g.mu held */
+uint64_t vemu_deferred_deadline(void);              /* g.mu held: the earliest lagging completion, 0 = none */
 struct vsq *vemu_sq_new(void);
 void vemu_sq_unref(struct vsq *sq);
 void vemu_set_agent_thread(void);
@@ -297,6 +300,7 @@ void vemu_agent_fork_child(void);
 void vemu_held_drop(struct vqp *q);                 /* g.mu held */
 int vemu_try_direct(struct vqp *q);                 /* g.mu held: send from the posting thread */
 void vemu_port_changed(struct vdev *d);             /* agent thread: port came back, resume traffic */
+void vemu_lazy_drain_locked(struct vdev *d);        /* g.mu held: GDR_LAZY writes parked on d applied */
 
 /* fault.c */
 int vemu_faults_parse(const char *spec);            /* 0 ok, -1 malformed (message printed) */
@@ -304,6 +308,7 @@ int vemu_fault_call(const char *call);              /* errno to fail with, 0 = p
 int vemu_fault_wc(int wr_opcode);                   /* IBV_WC_* status to force, 0 = none */
 int vemu_fault_qp_fatal(void);                      /* 1 when this QP (reaching RTS) must fail */
 int vemu_fault_no_recv_credit(void);                /* 1 when this incoming message must see RNR */
+uint64_t vemu_fault_late_cqe(void);                 /* ms: this receive completion lags, its QP fails; 0 = none */
 int vemu_fault_peer_lost(uint64_t add_bytes);       /* accounts payload bytes; 1 once lost */
 int vemu_fault_is_lost(void);
 void vemu_fault_port_timers(uint64_t now, uint64_t *next_deadline); /* agent: apply port_down rules */
