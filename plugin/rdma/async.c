@@ -20,7 +20,15 @@
 static int comm_has_qp(const struct gdr_rdma_comm *c, const struct ibv_qp *qp) {
   for (int i = 0; i < c->nqps; i++)
     if (c->qs.qps[i] == qp) return 1;
-  return c->qs.flush_qp == qp;
+  for (int k = 0; k < GDR_RDMA_MAX_CONN_DEVS; k++)
+    if (c->qs.flush_qp[k] == qp) return 1;
+  return 0;
+}
+
+static int comm_has_cq(const struct gdr_rdma_comm *c, const struct ibv_cq *cq) {
+  for (int k = 0; k < c->qs.ncq; k++)
+    if (c->qs.cqs[k] == cq) return 1;
+  return 0;
 }
 
 /* Hands a fault to the connection's progress thread (recover.c takes it at its next call); the first one waiting
@@ -50,7 +58,8 @@ static void handle_event(struct gdr_rdma_dev *d, struct ibv_async_event *ev) {
   case IBV_EVENT_QP_ACCESS_ERR:
   case IBV_EVENT_PATH_MIG_ERR: {
     int found = 0;
-    for (struct gdr_rdma_comm *c = d->comms; c; c = c->next) {
+    for (struct gdr_rdma_link *l = d->comms; l; l = l->next) {
+      struct gdr_rdma_comm *c = l->c;
       if (!comm_has_qp(c, ev->element.qp)) continue;
       found = 1;
       hand_over(c, f->action, "async event %s on %s port %d, QP 0x%x, peer %s: %s", what, d->name, d->port,
@@ -60,10 +69,10 @@ static void handle_event(struct gdr_rdma_dev *d, struct ibv_async_event *ev) {
     break;
   }
   case IBV_EVENT_CQ_ERR: {
-    for (struct gdr_rdma_comm *c = d->comms; c; c = c->next)
-      if (c->qs.cq == ev->element.cq)
-        hand_over(c, f->action, "async event %s (CQ overrun) on %s port %d, peer %s: %s", what, d->name, d->port,
-                  c->peer, f->hint);
+    for (struct gdr_rdma_link *l = d->comms; l; l = l->next)
+      if (comm_has_cq(l->c, ev->element.cq))
+        hand_over(l->c, f->action, "async event %s (CQ overrun) on %s port %d, peer %s: %s", what, d->name, d->port,
+                  l->c->peer, f->hint);
     break;
   }
   case IBV_EVENT_PORT_ERR:
@@ -71,10 +80,12 @@ static void handle_event(struct gdr_rdma_dev *d, struct ibv_async_event *ev) {
     GDR_WARN("%s port %d: %s (link down): its %d connection(s) recover once it is active again (within "
              "GDRNET_RECOVERY_TIMEOUT_MS=%lld)",
              d->name, d->port, what, d->ncomms, (long long)gdr_param_int(GDR_PARAM_RECOVERY_TIMEOUT_MS));
-    for (struct gdr_rdma_comm *c = d->comms; c; c = c->next) {
+    for (struct gdr_rdma_link *l = d->comms; l; l = l->next) {
+      struct gdr_rdma_comm *c = l->c;
       char qps[64] = "";
-      if (c->nqps && c->qs.qps[0])
-        snprintf(qps, sizeof(qps), ", QP 0x%x%s", c->qs.qps[0]->qp_num, c->nqps > 1 ? "..." : "");
+      for (int i = 0; i < c->nqps && qps[0] == '\0'; i++) /* the first of its QPs on this device */
+        if (c->qs.qps[i] && c->m[i % c->ndevs].dev == d)
+          snprintf(qps, sizeof(qps), ", QP 0x%x%s", c->qs.qps[i]->qp_num, c->nqps > 1 ? "..." : "");
       hand_over(c, f->action, "async event %s on %s port %d%s, peer %s: %s", what, d->name, d->port, qps, c->peer,
                 f->hint);
     }
@@ -82,8 +93,9 @@ static void handle_event(struct gdr_rdma_dev *d, struct ibv_async_event *ev) {
   case IBV_EVENT_DEVICE_FATAL: {
     d->fatal = 1;
     atomic_store_explicit(&d->ctr.lost, 1, memory_order_relaxed);
-    for (struct gdr_rdma_comm *c = d->comms; c; c = c->next)
-      hand_over(c, f->action, "async event %s on %s port %d, peer %s: %s", what, d->name, d->port, c->peer, f->hint);
+    for (struct gdr_rdma_link *l = d->comms; l; l = l->next)
+      hand_over(l->c, f->action, "async event %s on %s port %d, peer %s: %s", what, d->name, d->port, l->c->peer,
+                f->hint);
     /* nothing of a dead NIC may keep memory pinned (a GPU reset needs it all gone): its registrations go now, its
      * connections' QPs and own buffers when they move to TCP; new connections on it run over TCP */
     int n = gdr_regcache_release_all(&d->cache);
@@ -208,36 +220,54 @@ ncclResult_t gdr_rdma_async_swap_ctx(struct gdr_rdma_dev *d, struct ibv_context 
   return res;
 }
 
-ncclResult_t gdr_rdma_async_attach(struct gdr_rdma_comm *c) {
-  struct gdr_rdma_dev *d = c->dev;
+/* One device's list: the first comm starts its thread. */
+static ncclResult_t attach_one(struct gdr_rdma_comm *c, struct gdr_rdma_member *m) {
+  struct gdr_rdma_dev *d = m->dev;
   ncclResult_t res = ncclSuccess;
   pthread_mutex_lock(&d->lock);
   if (!d->thread_running && (res = start_thread_locked(d)) != ncclSuccess) goto out;
-  c->next = d->comms;
-  d->comms = c;
+  m->link.c = c;
+  m->link.next = d->comms;
+  d->comms = &m->link;
   d->ncomms++;
-  c->attached = 1;
+  m->link.attached = 1;
   if (d->fatal) gdr_rdma_comm_fail(c, ncclSystemError, "device %s had a fatal error (DEVICE_FATAL)", d->name);
 out:
   pthread_mutex_unlock(&d->lock);
   return res;
 }
 
-void gdr_rdma_async_detach(struct gdr_rdma_comm *c) {
-  struct gdr_rdma_dev *d = c->dev;
-  if (!c->attached) return;
+/* Off one device's list: the last comm stops (and joins) its thread. */
+static void detach_one(struct gdr_rdma_member *m) {
+  struct gdr_rdma_dev *d = m->dev;
   pthread_t t = 0;
   int join = 0, stop_fd = -1;
   pthread_mutex_lock(&d->lock);
-  for (struct gdr_rdma_comm **pp = &d->comms; *pp; pp = &(*pp)->next)
-    if (*pp == c) {
-      *pp = c->next;
+  if (!m->link.attached) { /* (async_stop forgot it) */
+    pthread_mutex_unlock(&d->lock);
+    return;
+  }
+  for (struct gdr_rdma_link **pp = &d->comms; *pp; pp = &(*pp)->next)
+    if (*pp == &m->link) {
+      *pp = m->link.next;
       break;
     }
-  c->attached = 0;
+  m->link.attached = 0;
   if (--d->ncomms == 0) join = hand_thread_over_locked(d, &t, &stop_fd);
   pthread_mutex_unlock(&d->lock);
   if (join) join_thread(t, stop_fd);
+}
+
+ncclResult_t gdr_rdma_async_attach(struct gdr_rdma_comm *c) {
+  for (int i = 0; i < c->ndevs; i++) {
+    ncclResult_t res = attach_one(c, &c->m[i]);
+    if (res != ncclSuccess) return res; /* (comm_free detaches what was attached) */
+  }
+  return ncclSuccess;
+}
+
+void gdr_rdma_async_detach(struct gdr_rdma_comm *c) {
+  for (int i = 0; i < c->ndevs; i++) detach_one(&c->m[i]);
 }
 
 void gdr_rdma_async_stop(struct gdr_rdma_dev *d) {
@@ -246,7 +276,7 @@ void gdr_rdma_async_stop(struct gdr_rdma_dev *d) {
   pthread_mutex_lock(&d->lock);
   int running = hand_thread_over_locked(d, &t, &stop_fd);
   /* comms still attached were leaked by the user: forget them (their verbs objects die with the context) */
-  for (struct gdr_rdma_comm *c = d->comms; c; c = c->next) c->attached = 0;
+  for (struct gdr_rdma_link *l = d->comms; l; l = l->next) l->attached = 0;
   d->comms = NULL;
   d->ncomms = 0;
   pthread_mutex_unlock(&d->lock);

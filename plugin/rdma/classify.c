@@ -7,7 +7,7 @@
 
 static const struct gdr_fault_class wc_rows[] = {
   ROW(IBV_WC_LOC_LEN_ERR, GDR_FAULT_BUG, ncclInternalError,
-      "a work request longer than its buffer or the port MTU allows: a plugin bug, please report it"),
+      "a work request longer than its buffer or the port's max_msg_sz allows: a plugin bug, please report it"),
   ROW(IBV_WC_LOC_QP_OP_ERR, GDR_FAULT_BUG, ncclInternalError,
       "an invalid work request for the QP's state or type: a plugin bug, please report it"),
   ROW(IBV_WC_LOC_EEC_OP_ERR, GDR_FAULT_BUG, ncclInternalError, "RD-only status: unexpected on RC QPs"),

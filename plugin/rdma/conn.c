@@ -37,16 +37,27 @@ ncclResult_t gdr_rdma_comm_check(struct gdr_rdma_comm *c) { return gdr_health_er
 
 void gdr_rdma_addr_str(const struct gdr_rdma_comm *c, int remote, char *buf, size_t len) {
   const struct gdr_rdma_dev *d = c->dev;
-  if (d->link_layer == IBV_LINK_LAYER_ETHERNET)
-    gdr_gid_format(remote ? c->remote.gid : c->lgid.raw, buf, (int)len);
-  else
-    snprintf(buf, len, "LID %u", remote ? c->remote.lid : c->llid);
+  int more = remote ? c->remote.ndevs - 1 : c->ndevs - 1, w;
+  if (d->link_layer == IBV_LINK_LAYER_ETHERNET) {
+    gdr_gid_format(remote ? c->remote.dev[0].gid : c->m[0].gid.raw, buf, (int)len);
+    w = (int)strlen(buf);
+  } else {
+    w = snprintf(buf, len, "LID %u", remote ? c->remote.dev[0].lid : c->m[0].lid);
+  }
+  if (more > 0 && w >= 0 && (size_t)w < len) snprintf(buf + w, len - (size_t)w, " (+%d device%s)", more, more > 1 ? "s" : "");
 }
 
 static void set_desc(struct gdr_rdma_comm *c) {
-  snprintf(c->desc, sizeof(c->desc), "RDMA %s connection %s %s (%s port %d)",
-           c->kind == GDR_RCOMM_SEND ? "send" : "receive", c->kind == GDR_RCOMM_SEND ? "to" : "from", c->peer,
-           c->dev->name, c->dev->port);
+  char devs[160];
+  size_t off = 0;
+  for (int i = 0; i < c->ndevs && off < sizeof(devs); i++) {
+    int w = snprintf(devs + off, sizeof(devs) - off, "%s%s port %d", i ? " + " : "", c->m[i].dev->name,
+                     c->m[i].dev->port);
+    if (w < 0) break;
+    off += (size_t)w;
+  }
+  snprintf(c->desc, sizeof(c->desc), "RDMA %s connection %s %.64s (%.150s)", c->kind == GDR_RCOMM_SEND ? "send" : "receive",
+           c->kind == GDR_RCOMM_SEND ? "to" : "from", c->peer, devs);
 }
 
 /* ------------------------------------------------------------------------------ control channel -- */
@@ -172,8 +183,11 @@ out:
 
 /* ------------------------------------------------------------------------------------------- QPs -- */
 
-static struct ibv_qp *create_qp(struct gdr_rdma_comm *c, struct ibv_cq *cq, int max_send, int max_recv,
-                                int *max_inline) {
+/* QP i of the connection lives on its device i % ndevs; a device's QPs share its CQ (cqs[k]). */
+static inline int qp_member(const struct gdr_rdma_comm *c, int i) { return i % c->ndevs; }
+
+static struct ibv_qp *create_qp(struct gdr_rdma_comm *c, const struct gdr_rdma_member *m, struct ibv_cq *cq,
+                                int max_send, int max_recv, int *max_inline) {
   struct ibv_qp_init_attr a;
   memset(&a, 0, sizeof(a));
   a.send_cq = cq;
@@ -186,14 +200,14 @@ static struct ibv_qp *create_qp(struct gdr_rdma_comm *c, struct ibv_cq *cq, int 
   a.cap.max_recv_sge = 1;
   a.cap.max_inline_data = GDR_RDMA_INLINE;
   a.qp_context = c;
-  struct ibv_qp *qp = gdr_ibv.create_qp(c->dev->pd, &a);
+  struct ibv_qp *qp = gdr_ibv.create_qp(m->dev->pd, &a);
   if (qp == NULL) { /* some providers refuse inline data of that size: retry without */
     a.cap.max_inline_data = 0;
-    qp = gdr_ibv.create_qp(c->dev->pd, &a);
+    qp = gdr_ibv.create_qp(m->dev->pd, &a);
   }
   if (qp == NULL) {
     int e = errno;
-    GDR_WARN("%s: ibv_create_qp failed: %s%s", c->dev->name, strerror(e),
+    GDR_WARN("%s: ibv_create_qp failed: %s%s", m->dev->name, strerror(e),
              e == ENOMEM ? " (out of QP/WQE memory or locked-memory limit: ulimit -l)" : "");
     return NULL;
   }
@@ -201,22 +215,22 @@ static struct ibv_qp *create_qp(struct gdr_rdma_comm *c, struct ibv_cq *cq, int 
   return qp;
 }
 
-static int qp_to_init(struct gdr_rdma_comm *c, struct ibv_qp *qp, int access) {
+static int qp_to_init(const struct gdr_rdma_member *m, struct ibv_qp *qp, int access) {
   struct ibv_qp_attr at;
   memset(&at, 0, sizeof(at));
   at.qp_state = IBV_QPS_INIT;
   at.pkey_index = 0;
-  at.port_num = (uint8_t)c->dev->port;
+  at.port_num = (uint8_t)m->dev->port;
   at.qp_access_flags = (unsigned)access;
   int rc = gdr_ibv.modify_qp(qp, &at, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
-  if (rc) GDR_WARN("%s: QP 0x%x RESET->INIT failed: %s", c->dev->name, qp->qp_num, strerror(rc));
+  if (rc) GDR_WARN("%s: QP 0x%x RESET->INIT failed: %s", m->dev->name, qp->qp_num, strerror(rc));
   return rc;
 }
 
-/* INIT -> RTR -> RTS towards (rqpn, rpsn) at rlid/rgid (for the loopback flush QP: our own). */
-static int qp_to_rtr_rts(struct gdr_rdma_comm *c, struct ibv_qp *qp, uint32_t rqpn, uint32_t rpsn, uint32_t lpsn,
-                         uint16_t rlid, const uint8_t *rgid, enum ibv_mtu mtu) {
-  struct gdr_rdma_dev *d = c->dev;
+/* INIT -> RTR -> RTS towards (rqpn, rpsn) at rlid/rgid (for the loopback flush QP: our own), from device m. */
+static int qp_to_rtr_rts(struct gdr_rdma_comm *c, const struct gdr_rdma_member *m, struct ibv_qp *qp, uint32_t rqpn,
+                         uint32_t rpsn, uint32_t lpsn, uint16_t rlid, const uint8_t *rgid, enum ibv_mtu mtu) {
+  struct gdr_rdma_dev *d = m->dev;
   struct ibv_qp_attr at;
   memset(&at, 0, sizeof(at));
   at.qp_state = IBV_QPS_RTR;
@@ -230,12 +244,12 @@ static int qp_to_rtr_rts(struct gdr_rdma_comm *c, struct ibv_qp *qp, uint32_t rq
   at.ah_attr.src_path_bits = 0;
   at.ah_attr.port_num = (uint8_t)d->port;
   /* RoCE always routes by GID; IB needs a GRH across subnets or where the port requires one */
-  int global = d->link_layer == IBV_LINK_LAYER_ETHERNET || d->grh_required || memcmp(rgid, c->lgid.raw, 8) != 0;
+  int global = d->link_layer == IBV_LINK_LAYER_ETHERNET || d->grh_required || memcmp(rgid, m->gid.raw, 8) != 0;
   if (d->link_layer == IBV_LINK_LAYER_INFINIBAND && !d->grh_required && gdr_gid_is_zero(rgid)) global = 0;
   if (global) {
     at.ah_attr.is_global = 1;
     memcpy(at.ah_attr.grh.dgid.raw, rgid, 16);
-    at.ah_attr.grh.sgid_index = (uint8_t)c->lgid_index;
+    at.ah_attr.grh.sgid_index = (uint8_t)m->gid_index;
     at.ah_attr.grh.hop_limit = 255;
     at.ah_attr.grh.flow_label = 0;
     at.ah_attr.grh.traffic_class = (uint8_t)gdr_rdma_traffic_class(c->tc);
@@ -267,29 +281,35 @@ static int qp_to_rtr_rts(struct gdr_rdma_comm *c, struct ibv_qp *qp, uint32_t rq
 void gdr_rdma_qpset_destroy(struct gdr_rdma_qpset *qs) {
   for (int i = 0; i < GDR_RDMA_MAX_QPS; i++)
     if (qs->qps[i]) gdr_ibv.destroy_qp(qs->qps[i]);
-  if (qs->flush_qp) gdr_ibv.destroy_qp(qs->flush_qp);
-  if (qs->cq) gdr_ibv.destroy_cq(qs->cq);
+  for (int k = 0; k < GDR_RDMA_MAX_CONN_DEVS; k++)
+    if (qs->flush_qp[k]) gdr_ibv.destroy_qp(qs->flush_qp[k]);
+  for (int k = 0; k < GDR_RDMA_MAX_CONN_DEVS; k++)
+    if (qs->cqs[k]) gdr_ibv.destroy_cq(qs->cqs[k]);
   memset(qs, 0, sizeof(*qs));
 }
 
 ncclResult_t gdr_rdma_qpset_create(struct gdr_rdma_comm *c, struct gdr_rdma_qpset *qs) {
   ncclResult_t res = ncclSuccess;
-  struct gdr_rdma_dev *d = c->dev;
   uint32_t rnd[GDR_RDMA_MAX_QPS];
-  int cqe = GDR_RDMA_CQE(c->nqps);
   memset(qs, 0, sizeof(*qs));
-  qs->cq = gdr_ibv.create_cq(d->ctx, cqe, c, NULL, 0);
-  if (qs->cq == NULL) {
-    int e = errno;
-    GDR_WARN("%s: ibv_create_cq(%d) failed: %s%s", d->name, cqe, strerror(e), gdr_rdma_reg_hint(e));
-    res = ncclSystemError;
-    goto out;
+  for (int k = 0; k < c->ndevs; k++) { /* (every device carries a QP: ndevs <= nqps) */
+    struct gdr_rdma_member *m = &c->m[k];
+    int cqe = GDR_RDMA_CQE((c->nqps - k + c->ndevs - 1) / c->ndevs);
+    qs->cqs[k] = gdr_ibv.create_cq(m->dev->ctx, cqe, c, NULL, 0);
+    if (qs->cqs[k] == NULL) {
+      int e = errno;
+      GDR_WARN("%s: ibv_create_cq(%d) failed: %s%s", m->dev->name, cqe, strerror(e), gdr_rdma_reg_hint(e));
+      res = ncclSystemError;
+      goto out;
+    }
+    qs->ncq = k + 1;
   }
+  qs->cq = qs->cqs[0];
   if (gdr_random_bytes(rnd, sizeof(rnd)) != ncclSuccess) memset(rnd, 0, sizeof(rnd));
   qs->max_inline = GDR_RDMA_INLINE;
   for (int i = 0; i < c->nqps; i++) {
-    int inl = 0;
-    qs->qps[i] = create_qp(c, qs->cq, GDR_RDMA_QP_SEND_WR, GDR_RDMA_QP_RECV_WR, &inl);
+    int inl = 0, k = qp_member(c, i);
+    qs->qps[i] = create_qp(c, &c->m[k], qs->cqs[k], GDR_RDMA_QP_SEND_WR, GDR_RDMA_QP_RECV_WR, &inl);
     if (qs->qps[i] == NULL) {
       res = ncclSystemError;
       goto out;
@@ -297,21 +317,23 @@ ncclResult_t gdr_rdma_qpset_create(struct gdr_rdma_comm *c, struct gdr_rdma_qpse
     if (inl < qs->max_inline) qs->max_inline = inl;
     qs->psn[i] = rnd[i] & 0xffffffu;
     /* the peer writes into us (sender: CTS entries into the FIFO; receiver: data and sizes) */
-    if (qp_to_init(c, qs->qps[i], IBV_ACCESS_REMOTE_WRITE)) {
+    if (qp_to_init(&c->m[k], qs->qps[i], IBV_ACCESS_REMOTE_WRITE)) {
       res = ncclSystemError;
       goto out;
     }
   }
-  if (c->gdr_flush) {
-    /* GDR flush: 1-byte READ of the received buffer, through a QP connected to itself */
-    qs->flush_qp = create_qp(c, qs->cq, GDR_RDMA_MAX_REQS * 2, 1, NULL);
-    if (qs->flush_qp == NULL) {
+  for (int k = 0; c->gdr_flush && k < c->ndevs; k++) {
+    /* GDR flush: 1-byte READ of the received buffer, through a QP connected to itself, on every device that
+     * writes into it (a READ orders only its own NIC's writes) */
+    struct gdr_rdma_member *m = &c->m[k];
+    qs->flush_qp[k] = create_qp(c, m, qs->cqs[k], GDR_RDMA_MAX_REQS * 2, 1, NULL);
+    if (qs->flush_qp[k] == NULL) {
       res = ncclSystemError;
       goto out;
     }
-    if (qp_to_init(c, qs->flush_qp, IBV_ACCESS_REMOTE_READ) ||
-        qp_to_rtr_rts(c, qs->flush_qp, qs->flush_qp->qp_num, 0, 0, c->llid, c->lgid.raw,
-                      (enum ibv_mtu)d->active_mtu)) {
+    if (qp_to_init(m, qs->flush_qp[k], IBV_ACCESS_REMOTE_READ) ||
+        qp_to_rtr_rts(c, m, qs->flush_qp[k], qs->flush_qp[k]->qp_num, 0, 0, m->lid, m->gid.raw,
+                      (enum ibv_mtu)m->dev->active_mtu)) {
       res = ncclSystemError;
       goto out;
     }
@@ -322,37 +344,162 @@ out:
 }
 
 ncclResult_t gdr_rdma_qpset_connect(struct gdr_rdma_comm *c, struct gdr_rdma_qpset *qs, const uint32_t *rqpn,
-                                    const uint32_t *rpsn, uint16_t rlid, const uint8_t *rgid, int rmtu) {
-  int mtu = c->local.mtu < rmtu ? c->local.mtu : rmtu;
-  c->mtu = (enum ibv_mtu)mtu;
-  for (int i = 0; i < c->nqps; i++)
-    if (qp_to_rtr_rts(c, qs->qps[i], rqpn[i], rpsn[i], qs->psn[i], rlid, rgid, c->mtu)) return ncclSystemError;
+                                    const uint32_t *rpsn, const struct gdr_rdma_addr *rdev, int rndevs) {
+  int low = 5;
+  if (rndevs < 1) return ncclInternalError;
+  for (int i = 0; i < c->nqps; i++) {
+    int k = qp_member(c, i);
+    const struct gdr_rdma_addr *r = &rdev[i % rndevs];
+    int mtu = c->local.dev[k].mtu < r->mtu ? c->local.dev[k].mtu : r->mtu;
+    if (r->link_layer != c->m[k].dev->link_layer) {
+      GDR_WARN("%s (%s) cannot reach the peer's device %d (%s) for QP %d: link layers differ", c->m[k].dev->name,
+               c->m[k].dev->link_layer == IBV_LINK_LAYER_ETHERNET ? "RoCE" : "IB", i % rndevs,
+               r->link_layer == IBV_LINK_LAYER_ETHERNET ? "RoCE" : "IB", i);
+      return ncclSystemError;
+    }
+    if (mtu < low) low = mtu;
+    if (qp_to_rtr_rts(c, &c->m[k], qs->qps[i], rqpn[i], rpsn[i], qs->psn[i], r->lid, r->gid, (enum ibv_mtu)mtu))
+      return ncclSystemError;
+  }
+  c->mtu = (enum ibv_mtu)low;
   return ncclSuccess;
 }
 
-/* The connection's own buffers the peer writes into (sender: the CTS FIFO; receiver: the sizes array), and the
- * staging buffers this side writes from. */
-static ncclResult_t reg_own(struct gdr_rdma_comm *c) {
-  struct gdr_rdma_dev *d = c->dev;
-  if (c->kind == GDR_RCOMM_SEND) {
-    /* the FIFO is polled by the CPU: no relaxed ordering on it */
-    c->fifo_mr = gdr_rdma_reg_internal(d, c->fifo, sizeof(struct gdr_cts_slot) * GDR_RDMA_FIFO_SLOTS,
-                                       IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
-    c->sizes_src_mr = gdr_rdma_reg_internal(d, c->sizes_src, sizeof(struct gdr_sizes_slot) * GDR_RDMA_FIFO_SLOTS, 0);
-    return c->fifo_mr && c->sizes_src_mr ? ncclSuccess : ncclSystemError;
+void gdr_rdma_qs_swap(struct gdr_rdma_comm *c, const struct gdr_rdma_qpset *in, struct gdr_rdma_qpset *out) {
+  int order[GDR_RDMA_MAX_CONN_DEVS];
+  /* the devices' locks in one order (ascending device index) for every connection: no two swaps deadlock */
+  for (int i = 0; i < c->ndevs; i++) {
+    int j = i;
+    for (; j > 0 && c->m[order[j - 1]].devidx > c->m[i].devidx; j--) order[j] = order[j - 1];
+    order[j] = i;
   }
-  c->cts_src_mr = gdr_rdma_reg_internal(d, c->cts_src, sizeof(struct gdr_cts_slot) * GDR_RDMA_FIFO_SLOTS, 0);
-  c->sizes_mr = gdr_rdma_reg_internal(d, c->sizes, sizeof(struct gdr_sizes_slot) * GDR_RDMA_FIFO_SLOTS,
-                                      IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
-  if (c->gdr_flush) c->flush_mr = gdr_rdma_reg_internal(d, c->flush_buf, 4096, IBV_ACCESS_LOCAL_WRITE);
-  return c->cts_src_mr && c->sizes_mr && (!c->gdr_flush || c->flush_mr) ? ncclSuccess : ncclSystemError;
+  for (int i = 0; i < c->ndevs; i++) pthread_mutex_lock(&c->m[order[i]].dev->lock);
+  if (out) *out = c->qs;
+  if (in)
+    c->qs = *in;
+  else
+    memset(&c->qs, 0, sizeof(c->qs));
+  c->qs_gen++;
+  for (int i = c->ndevs - 1; i >= 0; i--) pthread_mutex_unlock(&c->m[order[i]].dev->lock);
+}
+
+int gdr_rdma_poll_cqs(struct gdr_rdma_qpset *qs, int n, struct ibv_wc *wc) {
+  int got = 0;
+  for (int k = 0; k < qs->ncq && got < n; k++) {
+    int r = gdr_ibv_poll_cq(qs->cqs[k], n - got, wc + got);
+    if (r < 0) return r;
+    got += r;
+  }
+  return got;
+}
+
+int gdr_rdma_comm_fatal(const struct gdr_rdma_comm *c) {
+  for (int i = 0; i < c->ndevs; i++)
+    if (c->m[i].dev->fatal) return 1;
+  return 0;
+}
+
+int gdr_rdma_comm_refresh(struct gdr_rdma_comm *c, int *active) {
+  *active = 1;
+  for (int i = 0; i < c->ndevs; i++) {
+    struct gdr_rdma_member *m = &c->m[i];
+    int up = 0, mtu = 0, rc = gdr_rdma_dev_refresh(m->dev, &up, &m->gid, &m->gid_index, &m->lid, &mtu);
+    if (rc != 0) return rc;
+    if (!up) *active = 0;
+  }
+  return 0;
+}
+
+/* This side's devices as the handshake and the recovery records carry them; rkey: of the own buffer the peer
+ * writes into. */
+static void fill_addrs(struct gdr_rdma_comm *c, struct gdr_rdma_addr *a) {
+  int cap = (int)gdr_param_int(GDR_PARAM_IB_MTU); /* 0 auto, 1..5 */
+  for (int i = 0; i < c->ndevs; i++) {
+    const struct gdr_rdma_member *m = &c->m[i];
+    const struct ibv_mr *own = c->kind == GDR_RCOMM_SEND ? m->fifo_mr : m->sizes_mr;
+    int mtu = m->dev->active_mtu;
+    memset(&a[i], 0, sizeof(a[i]));
+    if (cap > 0 && cap < mtu) mtu = cap;
+    a[i].link_layer = (uint8_t)m->dev->link_layer;
+    a[i].port = (uint8_t)m->dev->port;
+    a[i].mtu = (uint8_t)mtu;
+    a[i].gid_index = (uint8_t)m->gid_index;
+    a[i].is_global = m->dev->link_layer == IBV_LINK_LAYER_ETHERNET;
+    a[i].lid = m->lid;
+    a[i].rkey = own ? own->rkey : 0;
+    memcpy(a[i].gid, m->gid.raw, 16);
+  }
+}
+
+void gdr_rdma_fill_qp_state(struct gdr_rdma_comm *c, struct gdr_rdma_rec_state *st) {
+  memset(st, 0, sizeof(*st));
+  st->nqps = (uint8_t)c->nqps;
+  st->ndevs = (uint8_t)c->ndevs;
+  for (int i = 0; i < c->nqps; i++) {
+    st->qpn[i] = c->qs.qps[i]->qp_num;
+    st->psn[i] = c->qs.psn[i];
+  }
+  fill_addrs(c, st->dev);
+  st->raddr = c->kind == GDR_RCOMM_SEND ? (uint64_t)(uintptr_t)c->fifo : (uint64_t)(uintptr_t)c->sizes;
+}
+
+/* The peer's devices' addresses and its buffer (raddr and its rkey on each device) from a handshake or a recovery
+ * record. */
+static void take_peer(struct gdr_rdma_comm *c, const struct gdr_rdma_addr *dev, int ndevs, uint64_t raddr) {
+  for (int i = 0; i < ndevs; i++) {
+    c->remote.dev[i] = dev[i];
+    if (c->kind == GDR_RCOMM_SEND)
+      c->rsizes_rkey[i] = dev[i].rkey;
+    else
+      c->rfifo_rkey[i] = dev[i].rkey;
+  }
+  if (c->kind == GDR_RCOMM_SEND)
+    c->rsizes_addr = raddr;
+  else
+    c->rfifo_addr = raddr;
+}
+
+int gdr_rdma_connect_peer(struct gdr_rdma_comm *c, const struct gdr_rdma_rec_state *st) {
+  if (st->ndevs != c->remote.ndevs) {
+    GDR_WARN("%s: the peer's new QPs name %d device(s), its handshake %d", c->desc, st->ndevs, c->remote.ndevs);
+    return -1;
+  }
+  if (gdr_rdma_qpset_connect(c, &c->qs, st->qpn, st->psn, st->dev, st->ndevs) != ncclSuccess) return -1;
+  take_peer(c, st->dev, st->ndevs, st->raddr);
+  return 0;
+}
+
+/* The connection's own buffers the peer writes into (sender: the CTS FIFO; receiver: the sizes array), and the
+ * staging buffers this side writes from, on every device (the flush's byte too: each device reads into it). */
+static ncclResult_t reg_own(struct gdr_rdma_comm *c) {
+  const size_t fifo_len = sizeof(struct gdr_cts_slot) * GDR_RDMA_FIFO_SLOTS;
+  const size_t sizes_len = sizeof(struct gdr_sizes_slot) * GDR_RDMA_FIFO_SLOTS;
+  for (int i = 0; i < c->ndevs; i++) {
+    struct gdr_rdma_member *m = &c->m[i];
+    struct gdr_rdma_dev *d = m->dev;
+    if (c->kind == GDR_RCOMM_SEND) {
+      /* the FIFO is polled by the CPU: no relaxed ordering on it */
+      m->fifo_mr = gdr_rdma_reg_internal(d, c->fifo, fifo_len, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+      m->sizes_src_mr = gdr_rdma_reg_internal(d, c->sizes_src, sizes_len, 0);
+      if (!m->fifo_mr || !m->sizes_src_mr) return ncclSystemError;
+      continue;
+    }
+    m->cts_src_mr = gdr_rdma_reg_internal(d, c->cts_src, fifo_len, 0);
+    m->sizes_mr = gdr_rdma_reg_internal(d, c->sizes, sizes_len, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+    if (c->gdr_flush) m->flush_mr = gdr_rdma_reg_internal(d, c->flush_buf, 4096, IBV_ACCESS_LOCAL_WRITE);
+    if (!m->cts_src_mr || !m->sizes_mr || (c->gdr_flush && !m->flush_mr)) return ncclSystemError;
+  }
+  return ncclSuccess;
 }
 
 void gdr_rdma_dereg_own(struct gdr_rdma_comm *c) {
-  struct ibv_mr **mrs[] = {&c->fifo_mr, &c->sizes_src_mr, &c->cts_src_mr, &c->sizes_mr, &c->flush_mr};
-  for (size_t i = 0; i < sizeof(mrs) / sizeof(mrs[0]); i++) {
-    if (*mrs[i]) gdr_ibv.dereg_mr(*mrs[i]);
-    *mrs[i] = NULL;
+  for (int k = 0; k < c->ndevs; k++) {
+    struct gdr_rdma_member *m = &c->m[k];
+    struct ibv_mr **mrs[] = {&m->fifo_mr, &m->sizes_src_mr, &m->cts_src_mr, &m->sizes_mr, &m->flush_mr};
+    for (size_t i = 0; i < sizeof(mrs) / sizeof(mrs[0]); i++) {
+      if (*mrs[i]) gdr_ibv.dereg_mr(*mrs[i]);
+      *mrs[i] = NULL;
+    }
   }
 }
 
@@ -387,12 +534,19 @@ static void comm_free(struct gdr_rdma_comm *c) {
   free(c);
 }
 
-static struct gdr_rdma_comm *comm_alloc(int devidx, int kind) {
+/* A comm on the devices devs[0..ndevs) (checked by the caller). */
+static struct gdr_rdma_comm *comm_alloc(const int *devs, int ndevs, int kind) {
   struct gdr_rdma_comm *c = calloc(1, sizeof(*c));
   if (c == NULL) return NULL;
   c->kind = kind;
-  c->devidx = devidx;
-  c->dev = &gdr_rdma.devs[devidx];
+  c->ndevs = ndevs;
+  for (int i = 0; i < ndevs; i++) {
+    c->m[i].devidx = devs[i];
+    c->m[i].dev = &gdr_rdma.devs[devs[i]];
+    c->m[i].link.c = c;
+  }
+  c->devidx = devs[0];
+  c->dev = c->m[0].dev;
   c->fd = -1;
   gdr_health_init(&c->health);
   atomic_init(&c->pending.state, 0);
@@ -417,16 +571,21 @@ static ncclResult_t ctrl_established(struct gdr_rdma_comm *c, int fd, const unio
   return gdr_sock_tune(fd, 1, 0, (int)gdr_param_int(GDR_PARAM_TCP_TIMEOUT_MS));
 }
 
-/* The side's own buffers, the first QP set (INIT) and the async-event watch. nqps/split must be set. */
+/* The side's own buffers, the first QP set (INIT) and the async-event watch. nqps/split (and on the receiver the
+ * sender's handshake) must be there. */
 static ncclResult_t comm_setup_verbs(struct gdr_rdma_comm *c) {
   ncclResult_t res = ncclSuccess;
-  struct gdr_rdma_dev *d = c->dev;
-  c->nparts = gdr_stripe_nparts(c->nqps, c->split);
-  pthread_mutex_lock(&d->lock);
-  c->lgid = d->gid;
-  c->lgid_index = d->gid_index;
-  c->llid = d->lid;
-  pthread_mutex_unlock(&d->lock);
+  int gdr = 1;
+  c->nparts = gdr_stripe_nparts(c->nqps, c->split, c->kind == GDR_RCOMM_SEND ? c->ndevs : c->remote.ndevs);
+  for (int i = 0; i < c->ndevs; i++) {
+    struct gdr_rdma_member *m = &c->m[i];
+    pthread_mutex_lock(&m->dev->lock);
+    m->gid = m->dev->gid;
+    m->gid_index = m->dev->gid_index;
+    m->lid = m->dev->lid;
+    pthread_mutex_unlock(&m->dev->lock);
+    if (!(m->dev->ptr_support & (NCCL_PTR_CUDA | NCCL_PTR_DMABUF))) gdr = 0;
+  }
   if (c->kind == GDR_RCOMM_SEND) {
     c->fifo = page_alloc(sizeof(struct gdr_cts_slot) * GDR_RDMA_FIFO_SLOTS);
     c->sizes_src = page_alloc(sizeof(struct gdr_sizes_slot) * GDR_RDMA_FIFO_SLOTS);
@@ -435,7 +594,7 @@ static ncclResult_t comm_setup_verbs(struct gdr_rdma_comm *c) {
     c->cts_src = page_alloc(sizeof(struct gdr_cts_slot) * GDR_RDMA_FIFO_SLOTS);
     c->sizes = page_alloc(sizeof(struct gdr_sizes_slot) * GDR_RDMA_FIFO_SLOTS);
     if (!c->cts_src || !c->sizes) return ncclSystemError;
-    c->gdr_flush = (d->ptr_support & (NCCL_PTR_CUDA | NCCL_PTR_DMABUF)) != 0;
+    c->gdr_flush = gdr;
     if (c->gdr_flush && (c->flush_buf = page_alloc(4096)) == NULL) return ncclSystemError;
   }
   GDR_CHECK(reg_own(c));
@@ -443,6 +602,13 @@ static ncclResult_t comm_setup_verbs(struct gdr_rdma_comm *c) {
   GDR_CHECK(gdr_rdma_async_attach(c));
 out:
   return res;
+}
+
+/* A device of the connection is lost (DEVICE_FATAL) and not back: gdr_rdma_dev_revive looks for it again. */
+static int comm_lost(struct gdr_rdma_comm *c) {
+  for (int i = 0; i < c->ndevs; i++)
+    if (c->m[i].dev->fatal && gdr_rdma_dev_revive(c->m[i].dev) != 0) return 1;
+  return 0;
 }
 
 /* The RDMA part of a connection that will run on TCP from the start: whatever comm_setup_verbs made, undone. */
@@ -485,31 +651,40 @@ static void tcp_only_done(struct gdr_rdma_comm *c, void *tcomm) {
   GDR_INFO(NCCL_NET, "%s runs over TCP (%s)", c->desc, c->fb.reason);
 }
 
+/* The smallest max_msg of this side's devices. */
+static uint64_t local_max_msg(const struct gdr_rdma_comm *c) {
+  uint64_t mm = UINT64_MAX;
+  for (int i = 0; i < c->ndevs; i++)
+    if (c->m[i].dev->max_msg < mm) mm = c->m[i].dev->max_msg;
+  return mm;
+}
+
 static ncclResult_t fill_local_hs(struct gdr_rdma_comm *c, int role) {
-  struct gdr_rdma_dev *d = c->dev;
   struct gdr_rdma_hs *hs = &c->local;
+  int relaxed = 1, gdr = 1;
+  size_t off = 0;
+  for (int i = 0; i < c->ndevs; i++) {
+    relaxed &= c->m[i].dev->relaxed != 0;
+    gdr &= (c->m[i].dev->ptr_support & (NCCL_PTR_CUDA | NCCL_PTR_DMABUF)) != 0;
+  }
   memset(hs, 0, sizeof(*hs));
   hs->magic = GDR_RDMA_HS_MAGIC;
   hs->version = GDR_RDMA_HS_VERSION;
   hs->size = sizeof(*hs);
-  hs->caps = (d->relaxed ? GDR_RDMA_CAP_RELAXED_ORDERING : 0) |
-             ((d->ptr_support & (NCCL_PTR_CUDA | NCCL_PTR_DMABUF)) ? GDR_RDMA_CAP_GDR : 0) |
-             (c->qs.flush_qp ? GDR_RDMA_CAP_FLUSH : 0) | GDR_RDMA_CAP_RECOVERY |
+  hs->caps = (relaxed ? GDR_RDMA_CAP_RELAXED_ORDERING : 0) | (gdr ? GDR_RDMA_CAP_GDR : 0) |
+             (c->qs.flush_qp[0] ? GDR_RDMA_CAP_FLUSH : 0) | GDR_RDMA_CAP_RECOVERY |
              (gdr_param_int(GDR_PARAM_FALLBACK) && gdr_rdma.tcp_ok ? GDR_RDMA_CAP_FALLBACK : 0);
   hs->role = (uint8_t)role;
-  hs->link_layer = (uint8_t)d->link_layer;
-  hs->port = (uint8_t)d->port;
-  int mtu = d->active_mtu;
-  int cap = (int)gdr_param_int(GDR_PARAM_IB_MTU); /* 0 auto, 1..5 */
-  if (cap > 0 && cap < mtu) mtu = cap;
-  hs->mtu = (uint8_t)mtu;
   hs->nqps = (uint8_t)c->nqps;
   hs->split = (uint8_t)c->split;
-  hs->gid_index = (uint8_t)c->lgid_index;
-  hs->is_global = d->link_layer == IBV_LINK_LAYER_ETHERNET;
-  hs->lid = c->llid;
-  memcpy(hs->gid, c->lgid.raw, 16);
-  snprintf(hs->devname, sizeof(hs->devname), "%.63s", d->name);
+  hs->ndevs = (uint8_t)c->ndevs;
+  hs->max_msg = local_max_msg(c);
+  fill_addrs(c, hs->dev);
+  for (int i = 0; i < c->ndevs && off + 1 < sizeof(hs->devname); i++) { /* "a" or, fused, "a+b" */
+    int w = snprintf(hs->devname + off, sizeof(hs->devname) - off, "%s%s", i ? "+" : "", c->m[i].dev->name);
+    if (w < 0) break;
+    off += (size_t)w;
+  }
   if (c->tcp_only) {
     hs->caps |= GDR_RDMA_CAP_TCP_ONLY;
     return ncclSuccess;
@@ -518,13 +693,7 @@ static ncclResult_t fill_local_hs(struct gdr_rdma_comm *c, int role) {
     hs->qpn[i] = c->qs.qps[i]->qp_num;
     hs->psn[i] = c->qs.psn[i];
   }
-  if (role == GDR_RDMA_ROLE_SEND) {
-    hs->raddr = (uint64_t)(uintptr_t)c->fifo;
-    hs->rkey = c->fifo_mr->rkey;
-  } else {
-    hs->raddr = (uint64_t)(uintptr_t)c->sizes;
-    hs->rkey = c->sizes_mr->rkey;
-  }
+  hs->raddr = role == GDR_RDMA_ROLE_SEND ? (uint64_t)(uintptr_t)c->fifo : (uint64_t)(uintptr_t)c->sizes;
   return ncclSuccess;
 }
 
@@ -537,10 +706,13 @@ static ncclResult_t connect_qps(struct gdr_rdma_comm *c, int expected_role) {
     GDR_WARN("%s: malformed RDMA handshake from %s: %s; connection rejected", d->name, c->peer, bad);
     return ncclRemoteError;
   }
-  if (r->link_layer != d->link_layer) {
-    GDR_WARN("%s (%s) cannot talk to %s's %.64s (%s): link layers differ; set GDRNET_HCA on both sides",
-             d->name, d->link_layer == IBV_LINK_LAYER_ETHERNET ? "RoCE" : "IB", c->peer, r->devname,
-             r->link_layer == IBV_LINK_LAYER_ETHERNET ? "RoCE" : "IB");
+  for (int i = 0; i < c->nqps; i++) {
+    const struct gdr_rdma_dev *ld = c->m[i % c->ndevs].dev;
+    const struct gdr_rdma_addr *ra = &r->dev[i % r->ndevs];
+    if (ra->link_layer == ld->link_layer) continue;
+    GDR_WARN("%s (%s) cannot talk to %s's %.64s (device %d: %s): link layers differ; set GDRNET_HCA on both sides",
+             ld->name, ld->link_layer == IBV_LINK_LAYER_ETHERNET ? "RoCE" : "IB", c->peer, r->devname, i % r->ndevs,
+             ra->link_layer == IBV_LINK_LAYER_ETHERNET ? "RoCE" : "IB");
     return ncclSystemError; /* no RDMA path between the two: TCP may carry the connection (fallback) */
   }
   if (expected_role == GDR_RDMA_ROLE_RECV && (r->nqps != c->nqps || r->split != c->split)) {
@@ -548,36 +720,52 @@ static ncclResult_t connect_qps(struct gdr_rdma_comm *c, int expected_role) {
              c->peer, r->nqps, r->split, c->nqps, c->split);
     return ncclRemoteError;
   }
-  if (gdr_rdma_qpset_connect(c, &c->qs, r->qpn, r->psn, r->lid, r->gid, r->mtu) != ncclSuccess)
-    return ncclSystemError;
-  if (expected_role == GDR_RDMA_ROLE_RECV) { /* we are the sender: the peer gave its sizes array */
-    c->rsizes_addr = r->raddr;
-    c->rsizes_rkey = r->rkey;
-  } else {
-    c->rfifo_addr = r->raddr;
-    c->rfifo_rkey = r->rkey;
+  if (gdr_rdma_qpset_connect(c, &c->qs, r->qpn, r->psn, r->dev, r->ndevs) != ncclSuccess) return ncclSystemError;
+  take_peer(c, r->dev, r->ndevs, r->raddr);
+  for (int i = 0; i < c->nqps; i++) { /* (the data path's table: no division per work request) */
+    c->qp_ldev[i] = (uint8_t)(i % c->ndevs);
+    c->qp_rdev[i] = (uint8_t)(i % r->ndevs);
   }
-  char lg[64], rg[64];
+  /* the longest WR both sides' devices take, in whole 128-byte lines (a WRITE is never longer than 2^31 bytes) */
+  uint64_t mw = local_max_msg(c);
+  if (r->max_msg < mw) mw = r->max_msg;
+  if (mw > (1ull << 31)) mw = 1ull << 31;
+  c->max_wr = mw / GDR_RDMA_CHUNK_ALIGN * GDR_RDMA_CHUNK_ALIGN;
+  char lg[96], rg[96];
   gdr_rdma_addr_str(c, 0, lg, sizeof(lg));
   gdr_rdma_addr_str(c, 1, rg, sizeof(rg));
-  GDR_INFO(NCCL_NET, "%s connection %s %s <-> %s %.64s %s: %d QP%s (%s), MTU %d%s%s",
-           c->kind == GDR_RCOMM_SEND ? "send" : "recv", d->name, lg, c->peer, r->devname, rg, c->nqps,
-           c->nqps > 1 ? "s" : "", c->split ? "split, 128-byte chunks" : "whole messages", 128 << c->mtu,
-           c->qs.flush_qp ? ", GDR flush" : "",
+  GDR_INFO(NCCL_NET, "%s connection %s %s <-> %s %.64s %s: %d QP%s (%s)%s, MTU %d, WRs of at most %llu bytes%s%s",
+           c->kind == GDR_RCOMM_SEND ? "send" : "recv", c->local.devname, lg, c->peer, r->devname, rg, c->nqps,
+           c->nqps > 1 ? "s" : "", c->split ? "split, 128-byte chunks" : c->nparts > 1 ? "striped" : "whole messages",
+           c->ndevs > 1 || r->ndevs > 1 ? ", QP i on device i mod n of each side" : "", 128 << c->mtu,
+           (unsigned long long)c->max_wr, c->qs.flush_qp[0] ? ", GDR flush" : "",
            (r->caps & GDR_RDMA_CAP_RECOVERY) ? "" : ", peer without recovery (an older plugin): faults fail");
   return ncclSuccess;
 }
 
 /* ---------------------------------------------------------------------------------------- listen -- */
 
+/* The connection's devices (opts->devs: one, or a fused device's) exist and are distinct. */
+static ncclResult_t devs_check(int dev, const struct gdr_conn_opts *opts) {
+  if (opts->ndevs < 1 || opts->ndevs > GDR_RDMA_MAX_CONN_DEVS || opts->devs[0] != dev) return ncclInvalidArgument;
+  for (int i = 0; i < opts->ndevs; i++) {
+    if (opts->devs[i] < 0 || opts->devs[i] >= gdr_rdma.ndevs) return ncclInvalidArgument;
+    for (int j = 0; j < i; j++)
+      if (opts->devs[j] == opts->devs[i]) return ncclInvalidArgument;
+  }
+  return ncclSuccess;
+}
+
 ncclResult_t gdr_rdma_listen(int dev, const struct gdr_conn_opts *opts, struct gdr_handle *handle,
                              void **listen_comm) {
   *listen_comm = NULL;
-  if (dev < 0 || dev >= gdr_rdma.ndevs) return ncclInvalidArgument;
+  if (devs_check(dev, opts) != ncclSuccess) return ncclInvalidArgument;
   struct gdr_rdma_listen *l = calloc(1, sizeof(*l));
   if (l == NULL) return ncclSystemError;
   l->dev = dev;
   l->tc = opts->traffic_class;
+  l->ndevs = opts->ndevs;
+  memcpy(l->devs, opts->devs, sizeof(int) * (size_t)opts->ndevs);
   ncclResult_t res = gdr_listener_open(&l->l, &gdr_rdma.if_addr, GDR_TP_RDMA, GDR_CAP_RDMA);
   if (res != ncclSuccess) {
     free(l);
@@ -631,6 +819,18 @@ static ncclResult_t hs_recv(struct gdr_rdma_comm *c, uint32_t type, void *data, 
   if (r != ncclSuccess) return r;
   if (!*done) return stage_deadline(c, what);
   memset(&c->bio, 0, sizeof(c->bio));
+  if (type == GDR_RDMA_BLOB_HS && got >= 8) {
+    /* magic, version and size sit where every version put them: a peer of another version is told apart */
+    const struct gdr_rdma_hs *hs = data;
+    if (hs->magic == GDR_RDMA_HS_MAGIC && hs->version != GDR_RDMA_HS_VERSION) {
+      GDR_WARN("%s: %s from %s speaks RDMA protocol version %u, this plugin version %u (%s): run the same "
+               "libnccl-net-gdr on both sides; connection rejected",
+               c->dev->name, what, c->peer, hs->version, GDR_RDMA_HS_VERSION,
+               hs->version < GDR_RDMA_HS_VERSION ? "the peer's plugin is older: messages below 2 GiB, no NIC fusion"
+                                                 : "the peer's plugin is newer");
+      return ncclRemoteError;
+    }
+  }
   if (got != len) {
     GDR_WARN("%s: %s from %s: %u bytes, expected %u; connection rejected", c->dev->name, what, c->peer, got, len);
     return ncclRemoteError;
@@ -649,6 +849,7 @@ static ncclResult_t connect_tcp_peer(int dev, const struct gdr_conn_opts *opts, 
   void *tc = NULL;
   struct gdr_conn_opts to = gdr_rdma_tcp_opts(opts->traffic_class);
   struct gdr_rdma_comm *c;
+  if (devs_check(dev, opts) != ncclSuccess) return ncclInvalidArgument;
   if (!gdr_rdma.tcp_ok) {
     GDR_WARN("connect: the peer listens with the TCP transport (it has no usable RDMA device) and this process has "
              "no TCP transport to meet it (GDRNET_FALLBACK=0?)");
@@ -656,7 +857,7 @@ static ncclResult_t connect_tcp_peer(int dev, const struct gdr_conn_opts *opts, 
   }
   GDR_CHECK(gdr_transport_tcp.connect(gdr_rdma.tcp_dev, &to, handle, &tc));
   if (tc == NULL) return ncclSuccess; /* in progress (its state is in the handle) */
-  c = comm_alloc(dev, GDR_RCOMM_SEND);
+  c = comm_alloc(opts->devs, opts->ndevs, GDR_RCOMM_SEND);
   if (c == NULL) {
     (void)gdr_transport_tcp.close_send(tc);
     return ncclSystemError;
@@ -679,23 +880,25 @@ ncclResult_t gdr_rdma_connect(int dev, const struct gdr_conn_opts *opts, struct 
   if (handle->magic == GDR_HANDLE_MAGIC && handle->transport == GDR_TP_TCP) return connect_tcp_peer(dev, opts, handle, send_comm);
   c = gdr_handle_state_get(handle);
   if (c == NULL) {
-    if (dev < 0 || dev >= gdr_rdma.ndevs) return ncclInvalidArgument;
+    if (devs_check(dev, opts) != ncclSuccess) return ncclInvalidArgument;
     union gdr_sockaddr peer;
     if (gdr_handle_check(handle, &peer) != ncclSuccess) return ncclInvalidUsage;
     if (handle->transport != GDR_TP_RDMA) {
       GDR_WARN("RDMA connect with a handle for transport %d", handle->transport);
       return ncclInvalidUsage;
     }
-    c = comm_alloc(dev, GDR_RCOMM_SEND);
+    c = comm_alloc(opts->devs, opts->ndevs, GDR_RCOMM_SEND);
     if (c == NULL) return ncclSystemError;
     c->tc = opts->traffic_class;
     gdr_sockaddr_str(&peer, c->peer, sizeof(c->peer));
     set_desc(c);
-    c->nqps = gdr_rdma.nqps;
+    /* GDRNET_QPS_PER_CONN per device (as NCCL's IB), a multiple of the devices, at most 16 */
+    c->nqps = gdr_rdma.nqps * c->ndevs;
+    if (c->nqps > GDR_RDMA_MAX_QPS) c->nqps = GDR_RDMA_MAX_QPS - GDR_RDMA_MAX_QPS % c->ndevs;
     c->split = gdr_rdma.split;
     uint64_t conn_id = 0;
     gdr_random_bytes(&conn_id, sizeof(conn_id));
-    if (c->dev->fatal && gdr_rdma_dev_revive(c->dev) != 0) {
+    if (comm_lost(c)) {
       if (go_tcp_only(c, "the device is lost (DEVICE_FATAL)") != 0) {
         res = ncclSystemError;
         goto out;
@@ -803,7 +1006,7 @@ ncclResult_t gdr_rdma_accept(void *listen_comm, void **recv_comm) {
     ncclResult_t r = gdr_listener_poll(&l->l, &s, &got);
     if (r != ncclSuccess) return r;
     if (!got) return ncclSuccess;
-    c = comm_alloc(l->dev, GDR_RCOMM_RECV);
+    c = comm_alloc(l->devs, l->ndevs, GDR_RCOMM_RECV);
     if (c == NULL) {
       close(s.fd);
       return ncclSystemError;
@@ -827,15 +1030,22 @@ ncclResult_t gdr_rdma_accept(void *listen_comm, void **recv_comm) {
     }
     c->nqps = c->remote.nqps; /* the sender decides */
     c->split = c->remote.split;
-    if (c->nqps != gdr_rdma.nqps || c->split != gdr_rdma.split)
-      GDR_INFO(NCCL_NET, "%s: sender %s asks %d QPs split %d (local setting %d, %d): following the sender",
-               c->dev->name, c->peer, c->nqps, c->split, gdr_rdma.nqps, gdr_rdma.split);
+    if (c->nqps != gdr_rdma.nqps * c->ndevs || c->split != gdr_rdma.split)
+      GDR_INFO(NCCL_NET, "%s: sender %s asks %d QPs split %d (local setting %d per device, split %d; %d device(s)): "
+               "following the sender",
+               c->dev->name, c->peer, c->nqps, c->split, gdr_rdma.nqps, gdr_rdma.split, c->ndevs);
+    if (c->ndevs > c->nqps) { /* every device carries a QP: the devices past the QPs are left out */
+      GDR_INFO(NCCL_NET, "%s: %d QP(s) for %d devices: the connection runs on the first %d", c->desc, c->nqps,
+               c->ndevs, c->nqps);
+      c->ndevs = c->nqps;
+      set_desc(c);
+    }
     if (c->remote.caps & GDR_RDMA_CAP_TCP_ONLY) {
       if (go_tcp_only(c, "the sender's RDMA part failed") != 0) {
         res = ncclSystemError;
         goto out;
       }
-    } else if (c->dev->fatal && gdr_rdma_dev_revive(c->dev) != 0) {
+    } else if (comm_lost(c)) {
       if (go_tcp_only(c, "the device is lost (DEVICE_FATAL)") != 0) {
         res = ncclSystemError;
         goto out;

@@ -365,53 +365,80 @@ struct ibv_mr *gdr_rdma_reg_internal(struct gdr_rdma_dev *d, void *buf, size_t l
   return mr;
 }
 
+/* Drops the registrations of a handle (the cache deregisters an entry with its last reference) and frees it. */
+static int mh_free(struct gdr_rdma_mh *h) {
+  int err = 0;
+  for (int i = 0; i < h->n; i++) {
+    int rc = h->e[i] ? gdr_regcache_put(h->e[i]) : 0;
+    if (rc && !err) err = rc;
+  }
+  h->magic = 0;
+  free(h);
+  return err;
+}
+
 static ncclResult_t reg_common(struct gdr_rdma_comm *c, void *data, size_t size, int type, int kind, int fd,
                                uint64_t offset, void **mhandle) {
+  ncclResult_t res = ncclSuccess;
+  struct gdr_rdma_mh *h = NULL;
   *mhandle = NULL;
   if (c == NULL) return ncclInternalError;
-  struct gdr_rdma_dev *d = c->dev;
-  if (c->tcp_only || d->fatal) {
-    /* the connection runs over TCP (its RDMA part failed, or the device is lost): no NIC registration, only what
+  h = calloc(1, sizeof(*h));
+  if (h == NULL) return ncclSystemError;
+  h->magic = GDR_RDMA_MH_MAGIC;
+  h->base = (uintptr_t)data;
+  h->len = size;
+  h->kind = kind;
+  if (c->tcp_only || gdr_rdma_comm_fatal(c)) {
+    /* the connection runs over TCP (its RDMA part failed, or a device is lost): no NIC registration, only what
      * the TCP path needs to know of the buffer (fallback.c reads base, len and kind) */
-    struct gdr_reg_entry *e = calloc(1, sizeof(*e));
-    if (e == NULL) return ncclSystemError;
-    e->base = (uintptr_t)data;
-    e->len = size;
-    e->kind = kind;
-    e->refs = 1;
-    *mhandle = e;
+    *mhandle = h;
     return ncclSuccess;
   }
-  if (type == NCCL_PTR_CUDA && !(d->ptr_support & (NCCL_PTR_CUDA | NCCL_PTR_DMABUF))) {
-    GDR_WARN("%s: registration of CUDA memory %p (%zu bytes) but GPUDirect RDMA is off on this device (%s)",
-             d->name, data, size, d->gdr_desc);
-    return ncclInvalidUsage;
-  }
   if (kind == GDR_REG_DMABUF && gdr_ibv.reg_dmabuf_mr == NULL) {
-    GDR_WARN("%s: DMA-BUF registration asked but %s has no ibv_reg_dmabuf_mr", d->name, gdr_ibv_lib_name());
-    return ncclInvalidUsage;
+    GDR_WARN("%s: DMA-BUF registration asked but %s has no ibv_reg_dmabuf_mr", c->dev->name, gdr_ibv_lib_name());
+    res = ncclInvalidUsage;
+    goto out;
   }
-  /* least privilege: the peer writes only into receive buffers; the flush reads only device receive
-   * buffers (GDR); a send buffer is only read locally by the NIC */
-  int access = 0;
-  if (c->kind == GDR_RCOMM_RECV) {
-    access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
-    if (kind != GDR_REG_HOST && c->gdr_flush) access |= IBV_ACCESS_REMOTE_READ;
+  /* on every device of the connection: QP i uses the keys of its device i % ndevs */
+  for (int i = 0; i < c->ndevs; i++) {
+    struct gdr_rdma_dev *d = c->m[i].dev;
+    if (type == NCCL_PTR_CUDA && !(d->ptr_support & (NCCL_PTR_CUDA | NCCL_PTR_DMABUF))) {
+      GDR_WARN("%s: registration of CUDA memory %p (%zu bytes) but GPUDirect RDMA is off on this device (%s)",
+               d->name, data, size, d->gdr_desc);
+      res = ncclInvalidUsage;
+      goto out;
+    }
+    /* least privilege: the peer writes only into receive buffers; the flush reads only device receive
+     * buffers (GDR); a send buffer is only read locally by the NIC */
+    int access = 0;
+    if (c->kind == GDR_RCOMM_RECV) {
+      access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
+      if (kind != GDR_REG_HOST && c->gdr_flush) access |= IBV_ACCESS_REMOTE_READ;
+    }
+    if (d->relaxed) access |= IBV_ACCESS_RELAXED_ORDERING;
+    struct gdr_reg_req req = {(uintptr_t)data, size, access, kind, fd, offset};
+    struct gdr_reg_entry *e = NULL;
+    int err = gdr_regcache_get(&d->cache, &req, &e);
+    if (err) {
+      GDR_WARN("%s: %s registration of %p (%zu bytes, %s memory) failed: %s%s", d->name,
+               kind == GDR_REG_DMABUF ? "DMA-BUF" : "memory", data, size, type == NCCL_PTR_CUDA ? "CUDA" : "host",
+               strerror(err), gdr_rdma_reg_hint(err));
+      res = ncclSystemError;
+      goto out;
+    }
+    GDR_TRACE(NCCL_NET | NCCL_REG, "%s: reg %p+%zu kind %d access 0x%x -> lkey 0x%x rkey 0x%x", d->name, data,
+              size, kind, access, e->lkey, e->rkey);
+    h->e[i] = e;
+    h->lkey[i] = e->lkey;
+    h->rkey[i] = e->rkey;
+    h->n = i + 1;
   }
-  if (d->relaxed) access |= IBV_ACCESS_RELAXED_ORDERING;
-  struct gdr_reg_req req = {(uintptr_t)data, size, access, kind, fd, offset};
-  struct gdr_reg_entry *e = NULL;
-  int err = gdr_regcache_get(&d->cache, &req, &e);
-  if (err) {
-    GDR_WARN("%s: %s registration of %p (%zu bytes, %s memory) failed: %s%s", d->name,
-             kind == GDR_REG_DMABUF ? "DMA-BUF" : "memory", data, size, type == NCCL_PTR_CUDA ? "CUDA" : "host",
-             strerror(err), gdr_rdma_reg_hint(err));
-    return ncclSystemError;
-  }
-  GDR_TRACE(NCCL_NET | NCCL_REG, "%s: reg %p+%zu kind %d access 0x%x -> lkey 0x%x rkey 0x%x", d->name, data,
-            size, kind, access, e->lkey, e->rkey);
-  *mhandle = e;
-  return ncclSuccess;
+  *mhandle = h;
+  h = NULL;
+out:
+  if (h) (void)mh_free(h);
+  return res;
 }
 
 ncclResult_t gdr_rdma_reg_mr(void *comm, void *data, size_t size, int type, void **mhandle) {
@@ -421,23 +448,25 @@ ncclResult_t gdr_rdma_reg_mr(void *comm, void *data, size_t size, int type, void
 ncclResult_t gdr_rdma_reg_mr_dmabuf(void *comm, void *data, size_t size, int type, uint64_t offset, int fd,
                                     void **mhandle) {
   struct gdr_rdma_comm *c = comm;
-  if (c && !(c->dev->ptr_support & NCCL_PTR_DMABUF)) {
-    GDR_WARN("%s: DMA-BUF registration but DMA-BUF is not supported here (%s)", c->dev->name,
-             c->dev->gdr_desc);
-    return ncclInvalidUsage;
-  }
+  for (int i = 0; c && i < c->ndevs; i++)
+    if (!(c->m[i].dev->ptr_support & NCCL_PTR_DMABUF)) {
+      GDR_WARN("%s: DMA-BUF registration but DMA-BUF is not supported here (%s)", c->m[i].dev->name,
+               c->m[i].dev->gdr_desc);
+      return ncclInvalidUsage;
+    }
   (void)type;
   return reg_common(c, data, size, NCCL_PTR_CUDA, GDR_REG_DMABUF, fd, offset, mhandle);
 }
 
 ncclResult_t gdr_rdma_dereg_mr(void *comm, void *mhandle) {
+  struct gdr_rdma_mh *h = mhandle;
   (void)comm;
-  if (mhandle == NULL) return ncclSuccess;
-  if (((struct gdr_reg_entry *)mhandle)->cache == NULL) { /* a TCP connection's (reg_common) */
-    free(mhandle);
-    return ncclSuccess;
+  if (h == NULL) return ncclSuccess;
+  if (h->magic != GDR_RDMA_MH_MAGIC) {
+    GDR_WARN("deregMr: %p is not a memory handle of the RDMA transport", mhandle);
+    return ncclInternalError;
   }
-  int rc = gdr_regcache_put(mhandle);
+  int rc = mh_free(h);
   if (rc) {
     GDR_WARN("ibv_dereg_mr failed: %s", strerror(rc));
     return ncclSystemError;
@@ -503,6 +532,16 @@ static int open_port(struct ibv_device *ibdev, const struct ibv_device_attr *da,
   d->speed = lane_mbps(speed_ex ? (int)speed_ex : pa->active_speed) * width_lanes(pa->active_width);
   d->max_qp = da->max_qp;
   d->max_qp_wr = da->max_qp_wr;
+  d->max_msg = pa->max_msg_sz ? pa->max_msg_sz : 1ull << 30; /* (0: the provider does not say; 1 GiB as ConnectX) */
+  if (d->max_msg < GDR_RDMA_MIN_MAX_MSG) {
+    GDR_WARN("%s port %d: max_msg_sz %llu bytes, below the %llu a connection needs: device skipped", ibname, port,
+             (unsigned long long)d->max_msg, (unsigned long long)GDR_RDMA_MIN_MAX_MSG);
+    gdr_ibv.dealloc_pd(d->pd);
+    gdr_ibv.close_device(d->ctx);
+    pthread_mutex_destroy(&d->lock);
+    memset(d, 0, sizeof(*d));
+    return -1;
+  }
   snprintf(d->ibdev_path, sizeof(d->ibdev_path), "%s", ibdev->ibdev_path);
   char path[PATH_MAX];
   snprintf(path, sizeof(path), "%s/device", ibdev->ibdev_path);
@@ -729,8 +768,10 @@ ncclResult_t gdr_rdma_get_properties(int dev, struct gdr_props *props) {
   props->max_recvs = GDR_RDMA_MAX_RECVS;
   props->net_device_type = NCCL_NET_DEVICE_HOST;
   props->net_device_version = 0;
-  props->max_p2p_bytes = 0x7fffffff; /* the imm carries 31 bits of size */
-  props->max_coll_bytes = 0x7fffffff;
+  /* 64-bit sizes on the wire, WRs cut to the ports' max_msg_sz, the send queues filled as completions free them:
+   * NCCL's own largest network message (docs/abi.md, v9 sizes) */
+  props->max_p2p_bytes = GDR_RDMA_MAX_MSG;
+  props->max_coll_bytes = GDR_RDMA_MAX_MSG;
   return ncclSuccess;
 }
 

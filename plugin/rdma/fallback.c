@@ -77,7 +77,7 @@ static void fail(struct gdr_rdma_comm *c, ncclResult_t res, const char *why) {
 
 /* The TCP mhandle for a buffer of this registration: the driver says whether it is GPU memory (DMA-BUF and
  * nvidia-peermem registrations normally are; the emulator registers host memory that way on CPU hosts). */
-static ncclResult_t tcp_mr_of(const struct gdr_reg_entry *mh, void *data, size_t size, struct tcp_mr *out) {
+static ncclResult_t tcp_mr_of(const struct gdr_rdma_mh *mh, void *data, size_t size, struct tcp_mr *out) {
   enum gdr_mem_kind kind = GDR_MEM_HOST;
   if (mh != NULL && mh->kind != GDR_REG_HOST) (void)gdr_cuda_ptr_kind(data, &kind, NULL);
   return gdr_tcp_mr_make(data, size, kind == GDR_MEM_CUDA ? NCCL_PTR_CUDA : NCCL_PTR_HOST, out);
@@ -132,7 +132,7 @@ void gdr_rdma_fb_begin(struct gdr_rdma_comm *c, const char *why) {
   c->rec.phase = GDR_REC_IDLE; /* a recovery in progress is abandoned */
   gdr_health_set_state(&c->health, GDR_HEALTH_RECOVERING);
   if (c->qs.cq != NULL || c->qs.qps[0] != NULL) gdr_rdma_quiesce_qps(c);
-  if (c->dev->fatal) {
+  if (gdr_rdma_comm_fatal(c)) {
     gdr_rdma_dereg_own(c); /* nothing of a lost device stays registered */
     fb->pinned = 1;
   }
@@ -186,7 +186,7 @@ static void sender_apply(struct gdr_rdma_comm *c) {
       if (complete || placed) {
         if (e && placed) {
           e->placed |= (uint8_t)(1u << r);
-          e->size[r] = (uint32_t)pt->size;
+          e->size[r] = pt->size;
         }
         if (q) {
           q->on_tcp = 1;
@@ -228,7 +228,7 @@ static void receiver_apply(struct gdr_rdma_comm *c, const struct gdr_rdma_fb_sen
     c->recv_slot[seq % GDR_RDMA_FIFO_SLOTS] = NULL;
     q->on_tcp = 1;
     if (q->events == 0) { /* complete over RDMA: its sizes are in (grouped: in the sizes array) */
-      if (q->nreqs > 1)
+      if (q->row)
         for (int i = 0; i < q->nreqs; i++) q->sent[i] = (size_t)c->sizes[q->slot].size[i];
       q->tcp_done = 1;
       continue;
@@ -374,46 +374,17 @@ static void back_abort(struct gdr_rdma_comm *c, int tell, const char *why) {
 
 /* This side's port is up and a new QP set is made: 0; else nonzero. */
 static int back_prepare(struct gdr_rdma_comm *c) {
-  int active = 0, mtu = 0;
+  int active = 0;
   struct gdr_rdma_qpset qs;
-  if (c->dev->fatal || gdr_rdma_dev_refresh(c->dev, &active, &c->lgid, &c->lgid_index, &c->llid, &mtu) != 0 ||
-      !active)
-    return -1;
+  if (gdr_rdma_comm_fatal(c) || gdr_rdma_comm_refresh(c, &active) != 0 || !active) return -1;
   if (gdr_rdma_qpset_create(c, &qs) != ncclSuccess) return -1;
-  pthread_mutex_lock(&c->dev->lock);
-  c->qs = qs;
-  c->qs_gen++;
-  pthread_mutex_unlock(&c->dev->lock);
+  gdr_rdma_qs_swap(c, &qs, NULL);
   return 0;
 }
 
-static void fill_qp_state(struct gdr_rdma_comm *c, struct gdr_rdma_rec_state *st) {
-  memset(st, 0, sizeof(*st));
-  st->nqps = (uint8_t)c->nqps;
-  st->link_layer = (uint8_t)c->dev->link_layer;
-  st->lid = c->llid;
-  memcpy(st->gid, c->lgid.raw, 16);
-  for (int i = 0; i < c->nqps; i++) {
-    st->qpn[i] = c->qs.qps[i]->qp_num;
-    st->psn[i] = c->qs.psn[i];
-  }
-  st->raddr = is_sender(c) ? (uint64_t)(uintptr_t)c->fifo : (uint64_t)(uintptr_t)c->sizes;
-  st->rkey = is_sender(c) ? c->fifo_mr->rkey : c->sizes_mr->rkey;
-}
+static void fill_qp_state(struct gdr_rdma_comm *c, struct gdr_rdma_rec_state *st) { gdr_rdma_fill_qp_state(c, st); }
 
-static int back_connect(struct gdr_rdma_comm *c, const struct gdr_rdma_rec_state *p) {
-  if (gdr_rdma_qpset_connect(c, &c->qs, p->qpn, p->psn, p->lid, p->gid, c->remote.mtu) != ncclSuccess) return -1;
-  c->remote.lid = p->lid;
-  memcpy(c->remote.gid, p->gid, 16);
-  if (is_sender(c)) {
-    c->rsizes_addr = p->raddr;
-    c->rsizes_rkey = p->rkey;
-  } else {
-    c->rfifo_addr = p->raddr;
-    c->rfifo_rkey = p->rkey;
-  }
-  return 0;
-}
+static int back_connect(struct gdr_rdma_comm *c, const struct gdr_rdma_rec_state *p) { return gdr_rdma_connect_peer(c, p); }
 
 /* Receiver: a zero-length RDMA WRITE on each new QP (into the sender's FIFO: nothing changes there). Each completes
  * only once the sender's NIC acknowledged it: the path works both ways, not just the two ports. */
@@ -426,7 +397,7 @@ static int post_probes(struct gdr_rdma_comm *c) {
     w.opcode = IBV_WR_RDMA_WRITE;
     w.send_flags = IBV_SEND_SIGNALED;
     w.wr.rdma.remote_addr = c->rfifo_addr;
-    w.wr.rdma.rkey = c->rfifo_rkey;
+    w.wr.rdma.rkey = c->rfifo_rkey[i % c->remote.ndevs];
     if (gdr_ibv_post_send(c->qs.qps[i], &w, &bad) != 0) return -1;
   }
   fb->probes = c->nqps;
@@ -438,7 +409,7 @@ static int poll_probes(struct gdr_rdma_comm *c, const char **why) {
   struct gdr_rdma_fb *fb = &c->fb;
   struct ibv_wc wcs[GDR_RDMA_CQ_BATCH];
   int n;
-  while ((n = gdr_ibv_poll_cq(c->qs.cq, GDR_RDMA_CQ_BATCH, wcs)) > 0) {
+  while ((n = gdr_rdma_poll_cqs(&c->qs, GDR_RDMA_CQ_BATCH, wcs)) > 0) {
     for (int i = 0; i < n; i++) {
       if (wcs[i].status != IBV_WC_SUCCESS) {
         *why = gdr_ibv_wc_status_str(wcs[i].status);

@@ -45,71 +45,161 @@ static void post_failed(struct gdr_rdma_comm *c, struct ibv_qp *qp, int rc, cons
 
 /* ------------------------------------------------------------------------------------------ send -- */
 
-ncclResult_t gdr_rdma_post_part(struct gdr_rdma_comm *c, int slot, int r) {
-  struct gdr_rdma_smsg *m = &c->smsg[slot];
-  struct gdr_rdma_part *pt = &m->part[r];
-  const uint64_t seq = m->seq;
-  pt->posted = 1;
-  for (int p = 0; p < c->nparts; p++) {
-    int qpi = gdr_stripe_qp(seq, c->nqps, c->split, p);
-    uint64_t off = 0, len = pt->size;
-    struct ibv_send_wr w, *bad = NULL;
-    struct ibv_sge sge;
-    if (c->split) gdr_stripe_part(pt->size, c->nqps, p, &off, &len);
-    if (m->n > 1 && len == 0) continue; /* nothing of this buffer on this QP */
-    memset(&w, 0, sizeof(w));
-    sge.addr = (uint64_t)(uintptr_t)pt->data + off;
-    sge.length = (uint32_t)len;
-    sge.lkey = pt->lkey;
-    w.sg_list = &sge;
-    w.num_sge = len ? 1 : 0;
-    w.wr.rdma.remote_addr = pt->raddr + off;
-    w.wr.rdma.rkey = pt->rkey;
-    w.wr_id = gdr_wr_id(GDR_WR_DATA, gdr_wr_data_arg(slot, r), seq);
-    w.send_flags = IBV_SEND_SIGNALED;
-    if (m->n == 1) {
-      /* the data WR itself carries the immediate: the size of the message */
-      w.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
-      w.imm_data = htobe32(gdr_imm_single((uint32_t)pt->size));
-    } else {
-      w.opcode = IBV_WR_RDMA_WRITE;
-    }
-    if (pt->req) pt->req->events++;
-    int rc = gdr_ibv_post_send(c->qs.qps[qpi], &w, &bad);
-    if (rc) {
-      post_failed(c, c->qs.qps[qpi], rc, "ibv_post_send (data)", seq);
-      return ncclSuccess;
-    }
-  }
-  return ncclSuccess;
+/* The sender's posting queue. Every WR of the sender is signaled, so a QP's send queue holds exactly the WRs whose
+ * completion is not polled yet (qs.sq_used). A message's stripes are cut into WRs of at most max_wr bytes; what
+ * does not fit the send queue waits here, in post order (a QP's WRs stay in order: the receiver's receive WRs are
+ * consumed in message order), and goes out as completions free room (gdr_rdma_poll). A part's request counts
+ * every WR it will have when it is queued, so it cannot look done before the last one completed. Items are for
+ * one QP set: a recovery or a move to TCP drops them (its replay queues what must go again). */
+
+/* (one slot is left for the quiesce's drain marker, recover.c) */
+static inline int sq_room(const struct gdr_rdma_comm *c, int qpi) {
+  return c->qs.sq_used[qpi] < GDR_RDMA_QP_SEND_WR - 1;
 }
 
-ncclResult_t gdr_rdma_post_imm(struct gdr_rdma_comm *c, int slot) {
-  struct gdr_rdma_smsg *m = &c->smsg[slot];
-  const uint64_t seq = m->seq;
-  m->imm_posted = 1;
+/* Stripe p of part r: [*off, *off + *len) of its buffer. */
+static inline void part_stripe(const struct gdr_rdma_comm *c, const struct gdr_rdma_part *pt, int p, uint64_t *off,
+                               uint64_t *len) {
+  *off = 0;
+  *len = pt->size;
+  if (c->nparts > 1) gdr_stripe_part(pt->size, c->nparts, p, off, len);
+}
+
+/* The WRs of part r: every stripe's pieces; an empty stripe has one (the zero-length WRITE_WITH_IMM) unless the
+ * sizes ride in the row. */
+static int part_wrs(const struct gdr_rdma_comm *c, const struct gdr_rdma_smsg *m, int r) {
+  uint64_t n = 0;
+  if (c->nparts == 1) return m->row && m->part[r].size == 0 ? 0 : (int)gdr_wr_pieces(m->part[r].size, c->max_wr);
   for (int p = 0; p < c->nparts; p++) {
-    int qpi = gdr_stripe_qp(seq, c->nqps, c->split, p);
+    uint64_t off, len;
+    part_stripe(c, &m->part[r], p, &off, &len);
+    if (!(m->row && len == 0)) n += gdr_wr_pieces(len, c->max_wr);
+  }
+  return (int)n;
+}
+
+/* Posts what fits of a part: 1 when all of it is posted, 0 when a send queue is full, -1 when a post failed (a
+ * recovery took over). */
+static int pump_part(struct gdr_rdma_comm *c, struct gdr_rdma_pq_item *it) {
+  struct gdr_rdma_smsg *m = &c->smsg[it->slot];
+  struct gdr_rdma_part *pt = &m->part[it->r];
+  const uint64_t seq = m->seq;
+  for (; it->p < c->nparts; it->p++, it->off = 0) {
+    const int qpi = gdr_stripe_qp(seq, c->nqps, c->nparts, it->p), k = c->qp_ldev[qpi];
+    uint64_t off, len;
+    part_stripe(c, pt, it->p, &off, &len);
+    if (m->row && len == 0) continue; /* nothing of this buffer on this QP */
+    do {
+      uint64_t n = len - it->off < c->max_wr ? len - it->off : c->max_wr;
+      struct ibv_send_wr w, *bad = NULL;
+      struct ibv_sge sge;
+      if (!sq_room(c, qpi)) return 0;
+      memset(&w, 0, sizeof(w));
+      sge.addr = (uint64_t)(uintptr_t)pt->data + off + it->off;
+      sge.length = (uint32_t)n;
+      sge.lkey = pt->mh ? pt->mh->lkey[k] : 0;
+      w.sg_list = &sge;
+      w.num_sge = n ? 1 : 0;
+      w.wr.rdma.remote_addr = pt->raddr + off + it->off;
+      w.wr.rdma.rkey = pt->rkey[c->qp_rdev[qpi]];
+      w.wr_id = gdr_wr_id(GDR_WR_DATA, gdr_wr_data_arg(it->slot, it->r), seq);
+      w.send_flags = IBV_SEND_SIGNALED;
+      if (!m->row && it->off + n == len) {
+        /* a single receive's last piece on this QP carries the immediate: the size of the message */
+        w.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+        w.imm_data = htobe32(gdr_imm_single((uint32_t)pt->size));
+      } else {
+        w.opcode = IBV_WR_RDMA_WRITE;
+      }
+      c->qs.sq_used[qpi]++;
+      int rc = gdr_ibv_post_send(c->qs.qps[qpi], &w, &bad);
+      if (rc) {
+        post_failed(c, c->qs.qps[qpi], rc, "ibv_post_send (data)", seq);
+        return -1;
+      }
+      it->off += n;
+    } while (it->off < len);
+  }
+  return 1;
+}
+
+/* The WRITE_WITH_IMMs that carry a message's sizes row, one per stripe's QP. As pump_part. */
+static int pump_imm(struct gdr_rdma_comm *c, struct gdr_rdma_pq_item *it) {
+  struct gdr_rdma_smsg *m = &c->smsg[it->slot];
+  const uint64_t seq = m->seq;
+  for (; it->p < c->nparts; it->p++) {
+    const int qpi = gdr_stripe_qp(seq, c->nqps, c->nparts, it->p), k = c->qp_ldev[qpi];
     struct ibv_send_wr w, *bad = NULL;
-    struct ibv_sge sge = {(uint64_t)(uintptr_t)&c->sizes_src[slot], (uint32_t)(m->n * sizeof(int32_t)),
-                          c->sizes_src_mr->lkey};
+    struct ibv_sge sge = {(uint64_t)(uintptr_t)&c->sizes_src[it->slot], (uint32_t)(m->n * sizeof(uint64_t)),
+                          c->m[k].sizes_src_mr->lkey};
+    if (!sq_room(c, qpi)) return 0;
     memset(&w, 0, sizeof(w));
     w.sg_list = &sge;
     w.num_sge = 1;
     w.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
     w.imm_data = htobe32(gdr_imm_group(seq));
-    w.wr.rdma.remote_addr = c->rsizes_addr + (uint64_t)slot * sizeof(struct gdr_sizes_slot);
-    w.wr.rdma.rkey = c->rsizes_rkey;
+    w.wr.rdma.remote_addr = c->rsizes_addr + (uint64_t)it->slot * sizeof(struct gdr_sizes_slot);
+    w.wr.rdma.rkey = c->rsizes_rkey[c->qp_rdev[qpi]];
     w.send_flags = IBV_SEND_SIGNALED;
     if ((int)sge.length <= c->qs.max_inline) w.send_flags |= IBV_SEND_INLINE;
-    w.wr_id = gdr_wr_id(GDR_WR_IMM, slot, seq);
-    m->imm_req->events++;
+    w.wr_id = gdr_wr_id(GDR_WR_IMM, it->slot, seq);
+    c->qs.sq_used[qpi]++;
     int rc = gdr_ibv_post_send(c->qs.qps[qpi], &w, &bad);
     if (rc) {
       post_failed(c, c->qs.qps[qpi], rc, "ibv_post_send (sizes + immediate)", seq);
-      return ncclSuccess;
+      return -1;
     }
   }
+  return 1;
+}
+
+/* Posts the queue's items in order as far as the send queues take them. */
+static void pump(struct gdr_rdma_comm *c) {
+  struct gdr_rdma_pq *q = &c->pq;
+  const unsigned gen = c->qs_gen;
+  if (q->gen != gen) q->head = q->tail = q->gen = gen; /* items of an old QP set: dropped */
+  while (q->head != q->tail) {
+    struct gdr_rdma_pq_item *it = &q->it[q->head % GDR_RDMA_PQ];
+    int r = it->kind == GDR_PQ_PART ? pump_part(c, it) : pump_imm(c, it);
+    if (r <= 0) return; /* full (later), or a failed post started a recovery (which dropped the rest) */
+    q->head++;
+  }
+}
+
+/* Posts a part or the immediates now when nothing waits before it, and queues what does not fit (or all of it
+ * behind what waits). */
+static void enqueue(struct gdr_rdma_comm *c, int kind, int slot, int r) {
+  struct gdr_rdma_pq *q = &c->pq;
+  struct gdr_rdma_pq_item now = {(uint8_t)kind, (uint8_t)slot, (uint8_t)r, 0, 0, 0};
+  if (q->gen != c->qs_gen) q->head = q->tail = q->gen = c->qs_gen;
+  if (q->head == q->tail) { /* the common case: straight to the QPs */
+    int rc = kind == GDR_PQ_PART ? pump_part(c, &now) : pump_imm(c, &now);
+    if (rc != 0) return; /* all posted, or a failed post started a recovery */
+    if (q->gen != c->qs_gen) return;
+  }
+  if (q->tail - q->head >= GDR_RDMA_PQ) { /* cannot happen: 32 messages x (8 parts + 1) */
+    gdr_rdma_comm_fail(c, ncclInternalError, "the send queue of message #%llu overflows (%u items waiting)",
+                       (unsigned long long)c->smsg[slot].seq, q->tail - q->head);
+    return;
+  }
+  q->it[q->tail++ % GDR_RDMA_PQ] = now; /* (what of it is posted already is in its p and off) */
+  pump(c);
+}
+
+ncclResult_t gdr_rdma_post_part(struct gdr_rdma_comm *c, int slot, int r) {
+  struct gdr_rdma_smsg *m = &c->smsg[slot];
+  struct gdr_rdma_part *pt = &m->part[r];
+  pt->posted = 1;
+  if (pt->req) pt->req->events += part_wrs(c, m, r);
+  enqueue(c, GDR_PQ_PART, slot, r);
+  return ncclSuccess;
+}
+
+ncclResult_t gdr_rdma_post_imm(struct gdr_rdma_comm *c, int slot) {
+  struct gdr_rdma_smsg *m = &c->smsg[slot];
+  m->imm_posted = 1;
+  m->imm_req->events += c->nparts;
+  enqueue(c, GDR_PQ_IMM, slot, 0);
   return ncclSuccess;
 }
 
@@ -122,9 +212,10 @@ ncclResult_t gdr_rdma_isend(void *send_comm, void *data, size_t size, int tag, v
   int route = gdr_rdma_fb_route(c);
   if (route == GDR_ROUTE_WAIT) return ncclSuccess; /* the way back: at the switch point, not final yet */
   if (route == GDR_ROUTE_TCP) return gdr_rdma_fb_isend(c, data, size, tag, mhandle, request);
-  if (size > 0x7fffffffu) {
-    GDR_WARN("isend of %zu bytes to %s: more than 2^31-1 bytes in one message", size, c->peer);
-    return ncclInvalidUsage;
+  if (size > GDR_RDMA_MAX_MSG) { /* (the core refuses it first: maxP2pBytes) */
+    GDR_WARN("isend of %zu bytes to %s: more than %llu bytes in one message", size, c->peer,
+             (unsigned long long)GDR_RDMA_MAX_MSG);
+    return ncclInvalidArgument;
   }
   const int slot = (int)(c->head % GDR_RDMA_FIFO_SLOTS);
   const uint64_t want = c->head + 1;
@@ -142,10 +233,14 @@ ncclResult_t gdr_rdma_isend(void *send_comm, void *data, size_t size, int tag, v
   for (int r = 1; r < n; r++)
     if (__atomic_load_n(&e[r].seq, __ATOMIC_ACQUIRE) != want) return ncclSuccess; /* still landing */
   /* (each seq load above is an acquire: the entries' other fields are read after all of them) */
-  if (m->matched == 0) { /* the first isend of this message */
-    memset(m, 0, sizeof(*m));
+  if (m->matched == 0) { /* the first isend of this message (only its n parts are cleared: they are all it uses) */
     m->seq = c->head;
     m->n = n;
+    m->live = 0;
+    m->row = n > 1;
+    m->imm_posted = 0;
+    m->imm_req = NULL;
+    memset(m->part, 0, (size_t)n * sizeof(m->part[0]));
   }
 
   /* The entries' fields are read with relaxed atomic loads: after a recovery the receiver writes the clear-to-send
@@ -158,7 +253,12 @@ ncclResult_t gdr_rdma_isend(void *send_comm, void *data, size_t size, int tag, v
 
   const uint64_t cap = __atomic_load_n(&e[r].size, __ATOMIC_RELAXED);
   const uint64_t raddr = __atomic_load_n(&e[r].addr, __ATOMIC_RELAXED);
-  const uint32_t rkey = __atomic_load_n(&e[r].rkey, __ATOMIC_RELAXED);
+  struct gdr_rdma_part *pt = &m->part[r];
+  int nokey = 0;
+  for (int k = 0; k < c->remote.ndevs; k++) { /* (into the part: it is unused until this isend takes it) */
+    pt->rkey[k] = __atomic_load_n(&e[r].rkey[k], __ATOMIC_RELAXED);
+    nokey |= pt->rkey[k] == 0;
+  }
   if (size > cap) {
     GDR_WARN("isend #%llu to %s (tag %d): %zu bytes do not fit the posted receive of %llu bytes",
              (unsigned long long)c->head, c->peer, tag, size, (unsigned long long)cap);
@@ -168,16 +268,16 @@ ncclResult_t gdr_rdma_isend(void *send_comm, void *data, size_t size, int tag, v
     c->health.warned = 1; /* said above */
     return ncclInvalidUsage;
   }
-  struct gdr_reg_entry *mh = mhandle;
-  if (size > 0 && mh == NULL) {
-    GDR_WARN("isend of %zu bytes to %s without a memory handle", size, c->peer);
+  struct gdr_rdma_mh *mh = mhandle;
+  if (size > 0 && (mh == NULL || mh->magic != GDR_RDMA_MH_MAGIC || mh->n < c->ndevs)) {
+    GDR_WARN("isend of %zu bytes to %s without a memory handle of this connection", size, c->peer);
     return ncclInvalidUsage;
   }
   /* (a buffer whose end wraps past 2^64: the parts' remote addresses, addr + offset, would wrap to elsewhere) */
-  if (size > 0 && (raddr == 0 || rkey == 0 || raddr + cap < raddr)) {
+  if (size > 0 && (raddr == 0 || nokey || raddr + cap < raddr)) {
     gdr_rdma_comm_fail(c, ncclRemoteError,
                        "receiver posted an invalid buffer for message #%llu (addr 0x%llx size %llu rkey 0x%x)",
-                       (unsigned long long)c->head, (unsigned long long)raddr, (unsigned long long)cap, rkey);
+                       (unsigned long long)c->head, (unsigned long long)raddr, (unsigned long long)cap, pt->rkey[0]);
     return gdr_rdma_comm_check(c);
   }
   struct gdr_rdma_req *req = gdr_rdma_req_get(c);
@@ -192,14 +292,13 @@ ncclResult_t gdr_rdma_isend(void *send_comm, void *data, size_t size, int tag, v
   req->data[0] = data;
   req->mh[0] = mh;
   req->events = 0;
-  struct gdr_rdma_part *pt = &m->part[r];
   pt->req = req;
   pt->data = data;
   pt->size = size;
-  pt->lkey = mh ? mh->lkey : 0;
+  pt->mh = mh;
   pt->raddr = raddr;
-  pt->rkey = rkey;
-  c->sizes_src[slot].size[r] = (int32_t)size;
+  c->sizes_src[slot].size[r] = size;
+  if (n == 1 && size > GDR_IMM_SIZE_MAX) m->row = 1; /* the imm cannot say it: the size rides in the row */
   m->live++;
   *request = req;
   int last = ++m->matched == n;
@@ -210,7 +309,7 @@ ncclResult_t gdr_rdma_isend(void *send_comm, void *data, size_t size, int tag, v
   GDR_TRACE(NCCL_NET, "RDMA isend %s #%llu part %d/%d tag %d size %zu", c->peer, (unsigned long long)m->seq, r, n,
             tag, size);
   GDR_CHECK(gdr_rdma_post_part(c, slot, r));
-  if (last && n > 1) {
+  if (last && m->row) {
     if (gdr_health_state(&c->health) == GDR_HEALTH_OK)
       GDR_CHECK(gdr_rdma_post_imm(c, slot));
     else
@@ -226,7 +325,7 @@ ncclResult_t gdr_rdma_post_recv_wrs(struct gdr_rdma_comm *c, struct gdr_rdma_req
   /* one per QP the message will use; posted before its CTS, so a WRITE_WITH_IMM never finds an empty receive
    * queue (no RNR) */
   for (int p = 0; p < c->nparts; p++) {
-    int qpi = gdr_stripe_qp(req->seq, c->nqps, c->split, p);
+    int qpi = gdr_stripe_qp(req->seq, c->nqps, c->nparts, p);
     struct ibv_recv_wr rw, *bad = NULL;
     struct ibv_sge none = {0, 0, 0};
     memset(&rw, 0, sizeof(rw));
@@ -245,14 +344,14 @@ ncclResult_t gdr_rdma_post_cts(struct gdr_rdma_comm *c, struct gdr_rdma_req *req
   int qi = (int)(req->seq % (uint64_t)c->nqps);
   struct gdr_cts_entry *ce = c->cts_src[req->slot].e;
   struct ibv_sge sge = {(uint64_t)(uintptr_t)ce, (uint32_t)(req->nreqs * sizeof(struct gdr_cts_entry)),
-                        c->cts_src_mr->lkey};
+                        c->m[c->qp_ldev[qi]].cts_src_mr->lkey};
   struct ibv_send_wr w, *bad = NULL;
   memset(&w, 0, sizeof(w));
   w.sg_list = &sge;
   w.num_sge = 1;
   w.opcode = IBV_WR_RDMA_WRITE;
   w.wr.rdma.remote_addr = c->rfifo_addr + (uint64_t)req->slot * sizeof(struct gdr_cts_slot);
-  w.wr.rdma.rkey = c->rfifo_rkey;
+  w.wr.rdma.rkey = c->rfifo_rkey[c->qp_rdev[qi]]; /* the sender's FIFO on the device of its QP qi */
   if ((int)sge.length <= c->qs.max_inline) w.send_flags = IBV_SEND_INLINE;
   w.wr_id = gdr_wr_id(GDR_WR_CTS, req->slot, req->seq); /* unsignaled too: a failed completion names it */
   if (c->qs.cts_count[qi]++ % GDR_RDMA_CTS_SIGNAL_EVERY == 0) w.send_flags |= IBV_SEND_SIGNALED;
@@ -280,24 +379,30 @@ ncclResult_t gdr_rdma_irecv(void *recv_comm, int n, void **data, size_t *sizes, 
   const uint64_t seq = c->head;
   const int slot = (int)(seq % GDR_RDMA_FIFO_SLOTS);
   if (c->recv_slot[slot] != NULL) return ncclSuccess; /* 32 receives in flight */
-  for (int i = 0; i < n; i++)
-    if (sizes[i] > 0 && (mhandles == NULL || mhandles[i] == NULL)) {
-      GDR_WARN("irecv of %zu bytes from %s without a memory handle", sizes[i], c->peer);
+  for (int i = 0; i < n; i++) {
+    const struct gdr_rdma_mh *mh = mhandles ? mhandles[i] : NULL;
+    if (sizes[i] > 0 && (mh == NULL || mh->magic != GDR_RDMA_MH_MAGIC || mh->n < c->ndevs)) {
+      GDR_WARN("irecv of %zu bytes from %s without a memory handle of this connection", sizes[i], c->peer);
       return ncclInvalidUsage;
     }
+    if (sizes[i] > GDR_RDMA_MAX_MSG) { /* (the core refuses it first: maxP2pBytes) */
+      GDR_WARN("irecv of %zu bytes from %s: more than %llu bytes in one message", sizes[i], c->peer,
+               (unsigned long long)GDR_RDMA_MAX_MSG);
+      return ncclInvalidArgument;
+    }
+  }
   struct gdr_rdma_req *req = gdr_rdma_req_get(c);
   if (req == NULL) return ncclSuccess;
 
   struct gdr_cts_entry *ce = c->cts_src[slot].e;
   for (int i = 0; i < n; i++) {
-    struct gdr_reg_entry *mh = mhandles ? mhandles[i] : NULL;
-    size_t cap = sizes[i] > 0x7fffffffu ? 0x7fffffffu : sizes[i];
-    req->cap[i] = cap;
+    struct gdr_rdma_mh *mh = mhandles ? mhandles[i] : NULL;
+    req->cap[i] = sizes[i];
     req->data[i] = data[i];
     req->mh[i] = mh;
     ce[i].addr = (uint64_t)(uintptr_t)data[i];
-    ce[i].size = (uint32_t)cap;
-    ce[i].rkey = mh ? mh->rkey : 0;
+    ce[i].size = sizes[i];
+    for (int k = 0; k < c->ndevs; k++) ce[i].rkey[k] = mh ? mh->rkey[k] : 0; /* (the rest stay 0; mh->n >= ndevs) */
     ce[i].tag = (uint32_t)tags[i];
     ce[i].nreqs = (uint8_t)n;
     ce[i].idx = (uint8_t)i;
@@ -321,20 +426,26 @@ out:
 
 /* ----------------------------------------------------------------------------------------- flush -- */
 
+/* One 1-byte READ on every device of the connection: a READ orders only the writes its own NIC made. */
 ncclResult_t gdr_rdma_post_flush(struct gdr_rdma_comm *c, struct gdr_rdma_req *req) {
-  struct ibv_sge sge = {(uint64_t)(uintptr_t)c->flush_buf, 1, c->flush_mr->lkey};
-  struct ibv_send_wr w, *bad = NULL;
-  memset(&w, 0, sizeof(w));
-  w.wr_id = gdr_wr_id(GDR_WR_FLUSH, req_index(c, req), req->seq);
-  w.sg_list = &sge;
-  w.num_sge = 1;
-  w.opcode = IBV_WR_RDMA_READ;
-  w.send_flags = IBV_SEND_SIGNALED;
-  w.wr.rdma.remote_addr = req->flush_addr;
-  w.wr.rdma.rkey = req->flush_rkey;
-  req->events = 1;
-  int rc = gdr_ibv_post_send(c->qs.flush_qp, &w, &bad);
-  if (rc) post_failed(c, c->qs.flush_qp, rc, "ibv_post_send (GDR flush READ)", req->seq);
+  req->events = c->ndevs;
+  for (int k = 0; k < c->ndevs; k++) {
+    struct ibv_sge sge = {(uint64_t)(uintptr_t)c->flush_buf, 1, c->m[k].flush_mr->lkey};
+    struct ibv_send_wr w, *bad = NULL;
+    memset(&w, 0, sizeof(w));
+    w.wr_id = gdr_wr_id(GDR_WR_FLUSH, req_index(c, req), req->seq);
+    w.sg_list = &sge;
+    w.num_sge = 1;
+    w.opcode = IBV_WR_RDMA_READ;
+    w.send_flags = IBV_SEND_SIGNALED;
+    w.wr.rdma.remote_addr = req->flush_addr;
+    w.wr.rdma.rkey = req->flush_mh->rkey[k];
+    int rc = gdr_ibv_post_send(c->qs.flush_qp[k], &w, &bad);
+    if (rc) {
+      post_failed(c, c->qs.flush_qp[k], rc, "ibv_post_send (GDR flush READ)", req->seq);
+      return ncclSuccess;
+    }
+  }
   return ncclSuccess;
 }
 
@@ -349,8 +460,8 @@ ncclResult_t gdr_rdma_iflush(void *recv_comm, int n, void **data, int *sizes, vo
     return ncclSuccess; /* over TCP a receive completes once its bytes are in the GPU: nothing left to flush */
   int last = -1;
   for (int i = 0; i < n; i++) {
-    struct gdr_reg_entry *mh = mhandles ? mhandles[i] : NULL;
-    if (sizes[i] > 0 && mh && mh->kind != GDR_REG_HOST) last = i;
+    struct gdr_rdma_mh *mh = mhandles ? mhandles[i] : NULL;
+    if (sizes[i] > 0 && mh && mh->kind != GDR_REG_HOST && mh->n >= c->ndevs) last = i;
   }
   if (last < 0) return ncclSuccess; /* host buffers: the CPU sees them after the completion already */
   struct gdr_rdma_req *req = gdr_rdma_req_get(c);
@@ -360,14 +471,13 @@ ncclResult_t gdr_rdma_iflush(void *recv_comm, int n, void **data, int *sizes, vo
     GDR_WARN("iflush on %s: more than %d requests outstanding on one receive comm", c->desc, c->nreqs_pool);
     return ncclInternalError;
   }
-  struct gdr_reg_entry *mh = mhandles[last];
   req->type = GDR_RREQ_FLUSH;
   req->seq = c->head;
   req->flush_addr = (uint64_t)(uintptr_t)data[last];
-  req->flush_rkey = mh->rkey;
+  req->flush_mh = mhandles[last];
   *request = req;
   if (busy) {
-    req->events = 1; /* posted by the recovery, with everything else pending */
+    req->events = c->ndevs; /* posted by the recovery, with everything else pending */
     return ncclSuccess;
   }
   return gdr_rdma_post_flush(c, req);
@@ -417,7 +527,8 @@ static void process_wc(struct gdr_rdma_comm *c, const struct ibv_wc *wc) {
   switch (kind) {
   case GDR_WR_DATA: {
     struct gdr_rdma_smsg *m = &c->smsg[gdr_wr_data_slot(wc->wr_id)];
-    struct gdr_rdma_req *q = m->part[gdr_wr_data_part(wc->wr_id)].req;
+    const int pi = gdr_wr_data_part(wc->wr_id);
+    struct gdr_rdma_req *q = pi < m->n ? m->part[pi].req : NULL; /* (parts past n are not cleared) */
     if (q == NULL || (m->seq & 0xffffffffffffull) != seq48 || q->events <= 0) return unexpected(c, wc);
     q->events--;
     return;
@@ -435,10 +546,11 @@ static void process_wc(struct gdr_rdma_comm *c, const struct ibv_wc *wc) {
         q->events <= 0)
       return unexpected(c, wc);
     uint32_t imm = be32toh(wc->imm_data);
-    if (gdr_imm_is_group(imm)) {
-      if (q->nreqs < 2 || (imm & 0x7fffffffu) != (uint32_t)(q->seq & 0x7fffffffu)) return unexpected(c, wc);
+    if (gdr_imm_is_group(imm)) { /* the sizes are in the row (grouped, or one buffer of 2^31 bytes or more) */
+      if ((imm & 0x7fffffffu) != (uint32_t)(q->seq & 0x7fffffffu)) return unexpected(c, wc);
+      q->row = 1;
     } else {
-      if (q->nreqs != 1) return unexpected(c, wc);
+      if (q->nreqs != 1 || q->row) return unexpected(c, wc);
       if (imm > q->cap[0]) {
         gdr_rdma_comm_fail(c, ncclRemoteError, "message #%llu from %s: %u bytes arrived for a receive of %zu",
                            (unsigned long long)q->seq, c->peer, imm, q->cap[0]);
@@ -463,19 +575,32 @@ static void process_wc(struct gdr_rdma_comm *c, const struct ibv_wc *wc) {
   }
 }
 
+/* Sender: a completion (good or not) of one of its QPs frees its send-queue slot (every sender WR is signaled). */
+static inline void sq_release(struct gdr_rdma_comm *c, uint32_t qp_num) {
+  int i = 0;
+  if (c->nqps > 1) /* (the set exists while its CQs are polled: every QP is there) */
+    while (i < c->nqps && c->qs.qps[i]->qp_num != qp_num) i++;
+  if (i < c->nqps && c->qs.sq_used[i] > 0) c->qs.sq_used[i]--;
+}
+
 ncclResult_t gdr_rdma_poll(struct gdr_rdma_comm *c, int *progress) {
   struct ibv_wc wcs[GDR_RDMA_CQ_BATCH], bad;
   int total = 0, nbad = 0;
+  const int sender = c->kind == GDR_RCOMM_SEND;
   memset(&bad, 0, sizeof(bad)); /* read only when nbad > 0; -O3 cannot tell */
   if (progress) *progress = 0;
-  while (c->qs.cq != NULL) { /* NULL between QP sets (recovery) */
-    int n = gdr_ibv_poll_cq(c->qs.cq, GDR_RDMA_CQ_BATCH, wcs);
+  for (int k = 0; k < c->qs.ncq && c->qs.cq != NULL; k++) { /* no CQ between QP sets (recovery) */
+    struct ibv_cq *cq = c->qs.cqs[k];
+    int n;
+    do {
+    n = gdr_ibv_poll_cq(cq, GDR_RDMA_CQ_BATCH, wcs);
     if (n < 0) {
-      gdr_rdma_fault(c, GDR_FAULT_RECOVER, ncclSystemError, "ibv_poll_cq failed (%d) on %s", n, c->dev->name);
+      gdr_rdma_fault(c, GDR_FAULT_RECOVER, ncclSystemError, "ibv_poll_cq failed (%d) on %s", n, c->m[k].dev->name);
       break;
     }
     /* every completion, in order: a failed one does not hide the successes after it */
     for (int i = 0; i < n; i++) {
+      if (sender) sq_release(c, wcs[i].qp_num);
       if (gdr_wr_kind(wcs[i].wr_id) == GDR_WR_DRAIN) {
         c->drain_seen++; /* a quiesce marker: every completion of its queue came before it */
       } else if (wcs[i].status == IBV_WC_SUCCESS) {
@@ -488,9 +613,12 @@ ncclResult_t gdr_rdma_poll(struct gdr_rdma_comm *c, int *progress) {
       }
     }
     total += n;
-    if (n < GDR_RDMA_CQ_BATCH || gdr_health_failed(&c->health)) break;
+    } while (n == GDR_RDMA_CQ_BATCH && !gdr_health_failed(&c->health) && c->qs.cq != NULL);
+    if (n < 0 || gdr_health_failed(&c->health)) break;
   }
   if (nbad) wc_failed(c, &bad);
+  /* room in the send queues: what waits for it goes out (not while the set is being taken down) */
+  if (sender && c->pq.head != c->pq.tail && gdr_health_state(&c->health) == GDR_HEALTH_OK) pump(c);
   if (progress) *progress = total;
   return ncclSuccess;
 }
@@ -532,13 +660,14 @@ ncclResult_t gdr_rdma_test(void *request, int *done, size_t *sizes) {
   }
   /* done: what landed is complete, whatever happened to the connection since */
   if (r->type == GDR_RREQ_RECV) {
-    if (r->nreqs > 1) {
+    if (r->row) {
       volatile struct gdr_sizes_slot *s = &c->sizes[r->slot];
       for (int i = 0; i < r->nreqs; i++) {
-        int32_t v = s->size[i];
-        if (v < 0 || (size_t)v > r->cap[i]) {
-          gdr_rdma_comm_fail(c, ncclRemoteError, "message #%llu from %s: buffer %d got %d bytes for a receive of %zu",
-                             (unsigned long long)r->seq, c->peer, i, v, r->cap[i]);
+        uint64_t v = s->size[i];
+        if (v > r->cap[i]) {
+          gdr_rdma_comm_fail(c, ncclRemoteError,
+                             "message #%llu from %s: buffer %d got %llu bytes for a receive of %zu",
+                             (unsigned long long)r->seq, c->peer, i, (unsigned long long)v, r->cap[i]);
           gdr_rdma_req_release(c, r);
           return gdr_rdma_comm_check(c);
         }

@@ -3,6 +3,17 @@
 
 #include <string.h>
 
+/* A device address of the handshake or of a recovery state. */
+static const char *addr_check(const struct gdr_rdma_addr *a, int tcp_only) {
+  if (a->link_layer != 1 && a->link_layer != 2) return "unknown link layer";
+  if (a->mtu < 1 || a->mtu > 5) return "MTU out of range";
+  if (a->port < 1) return "port out of range";
+  if (tcp_only) return NULL;
+  if (a->rkey == 0) return "missing FIFO/sizes rkey";
+  if (a->link_layer == 1 && !a->is_global && (a->lid == 0 || a->lid >= 0xc000)) return "IB LID not unicast";
+  return NULL;
+}
+
 const char *gdr_rdma_hs_check(const struct gdr_rdma_hs *hs, int expected_role) {
   if (hs->magic != GDR_RDMA_HS_MAGIC) {
     if (hs->magic == __builtin_bswap32(GDR_RDMA_HS_MAGIC)) return "peer has the other byte order";
@@ -11,20 +22,22 @@ const char *gdr_rdma_hs_check(const struct gdr_rdma_hs *hs, int expected_role) {
   if (hs->version != GDR_RDMA_HS_VERSION) return "protocol version mismatch";
   if (hs->size != sizeof(*hs)) return "handshake size mismatch";
   if (hs->role != expected_role) return "unexpected role";
-  if (hs->link_layer != 1 && hs->link_layer != 2) return "unknown link layer";
-  if (hs->mtu < 1 || hs->mtu > 5) return "MTU out of range";
+  if (hs->ndevs < 1 || hs->ndevs > GDR_RDMA_MAX_CONN_DEVS) return "device count out of range";
   if (hs->nqps < 1 || hs->nqps > GDR_RDMA_MAX_QPS) return "QP count out of range";
   if (hs->split > 1) return "split flag out of range";
-  if (hs->port < 1) return "port out of range";
-  if (hs->caps & GDR_RDMA_CAP_TCP_ONLY) /* no QPs, no FIFO/sizes: the connection runs on TCP from the start */
-    return memchr(hs->devname, '\0', sizeof(hs->devname)) == NULL ? "device name not terminated" : NULL;
+  if (memchr(hs->devname, '\0', sizeof(hs->devname)) == NULL) return "device name not terminated";
+  int tcp_only = (hs->caps & GDR_RDMA_CAP_TCP_ONLY) != 0; /* no QPs, no FIFO/sizes: TCP from the start */
+  for (int d = 0; d < hs->ndevs; d++) {
+    const char *bad = addr_check(&hs->dev[d], tcp_only);
+    if (bad) return bad;
+  }
+  if (tcp_only) return NULL;
+  if (hs->max_msg < GDR_RDMA_MIN_MAX_MSG) return "largest work request below 4096 bytes";
   for (int i = 0; i < hs->nqps; i++) {
     if (hs->qpn[i] == 0 || hs->qpn[i] > 0xffffffu) return "QP number out of range";
     if (hs->psn[i] > 0xffffffu) return "PSN out of range";
   }
-  if (hs->raddr == 0 || hs->rkey == 0) return "missing FIFO/sizes address or rkey";
-  if (hs->link_layer == 1 && !hs->is_global && (hs->lid == 0 || hs->lid >= 0xc000)) return "IB LID not unicast";
-  if (memchr(hs->devname, '\0', sizeof(hs->devname)) == NULL) return "device name not terminated";
+  if (hs->raddr == 0) return "missing FIFO/sizes address";
   return NULL;
 }
 
@@ -81,12 +94,16 @@ const char *gdr_rdma_ctrl_check(const struct gdr_rdma_ctrl *m, int writer_role) 
 const char *gdr_rdma_rec_state_check(const struct gdr_rdma_rec_state *st, size_t len, int writer_role, int nqps) {
   if (len != sizeof(*st)) return "wrong length";
   if (st->nqps != nqps) return "QP count differs from the connection's";
-  if (st->link_layer != 1 && st->link_layer != 2) return "unknown link layer";
+  if (st->ndevs < 1 || st->ndevs > GDR_RDMA_MAX_CONN_DEVS) return "device count out of range";
+  for (int d = 0; d < st->ndevs; d++) {
+    const char *bad = addr_check(&st->dev[d], 0);
+    if (bad) return bad;
+  }
   for (int i = 0; i < st->nqps; i++) {
     if (st->qpn[i] == 0 || st->qpn[i] > 0xffffffu) return "QP number out of range";
     if (st->psn[i] > 0xffffffu) return "PSN out of range";
   }
-  if (st->raddr == 0 || st->rkey == 0) return "missing FIFO/sizes address or rkey";
+  if (st->raddr == 0) return "missing FIFO/sizes address";
   if (writer_role == GDR_RDMA_ROLE_SEND && (st->head != 0 || st->incomplete != 0))
     return "a sender's state carries receive counts";
   if (writer_role == GDR_RDMA_ROLE_RECV && st->head < 32 && (st->incomplete >> st->head) != 0)
@@ -101,7 +118,7 @@ const char *gdr_rdma_fb_sstate_check(const void *payload, size_t len) {
     if (e[i].n < 1 || e[i].n > GDR_RDMA_MAX_RECVS) return "buffer count out of range";
     if (e[i].n < 8 && (e[i].placed >> e[i].n) != 0) return "a placed buffer beyond the receive's";
     for (int r = 0; r < e[i].n; r++)
-      if ((e[i].placed >> r & 1) && e[i].size[r] > 0x7fffffffu) return "placed size out of range";
+      if ((e[i].placed >> r & 1) && e[i].size[r] > GDR_RDMA_MAX_MSG) return "placed size out of range";
   }
   return NULL;
 }

@@ -2,7 +2,8 @@
  *   dev.c      init, devices, properties, GDR probes, relaxed ordering, registration (regcache.c)
  *   async.c    one thread per device reading async events; marks the connections they hit
  *   conn.c     listen/connect/accept state machines, QP bring-up, close
- *   p2p.c      isend/irecv/iflush/test (CTS FIFO, WRITE/WRITE_WITH_IMM, multi-QP, flush)
+ *   p2p.c      isend/irecv/iflush/test (CTS FIFO, WRITE/WRITE_WITH_IMM, multi-QP and multi-device striping, WRs cut
+ *              to max_msg_sz and queued for send-queue room, flush)
  *   transport.c the gdr_transport table
  * Wire formats and arithmetic are in proto.h, the verbs loader in ibvwrap.h. */
 #ifndef GDRNET_RDMA_RDMA_H
@@ -28,18 +29,27 @@
 #define GDR_RDMA_SEND_REQS (GDR_RDMA_MAX_REQS * GDR_RDMA_MAX_RECVS) /* 32 x 8 on the send side */
 #define GDR_RDMA_CQ_BATCH 16
 #define GDR_RDMA_CTS_SIGNAL_EVERY 16 /* one CTS write in 16 per QP is signaled to drain the send queue */
-/* Queue depths. Sender, per QP: 32 messages x (8 part WRITEs + 1 WRITE_WITH_IMM) = 288 WRs at most (every QP
- * carries a stripe of every part when split); receiver: 32 CTS writes. Receive queue: 32 receives in flight. */
+/* Queue depths. Sender, per QP: 32 messages x (8 part WRITEs + 1 WRITE_WITH_IMM) = 288 WRs for messages of at most
+ * max_msg_sz per QP; longer ones are several WRITEs each, and what does not fit the 512 waits in the connection's
+ * posting queue (p2p.c); receiver: 32 CTS writes. Receive queue: 32 receives in flight. */
 #define GDR_RDMA_QP_SEND_WR 512
 #define GDR_RDMA_QP_RECV_WR 64
-#define GDR_RDMA_INLINE 256 /* a whole grouped CTS (8 x 32 bytes) */
-/* CQ: every signaled WR of every QP of the connection may be outstanding at once */
-#define GDR_RDMA_CQE(nqps) ((GDR_RDMA_FIFO_SLOTS * (GDR_RDMA_MAX_RECVS + 1) + GDR_RDMA_FIFO_SLOTS) * (nqps) + 2 * GDR_RDMA_MAX_REQS + 64)
+#define GDR_RDMA_INLINE 256 /* a CTS of up to 4 entries (64 bytes each) */
+/* CQ: every signaled WR of every QP of the connection may be outstanding at once (the sender's send queues bound
+ * theirs: longer messages wait for room, p2p.c) */
+#define GDR_RDMA_CQE(nqps) ((GDR_RDMA_QP_SEND_WR + GDR_RDMA_FIFO_SLOTS) * (nqps) + 2 * GDR_RDMA_MAX_REQS + 64)
 #define GDR_RDMA_MIN_CQE GDR_RDMA_CQE(GDR_RDMA_MAX_QPS)
 
 /* ------------------------------------------------------------------------------------------ devices -- */
 
 struct gdr_rdma_comm;
+
+/* A connection on a device's list (async thread): a fused connection is on each of its devices' lists. */
+struct gdr_rdma_link {
+  struct gdr_rdma_comm *c;
+  struct gdr_rdma_link *next;
+  int attached;
+};
 
 struct gdr_rdma_dev {
   char name[80];       /* as NCCL sees it: "mlx5_0", or "mlx5_0:2" on multi-port devices */
@@ -58,6 +68,7 @@ struct gdr_rdma_dev {
   int speed;           /* Mbps */
   int max_qp;
   int max_qp_wr;
+  uint64_t max_msg;    /* the port's max_msg_sz: the longest work request it takes */
   int ptr_support;     /* NCCL_PTR_* */
   int relaxed;         /* register data buffers with IBV_ACCESS_RELAXED_ORDERING */
   char gdr_desc[512];  /* "GDR via nvidia-peermem", "GDR off: ..." */
@@ -65,7 +76,7 @@ struct gdr_rdma_dev {
 
   /* comms of this device, for the async thread */
   pthread_mutex_t lock;
-  struct gdr_rdma_comm *comms;
+  struct gdr_rdma_link *comms;
   int ncomms;
   pthread_t thread;
   int thread_running;
@@ -123,6 +134,20 @@ int gdr_rdma_dev_revive(struct gdr_rdma_dev *d); /* a lost device back: 0 when u
 
 /* ---------------------------------------------------------------------------------------- requests -- */
 
+/* A memory handle NCCL gets from regMr: the buffer's registration on every device of the connection (QP i of a
+ * fused connection uses the keys of its device i % ndevs), each an entry of that device's cache. */
+#define GDR_RDMA_MH_MAGIC 0x474d4852u /* "RHMG" */
+struct gdr_rdma_mh {
+  uint32_t magic;
+  int n;          /* registrations (0: a connection on TCP, nothing registered with a NIC) */
+  int kind;       /* enum gdr_reg_kind */
+  uintptr_t base; /* the range NCCL registered */
+  size_t len;
+  uint32_t lkey[GDR_RDMA_MAX_CONN_DEVS];
+  uint32_t rkey[GDR_RDMA_MAX_CONN_DEVS];
+  struct gdr_reg_entry *e[GDR_RDMA_MAX_CONN_DEVS];
+};
+
 enum { GDR_RREQ_FREE = 0, GDR_RREQ_SEND, GDR_RREQ_RECV, GDR_RREQ_FLUSH, GDR_RREQ_FAILED };
 
 struct gdr_rdma_req {
@@ -140,11 +165,12 @@ struct gdr_rdma_req {
   /* receive */
   size_t sent[GDR_RDMA_MAX_RECVS];
   size_t cap[GDR_RDMA_MAX_RECVS];
-  /* flush: what the loopback READ reads (re-posted after a recovery) */
+  int row;           /* receive: the sent sizes ride in the sizes row (grouped, or 2^31 bytes and more) */
+  /* flush: what the loopback READs read, one per device that carries data (re-posted after a recovery) */
   uint64_t flush_addr;
-  uint32_t flush_rkey;
+  const struct gdr_rdma_mh *flush_mh;
   /* receive: the buffers' registrations (a fallback carries them over TCP) */
-  struct gdr_reg_entry *mh[GDR_RDMA_MAX_RECVS];
+  struct gdr_rdma_mh *mh[GDR_RDMA_MAX_RECVS];
   /* carried by TCP (fallback.c): the TCP request, the buffers it covers (receive: indices of this request's
    * buffers, the others were placed over RDMA already), or done without one */
   int on_tcp;
@@ -190,11 +216,14 @@ enum { GDR_RCOMM_SEND = 1, GDR_RCOMM_RECV = 2 };
 /* The verbs objects of one incarnation of a connection: recovery builds a new set and destroys the old one (the CQ
  * too, so no completion of the old QPs can be mistaken for a new one). */
 struct gdr_rdma_qpset {
-  struct ibv_cq *cq;
-  struct ibv_qp *qps[GDR_RDMA_MAX_QPS];
-  struct ibv_qp *flush_qp; /* receiver with GDR: a QP connected to itself */
+  struct ibv_cq *cq;                          /* cqs[0]; NULL when there is no set */
+  struct ibv_cq *cqs[GDR_RDMA_MAX_CONN_DEVS]; /* one per device that carries QPs (a QP and its CQ share a context) */
+  int ncq;
+  struct ibv_qp *qps[GDR_RDMA_MAX_QPS];       /* QP i on the connection's device i % ndevs */
+  struct ibv_qp *flush_qp[GDR_RDMA_MAX_CONN_DEVS]; /* receiver with GDR: a QP connected to itself on each device */
   uint32_t psn[GDR_RDMA_MAX_QPS];
   uint32_t cts_count[GDR_RDMA_MAX_QPS]; /* receiver: CTS writes posted per QP */
+  int sq_used[GDR_RDMA_MAX_QPS];        /* sender: WRs posted whose completion is not polled yet (all signaled) */
   int max_inline;
 };
 
@@ -203,10 +232,12 @@ struct gdr_rdma_part {
   struct gdr_rdma_req *req; /* NULL once test() released it */
   void *data;
   size_t size;
-  uint32_t lkey;
-  uint32_t rkey;  /* the receiver's buffer, from its CTS entry when the isend matched it (a replay posts to the */
-  uint64_t raddr; /* same place without reading the FIFO again, which the receiver may be rewriting) */
-  int posted; /* its WRITEs went to the QPs */
+  const struct gdr_rdma_mh *mh; /* its registration (the lkey of each device) */
+  /* the receiver's buffer, from its CTS entry when the isend matched it (a replay posts to the same place without
+   * reading the FIFO again, which the receiver may be rewriting): its address and rkey on each receiver device */
+  uint64_t raddr;
+  uint32_t rkey[GDR_RDMA_MAX_CONN_DEVS];
+  int posted; /* its WRITEs went to the QPs (or wait in the send queue, p2p.c) */
 };
 
 /* Sender: the message in FIFO slot seq % 32, from its first matched isend until test() released every part. */
@@ -215,7 +246,8 @@ struct gdr_rdma_smsg {
   int n;          /* buffers of the receiver's group (from the CTS entry) */
   int matched;    /* isends matched to it so far */
   int live;       /* part requests not released yet */
-  int imm_posted; /* the WRITE_WITH_IMMs that complete the receive are on the QPs (n > 1) */
+  int row;        /* the sizes ride in the receiver's sizes row (n > 1, or one part of 2^31 bytes or more) */
+  int imm_posted; /* the WRITE_WITH_IMMs that complete the receive are on the QPs (row) */
   struct gdr_rdma_req *imm_req; /* the part whose completion waits for those (the last one matched) */
   struct gdr_rdma_part part[GDR_RDMA_MAX_RECVS];
 };
@@ -289,12 +321,39 @@ struct gdr_rdma_fb {
   uint64_t fallbacks, returns, tcp_ns, tcp_bytes;
 };
 
-struct gdr_rdma_comm {
-  int kind; /* GDR_RCOMM_* */
+/* One device of a connection: a fused device's connection has several (QP i on device i % ndevs, as NCCL's IB). */
+struct gdr_rdma_member {
   struct gdr_rdma_dev *dev;
   int devidx;
-  struct gdr_rdma_comm *next; /* device list (async thread) */
-  int attached;
+  union ibv_gid gid; /* this side's address on it as used by this incarnation */
+  uint16_t lid;
+  int gid_index;
+  /* the connection's own buffers on it: what the peer writes into (sender: the CTS FIFO; receiver: the sizes
+   * array), what this side writes from (sender: the sizes rows; receiver: the CTS entries), the flush's byte */
+  struct ibv_mr *fifo_mr, *sizes_src_mr, *cts_src_mr, *sizes_mr, *flush_mr;
+  struct gdr_rdma_link link; /* on dev->comms */
+};
+
+/* Sender: the work requests waiting for room in the send queues, in post order (a message's stripes are cut into
+ * WRs of at most max_wr bytes: a long one does not fit at once). Dropped with the QP set they were for. */
+enum { GDR_PQ_PART = 1, GDR_PQ_IMM };
+struct gdr_rdma_pq_item {
+  uint8_t kind, slot, r, p; /* GDR_PQ_*, the message's slot, its part, the next stripe to post */
+  uint32_t rsvd;
+  uint64_t off;             /* bytes of stripe p already posted */
+};
+#define GDR_RDMA_PQ 512 /* >= 32 messages x (8 parts + 1) */
+struct gdr_rdma_pq {
+  unsigned head, tail, gen; /* gen: the QP set (qs_gen) the items are for */
+  struct gdr_rdma_pq_item it[GDR_RDMA_PQ];
+};
+
+struct gdr_rdma_comm {
+  int kind; /* GDR_RCOMM_* */
+  struct gdr_rdma_dev *dev; /* m[0]'s: names, counters */
+  int devidx;
+  int ndevs; /* devices the connection runs on (m[]) */
+  struct gdr_rdma_member m[GDR_RDMA_MAX_CONN_DEVS];
   char desc[256]; /* "RDMA send connection to 10.0.0.2:5000 (mlx5_0 port 1)", for WARN lines */
 
   /* control channel */
@@ -323,10 +382,10 @@ struct gdr_rdma_comm {
   unsigned qs_gen;              /* incremented with every new qpset (under dev->lock: the async thread reads qs) */
   int drain_seen;               /* quiesce: the markers' completions polled so far */
   int nqps, split, nparts;
-  enum ibv_mtu mtu;
-  union ibv_gid lgid;           /* this side's address as used by this incarnation */
-  uint16_t llid;
-  int lgid_index;
+  enum ibv_mtu mtu;             /* the smallest path MTU of its QPs */
+  uint64_t max_wr;              /* the longest work request: both sides' max_msg, a multiple of 128 */
+  uint8_t qp_ldev[GDR_RDMA_MAX_QPS]; /* QP i's device on this side (i % ndevs) and on the peer's (i % remote.ndevs) */
+  uint8_t qp_rdev[GDR_RDMA_MAX_QPS];
 
   int tc; /* the communicator's traffic class (-1 undefined): see gdr_rdma_traffic_class */
 
@@ -340,20 +399,17 @@ struct gdr_rdma_comm {
 
   /* sender */
   struct gdr_cts_slot *fifo; /* written by the receiver */
-  struct ibv_mr *fifo_mr;
   struct gdr_sizes_slot *sizes_src; /* sizes of grouped sends, source of the WRITE_WITH_IMM */
-  struct ibv_mr *sizes_src_mr;
   uint64_t rsizes_addr;
-  uint32_t rsizes_rkey;
+  uint32_t rsizes_rkey[GDR_RDMA_MAX_CONN_DEVS]; /* on each of the receiver's devices */
   struct gdr_rdma_smsg smsg[GDR_RDMA_FIFO_SLOTS];
+  struct gdr_rdma_pq pq;
 
   /* receiver */
   struct gdr_cts_slot *cts_src; /* staging of the entries the receiver writes (kept: recovery writes them again) */
-  struct ibv_mr *cts_src_mr;
   struct gdr_sizes_slot *sizes; /* written by the sender (grouped receives) */
-  struct ibv_mr *sizes_mr;
   uint64_t rfifo_addr;
-  uint32_t rfifo_rkey;
+  uint32_t rfifo_rkey[GDR_RDMA_MAX_CONN_DEVS]; /* on each of the sender's devices */
   struct gdr_rdma_req *recv_slot[GDR_RDMA_FIFO_SLOTS];
   int gdr_flush;  /* receiver on a GDR device: flushes with a loopback READ */
   void *flush_buf;
@@ -367,6 +423,7 @@ struct gdr_rdma_comm {
 struct gdr_rdma_listen {
   int dev;
   int tc; /* the communicator's traffic class for the accepted comms (-1 undefined) */
+  int ndevs, devs[GDR_RDMA_MAX_CONN_DEVS]; /* the devices of the accepted comms */
   struct gdr_listener l;
   struct gdr_rdma_comm *pending; /* the connection being accepted */
 };
@@ -394,8 +451,8 @@ static inline struct gdr_conn_opts gdr_rdma_tcp_opts(int tc) {
 }
 
 /* conn.c */
-/* opts: ndevs is 1 (max_fused 1: the core runs a fused device's connections on its first device); its
- * traffic_class is the connection's (the accepted recv comms get the listen's). */
+/* opts: the connection's devices (ndevs > 1: a fused device, its QPs spread over them) and its traffic class (the
+ * accepted recv comms get the listen's). */
 ncclResult_t gdr_rdma_listen(int dev, const struct gdr_conn_opts *opts, struct gdr_handle *handle,
                              void **listen_comm);
 ncclResult_t gdr_rdma_connect(int dev, const struct gdr_conn_opts *opts, struct gdr_handle *handle,
@@ -415,12 +472,27 @@ ncclResult_t gdr_rdma_ctrl_poll(struct gdr_rdma_comm *c);
 /* Queues one control record (+ payload) and writes what the socket takes now. */
 ncclResult_t gdr_rdma_ctrl_send(struct gdr_rdma_comm *c, int type, uint64_t seq, uint64_t a, uint64_t b,
                                 const void *payload, size_t len);
-/* QP sets: create (CQ + data QPs in INIT, + the flush QP connected to itself on a GDR receiver), connect the data
- * QPs to the peer's (RTR, RTS), destroy. */
+/* QP sets: create (a CQ per device + data QPs in INIT, + a flush QP connected to itself per device on a GDR
+ * receiver), connect the data QPs to the peer's (RTR, RTS; QP i towards the peer's device i % rndevs), destroy. */
 ncclResult_t gdr_rdma_qpset_create(struct gdr_rdma_comm *c, struct gdr_rdma_qpset *qs);
 ncclResult_t gdr_rdma_qpset_connect(struct gdr_rdma_comm *c, struct gdr_rdma_qpset *qs, const uint32_t *rqpn,
-                                    const uint32_t *rpsn, uint16_t rlid, const uint8_t *rgid, int rmtu);
+                                    const uint32_t *rpsn, const struct gdr_rdma_addr *rdev, int rndevs);
 void gdr_rdma_qpset_destroy(struct gdr_rdma_qpset *qs);
+/* Puts `in` (NULL: no set) in place of the comm's QP set, the old one into *out (may be NULL), under the lock of
+ * every device of the connection (their async threads read it); a new generation. */
+void gdr_rdma_qs_swap(struct gdr_rdma_comm *c, const struct gdr_rdma_qpset *in, struct gdr_rdma_qpset *out);
+/* This side's QPs, its devices' addresses and its own buffer's address and keys (REC_STATE, BACK_*). */
+void gdr_rdma_fill_qp_state(struct gdr_rdma_comm *c, struct gdr_rdma_rec_state *st);
+/* The comm's QPs to RTS towards the peer's new ones (st: its REC_STATE/BACK_* payload, already checked), whose
+ * addresses and buffer keys become the peer's. 0, or -1 (the device count differs, a QP transition failed). */
+int gdr_rdma_connect_peer(struct gdr_rdma_comm *c, const struct gdr_rdma_rec_state *st);
+/* Every device's port as it is now (gdr_rdma_dev_refresh): *active when all are ACTIVE; the addresses of this
+ * incarnation refreshed. 0, or an errno of ibv_query_port. */
+int gdr_rdma_comm_refresh(struct gdr_rdma_comm *c, int *active);
+/* Is a device of the connection lost (DEVICE_FATAL)? */
+int gdr_rdma_comm_fatal(const struct gdr_rdma_comm *c);
+/* Polls every CQ of the set: up to n completions into wc; < 0 on a failed poll. */
+int gdr_rdma_poll_cqs(struct gdr_rdma_qpset *qs, int n, struct ibv_wc *wc);
 /* Releases the registrations of the connection's own buffers (its device is lost). */
 void gdr_rdma_dereg_own(struct gdr_rdma_comm *c);
 /* Registers the connection's own FIFO (sender) or sizes array (receiver) again, for new keys. */
@@ -435,7 +507,9 @@ ncclResult_t gdr_rdma_test(void *request, int *done, size_t *sizes);
 /* Polls the comm's CQ until it is empty, applying every successful completion; the first failed one (and any
  * other fault seen) starts a recovery. *progress = completions seen (may be NULL). */
 ncclResult_t gdr_rdma_poll(struct gdr_rdma_comm *c, int *progress);
-/* Posting, for the data path and for replay after a recovery. */
+/* Posting, for the data path and for replay after a recovery. A sender's parts and immediates are queued in post
+ * order and posted as far as the send queues have room (the rest as completions free it: gdr_rdma_poll); their
+ * requests count every WR at once. */
 ncclResult_t gdr_rdma_post_part(struct gdr_rdma_comm *c, int slot, int r);
 ncclResult_t gdr_rdma_post_imm(struct gdr_rdma_comm *c, int slot);
 ncclResult_t gdr_rdma_post_recv_wrs(struct gdr_rdma_comm *c, struct gdr_rdma_req *req);

@@ -77,7 +77,7 @@ static int post_markers(struct ibv_qp *qp, int recv) {
 }
 
 /* Stops the QPs (ERR), applies what already completed, destroys the set (and its CQ: nothing of it can be taken
- * for a completion of the next one). The async thread sees the swap under the device lock.
+ * for a completion of the next one). The async threads see the swap under the devices' locks.
  *
  * "What already completed" is every completion up to the markers: a NIC may acknowledge a WRITE_WITH_IMM before
  * the receive completion it produced reaches the CQ. Destroying the CQ in that window would lose a receive the
@@ -95,8 +95,9 @@ void gdr_rdma_quiesce_qps(struct gdr_rdma_comm *c) {
   for (int i = 0; i < c->nqps; i++)
     if (c->qs.qps[i] && gdr_ibv.modify_qp(c->qs.qps[i], &at, IBV_QP_STATE) == 0)
       want += post_markers(c->qs.qps[i], 1);
-  if (c->qs.flush_qp && gdr_ibv.modify_qp(c->qs.flush_qp, &at, IBV_QP_STATE) == 0)
-    want += post_markers(c->qs.flush_qp, 0);
+  for (int k = 0; k < GDR_RDMA_MAX_CONN_DEVS; k++) /* (a flush QP per device of the connection) */
+    if (c->qs.flush_qp[k] && gdr_ibv.modify_qp(c->qs.flush_qp[k], &at, IBV_QP_STATE) == 0)
+      want += post_markers(c->qs.flush_qp[k], 0);
   /* successes still count; the flushed ones are ignored while recovering */
   uint64_t until = gdr_time_ns() + GDR_DRAIN_NS;
   for (;;) {
@@ -110,11 +111,7 @@ void gdr_rdma_quiesce_qps(struct gdr_rdma_comm *c) {
     }
     if (got == 0) sched_yield();
   }
-  pthread_mutex_lock(&c->dev->lock);
-  old = c->qs;
-  memset(&c->qs, 0, sizeof(c->qs));
-  c->qs_gen++;
-  pthread_mutex_unlock(&c->dev->lock);
+  gdr_rdma_qs_swap(c, NULL, &old); /* under the lock of every device of the connection */
   gdr_rdma_qpset_destroy(&old);
 }
 
@@ -201,22 +198,8 @@ void gdr_rdma_fault(struct gdr_rdma_comm *c, int action, ncclResult_t res, const
 /* ------------------------------------------------------------------------------------------------ state -- */
 
 static void fill_state(struct gdr_rdma_comm *c, struct gdr_rdma_rec_state *st) {
-  memset(st, 0, sizeof(*st));
-  st->nqps = (uint8_t)c->nqps;
-  st->link_layer = (uint8_t)c->dev->link_layer;
-  st->lid = c->llid;
-  memcpy(st->gid, c->lgid.raw, 16);
-  for (int i = 0; i < c->nqps; i++) {
-    st->qpn[i] = c->qs.qps[i]->qp_num;
-    st->psn[i] = c->qs.psn[i];
-  }
-  if (is_sender(c)) {
-    st->raddr = (uint64_t)(uintptr_t)c->fifo;
-    st->rkey = c->fifo_mr->rkey;
-    return;
-  }
-  st->raddr = (uint64_t)(uintptr_t)c->sizes;
-  st->rkey = c->sizes_mr->rkey;
+  gdr_rdma_fill_qp_state(c, st);
+  if (is_sender(c)) return;
   st->head = c->head;
   for (int i = 0; i < GDR_RDMA_FIFO_SLOTS && (uint64_t)i < c->head; i++) {
     uint64_t seq = c->head - 1 - (uint64_t)i;
@@ -233,19 +216,9 @@ static ncclResult_t send_state(struct gdr_rdma_comm *c) {
 
 /* The peer's QPs: ours to RTS towards them; its address as it is now (a port flap can move the GID). */
 static int connect_to_peer(struct gdr_rdma_comm *c) {
-  const struct gdr_rdma_rec_state *p = &c->rec.peer;
-  if (gdr_rdma_qpset_connect(c, &c->qs, p->qpn, p->psn, p->lid, p->gid, c->remote.mtu) != ncclSuccess) {
+  if (gdr_rdma_connect_peer(c, &c->rec.peer) != 0) {
     gdr_rdma_fault(c, GDR_FAULT_RECOVER, ncclSystemError, "connecting the new QPs to the peer's failed");
     return -1;
-  }
-  c->remote.lid = p->lid;
-  memcpy(c->remote.gid, p->gid, 16);
-  if (is_sender(c)) {
-    c->rsizes_addr = p->raddr;
-    c->rsizes_rkey = p->rkey;
-  } else {
-    c->rfifo_addr = p->raddr;
-    c->rfifo_rkey = p->rkey;
   }
   return 0;
 }
@@ -349,7 +322,7 @@ static void sender_finish(struct gdr_rdma_comm *c) {
       bytes += pt->size;
       if (c->qs_gen != gen || gdr_health_failed(&c->health)) return;
     }
-    if (m->n > 1 && m->imm_posted) {
+    if (m->row && m->imm_posted) {
       if (m->imm_req == NULL) {
         give_up(c, ncclInternalError, 1, "recovery: a grouped message lost the request of its last part");
         return;
@@ -376,8 +349,8 @@ static void step(struct gdr_rdma_comm *c) {
     return;
   }
   if (rc->phase != GDR_REC_WAIT_PORT || now < rc->retry_ns || now < rc->port_check_ns) return;
-  int active = 0, mtu = 0;
-  if (gdr_rdma_dev_refresh(c->dev, &active, &c->lgid, &c->lgid_index, &c->llid, &mtu) != 0 || !active) {
+  int active = 0;
+  if (gdr_rdma_comm_refresh(c, &active) != 0 || !active) {
     rc->port_check_ns = now + PORT_CHECK_NS;
     return;
   }
@@ -390,10 +363,7 @@ static void step(struct gdr_rdma_comm *c) {
     rc->retry_ns = now + BACKOFF_BASE_NS; /* within the deadline: resources may come back */
     return;
   }
-  pthread_mutex_lock(&c->dev->lock);
-  c->qs = qs;
-  c->qs_gen++;
-  pthread_mutex_unlock(&c->dev->lock);
+  gdr_rdma_qs_swap(c, &qs, NULL);
   rc->phase = GDR_REC_WAIT_PEER;
   if (is_sender(c)) {
     if (send_state(c) != ncclSuccess) return;

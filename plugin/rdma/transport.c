@@ -4,7 +4,7 @@
 const struct gdr_transport gdr_transport_rdma = {
   .name = "rdma",
   .id = GDR_TP_RDMA,
-  .max_fused = 1, /* one device per connection: a fused device runs on its first (docs/abi.md, NIC fusion) */
+  .max_fused = GDR_RDMA_MAX_CONN_DEVS, /* a fused device's QPs spread over its devices (conn.c; the core caps v9..v11 at 4) */
   .init = gdr_rdma_init,
   .get_properties = gdr_rdma_get_properties,
   .listen = gdr_rdma_listen,

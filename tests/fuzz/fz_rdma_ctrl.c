@@ -44,8 +44,12 @@ static void records(struct fz_in *in) {
     fz_fail("an accepted record header: magic 0x%x type %u len %u", m.magic, m.type, m.len);
   if (gdr_rdma_rec_state_check((const struct gdr_rdma_rec_state *)payload, len, role, nqps) == NULL) {
     const struct gdr_rdma_rec_state *st = (const void *)payload;
-    if (len != sizeof(*st) || st->nqps != nqps || st->raddr == 0 || st->rkey == 0)
-      fz_fail("an accepted recovery state of %zu bytes, %u QPs", len, st->nqps);
+    if (len != sizeof(*st) || st->nqps != nqps || st->raddr == 0 || st->ndevs < 1 || st->ndevs > GDR_RDMA_MAX_CONN_DEVS)
+      fz_fail("an accepted recovery state of %zu bytes, %u QPs, %u devices", len, st->nqps, st->ndevs);
+    for (int d = 0; d < st->ndevs; d++)
+      if (st->dev[d].rkey == 0 || st->dev[d].mtu < 1 || st->dev[d].mtu > 5 ||
+          (st->dev[d].link_layer != 1 && st->dev[d].link_layer != 2))
+        fz_fail("accepted device %d out of range", d);
     for (int i = 0; i < st->nqps; i++)
       if (st->qpn[i] == 0 || st->qpn[i] > 0xffffffu || st->psn[i] > 0xffffffu)
         fz_fail("accepted QP %d out of range", i);
@@ -56,6 +60,9 @@ static void records(struct fz_in *in) {
       fz_fail("an accepted send state of %zu bytes", len);
     for (size_t i = 0; i < len / sizeof(*e); i++)
       if (e[i].n < 1 || e[i].n > GDR_RDMA_MAX_RECVS || (e[i].placed >> e[i].n) != 0) fz_fail("accepted entry %zu", i);
+    for (size_t i = 0; i < len / sizeof(*e); i++)
+      for (int r = 0; r < e[i].n; r++)
+        if ((e[i].placed >> r & 1) && e[i].size[r] > GDR_RDMA_MAX_MSG) fz_fail("accepted size of entry %zu", i);
   }
 }
 
@@ -78,6 +85,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   dev.port = 1;
   c->kind = flags & 1 ? GDR_RCOMM_SEND : GDR_RCOMM_RECV;
   c->dev = &dev;
+  c->ndevs = 1;
+  c->m[0].dev = &dev;
   gdr_health_init(&c->health);
   atomic_init(&c->pending.state, 0);
   snprintf(c->peer, sizeof(c->peer), "fuzzer");

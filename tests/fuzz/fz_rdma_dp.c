@@ -8,11 +8,13 @@
  * rdma_cts (FZ_SIDE_SEND): a send comm. The fuzzer writes clear-to-send entries into the comm's FIFO (as the
  *   receiver's RDMA WRITE does: well-formed-ish entries of fuzzed fields, or raw bytes anywhere in the FIFO), calls
  *   isend with fuzzed sizes and tags, delivers completions (good, or failed ones), writes control records, calls
- *   test. Invariants checked by the fake NIC: every local SGE lies inside the buffer isend was given (or the comm's
- *   own sizes array); a WRITE lands inside an entry the receiver offered for that message, with its rkey (a part is
- *   posted by the isend that matched it, from the entry it checked); the sizes WRITE_WITH_IMM inside the receiver's
- *   sizes array;
- *   a completed send reports its size; a posted message's sends complete or fail once their completions arrived.
+ *   test. Messages go up to 8 GiB (the fake never touches the send buffer: its addresses are only checked), WRs of at
+ *   most 1 GiB or 64 KiB (fuzzed). Invariants checked by the fake NIC: every local SGE lies inside the buffer isend
+ *   was given (or the comm's own sizes array); a WRITE lands inside an entry the receiver offered for that message,
+ *   with its rkey (a part is posted by the isend that matched it, from the entry it checked), and is no longer than
+ *   the largest WR; the sizes WRITE_WITH_IMM inside the receiver's sizes array; every WR is signaled and no QP has
+ *   more than its send queue's WRs outstanding; a completed send reports its size; a posted message's sends complete
+ *   or fail once their completions arrived.
  * rdma_imm (FZ_SIDE_RECV): a receive comm. The fuzzer posts grouped or single receives (irecv), delivers receive
  *   completions with fuzzed immediate data and wr_id, writes the grouped-receive sizes array (as the sender's
  *   WRITE_WITH_IMM does), calls test. Invariants: a completed receive reports, per buffer, at most what was posted;
@@ -26,7 +28,8 @@
 
 #include "rdma/rdma.h"
 
-#define SBUF_LEN (1u << 20)
+#define SBUF_LEN (8ull << 30) /* the send buffer's span: addresses only, never touched */
+#define SBUF_ADDR 0x100000000ull
 #define NOUT 64
 #define MAXOPS 128
 #define SBUF_LKEY 0x5151u
@@ -47,7 +50,8 @@ struct fz_nic {
   struct ibv_wc ring[4096];
   unsigned head, tail;
   struct gdr_rdma_comm *c;
-  uint8_t *sbuf; /* send side: the one buffer isend is given */
+  uint8_t *sbuf;            /* send side: the one buffer isend is given */
+  int sq[GDR_RDMA_MAX_QPS]; /* send side: WRs posted per QP whose completion was not polled */
   uint64_t last_wr_id;
   uint64_t posted_recv_wrs, cts_writes;
 };
@@ -79,10 +83,17 @@ static int fake_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_
     if (n > GDR_RDMA_MAX_RECVS + 1 || wr->num_sge > 1) fz_fail("a chain of %d WRs / %d SGEs", n, wr->num_sge);
     if (wr->opcode != IBV_WR_RDMA_WRITE && wr->opcode != IBV_WR_RDMA_WRITE_WITH_IMM)
       fz_fail("opcode %d posted", wr->opcode);
+    if (c->kind == GDR_RCOMM_SEND) {
+      int q = (int)(qp - nic.qp);
+      if (!(wr->send_flags & IBV_SEND_SIGNALED)) fz_fail("an unsignaled WR of the sender");
+      if (len > c->max_wr)
+        fz_fail("a WR of %llu bytes, the largest is %llu", (unsigned long long)len, (unsigned long long)c->max_wr);
+      if (++nic.sq[q] > GDR_RDMA_QP_SEND_WR) fz_fail("QP %d has %d WRs outstanding", q, nic.sq[q]);
+    }
     if (len && !(wr->send_flags & IBV_SEND_INLINE)) {
       const struct ibv_sge *s = &wr->sg_list[0];
       int ok = 0;
-      if (s->lkey == SBUF_LKEY) ok = in_range(s->addr, s->length, (uintptr_t)nic.sbuf, SBUF_LEN);
+      if (s->lkey == SBUF_LKEY) ok = in_range(s->addr, s->length, SBUF_ADDR, SBUF_LEN);
       if (s->lkey == SIZES_LKEY && c->sizes_src)
         ok = in_range(s->addr, s->length, (uintptr_t)c->sizes_src, sizeof(struct gdr_sizes_slot) * GDR_RDMA_FIFO_SLOTS);
       if (s->lkey == CTS_LKEY && c->cts_src)
@@ -110,7 +121,7 @@ static int fake_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_
       const struct gdr_cts_entry *e = c->fifo[slot].e;
       int ok = 0;
       for (int r = 0; r < GDR_RDMA_MAX_RECVS && !ok; r++)
-        ok = e[r].rkey == wr->wr.rdma.rkey && in_range(wr->wr.rdma.remote_addr, len, e[r].addr, e[r].size);
+        ok = e[r].rkey[0] == wr->wr.rdma.rkey && in_range(wr->wr.rdma.remote_addr, len, e[r].addr, e[r].size);
       if (!ok)
         fz_fail("a WRITE of %llu bytes to 0x%llx rkey 0x%x is outside every entry of slot %d", (unsigned long long)len,
                 (unsigned long long)wr->wr.rdma.remote_addr, wr->wr.rdma.rkey, slot);
@@ -137,7 +148,12 @@ static int fake_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_
 static int fake_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc) {
   int k = 0;
   (void)cq;
-  while (k < n && nic.head != nic.tail) wc[k++] = nic.ring[nic.head++ % (sizeof(nic.ring) / sizeof(nic.ring[0]))];
+  while (k < n && nic.head != nic.tail) {
+    wc[k] = nic.ring[nic.head++ % (sizeof(nic.ring) / sizeof(nic.ring[0]))];
+    for (int q = 0; q < GDR_RDMA_MAX_QPS; q++) /* (as the plugin counts: every completion of a QP frees a slot) */
+      if (wc[k].qp_num == nic.qp[q].qp_num && nic.sq[q] > 0) nic.sq[q]--;
+    k++;
+  }
   return k;
 }
 
@@ -153,7 +169,7 @@ static void *page_alloc(size_t len) {
   return p;
 }
 
-static struct gdr_rdma_comm *comm_new(int kind, int nqps, int split, int fd) {
+static struct gdr_rdma_comm *comm_new(int kind, int nqps, int split, uint64_t max_wr, int fd) {
   struct gdr_rdma_comm *c = calloc(1, sizeof(*c));
   if (c == NULL) fz_fail("out of memory");
   memset(&nic, 0, sizeof(nic));
@@ -169,6 +185,10 @@ static struct gdr_rdma_comm *comm_new(int kind, int nqps, int split, int fd) {
    * a fault fails the comm instead of bringing up QPs this fake NIC does not have */
   c->kind = kind;
   c->dev = &fzdev;
+  c->ndevs = 1;
+  c->m[0].dev = &fzdev;
+  c->remote.ndevs = 1;
+  c->max_wr = max_wr;
   c->fd = fd;
   gdr_health_init(&c->health);
   atomic_init(&c->pending.state, 0);
@@ -176,9 +196,11 @@ static struct gdr_rdma_comm *comm_new(int kind, int nqps, int split, int fd) {
   snprintf(c->desc, sizeof(c->desc), "RDMA %s connection with the fuzzer (fz0 port 1)",
            kind == GDR_RCOMM_SEND ? "send" : "receive");
   c->qs.cq = &nic.cq;
+  c->qs.cqs[0] = &nic.cq;
+  c->qs.ncq = 1;
   c->nqps = nqps;
   c->split = split;
-  c->nparts = gdr_stripe_nparts(nqps, split);
+  c->nparts = gdr_stripe_nparts(nqps, split, 1);
   for (int i = 0; i < nqps; i++) {
     nic.qp[i].context = &nic.ctx;
     nic.qp[i].qp_num = 0x100u + (unsigned)i;
@@ -191,16 +213,16 @@ static struct gdr_rdma_comm *comm_new(int kind, int nqps, int split, int fd) {
     c->fifo = page_alloc(sizeof(struct gdr_cts_slot) * GDR_RDMA_FIFO_SLOTS);
     c->sizes_src = page_alloc(sizeof(struct gdr_sizes_slot) * GDR_RDMA_FIFO_SLOTS);
     sizes_mr.lkey = SIZES_LKEY;
-    c->sizes_src_mr = &sizes_mr;
+    c->m[0].sizes_src_mr = &sizes_mr;
     c->rsizes_addr = RSIZES_ADDR;
-    c->rsizes_rkey = RSIZES_RKEY;
+    c->rsizes_rkey[0] = RSIZES_RKEY;
   } else {
     c->cts_src = page_alloc(sizeof(struct gdr_cts_slot) * GDR_RDMA_FIFO_SLOTS);
     c->sizes = page_alloc(sizeof(struct gdr_sizes_slot) * GDR_RDMA_FIFO_SLOTS);
     cts_mr.lkey = CTS_LKEY;
-    c->cts_src_mr = &cts_mr;
+    c->m[0].cts_src_mr = &cts_mr;
     c->rfifo_addr = RFIFO_ADDR;
-    c->rfifo_rkey = RFIFO_RKEY;
+    c->rfifo_rkey[0] = RFIFO_RKEY;
   }
   if (c->reqs == NULL) fz_fail("out of memory");
   return c;
@@ -245,18 +267,21 @@ static int test_send(struct gdr_rdma_comm *c, struct out *o) {
 static void run(struct fz_in *in, int comm_fd, int peer_fd) {
   uint8_t flags = fz_u8(in);
   int nqps = 1 + (flags & 3), split = (flags >> 2) & 1;
-  struct gdr_rdma_comm *c = comm_new(GDR_RCOMM_SEND, nqps, split, comm_fd);
-  struct gdr_reg_entry mh;
+  /* WRs of at most 1 GiB (as ConnectX: messages above it are cut), or 64 KiB (many pieces, full send queues) */
+  const uint64_t max_wr = flags & 8 ? 65536 : 1ull << 30, big = flags & 8 ? 1ull << 20 : SBUF_LEN;
+  struct gdr_rdma_comm *c = comm_new(GDR_RCOMM_SEND, nqps, split, max_wr, comm_fd);
+  struct gdr_rdma_mh mh;
   struct out out[NOUT];
   int nout = 0, ops = 0;
 
-  nic.sbuf = calloc(1, SBUF_LEN);
-  if (nic.sbuf == NULL) fz_fail("out of memory");
+  nic.sbuf = (uint8_t *)(uintptr_t)SBUF_ADDR;
   memset(&mh, 0, sizeof(mh));
-  mh.base = (uintptr_t)nic.sbuf;
+  mh.magic = GDR_RDMA_MH_MAGIC;
+  mh.n = 1;
+  mh.base = SBUF_ADDR;
   mh.len = SBUF_LEN;
-  mh.lkey = SBUF_LKEY;
-  mh.rkey = 0x5150u;
+  mh.lkey[0] = SBUF_LKEY;
+  mh.rkey[0] = 0x5150u;
   while (fz_left(in) && ops++ < MAXOPS) {
     int slot = (int)(c->head % GDR_RDMA_FIFO_SLOTS);
     switch (fz_u8(in) % 6) {
@@ -265,9 +290,10 @@ static void run(struct fz_in *in, int comm_fd, int peer_fd) {
       uint8_t f = fz_u8(in);
       int r = fz_u8(in) % GDR_RDMA_MAX_RECVS;
       if (f & 1) slot = fz_u8(in) % GDR_RDMA_FIFO_SLOTS;
+      memset(&e, 0, sizeof(e));
       e.addr = f & 2 ? fz_u64(in) : 0x20000000ull + ((uint64_t)fz_u16(in) << 12);
-      e.size = f & 4 ? fz_u32(in) : fz_u32(in) % (2 * SBUF_LEN);
-      e.rkey = f & 8 ? fz_u32(in) : RBUF_RKEY;
+      e.size = f & 4 ? fz_u64(in) : fz_u64(in) % (2 * big);
+      e.rkey[0] = f & 8 ? fz_u32(in) : RBUF_RKEY;
       e.tag = fz_u8(in) % 4;
       e.nreqs = f & 16 ? fz_u8(in) : 1 + fz_u8(in) % GDR_RDMA_MAX_RECVS;
       e.idx = (uint8_t)r;
@@ -287,7 +313,7 @@ static void run(struct fz_in *in, int comm_fd, int peer_fd) {
     }
     case 2: { /* isend */
       uint8_t f = fz_u8(in);
-      size_t size = f & 1 ? fz_u32(in) % SBUF_LEN : fz_u16(in) % 4096;
+      size_t size = f & 1 ? fz_u64(in) % big : fz_u16(in) % 4096;
       int tag = fz_u8(in) % 4;
       void *req = NULL;
       if (nout == NOUT) break;
@@ -325,7 +351,6 @@ static void run(struct fz_in *in, int comm_fd, int peer_fd) {
       if (++k > 100) fz_fail("a send of posted message #%llu never completes", (unsigned long long)out[i].seq);
     out[i].req = NULL;
   }
-  free(nic.sbuf);
   comm_free(c);
 }
 #endif
@@ -353,14 +378,16 @@ static int test_recv(struct out *o) {
 static void run(struct fz_in *in, int comm_fd, int peer_fd) {
   uint8_t flags = fz_u8(in);
   int nqps = 1 + (flags & 3), split = (flags >> 2) & 1;
-  struct gdr_rdma_comm *c = comm_new(GDR_RCOMM_RECV, nqps, split, comm_fd);
-  struct gdr_reg_entry mh;
+  struct gdr_rdma_comm *c = comm_new(GDR_RCOMM_RECV, nqps, split, 1ull << 30, comm_fd);
+  struct gdr_rdma_mh mh;
   struct out out[NOUT];
   int nout = 0, ops = 0;
 
   memset(&mh, 0, sizeof(mh));
-  mh.lkey = 0x6160u;
-  mh.rkey = RBUF_RKEY;
+  mh.magic = GDR_RDMA_MH_MAGIC;
+  mh.n = 1;
+  mh.lkey[0] = 0x6160u;
+  mh.rkey[0] = RBUF_RKEY;
   memset(out, 0, sizeof(out));
   while (fz_left(in) && ops++ < MAXOPS) {
     switch (fz_u8(in) % 5) {
@@ -372,7 +399,8 @@ static void run(struct fz_in *in, int comm_fd, int peer_fd) {
       if (o == NULL) break;
       o->n = 1 + (fz_u8(in) % 4 == 0 ? fz_u8(in) % GDR_RDMA_MAX_RECVS : 0);
       for (int i = 0; i < o->n; i++) {
-        o->cap[i] = fz_u8(in) & 1 ? fz_u32(in) : fz_u16(in);
+        uint8_t k = fz_u8(in);
+        o->cap[i] = k & 1 ? fz_u32(in) : k & 2 ? fz_u64(in) % (GDR_RDMA_MAX_MSG + 1) : fz_u16(in); /* (to 1 TiB) */
         o->buf[i] = malloc(1);
         if (o->buf[i] == NULL) fz_fail("out of memory");
         data[i] = o->buf[i]; /* never written: the fake NIC places nothing */

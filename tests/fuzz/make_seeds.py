@@ -86,13 +86,31 @@ def op_raw(op, data, stream=None):
     return out
 
 
-def rdma_hs(role, nqps=1, link=2, mtu=5, devname=b'mlx5_0'):
+def rdma_addr(link=2, mtu=5, rkey=0x1234, lid=0):
+    # struct gdr_rdma_addr: link layer, port, MTU, GID index, is_global, rsvd, LID, rkey, rsvd, GID
+    return struct.pack('<BBBBBBHII16s', link, 1, mtu, 3, 1 if link == 2 else 0, 0, lid, rkey, 0, bytes(range(16)))
+
+
+def rdma_hs(role, nqps=1, link=2, mtu=5, devname=b'mlx5_0', ndevs=1, version=2):
+    # wire version 2: 480 bytes (proto.h struct gdr_rdma_hs)
     qpn = [0x100 + i if i < nqps else 0 for i in range(16)]
     psn = [0x1234 + i if i < nqps else 0 for i in range(16)]
-    hs = struct.pack('<IHHIBBBBBBBBHHI16s', RDMA_HS_MAGIC, 1, 256, 0, role, link, 1, mtu, nqps, 0, 3, 1, 0, 0, 0,
-                     bytes(range(16)))
+    hs = struct.pack('<IHHIBBBBQQ', RDMA_HS_MAGIC, version, 480, 0, role, nqps, 0, ndevs, 1 << 30, 0x7f0000001000)
     hs += struct.pack('<16I', *qpn) + struct.pack('<16I', *psn)
-    hs += struct.pack('<IQII64s', 0, 0x7f0000001000, 0x1234, 0, devname)
+    hs += b''.join(rdma_addr(link, mtu, 0x1234 + d, 5 if link == 1 else 0) if d < ndevs else bytes(32)
+                   for d in range(8))
+    hs += struct.pack('<64s', devname)
+    assert len(hs) == 480
+    return hs
+
+
+def rdma_hs_v1(role, nqps=1):
+    # wire version 1 (256 bytes): what an older plugin sends; refused by its version
+    qpn = [0x100 + i if i < nqps else 0 for i in range(16)]
+    hs = struct.pack('<IHHIBBBBBBBBHHI16s', RDMA_HS_MAGIC, 1, 256, 0, role, 2, 1, 5, nqps, 0, 3, 1, 0, 0, 0,
+                     bytes(range(16)))
+    hs += struct.pack('<16I', *qpn) + struct.pack('<16I', *([0] * 16))
+    hs += struct.pack('<IQII64s', 0, 0x7f0000001000, 0x1234, 0, b'mlx5_0')
     assert len(hs) == 256
     return hs
 
@@ -106,14 +124,18 @@ def rctrl(t, seq, a=0, b=0, magic=RDMA_CTRL_MAGIC, payload=b''):
     return struct.pack('<IHHQQQ', magic, t, len(payload), seq, a, b) + payload
 
 
-def rec_state(nqps=1, head=0, incomplete=0):
+def rec_state(nqps=1, head=0, incomplete=0, ndevs=1):
+    # wire version 2: 416 bytes (proto.h struct gdr_rdma_rec_state)
     qpn = [0x200 + i if i < nqps else 0 for i in range(16)]
-    return struct.pack('<BBHI16s16I16IQIIQII', nqps, 2, 0, 0, bytes(16), *qpn, *([7] * 16), 0x7f0000002000, 0x55, 0,
-                       head, incomplete, 0)
+    st = struct.pack('<BBHI16I16I', nqps, ndevs, 0, 0, *qpn, *([7] * 16))
+    st += b''.join(rdma_addr(rkey=0x55 + d) if d < ndevs else bytes(32) for d in range(8))
+    st += struct.pack('<QQII', 0x7f0000002000, head, incomplete, 0)
+    assert len(st) == 416
+    return st
 
 
 def fb_sent(seq, n, placed, sizes):
-    return struct.pack('<QBBHI8I', seq, n, placed, 0, 0, *(sizes + [0] * (8 - len(sizes))))
+    return struct.pack('<QBBHI8Q', seq, n, placed, 0, 0, *(sizes + [0] * (8 - len(sizes))))
 
 
 def seeds():
@@ -196,8 +218,12 @@ def seeds():
         'receiver': b'\x01' + blob(BLOB_HS, rdma_hs(2, nqps=1, link=1)),
         'short-blob': b'\x00' + blob(BLOB_HS, rdma_hs(1)[:100]),
         'wrong-type': b'\x00' + blob(BLOB_READY, rdma_hs(1)),
-        'too-long': b'\x00' + struct.pack('<II', BLOB_HS, 300) + rdma_hs(1) + bytes(44),
+        'too-long': b'\x00' + struct.pack('<II', BLOB_HS, 500) + rdma_hs(1) + bytes(20),
         'bad-qps': b'\x00' + blob(BLOB_HS, rdma_hs(1, nqps=17)),
+        'fused-sender': b'\x00' + blob(BLOB_HS, rdma_hs(1, nqps=4, ndevs=2, devname=b'mlx5_0+mlx5_1')) +
+        blob(BLOB_READY, u32(BLOB_READY)),
+        'older-peer-v1': b'\x00' + blob(BLOB_HS, rdma_hs_v1(1)),
+        'newer-peer-v3': b'\x01' + blob(BLOB_HS, rdma_hs(2, version=3)),
     }
     # rdma_ctrl: flags (bit 0 send comm, bit 1 posted receives, bits 2-3 their round), then records
     REC_REQ, REC_STATE, REC_GO, REC_FAIL, FB_REQ, FB_RSTATE, FB_SSTATE = 3, 4, 5, 6, 7, 8, 9
@@ -209,7 +235,9 @@ def seeds():
         'fb-req-from-old-peer': b'\x00' + rctrl(FB_REQ, 1, payload=b'port down'),
         'back-offer': b'\x01' + rctrl(BACK_OFFER, 1, payload=rec_state(2)),
         'records-rec-state': b'\x10\x00\x01' + rctrl(REC_STATE, 1)[:32] + rec_state(2, head=3, incomplete=1),
-        'records-fb-sstate': b'\x11\x00' + rctrl(FB_SSTATE, 1)[:32] + fb_sent(4, 2, 1, [100]) + fb_sent(5, 1, 0, []),
+        'records-fb-sstate': b'\x11\x00' + rctrl(FB_SSTATE, 1)[:32] + fb_sent(4, 2, 1, [100]) + fb_sent(5, 1, 0, []) +
+        fb_sent(6, 1, 1, [(3 << 30) + 7]),
+        'records-rec-state-fused': b'\x10\x03' + rctrl(REC_STATE, 1)[:32] + rec_state(4, ndevs=2),
         'records-bad-sstate': b'\x11\x00' + rctrl(FB_SSTATE, 1)[:32] + fb_sent(4, 9, 1, [100]),
         'size-err-stale': b'\x06' + rctrl(1, 5, 1000, 10) + rctrl(1, 37, 1000, 10),
         'bye': b'\x00' + rctrl(2, 3),
@@ -220,10 +248,11 @@ def seeds():
     # rdma_cts: flags (bits 0-1 QPs - 1, bit 2 split), then ops 0 CTS entry, 1 raw FIFO, 2 isend, 3 test,
     # 4 failed completion, 5 control record
     def cts_entry(size, tag=0, nreqs=1, r=0, f=0):
-        # f=0: current slot, addr = 0x20000000 + (u16 << 12), size % 2M, rkey default, seq = head + 1
-        return bytes([0, f, r]) + u16(1) + u32(size) + bytes([tag, nreqs - 1])
+        # f=0: current slot, addr = 0x20000000 + (u16 << 12), size (u64) % twice the largest isend, rkey default,
+        # seq = head + 1
+        return bytes([0, f, r]) + u16(1) + u64(size) + bytes([tag, nreqs - 1])
     def isend_op(size, tag=0):
-        return bytes([2, 1]) + u32(size) + bytes([tag]) if size >= 4096 else bytes([2, 0]) + u16(size) + bytes([tag])
+        return bytes([2, 1]) + u64(size) + bytes([tag]) if size >= 4096 else bytes([2, 0]) + u16(size) + bytes([tag])
     s['rdma_cts'] = {
         'single': b'\x00' + cts_entry(100000) + isend_op(5000) + b'\x03' + cts_entry(64) + isend_op(64) + b'\x03',
         'grouped': b'\x00' + cts_entry(4096, 0, 3, 0) + cts_entry(4096, 1, 3, 1) + cts_entry(4096, 2, 3, 2) +
@@ -232,6 +261,10 @@ def seeds():
         'too-big': b'\x00' + cts_entry(10) + isend_op(100) + b'\x03',
         'failed-wc': b'\x01' + cts_entry(1000) + isend_op(1000) + b'\x04\x00\x05' + b'\x03',
         'size-err-ctrl': b'\x00' + b'\x05\x20' + rctrl(1, 0, 10, 5),
+        # 3 GiB + 5 bytes in one isend: WRs of at most 1 GiB, the size in the sizes row (the imm cannot say it)
+        'large-row': b'\x00' + cts_entry((3 << 30) + 64) + isend_op((3 << 30) + 5) + b'\x03\x03',
+        # WRs of at most 64 KiB (flags bit 3): 1 MB in 16 pieces, split over 2 QPs
+        'pieces': b'\x0d' + cts_entry(1 << 20) + isend_op(1000000) + b'\x03\x03\x03',
     }
     # rdma_imm: flags (bits 0-1 QPs - 1, bit 2 split), then ops 0 irecv, 1 receive completion, 2 sizes row,
     # 3 test, 4 control record
@@ -242,10 +275,13 @@ def seeds():
     s['rdma_imm'] = {
         'single': b'\x00' + irecv_op([1000]) + bytes([1, 2, 0]) + u32(500) + b'\x03',
         'single-too-big': b'\x00' + irecv_op([100]) + bytes([1, 2, 0]) + u32(500) + b'\x03',
-        'grouped': b'\x00' + irecv_op([100, 200, 300]) + bytes([2, 0]) + struct.pack('<8i', 50, 200, 0, 0, 0, 0, 0, 0) +
+        'grouped': b'\x00' + irecv_op([100, 200, 300]) + bytes([2, 0]) + struct.pack('<8q', 50, 200, 0, 0, 0, 0, 0, 0) +
         bytes([1, 4, 0]) + b'\x03',
-        'grouped-bad-size': b'\x00' + irecv_op([100, 200]) + bytes([2, 0]) + struct.pack('<8i', 500, -1, 0, 0, 0, 0, 0, 0) +
+        'grouped-bad-size': b'\x00' + irecv_op([100, 200]) + bytes([2, 0]) + struct.pack('<8q', 500, -1, 0, 0, 0, 0, 0, 0) +
         bytes([1, 4, 0]) + b'\x03',
+        # one buffer of 4 GiB, its 3 GiB + 5 sent bytes in the sizes row, announced by a group imm
+        'single-row': b'\x00' + bytes([0, 1, 2]) + u64(4 << 30) + bytes([2, 0]) +
+        struct.pack('<8q', (3 << 30) + 5, 0, 0, 0, 0, 0, 0, 0) + bytes([1, 4, 0]) + b'\x03',
         'split2': b'\x05' + irecv_op([4096]) + bytes([1, 2, 0]) + u32(2048) + bytes([1, 2, 0]) + u32(2048) + b'\x03',
         'error-wc': b'\x00' + irecv_op([64]) + bytes([1, 8, 0]) + u32(10) + bytes([5]) + b'\x03',
         'size-err-ctrl': b'\x00' + irecv_op([64]) + b'\x04\x20' + rctrl(1, 0, 100, 64) + b'\x03',

@@ -1,6 +1,8 @@
 /* The integration tests' harness (see it.h). */
 #include "it.h"
 
+#include "gdrnet/net.h"
+
 #include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
@@ -225,6 +227,26 @@ void it_load(it_plugin_t *ip) {
   for (int d = 0; d < ip->ndev; d++) {
     memset(&ip->props[d], 0, sizeof ip->props[d]);
     IT_OK(ip->net->getProperties(d, &ip->props[d]));
+  }
+  ip->dev = 0;
+  int fuse = (int)it_env_double("GNIT_FUSE", 0);
+  if (fuse > 1) {
+    char sym[32];
+    int n = 0;
+    ncclNetVDeviceProps_v12_t vp; /* v9..v11's {ndevs; devs[4]} is its prefix */
+    IT_CHECK(it_abi() >= 9, "GNIT_FUSE needs a v9+ table (makeVDevice), not v%d", it_abi());
+    IT_CHECK(fuse <= ip->ndev && fuse <= (it_abi() >= 12 ? 8 : 4), "GNIT_FUSE=%d: %d device(s)", fuse, ip->ndev);
+    snprintf(sym, sizeof sym, "ncclNetPlugin_v%d", it_abi());
+    const void *t = dlsym(ip->p.dl, sym);
+    IT_CHECK(t != NULL, "%s", sym);
+    memset(&vp, 0, sizeof vp);
+    vp.ndevs = fuse;
+    for (int d = 0; d < fuse; d++) vp.devs[d] = d;
+    IT_OK(it_abi() >= 12 ? ((const ncclNet_v12_t *)t)->makeVDevice(&ip->dev, &vp)
+                         : ((const ncclNet_v9_t *)t)->makeVDevice(&ip->dev, (ncclNetVDeviceProps_v9_t *)&vp));
+    IT_OK(ip->net->devices(&n));
+    IT_CHECK(ip->dev == ip->ndev && n == ip->ndev + 1, "fused device %d, %d device(s)", ip->dev, n);
+    it_log("connections on the fused device [%d] over the first %d devices", ip->dev, fuse);
   }
   it_step("running");
 }

@@ -69,8 +69,11 @@ typedef struct {
   ncclNet_v8_t *net;
   int ndev;
   ncclNetProperties_v8_t props[IT_MAX_DEVS];
+  int dev; /* the device a test connects on: 0, or with GNIT_FUSE=N (v9+ tables) a fused device of the first N */
 } it_plugin_t;
-void it_load(it_plugin_t *ip);   /* dlopen + dlsym + init + devices + getProperties; all asserted */
+/* dlopen + dlsym + init + devices + getProperties; all asserted. GNIT_FUSE=N: makeVDevice over devices 0..N-1, whose
+ * index becomes ip->dev (the tests that honour it connect there). */
+void it_load(it_plugin_t *ip);
 void it_unload(it_plugin_t *ip); /* dlclose */
 
 /* A pair of comms between two processes (a send comm to the peer and a recv comm from it) with one

@@ -21,7 +21,8 @@
  *              =tcp_only: a connection's RDMA part could not be set up: it runs over TCP from the start
  *              =clean: no fault and no recovery at all (a rule that cannot hit a connection)
  *              =error: the run must fail with ncclRemoteError or ncclSystemError within GNIT_ERROR_BOUND_S
- *   GNIT_SEED                               traffic seed (default 1) */
+ *   GNIT_SEED                               traffic seed (default 1)
+ *   GNIT_FUSE=N (v9+ tables)                the connections run on a fused device of the first N (it.c) */
 #include <errno.h>
 #include <fcntl.h>
 #include <sched.h>
@@ -244,7 +245,7 @@ static void reconnect(struct run *R, gn_ctx_t *ctx, int fd) {
   it_step("reconnecting");
   for (;;) {
     int before = count_in_log(" runs over TCP (");
-    IT_GN(ctx, gn_establish(ctx, 0, fd, &R->c.s, &R->c.r));
+    IT_GN(ctx, gn_establish(ctx, R->ip->dev, fd, &R->c.s, &R->c.r));
     int tcp[2] = {count_in_log(" runs over TCP (") > before, 0};
     tries++;
     IT_CHECK(gn_boot_send(fd, &tcp[0], sizeof(int)) == 0 && gn_boot_recv(fd, &tcp[1], sizeof(int), 60) == 0,
@@ -366,7 +367,7 @@ static int side(int fd, int parent) {
   gn_ctx_t ctx;
   gn_ctx_init(&ctx, ip.net, 60);
   it_step("connecting");
-  IT_GN(&ctx, gn_establish(&ctx, 0, fd, &R.c.s, &R.c.r));
+  IT_GN(&ctx, gn_establish(&ctx, ip.dev, fd, &R.c.s, &R.c.r)); /* 0, or a fused device (GNIT_FUSE) */
   R.c.net = ip.net;
   IT_CHECK(posix_memalign((void **)&R.c.sbuf, 4096, len) == 0 && posix_memalign((void **)&R.c.rbuf, 4096, len) == 0,
            "out of memory");

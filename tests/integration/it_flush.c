@@ -9,7 +9,9 @@
  * Run with GDRNET_GDR=1: the plugin must then advertise NCCL_PTR_DMABUF and regMrDmaBuf (GPUDirect assumed
  * present); if it does not, GDR detection is broken and the test fails (it never skips). The count of messages
  * not yet visible before their iflush is asserted too: with VEMU_GDR_LAZY=1 every message (the test proves
- * the flush is what makes the data visible, otherwise it proves nothing), without it none. */
+ * the flush is what makes the data visible, otherwise it proves nothing), without it none. With GNIT_FUSE=2 the
+ * connection runs on a fused device of two: its writes arrive through both NICs, and a READ orders only its own
+ * NIC's, so iflush must read on each (a flush on one leaves the other's half stale). */
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -46,14 +48,14 @@ static int side(int fd, int receiver) {
     char h[NCCL_NET_HANDLE_MAXSIZE];
     memset(h, 0, sizeof h);
     void *lc = NULL;
-    IT_OK(ip.net->listen(0, h, &lc));
+    IT_OK(ip.net->listen(ip.dev, h, &lc)); /* 0, or a fused device (GNIT_FUSE) */
     IT_CHECK(gn_boot_send(fd, h, sizeof h) == 0, "bootstrap");
     IT_GN(&ctx, gn_accept(&ctx, lc, &comm));
     IT_OK(ip.net->closeListen(lc));
   } else {
     char h[NCCL_NET_HANDLE_MAXSIZE];
     IT_CHECK(gn_boot_recv(fd, h, sizeof h, 60) == 0, "bootstrap");
-    IT_GN(&ctx, gn_connect(&ctx, 0, h, &comm));
+    IT_GN(&ctx, gn_connect(&ctx, ip.dev, h, &comm));
   }
   unsigned char *buf = NULL;
   IT_CHECK(posix_memalign((void **)&buf, 1 << 21, LEN) == 0, "oom");

@@ -1,11 +1,15 @@
 /* A message larger than 2 GiB through a v9+ table (size_t isend/irecv sizes; ncclNetPlugin_v11 unless
  * GDRNET_TEST_ABI says 9, 10 or 12), as NCCL >= 2.24 may send one with maxP2pBytes above 2 GiB:
- *   - a transport whose maxP2pBytes allows it (TCP: 1 TiB) moves 2 GiB + 4099 bytes in one isend into one irecv of
- *     4 KiB more, every byte checked, nothing written past the message; test() reports INT_MAX (its sizes are int
- *     in every version: the most it can say);
- *   - one whose maxP2pBytes does not (RDMA today: 2^31 - 1) refuses isend and irecv of 2^31 bytes with
- *     ncclInvalidArgument and a WARN naming the limit, and the connection keeps working.
- * Buffers: ~2 GiB per process, mapped (not touched beyond what is sent) only on the large path. */
+ *   - above the device's maxP2pBytes (1 TiB on both transports) isend and irecv are refused with
+ *     ncclInvalidArgument and a WARN naming the limit, and the connection keeps working;
+ *   - 2 GiB + 4099 bytes move in one isend into one irecv of 4 KiB more, every byte checked, nothing written past
+ *     the message; test() reports INT_MAX (its sizes are int in every version: the most it can say). Over RDMA the
+ *     message is three WRITEs of at most the emulated port's max_msg_sz (1 GiB) and its size rides in the
+ *     receiver's sizes row (the imm carries 31 bits): with VEMU_TRACE set the sender reads its own work requests of
+ *     the message back from the emulator's trace (its data in WRITEs of at most the port's max_msg_sz adding up to
+ *     the message, one sizes WRITE_WITH_IMM per QP). No WARN may come while it moves (no fault, recovery or move
+ *     to TCP carried it instead).
+ * Buffers: ~2 GiB per process, mapped and touched only on the large path. */
 #include <dlfcn.h>
 #include <limits.h>
 #include <sched.h>
@@ -13,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include "gdrnet/net.h"
 #include "it.h"
@@ -119,6 +124,46 @@ static ncclResult_t irecv_once(void *r, void *buf, size_t size, void *mh, void *
                   : g_net->irecv(r, 1, d, sz, tag, m, NULL, req);
 }
 
+/* The sender's work requests posted after offset `from` of the emulator's trace: data WRITEs (count, bytes, the
+ * longest) and WRITE_WITH_IMMs (count, bytes). */
+struct wrs {
+  unsigned long long writes, write_bytes, longest, imms, imm_bytes;
+};
+static struct wrs trace_wrs(const char *path, long from) {
+  struct wrs w = {0, 0, 0, 0, 0};
+  char line[1024], me[32];
+  FILE *f = fopen(path, "r");
+  IT_CHECK(f != NULL, "VEMU_TRACE %s", path);
+  IT_CHECK(fseek(f, from, SEEK_SET) == 0, "fseek");
+  snprintf(me, sizeof me, "pid=%d ", (int)getpid());
+  while (fgets(line, sizeof line, f)) {
+    const char *len = strstr(line, " len=");
+    unsigned long long n;
+    if (strstr(line, me) == NULL || strstr(line, " post ") == NULL || len == NULL) continue;
+    n = strtoull(len + 5, NULL, 10);
+    if (strstr(line, " op=WRITE_IMM ")) {
+      w.imms++;
+      w.imm_bytes += n;
+    } else if (strstr(line, " op=WRITE ")) {
+      w.writes++;
+      w.write_bytes += n;
+      if (n > w.longest) w.longest = n;
+    }
+  }
+  fclose(f);
+  return w;
+}
+
+static long trace_size(const char *path) {
+  FILE *f = fopen(path, "r");
+  long n;
+  IT_CHECK(f != NULL, "VEMU_TRACE %s", path);
+  IT_CHECK(fseek(f, 0, SEEK_END) == 0, "fseek");
+  n = ftell(f);
+  fclose(f);
+  return n;
+}
+
 static ncclResult_t prof(void **eh, int type, void *ph, int64_t id, void *ext) {
   (void)eh, (void)type, (void)ph, (void)id, (void)ext;
   return ncclSuccess;
@@ -144,22 +189,23 @@ static int side(int fd, int parent) {
     IT_OK(((const ncclNet_v9_t *)g_net)->init(gn_logger));
   }
   size_t lim = max_p2p(0);
+  IT_CHECK(lim == (size_t)1 << 40, "maxP2pBytes %zu, expected 1 TiB (NCCL's largest network message)", lim);
   it_step("connecting");
   connect_pair(ctx, fd, &s, &r);
-  if (lim < BIG) {
-    /* refused, with the limit named, and the connection still works */
+  {
+    /* above the limit: refused, with the limit named (never truncated), and the connection still works */
     unsigned char *buf = malloc(SMALL);
     void *req = NULL;
     IT_CHECK(buf != NULL, "oom");
     IT_OK(g_net->regMr(parent ? s : r, buf, SMALL, NCCL_PTR_HOST, parent ? &smh : &rmh));
-    it_log("maxP2pBytes %zu: a message of %zu bytes must be refused", lim, (size_t)1 << 31);
+    it_log("maxP2pBytes %zu: a message of %zu bytes must be refused", lim, lim + 1);
     gn_log_capture(1);
     if (parent) {
-      IT_CHECK(isend_once(s, buf, (size_t)1 << 31, smh, &req) == ncclInvalidArgument && req == NULL,
-               "isend of 2^31 bytes was not refused with ncclInvalidArgument (maxP2pBytes %zu)", lim);
+      IT_CHECK(isend_once(s, buf, lim + 1, smh, &req) == ncclInvalidArgument && req == NULL,
+               "isend of %zu bytes was not refused with ncclInvalidArgument (maxP2pBytes %zu)", lim + 1, lim);
     } else {
-      IT_CHECK(irecv_once(r, buf, (size_t)1 << 31, rmh, &req) == ncclInvalidArgument && req == NULL,
-               "irecv of 2^31 bytes was not refused with ncclInvalidArgument (maxP2pBytes %zu)", lim);
+      IT_CHECK(irecv_once(r, buf, lim + 1, rmh, &req) == ncclInvalidArgument && req == NULL,
+               "irecv of %zu bytes was not refused with ncclInvalidArgument (maxP2pBytes %zu)", lim + 1, lim);
     }
     char *log = gn_log_captured(), want[64];
     snprintf(want, sizeof want, "at most %zu bytes per message", lim);
@@ -177,26 +223,47 @@ static int side(int fd, int parent) {
     }
     IT_OK(g_net->deregMr(parent ? s : r, parent ? smh : rmh));
     free(buf);
-  } else {
+  }
+  {
     size_t len = parent ? BIG : BIG + SLACK;
     unsigned char *buf = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     uint64_t seed = gn_pattern_seed(BIG, 0, 3);
     uint64_t t0;
     IT_CHECK(buf != MAP_FAILED, "mmap of %zu bytes failed", len);
     IT_OK(g_net->regMr(parent ? s : r, buf, len, NCCL_PTR_HOST, parent ? &smh : &rmh));
+    const char *trace = getenv("VEMU_TRACE");
+    long tpos = 0;
     if (parent) {
       it_step("filling %zu bytes", BIG);
       gn_pattern_fill(buf, BIG, seed);
       IT_CHECK(gn_boot_barrier(fd, 120) == 0, "barrier");
       it_step("sending %zu bytes in one isend", BIG);
+      if (trace && *trace) tpos = trace_size(trace);
+      gn_log_capture(1);
       t0 = gn_now_ns();
       test_until(post_send(s, buf, BIG, smh), NULL, 240, "the large send");
       it_log("sent %zu bytes in %.2f s", BIG, (double)(gn_now_ns() - t0) / 1e9);
+      if (trace && *trace) {
+        /* (vemu's default max_msg_sz: 1 GiB, as ConnectX) */
+        struct wrs w = trace_wrs(trace, tpos);
+        int qps = (int)it_env_double("GDRNET_QPS_PER_CONN", 1);
+        it_log("the message in the trace: %llu WRITE(s), %llu bytes, the longest %llu; %llu WRITE_WITH_IMM(s) of %llu "
+               "bytes",
+               w.writes, w.write_bytes, w.longest, w.imms, w.imm_bytes);
+        IT_CHECK(w.write_bytes == BIG && w.longest <= (1ull << 30) && w.writes >= 3,
+                 "the %zu-byte message went out as %llu WRITE(s) of %llu bytes, the longest %llu (expected WRITEs of "
+                 "at most 1 GiB adding up to the message)",
+                 BIG, w.writes, w.write_bytes, w.longest);
+        IT_CHECK(w.imms == (unsigned long long)qps && w.imm_bytes == 8ull * (unsigned long long)qps,
+                 "%llu WRITE_WITH_IMM(s) of %llu bytes: expected one per QP (%d) carrying the 8-byte size", w.imms,
+                 w.imm_bytes, qps);
+      }
     } else {
       int got[1] = {-1};
       memset(buf + BIG, IT_CANARY, SLACK);
       IT_CHECK(gn_boot_barrier(fd, 120) == 0, "barrier");
       it_step("receiving %zu bytes into a receive of %zu", BIG, len);
+      gn_log_capture(1);
       void *req = post_recv(r, buf, len, rmh);
       t0 = gn_now_ns();
       test_until(req, got, 240, "the large receive");
@@ -209,6 +276,16 @@ static int side(int fd, int parent) {
       for (size_t i = BIG; i < len; i++)
         IT_CHECK(buf[i] == IT_CANARY, "byte %zu past the %zu-byte message was written", i, BIG);
     }
+    {
+      char *log = gn_log_captured();
+      char *w = strstr(log, " NCCL WARN ");
+      if (w) {
+        char *eol = strchr(w, '\n');
+        if (eol) *eol = '\0';
+      }
+      IT_CHECK(w == NULL, "a WARN while the large message moved (it must move as it is, no fault):%s", w ? w : "");
+      free(log);
+    }
     IT_OK(g_net->deregMr(parent ? s : r, parent ? smh : rmh));
     IT_CHECK(munmap(buf, len) == 0, "munmap");
   }
@@ -220,4 +297,8 @@ static int side(int fd, int parent) {
   return 0;
 }
 
-int main(void) { return it_two_sides("large", 300, side, 120); }
+int main(void) {
+  const char *tr = getenv("VEMU_TRACE");
+  if (tr != NULL && *tr != '\0') (void)unlink(tr); /* this run's work requests only */
+  return it_two_sides("large", 300, side, 120);
+}

@@ -2,7 +2,7 @@
  *   - the table has its version's members (NULL getDeviceMr/irecvConsumed: a host plugin), name "GDR";
  *   - init through the table's own signature succeeds and the plugin's INFO line names the table NCCL called;
  *   - every device's properties in the table's layout agree with v8's on the shared fields; v9+: vProps is
- *     {1, {dev}}, maxP2pBytes = maxCollBytes = the transport's true limit (TCP 1 TiB, RDMA 2^31 - 1), forceFlush 0
+ *     {1, {dev}}, maxP2pBytes = maxCollBytes = the transport's true limit (1 TiB, NCCL's largest, on both), forceFlush 0
  *     (1 on GPUDirect devices with GDRNET_FORCE_FLUSH=1); v11+: maxMultiRequestSize 1; v12: railId = planeId = -1;
  *   - v9+ makeVDevice: refuses 0 devices, more than the version's maximum (4; v12: 8), a device twice, a device
  *     that does not exist; one device gives that device; two devices (when there are two) give a new index that
@@ -57,7 +57,7 @@ static void common_fields(int v, int d, const char *name, const char *pci, uint6
 /* v9+ fields of one physical device, whichever layout (V is the properties type) */
 #define CHECK_V9(V, p, d)                                                                                              \
   do {                                                                                                                 \
-    size_t lim = strcmp(g_transport, "rdma") == 0 ? (size_t)0x7fffffff : (size_t)1 << 40;                              \
+    size_t lim = (size_t)1 << 40;                                                                                      \
     int gdr = ((p).ptrSupport & (NCCL_PTR_CUDA | NCCL_PTR_DMABUF)) != 0;                                               \
     int ff = gdr && it_env_double("GDRNET_FORCE_FLUSH", 0) == 1;                                                       \
     IT_CHECK((p).vProps.ndevs == 1 && (p).vProps.devs[0] == (d), "v%d dev %d: vProps {%d, %d}", V, d,                  \

@@ -1,6 +1,9 @@
 /* every opcode inside one process: a pair of QPs and a QP connected to itself; zero-length, inline,
  * unsignaled, multi-SGE, CQ batches, the key/access matrix and the flush after an error.
- * Run with VEMU_DEVICES=vemu0:roce (and again with vemu0:ib). */
+ * Run with VEMU_DEVICES=vemu0:roce (and again with vemu0:ib). With VEMU_MAX_MSG_SZ set, only the max_msg_sz
+ * check runs (at that size). */
+#include <sys/mman.h>
+
 #include "vt.h"
 
 #define N 65536
@@ -422,9 +425,53 @@ static void test_flush_order(void)
 	CHECK_EQ(ibv_destroy_qp(peer), 0);
 }
 
+/* The port's max_msg_sz (VEMU_MAX_MSG_SZ, default 1 GiB): a WRITE of exactly that many bytes goes through; one
+ * byte more is posted fine and completes with LOC_LEN_ERR, its QP in ERR (as an HCA). The buffer is a mapping that
+ * is never touched beyond what a successful WRITE reads. */
+static void test_max_msg(void)
+{
+	vt_name = "max_msg";
+	const char *env = getenv("VEMU_MAX_MSG_SZ");
+	uint64_t want = env ? strtoull(env, NULL, 0) : 1ull << 30;
+	CHECK_EQ(d.port.max_msg_sz, want);
+	size_t len = (size_t)want + 4096;
+	char *big = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	CHECK(big != MAP_FAILED);
+	int all = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+	struct ibv_mr *mb = vt_mr(&d, big, len, all);
+	struct ibv_qp *peer;
+	struct ibv_qp *qp = fresh(&peer, IBV_ACCESS_REMOTE_WRITE);
+	struct ibv_wc wc;
+	if (want <= 4096) { /* small enough to move for real, into the 4 KiB past it */
+		memset(big, 0x5a, (size_t)want);
+		CHECK_EQ(vt_post_write(qp, IBV_WR_RDMA_WRITE, big, (uint32_t)want, mb->lkey, (uintptr_t)big + want, mb->rkey,
+				       7, IBV_SEND_SIGNALED, 0),
+			 0);
+		vt_wait(&d, d.cq, &wc, 1, 5000);
+		CHECK_EQ(wc.status, IBV_WC_SUCCESS);
+		CHECK_EQ(big[want + want - 1], 0x5a);
+	}
+	CHECK_EQ(vt_post_write(qp, IBV_WR_RDMA_WRITE, big, (uint32_t)(want + 1), mb->lkey, (uintptr_t)big, mb->rkey, 8,
+			       IBV_SEND_SIGNALED, 0),
+		 0);
+	vt_wait(&d, d.cq, &wc, 1, 5000);
+	CHECK_EQ(wc.wr_id, 8);
+	CHECK_EQ(wc.status, IBV_WC_LOC_LEN_ERR);
+	settle_err(qp);
+	CHECK_EQ(ibv_destroy_qp(qp), 0);
+	CHECK_EQ(ibv_destroy_qp(peer), 0);
+	CHECK_EQ(ibv_dereg_mr(mb), 0);
+	CHECK_EQ(munmap(big, len), 0);
+}
+
 int main(void)
 {
 	setup();
+	if (getenv("VEMU_MAX_MSG_SZ")) {
+		test_max_msg();
+		printf("test_ops: max_msg_sz OK\n");
+		return 0;
+	}
 	test_write_read(pair_a);
 	test_write_read(self_qp);
 	test_send_recv(pair_a, pair_b);
@@ -433,6 +480,7 @@ int main(void)
 	test_unsignaled_batch(self_qp);
 	test_access_matrix();
 	test_flush_order();
+	test_max_msg();
 	CHECK_EQ(ibv_destroy_qp(pair_a), 0);
 	CHECK_EQ(ibv_destroy_qp(pair_b), 0);
 	CHECK_EQ(ibv_destroy_qp(self_qp), 0);

@@ -309,6 +309,17 @@ int vemu_ensure_init(void)
 		}
 		g.time_scale = v;
 	}
+	const char *mm = getenv("VEMU_MAX_MSG_SZ");
+	g.max_msg_sz = VEMU_DEFAULT_MAX_MSG;
+	if (mm && *mm) {
+		char *end;
+		unsigned long long v = strtoull(mm, &end, 0);
+		if (*end || v < 1 || v > 0x80000000ull) {
+			fprintf(stderr, "vemu: VEMU_MAX_MSG_SZ='%s' is not a byte count in 1..2^31\n", mm);
+			goto fail;
+		}
+		g.max_msg_sz = v;
+	}
 	const char *lazy = getenv("VEMU_GDR_LAZY");
 	g.gdr_lazy = lazy && !strcmp(lazy, "1");
 	const char *pci = getenv("VEMU_PCI_PATH");
@@ -436,7 +447,7 @@ static void fill_port(struct vdev *d, struct ibv_port_attr *a)
 	a->active_mtu = IBV_MTU_4096;
 	a->gid_tbl_len = d->ngid;
 	a->port_cap_flags = d->is_ib ? 0x2651e848u : 0x04010000u;
-	a->max_msg_sz = 0x40000000;
+	a->max_msg_sz = (uint32_t)g.max_msg_sz;
 	a->pkey_tbl_len = 1;
 	a->lid = d->is_ib ? d->lid : 0;
 	a->sm_lid = d->is_ib ? 1 : 0;
@@ -1769,10 +1780,6 @@ static int vemu_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_
 			err = EINVAL;
 			break;
 		}
-		if (len > 0x80000000ull) {
-			err = EINVAL;
-			break;
-		}
 		size_t extra = inl ? (size_t)len : sizeof(struct ibv_sge) * (size_t)wr->num_sge;
 		struct vwr *w = calloc(1, sizeof(*w) + extra);
 		if (!w) {
@@ -1800,6 +1807,13 @@ static int vemu_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_
 			w->nsge = wr->num_sge;
 			if (wr->num_sge)
 				memcpy(w->sge, wr->sg_list, sizeof(struct ibv_sge) * (size_t)wr->num_sge);
+		}
+		if (len > g.max_msg_sz) {
+			/* as an HCA: the post succeeds, the WR completes with a local length error (its QP to ERR) */
+			VTRACE("fault max_msg_sz qp=0x%x op=%s wr_id=0x%llx len=%llu max_msg_sz=%llu\n", qp->qp_num,
+			       vemu_wr_opname(w->opcode), (unsigned long long)w->wr_id, (unsigned long long)len,
+			       (unsigned long long)g.max_msg_sz);
+			w->status = IBV_WC_LOC_LEN_ERR;
 		}
 		{
 			/* wc fault rules count the work requests as they are posted */

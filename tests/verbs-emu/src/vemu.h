@@ -34,6 +34,7 @@ void __tsan_read_range(void *addr, unsigned long size);
 #define VEMU_MAX_QP_WR 16384
 #define VEMU_MAX_CQE (1 << 22)
 #define VEMU_PSN_MASK 0xffffffu
+#define VEMU_DEFAULT_MAX_MSG (1ull << 30) /* what ConnectX ports report */
 
 /* ------------------------------------------------------------ devices */
 struct vdev {
@@ -242,6 +243,7 @@ struct vglobal {
 	char dir[512];
 	uint64_t run_id;                    /* random id of this process's emulator (agent socket, QPN owner) */
 	double time_scale;
+	uint64_t max_msg_sz;                /* the ports' max_msg_sz (VEMU_MAX_MSG_SZ): a longer WR ends in LOC_LEN_ERR */
 	int gdr_lazy;
 	char pci_path[512];
 	int ndev;
