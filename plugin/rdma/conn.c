@@ -365,22 +365,32 @@ ncclResult_t gdr_rdma_qpset_connect(struct gdr_rdma_comm *c, struct gdr_rdma_qps
   return ncclSuccess;
 }
 
-void gdr_rdma_qs_swap(struct gdr_rdma_comm *c, const struct gdr_rdma_qpset *in, struct gdr_rdma_qpset *out) {
-  int order[GDR_RDMA_MAX_CONN_DEVS];
-  /* the devices' locks in one order (ascending device index) for every connection: no two swaps deadlock */
+/* The locks of every device of the connection, which keep their async threads off what they read of it (its QP
+ * set, its peer's name), taken in one order for every connection (ascending device index): no two takers deadlock.
+ * order: filled for unlock_devs. */
+static void lock_devs(struct gdr_rdma_comm *c, int *order) {
   for (int i = 0; i < c->ndevs; i++) {
     int j = i;
     for (; j > 0 && c->m[order[j - 1]].devidx > c->m[i].devidx; j--) order[j] = order[j - 1];
     order[j] = i;
   }
   for (int i = 0; i < c->ndevs; i++) pthread_mutex_lock(&c->m[order[i]].dev->lock);
+}
+
+static void unlock_devs(struct gdr_rdma_comm *c, const int *order) {
+  for (int i = c->ndevs - 1; i >= 0; i--) pthread_mutex_unlock(&c->m[order[i]].dev->lock);
+}
+
+void gdr_rdma_qs_swap(struct gdr_rdma_comm *c, const struct gdr_rdma_qpset *in, struct gdr_rdma_qpset *out) {
+  int order[GDR_RDMA_MAX_CONN_DEVS];
+  lock_devs(c, order);
   if (out) *out = c->qs;
   if (in)
     c->qs = *in;
   else
     memset(&c->qs, 0, sizeof(c->qs));
   c->qs_gen++;
-  for (int i = c->ndevs - 1; i >= 0; i--) pthread_mutex_unlock(&c->m[order[i]].dev->lock);
+  unlock_devs(c, order);
 }
 
 int gdr_rdma_poll_cqs(struct gdr_rdma_qpset *qs, int n, struct ibv_wc *wc) {
@@ -565,8 +575,14 @@ static struct gdr_rdma_comm *comm_alloc(const int *devs, int ndevs, int kind) {
 
 /* The control stream is established: a silent peer host must become an error (keepalive, TCP_USER_TIMEOUT). */
 static ncclResult_t ctrl_established(struct gdr_rdma_comm *c, int fd, const union gdr_sockaddr *peer) {
+  char name[sizeof(c->peer)];
+  int order[GDR_RDMA_MAX_CONN_DEVS];
   c->fd = fd;
-  gdr_sockaddr_str(peer, c->peer, sizeof(c->peer));
+  gdr_sockaddr_str(peer, name, sizeof(name));
+  /* a connecting comm is on its devices' async lists already: their threads name the peer in what they hand over */
+  lock_devs(c, order);
+  memcpy(c->peer, name, sizeof(c->peer));
+  unlock_devs(c, order);
   set_desc(c);
   return gdr_sock_tune(fd, 1, 0, (int)gdr_param_int(GDR_PARAM_TCP_TIMEOUT_MS));
 }
