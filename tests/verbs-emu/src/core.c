@@ -1168,17 +1168,19 @@ void vemu_flush_deferred(void)
 	pthread_mutex_lock(&g.mu);
 	/* in order; a lagging completion keeps its place and holds back what follows it on its CQ */
 	struct vcq *blocked[16];
-	int nblocked = 0;
+	int nblocked = 0, overflow = 0; /* more blocked CQs than the list holds: everything after waits */
 	size_t k = 0;
 	uint64_t now = vemu_now_ns();
 	for (size_t i = 0; i < defq_n; i++) {
-		int held = 0;
+		int held = overflow;
 		for (int b = 0; b < nblocked; b++)
 			held |= blocked[b] == defq[i].cq;
 		if (!held && defq[i].not_before > now) {
 			held = 1;
 			if (nblocked < (int)(sizeof(blocked) / sizeof(blocked[0])))
 				blocked[nblocked++] = defq[i].cq;
+			else
+				overflow = 1;
 		}
 		if (held)
 			defq[k++] = defq[i];
