@@ -1,9 +1,11 @@
-/* VEMU_FAULTS rules, async events, completion channels, CQ overrun, VEMU_TRACE and VEMU_GDR_LAZY.
+/* VEMU_FAULTS rules, async events (also of destroyed QPs), completion channels, CQ overrun, VEMU_TRACE and VEMU_GDR_LAZY.
  *   test_faults <scenario>   the scenario's VEMU_* variables are set by CTest (see CMakeLists.txt) except
  *                            where a scenario forks and sets them in one process only. */
 #include "vt.h"
 
 #include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 
@@ -830,6 +832,58 @@ static void sc_malformed(void)
 	ibv_free_device_list(l);
 }
 
+/* ---------------------------------------------------------------- async events of destroyed QPs */
+static atomic_int destroyed_flag;
+
+static void *destroy_thread(void *qp)
+{
+	CHECK_EQ(ibv_destroy_qp(qp), 0);
+	atomic_store(&destroyed_flag, 1);
+	return NULL;
+}
+
+static void sc_async_destroyed(void)
+{
+	/* VEMU_FAULTS=qp_fatal:nth=1;qp_fatal:nth=2;qp_fatal:nth=3 */
+	open_all(64);
+	struct vt_rc rc = VT_RC_DEFAULT;
+	int fl = fcntl(d.ctx->async_fd, F_GETFL);
+	CHECK(fl >= 0);
+	CHECK_EQ(fcntl(d.ctx->async_fd, F_SETFL, fl | O_NONBLOCK), 0);
+	/* a's QP_FATAL is not read before a is destroyed: it is never delivered, also not to b, which may well sit at
+	 * a's address (the kernel drops an object's unread events at destroy) */
+	struct ibv_qp *a = vt_qp(&d, 8, 0, NULL);
+	vt_connect(&d, a, a->qp_num, rc);
+	CHECK_EQ(a->state, IBV_QPS_ERR);
+	CHECK_EQ(ibv_destroy_qp(a), 0);
+	struct ibv_qp *b = vt_qp(&d, 8, 0, NULL);
+	vt_connect(&d, b, b->qp_num, rc);
+	CHECK_EQ(b->state, IBV_QPS_ERR);
+	struct ibv_async_event ev;
+	CHECK_EQ(ibv_get_async_event(d.ctx, &ev), 0); /* (both records were written before the first read) */
+	CHECK_EQ(ev.event_type, IBV_EVENT_QP_FATAL);
+	CHECK(ev.element.qp == b);
+	ibv_ack_async_event(&ev);
+	errno = 0;
+	CHECK_EQ(ibv_get_async_event(d.ctx, &ev), -1); /* one event only: b's */
+	CHECK_EQ(errno, EAGAIN);
+	CHECK_EQ(ibv_destroy_qp(b), 0);
+	/* an event read and not yet acked: ibv_destroy_qp returns only after the ack */
+	struct ibv_qp *c = vt_qp(&d, 8, 0, NULL);
+	vt_connect(&d, c, c->qp_num, rc);
+	CHECK_EQ(ibv_get_async_event(d.ctx, &ev), 0);
+	CHECK(ev.element.qp == c);
+	pthread_t t;
+	CHECK_EQ(pthread_create(&t, NULL, destroy_thread, c), 0);
+	for (int i = 0; i < 20; i++) { /* 200 ms in which it must not return */
+		CHECK_EQ(atomic_load(&destroyed_flag), 0);
+		CHECK_EQ(poll(NULL, 0, 10), 0);
+	}
+	ibv_ack_async_event(&ev);
+	CHECK_EQ(pthread_join(t, NULL), 0);
+	CHECK_EQ(atomic_load(&destroyed_flag), 1);
+}
+
 int main(int argc, char **argv)
 {
 	setvbuf(stdout, NULL, _IONBF, 0);
@@ -865,6 +919,7 @@ int main(int argc, char **argv)
 		{ "late_cqe", sc_late_cqe, "late_cqe:nth=2:ms=300", NULL, NULL },
 		{ "wc_every", sc_wc_every, "wc:op=write:nth=2:every=3:status=rem_op", NULL, NULL },
 		{ "device_back", sc_device_back, "device_fatal:dev=vemu0:after_ms=100:for_ms=300", NULL, NULL },
+		{ "async_destroyed", sc_async_destroyed, "qp_fatal:nth=1;qp_fatal:nth=2;qp_fatal:nth=3", NULL, NULL },
 	};
 	for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++) {
 		if (strcmp(s, t[i].name))

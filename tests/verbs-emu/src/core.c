@@ -19,6 +19,7 @@
 
 struct vglobal g = {
 	.mu = PTHREAD_MUTEX_INITIALIZER,
+	.ev_acked_cond = PTHREAD_COND_INITIALIZER,
 	.memlock = PTHREAD_RWLOCK_INITIALIZER,
 	.trace_mu = PTHREAD_MUTEX_INITIALIZER,
 	.listen_fd = -1,
@@ -719,33 +720,85 @@ VEMU_EXPORT int ibv_close_device(struct ibv_context *c)
 	return 0;
 }
 
+/* Async events follow the kernel's rules (ib_uverbs): an event for a QP or CQ that is destroyed before it was read
+ * is dropped, never delivered (the memory may hold a new QP by then, which would take the old one's fault); and
+ * ibv_destroy_qp/ibv_destroy_cq wait until every event read for the object has been acked. A record names its
+ * object by address and by serial; ibv_get_async_event delivers it only while that object is alive. */
 struct async_rec {
 	int type;
 	int port;
 	void *elem;
+	uint64_t serial;
 };
+
+static int ev_names_qp(int type)
+{
+	switch (type) {
+	case IBV_EVENT_QP_FATAL:
+	case IBV_EVENT_QP_REQ_ERR:
+	case IBV_EVENT_QP_ACCESS_ERR:
+	case IBV_EVENT_COMM_EST:
+	case IBV_EVENT_SQ_DRAINED:
+	case IBV_EVENT_PATH_MIG:
+	case IBV_EVENT_PATH_MIG_ERR:
+	case IBV_EVENT_QP_LAST_WQE_REACHED: return 1;
+	default: return 0;
+	}
+}
 
 void vemu_async_event(struct vctx *ctx, enum ibv_event_type type, void *elem, int port)
 {
 	struct async_rec r = { .type = type, .port = port, .elem = elem };
 	if (!ctx || ctx->async_wr < 0)
 		return; /* closed */
+	if (type == IBV_EVENT_CQ_ERR)
+		r.serial = ((struct vcq *)elem)->serial; /* (set at creation, never changed) */
+	else if (ev_names_qp(type))
+		r.serial = ((struct vqp *)elem)->serial;
 	ssize_t n = write(ctx->async_wr, &r, sizeof(r));
 	(void)n;
 	VTRACE("async ctx=%s event=%s\n", ctx->dev->dev.name, ibv_event_type_str(type));
 }
 
+/* g.mu held: the QP or CQ the record names, while it is alive; NULL for a destroyed one */
+static uint32_t *ev_live_counter(const struct async_rec *r, int acked)
+{
+	if (r->type == IBV_EVENT_CQ_ERR) {
+		for (struct vcq *q = g.cqs; q; q = q->cnext)
+			if (&q->cq == r->elem && q->serial == r->serial)
+				return acked ? &q->ev_acked : &q->ev_read;
+	} else if (ev_names_qp(r->type)) {
+		for (struct vqp *q = g.qps; q; q = q->anext)
+			if (&q->qp == r->elem && q->serial == r->serial)
+				return acked ? &q->ev_acked : &q->ev_read;
+	}
+	return NULL;
+}
+
 VEMU_EXPORT int ibv_get_async_event(struct ibv_context *c, struct ibv_async_event *ev)
 {
 	struct async_rec r;
-	ssize_t n;
-	do
-		n = read(c->async_fd, &r, sizeof(r));
-	while (n < 0 && errno == EINTR);
-	if (n != (ssize_t)sizeof(r)) {
-		if (n >= 0)
-			errno = EIO;
-		return -1;
+	for (;;) {
+		ssize_t n;
+		do
+			n = read(c->async_fd, &r, sizeof(r));
+		while (n < 0 && errno == EINTR);
+		if (n != (ssize_t)sizeof(r)) {
+			if (n >= 0)
+				errno = EIO;
+			return -1;
+		}
+		if (r.type != IBV_EVENT_CQ_ERR && !ev_names_qp(r.type))
+			break;
+		pthread_mutex_lock(&g.mu);
+		uint32_t *read_ctr = ev_live_counter(&r, 0);
+		if (read_ctr)
+			(*read_ctr)++;
+		pthread_mutex_unlock(&g.mu);
+		if (read_ctr)
+			break;
+		VTRACE("async event=%s dropped: its %s was destroyed before it was read\n",
+		       ibv_event_type_str((enum ibv_event_type)r.type), r.type == IBV_EVENT_CQ_ERR ? "CQ" : "QP");
 	}
 	memset(ev, 0, sizeof(*ev));
 	ev->event_type = (enum ibv_event_type)r.type;
@@ -773,7 +826,40 @@ VEMU_EXPORT int ibv_get_async_event(struct ibv_context *c, struct ibv_async_even
 
 VEMU_EXPORT void ibv_ack_async_event(struct ibv_async_event *ev)
 {
-	(void)ev;
+	uint32_t *acked = NULL;
+	pthread_mutex_lock(&g.mu);
+	/* the object is alive: its destroy waits for this ack */
+	if (ev->event_type == IBV_EVENT_CQ_ERR)
+		acked = &((struct vcq *)ev->element.cq)->ev_acked;
+	else if (ev_names_qp(ev->event_type))
+		acked = &((struct vqp *)ev->element.qp)->ev_acked;
+	if (acked) {
+		(*acked)++;
+		pthread_cond_broadcast(&g.ev_acked_cond);
+	}
+	pthread_mutex_unlock(&g.mu);
+}
+
+/* g.mu held: waits until every async event read for the object was acked, as ibv_destroy_qp/cq do. Real verbs wait
+ * forever: an application whose destroy runs while the thread that would ack is blocked (on a lock the destroyer
+ * holds) deadlocks on a real NIC. The emulator says so and aborts after VEMU_ACK_WAIT_S (default 20) seconds. */
+static void wait_acked(const uint32_t *read_ctr, const uint32_t *acked, const char *what, uint32_t num)
+{
+	if (*read_ctr == *acked)
+		return;
+	const char *e = getenv("VEMU_ACK_WAIT_S");
+	long lim = e && *e ? strtol(e, NULL, 10) : 20;
+	struct timespec until;
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += lim > 0 ? lim : 20;
+	while (*read_ctr != *acked)
+		if (pthread_cond_timedwait(&g.ev_acked_cond, &g.mu, &until) == ETIMEDOUT && *read_ctr != *acked) {
+			fprintf(stderr,
+				"vemu: ibv_destroy_%s(%s 0x%x): %u async event(s) read for it were never acked "
+				"(ibv_ack_async_event); real verbs blocks here forever: aborting\n",
+				what, what[0] == 'q' ? "QP" : "CQ", num, *read_ctr - *acked);
+			abort();
+		}
 }
 
 /* ------------------------------------------------------------ PD */
@@ -1028,6 +1114,11 @@ VEMU_EXPORT struct ibv_cq *ibv_create_cq(struct ibv_context *c, int cqe, void *c
 	pthread_cond_init(&q->cq.cond, NULL);
 	if (channel)
 		__atomic_add_fetch(&channel->refcnt, 1, __ATOMIC_ACQ_REL);
+	pthread_mutex_lock(&g.mu);
+	q->serial = ++g.obj_serial;
+	q->cnext = g.cqs;
+	g.cqs = q;
+	pthread_mutex_unlock(&g.mu);
 	return &q->cq;
 }
 
@@ -1041,6 +1132,12 @@ VEMU_EXPORT int ibv_destroy_cq(struct ibv_cq *cq)
 		if (p->scq == q || p->rcq == q) {
 			pthread_mutex_unlock(&g.mu);
 			return EBUSY;
+		}
+	wait_acked(&q->ev_read, &q->ev_acked, "cq", 0);
+	for (struct vcq **pp = &g.cqs; *pp; pp = &(*pp)->cnext)
+		if (*pp == q) {
+			*pp = q->cnext;
+			break;
 		}
 	cq_forget_deferred(q);
 	pthread_mutex_unlock(&g.mu);
@@ -1407,6 +1504,7 @@ VEMU_EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_a
 	g.qp_hash[qpn & 4095] = q;
 	q->anext = g.qps;
 	g.qps = q;
+	q->serial = ++g.obj_serial;
 	pthread_mutex_unlock(&g.mu);
 	VTRACE("qp create qp=0x%x dev=%s max_send_wr=%u max_recv_wr=%u max_inline=%u sq_sig_all=%d\n", qpn,
 	       q->ctx->dev->dev.name, cap->max_send_wr, cap->max_recv_wr, cap->max_inline_data, attr->sq_sig_all);
@@ -1448,6 +1546,7 @@ VEMU_EXPORT int ibv_destroy_qp(struct ibv_qp *qp)
 {
 	struct vqp *q = (struct vqp *)qp;
 	pthread_mutex_lock(&g.mu);
+	wait_acked(&q->ev_read, &q->ev_acked, "qp", qp->qp_num);
 	for (struct vqp **pp = &g.qp_hash[qp->qp_num & 4095]; *pp; pp = &(*pp)->hnext)
 		if (*pp == q) {
 			*pp = q->hnext;

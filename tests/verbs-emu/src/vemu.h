@@ -109,6 +109,10 @@ struct vcq {
 	int armed;
 	int overrun;
 	struct vctx *ctx;
+	/* async events (g.mu): see ibv_get_async_event */
+	struct vcq *cnext;          /* all CQs list */
+	uint64_t serial;            /* unique for the process's lifetime: a record names the CQ it was made for */
+	uint32_t ev_read, ev_acked;
 };
 
 struct vchan {
@@ -182,6 +186,9 @@ struct vqp {
 	int rq_count;
 	struct held *held_head, *held_tail; /* parked incoming requests, in order */
 	int destroyed;
+	/* async events (g.mu): see ibv_get_async_event */
+	uint64_t serial;            /* unique for the process's lifetime: a record names the QP it was made for */
+	uint32_t ev_read, ev_acked;
 };
 
 /* a payload segment: host memory or a CUDA device address */
@@ -257,6 +264,9 @@ struct vglobal {
 	struct vmr *mr_hash[4096];
 	struct vqp *qp_hash[4096];
 	struct vqp *qps;
+	struct vcq *cqs;
+	uint64_t obj_serial;                /* last serial given to a QP or CQ (g.mu) */
+	pthread_cond_t ev_acked_cond;       /* an async event was acked (g.mu) */
 	struct vqp *dirty_head;
 	int nqp_rts;                        /* counts QPs that reached RTS (qp_fatal rule) */
 	uint32_t qp_gone_gen;               /* bumped by ibv_destroy_qp under g.mu (atomic: read by the agent without it) */
