@@ -212,7 +212,7 @@ if [ "$INSTALLED" -eq 1 ]; then
   NIT="$(cd "$BUILD" && ctest -N -L integration -LE 'selfcheck|abimatrix' 2>/dev/null | sed -n 's/^Total Tests: *//p')"
   if [ -n "$NIT" ] && [ "$NIT" -gt 0 ]; then
     echo "running $NIT integration test(s) with GDRNET_TEST_PLUGIN=$IPLUGIN"
-    if (cd "$BUILD" && GDRNET_TEST_PLUGIN="$IPLUGIN" ctest -L integration -LE 'selfcheck|abimatrix' --output-on-failure -V) >"$WORK/it.log" 2>&1; then
+    if (cd "$BUILD" && GDRNET_TEST_PLUGIN="$IPLUGIN" ctest -L integration -LE 'selfcheck|abimatrix' --output-on-failure -V -j"$(nproc 2>/dev/null || echo 2)") >"$WORK/it.log" 2>&1; then
       pass "ctest -L integration ($NIT tests) against $IPLUGIN"
     else
       grep -E "Test +#|FAIL|tests passed|tests failed" "$WORK/it.log" | tail -n 40

@@ -4,11 +4,12 @@
 #   release   build (RelWithDebInfo), the whole CTest suite: unit, integration over TCP and over the verbs emulator,
 #             the emulator's self-tests, every fuzz corpus replayed, the two-host tests in network namespaces
 #   asan      the same in an ASan+UBSan build (build-asan), without the tests labelled nosanitize (the ABI matrix's
-#             v7/v9/v10 and the RDMA 2 GiB message: the release pass)
+#             v7/v9/v10 and the RDMA 2 GiB message: the release pass) or configs (the scripts' own tests: no
+#             sanitized code in them)
 #   tsan      a ThreadSanitizer build (build-tsan): the integration suite over TCP and the emulator (without the
 #             fault matrix and the ABI matrix: tsan-faults, and the other passes; nor the longest runs under TSan,
 #             closetail, large (both transports), perf-demo and the 4-QP variants: the other passes) and the
-#             multi-threaded unit tests;
+#             multi-threaded unit tests (label threads), in one CTest run;
 #             any report fails
 #   tsan-faults  (by name only, not in the default run) the fault matrix under ThreadSanitizer
 #   fuzz      every fuzz target with libFuzzer for FUZZ_SECONDS each (default 20; scripts/fuzz.sh, build-fuzz)
@@ -64,7 +65,7 @@ stage_asan() {
   echo "== tests (ASan+UBSan) =="
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:strict_string_checks=1 \
   UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-    ctest --test-dir build-asan --output-on-failure -j"$jobs" -LE nosanitize
+    ctest --test-dir build-asan --output-on-failure -j"$jobs" -LE "nosanitize|configs"
 }
 # the longest runs under TSan (6 of its 11 minutes, and the RDMA 2 GiB message, whose every placed word TSan
 # watches): the tsan stage leaves them to tsan-faults
@@ -78,10 +79,8 @@ stage_tsan() {
   stage_tsan_build
   echo "== tests (ThreadSanitizer: integration, threaded unit tests) =="
   TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
-    ctest --test-dir build-tsan --output-on-failure -j"$jobs" -L integration -LE "faultmatrix|abimatrix" \
+    ctest --test-dir build-tsan --output-on-failure -j"$jobs" -L "integration|threads" -LE "faultmatrix|abimatrix" \
     -E "$tsan_long"
-  TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
-    ctest --test-dir build-tsan --output-on-failure -j"$jobs" -R '^(unit_tcp|unit_sock|unit_unload|unit_tcp_cuda|test_rdma_threads)$'
 }
 # what the tsan stage leaves out, under ThreadSanitizer (not in the default run: ~15 min more on two cores, and TSan's
 # slowdown turns the emulator's scaled timers into extra faults; docs/HARDENING.md says what it finds today)
