@@ -90,6 +90,10 @@ uint64_t gdr_tcp_resolve_spin_max_ns(void);
 #define TCP_SPIN_MAX_AUTO_US 1000
 #define TCP_SPIN_AUTO_US 200
 #define TCP_SPIN_AUTO_CORES 8
+/* GDRNET_TCP_CTS_INLINE auto: this where TCP_SPIN_AUTO_CORES cores run the helpers beside NCCL, else GDRNET_TCP_INLINE */
+#define TCP_CTS_INLINE_AUTO 32768
+/* Up to how many bytes a message whose clear-to-send came goes inline (GDRNET_TCP_CTS_INLINE, at most inline_max) */
+size_t gdr_tcp_resolve_cts_inline(size_t inline_max);
 
 /* ------------------------------------------------------------------------------------------- internals -- */
 
@@ -259,6 +263,7 @@ struct tcp_comm {
   union gdr_sockaddr peer;
   char peer_str[GDR_ADDR_STRLEN];
   size_t inline_max, min_chunk, max_chunk;
+  size_t cts_inline_max; /* a message with its clear-to-send goes inline up to this (GDRNET_TCP_CTS_INLINE) */
   uint64_t spin_ns; /* helper threads: poll this long after their last progress before blocking (0: block) */
   uint64_t spin_max_ns; /* ... and up to this long while traffic is expected (rx_expect/tx_expect > 0) */
 
@@ -307,6 +312,7 @@ struct tcp_comm {
   unsigned b_head, b_tail;
   /* counters for tests and traces */
   uint64_t n_eager, n_bounced, n_cts;
+  uint64_t n_chunked; /* sender: messages cut into chunks over the data streams (the rest went inline/eager) */
 
   /* shared with the helper threads */
   _Atomic int streams_eof; /* data streams that saw a clean EOF */

@@ -177,6 +177,7 @@ static ncclResult_t comm_create(int is_send, int dev, int ctrl_fd, const int *fd
   c->peer_features = peer_features;
   gdr_sockaddr_str(peer, c->peer_str, sizeof(c->peer_str));
   c->inline_max = (size_t)gdr_param_int(GDR_PARAM_TCP_INLINE);
+  c->cts_inline_max = gdr_tcp_resolve_cts_inline(c->inline_max);
   c->min_chunk = (size_t)gdr_param_int(GDR_PARAM_TCP_MIN_CHUNK);
   c->max_chunk = (size_t)gdr_param_int(GDR_PARAM_TCP_MAX_CHUNK);
   c->spin_ns = gdr_tcp_resolve_spin_ns();

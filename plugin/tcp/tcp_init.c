@@ -96,6 +96,15 @@ uint64_t gdr_tcp_resolve_spin_ns(void) {
   return us > 0 ? (uint64_t)us * 1000u : 0;
 }
 
+size_t gdr_tcp_resolve_cts_inline(size_t inline_max) {
+  int64_t v = gdr_param_int(GDR_PARAM_TCP_CTS_INLINE);
+  if (v == GDR_PARAM_AUTO) {
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    v = cores >= TCP_SPIN_AUTO_CORES ? TCP_CTS_INLINE_AUTO : (int64_t)inline_max;
+  }
+  return (size_t)v < inline_max ? (size_t)v : inline_max;
+}
+
 uint64_t gdr_tcp_resolve_spin_max_ns(void) {
   int64_t us = gdr_param_int(GDR_PARAM_TCP_SPIN_MAX_US);
   if (us == GDR_PARAM_AUTO) us = gdr_tcp_resolve_spin_ns() > 0 ? TCP_SPIN_MAX_AUTO_US : 0;
@@ -181,9 +190,10 @@ static ncclResult_t tcp_init(int *ndev, char *why, size_t whylen) {
   }
   if (off < whylen)
     snprintf(why + off, whylen - off,
-             "; %d data stream(s) and %d helper thread(s) per connection, inline <= %lld B, helpers poll %llu us "
-             "before sleeping (up to %llu us while traffic is expected)",
+             "; %d data stream(s) and %d helper thread(s) per connection, inline <= %lld B (<= %zu B after a "
+             "clear-to-send), helpers poll %llu us before sleeping (up to %llu us while traffic is expected)",
              ns, nt, (long long)gdr_param_int(GDR_PARAM_TCP_INLINE),
+             gdr_tcp_resolve_cts_inline((size_t)gdr_param_int(GDR_PARAM_TCP_INLINE)),
              (unsigned long long)(gdr_tcp_resolve_spin_ns() / 1000u),
              (unsigned long long)(gdr_tcp_resolve_spin_max_ns() / 1000u));
 out:

@@ -894,8 +894,9 @@ ncclResult_t gdr_tcp_isend(void *send_comm, void *data, size_t size, int tag, vo
   }
   if (r->state != TCP_REQ_FREE) goto out; /* 32 in flight: try again later */
   if (c->cts[slot].seq != seq + 1) {
-    /* no CTS (yet): eager if it fits and a credit is left; read the control stream first when credits run low */
-    if (size > c->eager_max || c->credits <= c->ncredits / 4) {
+    /* no CTS (yet): eager if it fits and a credit is left; read the control stream first when credits run low, or
+     * when the message would rather be chunked (above GDRNET_TCP_CTS_INLINE) should its CTS be there already */
+    if (size > c->eager_max || size > c->cts_inline_max || c->credits <= c->ncredits / 4) {
       GDR_CHECK(send_poll(c));
       GDR_CHECK(comm_error(c)); /* e.g. an ERR_RECV just read */
     }
@@ -960,15 +961,16 @@ ncclResult_t gdr_tcp_isend(void *send_comm, void *data, size_t size, int tag, vo
     c->cts[slot].seq = 0;
     atomic_fetch_sub_explicit(&c->tx_expect, 1, memory_order_relaxed); /* counted when it came (seq >= next_seq) */
     GDR_TRACE(NCCL_NET, "TCP isend %s seq %llu (wire %llu) size %zu %s", c->peer_str, (unsigned long long)seq,
-              (unsigned long long)wseq, size, size <= c->inline_max ? "inline" : "chunked");
+              (unsigned long long)wseq, size, size <= c->cts_inline_max ? "inline" : "chunked");
     if (mr && mr->cuda_ctx && size > 0) GDR_CHECK(gdr_tcp_stage_out(r, mr, data, size, &wire));
-    if (size <= c->inline_max) {
+    if (size <= c->cts_inline_max) {
       send_start(c, r, seq, wire, size, SIZE_MAX);
       r->wseq = wseq;
       GDR_CHECK(tx_send(c, TCP_MSG_INLINE, 0, wseq, size, wire, size, r));
     } else {
       send_start(c, r, seq, wire, size, 0);
       r->wseq = wseq;
+      c->n_chunked++;
       GDR_CHECK(queue_chunks(c, r));
     }
   }

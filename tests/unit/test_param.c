@@ -184,6 +184,7 @@ static void test_load_bad_values_fail(void **state) {
       {"GDRNET_SPLIT_DATA", "2", "an integer in 0..1"},
       {"GDRNET_IB_TIMEOUT", "32", "an integer in 1..31"},
       {"GDRNET_TCP_INLINE", "2G", "a size in"},
+      {"GDRNET_TCP_CTS_INLINE", "2M", "auto (or -1) or an integer in 0..1048576"},
       {"GDRNET_TCP_NSOCKS", "100", "auto (or -1) or an integer in 1..64"},
       {"GDRNET_FALLBACK", "true", "an integer in 0..1"},
   };

@@ -670,6 +670,60 @@ static void test_eager_credit_exhaustion(void **state) {
   eager_default();
 }
 
+/* GDRNET_TCP_CTS_INLINE: a message whose clear-to-send came (its receive is bigger than the eager size, as NCCL's
+ * Simple steps) goes inline only up to that size, above it chunked; a small message into a receive of the eager size
+ * (NCCL's LL) is still eager, and its receive sends no clear-to-send. */
+static void test_cts_inline(void **state) {
+  enum { N = 6, BIG = 1 << 20, MSG = 65536 };
+  (void)state;
+  setenv("GDRNET_TCP_NSOCKS", "2", 1);
+  setenv("GDRNET_TCP_INLINE", "64K", 1);
+  for (int cfg = 0; cfg < 3; cfg++) { /* 32768: chunked above 32 KiB; 65536 and 0..: inline up to GDRNET_TCP_INLINE */
+    static const char *const val[] = {"32768", "65536", "1048576"};
+    unsigned char *sb = malloc(BIG), *rb = malloc(BIG);
+    struct pair p;
+    assert_non_null(sb);
+    assert_non_null(rb);
+    setenv("GDRNET_TCP_CTS_INLINE", val[cfg], 1);
+    eager_on("32");
+    init_plugin();
+    pair_open(&p);
+    for (int i = 0; i < N; i++) { /* 64 KiB into 1 MiB receives: each with its clear-to-send */
+      ut_fill(sb, MSG, (unsigned)(cfg * 100 + i));
+      void *rreq = post_recv(p.r, rb, BIG);
+      wait_ctrl_bytes(p.s, 1); /* its CTS is there (else the message may go eagerly: it fits the eager size) */
+      void *sreq = post_send(p.s, sb, MSG);
+      assert_int_equal(wait_req(rreq), MSG);
+      assert_int_equal(wait_req(sreq), MSG);
+      assert_memory_equal(sb, rb, MSG);
+    }
+    assert_int_equal(tcomm_of(p.s)->n_chunked, cfg == 0 ? N : 0);
+    assert_int_equal(tcomm_of(p.r)->n_cts, N);
+    for (int i = 0; i < N; i++) { /* 8 B into 64 KiB receives (NCCL's LL): eager, no clear-to-send */
+      ut_fill(sb, 8, (unsigned)(cfg * 100 + 50 + i));
+      void *rreq = post_recv(p.r, rb, MSG);
+      void *sreq = post_send(p.s, sb, 8);
+      assert_int_equal(wait_req(rreq), 8);
+      assert_int_equal(wait_req(sreq), 8);
+      assert_memory_equal(sb, rb, 8);
+    }
+    assert_int_equal(tcomm_of(p.r)->n_cts, N);
+    /* (inline up to 64 KiB, the 64 KiB ones may have gone eagerly too: a CTS is read only when needed) */
+    if (cfg == 0) assert_int_equal(tcomm_of(p.s)->n_eager, N);
+    else assert_true(tcomm_of(p.s)->n_eager >= N);
+    assert_int_equal(tcomm_of(p.s)->n_chunked, cfg == 0 ? N : 0);
+    pair_close(&p);
+    assert_int_equal(ut_nwarn, 0);
+    fini_plugin();
+    free(sb);
+    free(rb);
+  }
+  unsetenv("GDRNET_TCP_CTS_INLINE");
+  unsetenv("GDRNET_TCP_INLINE");
+  unsetenv("GDRNET_TCP_NSOCKS");
+  eager_default();
+}
+
 /* Eager, inline-after-CTS and chunked messages mixed, in order, with receives posted ahead of the sends and behind
  * them; small messages into big receives (their CTS goes unused) and big ones waiting for their CTS (RTS). */
 static void test_eager_mixed_order(void **state) {
@@ -1007,14 +1061,20 @@ static void test_ipv6(void **state) {
 
 /* Randomised traffic: sizes 0..2 MiB, receives posted ahead up to 32, requests tested in random order, across
  * random stream/thread/inline/chunk settings; every byte and every reported size checked. */
+struct rt_cfgs {
+  int from, to; /* the configurations this instance runs (three instances: CTest runs them in parallel shards) */
+};
+static const struct rt_cfgs rt_cfgs[] = {{0, 2}, {2, 4}, {4, 6}};
+
 static void test_random_traffic(void **state) {
   enum { N = NCCL_NET_MAX_REQUESTS, MSGS = 400, MAXSZ = 2 << 20 };
-  uint32_t x = 12345;
-  (void)state;
+  const struct rt_cfgs *rc = *state;
+  uint32_t x;
 #define RND() (x = x * 1664525u + 1013904223u, x >> 8)
-  for (int cfg = 0; cfg < 6; cfg++) {
+  for (int cfg = rc->from; cfg < rc->to; cfg++) {
     struct pair p;
-    char v[5][16];
+    char v[6][16];
+    x = 12345u + 7919u * (uint32_t)cfg; /* each configuration's own stream: the same whatever the sharding */
     unsigned char *sb[N], *rb[N];
     void *sreq[N] = {0}, *rreq[N] = {0};
     size_t rsz[N];
@@ -1029,6 +1089,9 @@ static void test_random_traffic(void **state) {
     setenv("GDRNET_TCP_NTHREADS", v[1], 1);
     setenv("GDRNET_TCP_INLINE", v[2], 1);
     setenv("GDRNET_TCP_MIN_CHUNK", v[3], 1);
+    static const char *const cts_inline[] = {"auto", "0", "16384"}; /* after a CTS: inline up to .. (0: chunked) */
+    snprintf(v[5], 16, "%s", cts_inline[RND() % 3]);
+    setenv("GDRNET_TCP_CTS_INLINE", v[5], 1);
     snprintf(v[4], 16, "%u", cfg % 3 == 0 ? 0u : (cfg % 3 == 1 ? 32u : 1u + RND() % 8)); /* eager credits */
     eager_on(v[4]);
     init_plugin();
@@ -1103,6 +1166,7 @@ static void test_random_traffic(void **state) {
   unsetenv("GDRNET_TCP_NTHREADS");
   unsetenv("GDRNET_TCP_INLINE");
   unsetenv("GDRNET_TCP_MIN_CHUNK");
+  unsetenv("GDRNET_TCP_CTS_INLINE");
   eager_default();
 }
 
@@ -1284,9 +1348,25 @@ int main(void) {
       cmocka_unit_test(test_no_fd_leak_or_stray_close),
       cmocka_unit_test(test_core_misuse),
       cmocka_unit_test(test_eager_out_of_window),
-      cmocka_unit_test(test_random_traffic),
+      cmocka_unit_test(test_cts_inline),
+      cmocka_unit_test_prestate(test_random_traffic, (void *)&rt_cfgs[0]),
+      cmocka_unit_test_prestate(test_random_traffic, (void *)&rt_cfgs[1]),
+      cmocka_unit_test_prestate(test_random_traffic, (void *)&rt_cfgs[2]),
       cmocka_unit_test(test_ipv6),
       cmocka_unit_test(test_loopback_stream),
   };
-  return cmocka_run_group_tests(tests, NULL, NULL);
+  /* UT_SHARD=K/N: only the tests whose index is K-1 modulo N (CTest runs unit_tcp as N shards in parallel:
+   * under ThreadSanitizer the whole takes minutes) */
+  enum { NT = sizeof(tests) / sizeof(tests[0]) };
+  struct CMUnitTest sel[NT];
+  size_t nsel = 0;
+  unsigned k = 1, n = 1;
+  const char *sh = getenv("UT_SHARD");
+  if (sh != NULL && (sscanf(sh, "%u/%u", &k, &n) != 2 || n == 0 || k == 0 || k > n)) {
+    fprintf(stderr, "UT_SHARD=%s: want K/N with 1 <= K <= N\n", sh);
+    return 2;
+  }
+  for (size_t i = 0; i < NT; i++)
+    if (i % n == k - 1) sel[nsel++] = tests[i];
+  return _cmocka_run_group_tests("unit_tcp", sel, nsel, NULL, NULL);
 }
