@@ -208,11 +208,12 @@ if [ "$INSTALLED" -eq 1 ]; then
   section "integration tests against the installed plugin"
   # The "selfcheck" tests load a deliberately broken wrapper plugin (they prove the checks can fail): not the
   # installed plugin's business, so they are left out here; so is the ABI matrix ("abimatrix": the suite again
-  # through every other table of the same library, which the build's own pass runs).
-  NIT="$(cd "$BUILD" && ctest -N -L integration -LE 'selfcheck|abimatrix' 2>/dev/null | sed -n 's/^Total Tests: *//p')"
+  # through every other table of the same library, which the build's own pass runs), and so is the fault matrix
+  # ("faultmatrix": recovery under injected faults, the same code whichever file it is loaded from).
+  NIT="$(cd "$BUILD" && ctest -N -L integration -LE 'selfcheck|abimatrix|faultmatrix' 2>/dev/null | sed -n 's/^Total Tests: *//p')"
   if [ -n "$NIT" ] && [ "$NIT" -gt 0 ]; then
     echo "running $NIT integration test(s) with GDRNET_TEST_PLUGIN=$IPLUGIN"
-    if (cd "$BUILD" && GDRNET_TEST_PLUGIN="$IPLUGIN" ctest -L integration -LE 'selfcheck|abimatrix' --output-on-failure -V -j"$(nproc 2>/dev/null || echo 2)") >"$WORK/it.log" 2>&1; then
+    if (cd "$BUILD" && GDRNET_TEST_PLUGIN="$IPLUGIN" ctest -L integration -LE 'selfcheck|abimatrix|faultmatrix' --output-on-failure -V -j"$(nproc 2>/dev/null || echo 2)") >"$WORK/it.log" 2>&1; then
       pass "ctest -L integration ($NIT tests) against $IPLUGIN"
     else
       grep -E "Test +#|FAIL|tests passed|tests failed" "$WORK/it.log" | tail -n 40

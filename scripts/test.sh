@@ -5,7 +5,8 @@
 #             the emulator's self-tests, every fuzz corpus replayed, the two-host tests in network namespaces
 #   asan      the same in an ASan+UBSan build (build-asan), without the tests labelled nosanitize (the ABI matrix's
 #             v7/v9/v10 and the RDMA 2 GiB message: the release pass) or configs (the scripts' own tests: no
-#             sanitized code in them)
+#             sanitized code in them), nor the two perf-demo runs (a benchmark's worth of traffic the other
+#             integration tests already move under ASan)
 #   tsan      a ThreadSanitizer build (build-tsan): the integration suite over TCP and the emulator (without the
 #             fault matrix and the ABI matrix: tsan-faults, and the other passes; nor the longest runs under TSan,
 #             closetail, large (both transports), perf-demo and the 4-QP variants: the other passes) and the
@@ -65,7 +66,8 @@ stage_asan() {
   echo "== tests (ASan+UBSan) =="
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:strict_string_checks=1 \
   UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-    ctest --test-dir build-asan --output-on-failure -j"$jobs" -LE "nosanitize|configs"
+    ctest --test-dir build-asan --output-on-failure -j"$jobs" -LE "nosanitize|configs" \
+    -E '^integration\.(tcp|rdma)\.perf-demo$'
 }
 # the longest runs under TSan (6 of its 11 minutes, and the RDMA 2 GiB message, whose every placed word TSan
 # watches): the tsan stage leaves them to tsan-faults
