@@ -1100,7 +1100,7 @@ static void test_random_traffic(void **state) {
     pair_open(&p);
     for (int i = 0; i < N; i++) {
       sb[i] = malloc(MAXSZ);
-      rb[i] = malloc(MAXSZ + 64);
+      rb[i] = malloc(MAXSZ + 70064);
     }
     /* message k: size sz(k), the receive posted for it is at least that big */
     while (done_r < MSGS || done_s < MSGS) {
@@ -1112,7 +1112,9 @@ static void test_random_traffic(void **state) {
           uint32_t y = (uint32_t)posted_r * 2654435761u;
           size_t sz = (y >> 4) % 4 == 0 ? (y >> 8) % 64 : (y >> 8) % MAXSZ;
           void *data[1] = {rb[i]};
-          size_t s1[1] = {sz + (RND() % 64)};
+          /* a quarter of the receives are bigger than any eager size: their CTS goes out, and the message takes the
+           * inline-after-CTS or the chunked path (GDRNET_TCP_CTS_INLINE) whatever its size */
+          size_t s1[1] = {sz + (RND() % 4 == 0 ? 70000 + RND() % 64 : RND() % 64)};
           int tag = 0;
           memset(rb[i], 0xee, s1[0]);
           assert_int_equal(gdr_core_irecv(p.r, 1, data, s1, &tag, NULL, NULL, &rreq[i]), ncclSuccess);
