@@ -678,7 +678,7 @@ static void test_cts_inline(void **state) {
   (void)state;
   setenv("GDRNET_TCP_NSOCKS", "2", 1);
   setenv("GDRNET_TCP_INLINE", "64K", 1);
-  for (int cfg = 0; cfg < 3; cfg++) { /* 32768: chunked above 32 KiB; 65536 and 0..: inline up to GDRNET_TCP_INLINE */
+  for (int cfg = 0; cfg < 3; cfg++) { /* 32768: chunked above 32 KiB; 65536 and 1048576: inline up to GDRNET_TCP_INLINE */
     static const char *const val[] = {"32768", "65536", "1048576"};
     unsigned char *sb = malloc(BIG), *rb = malloc(BIG);
     struct pair p;

@@ -792,6 +792,31 @@ static void sc_late_cqe(void)
 }
 
 /* ---------------------------------------------------------------- malformed rules */
+/* A child with var=val (and no VEMU_FAULTS unless var is it): ibv_get_device_list must fail; its stderr in msg. */
+static void init_fails(const char *var, const char *val, char *msg, size_t len)
+{
+	int p[2];
+	CHECK_EQ(pipe(p), 0);
+	pid_t pid = fork();
+	CHECK(pid >= 0);
+	if (pid == 0) {
+		dup2(p[1], 2);
+		unsetenv("VEMU_FAULTS");
+		setenv(var, val, 1);
+		int n = 5;
+		struct ibv_device **l = ibv_get_device_list(&n);
+		exit(l == NULL && n == 0 ? 0 : 1);
+	}
+	close(p[1]);
+	memset(msg, 0, len);
+	size_t got = 0;
+	ssize_t r;
+	while ((r = read(p[0], msg + got, len - 1 - got)) > 0)
+		got += (size_t)r;
+	close(p[0]);
+	CHECK_EQ(vt_wait_child(pid), 0);
+}
+
 static void sc_malformed(void)
 {
 	const char *bad[] = {
@@ -800,28 +825,17 @@ static void sc_malformed(void)
 		"fail:call=reg_mr:nth=1:errno=EWHATEVER", "fail:call=post_send:nth=1:errno=EIO",
 		"no_recv_credit:nth=1:extra=2", "nonsense:nth=1", "wc:op=write:nth=1:status=rem_access;junk",
 	};
+	char msg[1024];
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
-		int p[2];
-		CHECK_EQ(pipe(p), 0);
-		pid_t pid = fork();
-		CHECK(pid >= 0);
-		if (pid == 0) {
-			dup2(p[1], 2);
-			setenv("VEMU_FAULTS", bad[i], 1);
-			int n = 5;
-			struct ibv_device **l = ibv_get_device_list(&n);
-			exit(l == NULL && n == 0 ? 0 : 1);
-		}
-		close(p[1]);
-		char msg[1024] = { 0 };
-		size_t got = 0;
-		ssize_t r;
-		while ((r = read(p[0], msg + got, sizeof(msg) - 1 - got)) > 0)
-			got += (size_t)r;
-		close(p[0]);
-		CHECK_EQ(vt_wait_child(pid), 0);
+		init_fails("VEMU_FAULTS", bad[i], msg, sizeof(msg));
 		CHECK(strstr(msg, "VEMU_FAULTS") != NULL);
 		CHECK(strstr(msg, "malformed rule") != NULL);
+	}
+	/* a malformed VEMU_ACK_WAIT_S is named too */
+	const char *bad_wait[] = { "soon", "0", "-5", "86401", "20s" };
+	for (size_t i = 0; i < sizeof(bad_wait) / sizeof(bad_wait[0]); i++) {
+		init_fails("VEMU_ACK_WAIT_S", bad_wait[i], msg, sizeof(msg));
+		CHECK(strstr(msg, "VEMU_ACK_WAIT_S") != NULL);
 	}
 	/* a good list parses */
 	setenv("VEMU_FAULTS", "wc:op=write|read:nth=5:status=loc_prot;port_down:dev=none:after_ms=1:for_ms=1", 1);

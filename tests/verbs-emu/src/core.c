@@ -321,6 +321,17 @@ int vemu_ensure_init(void)
 		}
 		g.max_msg_sz = v;
 	}
+	const char *aw = getenv("VEMU_ACK_WAIT_S");
+	g.ack_wait_s = 20;
+	if (aw && *aw) {
+		char *end;
+		long v = strtol(aw, &end, 10);
+		if (*end || v < 1 || v > 86400) {
+			fprintf(stderr, "vemu: VEMU_ACK_WAIT_S='%s' is not a number of seconds in 1..86400\n", aw);
+			goto fail;
+		}
+		g.ack_wait_s = v;
+	}
 	const char *lazy = getenv("VEMU_GDR_LAZY");
 	g.gdr_lazy = lazy && !strcmp(lazy, "1");
 	const char *pci = getenv("VEMU_PCI_PATH");
@@ -760,17 +771,17 @@ void vemu_async_event(struct vctx *ctx, enum ibv_event_type type, void *elem, in
 	VTRACE("async ctx=%s event=%s\n", ctx->dev->dev.name, ibv_event_type_str(type));
 }
 
-/* g.mu held: the QP or CQ the record names, while it is alive; NULL for a destroyed one */
-static uint32_t *ev_live_counter(const struct async_rec *r, int acked)
+/* g.mu held: the read-events counter of the QP or CQ the record names, while it is alive; NULL for a destroyed one */
+static uint32_t *ev_read_counter(const struct async_rec *r)
 {
 	if (r->type == IBV_EVENT_CQ_ERR) {
 		for (struct vcq *q = g.cqs; q; q = q->cnext)
 			if (&q->cq == r->elem && q->serial == r->serial)
-				return acked ? &q->ev_acked : &q->ev_read;
+				return &q->ev_read;
 	} else if (ev_names_qp(r->type)) {
 		for (struct vqp *q = g.qps; q; q = q->anext)
 			if (&q->qp == r->elem && q->serial == r->serial)
-				return acked ? &q->ev_acked : &q->ev_read;
+				return &q->ev_read;
 	}
 	return NULL;
 }
@@ -791,7 +802,7 @@ VEMU_EXPORT int ibv_get_async_event(struct ibv_context *c, struct ibv_async_even
 		if (r.type != IBV_EVENT_CQ_ERR && !ev_names_qp(r.type))
 			break;
 		pthread_mutex_lock(&g.mu);
-		uint32_t *read_ctr = ev_live_counter(&r, 0);
+		uint32_t *read_ctr = ev_read_counter(&r);
 		if (read_ctr)
 			(*read_ctr)++;
 		pthread_mutex_unlock(&g.mu);
@@ -827,16 +838,16 @@ VEMU_EXPORT int ibv_get_async_event(struct ibv_context *c, struct ibv_async_even
 VEMU_EXPORT void ibv_ack_async_event(struct ibv_async_event *ev)
 {
 	uint32_t *acked = NULL;
-	pthread_mutex_lock(&g.mu);
 	/* the object is alive: its destroy waits for this ack */
 	if (ev->event_type == IBV_EVENT_CQ_ERR)
 		acked = &((struct vcq *)ev->element.cq)->ev_acked;
 	else if (ev_names_qp(ev->event_type))
 		acked = &((struct vqp *)ev->element.qp)->ev_acked;
-	if (acked) {
-		(*acked)++;
-		pthread_cond_broadcast(&g.ev_acked_cond);
-	}
+	if (!acked)
+		return; /* port and device events: nothing waits for them */
+	pthread_mutex_lock(&g.mu);
+	(*acked)++;
+	pthread_cond_broadcast(&g.ev_acked_cond);
 	pthread_mutex_unlock(&g.mu);
 }
 
@@ -847,11 +858,9 @@ static void wait_acked(const uint32_t *read_ctr, const uint32_t *acked, const ch
 {
 	if (*read_ctr == *acked)
 		return;
-	const char *e = getenv("VEMU_ACK_WAIT_S");
-	long lim = e && *e ? strtol(e, NULL, 10) : 20;
 	struct timespec until;
 	clock_gettime(CLOCK_REALTIME, &until);
-	until.tv_sec += lim > 0 ? lim : 20;
+	until.tv_sec += g.ack_wait_s;
 	while (*read_ctr != *acked)
 		if (pthread_cond_timedwait(&g.ev_acked_cond, &g.mu, &until) == ETIMEDOUT && *read_ctr != *acked) {
 			fprintf(stderr,

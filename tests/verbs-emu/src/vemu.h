@@ -267,6 +267,7 @@ struct vglobal {
 	struct vcq *cqs;
 	uint64_t obj_serial;                /* last serial given to a QP or CQ (g.mu) */
 	pthread_cond_t ev_acked_cond;       /* an async event was acked (g.mu) */
+	long ack_wait_s;                    /* VEMU_ACK_WAIT_S: destroy's wait for an unacked event before it aborts */
 	struct vqp *dirty_head;
 	int nqp_rts;                        /* counts QPs that reached RTS (qp_fatal rule) */
 	uint32_t qp_gone_gen;               /* bumped by ibv_destroy_qp under g.mu (atomic: read by the agent without it) */
