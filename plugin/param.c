@@ -8,11 +8,15 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
 #include "log.h"
 
 #ifndef GDRNET_CONFIG_DOC
 #error "GDRNET_CONFIG_DOC (the installed path of docs/configuration.md) must be defined"
+#endif
+#ifndef GDRNET_SOURCE_CONFIG_DOC /* the repository's docs/configuration.md (a source build has no installed doc) */
+#define GDRNET_SOURCE_CONFIG_DOC ""
 #endif
 
 extern char **environ;
@@ -263,6 +267,13 @@ int gdr_param_reserved(const char *name) {
   return 0;
 }
 
+const char *gdr_param_config_doc(void) {
+  if (access(GDRNET_CONFIG_DOC, R_OK) == 0) return GDRNET_CONFIG_DOC;
+  if (GDRNET_SOURCE_CONFIG_DOC[0] != '\0' && access(GDRNET_SOURCE_CONFIG_DOC, R_OK) == 0)
+    return GDRNET_SOURCE_CONFIG_DOC;
+  return "docs/configuration.md of the libnccl-net-gdr sources (not installed at " GDRNET_CONFIG_DOC ")";
+}
+
 static void warn_unknown(void) {
   for (char **e = environ; e != NULL && *e != NULL; e++) {
     char name[128];
@@ -276,9 +287,9 @@ static void warn_unknown(void) {
     if (gdr_param_lookup(name) != GDR_PARAM_COUNT) continue;
     const char *s = gdr_param_suggest(name);
     if (s != NULL) {
-      GDR_WARN("unknown knob %s ignored; did you mean %s? (knobs: " GDRNET_CONFIG_DOC ")", name, s);
+      GDR_WARN("unknown knob %s ignored; did you mean %s? (knobs: %s)", name, s, gdr_param_config_doc());
     } else {
-      GDR_WARN("unknown knob %s ignored (knobs: " GDRNET_CONFIG_DOC ")", name);
+      GDR_WARN("unknown knob %s ignored (knobs: %s)", name, gdr_param_config_doc());
     }
   }
 }
