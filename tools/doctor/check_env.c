@@ -80,9 +80,9 @@ static void check_knobs(struct dr_ctx *c) {
       f = dr_add(r, id, DR_WARN, "%s is not a knob of this plugin: it is ignored%s%s%s", name,
                  s ? " (did you mean " : "", s ? s : "", s ? "?)" : "");
       if (s)
-        dr_fix(r, f, "rename it to %s (the knobs: %s)", s, GDRNET_CONFIG_DOC);
+        dr_fix(r, f, "rename it to %s (the knobs: %s)", s, gdr_param_config_doc());
       else
-        dr_fix(r, f, "unset it; the knobs: %s", GDRNET_CONFIG_DOC);
+        dr_fix(r, f, "unset it; the knobs: %s", gdr_param_config_doc());
       bad++;
       continue;
     }
@@ -132,11 +132,18 @@ static void check_knobs(struct dr_ctx *c) {
   if (gdr_param_int(GDR_PARAM_IB_DISABLE)) {
     int alias = gdr_param_source(GDR_PARAM_IB_DISABLE) == GDR_PSRC_ALIAS;
     const char *k = alias ? "NCCL_IB_DISABLE" : "GDRNET_IB_DISABLE";
-    f = dr_add(r, alias ? "env/NCCL_IB_DISABLE" : "env/GDRNET_IB_DISABLE", DR_FAIL,
-               "%s=1: no RDMA at all, neither NCCL's IB transport nor this plugin's (it uses TCP)", k);
+    /* NCCL never reads GDRNET_*: only NCCL_IB_DISABLE turns NCCL's own IB transport off as well */
+    if (alias)
+      f = dr_add(r, "env/NCCL_IB_DISABLE", DR_FAIL,
+                 "NCCL_IB_DISABLE=1: no RDMA at all, neither NCCL's IB transport nor this plugin's (it uses TCP)");
+    else
+      f = dr_add(r, "env/GDRNET_IB_DISABLE", DR_FAIL,
+                 "GDRNET_IB_DISABLE=1: this plugin uses no RDMA device (it runs over TCP)");
     if (alias) dr_evidence(r, f, "the plugin honours NCCL_IB_DISABLE when GDRNET_IB_DISABLE is unset");
     dr_fix(r, f, "unset %s unless you mean to forbid RDMA; select the plugin with NCCL_NET=GDR", k);
   }
+  dr_check_socket_ifname(c); /* the plugin's own interface selection, with the values just resolved */
+  gdr_log_init(quiet_logger);
   gdr_params_reset();
   gdr_log_init(NULL);
 }
@@ -155,18 +162,7 @@ void dr_check_env(struct dr_ctx *c) {
       dr_fix(r, f, "export NCCL_NET=GDR (or unset NCCL_NET)");
     }
   }
-  v = getenv("NCCL_NET_PLUGIN");
-  if (v == NULL || *v == '\0') {
-    f = dr_add(r, "env/NCCL_NET_PLUGIN", DR_INFO,
-               "NCCL_NET_PLUGIN unset: NCCL loads libnccl-net.so, which is this "
-               "plugin only if its default link is installed");
-    dr_fix(r, f, "export NCCL_NET_PLUGIN=gdr (finds libnccl-net-gdr.so on the library path) or a full path");
-  } else if (strcasestr(v, "gdr") == NULL) {
-    f = dr_add(r, "env/NCCL_NET_PLUGIN", DR_FAIL, "NCCL_NET_PLUGIN=%s does not name this plugin", v);
-    dr_fix(r, f, "export NCCL_NET_PLUGIN=gdr");
-  } else {
-    dr_add(r, "env/NCCL_NET_PLUGIN", DR_OK, "NCCL_NET_PLUGIN=%s", v);
-  }
+  dr_check_nccl_plugin(c); /* env/NCCL_NET_PLUGIN: the libraries NCCL will dlopen, tried */
   if ((v = getenv("NCCL_NET_GDR_LEVEL")) && *v) {
     int lvl = dr_gdr_level(v);
     if (lvl == 0) {
