@@ -214,6 +214,7 @@ static void test_load_bad_values_fail(void **state) {
 
 static void test_init_fails_on_bad_knob(void **state) {
   (void)state;
+  unsetenv("NCCL_NET"); /* the init-failure WARN depends on it */
   setenv("GDRNET_SOCKET_IFNAME", "lo", 1);
   setenv("GDRNET_TCP_NTHREADS", "zero", 1);
   assert_int_equal(gdr_core_init(ut_logger), ncclInvalidUsage);
@@ -229,7 +230,25 @@ static void test_init_fails_on_bad_knob(void **state) {
   ut_warn_reset();
   assert_int_equal(gdr_core_init(ut_logger) == ncclSuccess, 0);
   assert_true(ut_warned("no IP interface"));
+  /* the WARN says what NCCL 2.28 does next: without NCCL_NET it falls back to IB/Socket, with NCCL_NET=GDR the
+   * communicator's init fails (src/plugin/net.cc) */
+  assert_true(ut_warned("NCCL_NET is unset: NCCL falls back to its own IB transport, else Socket"));
+  assert_false(ut_warned("Failed to initialize any NET plugin\")"));
   gdr_core_fini();
+  setenv("NCCL_NET", "gdr", 1);
+  ut_warn_reset();
+  assert_int_equal(gdr_core_init(ut_logger) == ncclSuccess, 0);
+  assert_true(ut_warned("with NCCL_NET=gdr NCCL does not fall back: its communicator init fails (\"Failed to "
+                        "initialize any NET plugin\")"));
+  assert_false(ut_warned("falls back to its own"));
+  gdr_core_fini();
+  setenv("GDRNET_SOCKET_IFNAME", "lo", 1);
+  setenv("GDRNET_TCP_NTHREADS", "zero", 1); /* a bad knob: the same words */
+  ut_warn_reset();
+  assert_int_equal(gdr_core_init(ut_logger), ncclInvalidUsage);
+  assert_true(ut_warned("plugin init fails (with NCCL_NET=gdr NCCL does not fall back"));
+  unsetenv("GDRNET_TCP_NTHREADS");
+  unsetenv("NCCL_NET");
 }
 
 static void test_forced_rdma_unavailable(void **state) {

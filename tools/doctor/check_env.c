@@ -93,7 +93,9 @@ static void check_knobs(struct dr_ctx *c) {
       gdr_param_accepted(pi, acc, sizeof acc);
       snprintf(id, sizeof id, "knob/%s", name);
       if (ours) {
-        f = dr_add(r, id, DR_FAIL, "%s=\"%s\" is invalid: the plugin's init fails (NCCL then uses its own transports)",
+        f = dr_add(r, id, DR_FAIL,
+                   "%s=\"%s\" is invalid: the plugin's init fails (NCCL then falls back to its own IB/Socket "
+                   "transport, or with NCCL_NET=GDR fails: \"Failed to initialize any NET plugin\")",
                    name, val);
       } else {
         const char *set = getenv(pi->name);
