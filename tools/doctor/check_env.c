@@ -116,17 +116,6 @@ static void check_knobs(struct dr_ctx *c) {
       bad += bad_filter(r, name, val, "the plugin's init fails",
                         "[^][=]name[,name...] (prefix match unless \"=\", \"^\" excludes), e.g. eth0 or ^docker,lo");
   }
-  if (list) {
-    free(list->title);
-    if (asprintf(&list->title,
-                 "%zu GDRNET_*/NCCL_IB_* variable%s set (NCCL_IB_* apply when the GDRNET_* twin is "
-                 "unset)%s",
-                 nknobs, nknobs == 1 ? "" : "s", bad ? "" : ": every value valid for the plugin") < 0) {
-      list->title = NULL;
-      r->oom = true;
-    }
-  }
-
   /* NCCL_IB_DISABLE=1 (or GDRNET_IB_DISABLE=1), resolved exactly as the plugin resolves it */
   gdr_log_init(quiet_logger);
   gdr_params_reset();
@@ -144,10 +133,23 @@ static void check_knobs(struct dr_ctx *c) {
     if (alias) dr_evidence(r, f, "the plugin honours NCCL_IB_DISABLE when GDRNET_IB_DISABLE is unset");
     dr_fix(r, f, "unset %s unless you mean to forbid RDMA; select the plugin with NCCL_NET=GDR", k);
   }
-  dr_check_socket_ifname(c); /* the plugin's own interface selection, with the values just resolved */
+  /* the plugin's own interface selection, with the values just resolved: a value that selects nothing is not
+   * "valid" either */
+  if (dr_check_socket_ifname(c)) bad++;
   gdr_log_init(quiet_logger);
   gdr_params_reset();
   gdr_log_init(NULL);
+
+  if (list) {
+    free(list->title);
+    if (asprintf(&list->title,
+                 "%zu GDRNET_*/NCCL_IB_* variable%s set (NCCL_IB_* apply when the GDRNET_* twin is "
+                 "unset)%s",
+                 nknobs, nknobs == 1 ? "" : "s", bad ? "" : ": every value valid for the plugin") < 0) {
+      list->title = NULL;
+      r->oom = true;
+    }
+  }
 }
 
 void dr_check_env(struct dr_ctx *c) {

@@ -253,8 +253,9 @@ static void usable_ifaces(int family, char *buf, size_t len) {
   if (buf[0] == '\0') snprintf(buf, len, "none");
 }
 
-/* Params must be loaded (gdr_params_load) by the caller, who sets its plugin logger back afterwards. */
-void dr_check_socket_ifname(struct dr_ctx *c) {
+/* Params must be loaded (gdr_params_load) by the caller, who sets its plugin logger back afterwards. Returns 1 when
+ * the finding is a FAIL. */
+int dr_check_socket_ifname(struct dr_ctx *c) {
   struct dr_report *r = c->rep;
   struct dr_finding *f;
   const char *spec = gdr_param_str(GDR_PARAM_SOCKET_IFNAME);
@@ -265,13 +266,13 @@ void dr_check_socket_ifname(struct dr_ctx *c) {
   char usable[1024];
   int n = 0;
 
-  if (spec == NULL) return;
+  if (spec == NULL) return 0;
   /* unset: the default order is NCCL's; only a live host's interfaces are worth a finding */
-  if (spec[0] == '\0' && c->fabricated) return;
+  if (spec[0] == '\0' && c->fabricated) return 0;
   g_plugin_warn[0] = '\0';
   gdr_log_init(capture_logger); /* the caller sets its own logger back */
   ncclResult_t res = gdr_if_find(spec, family, ifs, GDR_MAX_IFS, &n);
-  if (res == ncclInvalidUsage) return; /* a malformed value: knob/<name> said so */
+  if (res == ncclInvalidUsage) return 0; /* a malformed value: knob/<name> said so */
   usable_ifaces(family, usable, sizeof usable);
   if (res != ncclSuccess || n == 0) {
     if (spec[0])
@@ -291,7 +292,7 @@ void dr_check_socket_ifname(struct dr_ctx *c) {
            "set %s to one of the interfaces up here (%s; a prefix matches, \"=name\" is exact, \"^\" excludes), or "
            "unset it",
            knob, usable);
-    return;
+    return 1;
   }
   char chosen[768];
   size_t off = 0;
@@ -308,6 +309,7 @@ void dr_check_socket_ifname(struct dr_ctx *c) {
   f = dr_add(r, "socket-ifname", spec[0] ? DR_OK : DR_INFO, "%s%s%s%s: the plugin's handshake and TCP use %s",
              spec[0] ? knob : "GDRNET_SOCKET_IFNAME unset", spec[0] ? "=\"" : "", spec, spec[0] ? "\"" : "", chosen);
   dr_evidence(r, f, "interfaces up with an address here: %s", usable);
+  return 0;
 }
 
 void dr_check_nccl_plugin(struct dr_ctx *c) { check_net_plugin(c); }

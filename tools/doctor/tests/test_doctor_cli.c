@@ -1041,6 +1041,7 @@ static void socket_ifname(void **state) {
   expect_has(&r, "socket-ifname", "evidence", "interfaces up with an address here: ");
   expect_has(&r, "socket-ifname", "evidence", "lo (127.0.0.1)");
   expect_has(&r, "socket-ifname", "fix", "lo (127.0.0.1)");
+  assert_false(field_has(finding(&r, "env/knobs"), "title", "every value valid")); /* the "all valid" */
   assert_int_equal(r.rc, 1);
   res_free(&r);
   const char *e2[] = {"NCCL_SOCKET_IFNAME=nosuchif", NULL}; /* NCCL's name, read when ours is unset */
@@ -1052,6 +1053,7 @@ static void socket_ifname(void **state) {
   r = run_json(f, NULL, e3);
   expect(&r, "socket-ifname", "OK");
   expect_has(&r, "socket-ifname", "title", "use lo (127.0.0.1)");
+  expect_has(&r, "env/knobs", "title", "every value valid for the plugin");
   assert_int_equal(r.rc, 0);
   res_free(&r);
 }
