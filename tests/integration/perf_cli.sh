@@ -50,7 +50,7 @@ expect 1 "dlopen(/nonexistent/libx.so)" --local --plugin /nonexistent/libx.so
 # --timeout (not a fixed 30 s) and says to start the server
 expect 1 "cannot resolve host 'no.such.host.invalid'" --client no.such.host.invalid --timeout 2
 t0=$(date +%s)
-expect 1 "connection refused for 1 s (--timeout): is the server running?" --client 127.0.0.1 --port 1 --timeout 1
+expect 1 "127.0.0.1:1: connection refused: is the server running? (refused for 1 s, --timeout;" --client 127.0.0.1 --port 1 --timeout 1
 t1=$(date +%s)
 if [ $((t1 - t0)) -gt 10 ]; then
   echo "FAIL: --client 127.0.0.1 --port 1 --timeout 1 took $((t1 - t0)) s"

@@ -127,8 +127,8 @@ int gn_boot_tcp_connect(const char *host, int port, double timeout_s, char *err,
     if (gn_expired(dl)) {
       if (last == ECONNREFUSED)
         snprintf(err, errlen,
-                 "%s:%d: connection refused for %g s (--timeout): is the server running? "
-                 "(start it there with gdrnet-perf --server --port %d)",
+                 "%s:%d: connection refused: is the server running? (refused for %g s, --timeout; start it there "
+                 "with gdrnet-perf --server --port %d)",
                  host, port, timeout_s, port);
       else
         snprintf(err, errlen, "%s:%d: %s; no connection within %g s (--timeout)", host, port,
