@@ -3,7 +3,9 @@
 #include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "core.h"
 #include "log.h"
@@ -64,6 +66,26 @@ void gdr_core_comm_closed(const struct gdr_transport *tp) {
 
 ncclProfilerCallback_t gdr_core_profiler_locked(void) { return g_profiler; }
 
+/* What NCCL does when this plugin's init fails, for the WARN (NCCL 2.28.9 src/plugin/net.cc, ncclNetInit): a failed
+ * external plugin is skipped and the next one in the list is tried (NCCL's own IB, then Socket), unless the
+ * communicator asks for a network by name (NCCL_NET, or ncclConfig_t.netName): then only plugins of that name are
+ * tried, and none left means "Failed to initialize any NET plugin" and the communicator's init fails. */
+static const char *init_fail_consequence(char *buf, size_t len) {
+  const char *net = getenv("NCCL_NET");
+  if (net != NULL && strcasecmp(net, "GDR") == 0)
+    snprintf(buf, len,
+             "with NCCL_NET=%s NCCL does not fall back: its communicator init fails (\"Failed to initialize any NET "
+             "plugin\")",
+             net);
+  else if (net != NULL && net[0] != '\0')
+    snprintf(buf, len, "NCCL_NET=%s selects another network: NCCL uses that one", net);
+  else
+    snprintf(buf, len,
+             "NCCL_NET is unset: NCCL falls back to its own IB transport, else Socket, and says so only at INFO "
+             "(\"Failed to initialize NET plugin GDR\"); with NCCL_NET=GDR it would be an error instead");
+  return buf;
+}
+
 /* Appends "name (extra)" of each device to buf. */
 static void describe_devices(const struct gdr_transport *tp, int ndev, char *buf, size_t len) {
   size_t off = 0;
@@ -104,9 +126,10 @@ static ncclResult_t choose_transport(void) {
     snprintf(rdma_why, sizeof(rdma_why), "this build has no RDMA transport");
 #endif
     if (tp == NULL && want == GDR_TRANSPORT_RDMA) {
-      GDR_WARN("GDRNET_TRANSPORT=rdma but RDMA cannot work here: %s. Plugin init fails (NCCL falls back to its own "
-               "transports); unset GDRNET_TRANSPORT or set it to auto/tcp to use TCP",
-               rdma_why);
+      char cons[320];
+      GDR_WARN("GDRNET_TRANSPORT=rdma but RDMA cannot work here: %s. Plugin init fails (%s); unset GDRNET_TRANSPORT "
+               "or set it to auto/tcp to use TCP",
+               rdma_why, init_fail_consequence(cons, sizeof(cons)));
       res = ncclSystemError;
       goto out;
     }
@@ -114,8 +137,9 @@ static ncclResult_t choose_transport(void) {
   if (tp == NULL) {
     ncclResult_t r = gdr_transport_tcp.init(&ndev, tcp_why, sizeof(tcp_why));
     if (r != ncclSuccess || ndev <= 0) {
-      GDR_WARN("TCP transport cannot work: %s. Plugin init fails (NCCL falls back to its own transports)",
-               tcp_why[0] ? tcp_why : "no usable IP interface");
+      char cons[320];
+      GDR_WARN("TCP transport cannot work: %s. Plugin init fails (%s)", tcp_why[0] ? tcp_why : "no usable IP interface",
+               init_fail_consequence(cons, sizeof(cons)));
       if (r == ncclSuccess && gdr_transport_tcp.fini) gdr_transport_tcp.fini();
       res = r != ncclSuccess ? r : ncclSystemError;
       goto out;
@@ -141,7 +165,9 @@ ncclResult_t gdr_core_load_locked(void) {
   ncclResult_t res = ncclSuccess;
   if (g_tp != NULL) goto out; /* initialised before in this load: NCCL may call init once per user of the table */
   if (gdr_params_load() != ncclSuccess) {
-    GDR_WARN("plugin init fails: fix the environment knob(s) named above (docs/configuration.md lists them)");
+    char cons[320];
+    GDR_WARN("plugin init fails (%s): fix the environment knob(s) named above (the knobs: %s)",
+             init_fail_consequence(cons, sizeof(cons)), gdr_param_config_doc());
     res = ncclInvalidUsage;
     gdr_params_reset(); /* a later init re-reads the environment */
     goto out;

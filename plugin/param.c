@@ -8,11 +8,15 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
 #include "log.h"
 
 #ifndef GDRNET_CONFIG_DOC
 #error "GDRNET_CONFIG_DOC (the installed path of docs/configuration.md) must be defined"
+#endif
+#ifndef GDRNET_SOURCE_CONFIG_DOC /* the repository's docs/configuration.md (a source build has no installed doc) */
+#define GDRNET_SOURCE_CONFIG_DOC ""
 #endif
 
 extern char **environ;
@@ -263,6 +267,13 @@ int gdr_param_reserved(const char *name) {
   return 0;
 }
 
+const char *gdr_param_config_doc(void) {
+  if (access(GDRNET_CONFIG_DOC, R_OK) == 0) return GDRNET_CONFIG_DOC;
+  if (GDRNET_SOURCE_CONFIG_DOC[0] != '\0' && access(GDRNET_SOURCE_CONFIG_DOC, R_OK) == 0)
+    return GDRNET_SOURCE_CONFIG_DOC;
+  return "docs/configuration.md of the libnccl-net-gdr sources (not installed at " GDRNET_CONFIG_DOC ")";
+}
+
 static void warn_unknown(void) {
   for (char **e = environ; e != NULL && *e != NULL; e++) {
     char name[128];
@@ -276,9 +287,9 @@ static void warn_unknown(void) {
     if (gdr_param_lookup(name) != GDR_PARAM_COUNT) continue;
     const char *s = gdr_param_suggest(name);
     if (s != NULL) {
-      GDR_WARN("unknown knob %s ignored; did you mean %s? (knobs: " GDRNET_CONFIG_DOC ")", name, s);
+      GDR_WARN("unknown knob %s ignored; did you mean %s? (knobs: %s)", name, s, gdr_param_config_doc());
     } else {
-      GDR_WARN("unknown knob %s ignored (knobs: " GDRNET_CONFIG_DOC ")", name);
+      GDR_WARN("unknown knob %s ignored (knobs: %s)", name, gdr_param_config_doc());
     }
   }
 }
@@ -378,21 +389,30 @@ static int md_cell(FILE *f, const char *s) {
 
 int gdr_params_markdown(FILE *f) {
   int rc = 0;
-  rc |= fputs("# Configuration\n\n"
-              "<!-- Generated from plugin/params.def by `gdrnet-gen-config-doc`; do not edit by hand.\n"
-              "     Regenerate: cmake --build build --target gdrnet-gen-config-doc && "
-              "build/plugin/gdrnet-gen-config-doc > docs/configuration.md -->\n\n"
-              "libnccl-net-gdr reads these environment variables once, when NCCL initialises the plugin.\n\n"
-              "- A knob set to an invalid value makes the plugin's init fail with a warning that names the knob,\n"
-              "  the value and the accepted values; NCCL then falls back to its own transports (loudly).\n"
-              "- Where NCCL's own transports have the same knob (the *NCCL alias* column), that variable is honoured\n"
-              "  when the `GDRNET_` one is unset. An invalid alias value is warned about and ignored (it was meant\n"
-              "  for NCCL's transport), the default is used.\n"
-              "- An unknown `GDRNET_*` variable is warned about with the closest known name. Variables of the\n"
-              "  project's tools and tests (`GDRNET_PLUGIN`, `GDRNET_TEST_*`, `GDRNET_SKIP_*`,\n"
-              "  `GDRNET_PERF_*`, `GDRNET_DOCTOR_*`) are not knobs and are not reported.\n"
-              "- Sizes accept K, M and G suffixes (binary: `64K` = 65536).\n\n",
-              f) < 0;
+  rc |=
+      fputs(
+          "# Configuration\n\n"
+          "<!-- Generated from plugin/params.def by `gdrnet-gen-config-doc`; do not edit by hand.\n"
+          "     Regenerate: cmake --build build --target gdrnet-gen-config-doc && "
+          "build/plugin/gdrnet-gen-config-doc > docs/configuration.md -->\n\n"
+          "libnccl-net-gdr reads these environment variables once, when NCCL initialises the plugin.\n\n"
+          "- A knob set to an invalid value makes the plugin's init fail with a warning that names the knob,\n"
+          "  the value and the accepted values, and what NCCL does next (2.28, `src/plugin/net.cc`):\n"
+          "  - `NCCL_NET` unset (and no `netName` in the communicator's config): NCCL skips the plugin and\n"
+          "    falls back to its own IB transport, else Socket, saying so only at INFO\n"
+          "    (`Failed to initialize NET plugin GDR`);\n"
+          "  - `NCCL_NET=GDR` (every plugin preset in nccl-tests-configs sets it): no fallback, an error: NCCL warns\n"
+          "    `Failed to initialize any NET plugin` and the communicator's init fails.\n"
+          "  The same holds for any other reason the init fails (no usable interface, `GDRNET_TRANSPORT=rdma`\n"
+          "  without RDMA) and for a plugin NCCL cannot load at all.\n"
+          "- Where NCCL's own transports have the same knob (the *NCCL alias* column), that variable is honoured\n"
+          "  when the `GDRNET_` one is unset. An invalid alias value is warned about and ignored (it was meant\n"
+          "  for NCCL's transport), the default is used.\n"
+          "- An unknown `GDRNET_*` variable is warned about with the closest known name. Variables of the\n"
+          "  project's tools and tests (`GDRNET_PLUGIN`, `GDRNET_TEST_*`, `GDRNET_SKIP_*`,\n"
+          "  `GDRNET_PERF_*`, `GDRNET_DOCTOR_*`) are not knobs and are not reported.\n"
+          "- Sizes accept K, M and G suffixes (binary: `64K` = 65536).\n\n",
+          f) < 0;
   if (rc == 0) rc = gdr_params_markdown_table(f);
   return rc ? -1 : 0;
 }

@@ -66,6 +66,9 @@ ncclResult_t gdr_param_parse(const struct gdr_param_info *p, const char *text, i
 /* 1 if name is a GDRNET_ variable of the project's tools, tests or CI (GDRNET_PLUGIN, GDRNET_TEST_*...): not a knob,
  * never reported as unknown. */
 int gdr_param_reserved(const char *name);
+/* Where the knobs are documented, for hints: the installed docs/configuration.md if it is there, else the
+ * repository's (a source build), else a sentence naming both. */
+const char *gdr_param_config_doc(void);
 /* The known knob closest (edit distance) to name, or NULL if nothing is reasonably close. */
 const char *gdr_param_suggest(const char *name);
 /* "accepted values" text of a knob, e.g. "an integer in 1..16" or "one of auto, rdma, tcp". */

@@ -326,8 +326,11 @@ ncclResult_t gdr_stats_start(void) {
     goto out;
   }
   g_running = 1;
-  GDR_INFO(NCCL_INIT | NCCL_NET, "counters go to %s (Prometheus text format) every %llds and at each close", g_path,
-           g_interval_s);
+  if (g_interval_s > 0)
+    GDR_INFO(NCCL_INIT | NCCL_NET, "counters go to %s (Prometheus text format) every %llds and at each close", g_path,
+             g_interval_s);
+  else
+    GDR_INFO(NCCL_INIT | NCCL_NET, "counters go to %s (Prometheus text format) at each close only", g_path);
 out:
   pthread_mutex_unlock(&g_mu);
   return res;

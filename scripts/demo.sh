@@ -3,6 +3,24 @@
 # processes on this machine, every byte checked: first over TCP, then over RDMA on the project's
 # userspace verbs emulator (no RDMA NIC needed).
 set -euo pipefail
+usage() {
+  cat <<'EOF'
+usage: scripts/demo.sh [--help]
+
+Builds libnccl-net-gdr (RelWithDebInfo, in build/; missing build dependencies are installed with apt through
+scripts/install-deps.sh), then moves data through the plugin between two processes on this machine, every byte
+checked:
+  build/bin/gdrnet-perf --local --transport tcp --check
+  GDRNET_IBVERBS_LIB=build/lib/verbs-emu/libibverbs.so.1 build/bin/gdrnet-perf --local --transport rdma --check
+(the second over the project's verbs emulator: no RDMA NIC needed). Takes no other argument.
+Exit status: 0 when both runs passed; non-zero on a build or data error.
+EOF
+}
+case "${1-}" in
+-h | --help) usage; exit 0 ;;
+"") ;;
+*) echo "demo.sh: unknown argument '$1' (it takes none; see --help)" >&2; usage >&2; exit 2 ;;
+esac
 cd "$(dirname "$0")/.."
 jobs=$(nproc 2>/dev/null || echo 2)
 ./scripts/install-deps.sh

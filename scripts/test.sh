@@ -30,9 +30,11 @@ for s in "${stages[@]}"; do
   case " $all $extra " in *" $s "*) ;; *) echo "test.sh: unknown stage '$s' (stages: $all; also: $extra)" >&2; exit 2 ;; esac
 done
 
-# What was not tested, and why: printed last, whether the run passed or failed.
+# What was not tested, and why: printed last, whether the run passed or failed. Two kinds: tests not built (a missing
+# dependency or the configuration: <build>/skipped-tests.txt, tests/deps.cmake) and tests CTest ran that skipped
+# themselves (exit 77: no libcuda, no torch, ...; <build>/skipped-at-run.txt, written by run_ctest).
 skipped_report() {
-  local f any=0
+  local f any=0 runs=0
   for f in build/skipped-tests.txt build-asan/skipped-tests.txt build-tsan/skipped-tests.txt; do
     if [ -s "$f" ]; then
       [ "$any" -eq 1 ] || echo "== tests not built or not run (missing dependency, or off by configuration) =="
@@ -40,10 +42,30 @@ skipped_report() {
       sed "s|^|  ${f%%/*}: |" "$f"
     fi
   done
+  for f in build/skipped-at-run.txt build-asan/skipped-at-run.txt build-tsan/skipped-at-run.txt; do
+    if [ -s "$f" ]; then
+      [ "$runs" -eq 1 ] || echo "== tests that skipped themselves when run (what they need is not on this host) =="
+      runs=1
+      sed "s|^|  ${f%%/*}: |" "$f"
+    fi
+  done
   if [ "$any" -eq 0 ] && [ -f build/skipped-tests.txt ]; then
-    echo "== every test dependency present: no test left out =="
+    if [ "$runs" -eq 0 ]; then
+      echo "== every test dependency present: no test left out =="
+    else
+      echo "== every test dependency present: every test built; the skips above are for what this host lacks =="
+    fi
   fi
 }
+# ctest, its console kept so that the tests it skipped are named, each with its reason, in the final summary
+run_ctest() {
+  local dir=$1 rc=0
+  shift
+  ctest --test-dir "$dir" "$@" 2>&1 | tee "$dir/ctest-console.log" || rc=$?
+  sh scripts/ctest-skips.sh "$dir" "$dir/ctest-console.log" >>"$dir/skipped-at-run.txt" || true
+  return "$rc"
+}
+rm -f build/skipped-at-run.txt build-asan/skipped-at-run.txt build-tsan/skipped-at-run.txt
 trap skipped_report EXIT
 
 ./scripts/install-deps.sh
@@ -57,7 +79,7 @@ stage_release() {
   cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
   cmake --build build -j"$jobs"
   echo "== tests (RelWithDebInfo) =="
-  ctest --test-dir build --output-on-failure -j"$jobs"
+  run_ctest build --output-on-failure -j"$jobs"
 }
 stage_asan() {
   echo "== build (ASan+UBSan) =="
@@ -66,7 +88,7 @@ stage_asan() {
   echo "== tests (ASan+UBSan) =="
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:strict_string_checks=1 \
   UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-    ctest --test-dir build-asan --output-on-failure -j"$jobs" -LE "nosanitize|configs" \
+    run_ctest build-asan --output-on-failure -j"$jobs" -LE "nosanitize|configs" \
     -E '^integration\.(tcp|rdma)\.perf-demo$'
 }
 # the longest runs under TSan (6 of its 11 minutes, and the RDMA 2 GiB message, whose every placed word TSan
@@ -81,7 +103,7 @@ stage_tsan() {
   stage_tsan_build
   echo "== tests (ThreadSanitizer: integration, threaded unit tests) =="
   TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
-    ctest --test-dir build-tsan --output-on-failure -j"$jobs" -L "integration|threads" -LE "faultmatrix|abimatrix" \
+    run_ctest build-tsan --output-on-failure -j"$jobs" -L "integration|threads" -LE "faultmatrix|abimatrix" \
     -E "$tsan_long"
 }
 # what the tsan stage leaves out, under ThreadSanitizer (not in the default run: ~15 min more on two cores, and TSan's
@@ -90,9 +112,9 @@ stage_tsan_faults() {
   [ -d build-tsan ] || stage_tsan_build
   echo "== tests (ThreadSanitizer: the fault matrix and the long runs) =="
   TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
-    ctest --test-dir build-tsan --output-on-failure -j"$jobs" -L faultmatrix
+    run_ctest build-tsan --output-on-failure -j"$jobs" -L faultmatrix
   TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
-    ctest --test-dir build-tsan --output-on-failure -j"$jobs" -L integration -LE "faultmatrix|abimatrix" \
+    run_ctest build-tsan --output-on-failure -j"$jobs" -L integration -LE "faultmatrix|abimatrix" \
     -R "$tsan_long"
 }
 stage_fuzz() { ./scripts/fuzz.sh "${FUZZ_SECONDS:-20}"; }

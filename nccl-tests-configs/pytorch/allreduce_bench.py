@@ -18,10 +18,19 @@ import os
 import sys
 import time
 
-import torch
-import torch.distributed as dist
+torch = dist = None  # imported by import_torch(): --help and the usage errors work without PyTorch
+DTYPE_NAMES = ("bfloat16", "float16", "float32", "int32")
 
-DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16, "int32": torch.int32}
+
+def import_torch():
+    global torch, dist
+    try:
+        import torch
+        import torch.distributed as dist
+    except ImportError as e:
+        print("allreduce_bench.py: cannot import torch with %s (%s): install PyTorch for this interpreter "
+              "(pip install torch), or launch me with the python that has it" % (sys.executable, e), file=sys.stderr)
+        sys.exit(2)
 
 
 def size_arg(s):
@@ -39,7 +48,7 @@ def parse_args():
     ap.add_argument("-f", "--factor", type=int, default=2, help="size multiplier per step (default 2)")
     ap.add_argument("--iters", type=int, default=20, help="timed iterations per size (default 20)")
     ap.add_argument("--warmup", type=int, default=5, help="untimed iterations per size (default 5)")
-    ap.add_argument("--dtype", choices=sorted(DTYPES), default="float32")
+    ap.add_argument("--dtype", choices=DTYPE_NAMES, default="float32")
     ap.add_argument("--csv", help="also write the table to this CSV file (rank 0)")
     ap.add_argument("--cpu", action="store_true", help="gloo on CPU instead of NCCL on GPUs")
     return ap.parse_args()
@@ -54,6 +63,7 @@ def main():
     if args.factor < 2 or args.min_bytes <= 0 or args.max_bytes < args.min_bytes:
         print("allreduce_bench.py: need 0 < -b <= -e and -f >= 2", file=sys.stderr)
         return 2
+    import_torch()
     rank = int(os.environ["RANK"])
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     world = int(os.environ["WORLD_SIZE"])
@@ -68,7 +78,7 @@ def main():
         device = torch.device("cuda", local_rank)
         dist.init_process_group("nccl", device_id=device)
 
-    dtype = DTYPES[args.dtype]
+    dtype = getattr(torch, args.dtype)
     esize = torch.tensor([], dtype=dtype).element_size()
     busfactor = 2.0 * (world - 1) / world
     if rank == 0:

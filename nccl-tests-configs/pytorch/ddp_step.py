@@ -15,10 +15,20 @@ import os
 import sys
 import time
 
-import torch
-import torch.distributed as dist
-import torch.nn as nn
-from torch.nn.parallel import DistributedDataParallel as DDP
+torch = dist = nn = DDP = None  # imported by import_torch(): --help and the usage errors work without PyTorch
+
+
+def import_torch():
+    global torch, dist, nn, DDP
+    try:
+        import torch
+        import torch.distributed as dist
+        import torch.nn as nn
+        from torch.nn.parallel import DistributedDataParallel as DDP
+    except ImportError as e:
+        print("ddp_step.py: cannot import torch with %s (%s): install PyTorch for this interpreter "
+              "(pip install torch), or launch me with the python that has it" % (sys.executable, e), file=sys.stderr)
+        sys.exit(2)
 
 
 def parse_args():
@@ -40,6 +50,7 @@ def main():
         print("ddp_step.py: run me with torchrun, e.g. torchrun --nproc_per_node=2 %s" % sys.argv[0],
               file=sys.stderr)
         return 2
+    import_torch()
     rank = int(os.environ["RANK"])
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     world = int(os.environ["WORLD_SIZE"])

@@ -151,6 +151,68 @@ class DryRun(unittest.TestCase):
         self.assertIn("NCCL_NET=IB", h[1])
         self.assertIn("LD_LIBRARY_PATH=/opt/gdr/build/lib/verbs-emu", h[1])
 
+    def test_sizes_and_counts_are_checked(self):
+        # nccl-tests takes these unchecked (-b 0 with a factor never ends, -f 0 silently steps by -i bytes)
+        bad = [(["-b", "0"], "-b '0': the smallest size must be at least 1 byte"),
+               (["-e", "1Q"], "-e '1Q' is not a size: wants a byte count with an optional K, M or G suffix"),
+               (["-b", "8x"], "-b '8x' is not a size"),
+               (["-f", "0"], "-f '0': wants an integer factor of at least 2"),
+               (["-f", "1"], "-f '1': wants an integer factor of at least 2"),
+               (["-f", "two"], "-f 'two'"),
+               (["-b", "1M", "-e", "8"], "-e '8' is smaller than -b '1M'"),
+               (["-n", "0"], "-n '0': wants a positive integer"),
+               (["-w", "x"], "-w 'x': wants a non-negative integer"),
+               (["-g", "0"], "-g '0': wants a positive integer"),
+               (["--timeout", "5m"], "--timeout '5m': wants seconds")]
+        for args, msg in bad:
+            rc, out, err = rm("--dry-run", *args, self.nt, "tcp")
+            self.assertEqual(rc, 2, (args, out, err))
+            self.assertIn(msg, err, args)
+            self.assertEqual(out, "", args)                                   # nothing printed as if it would run
+        rc, out, err = rm("--dry-run", "-b", "1K", "-e", "1G", "-f", "4", "-w", "0", self.nt, "tcp")
+        self.assertEqual(rc, 0, err)
+        self.assertIn("-b 1K -e 1G -f 4", out)
+
+    def test_unknown_preset_is_one_error(self):
+        for presets in ("no-such-preset", "tcp,no-such-preset"):
+            rc, out, err = rm("--dry-run", self.nt, presets)
+            self.assertEqual(rc, 2)
+            errors = [l for l in err.splitlines() if "error" in l]
+            self.assertEqual(len(errors), 1, err)
+            self.assertIn("no preset 'no-such-preset'", errors[0])
+            self.assertIn("presets: ", errors[0])
+        rc, out, err = rm("--dry-run", self.nt, "tcp", "--baseline", "nope")
+        self.assertEqual(rc, 2)
+        self.assertEqual(len([l for l in err.splitlines() if "error" in l]), 1, err)
+
+    def test_plugin_not_on_the_loader_path_warns(self):
+        # tcp.env sets NCCL_NET_PLUGIN=gdr: without NET_GDR_BUILD_DIR (and nothing installed) the dry run's
+        # LD_LIBRARY_PATH= is empty and NCCL would not find libnccl-net-gdr.so: said, not silently shown
+        env = {k: v for k, v in os.environ.items() if k not in ("LD_LIBRARY_PATH", "NET_GDR_BUILD_DIR")}
+        installed = any(os.path.exists(os.path.join(d, "libnccl-net-gdr.so"))
+                        for d in ("/lib", "/usr/lib", "/lib64", "/usr/lib64", "/lib/x86_64-linux-gnu",
+                                  "/usr/lib/x86_64-linux-gnu"))
+        p = subprocess.run(["bash", RUN_MATRIX, "--dry-run", self.nt, "tcp"], capture_output=True, text=True,
+                           env=env)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        if not installed:
+            self.assertIn("warning: preset 'tcp': NCCL_NET_PLUGIN=gdr, but no library NCCL would try", p.stderr)
+            self.assertIn("LD_LIBRARY_PATH=<empty>", p.stderr)
+            self.assertIn("NET_GDR_BUILD_DIR=<build dir>", p.stderr)
+        # a build tree with the plugin: no warning
+        build = os.path.join(self.tmp, "gdr-build")
+        os.makedirs(os.path.join(build, "lib"))
+        open(os.path.join(build, "lib", "libnccl-net-gdr.so"), "w").close()
+        env["NET_GDR_BUILD_DIR"] = build
+        p = subprocess.run(["bash", RUN_MATRIX, "--dry-run", self.nt, "tcp"], capture_output=True, text=True,
+                           env=env)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertNotIn("warning: preset", p.stderr)
+        # the baseline's NCCL Socket needs no plugin
+        p = subprocess.run(["bash", RUN_MATRIX, "--dry-run", self.nt, "baseline-socket"], capture_output=True,
+                           text=True, env=env)
+        self.assertNotIn("warning: preset", p.stderr)
+
     def test_usage_errors(self):
         self.assertEqual(rm(self.nt)[0], 2)                                  # no preset
         rc, out, err = rm("--dry-run", self.nt, "no-such-preset")
@@ -229,6 +291,18 @@ class RealRun(unittest.TestCase):
         with open(os.path.join(out_dir, "summary.md")) as fh:
             summary = fh.read()
         self.assertIn("killed by run-matrix --timeout", summary)
+
+    def test_empty_nccl_tests_dir(self):
+        # not one binary: an error naming the folder and what it should hold, before any results folder is made
+        nt = os.path.join(self.tmp, "empty")
+        os.makedirs(nt)
+        out_dir = os.path.join(self.tmp, "out")
+        rc, out, err = rm("-o", out_dir, nt, "tcp")
+        self.assertEqual(rc, 2, out + err)
+        self.assertIn("no nccl-tests binary in '%s'" % nt, err)
+        self.assertIn("all_reduce_perf", err)
+        self.assertNotIn("summarize", out + err)
+        self.assertFalse(os.path.exists(out_dir))
 
     def test_missing_binary(self):
         nt = os.path.join(self.tmp, "nt")

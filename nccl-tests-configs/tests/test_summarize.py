@@ -2,8 +2,10 @@
 """Tests for nccl-tests-configs/summarize on the captured sample logs (tests/logs, see its README)."""
 
 import csv
+import fnmatch
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -203,6 +205,74 @@ class Summarize(unittest.TestCase):
         self.assertIn("## plugin-run", out)
         self.assertIn("baseline `", out)
         self.assertNotIn("no baseline log matches", err)
+
+    def test_recursive_skips_what_is_not_nccl_tests(self):
+        # a results folder as shipped: logs one level down, a DDP log and a text report beside them
+        with tempfile.TemporaryDirectory() as d:
+            os.makedirs(os.path.join(d, "run1"))
+            os.makedirs(os.path.join(d, "run2"))
+            # without run-matrix's header (its case= would name them): named by their path below the folder
+            for src, dst in (("all_reduce.Simple.log", "run1"), ("sendrecv.Simple.log", "run2")):
+                with open(os.path.join(LOGS, "plugin", src)) as fi, open(os.path.join(d, dst, "ar.log"), "w") as fo:
+                    fo.writelines(l for l in fi if not l.startswith("# run-matrix"))
+            with open(os.path.join(d, "run2", "torch-ddp.log"), "w") as f:
+                f.write("W1130 09:33:18 torch/distributed/run.py:851] ****\nstep 10 loss 0.25\n")
+            with open(os.path.join(d, "doctor.txt"), "w") as f:
+                f.write("[ OK ] memlock\n")
+            # without --recursive: the error names the subfolders and the option
+            rc, out, err = run(d)
+            self.assertEqual(rc, 2)
+            self.assertIn("--recursive", err)
+            self.assertIn("run1, run2", err)
+            rc, out, err = run("--recursive", d)
+            self.assertEqual(rc, 0, err)
+            self.assertIn("PASS: 2 log(s)", out)
+            skips = [l for l in err.splitlines() if "skipping" in l]
+            self.assertEqual(len(skips), 1, err)
+            self.assertIn("torch-ddp.log: not nccl-tests output", skips[0])
+            # the two ar.log are two cases, named by their relative path
+            self.assertIn("## run1/ar", out)
+            self.assertIn("## run2/ar", out)
+            # a folder of nothing but non-nccl-tests logs says so
+            with tempfile.TemporaryDirectory() as e:
+                shutil.copy(os.path.join(d, "run2", "torch-ddp.log"), e)
+                rc, out, err = run("-r", e)
+                self.assertEqual(rc, 2)
+                self.assertIn("none of the 1 *.log file(s)", err)
+            # a file named explicitly is read whatever it holds (the user asked for it)
+            rc, out, err = run(os.path.join(d, "run2", "torch-ddp.log"))
+            self.assertEqual(rc, 1)
+            self.assertIn("truncated", err)
+
+    def test_shipped_results_folders(self):
+        # every folder of docs/results summarizes cleanly with --recursive, or its README says what it holds:
+        # each log summarize fails on is named there
+        results = os.path.join(os.path.dirname(os.path.dirname(HERE)), "docs", "results")
+        if not os.path.isdir(results):
+            self.skipTest("no docs/results next to this copy (an installed nccl-tests-configs)")
+        for name in sorted(os.listdir(results)):
+            folder = os.path.join(results, name)
+            if not os.path.isdir(folder):
+                continue
+            p = subprocess.run([PY, SUMMARIZE, "-q", "-r", folder], capture_output=True, text=True)
+            if p.returncode == 0:
+                continue
+            readme = os.path.join(folder, "README.md")
+            self.assertTrue(os.path.isfile(readme), "%s: summarize -r exits %d and there is no README.md: %s"
+                            % (name, p.returncode, p.stderr[-400:]))
+            with open(readme) as f:
+                text = f.read()
+            self.assertIn("Summarize", text, "%s/README.md does not say how it summarizes" % name)
+            for line in p.stderr.splitlines():
+                if not line.startswith("summarize: " + folder) or "skipping" in line:
+                    continue
+                rel = os.path.relpath(line[len("summarize: "):].split(":", 1)[0], folder)
+                # named as it is, or by a `pattern` (emu-ib-*.log)
+                pats = [t for q in re.findall(r"`([^`]+)`", text) for t in q.split()]
+                named = rel in text or os.path.basename(rel) in text or any(
+                    fnmatch.fnmatch(rel, t) or fnmatch.fnmatch(os.path.basename(rel), t) for t in pats)
+                self.assertTrue(named,
+                                "%s/README.md does not name %s, which summarize fails on: %s" % (name, rel, line))
 
     def test_usage_errors(self):
         rc, out, err = run("does-not-exist.log")

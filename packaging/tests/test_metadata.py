@@ -83,6 +83,14 @@ class Metadata(unittest.TestCase):
         self.assertRegex(c["CPACK_DEBIAN_PACKAGE_MAINTAINER"], r"^.+ <[^@>]+@[^>]+>$")
         self.assertTrue(c["CPACK_RPM_PACKAGE_LICENSE"])
         self.assertIn("NCCL_NET_PLUGIN=gdr", c["CPACK_PACKAGE_DESCRIPTION"])
+        # the long description is one paragraph, filled: every line but the last nearly full, none over 79
+        # columns (dpkg shows the lines as written; a short line in the middle reads as a break)
+        lines = c["CPACK_PACKAGE_DESCRIPTION"].splitlines()
+        for i, line in enumerate(lines):
+            self.assertLessEqual(len(line), 79, "Description line %d is too long: %r" % (i + 1, line))
+            if i + 1 < len(lines):
+                self.assertGreaterEqual(len(line), 60, "Description line %d is short (a broken fill): %r"
+                                        % (i + 1, line))
         self.assertLessEqual(len(c["CPACK_PACKAGE_DESCRIPTION_SUMMARY"]), 80)
         self.assertEqual(c["CPACK_DEBIAN_FILE_NAME"], "DEB-DEFAULT")
         self.assertTrue(c["CPACK_DEBIAN_PACKAGE_CONTROL_EXTRA"].endswith("packaging/debian/triggers"))

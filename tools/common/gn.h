@@ -41,6 +41,10 @@ int gn_log_level(void);
 void gn_log_set_prefix(const char *p); /* optional tag after "[dev]", e.g. "rank1" */
 void gn_log_capture(int on);           /* on: clears the buffer and starts capturing */
 char *gn_log_captured(void);           /* malloc'd copy of the captured text ("" if none); caller frees */
+/* The tool itself set the environment variable name (for the plugin, before loading it): the plugin's
+ * "<name> set by environment to V" INFO line then reads "<name> set by <tool> to V", since the user set nothing.
+ * Up to 4 names. */
+void gn_log_tool_env(const char *name, const char *tool);
 /* The transport the plugin chose at init, from its INFO line "NET/GDR : using the <name> transport (<reason>); ..."
  * (plugin/core_init.c), seen by gn_logger whatever the log level: name ("tcp", "rdma") and the reason.
  * 0 once that line was logged, -1 before. */
@@ -92,7 +96,9 @@ const char *gn_ptr_support_str(int ptrSupport); /* "HOST|CUDA|DMABUF", static st
 int gn_boot_socketpair(int sv[2]);
 int gn_boot_tcp_listen(const char *bind_host, int port, int *bound_port); /* returns listen fd or -1 */
 int gn_boot_tcp_accept(int lfd, double timeout_s);                          /* returns fd or -1 */
-int gn_boot_tcp_connect(const char *host, int port, double timeout_s);      /* retries until timeout */
+/* Retries (the server may start later) until timeout_s; -1 with the reason in err: a host that does not resolve
+ * fails at once ("cannot resolve host"), a refused connection says to start the server. */
+int gn_boot_tcp_connect(const char *host, int port, double timeout_s, char *err, size_t errlen);
 int gn_boot_send(int fd, const void *buf, size_t len);
 int gn_boot_recv(int fd, void *buf, size_t len, double timeout_s);
 int gn_boot_send_u64(int fd, uint64_t v);

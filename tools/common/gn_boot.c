@@ -90,33 +90,50 @@ int gn_boot_tcp_accept(int lfd, double timeout_s) {
   }
 }
 
-int gn_boot_tcp_connect(const char *host, int port, double timeout_s) {
+int gn_boot_tcp_connect(const char *host, int port, double timeout_s, char *err, size_t errlen) {
   uint64_t dl = gn_deadline_ns(timeout_s);
   char ps[16];
+  int last = 0; /* errno of the last failed connect */
   snprintf(ps, sizeof ps, "%d", port);
   for (;;) {
     struct addrinfo hints, *res = NULL;
     memset(&hints, 0, sizeof hints);
     hints.ai_family = AF_UNSPEC;
     hints.ai_socktype = SOCK_STREAM;
-    if (getaddrinfo(host, ps, &hints, &res) != 0) {
-      errno = EHOSTUNREACH;
+    int gai = getaddrinfo(host, ps, &hints, &res);
+    if (gai != 0 && (gai != EAI_AGAIN || gn_expired(dl))) {
+      /* a name that does not resolve is no reason to wait: say so at once (a temporary DNS failure retries) */
+      snprintf(err, errlen, "cannot resolve host '%s': %s (check the name, or give the server's IP address)", host,
+               gai == EAI_SYSTEM ? strerror(errno) : gai_strerror(gai));
+      errno = gai == EAI_SYSTEM ? errno : ENOENT;
       return -1;
     }
     for (struct addrinfo *a = res; a != NULL; a = a->ai_next) {
       int fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
-      if (fd < 0) continue;
+      if (fd < 0) {
+        last = errno;
+        continue;
+      }
       if (connect(fd, a->ai_addr, a->ai_addrlen) == 0) {
         int one = 1;
         (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
         freeaddrinfo(res);
         return fd;
       }
+      last = errno;
       close(fd);
     }
-    freeaddrinfo(res);
+    if (res != NULL) freeaddrinfo(res);
     if (gn_expired(dl)) {
-      errno = ETIMEDOUT;
+      if (last == ECONNREFUSED)
+        snprintf(err, errlen,
+                 "%s:%d: connection refused: is the server running? (refused for %g s, --timeout; start it there "
+                 "with gdrnet-perf --server --port %d)",
+                 host, port, timeout_s, port);
+      else
+        snprintf(err, errlen, "%s:%d: %s; no connection within %g s (--timeout)", host, port,
+                 last ? strerror(last) : "no address", timeout_s);
+      errno = last ? last : ETIMEDOUT;
       return -1;
     }
     /* The server may not be up yet: retry, paced by poll() on nothing (a bounded wait, not a sync). */

@@ -17,6 +17,7 @@ static int g_capture;
 static char *g_cap;
 static size_t g_cap_len, g_cap_cap;
 static char g_tp_name[16], g_tp_reason[512]; /* from the plugin's "using the X transport (...)" line */
+static char g_tool_env[4][64], g_tool[32];   /* variables the tool set itself (gn_log_tool_env), its name */
 
 static const struct {
   const char *name;
@@ -107,6 +108,32 @@ void gn_log_capture(int on) {
   pthread_mutex_unlock(&g_mu);
 }
 
+void gn_log_tool_env(const char *name, const char *tool) {
+  pthread_mutex_lock(&g_mu);
+  snprintf(g_tool, sizeof g_tool, "%s", tool);
+  for (size_t i = 0; i < sizeof g_tool_env / sizeof g_tool_env[0]; i++)
+    if (g_tool_env[i][0] == '\0' || strcmp(g_tool_env[i], name) == 0) {
+      snprintf(g_tool_env[i], sizeof g_tool_env[i], "%s", name);
+      break;
+    }
+  pthread_mutex_unlock(&g_mu);
+}
+
+/* "NET/GDR : NAME set by environment to V" for a NAME the tool set: "... set by <tool> to V" (msg rewritten). */
+static void note_tool_env_locked(char *msg, size_t cap) {
+  static const char pre[] = "NET/GDR : ", mid[] = " set by environment to ";
+  if (strncmp(msg, pre, sizeof(pre) - 1) != 0) return;
+  char *name = msg + sizeof(pre) - 1;
+  for (size_t i = 0; i < sizeof g_tool_env / sizeof g_tool_env[0] && g_tool_env[i][0]; i++) {
+    size_t nl = strlen(g_tool_env[i]);
+    if (strncmp(name, g_tool_env[i], nl) != 0 || strncmp(name + nl, mid, sizeof(mid) - 1) != 0) continue;
+    char val[2048];
+    snprintf(val, sizeof val, "%s", name + nl + sizeof(mid) - 1);
+    snprintf(name + nl, cap - (size_t)(name + nl - msg), " set by %s to %s", g_tool, val);
+    return;
+  }
+}
+
 /* "NET/GDR : using the tcp transport (GDRNET_TRANSPORT=auto ...: why); 1 device(s): ..." */
 static void note_transport_locked(const char *msg) {
   static const char pre[] = "NET/GDR : using the ";
@@ -170,6 +197,7 @@ void gn_logger(ncclDebugLogLevel level, unsigned long flags, const char *file, i
   pthread_mutex_lock(&g_mu);
   load_env_locked();
   if (level == NCCL_LOG_INFO) note_transport_locked(msg);
+  if (level == NCCL_LOG_INFO) note_tool_env_locked(msg, sizeof msg);
   int want = g_level_override >= 0 ? g_level_override : g_env_level;
   char out[2400];
   int pid = (int)getpid(), tid = (int)syscall(SYS_gettid);

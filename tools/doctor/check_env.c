@@ -80,9 +80,9 @@ static void check_knobs(struct dr_ctx *c) {
       f = dr_add(r, id, DR_WARN, "%s is not a knob of this plugin: it is ignored%s%s%s", name,
                  s ? " (did you mean " : "", s ? s : "", s ? "?)" : "");
       if (s)
-        dr_fix(r, f, "rename it to %s (the knobs: %s)", s, GDRNET_CONFIG_DOC);
+        dr_fix(r, f, "rename it to %s (the knobs: %s)", s, gdr_param_config_doc());
       else
-        dr_fix(r, f, "unset it; the knobs: %s", GDRNET_CONFIG_DOC);
+        dr_fix(r, f, "unset it; the knobs: %s", gdr_param_config_doc());
       bad++;
       continue;
     }
@@ -93,7 +93,9 @@ static void check_knobs(struct dr_ctx *c) {
       gdr_param_accepted(pi, acc, sizeof acc);
       snprintf(id, sizeof id, "knob/%s", name);
       if (ours) {
-        f = dr_add(r, id, DR_FAIL, "%s=\"%s\" is invalid: the plugin's init fails (NCCL then uses its own transports)",
+        f = dr_add(r, id, DR_FAIL,
+                   "%s=\"%s\" is invalid: the plugin's init fails (NCCL then falls back to its own IB/Socket "
+                   "transport, or with NCCL_NET=GDR fails: \"Failed to initialize any NET plugin\")",
                    name, val);
       } else {
         const char *set = getenv(pi->name);
@@ -114,6 +116,30 @@ static void check_knobs(struct dr_ctx *c) {
       bad += bad_filter(r, name, val, "the plugin's init fails",
                         "[^][=]name[,name...] (prefix match unless \"=\", \"^\" excludes), e.g. eth0 or ^docker,lo");
   }
+  /* NCCL_IB_DISABLE=1 (or GDRNET_IB_DISABLE=1), resolved exactly as the plugin resolves it */
+  gdr_log_init(quiet_logger);
+  gdr_params_reset();
+  (void)gdr_params_load(); /* a bad value was reported above; the others resolve as in the plugin */
+  if (gdr_param_int(GDR_PARAM_IB_DISABLE)) {
+    int alias = gdr_param_source(GDR_PARAM_IB_DISABLE) == GDR_PSRC_ALIAS;
+    const char *k = alias ? "NCCL_IB_DISABLE" : "GDRNET_IB_DISABLE";
+    /* NCCL never reads GDRNET_*: only NCCL_IB_DISABLE turns NCCL's own IB transport off as well */
+    if (alias)
+      f = dr_add(r, "env/NCCL_IB_DISABLE", DR_FAIL,
+                 "NCCL_IB_DISABLE=1: no RDMA at all, neither NCCL's IB transport nor this plugin's (it uses TCP)");
+    else
+      f = dr_add(r, "env/GDRNET_IB_DISABLE", DR_FAIL,
+                 "GDRNET_IB_DISABLE=1: this plugin uses no RDMA device (it runs over TCP)");
+    if (alias) dr_evidence(r, f, "the plugin honours NCCL_IB_DISABLE when GDRNET_IB_DISABLE is unset");
+    dr_fix(r, f, "unset %s unless you mean to forbid RDMA; select the plugin with NCCL_NET=GDR", k);
+  }
+  /* the plugin's own interface selection, with the values just resolved: a value that selects nothing is not
+   * "valid" either */
+  if (dr_check_socket_ifname(c)) bad++;
+  gdr_log_init(quiet_logger);
+  gdr_params_reset();
+  gdr_log_init(NULL);
+
   if (list) {
     free(list->title);
     if (asprintf(&list->title,
@@ -124,21 +150,6 @@ static void check_knobs(struct dr_ctx *c) {
       r->oom = true;
     }
   }
-
-  /* NCCL_IB_DISABLE=1 (or GDRNET_IB_DISABLE=1), resolved exactly as the plugin resolves it */
-  gdr_log_init(quiet_logger);
-  gdr_params_reset();
-  (void)gdr_params_load(); /* a bad value was reported above; the others resolve as in the plugin */
-  if (gdr_param_int(GDR_PARAM_IB_DISABLE)) {
-    int alias = gdr_param_source(GDR_PARAM_IB_DISABLE) == GDR_PSRC_ALIAS;
-    const char *k = alias ? "NCCL_IB_DISABLE" : "GDRNET_IB_DISABLE";
-    f = dr_add(r, alias ? "env/NCCL_IB_DISABLE" : "env/GDRNET_IB_DISABLE", DR_FAIL,
-               "%s=1: no RDMA at all, neither NCCL's IB transport nor this plugin's (it uses TCP)", k);
-    if (alias) dr_evidence(r, f, "the plugin honours NCCL_IB_DISABLE when GDRNET_IB_DISABLE is unset");
-    dr_fix(r, f, "unset %s unless you mean to forbid RDMA; select the plugin with NCCL_NET=GDR", k);
-  }
-  gdr_params_reset();
-  gdr_log_init(NULL);
 }
 
 void dr_check_env(struct dr_ctx *c) {
@@ -155,18 +166,7 @@ void dr_check_env(struct dr_ctx *c) {
       dr_fix(r, f, "export NCCL_NET=GDR (or unset NCCL_NET)");
     }
   }
-  v = getenv("NCCL_NET_PLUGIN");
-  if (v == NULL || *v == '\0') {
-    f = dr_add(r, "env/NCCL_NET_PLUGIN", DR_INFO,
-               "NCCL_NET_PLUGIN unset: NCCL loads libnccl-net.so, which is this "
-               "plugin only if its default link is installed");
-    dr_fix(r, f, "export NCCL_NET_PLUGIN=gdr (finds libnccl-net-gdr.so on the library path) or a full path");
-  } else if (strcasestr(v, "gdr") == NULL) {
-    f = dr_add(r, "env/NCCL_NET_PLUGIN", DR_FAIL, "NCCL_NET_PLUGIN=%s does not name this plugin", v);
-    dr_fix(r, f, "export NCCL_NET_PLUGIN=gdr");
-  } else {
-    dr_add(r, "env/NCCL_NET_PLUGIN", DR_OK, "NCCL_NET_PLUGIN=%s", v);
-  }
+  dr_check_nccl_plugin(c); /* env/NCCL_NET_PLUGIN: the libraries NCCL will dlopen, tried */
   if ((v = getenv("NCCL_NET_GDR_LEVEL")) && *v) {
     int lvl = dr_gdr_level(v);
     if (lvl == 0) {

@@ -155,6 +155,10 @@ void dr_check_gdr(struct dr_ctx *c);          /* nvidia driver, peermem, DMA-BUF
 void dr_check_iommu(struct dr_ctx *c);
 void dr_check_topology(struct dr_ctx *c); /* GPU x NIC distance, ACS, relaxed ordering */
 void dr_check_env(struct dr_ctx *c);      /* NCCL_* and GDRNET_* */
+/* check_nccl.c, called by dr_check_env: NCCL_NET_PLUGIN dlopened as NCCL does; the plugin's interface selection
+ * (after gdr_params_load; it replaces the plugin's logger). */
+void dr_check_nccl_plugin(struct dr_ctx *c);
+int dr_check_socket_ifname(struct dr_ctx *c); /* 1: a FAIL */
 
 /* Run everything (main's body without option parsing). */
 void dr_run_all(struct dr_ctx *c);

@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -118,6 +119,8 @@ typedef struct {
   uint64_t mismatches;
   char first_err[256];
   int fatal;
+  int init_ok; /* the plugin's init() succeeded (there are counters to show) */
+  int json_fd; /* --json -: the JSON goes to the original stdout (fd), the human lines to stderr */
   char fatal_msg[512];
   uint64_t polls;
   /* progress */
@@ -156,11 +159,12 @@ static void usage(FILE *f) {
           "                       every byte and every reported size on the receiver\n"
           "  --bidir              stream both directions at once in the bandwidth phase\n"
           "  --dev N              plugin device (default 0)\n"
-          "  --json FILE          also write the rows as JSON\n"
-          "  --csv FILE           also write the rows as CSV\n"
+          "  --json FILE          also write the rows as JSON (-: to stdout, the table then goes to stderr)\n"
+          "  --csv FILE           also write the rows as CSV (-: to stdout, likewise)\n"
           "  --plugin PATH        plugin to load (default: $GDRNET_PLUGIN, else <bindir>/../lib/libnccl-net-gdr.so,\n"
           "                       else libnccl-net-gdr.so from the loader's path)\n"
-          "  --timeout S          give up on any single phase after S seconds (default 120)\n"
+          "  --timeout S          give up on any single phase (and --client on reaching the server) after S seconds\n"
+          "                       (default 120)\n"
           "  -v, --verbose        print the plugin's INFO lines (NCCL_DEBUG=INFO does the same)\n"
           "  --version            print the version and exit\n"
           "  -h, --help           this text\n"
@@ -243,6 +247,48 @@ static double parse_seconds(const char *s, const char *opt, double max) {
     usage_error(msg, s);
   }
   return v;
+}
+
+/* --json/--csv FILE: checked before the run (which may take minutes), so a path that cannot be written is a usage
+ * error at once. "-" is stdout. */
+static void check_output_path(const char *opt, const char *path) {
+  char dir[4096], msg[4096 + 256];
+  struct stat st;
+  if (path == NULL || strcmp(path, "-") == 0) return;
+  if (path[0] == '\0') {
+    snprintf(msg, sizeof msg, "%s '': empty file name (give a file, or - for stdout)", opt);
+    usage_error("%s", msg);
+  }
+  if (stat(path, &st) == 0) {
+    if (S_ISDIR(st.st_mode)) {
+      snprintf(msg, sizeof msg, "%s '%s': is a directory (give a file name in it, or - for stdout)", opt, path);
+      usage_error("%s", msg);
+    }
+    if (access(path, W_OK) != 0) {
+      snprintf(msg, sizeof msg, "%s '%s': cannot be written (%s); choose another file, or - for stdout", opt, path,
+               strerror(errno));
+      usage_error("%s", msg);
+    }
+    return;
+  }
+  snprintf(dir, sizeof dir, "%s", path);
+  char *slash = strrchr(dir, '/');
+  if (slash == NULL)
+    snprintf(dir, sizeof dir, ".");
+  else if (slash == dir)
+    dir[1] = '\0';
+  else
+    *slash = '\0';
+  if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
+    snprintf(msg, sizeof msg, "%s '%s': the directory %s %s (create it first, or write to - for stdout)", opt, path,
+             dir, stat(dir, &st) != 0 ? "does not exist" : "is not a directory");
+    usage_error("%s", msg);
+  }
+  if (access(dir, W_OK) != 0) {
+    snprintf(msg, sizeof msg, "%s '%s': the directory %s is not writable (%s); choose another, or - for stdout", opt,
+             path, dir, strerror(errno));
+    usage_error("%s", msg);
+  }
 }
 
 /* Long options' codes (past any character). */
@@ -375,6 +421,10 @@ static void parse_args(int argc, char **argv, opts_t *o) {
   if (o->mode == 0) usage_error("%s", "one of --local, --server or --client HOST is required");
   if (o->iters && o->duration > 0) usage_error("%s", "--iters and --duration exclude each other");
   if (o->mode == 'c' && o->port == 0) usage_error("%s", "--client needs the server's --port (0 is for --server only)");
+  if (o->json && o->csv && strcmp(o->json, "-") == 0 && strcmp(o->csv, "-") == 0)
+    usage_error("%s", "--json - and --csv - both name stdout: write one of them to a file");
+  check_output_path("--json", o->json);
+  check_output_path("--csv", o->csv);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -751,8 +801,13 @@ static void setup_stats_env(void) {
     return;
   }
   g_stats_own = 1;
-  if (getenv("GDRNET_STATS_INTERVAL_S") == NULL && setenv("GDRNET_STATS_INTERVAL_S", "0", 1) != 0)
-    perr("setenv GDRNET_STATS_INTERVAL_S: %s", strerror(errno));
+  gn_log_tool_env("GDRNET_STATS_FILE", "gdrnet-perf");
+  if (getenv("GDRNET_STATS_INTERVAL_S") == NULL) {
+    if (setenv("GDRNET_STATS_INTERVAL_S", "0", 1) != 0)
+      perr("setenv GDRNET_STATS_INTERVAL_S: %s", strerror(errno));
+    else
+      gn_log_tool_env("GDRNET_STATS_INTERVAL_S", "gdrnet-perf");
+  }
 }
 
 /* The file of process pid: the pattern with %p replaced (%h too, by this host's name). */
@@ -791,29 +846,34 @@ static double stats_sum(const char *text, const char *metric) {
   return sum;
 }
 
-/* One "# counters" line for process pid (after its plugin was unloaded): faults, recoveries, fallbacks and returns. */
-static void print_counters(pid_t pid, const char *who) {
+/* One "# counters" line for process pid (after its plugin was unloaded): faults, recoveries, fallbacks and returns.
+ * show = 0 (the plugin's init failed: there is nothing to count) prints nothing; a file of ours is removed either
+ * way, so no run leaves one behind. */
+static void print_counters(pid_t pid, const char *who, int show) {
   char path[600], text[16384];
   if (g_stats_pattern[0] == '\0') return;
   stats_path(pid, path, sizeof path);
   FILE *f = fopen(path, "r");
   if (f == NULL) {
-    if (P.o.verbose) printf("# counters (%s): none (%s not written: a plugin without GDRNET_STATS_FILE?)\n", who, path);
+    if (show && P.o.verbose)
+      printf("# counters (%s): none (%s not written: a plugin without GDRNET_STATS_FILE?)\n", who, path);
     return;
   }
   size_t n = fread(text, 1, sizeof text - 1, f);
   text[n] = '\0';
   (void)fclose(f);
-  printf("# counters (%s): %.0f fault(s), %.0f recovery(ies) (%.0f message(s) replayed), %.0f fallback(s) to TCP, "
-         "%.0f return(s) to RDMA (%.2f s on TCP), %.0f TCP-only connection(s), %.0f device(s) lost, %.0f failed "
-         "connection(s), %.0f failed request(s)%s%s\n",
-         who, stats_sum(text, "gdrnet_faults_total"), stats_sum(text, "gdrnet_recoveries_total"),
-         stats_sum(text, "gdrnet_recovery_replayed_messages_total"), stats_sum(text, "gdrnet_fallbacks_total"),
-         stats_sum(text, "gdrnet_returns_total"), stats_sum(text, "gdrnet_tcp_seconds_total"),
-         stats_sum(text, "gdrnet_tcp_only_connections_total"), stats_sum(text, "gdrnet_device_lost"),
-         stats_sum(text, "gdrnet_failed_connections_total"), stats_sum(text, "gdrnet_failed_requests_total"),
-         g_stats_own ? "" : "; in ", g_stats_own ? "" : path);
-  fflush(stdout);
+  if (show) {
+    printf("# counters (%s): %.0f fault(s), %.0f recovery(ies) (%.0f message(s) replayed), %.0f fallback(s) to TCP, "
+           "%.0f return(s) to RDMA (%.2f s on TCP), %.0f TCP-only connection(s), %.0f device(s) lost, %.0f failed "
+           "connection(s), %.0f failed request(s)%s%s\n",
+           who, stats_sum(text, "gdrnet_faults_total"), stats_sum(text, "gdrnet_recoveries_total"),
+           stats_sum(text, "gdrnet_recovery_replayed_messages_total"), stats_sum(text, "gdrnet_fallbacks_total"),
+           stats_sum(text, "gdrnet_returns_total"), stats_sum(text, "gdrnet_tcp_seconds_total"),
+           stats_sum(text, "gdrnet_tcp_only_connections_total"), stats_sum(text, "gdrnet_device_lost"),
+           stats_sum(text, "gdrnet_failed_connections_total"), stats_sum(text, "gdrnet_failed_requests_total"),
+           g_stats_own ? "" : "; in ", g_stats_own ? "" : path);
+    fflush(stdout);
+  }
   if (g_stats_own && unlink(path) != 0 && errno != ENOENT) perr("removing %s: %s", path, strerror(errno));
 }
 
@@ -837,6 +897,7 @@ static int setup_plugin(void) {
   ncclResult_t r = P.net->init(gn_logger);
   if (r != ncclSuccess)
     return fatal("plugin %s: init() returned %s (its WARN lines above say why)", P.net->name, gn_result_str(r));
+  P.init_ok = 1;
   int ndev = 0;
   r = P.net->devices(&ndev);
   if (r != ncclSuccess) return fatal("devices() returned %s", gn_result_str(r));
@@ -944,11 +1005,15 @@ static int run_b(void) {
   P.o.check = (int)prm.check;
   P.o.bidir = (int)prm.bidir;
   P.o.max_size = prm.max_size;
-  if (setup_all(prm.max_size, (int)prm.inflight) != 0) return 1;
+  if (setup_all(prm.max_size, (int)prm.inflight) != 0) {
+    (void)teardown(); /* unloads the plugin: its last counters file is written now, not at exit */
+    return 1;
+  }
   for (;;) {
     cmd_t c;
     if (gn_boot_recv(P.bootfd, &c, sizeof c, 3600) != 0) {
       perr("lost the bootstrap connection to A: %s", strerror(errno));
+      (void)teardown();
       return 1;
     }
     if (c.op == OP_DONE) break;
@@ -959,11 +1024,15 @@ static int run_b(void) {
       snprintf(res.msg, sizeof res.msg, "%.255s", P.fatal_msg);
       perr("%s", P.fatal_msg);
       (void)gn_boot_send(P.bootfd, &res, sizeof res);
+      (void)teardown();
       return 1;
     }
     res.mismatches = P.mismatches;
     snprintf(res.msg, sizeof res.msg, "%s", P.first_err);
-    if (gn_boot_send(P.bootfd, &res, sizeof res) != 0) return 1;
+    if (gn_boot_send(P.bootfd, &res, sizeof res) != 0) {
+      (void)teardown();
+      return 1;
+    }
   }
   if (teardown() != 0) {
     perr("%s", P.fatal_msg);
@@ -1040,7 +1109,7 @@ static void print_row(const row_t *r) {
 static int write_outputs(const row_t *rows, int nrows) {
   const char *tr = getenv("GDRNET_TRANSPORT");
   if (P.o.json) {
-    FILE *f = fopen(P.o.json, "w");
+    FILE *f = strcmp(P.o.json, "-") == 0 ? fdopen(P.json_fd, "w") : fopen(P.o.json, "w");
     if (f == NULL) return fatal("--json %s: %s", P.o.json, strerror(errno));
     fprintf(f, "{\n  \"tool\": \"gdrnet-perf\",\n  \"version\": \"%s\",\n  \"plugin\": \"%s\",\n  \"name\": \"%s\",\n",
             GDRNET_VERSION, P.plug.path, P.net->name);
@@ -1066,7 +1135,7 @@ static int write_outputs(const row_t *rows, int nrows) {
     if (fclose(f) != 0) return fatal("--json %s: %s", P.o.json, strerror(errno));
   }
   if (P.o.csv) {
-    FILE *f = fopen(P.o.csv, "w");
+    FILE *f = strcmp(P.o.csv, "-") == 0 ? fdopen(P.json_fd, "w") : fopen(P.o.csv, "w");
     if (f == NULL) return fatal("--csv %s: %s", P.o.csv, strerror(errno));
     fprintf(f, "bytes,iters,lat_iters,gbps,avg_us,p50_us,p99_us,msgs_per_s\n");
     for (int i = 0; i < nrows; i++)
@@ -1087,7 +1156,10 @@ static int run_a(void) {
     perr("bootstrap: %s", strerror(errno));
     return 1;
   }
-  if (setup_all(P.o.max_size, P.o.inflight) != 0) return 1;
+  if (setup_all(P.o.max_size, P.o.inflight) != 0) {
+    (void)teardown(); /* unloads the plugin: its last counters file is written now, not at exit */
+    return 1;
+  }
   print_header();
 
   /* sizes */
@@ -1217,6 +1289,16 @@ static int run_a(void) {
 int main(int argc, char **argv) {
   memset(&P, 0, sizeof P);
   parse_args(argc, argv, &P.o);
+  P.json_fd = -1;
+  if ((P.o.json && strcmp(P.o.json, "-") == 0) || (P.o.csv && strcmp(P.o.csv, "-") == 0)) {
+    /* stdout carries the JSON (or CSV) alone, for a pipe; the table and the messages go to stderr */
+    fflush(stdout);
+    P.json_fd = dup(STDOUT_FILENO);
+    if (P.json_fd < 0 || dup2(STDERR_FILENO, STDOUT_FILENO) < 0) {
+      perror("gdrnet-perf: --json -/--csv -: dup");
+      return 1;
+    }
+  }
   setup_env();
   P.tty = isatty(STDOUT_FILENO);
   signal(SIGPIPE, SIG_IGN);
@@ -1263,8 +1345,8 @@ int main(int argc, char **argv) {
       fprintf(stderr, "gdrnet-perf: error: peer process B died of signal %d\n", WTERMSIG(st));
       return 1;
     }
-    print_counters(getpid(), "process A");
-    print_counters(pid, "process B");
+    print_counters(getpid(), "process A", P.init_ok);
+    print_counters(pid, "process B", P.init_ok);
     if (WEXITSTATUS(st) != 0) {
       if (rc == 0) fprintf(stderr, "gdrnet-perf: error: peer process B exited with status %d\n", WEXITSTATUS(st));
       return 1;
@@ -1289,18 +1371,19 @@ int main(int argc, char **argv) {
     P.role = 'B';
     int rc = run_b();
     close(P.bootfd);
-    print_counters(getpid(), "this server");
+    print_counters(getpid(), "this server", P.init_ok);
     if (rc == 0) printf("# gdrnet-perf server: run complete\n");
     return rc;
   }
-  P.bootfd = gn_boot_tcp_connect(P.o.host, P.o.port, 30);
+  char cerr[512];
+  P.bootfd = gn_boot_tcp_connect(P.o.host, P.o.port, P.o.timeout, cerr, sizeof cerr);
   if (P.bootfd < 0) {
-    fprintf(stderr, "gdrnet-perf: error: cannot reach the server %s:%d: %s\n", P.o.host, P.o.port, strerror(errno));
+    fprintf(stderr, "gdrnet-perf: error: cannot reach the server: %s\n", cerr);
     return 1;
   }
   P.role = 'A';
   int rc = run_a();
   close(P.bootfd);
-  print_counters(getpid(), "this client");
+  print_counters(getpid(), "this client", P.init_ok);
   return rc;
 }

@@ -1,6 +1,7 @@
 /* End-to-end tests: run the real gdrnet-doctor against fabricated /sys, /proc, /dev trees and assert on
  * its --json output and exit status, every finding both ways.
- * usage: test_doctor_cli <gdrnet-doctor> <fake libibverbs.so.1.14.99.0> <dir with fake libcuda.so.1> */
+ * usage: test_doctor_cli <gdrnet-doctor> <fake libibverbs.so.1.14.99.0> <dir with fake libcuda.so.1>
+ *        <libnccl-net-gdr.so> */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
@@ -23,7 +24,8 @@
 #include "fixture.h"
 #include "json_mini.h"
 
-static const char *g_doctor, *g_fakeverbs, *g_fakecuda_dir;
+static const char *g_doctor, *g_fakeverbs, *g_fakecuda_dir, *g_plugin;
+static char g_plugin_dir[4096]; /* LD_LIBRARY_PATH=<the plugin's directory> */
 
 struct res {
   int rc;
@@ -802,10 +804,11 @@ static void relaxed_ordering(void **state) {
 
 static void nccl_environment(void **state) {
   struct fx *f = *state;
-  const char *good[] = {"NCCL_NET=gdr", "NCCL_NET_PLUGIN=gdr", "NCCL_NET_GDR_LEVEL=SYS", NULL};
+  const char *good[] = {"NCCL_NET=gdr", "NCCL_NET_PLUGIN=gdr", "NCCL_NET_GDR_LEVEL=SYS", g_plugin_dir, NULL};
   struct res r = run_json(f, NULL, good);
   expect(&r, "env/NCCL_NET", "OK");
   expect(&r, "env/NCCL_NET_PLUGIN", "OK");
+  expect_has(&r, "env/NCCL_NET_PLUGIN", "title", "NCCL loads this plugin from /");
   expect(&r, "env/NCCL_NET_GDR_LEVEL", "OK");
   assert_int_equal(r.rc, 0);
   res_free(&r);
@@ -889,7 +892,13 @@ static void plugin_knobs(void **state) {
   expect(&r, "knob/GDRNET_SOCKET_IFNAME", "FAIL");
   expect(&r, "knob/GDRNET_FOO", "WARN");
   assert_false(field_has(finding(&r, "knob/GDRNET_FOO"), "title", "did you mean")); /* nothing is close to FOO */
-  expect_has(&r, "knob/GDRNET_FOO", "fix", "/share/doc/libnccl-net-gdr/docs/configuration.md");
+  /* the reference named exists: the installed doc, else (this source build) the repository's */
+  const char *fix = json_str(json_get(finding(&r, "knob/GDRNET_FOO"), "fix"));
+  const char *doc = fix ? strstr(fix, "the knobs: ") : NULL;
+  assert_non_null(doc);
+  doc += strlen("the knobs: ");
+  assert_non_null(strstr(doc, "configuration.md"));
+  if (access(doc, R_OK) != 0) fail_msg("the fix names %s, which does not exist", doc);
   expect(&r, "knob/GDRNET_HAC", "WARN");
   expect_has(&r, "knob/GDRNET_HAC", "title", "did you mean GDRNET_HCA?");
   expect_has(&r, "knob/GDRNET_IB_HCA", "title", "did you mean GDRNET_HCA?"); /* NCCL's spelling */
@@ -897,11 +906,18 @@ static void plugin_knobs(void **state) {
   expect_has(&r, "knob/NCCL_IB_TIMEOUT", "title", "ignored, the default is used");
   res_free(&r);
 
-  /* NCCL_IB_DISABLE=1 or GDRNET_IB_DISABLE=1: the plugin uses no RDMA */
+  /* NCCL_IB_DISABLE=1 or GDRNET_IB_DISABLE=1: the plugin uses no RDMA; NCCL never reads GDRNET_*, so only
+   * NCCL's name turns NCCL's own IB transport off too */
   const char *off[] = {"GDRNET_IB_DISABLE=1", NULL};
   r = run_json(f, NULL, off);
   expect(&r, "env/GDRNET_IB_DISABLE", "FAIL");
+  expect_has(&r, "env/GDRNET_IB_DISABLE", "title", "this plugin uses no RDMA");
+  assert_false(field_has(finding(&r, "env/GDRNET_IB_DISABLE"), "title", "NCCL's IB"));
   assert_int_equal(r.rc, 1);
+  res_free(&r);
+  const char *off1[] = {"NCCL_IB_DISABLE=1", NULL};
+  r = run_json(f, NULL, off1);
+  expect_has(&r, "env/NCCL_IB_DISABLE", "title", "neither NCCL's IB transport nor this plugin's");
   res_free(&r);
   const char *off2[] = {"GDRNET_IB_DISABLE=0", "NCCL_IB_DISABLE=1", NULL}; /* ours wins, as in the plugin */
   r = run_json(f, NULL, off2);
@@ -946,6 +962,99 @@ static void json_escaping(void **state) {
   assert_non_null(strstr(title, "NCCL_NET=a\"b\\c\td\x01"
                                 "e\xc3\xa9"
                                 "f\xef\xbf\xbd:"));
+  res_free(&r);
+}
+
+/* NCCL_NET_PLUGIN: the doctor dlopens what NCCL 2.28 dlopens, in its order, and reports the file or the dlerror. */
+static void net_plugin_loading(void **state) {
+  struct fx *f = *state;
+  char full[4200], withemu[8400];
+  snprintf(full, sizeof full, "NCCL_NET_PLUGIN=%s", g_plugin);
+  /* a path that does not exist */
+  const char *e1[] = {"NCCL_NET_PLUGIN=/nonexistent/libnccl-net-gdr.so", NULL};
+  struct res r = run_json(f, NULL, e1);
+  expect(&r, "env/NCCL_NET_PLUGIN", "FAIL");
+  expect_has(&r, "env/NCCL_NET_PLUGIN", "evidence",
+             "dlopen(\"/nonexistent/libnccl-net-gdr.so\", RTLD_NOW|RTLD_LOCAL): /nonexistent/libnccl-net-gdr.so: "
+             "cannot open shared object file");
+  assert_false(field_has(finding(&r, "env/NCCL_NET_PLUGIN"), "evidence", "libnccl-net-/")); /* a path: as given */
+  assert_int_equal(r.rc, 1);
+  res_free(&r);
+  /* by name, from a build tree without build/lib on LD_LIBRARY_PATH: both names fail; the fix names the path */
+  const char *e2[] = {"NCCL_NET_PLUGIN=gdr", NULL};
+  r = run_json(f, NULL, e2);
+  expect(&r, "env/NCCL_NET_PLUGIN", "FAIL");
+  expect_has(&r, "env/NCCL_NET_PLUGIN", "evidence", "dlopen(\"gdr\", RTLD_NOW|RTLD_LOCAL)");
+  expect_has(&r, "env/NCCL_NET_PLUGIN", "evidence", "dlopen(\"libnccl-net-gdr.so\", RTLD_NOW|RTLD_LOCAL)");
+  expect_has(&r, "env/NCCL_NET_PLUGIN", "fix", "LD_LIBRARY_PATH=");
+  res_free(&r);
+  /* ... and with it: OK, naming the file that loaded */
+  const char *e3[] = {"NCCL_NET_PLUGIN=gdr", g_plugin_dir, NULL};
+  r = run_json(f, NULL, e3);
+  expect(&r, "env/NCCL_NET_PLUGIN", "OK");
+  expect_has(&r, "env/NCCL_NET_PLUGIN", "title", "/libnccl-net-gdr.so (ncclNetPlugin_v");
+  assert_int_equal(r.rc, 0);
+  res_free(&r);
+  /* the full path */
+  const char *e4[] = {full, NULL};
+  r = run_json(f, NULL, e4);
+  expect(&r, "env/NCCL_NET_PLUGIN", "OK");
+  res_free(&r);
+  /* a comma list (NCCL 2.27+): an entry that is not found, one that is no plugin, then this one */
+  snprintf(withemu, sizeof withemu, "NCCL_NET_PLUGIN=aws-ofi,%s,%s", g_fakeverbs, g_plugin);
+  const char *e5[] = {withemu, NULL};
+  r = run_json(f, NULL, e5);
+  expect(&r, "env/NCCL_NET_PLUGIN", "OK");
+  expect_has(&r, "env/NCCL_NET_PLUGIN", "evidence", "dlopen(\"libnccl-net-aws-ofi.so\"");
+  expect_has(&r, "env/NCCL_NET_PLUGIN", "evidence", "exports no ncclNetPlugin_v6..v11: NCCL skips it");
+  res_free(&r);
+  /* none (NCCL 2.28): no external plugin */
+  const char *e6[] = {"NCCL_NET_PLUGIN=none", g_plugin_dir, NULL};
+  r = run_json(f, NULL, e6);
+  expect(&r, "env/NCCL_NET_PLUGIN", "FAIL");
+  expect_has(&r, "env/NCCL_NET_PLUGIN", "title", "no external net plugin");
+  res_free(&r);
+  /* unset: libnccl-net.so, which is this plugin only if its default link is installed; with NCCL_NET=GDR, NCCL's
+   * init then fails (checkable where the host has no libnccl-net.so) */
+  void *h = dlopen("libnccl-net.so", RTLD_NOW | RTLD_LOCAL);
+  if (h == NULL) {
+    const char *e7[] = {"NCCL_NET=GDR", NULL};
+    r = run_json(f, NULL, e7);
+    expect(&r, "env/NCCL_NET_PLUGIN", "FAIL");
+    expect_has(&r, "env/NCCL_NET_PLUGIN", "title", "Failed to initialize any NET plugin");
+    expect_has(&r, "env/NCCL_NET_PLUGIN", "evidence", "dlopen(\"libnccl-net.so\"");
+    res_free(&r);
+  } else {
+    dlclose(h);
+  }
+}
+
+/* GDRNET_SOCKET_IFNAME / NCCL_SOCKET_IFNAME go through the plugin's own interface selection: one that selects nothing
+ * fails the plugin's init, and the finding names the interfaces that exist (this host's: lo at least). */
+static void socket_ifname(void **state) {
+  struct fx *f = *state;
+  const char *e1[] = {"GDRNET_SOCKET_IFNAME=nosuchif", NULL};
+  struct res r = run_json(f, NULL, e1);
+  expect(&r, "socket-ifname", "FAIL");
+  expect_has(&r, "socket-ifname", "title", "GDRNET_SOCKET_IFNAME=\"nosuchif\"");
+  expect_has(&r, "socket-ifname", "title", "init fails");
+  expect_has(&r, "socket-ifname", "evidence", "interfaces up with an address here: ");
+  expect_has(&r, "socket-ifname", "evidence", "lo (127.0.0.1)");
+  expect_has(&r, "socket-ifname", "fix", "lo (127.0.0.1)");
+  assert_false(field_has(finding(&r, "env/knobs"), "title", "every value valid")); /* the issue's "all valid" */
+  assert_int_equal(r.rc, 1);
+  res_free(&r);
+  const char *e2[] = {"NCCL_SOCKET_IFNAME=nosuchif", NULL}; /* NCCL's name, read when ours is unset */
+  r = run_json(f, NULL, e2);
+  expect(&r, "socket-ifname", "FAIL");
+  expect_has(&r, "socket-ifname", "title", "NCCL_SOCKET_IFNAME=\"nosuchif\"");
+  res_free(&r);
+  const char *e3[] = {"GDRNET_SOCKET_IFNAME=lo", NULL};
+  r = run_json(f, NULL, e3);
+  expect(&r, "socket-ifname", "OK");
+  expect_has(&r, "socket-ifname", "title", "use lo (127.0.0.1)");
+  expect_has(&r, "env/knobs", "title", "every value valid for the plugin");
+  assert_int_equal(r.rc, 0);
   res_free(&r);
 }
 
@@ -1079,13 +1188,18 @@ static void hostile_files(void **state) {
 }
 
 int main(int argc, char **argv) {
-  if (argc != 4) {
-    fprintf(stderr, "usage: %s <gdrnet-doctor> <fake libibverbs> <fake libcuda dir>\n", argv[0]);
+  if (argc != 5) {
+    fprintf(stderr, "usage: %s <gdrnet-doctor> <fake libibverbs> <fake libcuda dir> <libnccl-net-gdr.so>\n", argv[0]);
     return 2;
   }
   g_doctor = argv[1];
   g_fakeverbs = argv[2];
   g_fakecuda_dir = argv[3];
+  g_plugin = argv[4];
+  snprintf(g_plugin_dir, sizeof g_plugin_dir, "LD_LIBRARY_PATH=%s", g_plugin);
+  char *slash = strrchr(g_plugin_dir, '/');
+  if (slash == NULL) return 2;
+  *slash = '\0';
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(healthy_host_is_ready, setup, teardown),
       cmocka_unit_test_setup_teardown(no_rdma_device, setup_empty, teardown),
@@ -1105,6 +1219,8 @@ int main(int argc, char **argv) {
       cmocka_unit_test_setup_teardown(plugin_knobs, setup, teardown),
       cmocka_unit_test_setup_teardown(verbs_lib_without_sysfs, setup_empty, teardown),
       cmocka_unit_test_setup_teardown(json_escaping, setup, teardown),
+      cmocka_unit_test_setup_teardown(net_plugin_loading, setup, teardown),
+      cmocka_unit_test_setup_teardown(socket_ifname, setup, teardown),
       cmocka_unit_test(usage_errors),
       cmocka_unit_test_setup_teardown(library_probes, setup, teardown),
       cmocka_unit_test_setup_teardown(hostile_files, setup, teardown),
