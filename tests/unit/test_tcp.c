@@ -1485,6 +1485,41 @@ static void test_match_same_tag_group(void **state) {
   eager_default();
 }
 
+/* A listener of TCP protocol version 3 (numbering by arrival, 24-byte headers): the connector refuses it at
+ * connect with a WARN naming both versions, instead of mismatching messages later. */
+static void test_refuses_version_3(void **state) {
+  struct pair p;
+  struct gdr_handle h;
+  struct tcp_proto tp;
+  void *s = NULL, *r = NULL;
+  ncclResult_t res = ncclSuccess;
+  char hb[NCCL_NET_HANDLE_MAXSIZE];
+  double t0;
+  (void)state;
+  init_plugin();
+  memset(&p, 0, sizeof(p));
+  assert_int_equal(gdr_core_listen(NULL, 0, p.handle, &p.l), ncclSuccess);
+  memcpy(&h, p.handle, sizeof(h));
+  memcpy(&tp, h.tp_data, sizeof(tp));
+  assert_int_equal(tp.version, TCP_PROTO_VERSION);
+  tp.version = 3; /* what a plugin of the version before this one writes */
+  memcpy(h.tp_data, &tp, sizeof(tp));
+  memcpy(hb, &h, sizeof(hb));
+  t0 = ut_now();
+  while (res == ncclSuccess && s == NULL) {
+    res = gdr_core_connect(NULL, 0, -1, hb, &s);
+    if (r == NULL) assert_int_equal(gdr_core_accept(p.l, &r), ncclSuccess);
+    assert_true(ut_now() - t0 < 20.0);
+  }
+  assert_int_equal(res, ncclInvalidUsage);
+  assert_null(s);
+  assert_true(ut_warned("speaks TCP protocol version 3, this plugin version 4"));
+  assert_true(ut_warned("use the same plugin version on every rank"));
+  if (r != NULL) assert_int_equal(gdr_core_close_recv(r), ncclSuccess);
+  assert_int_equal(gdr_core_close_listen(p.l), ncclSuccess);
+  fini_plugin();
+}
+
 int main(void) {
   setenv("GDRNET_SOCKET_IFNAME", "lo", 0); /* single-host: loopback (CTest sets it too) */
   const struct CMUnitTest tests[] = {
@@ -1513,6 +1548,7 @@ int main(void) {
       cmocka_unit_test(test_cts_inline),
       cmocka_unit_test(test_match_tag_order),
       cmocka_unit_test(test_match_same_tag_group),
+      cmocka_unit_test(test_refuses_version_3),
       cmocka_unit_test_prestate(test_random_traffic, (void *)&rt_cfgs[0]),
       cmocka_unit_test_prestate(test_random_traffic, (void *)&rt_cfgs[1]),
       cmocka_unit_test_prestate(test_random_traffic, (void *)&rt_cfgs[2]),
