@@ -535,7 +535,13 @@ static ncclResult_t rx_rts(struct tcp_comm *c, const struct tcp_ctrl_hdr *h) {
   if (h->seq < tag_next(c, tag)) return ncclSuccess; /* the buffer has its message already */
   for (int i = 0; i < TCP_MAX_RTS; i++) {
     struct tcp_rts *x = &c->rtsq[i];
-    if (x->used && x->tag == tag) return protocol_error(c, h, "a second RTS of one tag for buffers not posted yet");
+    if (x->used && x->tag == tag) {
+      /* a sender announces only the next message of a tag: an older announcement of the tag is obsolete (that
+       * message went another way, e.g. over RDMA after a return), a newer one means a broken peer */
+      if (x->ord >= h->seq) return protocol_error(c, h, "an RTS not after the last one of its tag");
+      x->used = 0;
+      c->nrts--;
+    }
     if (!x->used && e == NULL) e = x;
   }
   if (e == NULL) return protocol_error(c, h, "more RTS messages than a sender may have outstanding");

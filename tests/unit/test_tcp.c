@@ -1520,6 +1520,49 @@ static void test_refuses_version_3(void **state) {
   fini_plugin();
 }
 
+/* RTS messages for buffers not posted yet are kept per tag: a newer one of a tag replaces an older one (that message
+ * went another way), one not after the last of its tag is a broken peer (written straight onto the control stream
+ * as such a sender would). */
+static void test_rts_per_tag(void **state) {
+  struct pair p;
+  unsigned char buf[64];
+  struct tcp_ctrl_hdr h[3];
+  char wire[3 * sizeof(struct tcp_ctrl_hdr) + 8];
+  (void)state;
+  eager_on("32");
+  init_plugin();
+  pair_open(&p);
+  struct tcp_comm *sc = tcomm_of(p.s);
+  memset(h, 0, sizeof(h));
+  h[0].type = TCP_MSG_RTS;
+  h[0].aux = 3; /* tag 3, message 0, 100000 bytes: waits for its CTS */
+  h[0].size = 100000;
+  h[1] = h[0];
+  h[1].seq = 1; /* tag 3, message 1: message 0 went another way */
+  h[2].type = TCP_MSG_EAGER; /* tag 0, message 0: completes the receive below */
+  h[2].size = 8;
+  memcpy(wire, h, sizeof(h));
+  memset(wire + sizeof(h), 9, 8);
+  assert_int_equal(send(sc->ctrl_fd, wire, sizeof(wire), MSG_NOSIGNAL), (ssize_t)sizeof(wire));
+  assert_int_equal(wait_req(post_recv(p.r, buf, sizeof(buf))), 8);
+  assert_int_equal(tcomm_of(p.r)->nrts, 1); /* the newer of tag 3 */
+  assert_int_equal(ut_nwarn, 0);
+  assert_int_equal(send(sc->ctrl_fd, &h[1], sizeof(h[1]), MSG_NOSIGNAL), (ssize_t)sizeof(h[1])); /* again */
+  void *req = post_recv(p.r, buf, sizeof(buf));
+  int done = 0;
+  ncclResult_t r = ncclSuccess;
+  double t0 = ut_now();
+  while (r == ncclSuccess && !done) {
+    r = gdr_core_test(req, &done, NULL, NULL);
+    assert_true(ut_now() - t0 < 10.0);
+  }
+  assert_int_equal(r, ncclRemoteError);
+  assert_true(ut_warned("protocol error: an RTS not after the last one of its tag"));
+  pair_close(&p);
+  fini_plugin();
+  eager_default();
+}
+
 int main(void) {
   setenv("GDRNET_SOCKET_IFNAME", "lo", 0); /* single-host: loopback (CTest sets it too) */
   const struct CMUnitTest tests[] = {
@@ -1549,6 +1592,7 @@ int main(void) {
       cmocka_unit_test(test_match_tag_order),
       cmocka_unit_test(test_match_same_tag_group),
       cmocka_unit_test(test_refuses_version_3),
+      cmocka_unit_test(test_rts_per_tag),
       cmocka_unit_test_prestate(test_random_traffic, (void *)&rt_cfgs[0]),
       cmocka_unit_test_prestate(test_random_traffic, (void *)&rt_cfgs[1]),
       cmocka_unit_test_prestate(test_random_traffic, (void *)&rt_cfgs[2]),
