@@ -2,31 +2,50 @@
  *
  * A connection = one control stream + nsocks data streams served by nthreads helper threads per side.
  *
+ * Matching (NCCL IB's rule, per connection; protocol version 4): receives are posted in order (slot 0, 1, ...); a
+ * grouped receive is one slot of n <= 8 buffers whose tags may repeat; the k-th isend with tag t fills the first free
+ * buffer with tag t of the current slot (the oldest not yet filled). So the placement is fixed in advance: the k-th
+ * isend with tag t lands in the k-th buffer with tag t, counting buffers in slot order. Both ends number by that:
+ * the sender calls its k-th accepted isend with tag t message (t, k); the receiver gives each buffer it posts the
+ * next ordinal of its tag, and a buffer number (id: 0, 1, ... in slot order, a group's buffers consecutive). Every
+ * control message names what it is for: EAGER/RTS the message (t, k), CTS the buffer (id, with its t, k and size),
+ * INLINE/ERR_SIZE and the data chunks the buffer id. Only the timing differs from RDMA's: an isend TCP can place may
+ * be accepted before its slot is the current one (an eager message for a later slot, or one whose buffer is not
+ * posted yet, waits in a bounce slot, counted against the credits); one it cannot send yet (no CTS, no credit)
+ * gets a NULL request (try again), never an error. Each buffer reports its own sent size. With PXN (tag = source
+ * rank, each sub's isend posted on its own) tag 1 of message m+1 may come before tag 2 of message m: it simply is
+ * message (1, m+1).
+ *
  * Small messages go EAGER, large ones are receiver-driven like NIB's CTS FIFO:
  *   - at connect the receiver sends GRANT{eager size E = its GDRNET_TCP_INLINE, C = GDRNET_TCP_EAGER_CREDITS}
  *     on the control stream (C = 0: no eager path, every message waits for a CTS as below), if the sender
  *     announced the eager feature in its HELLO (struct tcp_proto below; an older plugin gets no GRANT and the
  *     plain CTS protocol);
- *   - eager: a send of <= E bytes with a credit left goes out at once as EAGER{seq, size} + payload on the
- *     control stream, written by NCCL's progress thread (no CTS, no thread hop: 1 syscall per message). The
- *     receiver copies it straight into the posted receive, or, if that is not posted yet, into a bounce slot
- *     (one per credit, grown on demand) that irecv copies from. Every eager message takes a credit; the receiver
- *     hands them back in batches of max(1, C/2) (CREDIT{n}) once it has consumed them, so the sender reads the
- *     control stream about once every C/2 messages, not per message;
+ *   - eager: a send of <= E bytes with a credit left goes out at once as EAGER{tag, ordinal, size} + payload on
+ *     the control stream, written by NCCL's progress thread (no CTS, no thread hop: 1 syscall per message). The
+ *     receiver copies it straight into its posted buffer, or, if that is not posted yet, into a bounce slot (one
+ *     per credit, grown on demand) that irecv copies from when it posts that buffer. Every eager message takes a
+ *     credit; the receiver hands them back in batches of max(1, C/2) (CREDIT{n}) once it has consumed them, so the
+ *     sender reads the control stream about once every C/2 messages, not per message. Should every credit be held
+ *     here (bounced messages for later slots, consumed ones not returned), the receiver returns the consumed ones
+ *     at once and, while all are bounced, sends a CTS for each posted buffer that waits for an eager message, whose
+ *     message then goes inline: the current slot always gets its messages;
  *   - a receive of <= E bytes can only be matched by an eager message (anything bigger is invalid usage), so irecv
  *     sends nothing for it. E defaults to 64 KiB = NCCL's LL step, the receive size NCCL posts for its small
- *     messages (16 B for an 8-byte all_reduce), so those cost no CTS either. A larger receive sends CTS{seq,
- *     posted size} at once; isend of a message that is not eager waits (NULL request) until CTS{seq} is there, so
- *     the sender knows the receive is posted and its size. A sender whose big message finds no CTS says
- *     RTS{seq, size} once, so that a receive posted with <= E bytes (which sends no CTS) detects the mismatch
- *     instead of both sides waiting forever. A CTS for a message that went eager anyway is ignored;
+ *     messages (16 B for an 8-byte all_reduce), so those cost no CTS either. A larger buffer sends CTS{id, tag,
+ *     ordinal, posted size} at once (a grouped receive's in one write); isend of a message that is not eager waits
+ *     (NULL request) until the CTS of its (tag, ordinal) is there, so the sender knows the buffer is posted and its
+ *     size. A sender whose big message finds no CTS says RTS{tag, ordinal, size} once (at most TCP_MAX_RTS
+ *     outstanding), so that a buffer posted with <= E bytes (which sends no CTS) detects the mismatch instead of
+ *     both sides waiting forever (the receiver keeps an RTS for a buffer not posted yet until it is). A CTS for a
+ *     message that went eager anyway is ignored;
  *   - send > posted: whoever sees both sizes first WARNs with both, tells the other side (ERR_SIZE from the
  *     sender after a CTS, ERR_RECV from the receiver for an eager message or an RTS) and fails the comm with
  *     ncclInvalidUsage; the other side WARNs with both sizes as well, and its next isend/test returns the
  *     error (an eager send may already have completed: the error comes with a later call);
  *   - after a CTS, size <= GDRNET_TCP_INLINE: INLINE header + payload on the control stream, as eager;
  *   - larger: cut into chunks (gdr_tcp_plan_chunks) spread round-robin over the helper threads; each chunk
- *     carries {seq, offset, length, total}, so the receiving helper thread recv()s it directly into the posted
+ *     carries {buffer id, offset, length, total}, so the receiving helper thread recv()s it directly into the posted
  *     buffer at its offset (no copy besides the kernel's). Thread t of both sides owns the streams s with
  *     s % nthreads == t and uses them in the same rotation, so blocking I/O on both ends pairs up.
  * Sends complete when their bytes are in the kernel; receives when every byte has landed (atomic counters the
@@ -34,7 +53,8 @@
  * (non-blocking reads and writes, their task queue) for that long after their last progress, and for up to
  * GDRNET_TCP_SPIN_MAX_US while their connection expects traffic (receiver: a receive whose CTS went out is not
  * complete; sender: a CTS is not used yet; counts kept by the progress thread, read by the helpers as a hint).
- * Requests live in a 32-slot ring per comm indexed by seq.
+ * Requests live in a 32-slot ring per comm: the sender's by its count of accepted isends, the receiver's by buffer
+ * id.
  *
  * System calls: the receiver reads the control stream in test() of an unfinished receive and stops after a short
  * read (the socket is drained) or once a payload read straight into the posted buffer is complete. The sender
@@ -114,10 +134,14 @@ size_t gdr_tcp_resolve_cts_inline(size_t inline_max);
  * the CTS protocol: every receive sends its CTS at once, no eager message, no RTS. A peer announcing a version
  * this plugin cannot speak (below TCP_PROTO_MIN, i.e. a future incompatible one) is rejected with a WARN. */
 #define TCP_PROTO_MAGIC 0x50504354u /* "TCPP" */
-#define TCP_PROTO_VERSION 3
+#define TCP_PROTO_VERSION 4
 #define TCP_PROTO_MIN 1 /* oldest peer version this plugin interoperates with (1 = zero tp_data) */
+/* Version 4 matches every message to its buffer by (tag, ordinal within the tag) and has a 32-byte control header;
+ * versions 2 and 3 (eager path, numbering by arrival) are refused at connect with a WARN naming both versions. A
+ * version-1 peer (plain receives, CTS protocol only) still works: tags are ignored, ordinal = message number. */
+#define TCP_PROTO_MATCH 4
 #define TCP_FEAT_EAGER 0x1u /* understands GRANT, sends EAGER/RTS, receives CREDIT */
-#define TCP_FEAT_GROUPS 0x2u /* (version 3) understands CTS_GROUP, names each message's tag in EAGER: grouped receives */
+#define TCP_FEAT_GROUPS 0x2u /* grouped receives (version 3: CTS_GROUP; version 4: matching by tag ordinal) */
 #define TCP_FEAT_FUSED 0x4u /* listener: sends its addresses (TCP_BLOB_ADDRS) to a connector announcing it, which
                              * understands them and spreads its data streams over them */
 #define TCP_BLOB_ADDRS 0x52444154u /* "TADR": struct gdr_wire_addr[ndevs], listener -> connector, control stream */
@@ -137,45 +161,44 @@ int gdr_tcp_proto_peer(const void *tp_data, unsigned *version, uint32_t *feature
 int gdr_tcp_proto_ndevs(const void *tp_data);
 #define TCP_SEND_POLL_CALLS 32 /* a sender reads the control stream at least once per this many isend/test calls */
 
-/* Control messages. r->s: receiver to sender; s->r: sender to receiver. */
+/* Control messages. r->s: receiver to sender; s->r: sender to receiver. Version 4 names a message by its tag (aux)
+ * and its ordinal within that tag (seq: the sender's k-th isend with tag t is (t, k)), and a receive buffer by its
+ * buffer number (id: the receiver numbers its posted buffers 0, 1, ... in slot order, a grouped receive's buffers
+ * consecutively); the k-th isend with tag t belongs in the receiver's k-th buffer with tag t (NCCL's rule, see the
+ * top). A version-1 peer sends 24-byte headers (no id: id = seq) and knows only CTS/INLINE/ERR_SIZE. */
 enum {
-  TCP_MSG_CTS = 1,      /* r->s: receive seq is posted with `size` bytes */
-  TCP_MSG_INLINE = 2,   /* s->r: after a CTS: `size` payload bytes follow */
-  TCP_MSG_ERR_SIZE = 3, /* s->r: the send of seq is `size` bytes, more than its CTS offered */
-  TCP_MSG_EAGER = 4,    /* s->r: without a CTS, taking a credit: `size` payload bytes follow */
+  TCP_MSG_CTS = 1,      /* r->s: buffer id, posted with `size` bytes, takes message (tag aux, ordinal seq) */
+  TCP_MSG_INLINE = 2,   /* s->r: after a CTS: message (aux, seq) into buffer id: `size` payload bytes follow */
+  TCP_MSG_ERR_SIZE = 3, /* s->r: message (aux, seq) for buffer id is `size` bytes, more than its CTS offered */
+  TCP_MSG_EAGER = 4,    /* s->r: message (tag aux, ordinal seq) without a CTS, taking a credit: `size` payload bytes
+                         * follow; the receiver puts it in its buffer (aux, seq), or holds it in a bounce slot until
+                         * that buffer is posted */
   TCP_MSG_GRANT = 5,    /* r->s: the first message: eager messages of up to `size` bytes, `aux` credits, `seq` the
                          * receiver's TCP_PROTO_VERSION (0 from the first eager-capable plugins); sent only to a
                          * connector that announced TCP_FEAT_EAGER */
   TCP_MSG_CREDIT = 6,   /* r->s: `size` credits back */
-  TCP_MSG_RTS = 7,      /* s->r: message seq of `size` bytes (too big for eager) waits for its CTS */
-  TCP_MSG_ERR_RECV = 8, /* r->s: message seq of `size` bytes is larger than its receive of `aux` bytes */
-  TCP_MSG_CTS_GROUP = 9, /* r->s: a grouped receive of `aux` buffers is posted as messages seq..seq+aux-1; `size`
-                          * payload bytes follow: aux x struct tcp_group_ent. A send with tag t among those
-                          * messages goes to the buffer with tag t: its INLINE header and chunks name that
-                          * buffer's message number (seq + index), its EAGER header its own number and its tag */
+  TCP_MSG_RTS = 7,      /* s->r: message (aux, seq) of `size` bytes (too big for eager) waits for its CTS */
+  TCP_MSG_ERR_RECV = 8, /* r->s: message (tag id, ordinal seq) of `size` bytes is larger than its buffer of `aux`
+                         * bytes */
+  /* 9 was version 3's CTS_GROUP: version 4 sends one CTS per buffer (a grouped receive's in one write) */
 };
-
-/* One buffer of a grouped receive, in CTS_GROUP's payload. */
-struct tcp_group_ent {
-  uint64_t size;
-  uint32_t tag;
-  uint32_t rsvd;
-};
-_Static_assert(sizeof(struct tcp_group_ent) == 16, "group entry");
 #define TCP_MAX_RECVS 8 /* maxRecvs: buffers of one grouped receive */
+#define TCP_MAX_RTS 64  /* RTS messages a sender may have outstanding (answered by no CTS yet), one per tag at most */
 
 struct tcp_ctrl_hdr {
   uint32_t type;
-  uint32_t aux; /* GRANT: credits; ERR_RECV: the posted size (<= the eager size, so it fits) */
+  uint32_t aux; /* GRANT: credits; ERR_RECV: the posted size (<= the eager size, so it fits); else the tag */
   uint64_t seq;
   uint64_t size; /* see the types */
+  uint64_t id;   /* version 4: the receive buffer (CTS, INLINE, ERR_SIZE) */
 };
-_Static_assert(sizeof(struct tcp_ctrl_hdr) == 24, "ctrl header");
+_Static_assert(sizeof(struct tcp_ctrl_hdr) == 32, "ctrl header");
+#define TCP_HDR_V1 24 /* the header of a version-1 peer: without id */
 
 struct tcp_chunk_hdr {
   uint32_t magic;
   uint32_t len;
-  uint64_t seq;
+  uint64_t seq; /* the receive buffer's number (the id of its CTS) */
   uint64_t off;
   uint64_t total;
 };
@@ -195,12 +218,13 @@ struct tcp_req {
   ncclResult_t err;         /* failure of this request alone (size mismatch) */
   int cts;                  /* recv: its CTS was sent (progress thread only) */
   int expect;               /* recv, first buffer: counted in the comm's rx_expect (progress thread only) */
-  uint64_t wseq;            /* send: the message number its INLINE header and chunks carry (a group's buffer) */
+  uint64_t wseq;            /* send: the buffer number its INLINE header and chunks carry (its CTS's id) */
   /* grouped receive: sub-requests in consecutive slots, one per buffer; the first one is NCCL's request */
   int gn;                   /* recv, first sub-request: buffers in the group (1: a plain receive) */
-  uint64_t gbase;           /* recv: the group's first message number */
-  int tag;                  /* recv: this buffer's tag */
-  int matched;              /* recv: a message was assigned to this buffer (eager by tag, or by the sender) */
+  uint64_t gbase;           /* recv: the group's first buffer number */
+  int tag;                  /* recv: this buffer's tag (0 with a version-1 peer) */
+  uint64_t ord;             /* recv: its ordinal among the buffers with its tag; send: the message's, within its tag */
+  int matched;              /* recv: a message was assigned to this buffer (eager, bounced, or inline/chunks) */
   /* device memory (tcp_cuda.c): the bytes travel through a pinned host buffer of this slot */
   char *stage;              /* the slot's pinned buffer (kept for the slot's next requests) */
   size_t stage_cap;
@@ -235,19 +259,39 @@ struct tcp_thread {
   int stop;            /* under mu */
 };
 
-struct tcp_bounce { /* an eager message that arrived before its receive was posted */
-  uint64_t seq;
+struct tcp_bounce { /* an eager message that arrived before its buffer was posted */
+  uint64_t ord; /* the message (tag, ord) */
   int tag;
+  int used;
   size_t size;
   size_t cap;
   char *buf;
-  int full; /* every payload byte is in buf */
+  int full;            /* every payload byte is in buf */
+  struct tcp_req *dst; /* its buffer, posted while the payload was still arriving (copied when full) */
+};
+
+struct tcp_tagent { /* per tag: the next ordinal (sender: to send; receiver: to post) */
+  int tag;
+  int used;
+  uint64_t next;
+  uint64_t rts; /* sender: ordinal + 1 of the message an RTS went out for (answered by no CTS yet) */
+};
+
+struct tcp_cts { /* sender: a clear-to-send not used yet */
+  uint64_t ord, id, size;
+  int tag;
+  int used;
+};
+
+struct tcp_rts { /* receiver: an RTS for a buffer not posted yet */
+  uint64_t ord, size;
+  int tag;
+  int used;
 };
 
 struct tcp_txent {
   struct tcp_ctrl_hdr hdr;
-  const char *payload; /* the caller's bytes, or own[] (a copy) */
-  char own[TCP_MAX_RECVS * sizeof(struct tcp_group_ent)];
+  const char *payload; /* the caller's bytes */
   size_t len; /* payload bytes */
   size_t off; /* over header + payload */
   struct tcp_req *req; /* inline send completed by this entry, or NULL */
@@ -268,20 +312,18 @@ struct tcp_comm {
   uint64_t spin_max_ns; /* ... and up to this long while traffic is expected (rx_expect/tx_expect > 0) */
 
   /* progress-thread state */
-  uint64_t next_seq;
+  uint64_t next_seq; /* sender: isends accepted (its request ring); receiver: buffers posted (the next buffer id) */
   struct tcp_req req[TCP_NREQ];
   unsigned rr; /* next helper thread for a chunked send */
-  struct {
-    uint64_t seq;   /* seq + 1 when valid */
-    uint64_t size;
-    uint64_t group; /* the group's first message + 1 when seq belongs to a grouped receive (sizes in groups[]) */
-  } cts[TCP_NREQ];
-  struct { /* sender: grouped receives announced by CTS_GROUP, by their first message number % TCP_NREQ */
-    uint64_t base;
-    int n;
-    uint32_t used; /* buffers already given a send */
-    struct tcp_group_ent ent[TCP_MAX_RECVS];
-  } groups[TCP_NREQ];
+  int match_tags; /* version-4 peer: messages matched by (tag, ordinal); 0: a version-1 peer (one stream, tag 0) */
+  size_t hdr_len; /* control header bytes on the wire: sizeof(struct tcp_ctrl_hdr), TCP_HDR_V1 for version 1 */
+  struct tcp_tagent *tags; /* open addressing by tag, tags_cap a power of two (0: none yet) */
+  unsigned tags_cap, tags_n;
+  struct tcp_cts cts[TCP_NREQ]; /* sender: clear-to-sends not used (at most one per posted buffer) */
+  unsigned ncts;
+  unsigned rts_out; /* sender: RTS messages sent for messages not accepted yet */
+  struct tcp_rts rtsq[TCP_MAX_RTS]; /* receiver: RTS messages for buffers not posted yet */
+  unsigned nrts;
   struct tcp_txent txq[TCP_TXQ];
   unsigned tx_head, tx_tail;
   char *rx;          /* TCP_RXBUF staging */
@@ -304,12 +346,9 @@ struct tcp_comm {
   uint32_t credits;    /* sender: eager messages it may still send */
   int granted;         /* sender: GRANT seen (before it, the old receiver-driven protocol only) */
   uint32_t unreturned; /* receiver: consumed eager messages not credited back yet */
-  uint64_t rts_sent;   /* sender: seq + 1 of the message an RTS was sent for */
-  uint64_t rts_seq;    /* receiver: seq + 1 of a pending RTS for a receive not posted yet, and its size */
-  uint64_t rts_size;
   unsigned idle_calls; /* sender: isend/test calls since the control stream was last read */
-  struct tcp_bounce *bounce; /* receiver: ring of ncredits slots, in seq order */
-  unsigned b_head, b_tail;
+  struct tcp_bounce *bounce; /* receiver: ncredits slots for eager messages whose buffer is not posted yet */
+  unsigned nbounce;          /* slots in use (each holds a credit) */
   /* counters for tests and traces */
   uint64_t n_eager, n_bounced, n_cts;
   uint64_t n_chunked; /* sender: messages cut into chunks over the data streams (the rest went inline/eager) */
@@ -360,9 +399,9 @@ void *gdr_tcp_recv_thread(void *arg);
 ncclResult_t gdr_tcp_reg_mr(void *comm, void *data, size_t size, int type, void **mhandle);
 ncclResult_t gdr_tcp_dereg_mr(void *comm, void *mhandle);
 ncclResult_t gdr_tcp_isend(void *send_comm, void *data, size_t size, int tag, void *mhandle, void **request);
-/* Sender: 1 when an isend that returned no request announced its message (an RTS with its size) to the receiver:
- * that message is the next one of this comm, and its retry must come to this comm again (the RDMA fallback routes
- * by it). */
+/* Sender: how many isends that returned no request announced their message (an RTS with its size) to the
+ * receiver: each is the next message of its tag on this comm, and its retry must come to this comm again (the RDMA
+ * fallback routes by it). */
 int gdr_tcp_send_announced(const void *send_comm);
 ncclResult_t gdr_tcp_irecv(void *recv_comm, int n, void **data, size_t *sizes, int *tags, void **mhandles,
                            void **request);

@@ -69,7 +69,7 @@ static ncclResult_t io_fail(struct tcp_comm *c, ncclResult_t r, int err, const c
 static void tx_advance(struct tcp_comm *c, size_t n) {
   while (c->tx_head != c->tx_tail) {
     struct tcp_txent *e = &c->txq[c->tx_head % TCP_TXQ];
-    size_t left = sizeof(e->hdr) + e->len - e->off;
+    size_t left = c->hdr_len + e->len - e->off;
     if (n < left) {
       e->off += n;
       return;
@@ -95,6 +95,7 @@ static ncclResult_t tx_error(struct tcp_comm *c, int err) {
 
 /* Writes what is queued, as far as the socket takes it (never blocks). */
 static ncclResult_t tx_flush(struct tcp_comm *c) {
+  const size_t hl = c->hdr_len;
   while (c->tx_head != c->tx_tail) {
     struct iovec iov[64];
     struct msghdr mh;
@@ -103,15 +104,15 @@ static ncclResult_t tx_flush(struct tcp_comm *c) {
     for (unsigned i = c->tx_head; i != c->tx_tail && niov < 62; i++) {
       struct tcp_txent *e = &c->txq[i % TCP_TXQ];
       size_t off = e->off;
-      if (off < sizeof(e->hdr)) {
+      if (off < hl) {
         iov[niov].iov_base = (char *)&e->hdr + off;
-        iov[niov].iov_len = sizeof(e->hdr) - off;
+        iov[niov].iov_len = hl - off;
         niov++;
-        off = sizeof(e->hdr);
+        off = hl;
       }
       if (e->len > 0) {
-        iov[niov].iov_base = (char *)e->payload + (off - sizeof(e->hdr));
-        iov[niov].iov_len = e->len - (off - sizeof(e->hdr));
+        iov[niov].iov_base = (char *)e->payload + (off - hl);
+        iov[niov].iov_len = e->len - (off - hl);
         niov++;
       }
     }
@@ -133,29 +134,40 @@ static ncclResult_t tx_flush(struct tcp_comm *c) {
   return ncclSuccess;
 }
 
-/* Queues one control message (+ payload, which must stay valid until sent) and writes what the socket takes now:
- * one sendmsg in the common case. req: a send request that completes when the last byte is in the kernel. */
-static ncclResult_t tx_send(struct tcp_comm *c, uint32_t type, uint32_t aux, uint64_t seq, uint64_t size,
-                            const void *payload, size_t len, struct tcp_req *req) {
+/* Queues one control message (+ payload, which must stay valid until sent) without writing it; NULL when the queue
+ * is full (WARNed). */
+static struct tcp_txent *tx_queue(struct tcp_comm *c, uint32_t type, uint32_t aux, uint64_t seq, uint64_t size,
+                                  uint64_t id, const void *payload, size_t len, struct tcp_req *req) {
   struct tcp_txent *e;
-  if (c->tx_dead) return ncclSuccess;
   if (c->tx_tail - c->tx_head >= TCP_TXQ) {
     GDR_WARN("TCP %s: control queue full (%d messages)", c->peer_str, TCP_TXQ);
-    return ncclInternalError;
+    return NULL;
   }
   e = &c->txq[c->tx_tail % TCP_TXQ];
   e->hdr.type = type;
   e->hdr.aux = aux;
   e->hdr.seq = seq;
   e->hdr.size = size;
+  e->hdr.id = id;
   e->payload = payload;
   e->len = len;
   e->off = 0;
   e->req = req;
   c->tx_tail++;
+  return e;
+}
+
+/* Queues one control message (+ payload, which must stay valid until sent) and writes what the socket takes now:
+ * one sendmsg in the common case. req: a send request that completes when the last byte is in the kernel. */
+static ncclResult_t tx_send(struct tcp_comm *c, uint32_t type, uint32_t aux, uint64_t seq, uint64_t size, uint64_t id,
+                            const void *payload, size_t len, struct tcp_req *req) {
+  struct tcp_txent *e;
+  if (c->tx_dead) return ncclSuccess;
+  e = tx_queue(c, type, aux, seq, size, id, payload, len, req);
+  if (e == NULL) return ncclInternalError;
   if (c->tx_tail - c->tx_head == 1) {
     /* the usual case, nothing else queued: one sendmsg of header + payload, no queue walk */
-    struct iovec iov[2] = {{&e->hdr, sizeof(e->hdr)}, {(void *)payload, len}};
+    struct iovec iov[2] = {{&e->hdr, c->hdr_len}, {(void *)payload, len}};
     struct msghdr mh = {.msg_iov = iov, .msg_iovlen = len > 0 ? 2 : 1};
     ssize_t n = sendmsg(c->ctrl_fd, &mh, MSG_DONTWAIT | MSG_NOSIGNAL);
     if (n >= 0) {
@@ -168,33 +180,75 @@ static ncclResult_t tx_send(struct tcp_comm *c, uint32_t type, uint32_t aux, uin
   return tx_flush(c);
 }
 
-/* Queues a control message whose small payload (<= sizeof own) is copied: the caller's bytes may change before the
- * socket takes them. */
-static ncclResult_t tx_send_copy(struct tcp_comm *c, uint32_t type, uint32_t aux, uint64_t seq, const void *payload,
-                                 size_t len) {
-  struct tcp_txent *e;
-  if (c->tx_dead) return ncclSuccess;
-  if (c->tx_tail - c->tx_head >= TCP_TXQ || len > sizeof(e->own)) {
-    GDR_WARN("TCP %s: control queue full (%d messages)", c->peer_str, TCP_TXQ);
-    return ncclInternalError;
+/* ------------------------------------------------------------------------------------------ tag ordinals -- */
+
+static unsigned tag_hash(int tag) {
+  uint32_t x = (uint32_t)tag * 0x9E3779B1u;
+  return x ^ (x >> 15);
+}
+
+/* The entry of tag, or NULL when this comm has not seen it. */
+static struct tcp_tagent *tag_find(struct tcp_comm *c, int tag) {
+  unsigned mask = c->tags_cap - 1;
+  if (c->tags_cap == 0) return NULL;
+  for (unsigned i = tag_hash(tag) & mask, n = 0; n < c->tags_cap; i = (i + 1) & mask, n++) {
+    struct tcp_tagent *e = &c->tags[i];
+    if (!e->used) return NULL;
+    if (e->tag == tag) return e;
   }
-  e = &c->txq[c->tx_tail % TCP_TXQ];
-  memcpy(e->own, payload, len);
-  e->hdr.type = type;
-  e->hdr.aux = aux;
-  e->hdr.seq = seq;
-  e->hdr.size = len;
-  e->payload = e->own;
-  e->len = len;
-  e->off = 0;
-  e->req = NULL;
-  c->tx_tail++;
-  return tx_flush(c);
+  return NULL;
+}
+
+static struct tcp_tagent *tag_insert(struct tcp_tagent *tab, unsigned cap, int tag) {
+  unsigned mask = cap - 1, i = tag_hash(tag) & mask;
+  while (tab[i].used) i = (i + 1) & mask;
+  tab[i].used = 1;
+  tab[i].tag = tag;
+  return &tab[i];
+}
+
+/* The entry of tag, made (next ordinal 0) when new; NULL when out of memory (the comm failed). The table holds the
+ * tags of this comm's own calls (isend, irecv) and of the clear-to-sends it got: NCCL's tags (0, or the PXN source
+ * ranks), a handful. */
+static struct tcp_tagent *tag_get(struct tcp_comm *c, int tag) {
+  struct tcp_tagent *e = tag_find(c, tag);
+  if (e != NULL) return e;
+  if ((c->tags_n + 1) * 2 > c->tags_cap) {
+    unsigned cap = c->tags_cap ? c->tags_cap * 2 : 16;
+    struct tcp_tagent *tab = calloc(cap, sizeof(*tab));
+    if (tab == NULL) {
+      gdr_tcp_comm_fail(c, ncclSystemError, "out of memory for the ordinals of %u tags", cap);
+      return NULL;
+    }
+    for (unsigned i = 0; i < c->tags_cap; i++)
+      if (c->tags[i].used) *tag_insert(tab, cap, c->tags[i].tag) = c->tags[i];
+    free(c->tags);
+    c->tags = tab;
+    c->tags_cap = cap;
+  }
+  c->tags_n++;
+  return tag_insert(c->tags, c->tags_cap, tag);
+}
+
+/* The next ordinal of tag (0 for a tag not seen). */
+static uint64_t tag_next(struct tcp_comm *c, int tag) {
+  const struct tcp_tagent *e = tag_find(c, tag);
+  return e ? e->next : 0;
 }
 
 /* ---------------------------------------------------------------------------------------- eager credits -- */
 
 ncclResult_t gdr_tcp_eager_setup(struct tcp_comm *c) {
+  c->match_tags = c->peer_version >= TCP_PROTO_MATCH;
+  c->hdr_len = c->peer_version >= TCP_PROTO_MATCH ? sizeof(struct tcp_ctrl_hdr) : TCP_HDR_V1;
+  if (c->peer_version > 1 && c->peer_version < TCP_PROTO_MATCH) {
+    /* versions 2 and 3 number messages by arrival (and place grouped sends by a CTS_GROUP): not NCCL's rule, and a
+     * header this one does not read */
+    GDR_WARN("TCP: the peer %s speaks TCP protocol version %u, this plugin version %u (which matches messages to "
+             "receives by tag and ordinal); use the same plugin version on every rank",
+             c->peer_str, c->peer_version, TCP_PROTO_VERSION);
+    return ncclInvalidUsage;
+  }
   if (c->is_send) return ncclSuccess; /* the sender learns everything from the receiver's GRANT */
   if (!(c->peer_features & TCP_FEAT_EAGER)) {
     /* an older sender (TCP protocol version 1): it knows no GRANT, EAGER or RTS; every receive sends its CTS */
@@ -215,7 +269,7 @@ ncclResult_t gdr_tcp_eager_setup(struct tcp_comm *c) {
   }
   /* sent to every eager-capable sender, even with no credits: it knows the receiver's protocol before it sends
    * RTS messages */
-  return tx_send(c, TCP_MSG_GRANT, c->ncredits, TCP_PROTO_VERSION, c->eager_max, NULL, 0, NULL);
+  return tx_send(c, TCP_MSG_GRANT, c->ncredits, TCP_PROTO_VERSION, c->eager_max, 0, NULL, 0, NULL);
 }
 
 void gdr_tcp_eager_free(struct tcp_comm *c) {
@@ -223,28 +277,61 @@ void gdr_tcp_eager_free(struct tcp_comm *c) {
     for (uint32_t i = 0; i < c->ncredits; i++) free(c->bounce[i].buf);
   free(c->bounce);
   c->bounce = NULL;
+  free(c->tags);
+  c->tags = NULL;
+  c->tags_cap = c->tags_n = 0;
+}
+
+static ncclResult_t send_cts(struct tcp_comm *c, struct tcp_req *q, int flush);
+
+/* Receiver: the sender may be out of credits with every one of them held here (bounce slots for buffers not posted
+ * yet, consumed ones not credited back). Its next message may be the one the current receive waits for: the
+ * credits consumed go back now, and while every credit is held in a bounce slot each posted buffer that waits for
+ * an eager message gets a clear-to-send (its message then comes inline), so the two sides never wait on each other.
+ * With credits to spare (the usual case) this does nothing. */
+static ncclResult_t credit_check(struct tcp_comm *c) {
+  ncclResult_t res = ncclSuccess;
+  int queued = 0;
+  if (c->ncredits == 0 || c->nbounce + c->unreturned < c->ncredits) return ncclSuccess;
+  if (c->unreturned > 0) {
+    uint32_t n = c->unreturned;
+    c->unreturned = 0;
+    return tx_send(c, TCP_MSG_CREDIT, 0, 0, n, 0, NULL, 0, NULL);
+  }
+  for (int i = 0; i < TCP_NREQ; i++) {
+    struct tcp_req *q = &c->req[i];
+    if (q->state != TCP_REQ_RECV || q->matched || q->cts || atomic_load_explicit(&q->total, memory_order_relaxed) !=
+                                                                SIZE_MAX)
+      continue;
+    GDR_CHECK(send_cts(c, q, 0));
+    queued = 1;
+  }
+  if (queued) GDR_CHECK(tx_flush(c));
+out:
+  return res;
 }
 
 /* Receiver: one more eager message consumed; credits go back in batches of max(1, C/2). */
 static ncclResult_t credit_consumed(struct tcp_comm *c) {
   uint32_t n = ++c->unreturned;
-  if (n < (c->ncredits >= 2 ? c->ncredits / 2 : 1)) return ncclSuccess;
+  if (n < (c->ncredits >= 2 ? c->ncredits / 2 : 1)) return credit_check(c);
   c->unreturned = 0;
-  return tx_send(c, TCP_MSG_CREDIT, 0, 0, n, NULL, 0, NULL);
+  return tx_send(c, TCP_MSG_CREDIT, 0, 0, n, 0, NULL, 0, NULL);
 }
 
 /* Receiver: the message for the posted receive r is `sent` bytes, more than r takes. WARNs with both sizes, fails
  * r and the comm, tells the sender (which WARNs too and fails its next call). */
 static ncclResult_t recv_too_small(struct tcp_comm *c, struct tcp_req *r, uint64_t sent) {
-  GDR_WARN("TCP: the peer %s sends %llu bytes as message %llu but this receive posted only %zu bytes; a send "
-           "larger than its receive is invalid usage",
-           c->peer_str, (unsigned long long)sent, (unsigned long long)r->seq, r->size);
+  GDR_WARN("TCP: the peer %s sends %llu bytes as message %llu of tag %d but this receive posted only %zu bytes "
+           "(buffer %llu); a send larger than its receive is invalid usage",
+           c->peer_str, (unsigned long long)sent, (unsigned long long)r->ord, r->tag, r->size,
+           (unsigned long long)r->seq);
   r->err = ncclInvalidUsage;
   c->warned = 1;
-  gdr_tcp_comm_fail(c, ncclInvalidUsage, "message %llu: send of %llu bytes into a receive of %zu bytes",
+  gdr_tcp_comm_fail(c, ncclInvalidUsage, "buffer %llu: send of %llu bytes into a receive of %zu bytes",
                     (unsigned long long)r->seq, (unsigned long long)sent, r->size);
-  (void)tx_send(c, TCP_MSG_ERR_RECV, r->size > UINT32_MAX ? UINT32_MAX : (uint32_t)r->size, r->seq, sent, NULL, 0,
-                NULL);
+  (void)tx_send(c, TCP_MSG_ERR_RECV, r->size > UINT32_MAX ? UINT32_MAX : (uint32_t)r->size, r->ord, sent,
+                (uint64_t)(uint32_t)r->tag, NULL, 0, NULL);
   return ncclSuccess;
 }
 
@@ -253,61 +340,27 @@ static void recv_complete(struct tcp_req *r, size_t bytes) {
   atomic_store_explicit(&r->done, bytes, memory_order_release);
 }
 
-/* Receiver: the posted buffer an eager message (seq, tag) lands in: the receive posted as seq, or, when seq is one
- * of a grouped receive's messages, that group's buffer with this tag (the first not yet given a message). NULL
- * when that receive is not posted yet; *bad when it is posted but cannot take the message (no buffer with the tag,
- * or its buffer already has one). */
-static struct tcp_req *eager_target(struct tcp_comm *c, uint64_t seq, int tag, int *bad) {
-  struct tcp_req *r, *h;
-  *bad = 0;
-  if (seq >= c->next_seq) return NULL;
-  r = &c->req[seq % TCP_NREQ];
-  if (r->state != TCP_REQ_RECV || r->seq != seq) {
-    *bad = 1;
-    return NULL;
-  }
-  h = &c->req[r->gbase % TCP_NREQ];
-  if (h->gn <= 1) {
-    if (r->matched) *bad = 1;
-    r->matched = 1;
-    return *bad ? NULL : r;
-  }
-  for (int i = 0; i < h->gn; i++) {
-    struct tcp_req *q = &c->req[(h->gbase + (uint64_t)i) % TCP_NREQ];
-    if (!q->matched && q->tag == tag) {
-      q->matched = 1;
+/* Receiver: the posted buffer of message (tag, ord) that has not completed, or NULL when it is not posted (yet, or
+ * any more). At most TCP_NREQ buffers are posted. */
+static struct tcp_req *posted_find(struct tcp_comm *c, int tag, uint64_t ord) {
+  for (int i = 0; i < TCP_NREQ; i++) {
+    struct tcp_req *q = &c->req[i];
+    if (q->state == TCP_REQ_RECV && q->ord == ord && q->tag == tag &&
+        atomic_load_explicit(&q->total, memory_order_relaxed) == SIZE_MAX)
       return q;
-    }
   }
-  *bad = 1;
   return NULL;
 }
 
-/* Receiver: hands bounced eager messages to their receives, in order, as far as those are posted. */
-static ncclResult_t bounce_drain(struct tcp_comm *c) {
-  ncclResult_t res = ncclSuccess;
-  while (c->b_head != c->b_tail) {
-    struct tcp_bounce *b = &c->bounce[c->b_head % c->ncredits];
-    struct tcp_req *r;
-    int bad = 0;
-    if (!b->full) break;
-    r = eager_target(c, b->seq, b->tag, &bad);
-    if (r == NULL) {
-      if (bad) {
-        gdr_tcp_comm_fail(c, ncclRemoteError, "protocol error: eager message %llu (tag %d) fits no buffer of its "
-                          "receive", (unsigned long long)b->seq, b->tag);
-        return comm_error(c);
-      }
-      break;
-    }
-    c->b_head++;
-    if (b->size > r->size) return recv_too_small(c, r, b->size);
-    if (b->size > 0) memcpy(r->data, b->buf, b->size);
-    recv_complete(r, b->size);
-    GDR_CHECK(credit_consumed(c));
-  }
-out:
-  return res;
+/* Receiver: the bounced message b goes into its buffer q (b is full); the slot is free again. */
+static ncclResult_t bounce_apply(struct tcp_comm *c, struct tcp_bounce *b, struct tcp_req *q) {
+  b->used = 0;
+  b->dst = NULL;
+  c->nbounce--;
+  if (b->size > q->size) return recv_too_small(c, q, b->size);
+  if (b->size > 0) memcpy(q->data, b->buf, b->size);
+  recv_complete(q, b->size);
+  return credit_consumed(c);
 }
 
 /* Receiver: the receive whose first buffer is h sent its clear-to-send, so its data is on the way (the helpers'
@@ -318,19 +371,16 @@ static void expect_data(struct tcp_comm *c, struct tcp_req *h) {
   atomic_fetch_add_explicit(&c->rx_expect, 1, memory_order_relaxed);
 }
 
-/* Receiver: announces a grouped receive's buffers (sizes and tags) so that the sender can place each send. */
-static ncclResult_t send_cts_group(struct tcp_comm *c, struct tcp_req *h) {
-  struct tcp_group_ent ent[TCP_MAX_RECVS];
-  memset(ent, 0, sizeof(ent));
-  for (int i = 0; i < h->gn; i++) {
-    struct tcp_req *q = &c->req[(h->gbase + (uint64_t)i) % TCP_NREQ];
-    ent[i].size = q->size;
-    ent[i].tag = (uint32_t)q->tag;
-    q->cts = 1;
-  }
+/* Receiver: the clear-to-send of buffer q (its number, size, tag and ordinal); flush 0: queued only (the caller
+ * writes a grouped receive's in one go). */
+static ncclResult_t send_cts(struct tcp_comm *c, struct tcp_req *q, int flush) {
+  q->cts = 1;
   c->n_cts++;
-  expect_data(c, h);
-  return tx_send_copy(c, TCP_MSG_CTS_GROUP, (uint32_t)h->gn, h->gbase, ent, (size_t)h->gn * sizeof(ent[0]));
+  expect_data(c, &c->req[q->gbase % TCP_NREQ]);
+  if (flush) return tx_send(c, TCP_MSG_CTS, (uint32_t)q->tag, q->ord, q->size, q->seq, NULL, 0, NULL);
+  if (c->tx_dead) return ncclSuccess;
+  return tx_queue(c, TCP_MSG_CTS, (uint32_t)q->tag, q->ord, q->size, q->seq, NULL, 0, NULL) ? ncclSuccess
+                                                                                          : ncclInternalError;
 }
 
 /* ------------------------------------------------------------------------------------- control stream rx -- */
@@ -338,15 +388,17 @@ static ncclResult_t send_cts_group(struct tcp_comm *c, struct tcp_req *h) {
 /* The end of an INLINE/EAGER payload. */
 static ncclResult_t rx_finish(struct tcp_comm *c) {
   struct tcp_req *r = c->rx_req;
+  struct tcp_bounce *b = c->rx_bounce;
   c->rx_in_payload = 0;
   if (r != NULL) {
     c->rx_req = NULL;
     recv_complete(r, c->rx_total);
     return c->rx_eager ? credit_consumed(c) : ncclSuccess;
   }
-  c->rx_bounce->full = 1;
   c->rx_bounce = NULL;
-  return bounce_drain(c); /* its receive may have been posted while the payload was arriving */
+  b->full = 1;
+  /* its buffer may have been posted while the payload was arriving */
+  return b->dst != NULL ? bounce_apply(c, b, b->dst) : ncclSuccess;
 }
 
 static ncclResult_t rx_start(struct tcp_comm *c, char *dst, size_t size, struct tcp_req *r, struct tcp_bounce *b,
@@ -362,36 +414,32 @@ static ncclResult_t rx_start(struct tcp_comm *c, char *dst, size_t size, struct 
 }
 
 static ncclResult_t protocol_error(struct tcp_comm *c, const struct tcp_ctrl_hdr *h, const char *what) {
-  gdr_tcp_comm_fail(c, ncclRemoteError, "protocol error: %s (message %llu, type %u, size %llu, aux %u)", what,
-                    (unsigned long long)h->seq, h->type, (unsigned long long)h->size, h->aux);
+  gdr_tcp_comm_fail(c, ncclRemoteError,
+                    "protocol error: %s (type %u, tag/aux %u, ordinal %llu, buffer %llu, size %llu)", what, h->type,
+                    h->aux, (unsigned long long)h->seq, (unsigned long long)h->id, (unsigned long long)h->size);
   return comm_error(c);
 }
 
-/* Sender: one message from the receiver (payload: CTS_GROUP's entries, complete). */
-static ncclResult_t rx_message_send(struct tcp_comm *c, const struct tcp_ctrl_hdr *h, const char *payload) {
+/* Sender: one message from the receiver. */
+static ncclResult_t rx_message_send(struct tcp_comm *c, const struct tcp_ctrl_hdr *h) {
   switch (h->type) {
-  case TCP_MSG_CTS:
-    if (h->seq >= c->next_seq) atomic_fetch_add_explicit(&c->tx_expect, 1, memory_order_relaxed);
-    c->cts[h->seq % TCP_NREQ].seq = h->seq + 1;
-    c->cts[h->seq % TCP_NREQ].size = h->size;
-    c->cts[h->seq % TCP_NREQ].group = 0;
-    return ncclSuccess;
-  case TCP_MSG_CTS_GROUP: {
-    unsigned n = h->aux;
-    /* (some of its messages may have gone eagerly already: seq may be below next_seq) */
-    if (n < 2 || n > TCP_MAX_RECVS || h->size != n * sizeof(struct tcp_group_ent) || h->seq + TCP_NREQ < c->next_seq)
-      return protocol_error(c, h, "bad grouped clear-to-send");
-    __typeof__(c->groups[0]) *g = &c->groups[h->seq % TCP_NREQ];
-    g->base = h->seq;
-    g->n = (int)n;
-    g->used = 0;
-    memcpy(g->ent, payload, n * sizeof(struct tcp_group_ent));
-    for (unsigned i = 0; i < n; i++) {
-      if (h->seq + i >= c->next_seq) atomic_fetch_add_explicit(&c->tx_expect, 1, memory_order_relaxed);
-      c->cts[(h->seq + i) % TCP_NREQ].seq = h->seq + i + 1;
-      c->cts[(h->seq + i) % TCP_NREQ].size = 0;
-      c->cts[(h->seq + i) % TCP_NREQ].group = h->seq + 1;
+  case TCP_MSG_CTS: {
+    int tag = c->match_tags ? (int)h->aux : 0;
+    struct tcp_cts *e = NULL;
+    if (h->seq < tag_next(c, tag)) return ncclSuccess; /* that message went eager: its buffer has it */
+    for (int i = 0; i < TCP_NREQ; i++) {
+      struct tcp_cts *x = &c->cts[i];
+      if (x->used && x->tag == tag && x->ord == h->seq) return protocol_error(c, h, "a second clear-to-send");
+      if (!x->used && e == NULL) e = x;
     }
+    if (e == NULL) return protocol_error(c, h, "more clear-to-sends than a receiver can have posted");
+    e->used = 1;
+    e->tag = tag;
+    e->ord = h->seq;
+    e->id = h->id;
+    e->size = h->size;
+    c->ncts++;
+    atomic_fetch_add_explicit(&c->tx_expect, 1, memory_order_relaxed);
     return ncclSuccess;
   }
   case TCP_MSG_CREDIT:
@@ -406,103 +454,132 @@ static ncclResult_t rx_message_send(struct tcp_comm *c, const struct tcp_ctrl_hd
     c->eager_max = c->ncredits ? (size_t)h->size : 0;
     return ncclSuccess;
   case TCP_MSG_ERR_RECV:
-    GDR_WARN("TCP: isend of %llu bytes to %s as message %llu, but the receiver posted only %u bytes; a send larger "
-             "than its receive is invalid usage",
-             (unsigned long long)h->size, c->peer_str, (unsigned long long)h->seq, h->aux);
+    GDR_WARN("TCP: isend of %llu bytes to %s as message %llu of tag %d, but the receiver posted only %u bytes; a send "
+             "larger than its receive is invalid usage",
+             (unsigned long long)h->size, c->peer_str, (unsigned long long)h->seq, (int)(uint32_t)h->id, h->aux);
     c->warned = 1;
-    gdr_tcp_comm_fail(c, ncclInvalidUsage, "message %llu: send of %llu bytes into a receive of %u bytes",
-                      (unsigned long long)h->seq, (unsigned long long)h->size, h->aux);
+    gdr_tcp_comm_fail(c, ncclInvalidUsage, "message %llu of tag %d: send of %llu bytes into a receive of %u bytes",
+                      (unsigned long long)h->seq, (int)(uint32_t)h->id, (unsigned long long)h->size, h->aux);
     return ncclSuccess;
   default:
     return protocol_error(c, h, "unexpected message type from the receiver");
   }
 }
 
-/* Receiver: RTS for a message that belongs to the posted grouped receive h: its CTS_GROUP now, if not sent. */
-static ncclResult_t group_rts(struct tcp_comm *c, struct tcp_req *h) {
-  return c->req[h->gbase % TCP_NREQ].cts ? ncclSuccess : send_cts_group(c, h);
+/* Receiver: an EAGER message (tag, ord): into its buffer if posted, else into a bounce slot. */
+static ncclResult_t rx_eager(struct tcp_comm *c, const struct tcp_ctrl_hdr *h) {
+  int tag = (int)h->aux;
+  uint64_t next;
+  struct tcp_req *t;
+  struct tcp_bounce *b = NULL;
+  if (c->ncredits == 0 || h->size > c->eager_max) return protocol_error(c, h, "eager message beyond the grant");
+  c->n_eager++;
+  t = posted_find(c, tag, h->seq);
+  if (t != NULL) {
+    if (t->matched) return protocol_error(c, h, "a second message for one buffer");
+    t->matched = 1;
+    if (h->size > t->size) return recv_too_small(c, t, h->size);
+    return rx_start(c, t->data, (size_t)h->size, t, NULL, 1);
+  }
+  next = tag_next(c, tag);
+  if (h->seq < next) return protocol_error(c, h, "eager message for a buffer that has its message");
+  if (c->nbounce >= c->ncredits) return protocol_error(c, h, "eager message beyond the credits");
+  /* A sender is at most one message per credit ahead of the buffers posted here with its tag, and its messages of a
+   * tag come in order: an ordinal outside that window is a corrupt or hostile peer, not something to buffer. */
+  if (h->seq >= next + c->ncredits) return protocol_error(c, h, "eager message numbered outside the window the credits allow");
+  for (uint32_t i = 0; i < c->ncredits; i++) {
+    struct tcp_bounce *x = &c->bounce[i];
+    if (x->used && x->tag == tag && x->ord >= h->seq)
+      return protocol_error(c, h, "eager message numbered outside the window the credits allow (not after the "
+                                  "last one of its tag)");
+    if (!x->used && b == NULL) b = x;
+  }
+  if (b->cap < h->size) {
+    char *nb = realloc(b->buf, (size_t)h->size);
+    if (nb == NULL) {
+      gdr_tcp_comm_fail(c, ncclSystemError, "out of memory for an eager message of %llu bytes",
+                        (unsigned long long)h->size);
+      return comm_error(c);
+    }
+    b->buf = nb;
+    b->cap = (size_t)h->size;
+  }
+  b->used = 1;
+  b->ord = h->seq;
+  b->tag = tag;
+  b->size = (size_t)h->size;
+  b->full = 0;
+  b->dst = NULL;
+  c->nbounce++;
+  c->n_bounced++;
+  {
+    ncclResult_t res = credit_check(c);
+    if (res != ncclSuccess) return res;
+  }
+  return rx_start(c, b->buf, b->size, NULL, b, 1);
+}
+
+/* Receiver: an RTS: message (tag, ord) of `size` bytes waits for its clear-to-send. */
+static ncclResult_t rx_rts(struct tcp_comm *c, const struct tcp_ctrl_hdr *h) {
+  int tag = (int)h->aux;
+  struct tcp_req *r;
+  struct tcp_rts *e = NULL;
+  if (c->ncredits == 0) return protocol_error(c, h, "RTS without eager credits");
+  r = posted_find(c, tag, h->seq);
+  if (r != NULL) {
+    if (r->matched || r->cts) return ncclSuccess; /* its CTS went out at irecv (its data may be arriving already) */
+    /* irecv sent no CTS for it (<= E bytes): this message cannot fit (or the two sides disagree on E) */
+    if (h->size > r->size) return recv_too_small(c, r, h->size);
+    return send_cts(c, r, 1);
+  }
+  if (h->seq < tag_next(c, tag)) return ncclSuccess; /* the buffer has its message already */
+  for (int i = 0; i < TCP_MAX_RTS; i++) {
+    struct tcp_rts *x = &c->rtsq[i];
+    if (x->used && x->tag == tag) {
+      /* a sender announces only the next message of a tag: an older announcement of the tag is obsolete (that
+       * message went another way, e.g. over RDMA after a return), a newer one means a broken peer */
+      if (x->ord >= h->seq) return protocol_error(c, h, "an RTS not after the last one of its tag");
+      x->used = 0;
+      c->nrts--;
+    }
+    if (!x->used && e == NULL) e = x;
+  }
+  if (e == NULL) return protocol_error(c, h, "more RTS messages than a sender may have outstanding");
+  e->used = 1;
+  e->tag = tag;
+  e->ord = h->seq;
+  e->size = h->size;
+  c->nrts++;
+  return ncclSuccess;
 }
 
 /* Receiver: one message from the sender; may enter the payload state. */
 static ncclResult_t rx_message_recv(struct tcp_comm *c, const struct tcp_ctrl_hdr *h) {
-  struct tcp_req *r = &c->req[h->seq % TCP_NREQ];
-  int posted = r->state == TCP_REQ_RECV && r->seq == h->seq &&
-               atomic_load_explicit(&r->total, memory_order_relaxed) == SIZE_MAX;
+  struct tcp_req *r = &c->req[h->id % TCP_NREQ];
+  /* the buffer that an INLINE / ERR_SIZE names: posted, not complete, and (version 4) for this very message */
+  int posted = r->state == TCP_REQ_RECV && r->seq == h->id && h->id < c->next_seq &&
+               atomic_load_explicit(&r->total, memory_order_relaxed) == SIZE_MAX &&
+               (!c->match_tags || (r->tag == (int)h->aux && r->ord == h->seq));
   switch (h->type) {
-  case TCP_MSG_EAGER: {
-    int bad = 0;
-    struct tcp_req *t;
-    if (c->ncredits == 0 || h->size > c->eager_max) return protocol_error(c, h, "eager message beyond the grant");
-    c->n_eager++;
-    t = eager_target(c, h->seq, (int)h->aux, &bad);
-    if (t != NULL) {
-      if (h->size > t->size) return recv_too_small(c, t, h->size);
-      return rx_start(c, t->data, (size_t)h->size, t, NULL, 1);
-    }
-    if (bad) return protocol_error(c, h, "eager message that fits no buffer of its posted receive (tag in aux)");
-    if (c->b_tail - c->b_head >= c->ncredits) return protocol_error(c, h, "eager message beyond the credits");
-    /* a sender is at most one message per credit (and per request slot) ahead of the receives posted here, and
-     * its messages come in order: a number outside that window is a corrupt or hostile peer, not something to
-     * buffer */
-    if (h->seq >= c->next_seq + c->ncredits + TCP_NREQ ||
-        (c->b_tail != c->b_head && h->seq <= c->bounce[(c->b_tail - 1) % c->ncredits].seq))
-      return protocol_error(c, h, "eager message numbered outside the window the credits allow");
-    {
-      struct tcp_bounce *b = &c->bounce[c->b_tail % c->ncredits];
-      if (b->cap < h->size) {
-        char *nb = realloc(b->buf, (size_t)h->size);
-        if (nb == NULL) {
-          gdr_tcp_comm_fail(c, ncclSystemError, "out of memory for an eager message of %llu bytes",
-                            (unsigned long long)h->size);
-          return comm_error(c);
-        }
-        b->buf = nb;
-        b->cap = (size_t)h->size;
-      }
-      b->seq = h->seq;
-      b->tag = (int)h->aux;
-      b->size = (size_t)h->size;
-      b->full = 0;
-      c->b_tail++;
-      c->n_bounced++;
-      return rx_start(c, b->buf, b->size, NULL, b, 1);
-    }
-  }
+  case TCP_MSG_EAGER:
+    return rx_eager(c, h);
   case TCP_MSG_INLINE:
     if (!posted || h->size > r->size || r->matched)
       return protocol_error(c, h, "inline message matching no posted receive");
     r->matched = 1;
     return rx_start(c, r->data, (size_t)h->size, r, NULL, 0);
   case TCP_MSG_RTS:
-    /* a message too big for eager waits for a CTS: a receive posted with <= E bytes sent none */
-    if (c->ncredits == 0) return protocol_error(c, h, "RTS without eager credits");
-    if (h->seq < c->next_seq) { /* posted already */
-      if (r->state == TCP_REQ_RECV && r->seq == h->seq && c->req[r->gbase % TCP_NREQ].gn > 1)
-        return group_rts(c, &c->req[r->gbase % TCP_NREQ]);
-      if (r->state == TCP_REQ_RECV && r->seq == h->seq && !r->cts) {
-        /* irecv sent no CTS for it (<= E bytes): this message cannot fit (or the two sides disagree on E: send
-         * the CTS now) */
-        if (h->size > r->size) return recv_too_small(c, r, h->size);
-        c->n_cts++;
-        r->cts = 1;
-        expect_data(c, r);
-        return tx_send(c, TCP_MSG_CTS, 0, r->seq, r->size, NULL, 0, NULL);
-      }
-      return ncclSuccess; /* its CTS went out at irecv (its data may even be arriving already) */
-    }
-    if (c->rts_seq != 0) return protocol_error(c, h, "a second RTS for receives not posted yet");
-    c->rts_seq = h->seq + 1;
-    c->rts_size = h->size;
-    return ncclSuccess;
+    return rx_rts(c, h);
   case TCP_MSG_ERR_SIZE:
     if (!posted) return protocol_error(c, h, "size error for no posted receive");
-    GDR_WARN("TCP: the peer %s sends %llu bytes as message %llu but this receive posted only %zu bytes; a send "
-             "larger than its receive is invalid usage",
-             c->peer_str, (unsigned long long)h->size, (unsigned long long)h->seq, r->size);
+    GDR_WARN("TCP: the peer %s sends %llu bytes as message %llu of tag %d but this receive posted only %zu bytes "
+             "(buffer %llu); a send larger than its receive is invalid usage",
+             c->peer_str, (unsigned long long)h->size, (unsigned long long)r->ord, r->tag, r->size,
+             (unsigned long long)h->id);
     r->err = ncclInvalidUsage;
     c->warned = 1;
-    gdr_tcp_comm_fail(c, ncclInvalidUsage, "message %llu: send of %llu bytes into a receive of %zu bytes",
-                      (unsigned long long)h->seq, (unsigned long long)h->size, r->size);
+    gdr_tcp_comm_fail(c, ncclInvalidUsage, "buffer %llu: send of %llu bytes into a receive of %zu bytes",
+                      (unsigned long long)h->id, (unsigned long long)h->size, r->size);
     return ncclSuccess;
   default:
     return protocol_error(c, h, "unexpected message type from the sender");
@@ -525,22 +602,17 @@ static ncclResult_t rx_consume(struct tcp_comm *c) {
       GDR_CHECK(rx_finish(c));
       continue;
     }
-    if (avail < sizeof(struct tcp_ctrl_hdr)) break;
+    if (avail < c->hdr_len) break;
     {
       struct tcp_ctrl_hdr h;
-      const char *payload = NULL;
-      memcpy(&h, c->rx + c->rx_off, sizeof(h));
-      if (c->is_send && h.type == TCP_MSG_CTS_GROUP) { /* its entries are consumed with it */
-        if (h.size > TCP_MAX_RECVS * sizeof(struct tcp_group_ent)) {
-          res = protocol_error(c, &h, "grouped clear-to-send too long");
-          goto out;
-        }
-        if (avail < sizeof(h) + h.size) break;
-        payload = c->rx + c->rx_off + sizeof(h);
-        c->rx_off += (size_t)h.size;
+      memset(&h, 0, sizeof(h));
+      memcpy(&h, c->rx + c->rx_off, c->hdr_len);
+      if (!c->match_tags) { /* a version-1 peer: one stream of messages, numbered as the buffers */
+        h.id = h.seq;
+        h.aux = 0;
       }
-      c->rx_off += sizeof(h);
-      GDR_CHECK(c->is_send ? rx_message_send(c, &h, payload) : rx_message_recv(c, &h));
+      c->rx_off += c->hdr_len;
+      GDR_CHECK(c->is_send ? rx_message_send(c, &h) : rx_message_recv(c, &h));
       if (atomic_load_explicit(&c->failed, memory_order_relaxed)) {
         res = comm_error(c);
         goto out;
@@ -874,14 +946,33 @@ static void send_start(struct tcp_comm *c, struct tcp_req *r, uint64_t seq, void
   atomic_store_explicit(&r->done, done0, memory_order_relaxed);
 }
 
+/* Sender: the clear-to-send of message (tag, ord), or NULL. */
+static struct tcp_cts *cts_find(struct tcp_comm *c, int tag, uint64_t ord) {
+  if (c->ncts == 0) return NULL;
+  for (int i = 0; i < TCP_NREQ; i++)
+    if (c->cts[i].used && c->cts[i].ord == ord && c->cts[i].tag == tag) return &c->cts[i];
+  return NULL;
+}
+
+/* Sender: message (tag e->tag, ordinal e->next) is accepted: the tag's next one is next; its RTS is answered. */
+static void tag_sent(struct tcp_comm *c, struct tcp_tagent *e) {
+  if (e->rts == e->next + 1) {
+    e->rts = 0;
+    c->rts_out--;
+  }
+  e->next++;
+}
+
 ncclResult_t gdr_tcp_isend(void *send_comm, void *data, size_t size, int tag, void *mhandle, void **request) {
   ncclResult_t res = ncclSuccess;
   struct tcp_comm *c = send_comm;
-  uint64_t seq = c->next_seq;
+  uint64_t seq = c->next_seq, ord;
   unsigned slot = (unsigned)(seq % TCP_NREQ);
   struct tcp_req *r = &c->req[slot];
   const struct tcp_mr *mr = mhandle;
   char *wire = data; /* what goes on the wire: data, or its pinned copy for device memory */
+  struct tcp_tagent *te;
+  struct tcp_cts *cts;
 
   *request = NULL;
   if (atomic_load_explicit(&c->failed, memory_order_relaxed)) return comm_error(c);
@@ -893,83 +984,77 @@ ncclResult_t gdr_tcp_isend(void *send_comm, void *data, size_t size, int tag, vo
     return comm_error(c);
   }
   if (r->state != TCP_REQ_FREE) goto out; /* 32 in flight: try again later */
-  if (c->cts[slot].seq != seq + 1) {
+  if (!c->match_tags) tag = 0; /* a version-1 receiver: one stream of plain receives */
+  te = tag_get(c, tag);
+  if (te == NULL) return comm_error(c);
+  ord = te->next; /* this is message (tag, ord): it belongs in the receiver's buffer (tag, ord) */
+  cts = cts_find(c, tag, ord);
+  if (cts == NULL) {
     /* no CTS (yet): eager if it fits and a credit is left; read the control stream first when credits run low, or
      * when the message would rather be chunked (above GDRNET_TCP_CTS_INLINE) should its CTS be there already */
     if (size > c->eager_max || size > c->cts_inline_max || c->credits <= c->ncredits / 4) {
       GDR_CHECK(send_poll(c));
       GDR_CHECK(comm_error(c)); /* e.g. an ERR_RECV just read */
+      cts = cts_find(c, tag, ord);
     }
-    if (c->cts[slot].seq != seq + 1) {
+    if (cts == NULL) {
       if (size <= c->eager_max && c->credits > 0) {
         if (mr && mr->cuda_ctx && size > 0) GDR_CHECK(gdr_tcp_stage_out(r, mr, data, size, &wire));
         c->credits--;
         c->n_eager++;
         send_start(c, r, seq, wire, size, SIZE_MAX);
-        GDR_TRACE(NCCL_NET, "TCP isend %s seq %llu size %zu eager (%u credits left)", c->peer_str,
-                  (unsigned long long)seq, size, c->credits);
-        GDR_CHECK(tx_send(c, TCP_MSG_EAGER, (uint32_t)tag, seq, size, wire, size, r));
+        r->ord = ord;
+        tag_sent(c, te);
+        GDR_TRACE(NCCL_NET, "TCP isend %s seq %llu (tag %d #%llu) size %zu eager (%u credits left)", c->peer_str,
+                  (unsigned long long)seq, tag, (unsigned long long)ord, size, c->credits);
+        GDR_CHECK(tx_send(c, TCP_MSG_EAGER, (uint32_t)tag, ord, size, 0, wire, size, r));
         *request = r;
         goto out;
       }
-      if (c->ncredits > 0 && size > c->eager_max && c->rts_sent != seq + 1) {
+      if (c->ncredits > 0 && size > c->eager_max && te->rts != ord + 1 && c->rts_out < TCP_MAX_RTS) {
         /* the receive may be posted with <= E bytes, which sends no CTS: let the receiver check */
-        c->rts_sent = seq + 1;
-        GDR_CHECK(tx_send(c, TCP_MSG_RTS, 0, seq, size, NULL, 0, NULL));
+        te->rts = ord + 1;
+        c->rts_out++;
+        GDR_CHECK(tx_send(c, TCP_MSG_RTS, (uint32_t)tag, ord, size, 0, NULL, 0, NULL));
       }
       if (c->ctrl_eof) {
         gdr_tcp_comm_fail(c, ncclRemoteError, "the receiver closed the connection (message %llu not posted)",
                           (unsigned long long)seq);
         res = comm_error(c);
       }
-      goto out; /* the receive is not posted yet, or no credit */
+      goto out; /* its buffer is not posted yet, or no credit: NCCL tries again */
     }
   }
+  if (size > cts->size) {
+    GDR_WARN("TCP: isend of %zu bytes to %s as message %llu of tag %d, but the receiver posted only %llu bytes; a "
+             "send larger than its receive is invalid usage",
+             size, c->peer_str, (unsigned long long)ord, tag, (unsigned long long)cts->size);
+    c->warned = 1;
+    gdr_tcp_comm_fail(c, ncclInvalidUsage, "message %llu of tag %d: send of %zu bytes into a receive of %llu bytes",
+                      (unsigned long long)ord, tag, size, (unsigned long long)cts->size);
+    (void)tx_send(c, TCP_MSG_ERR_SIZE, (uint32_t)tag, ord, size, cts->id, NULL, 0, NULL);
+    res = ncclInvalidUsage;
+    goto out;
+  }
   {
-    uint64_t cap = c->cts[slot].size, wseq = seq;
-    if (c->cts[slot].group) {
-      /* a buffer of a grouped receive: the one with this tag */
-      __typeof__(c->groups[0]) *g = &c->groups[(c->cts[slot].group - 1) % TCP_NREQ];
-      int j = 0;
-      while (j < g->n && ((g->used >> j) & 1u || g->ent[j].tag != (uint32_t)tag)) j++;
-      if (j == g->n) {
-        GDR_WARN("TCP: isend to %s as message %llu with tag %d, but no buffer of the grouped receive it belongs to "
-                 "(messages %llu..%llu) is free with that tag",
-                 c->peer_str, (unsigned long long)seq, tag, (unsigned long long)g->base,
-                 (unsigned long long)(g->base + (uint64_t)g->n - 1));
-        c->warned = 1;
-        gdr_tcp_comm_fail(c, ncclInvalidUsage, "message %llu: tag %d matches no buffer of its grouped receive",
-                          (unsigned long long)seq, tag);
-        res = ncclInvalidUsage;
-        goto out;
-      }
-      g->used |= 1u << j;
-      cap = g->ent[j].size;
-      wseq = g->base + (uint64_t)j;
-    }
-    if (size > cap) {
-      GDR_WARN("TCP: isend of %zu bytes to %s as message %llu, but the receiver posted only %llu bytes; a send larger "
-               "than its receive is invalid usage",
-               size, c->peer_str, (unsigned long long)seq, (unsigned long long)cap);
-      c->warned = 1;
-      gdr_tcp_comm_fail(c, ncclInvalidUsage, "message %llu: send of %zu bytes into a receive of %llu bytes",
-                        (unsigned long long)seq, size, (unsigned long long)cap);
-      (void)tx_send(c, TCP_MSG_ERR_SIZE, 0, wseq, size, NULL, 0, NULL);
-      res = ncclInvalidUsage;
-      goto out;
-    }
-    c->cts[slot].seq = 0;
-    atomic_fetch_sub_explicit(&c->tx_expect, 1, memory_order_relaxed); /* counted when it came (seq >= next_seq) */
-    GDR_TRACE(NCCL_NET, "TCP isend %s seq %llu (wire %llu) size %zu %s", c->peer_str, (unsigned long long)seq,
-              (unsigned long long)wseq, size, size <= c->cts_inline_max ? "inline" : "chunked");
+    uint64_t wseq = cts->id;
+    cts->used = 0;
+    c->ncts--;
+    atomic_fetch_sub_explicit(&c->tx_expect, 1, memory_order_relaxed); /* counted when it came */
+    GDR_TRACE(NCCL_NET, "TCP isend %s seq %llu (tag %d #%llu, buffer %llu) size %zu %s", c->peer_str,
+              (unsigned long long)seq, tag, (unsigned long long)ord, (unsigned long long)wseq, size,
+              size <= c->cts_inline_max ? "inline" : "chunked");
     if (mr && mr->cuda_ctx && size > 0) GDR_CHECK(gdr_tcp_stage_out(r, mr, data, size, &wire));
+    tag_sent(c, te);
     if (size <= c->cts_inline_max) {
       send_start(c, r, seq, wire, size, SIZE_MAX);
       r->wseq = wseq;
-      GDR_CHECK(tx_send(c, TCP_MSG_INLINE, 0, wseq, size, wire, size, r));
+      r->ord = ord;
+      GDR_CHECK(tx_send(c, TCP_MSG_INLINE, (uint32_t)tag, ord, size, wseq, wire, size, r));
     } else {
       send_start(c, r, seq, wire, size, 0);
       r->wseq = wseq;
+      r->ord = ord;
       c->n_chunked++;
       GDR_CHECK(queue_chunks(c, r));
     }
@@ -981,13 +1066,14 @@ out:
 
 int gdr_tcp_send_announced(const void *send_comm) {
   const struct tcp_comm *c = send_comm;
-  return c->rts_sent == c->next_seq + 1;
+  return (int)c->rts_out;
 }
 
 /* ----------------------------------------------------------------------------------------------- irecv -- */
 
-/* Receiver: arms the receive of message seq (one buffer of a group whose first message is base). */
-static void recv_arm(struct tcp_comm *c, uint64_t seq, uint64_t base, int gn, void *data, size_t size, int tag) {
+/* Receiver: arms buffer seq (one buffer of a group whose first buffer is base), message (tag, ord) of its peer. */
+static void recv_arm(struct tcp_comm *c, uint64_t seq, uint64_t base, int gn, void *data, size_t size, int tag,
+                     uint64_t ord) {
   struct tcp_req *r = &c->req[seq % TCP_NREQ];
   r->state = TCP_REQ_RECV;
   r->seq = seq;
@@ -999,10 +1085,43 @@ static void recv_arm(struct tcp_comm *c, uint64_t seq, uint64_t base, int gn, vo
   r->gn = gn;
   r->gbase = base;
   r->tag = tag;
+  r->ord = ord;
   r->matched = 0;
   atomic_store_explicit(&r->done, 0, memory_order_relaxed);
   atomic_store_explicit(&r->total, SIZE_MAX, memory_order_relaxed);
   atomic_store_explicit(&r->armed, seq + 1, memory_order_release);
+}
+
+/* Receiver: buffer q was just posted: a message held for it is copied (or will be, when its payload is in), an RTS
+ * for it is answered; *need_cts: it waits for a message that needs its clear-to-send. */
+static ncclResult_t recv_match(struct tcp_comm *c, struct tcp_req *q, int *need_cts) {
+  ncclResult_t res = ncclSuccess;
+  struct tcp_rts *rts = NULL;
+  *need_cts = 0;
+  if (c->nrts > 0)
+    for (int i = 0; i < TCP_MAX_RTS && rts == NULL; i++)
+      if (c->rtsq[i].used && c->rtsq[i].tag == q->tag && c->rtsq[i].ord == q->ord) rts = &c->rtsq[i];
+  if (rts != NULL) {
+    rts->used = 0;
+    c->nrts--;
+  }
+  for (uint32_t i = 0; c->nbounce > 0 && i < c->ncredits; i++) {
+    struct tcp_bounce *b = &c->bounce[i];
+    if (!b->used || b->tag != q->tag || b->ord != q->ord) continue;
+    q->matched = 1;
+    if (b->full)
+      GDR_CHECK(bounce_apply(c, b, q));
+    else
+      b->dst = q; /* rx_finish copies it */
+    goto out;
+  }
+  if (rts != NULL && rts->size > q->size) {
+    GDR_CHECK(recv_too_small(c, q, rts->size));
+    goto out;
+  }
+  *need_cts = rts != NULL || q->size > c->eager_max || c->ncredits == 0;
+out:
+  return res;
 }
 
 ncclResult_t gdr_tcp_irecv(void *recv_comm, int n, void **data, size_t *sizes, int *tags, void **mhandles,
@@ -1011,8 +1130,8 @@ ncclResult_t gdr_tcp_irecv(void *recv_comm, int n, void **data, size_t *sizes, i
   struct tcp_comm *c = recv_comm;
   uint64_t seq = c->next_seq;
   struct tcp_req *r = &c->req[seq % TCP_NREQ];
-  size_t size;
-  int need_cts = 0;
+  struct tcp_tagent *te[TCP_MAX_RECVS];
+  int ncts = 0;
 
   *request = NULL;
   if (n < 1 || n > TCP_MAX_RECVS) {
@@ -1028,6 +1147,9 @@ ncclResult_t gdr_tcp_irecv(void *recv_comm, int n, void **data, size_t *sizes, i
   }
   for (int i = 0; i < n; i++)
     if (c->req[(seq + (uint64_t)i) % TCP_NREQ].state != TCP_REQ_FREE) goto out; /* 32 in flight */
+  for (int i = 0; i < n; i++) /* every tag's entry first: nothing is armed when one cannot be made */
+    if (tag_get(c, c->match_tags ? tags[i] : 0) == NULL) return comm_error(c);
+  for (int i = 0; i < n; i++) te[i] = tag_find(c, c->match_tags ? tags[i] : 0); /* (the table no longer grows) */
   for (int i = 0; i < n; i++) { /* device buffers receive into their slot's pinned buffer (before any is armed) */
     const struct tcp_mr *mr = mhandles ? mhandles[i] : NULL;
     struct tcp_req *q = &c->req[(seq + (uint64_t)i) % TCP_NREQ];
@@ -1035,40 +1157,32 @@ ncclResult_t gdr_tcp_irecv(void *recv_comm, int n, void **data, size_t *sizes, i
     q->dev = NULL;
     if (mr && mr->cuda_ctx && sizes[i] > 0) GDR_CHECK(gdr_tcp_stage_in(q, mr, data[i], sizes[i], &dst));
   }
+  /* buffer i is message (tag, the tag's next ordinal): the k-th buffer with tag t takes the sender's k-th isend
+   * with tag t (NCCL's rule: a slot's buffers fill before the next slot's, the first free one with the tag) */
   for (int i = 0; i < n; i++) {
     struct tcp_req *q = &c->req[(seq + (uint64_t)i) % TCP_NREQ];
-    recv_arm(c, seq + (uint64_t)i, seq, i == 0 ? n : 0, q->dev ? q->stage : data[i], sizes[i], tags[i]);
-    if (sizes[i] > c->eager_max || c->ncredits == 0) need_cts = 1;
+    recv_arm(c, seq + (uint64_t)i, seq, i == 0 ? n : 0, q->dev ? q->stage : data[i], sizes[i], te[i]->tag,
+             te[i]->next++);
   }
   c->next_seq = seq + (uint64_t)n;
-  size = sizes[0];
-  GDR_TRACE(NCCL_NET, "TCP irecv %s seq %llu n %d posted %zu", c->peer_str, (unsigned long long)seq, n, size);
-  if (c->rts_seq != 0 && c->rts_seq - 1 >= seq && c->rts_seq - 1 < seq + (uint64_t)n) {
-    /* the sender is waiting for a CTS for a message too big for eager */
-    c->rts_seq = 0;
-    if (n > 1) {
-      need_cts = 1;
-    } else if (c->rts_size > size) {
-      GDR_CHECK(recv_too_small(c, r, c->rts_size));
-      need_cts = 0;
-    } else {
-      need_cts = 1;
+  GDR_TRACE(NCCL_NET, "TCP irecv %s seq %llu n %d posted %zu tag %d #%llu", c->peer_str, (unsigned long long)seq, n,
+            sizes[0], r->tag, (unsigned long long)r->ord);
+  for (int i = 0; i < n; i++) {
+    struct tcp_req *q = &c->req[(seq + (uint64_t)i) % TCP_NREQ];
+    int need = 0;
+    GDR_CHECK(recv_match(c, q, &need));
+    if (atomic_load_explicit(&c->failed, memory_order_relaxed)) break; /* a size error: test() reports it */
+    /* A receive of <= E bytes can only be matched by an eager message: no CTS for it. (Not sending the CTS of a
+     * larger receive until its message turns out to be big, on the RTS, would save a sendmsg per NCCL LL step; but
+     * then a big isend could progress only while the receiver calls test(), which a caller spinning on isend before
+     * testing its receives never does: GDRNET_TCP_INLINE >= NCCL's LL step, 64 KiB, gets the saving safely.) */
+    if (need) {
+      GDR_CHECK(send_cts(c, q, 0));
+      ncts++;
     }
   }
-  /* A receive of <= E bytes can only be matched by an eager message: no CTS for it. (Not sending the CTS of a
-   * larger receive until its message turns out to be big, on the RTS, would save a sendmsg per NCCL LL step; but
-   * then a big isend could progress only while the receiver calls test(), which a caller spinning on isend before
-   * testing its receives never does: GDRNET_TCP_INLINE >= NCCL's LL step, 64 KiB, gets the saving safely.) */
-  if (need_cts && n > 1) {
-    GDR_CHECK(send_cts_group(c, r));
-  } else if (need_cts) {
-    c->n_cts++;
-    r->cts = 1;
-    expect_data(c, r);
-    GDR_CHECK(tx_send(c, TCP_MSG_CTS, 0, seq, size, NULL, 0, NULL));
-  }
-  /* messages that came eagerly before their receive was posted: copied now (or when the rest arrives) */
-  if (c->b_head != c->b_tail) GDR_CHECK(bounce_drain(c));
+  if (ncts > 0) GDR_CHECK(tx_flush(c)); /* a grouped receive's clear-to-sends in one write */
+  GDR_CHECK(credit_check(c));
   *request = r;
 out:
   return res;

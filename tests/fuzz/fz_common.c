@@ -202,10 +202,12 @@ void fz_op_ctrl(struct fz_in *in, int fd) {
   uint8_t buf[sizeof(struct tcp_ctrl_hdr) + 256];
   struct tcp_ctrl_hdr h;
   size_t k;
+  memset(&h, 0, sizeof(h));
   h.type = fz_u8(in) % 10;
   h.aux = fz_u8(in) & 1 ? fz_u32(in) : fz_u8(in);
   h.seq = fz_u8(in) & 1 ? fz_u64(in) : fz_u8(in) % 48;
   h.size = fz_u8(in) & 1 ? fz_u64(in) : fz_msg_size(in);
+  h.id = fz_u8(in) & 1 ? fz_u64(in) : fz_u8(in) % 48;
   memcpy(buf, &h, sizeof(h));
   k = fz_bytes(in, buf + sizeof(h), fz_u8(in));
   (void)fz_write(fd, buf, sizeof(h) + k);

@@ -386,18 +386,18 @@ static void test_send_larger_than_recv(void **state) {
       wait_req(post_send(p.s, sbuf, 8));
       if (k == 3) {
         sreq = post_send(p.s, sbuf, ssizes[k]); /* eager: goes at once */
-        wait_ctrl_bytes(p.r, 24 + 8 + 24 + (int)ssizes[k]);
+        wait_ctrl_bytes(p.r, 2 * (int)sizeof(struct tcp_ctrl_hdr) + 8 + (int)ssizes[k]);
       } else {
-        while (tcomm_of(p.s)->rts_sent != 2) { /* the big one waits for a CTS and says so (RTS) */
+        while (tcomm_of(p.s)->rts_out != 1) { /* the big one waits for a CTS and says so (RTS) */
           assert_int_equal(gdr_core_isend(p.s, sbuf, ssizes[k], 0, NULL, NULL, &sreq), ncclSuccess);
           assert_null(sreq);
           assert_true(ut_now() - t0 < 10.0);
         }
-        wait_ctrl_bytes(p.r, 24 + 8 + 24);
+        wait_ctrl_bytes(p.r, 2 * (int)sizeof(struct tcp_ctrl_hdr) + 8);
       }
       assert_int_equal(wait_req(r0), 8); /* reads message 1 (k = 3) / the RTS (k = 4) too */
       if (k == 3) assert_int_equal(tcomm_of(p.r)->n_bounced, 1);
-      if (k == 4) assert_int_equal(tcomm_of(p.r)->rts_seq, 2);
+      if (k == 4) assert_int_equal(tcomm_of(p.r)->nrts, 1); /* held for its receive */
     }
     rreq = post_recv(p.r, rbuf, rsizes[k]);
     while (sr == ncclSuccess) {
@@ -547,7 +547,7 @@ static void test_eager_unposted(void **state) {
     ut_fill(sb[i], sizes[i], (unsigned)i + 40);
     sreq[i] = post_send(p.s, sb[i], sizes[i]);
     assert_int_equal(wait_req(sreq[i]), sizes[i]); /* complete with no receive posted */
-    bytes += 24 + (int)sizes[i];
+    bytes += (int)sizeof(struct tcp_ctrl_hdr) + (int)sizes[i];
   }
   wait_ctrl_bytes(p.r, bytes);
   rreq[0] = post_recv(p.r, rb[0], sizes[0]);
@@ -1327,6 +1327,242 @@ static void test_loopback_stream(void **state) {
   free(ex);
 }
 
+/* ------------------------------------------------------------------ matching by NCCL's rule (issue 23) -- */
+
+/* NCCL IB's rule: the k-th isend with tag t fills the first free buffer with tag t of the current slot (the oldest
+ * receive not filled yet); an isend that fits nothing there is "not now" (NULL), never an error. With PXN the proxy
+ * posts each sub's isend on its own (tag = source rank), so tag 1 of message m+1 can come before tag 2 of message m.
+ * The sender here is one sub per tag, each retrying its next message; sub s may try message m only once sub s-1 has
+ * tried message m+1 (so the order is tag 1 of message 1 before tag 2 of message 0). Receives are posted all at once
+ * (lazy = 0) or each only once the one before completed (lazy = 1). Every byte and reported size is checked, and no
+ * call fails or WARNs. */
+#define MO_MSGS 3
+#define MO_TAGS 2
+struct mo_case {
+  const char *credits;
+  size_t size[MO_MSGS][MO_TAGS]; /* bytes sent into buffer t of message m (its receive is 700 bytes larger) */
+  int lazy;
+};
+
+static void match_order_run(const struct mo_case *mc) {
+  static unsigned char sb[MO_MSGS][MO_TAGS][262144], rb[MO_MSGS][MO_TAGS][262144 + 700], ex[262144];
+  static const int tagv[MO_TAGS] = {1, 2};
+  struct pair p;
+  void *sreq[MO_MSGS][MO_TAGS] = {{0}}, *rreq[MO_MSGS] = {0};
+  int snext[MO_TAGS] = {0}, tried[MO_TAGS][MO_MSGS + 1] = {{0}}, sdone[MO_MSGS][MO_TAGS] = {{0}};
+  int rposted = 0, rdone[MO_MSGS] = {0}, left = MO_MSGS * (MO_TAGS + 1);
+  double t0;
+  eager_on(mc->credits);
+  init_plugin();
+  pair_open(&p);
+  for (int m = 0; m < MO_MSGS; m++)
+    for (int t = 0; t < MO_TAGS; t++) ut_fill(sb[m][t], mc->size[m][t], (unsigned)(16 * m + t + 1));
+  t0 = ut_now();
+  while (left > 0) {
+    while (rposted < MO_MSGS && (!mc->lazy || rposted == 0 || rdone[rposted - 1])) {
+      void *data[MO_TAGS];
+      size_t rs[MO_TAGS];
+      int tags[MO_TAGS];
+      for (int t = 0; t < MO_TAGS; t++) {
+        data[t] = rb[rposted][t];
+        rs[t] = mc->size[rposted][t] + 700;
+        tags[t] = tagv[t];
+        memset(rb[rposted][t], 0xA5, rs[t]);
+      }
+      assert_int_equal(gdr_core_irecv(p.r, MO_TAGS, data, rs, tags, NULL, NULL, &rreq[rposted]), ncclSuccess);
+      if (rreq[rposted] == NULL) break;
+      rposted++;
+    }
+    for (int t = 0; t < MO_TAGS; t++) {
+      int m = snext[t];
+      if (m >= MO_MSGS || (t > 0 && !tried[t - 1][m + 1] && snext[t - 1] < MO_MSGS)) continue;
+      tried[t][m] = 1;
+      assert_int_equal(gdr_core_isend(p.s, sb[m][t], mc->size[m][t], tagv[t], NULL, NULL, &sreq[m][t]),
+                       ncclSuccess);
+      if (sreq[m][t] != NULL) snext[t]++;
+    }
+    for (int m = 0; m < MO_MSGS; m++) {
+      for (int t = 0; t < MO_TAGS; t++) {
+        size_t got[GDR_MAX_RECVS] = {0};
+        if (sreq[m][t] == NULL || sdone[m][t]) continue;
+        assert_int_equal(gdr_core_test(sreq[m][t], &sdone[m][t], got, NULL), ncclSuccess);
+        if (sdone[m][t]) {
+          assert_int_equal(got[0], mc->size[m][t]);
+          left--;
+        }
+      }
+      if (rreq[m] != NULL && !rdone[m]) {
+        size_t got[GDR_MAX_RECVS] = {0};
+        int n = 0;
+        assert_int_equal(gdr_core_test(rreq[m], &rdone[m], got, &n), ncclSuccess);
+        if (rdone[m]) {
+          assert_int_equal(n, MO_TAGS);
+          for (int t = 0; t < MO_TAGS; t++) {
+            /* buffer t of message m holds (message m, tag t): nothing else, nothing past it */
+            assert_int_equal(got[t], mc->size[m][t]);
+            ut_fill(ex, mc->size[m][t], (unsigned)(16 * m + t + 1));
+            assert_memory_equal(rb[m][t], ex, mc->size[m][t]);
+            for (size_t i = mc->size[m][t]; i < mc->size[m][t] + 700; i++) assert_int_equal(rb[m][t][i], 0xA5);
+          }
+          left--;
+        }
+      }
+    }
+    assert_true(ut_now() - t0 < 30.0);
+  }
+  pair_close(&p);
+  assert_int_equal(ut_nwarn, 0);
+  fini_plugin();
+  eager_default();
+}
+
+/* Issue 23, 1(a) and 1(c): the tag-1 sub runs a message ahead of the tag-2 sub. Eager-sized, CTS-sized and mixed
+ * parts, receives posted up front or one at a time (an eager message for a later slot must wait, not fail), with
+ * and without the eager path. */
+static void test_match_tag_order(void **state) {
+  enum { S = 1000, B = 200000 };
+  static const struct mo_case cases[] = {
+      {"32", {{S, S}, {S, S}, {S, S}}, 0},  {"32", {{S, S}, {S, S}, {S, S}}, 1},
+      {"32", {{B, B}, {B, B}, {B, B}}, 0},  {"32", {{B, B}, {B, B}, {B, B}}, 1},
+      {"32", {{S, B}, {B, S}, {S, S}}, 0},  {"32", {{B, S}, {S, B}, {B, S}}, 1},
+      {"0", {{S, B}, {B, S}, {S, S}}, 0},   {"0", {{B, S}, {S, B}, {B, B}}, 1},
+      {"2", {{S, S}, {S, S}, {S, S}}, 1},   {"2", {{S, B}, {S, S}, {B, S}}, 1},
+  };
+  (void)state;
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+    printf("tag order case %zu: credits %s, lazy %d\n", i, cases[i].credits, cases[i].lazy);
+    match_order_run(&cases[i]);
+  }
+}
+
+/* Issue 23, 1(b): one grouped receive of 8 buffers, all with the same tag, 32 KiB .. 256 KiB (across the eager size:
+ * some eager, some after a clear-to-send). The sender posts its 8 isends in order (retrying a NULL one), then tests
+ * them; the k-th send lands in the k-th buffer. */
+static void test_match_same_tag_group(void **state) {
+  enum { N = 8, U = 32768 };
+  static unsigned char sb[N][N * U], rb[N][N * U], ex[N * U];
+  struct pair p;
+  void *sreq[N] = {0}, *rreq = NULL, *data[N];
+  size_t rs[N], got[GDR_MAX_RECVS] = {0};
+  int tags[N], n = 0, done = 0;
+  double t0;
+  (void)state;
+  eager_on("32");
+  init_plugin();
+  pair_open(&p);
+  for (int i = 0; i < N; i++) {
+    data[i] = rb[i];
+    rs[i] = (size_t)(i + 1) * U;
+    tags[i] = 5;
+    memset(rb[i], 0xA5, sizeof(rb[i]));
+    ut_fill(sb[i], rs[i], (unsigned)i + 300);
+  }
+  xfer(&p, 100, 100, 1); /* the sender has its GRANT: its first sends below go eager, before it reads a CTS */
+  assert_int_equal(gdr_core_irecv(p.r, N, data, rs, tags, NULL, NULL, &rreq), ncclSuccess);
+  assert_non_null(rreq);
+  wait_ctrl_bytes(p.s, (int)sizeof(struct tcp_ctrl_hdr)); /* the clear-to-send is there, not read yet */
+  t0 = ut_now();
+  for (int i = 0; i < N; i++) {
+    while (sreq[i] == NULL) {
+      assert_int_equal(gdr_core_isend(p.s, sb[i], rs[i], 5, NULL, NULL, &sreq[i]), ncclSuccess);
+      assert_true(ut_now() - t0 < 20.0);
+    }
+  }
+  for (int i = 0; i < N; i++) assert_int_equal(wait_req(sreq[i]), rs[i]);
+  while (!done) {
+    assert_int_equal(gdr_core_test(rreq, &done, got, &n), ncclSuccess);
+    assert_true(ut_now() - t0 < 30.0);
+  }
+  assert_int_equal(n, N);
+  for (int i = 0; i < N; i++) {
+    assert_int_equal(got[i], rs[i]);
+    ut_fill(ex, rs[i], (unsigned)i + 300);
+    assert_memory_equal(rb[i], ex, rs[i]);
+  }
+  pair_close(&p);
+  assert_int_equal(ut_nwarn, 0);
+  fini_plugin();
+  eager_default();
+}
+
+/* A listener of TCP protocol version 3 (numbering by arrival, 24-byte headers): the connector refuses it at
+ * connect with a WARN naming both versions, instead of mismatching messages later. */
+static void test_refuses_version_3(void **state) {
+  struct pair p;
+  struct gdr_handle h;
+  struct tcp_proto tp;
+  void *s = NULL, *r = NULL;
+  ncclResult_t res = ncclSuccess;
+  char hb[NCCL_NET_HANDLE_MAXSIZE];
+  double t0;
+  (void)state;
+  init_plugin();
+  memset(&p, 0, sizeof(p));
+  assert_int_equal(gdr_core_listen(NULL, 0, p.handle, &p.l), ncclSuccess);
+  memcpy(&h, p.handle, sizeof(h));
+  memcpy(&tp, h.tp_data, sizeof(tp));
+  assert_int_equal(tp.version, TCP_PROTO_VERSION);
+  tp.version = 3; /* what a plugin of the version before this one writes */
+  memcpy(h.tp_data, &tp, sizeof(tp));
+  memcpy(hb, &h, sizeof(hb));
+  t0 = ut_now();
+  while (res == ncclSuccess && s == NULL) {
+    res = gdr_core_connect(NULL, 0, -1, hb, &s);
+    if (r == NULL) assert_int_equal(gdr_core_accept(p.l, &r), ncclSuccess);
+    assert_true(ut_now() - t0 < 20.0);
+  }
+  assert_int_equal(res, ncclInvalidUsage);
+  assert_null(s);
+  assert_true(ut_warned("speaks TCP protocol version 3, this plugin version 4"));
+  assert_true(ut_warned("use the same plugin version on every rank"));
+  if (r != NULL) assert_int_equal(gdr_core_close_recv(r), ncclSuccess);
+  assert_int_equal(gdr_core_close_listen(p.l), ncclSuccess);
+  fini_plugin();
+}
+
+/* RTS messages for buffers not posted yet are kept per tag: a newer one of a tag replaces an older one (that message
+ * went another way), one not after the last of its tag is a broken peer (written straight onto the control stream
+ * as such a sender would). */
+static void test_rts_per_tag(void **state) {
+  struct pair p;
+  unsigned char buf[64];
+  struct tcp_ctrl_hdr h[3];
+  char wire[3 * sizeof(struct tcp_ctrl_hdr) + 8];
+  (void)state;
+  eager_on("32");
+  init_plugin();
+  pair_open(&p);
+  struct tcp_comm *sc = tcomm_of(p.s);
+  memset(h, 0, sizeof(h));
+  h[0].type = TCP_MSG_RTS;
+  h[0].aux = 3; /* tag 3, message 0, 100000 bytes: waits for its CTS */
+  h[0].size = 100000;
+  h[1] = h[0];
+  h[1].seq = 1; /* tag 3, message 1: message 0 went another way */
+  h[2].type = TCP_MSG_EAGER; /* tag 0, message 0: completes the receive below */
+  h[2].size = 8;
+  memcpy(wire, h, sizeof(h));
+  memset(wire + sizeof(h), 9, 8);
+  assert_int_equal(send(sc->ctrl_fd, wire, sizeof(wire), MSG_NOSIGNAL), (ssize_t)sizeof(wire));
+  assert_int_equal(wait_req(post_recv(p.r, buf, sizeof(buf))), 8);
+  assert_int_equal(tcomm_of(p.r)->nrts, 1); /* the newer of tag 3 */
+  assert_int_equal(ut_nwarn, 0);
+  assert_int_equal(send(sc->ctrl_fd, &h[1], sizeof(h[1]), MSG_NOSIGNAL), (ssize_t)sizeof(h[1])); /* again */
+  void *req = post_recv(p.r, buf, sizeof(buf));
+  int done = 0;
+  ncclResult_t r = ncclSuccess;
+  double t0 = ut_now();
+  while (r == ncclSuccess && !done) {
+    r = gdr_core_test(req, &done, NULL, NULL);
+    assert_true(ut_now() - t0 < 10.0);
+  }
+  assert_int_equal(r, ncclRemoteError);
+  assert_true(ut_warned("protocol error: an RTS not after the last one of its tag"));
+  pair_close(&p);
+  fini_plugin();
+  eager_default();
+}
+
 int main(void) {
   setenv("GDRNET_SOCKET_IFNAME", "lo", 0); /* single-host: loopback (CTest sets it too) */
   const struct CMUnitTest tests[] = {
@@ -1353,6 +1589,10 @@ int main(void) {
       cmocka_unit_test(test_core_misuse),
       cmocka_unit_test(test_eager_out_of_window),
       cmocka_unit_test(test_cts_inline),
+      cmocka_unit_test(test_match_tag_order),
+      cmocka_unit_test(test_match_same_tag_group),
+      cmocka_unit_test(test_refuses_version_3),
+      cmocka_unit_test(test_rts_per_tag),
       cmocka_unit_test_prestate(test_random_traffic, (void *)&rt_cfgs[0]),
       cmocka_unit_test_prestate(test_random_traffic, (void *)&rt_cfgs[1]),
       cmocka_unit_test_prestate(test_random_traffic, (void *)&rt_cfgs[2]),
@@ -1370,7 +1610,8 @@ int main(void) {
     fprintf(stderr, "UT_SHARD=%s: want K/N with 1 <= K <= N\n", sh);
     return 2;
   }
+  const char *only = getenv("UT_ONLY"); /* UT_ONLY=substring: only the tests whose name holds it (by hand) */
   for (size_t i = 0; i < NT; i++)
-    if (i % n == k - 1) sel[nsel++] = tests[i];
+    if (i % n == k - 1 && (only == NULL || strstr(tests[i].name, only) != NULL)) sel[nsel++] = tests[i];
   return _cmocka_run_group_tests("unit_tcp", sel, nsel, NULL, NULL);
 }
