@@ -1103,6 +1103,16 @@ static void atomic_exec(struct vconn *c, struct vqp *q, const struct whdr *h, co
 	memcpy(&sw, args + 8, 8);
 	struct vseg s;
 	seg_from_mr(&s, m, h->raddr, 8);
+	if (s.addr & 7) {
+		/* an MR whose iova and address differ modulo 8 (ibv_reg_mr_iova2): the word is not aligned in memory, where
+		 * no atomic instruction reaches it whole; refused as misaligned */
+		VTRACE("exec target qp=0x%x op=%s raddr=0x%llx: the MR's memory address 0x%llx is not 8-byte aligned: "
+		       "REM_INV_REQ\n",
+		       q->qp.qp_num, opn, (unsigned long long)h->raddr, (unsigned long long)s.addr);
+		respond(c, h, F_NAK, IBV_WC_REM_INV_REQ_ERR);
+		responder_error(q, IBV_EVENT_QP_REQ_ERR);
+		return;
+	}
 	if (m->is_dev)
 		lazy_flush(m->dev); /* a device read: what was written before it is visible first */
 	if (s.cuda) {
