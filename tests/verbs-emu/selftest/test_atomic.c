@@ -137,6 +137,9 @@ static void test_ops(void)
 	struct ibv_mr *mres_ro = vt_mr(&d, res + 256, 8, 0); /* no LOCAL_WRITE */
 	struct ibv_mr *mw_noatom =
 		vt_mr(&d, words + 256, 64, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ);
+	/* iova aligned, memory not: words + 4 registered at iova 0x100000 */
+	struct ibv_mr *mw_skew = ibv_reg_mr_iova2(d.pd, (char *)words + 4, 64, 0x100000, ALL_ACCESS);
+	CHECK(mw_skew);
 	struct ibv_mr *mdata = vt_mr(&d, data, 1 << 20, ALL_ACCESS);
 	struct ibv_mr *msink = vt_mr(&d, sink, 1 << 20, ALL_ACCESS);
 	struct rdspec std = { 1, 1, ALL_ACCESS };
@@ -265,6 +268,7 @@ static void test_ops(void)
 		  std,
 		  { 1, 1, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ },
 		  IBV_WC_REM_ACCESS_ERR },
+		{ "memory_misaligned", 0x100000, mw_skew->rkey, mres->lkey, res, std, std, IBV_WC_REM_INV_REQ_ERR },
 		{ "bad_rkey", (uintptr_t)words, mw->rkey ^ 0x5a5a00, mres->lkey, res, std, std, IBV_WC_REM_ACCESS_ERR },
 		{ "out_of_range", (uintptr_t)words + 4096, mw->rkey, mres->lkey, res, std, std, IBV_WC_REM_ACCESS_ERR },
 		{ "result_no_local_write", (uintptr_t)words, mw->rkey, mres_ro->lkey, res + 256, std, std,
