@@ -603,9 +603,10 @@ static void initiator(int idx, int fd)
 	snprintf(nm, sizeof(nm), "procs/initiator%d", idx);
 	vt_name = nm;
 	vt_open(&d, 0, 8192);
-	uint64_t *res = aligned_alloc(4096, sizeof(uint64_t) * (K_FA + 64));
+	size_t rlen = (sizeof(uint64_t) * (K_FA + 64) + 4095) & ~(size_t)4095; /* aligned_alloc: a multiple of 4096 */
+	uint64_t *res = aligned_alloc(4096, rlen);
 	CHECK(res);
-	struct ibv_mr *mres = vt_mr(&d, res, sizeof(uint64_t) * (K_FA + 64), IBV_ACCESS_LOCAL_WRITE);
+	struct ibv_mr *mres = vt_mr(&d, res, rlen, IBV_ACCESS_LOCAL_WRITE);
 	struct tinfo t[NTGT];
 	vt_recv(fd, t, sizeof(t));
 	struct ibv_qp *qp[NTGT];
@@ -743,6 +744,8 @@ static void test_procs(void)
 				(unsigned long long)all[i]);
 			exit(1);
 		}
+	free(all);
+	CHECK_EQ(munmap((void *)shared_words, 4096), 0);
 	printf("test_atomic procs: OK (%zu fetched values, %llu of them by the target's own thread, a permutation of "
 	       "0..%zu)\n",
 	       total, (unsigned long long)nlocal, total - 1);

@@ -190,7 +190,7 @@ static void rank_main(int rank, int fd)
 
 	size_t wlen = 2 * NRANKS * (size_t)SLOT; /* [receive slots of every sender][send slots for every receiver] */
 	char *win = aligned_alloc(4096, wlen);
-	uint64_t *sig = aligned_alloc(4096, NSIGW * sizeof(uint64_t));
+	uint64_t *sig = aligned_alloc(4096, 4096); /* NSIGW words; aligned_alloc wants a multiple of 4096 */
 	CHECK(win && sig);
 	memset(win, 0, wlen);
 	memset(sig, 0, NSIGW * sizeof(uint64_t));
