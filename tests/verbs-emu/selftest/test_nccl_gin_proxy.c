@@ -11,6 +11,11 @@
  * and a plain iput; all requests tested to completion; a barrier; every rank checks every byte from every sender and
  * the signal words (word 0: the sum of all adds, atomic although NRANKS senders add to it at once).
  *
+ * test_nccl_gin_proxy devsig: the signal array in (fake) CUDA device memory, as NCCL's gin_host_proxy.cc allocates
+ * it (ncclCuMemAlloc), registered as NCCL_PTR_CUDA: the fake driver (fakecuda.c) is loaded first, its "device
+ * memory" is PROT_NONE, so the emulator can only execute the atomics through the driver (vemu_cuda_atomic), and the
+ * signals are checked through fakecu_peek.
+ *
  * The table and ncclNetIb are local symbols: found in the library's .symtab (the nvidia-nccl-cu13 wheel and CUDA
  * 13.0's copy keep it). Skipped (77) where no such libnccl.so.2 2.28.x is found. VEMU_NCCL_LIB names the library. */
 #ifndef _GNU_SOURCE
@@ -70,6 +75,7 @@ struct gin_v11 {
 };
 
 #define PTR_HOST 0x1
+#define PTR_CUDA 0x2
 #define MR_FLAG_FORCE_SO 0x1
 #define SIGNAL_OP_INC 0x1
 #define SIGNAL_OP_ADD 0x2
@@ -134,6 +140,9 @@ static ncclResult_t prof_cb(void **eHandle, int type, void *pHandle, int64_t plu
 }
 
 static const char *lib;
+static int devsig;
+static void *(*cu_alloc)(size_t);
+static int (*cu_peek)(void *, const void *, size_t);
 static struct gin_v11 *gin;
 static struct net_v11 *net;
 
@@ -152,6 +161,16 @@ static char pattern(int from, int to, int round, size_t i)
 		}                                                                                                  \
 	} while (0)
 
+static uint64_t sigword(uint64_t *sig, int i)
+{
+	uint64_t v = 0;
+	if (devsig)
+		CHECK_EQ(cu_peek(&v, sig + i, 8), 0);
+	else
+		v = __atomic_load_n(&sig[i], __ATOMIC_ACQUIRE);
+	return v;
+}
+
 static const size_t sizes[] = { 0, 1, 8, 100, 4096, 65536 + 3, SLOT };
 #define NROUNDS (sizeof(sizes) / sizeof(sizes[0]))
 
@@ -160,6 +179,14 @@ static void rank_main(int rank, int fd)
 	char nm[32];
 	snprintf(nm, sizeof(nm), "gin_proxy/rank%d", rank);
 	vt_name = nm;
+	if (devsig) {
+		/* the driver first, as in a CUDA program: the emulator uses the one already loaded */
+		void *fh = dlopen(FAKECUDA_PATH, RTLD_NOW | RTLD_GLOBAL);
+		CHECK(fh);
+		*(void **)&cu_alloc = dlsym(fh, "fakecu_alloc");
+		*(void **)&cu_peek = dlsym(fh, "fakecu_peek");
+		CHECK(cu_alloc && cu_peek);
+	}
 	void *h = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
 	CHECK(h);
 	void *gv = dlsym(h, "ncclGetVersion");
@@ -190,13 +217,16 @@ static void rank_main(int rank, int fd)
 
 	size_t wlen = 2 * NRANKS * (size_t)SLOT; /* [receive slots of every sender][send slots for every receiver] */
 	char *win = aligned_alloc(4096, wlen);
-	uint64_t *sig = aligned_alloc(4096, 4096); /* NSIGW words; aligned_alloc wants a multiple of 4096 */
+	/* NSIGW words (aligned_alloc wants a multiple of 4096); device memory (zeroed by the fake) with devsig */
+	uint64_t *sig = devsig ? cu_alloc(4096) : aligned_alloc(4096, 4096);
 	CHECK(win && sig);
 	memset(win, 0, wlen);
-	memset(sig, 0, NSIGW * sizeof(uint64_t));
+	if (!devsig)
+		memset(sig, 0, NSIGW * sizeof(uint64_t));
 	void *wmh = NULL, *wgh = NULL, *smh = NULL, *sgh = NULL;
 	NCHECK(gin->regMrSym(coll, win, wlen, PTR_HOST, 0, &wmh, &wgh));
-	NCHECK(gin->regMrSym(coll, sig, NSIGW * sizeof(uint64_t), PTR_HOST, MR_FLAG_FORCE_SO, &smh, &sgh));
+	NCHECK(gin->regMrSym(coll, sig, NSIGW * sizeof(uint64_t), devsig ? PTR_CUDA : PTR_HOST, MR_FLAG_FORCE_SO, &smh,
+			     &sgh));
 
 	uint64_t want0 = 0;
 	for (unsigned r = 0; r < NROUNDS; r++) {
@@ -249,24 +279,25 @@ static void rank_main(int rank, int fd)
 						vt_name, r, n, i, from, p[i], pattern(from, rank, (int)r, i));
 					exit(1);
 				}
-			CHECK_EQ(__atomic_load_n(&sig[1 + from], __ATOMIC_ACQUIRE), r + 1);
+			CHECK_EQ(sigword(sig, 1 + from), r + 1);
 		}
-		CHECK_EQ(__atomic_load_n(&sig[0], __ATOMIC_ACQUIRE), want0);
+		CHECK_EQ(sigword(sig, 0), want0);
 		vt_send(fd, "c", 1);
 		vt_recv(fd, &go, 1);
 	}
-	printf("%s: %zu rounds to %d ranks, every byte and signal checked (word 0 = %llu)\n", vt_name, NROUNDS, NRANKS,
-	       (unsigned long long)want0);
+	printf("%s: %zu rounds to %d ranks, every byte and signal checked (word 0 = %llu, signals in %s memory)\n",
+	       vt_name, NROUNDS, NRANKS, (unsigned long long)want0, devsig ? "device" : "host");
 	NCHECK(gin->deregMrSym(coll, smh));
 	NCHECK(gin->deregMrSym(coll, wmh));
 	NCHECK(gin->closeColl(coll));
 	exit(0);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
 	setvbuf(stdout, NULL, _IONBF, 0);
 	vt_name = "gin_proxy";
+	devsig = argc > 1 && !strcmp(argv[1], "devsig");
 	const char *env = getenv("VEMU_NCCL_LIB");
 	const char *cand[] = { env, "/usr/local/cuda-13.0/lib/libnccl.so.2", "/usr/local/cuda/lib/libnccl.so.2",
 			       "/usr/local/cuda/lib64/libnccl.so.2", "/usr/lib/x86_64-linux-gnu/libnccl.so.2" };
