@@ -5,7 +5,7 @@
  *                      FETCH_AND_ADD in one post), post-time errors (sge not 8 bytes, inline), misaligned -> REM_INV_REQ,
  *                      no REMOTE_ATOMIC on the MR or the QP -> REM_ACCESS, no LOCAL_WRITE on the result -> LOC_PROT,
  *                      max_rd_atomic 0 / larger than the responder's max_dest_rd_atomic, the device's atomic_cap,
- *                      READ of every size class, and (with VEMU_TRACE) the trace lines of the new opcodes and the
+ *                      READ of every size class, IBV_SEND_FENCE after a READ, and (with VEMU_TRACE) the trace lines of the new opcodes and the
  *                      one-at-a-time issue of READs and atomics under max_rd_atomic = 1
  *   test_atomic procs  several processes: two target processes register one MAP_SHARED word each (the same page),
  *                      initiator processes FETCH_AND_ADD and CAS-increment it through both targets while a target's
@@ -434,6 +434,41 @@ static void test_ops(void)
 			CHECK(!memcmp((char *)(uintptr_t)sg[1].addr, data + k1, k2));
 			CHECK(!memcmp((char *)(uintptr_t)sg[2].addr, data + k1 + k2, n - k1 - k2));
 		}
+	}
+	unpair(a, b);
+
+	/* IBV_SEND_FENCE: a WRITE whose source a READ before it fills, posted in one chain, sends what the READ
+	 * brought (the fenced WRITE waits for the READ's response); 64 KiB so the READ is still out when the WRITE
+	 * would otherwise leave */
+	vt_name = "ops/fence";
+	pair(&a, &b, (struct rdspec){ 4, 4, ALL_ACCESS }, (struct rdspec){ 4, 4, ALL_ACCESS });
+	for (int round = 0; round < 4; round++) {
+		for (int i = 0; i < 65536; i++)
+			data[i] = (char)(i * 3 + round * 11 + 1);
+		memset(sink, 0, 2 * 65536);
+		struct ibv_sge rs = { (uintptr_t)sink, 65536, msink->lkey },
+			       ws = { (uintptr_t)sink, 65536, msink->lkey };
+		struct ibv_send_wr w[2], *bad;
+		memset(w, 0, sizeof(w));
+		w[0].opcode = IBV_WR_RDMA_READ;
+		w[0].wr_id = 700;
+		w[0].sg_list = &rs;
+		w[0].num_sge = 1;
+		w[0].wr.rdma.remote_addr = (uintptr_t)data;
+		w[0].wr.rdma.rkey = mdata->rkey;
+		w[0].next = &w[1];
+		w[1].opcode = IBV_WR_RDMA_WRITE;
+		w[1].wr_id = 701;
+		w[1].send_flags = IBV_SEND_SIGNALED | IBV_SEND_FENCE;
+		w[1].sg_list = &ws;
+		w[1].num_sge = 1;
+		w[1].wr.rdma.remote_addr = (uintptr_t)sink + 65536;
+		w[1].wr.rdma.rkey = msink->rkey;
+		CHECK_EQ(ibv_post_send(a, w, &bad), 0);
+		vt_wait(&d, d.cq, wc, 1, 10000);
+		CHECK_EQ(wc[0].wr_id, 701);
+		CHECK_EQ(wc[0].status, IBV_WC_SUCCESS);
+		CHECK(!memcmp(sink + 65536, data, 65536));
 	}
 	unpair(a, b);
 

@@ -704,6 +704,10 @@ static void transmit_qp(struct vqp *q)
 	while ((w = q->sq_head)) {
 		struct vseg *segs = NULL;
 		int nseg = 0;
+		/* IBV_SEND_FENCE: not begun before every earlier READ/atomic of the QP has its response (a fenced WRITE may
+		 * send what a READ before it brought) */
+		if (!w->status && (w->flags & IBV_SEND_FENCE) && rd_atomic_outstanding(q, NULL))
+			return;
 		if (!w->status && vemu_is_rd_atomic(w->opcode)) {
 			/* max_rd_atomic: at most that many READs/atomics outstanding; the send queue waits (in order, as an
 			 * HCA's does) until a response frees one. 0 allows none: the emulator fails the WR (an HCA would
