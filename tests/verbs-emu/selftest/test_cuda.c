@@ -62,6 +62,24 @@ static void one(struct ibv_qp *qp, int op, void *buf, uint32_t len, uint32_t lke
 	CHECK_EQ(wc.status, IBV_WC_SUCCESS);
 }
 
+static int post_cas(struct ibv_qp *qp, void *res, uint32_t lkey, uint64_t raddr, uint32_t rkey, uint64_t cmp,
+		    uint64_t swap)
+{
+	struct ibv_sge sge = { (uintptr_t)res, 8, lkey };
+	struct ibv_send_wr wr, *bad;
+	memset(&wr, 0, sizeof(wr));
+	wr.wr_id = 14;
+	wr.sg_list = &sge;
+	wr.num_sge = 1;
+	wr.opcode = IBV_WR_ATOMIC_CMP_AND_SWP;
+	wr.send_flags = IBV_SEND_SIGNALED;
+	wr.wr.atomic.remote_addr = raddr;
+	wr.wr.atomic.rkey = rkey;
+	wr.wr.atomic.compare_add = cmp;
+	wr.wr.atomic.swap = swap;
+	return ibv_post_send(qp, &wr, &bad);
+}
+
 static void flush(struct ibv_qp *self, char *dev, struct ibv_mr *dmr)
 {
 	/* the GPUDirect flush: a loopback RDMA READ of one byte of device memory */
@@ -72,7 +90,7 @@ static void single(void)
 {
 	vt_name = "cuda/single";
 	vt_open(&d, 0, 256);
-	int acc = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+	int acc = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
 	host = aligned_alloc(4096, DLEN);
 	hmr = vt_mr(&d, host, DLEN, acc);
 	char *dev = cu_alloc(DLEN), *dev2 = cu_alloc(DLEN);
@@ -85,6 +103,7 @@ static void single(void)
 	close(fd);
 	CHECK(dmr2->addr == dev2);
 	struct vt_rc rc = VT_RC_DEFAULT;
+	rc.access |= IBV_ACCESS_REMOTE_ATOMIC;
 	struct ibv_qp *a = vt_qp(&d, 64, 0, NULL), *b = vt_qp(&d, 64, 0, NULL), *self = vt_qp(&d, 64, 0, NULL);
 	vt_connect(&d, a, b->qp_num, rc);
 	vt_connect(&d, b, a->qp_num, rc);
@@ -138,6 +157,54 @@ static void single(void)
 	if (lazy)
 		flush(self, dev2, dmr2);
 	check_dev(dev2, DLEN, 2);
+	/* atomics on device memory (NCCL's GIN proxy keeps its signals there): put + signal, the signal a FETCH_AND_ADD
+	 * on a device word whose result goes to host memory; with GDR_LAZY the data is visible once the atomic has
+	 * completed, without a flush (the atomic reads device memory: what was written before it lands first) */
+	{
+		vt_name = "cuda/single/atomic";
+		uint64_t sig = 1000, got;
+		char *sigp = dev2 + DLEN - 64;
+		CHECK_EQ(cu_poke(sigp, &sig, 8), 0);
+		fill(host, 1 << 20, 8);
+		struct ibv_sge s0 = { (uintptr_t)host, 1 << 20, hmr->lkey }, s1 = { (uintptr_t)host + DLEN - 64, 8, hmr->lkey };
+		struct ibv_send_wr w[2], *bad;
+		memset(w, 0, sizeof(w));
+		w[0].opcode = IBV_WR_RDMA_WRITE;
+		w[0].sg_list = &s0;
+		w[0].num_sge = 1;
+		w[0].wr.rdma.remote_addr = (uintptr_t)dev2 + 8192;
+		w[0].wr.rdma.rkey = dmr2->rkey;
+		w[0].next = &w[1];
+		w[1].opcode = IBV_WR_ATOMIC_FETCH_AND_ADD;
+		w[1].wr_id = 13;
+		w[1].send_flags = IBV_SEND_SIGNALED;
+		w[1].sg_list = &s1;
+		w[1].num_sge = 1;
+		w[1].wr.atomic.remote_addr = (uintptr_t)sigp;
+		w[1].wr.atomic.rkey = dmr2->rkey;
+		w[1].wr.atomic.compare_add = 5;
+		CHECK_EQ(ibv_post_send(a, w, &bad), 0);
+		vt_wait(&d, d.cq, wc, 1, 20000);
+		CHECK_EQ(wc[0].status, IBV_WC_SUCCESS);
+		CHECK_EQ(wc[0].opcode, IBV_WC_FETCH_ADD);
+		memcpy(&got, host + DLEN - 64, 8);
+		CHECK_EQ(got, 1000);
+		CHECK_EQ(cu_peek(&got, sigp, 8), 0);
+		CHECK_EQ(got, 1005);
+		check_dev(dev2 + 8192, 1 << 20, 8);
+		/* compare-and-swap on the device word, the result into device memory */
+		CHECK_EQ(post_cas(a, dev + 64, dmr->lkey, (uintptr_t)sigp, dmr2->rkey, 1005, 7), 0);
+		vt_wait(&d, d.cq, wc, 1, 20000);
+		CHECK_EQ(wc[0].status, IBV_WC_SUCCESS);
+		CHECK_EQ(wc[0].opcode, IBV_WC_COMP_SWAP);
+		CHECK_EQ(cu_peek(&got, sigp, 8), 0);
+		CHECK_EQ(got, 7);
+		if (lazy)
+			flush(self, dev, dmr);
+		CHECK_EQ(cu_peek(&got, dev + 64, 8), 0);
+		CHECK_EQ(got, 1005);
+		vt_name = "cuda/single";
+	}
 	/* the driver saw only correct calls */
 	struct fakecu_stats s;
 	cu_stats(&s);

@@ -85,7 +85,7 @@ static void on_segv(int sig, siginfo_t *si, void *uc)
 }
 
 /* child: 0 = ncclNetInit returned ncclSuccess, 42 = the known crash, other = something else */
-static int run_case(const char *lib, const char *gin_type)
+static int run_case(const char *lib, const char *gin_type, const char *gin_enable)
 {
 	fflush(stdout);
 	pid_t pid = fork();
@@ -94,6 +94,10 @@ static int run_case(const char *lib, const char *gin_type)
 			setenv("NCCL_GIN_TYPE", gin_type, 1);
 		else
 			unsetenv("NCCL_GIN_TYPE");
+		if (gin_enable)
+			setenv("NCCL_GIN_ENABLE", gin_enable, 1);
+		else
+			unsetenv("NCCL_GIN_ENABLE");
 		void *h = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
 		if (!h)
 			_exit(44);
@@ -164,16 +168,24 @@ int main(void)
 		return 77;
 	}
 	printf("test_nccl_gin: %s (build %s)\n", lib, B->id);
-	int rc = run_case(lib, NULL);
+	int rc = run_case(lib, NULL, NULL);
 	printf("NCCL_GIN_TYPE unset: child status %d (42 = SIGSEGV at 0x7 at libnccl+0x%lx)\n", rc,
 	       (unsigned long)B->crash_pc);
 	if (rc != 42) {
 		printf("FAIL: expected NCCL 2.28.9's GIN crash\n");
 		return 1;
 	}
+	/* "no GIN" by NCCL_GIN_ENABLE=0 does not avoid it: only ncclGinConnectOnce reads that knob, the plugin table's
+	 * placeholder is decided by NCCL_GIN_TYPE alone */
+	rc = run_case(lib, NULL, "0");
+	printf("NCCL_GIN_TYPE unset, NCCL_GIN_ENABLE=0: child status %d\n", rc);
+	if (rc != 42) {
+		printf("FAIL: expected the same crash with NCCL_GIN_ENABLE=0\n");
+		return 1;
+	}
 	const char *fixes[] = { "2", "0" };
 	for (int i = 0; i < 2; i++) {
-		rc = run_case(lib, fixes[i]);
+		rc = run_case(lib, fixes[i], NULL);
 		printf("NCCL_GIN_TYPE=%s: child status %d\n", fixes[i], rc);
 		if (rc != 0) {
 			printf("FAIL: NCCL_GIN_TYPE=%s should avoid the crash\n", fixes[i]);

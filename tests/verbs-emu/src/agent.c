@@ -28,14 +28,17 @@
 /* wire frames. PROBE/PROBE_RESP stand in for the retry timer's retransmission: on expiry the initiator asks
  * the responder (behind everything already sent on that stream) which PSN it expects next, and resends from
  * there: exactly go-back-N from the first request that was dropped, without resending what is merely slow. */
-enum { F_SEND = 1, F_WRITE, F_READ_REQ, F_READ_RESP, F_ACK, F_NAK, F_RNR, F_PROBE, F_PROBE_RESP };
-enum { HF_IMM = 1 };
+enum { F_SEND = 1, F_WRITE, F_READ_REQ, F_READ_RESP, F_ACK, F_NAK, F_RNR, F_PROBE, F_PROBE_RESP, F_ATOMIC,
+       F_ATOMIC_RESP };
+/* HF_CAS: an F_ATOMIC is a compare-and-swap (else fetch-and-add); its 16-byte payload is compare_add then swap,
+ * the F_ATOMIC_RESP's 8 bytes the value before */
+enum { HF_IMM = 1, HF_CAS = 2 };
 
 struct whdr {
 	uint8_t type;
 	uint8_t rnr_retry;
 	uint8_t flags;
-	uint8_t pad;
+	uint8_t rd_atom;            /* READ/atomic: how many the initiator has outstanding with this one (max_dest_rd_atomic) */
 	uint32_t dst_qpn;
 	uint32_t src_qpn;
 	uint32_t rkey;
@@ -78,7 +81,7 @@ struct held {
 static void held_free(struct held *h);
 
 /* what to do once an incoming payload is fully read */
-enum { RX_NONE, RX_DISCARD, RX_PLACE, RX_HOLD, RX_READ_RESP };
+enum { RX_NONE, RX_DISCARD, RX_PLACE, RX_HOLD, RX_READ_RESP, RX_ATOMIC };
 
 struct vconn {
 	int fd;
@@ -101,6 +104,8 @@ struct vconn {
 	int rx_status;              /* NAK status to send when done (0 = ACK) */
 	int rx_recv_status;         /* status of the receive completion */
 	int rx_ack;                 /* acknowledge a discarded duplicate */
+	int rx_dup_atomic;          /* a discarded duplicate atomic: answered from the responder's saved result */
+	char rx_atom[16];           /* an incoming atomic's operands */
 	struct lazyrec *rx_lazy;
 	struct held *rx_hold;       /* a parked request whose payload is being read */
 	char *rx_heap;
@@ -682,6 +687,7 @@ static int local_segs(struct vqp *q, const struct ibv_sge *sge, int n, int need_
 
 /* ------------------------------------------------------------ transmit (g.mu held) */
 static void send_request(struct vqp *q, struct vwr *w);
+static int rd_atomic_outstanding(struct vqp *q, const struct vwr *upto);
 
 static void transmit_qp(struct vqp *q)
 {
@@ -698,8 +704,22 @@ static void transmit_qp(struct vqp *q)
 	while ((w = q->sq_head)) {
 		struct vseg *segs = NULL;
 		int nseg = 0;
+		/* IBV_SEND_FENCE: not begun before every earlier READ/atomic of the QP has its response (a fenced WRITE may
+		 * send what a READ before it brought) */
+		if (!w->status && (w->flags & IBV_SEND_FENCE) && rd_atomic_outstanding(q, NULL))
+			return;
+		if (!w->status && vemu_is_rd_atomic(w->opcode)) {
+			/* max_rd_atomic: at most that many READs/atomics outstanding; the send queue waits (in order, as an
+			 * HCA's does) until a response frees one. 0 allows none: the emulator fails the WR (an HCA would
+			 * stall the QP for ever) */
+			if (!q->max_rd_atomic)
+				w->status = IBV_WC_LOC_QP_OP_ERR;
+			else if (rd_atomic_outstanding(q, NULL) >= q->max_rd_atomic)
+				return;
+		}
 		if (!w->status && !w->inl) {
-			int st = local_segs(q, w->sge, w->nsge, w->opcode == IBV_WR_RDMA_READ, &segs, &nseg);
+			int st = local_segs(q, w->sge, w->nsge, w->opcode == IBV_WR_RDMA_READ || vemu_is_atomic(w->opcode),
+					    &segs, &nseg);
 			if (st)
 				w->status = st;
 		}
@@ -717,8 +737,8 @@ static void transmit_qp(struct vqp *q)
 		}
 		w->rsegs = segs; /* the local segments stay with the WR (READ sink, retransmissions) */
 		w->nrsegs = nseg;
-		if (w->opcode == IBV_WR_RDMA_READ)
-			lazy_flush(q->ctx->dev);
+		if (w->opcode == IBV_WR_RDMA_READ || vemu_is_atomic(w->opcode))
+			lazy_flush(q->ctx->dev); /* the response is a device read: prior writes are visible first */
 		if (g.trace)
 			vemu_trace("exec qp=0x%x op=%s wr_id=0x%llx len=%llu dest=0x%x psn=%u\n", q->qp.qp_num,
 				   vemu_wr_opname(w->opcode), (unsigned long long)w->wr_id, (unsigned long long)w->len,
@@ -744,6 +764,18 @@ static void transmit_qp(struct vqp *q)
 	}
 }
 
+/* READs and atomics of q on the wire up to and including w (NULL: all) */
+static int rd_atomic_outstanding(struct vqp *q, const struct vwr *upto)
+{
+	int n = 0;
+	for (struct vwr *x = q->if_head; x; x = x->next) {
+		n += vemu_is_rd_atomic(x->opcode);
+		if (x == upto)
+			break;
+	}
+	return n;
+}
+
 /* put a request frame for w on the wire (first transmission and retransmissions); g.mu held */
 static void send_request(struct vqp *q, struct vwr *w)
 {
@@ -758,6 +790,8 @@ static void send_request(struct vqp *q, struct vwr *w)
 	case IBV_WR_SEND:
 	case IBV_WR_SEND_WITH_IMM: type = F_SEND; break;
 	case IBV_WR_RDMA_READ: type = F_READ_REQ; break;
+	case IBV_WR_ATOMIC_CMP_AND_SWP:
+	case IBV_WR_ATOMIC_FETCH_AND_ADD: type = F_ATOMIC; break;
 	default: type = F_WRITE; break;
 	}
 	struct oframe *f = frame_new(type, q->dest_qpn, q->qp.qp_num, w->seq);
@@ -769,7 +803,20 @@ static void send_request(struct vqp *q, struct vwr *w)
 	if (w->opcode == IBV_WR_SEND_WITH_IMM || w->opcode == IBV_WR_RDMA_WRITE_WITH_IMM)
 		f->h.flags |= HF_IMM;
 	f->qpn = q->qp.qp_num;
-	if (type != F_READ_REQ) {
+	if (type == F_READ_REQ || type == F_ATOMIC) {
+		int n = rd_atomic_outstanding(q, w);
+		f->h.rd_atom = (uint8_t)(n > 255 ? 255 : n);
+	}
+	if (type == F_ATOMIC) {
+		f->h.len = 16;
+		if (w->opcode == IBV_WR_ATOMIC_CMP_AND_SWP)
+			f->h.flags |= HF_CAS;
+		f->heap = malloc(16);
+		if (!f->heap)
+			abort();
+		memcpy(f->heap, &w->cmp_add, 8);
+		memcpy(f->heap + 8, &w->swap, 8);
+	} else if (type != F_READ_REQ) {
 		if (w->inl) {
 			if (w->len) {
 				f->heap = malloc(w->len);
@@ -848,6 +895,7 @@ static int plan_request(struct vconn *c, struct vqp *q, const struct whdr *h, st
 	c->rx_recv_status = IBV_WC_SUCCESS;
 	c->rx_lazy = NULL;
 	c->rx_ack = 0;
+	c->rx_dup_atomic = 0;
 	if (!q || (q->qp.state != IBV_QPS_RTR && q->qp.state != IBV_QPS_RTS) || q->dest_qpn != h->src_qpn) {
 		VTRACE("drop op=%d dst=0x%x src=0x%x psn=%u (no such connected QP)\n", h->type, h->dst_qpn, h->src_qpn,
 		       (unsigned)h->seq);
@@ -864,6 +912,10 @@ static int plan_request(struct vconn *c, struct vqp *q, const struct whdr *h, st
 			return RX_DISCARD; /* still parked here: answered when it executes */
 		if (h->type == F_READ_REQ)
 			return -1; /* reads are executed again */
+		if (h->type == F_ATOMIC) {
+			c->rx_dup_atomic = 1; /* never twice: the saved result is sent again (atomic_replay) */
+			return RX_DISCARD;
+		}
 		VTRACE("duplicate qp=0x%x psn=%u: acknowledged again\n", q->qp.qp_num, (unsigned)h->seq);
 		c->rx_ack = 1;
 		return RX_DISCARD;
@@ -902,6 +954,16 @@ static int exec_request(struct vconn *c, struct vqp *q, const struct whdr *h)
 	free(c->isegs);
 	c->isegs = NULL;
 	c->nisegs = 0;
+	if (h->type == F_ATOMIC) /* executed once its operands are in (atomic_exec); a malformed one is dropped */
+		return h->len == sizeof(c->rx_atom) ? RX_ATOMIC : RX_DISCARD;
+	if (h->type == F_READ_REQ && h->rd_atom > q->max_dest_rd_atomic) {
+		/* more READs/atomics outstanding than this responder's max_dest_rd_atomic: an invalid request */
+		VTRACE("exec target qp=0x%x op=READ: %u outstanding > max_dest_rd_atomic %u: REM_INV_REQ\n", q->qp.qp_num,
+		       h->rd_atom, q->max_dest_rd_atomic);
+		respond(c, h, F_NAK, IBV_WC_REM_INV_REQ_ERR);
+		responder_error(q, IBV_EVENT_QP_REQ_ERR);
+		return RX_NONE;
+	}
 	if (h->type == F_READ_REQ) {
 		struct vmr *m = h->len ? vemu_mr_find(h->rkey) : NULL;
 		if (h->len && (!m || m->mr.pd != q->qp.pd || !(m->access & IBV_ACCESS_REMOTE_READ) ||
@@ -989,6 +1051,119 @@ static int exec_request(struct vconn *c, struct vqp *q, const struct whdr *h)
 	if (lazify(c->isegs, c->nisegs, &c->rx_lazy))
 		return RX_DISCARD;
 	return RX_PLACE;
+}
+
+/* answer an atomic with the value the word had before it */
+static void atomic_respond(struct vconn *c, const struct whdr *h, uint64_t old)
+{
+	struct oframe *f = frame_new(F_ATOMIC_RESP, h->src_qpn, h->dst_qpn, h->seq);
+	f->h.len = 8;
+	f->heap = malloc(8);
+	if (!f->heap)
+		abort();
+	memcpy(f->heap, &old, 8);
+	enqueue(c, f);
+}
+
+/* Execute an incoming atomic whose 16 bytes of operands are in args (g.mu held; the target's agent thread). Checked as
+ * an HCA's responder does: its READ/atomic depth, then the rkey (REMOTE_ATOMIC on the MR and the QP, the 8 bytes in
+ * range: else REM_ACCESS), then the alignment (8 bytes: else REM_INV_REQ). Host memory is changed with an atomic
+ * instruction, so it is atomic against atomics arriving through other QPs, other processes mapping the same memory
+ * (each target process's agent executes its own) and the CPU's own atomics; device memory through
+ * vemu_cuda_atomic (see there for its limit). */
+static void atomic_exec(struct vconn *c, struct vqp *q, const struct whdr *h, const char *args)
+{
+	int cas = !!(h->flags & HF_CAS);
+	const char *opn = cas ? "CMP_SWAP" : "FETCH_ADD";
+	if (!q || (q->qp.state != IBV_QPS_RTR && q->qp.state != IBV_QPS_RTS)) {
+		VTRACE("drop qp=0x%x psn=%u %s (its QP left RTR/RTS)\n", h->dst_qpn, (unsigned)h->seq, opn);
+		return;
+	}
+	if (h->rd_atom > q->max_dest_rd_atomic) {
+		VTRACE("exec target qp=0x%x op=%s: %u outstanding > max_dest_rd_atomic %u: REM_INV_REQ\n", q->qp.qp_num,
+		       opn, h->rd_atom, q->max_dest_rd_atomic);
+		respond(c, h, F_NAK, IBV_WC_REM_INV_REQ_ERR);
+		responder_error(q, IBV_EVENT_QP_REQ_ERR);
+		return;
+	}
+	struct vmr *m = vemu_mr_find(h->rkey);
+	if (!m || m->mr.pd != q->qp.pd || !(m->access & IBV_ACCESS_REMOTE_ATOMIC) ||
+	    !(q->access & IBV_ACCESS_REMOTE_ATOMIC) || !mr_range(m, h->raddr, 8)) {
+		VTRACE("exec target qp=0x%x op=%s raddr=0x%llx rkey=0x%x: REM_ACCESS\n", q->qp.qp_num, opn,
+		       (unsigned long long)h->raddr, h->rkey);
+		respond(c, h, F_NAK, IBV_WC_REM_ACCESS_ERR);
+		responder_error(q, IBV_EVENT_QP_ACCESS_ERR);
+		return;
+	}
+	if (h->raddr & 7) {
+		VTRACE("exec target qp=0x%x op=%s raddr=0x%llx: not 8-byte aligned: REM_INV_REQ\n", q->qp.qp_num, opn,
+		       (unsigned long long)h->raddr);
+		respond(c, h, F_NAK, IBV_WC_REM_INV_REQ_ERR);
+		responder_error(q, IBV_EVENT_QP_REQ_ERR);
+		return;
+	}
+	uint64_t ca, sw, old = 0;
+	memcpy(&ca, args, 8);
+	memcpy(&sw, args + 8, 8);
+	struct vseg s;
+	seg_from_mr(&s, m, h->raddr, 8);
+	if (s.addr & 7) {
+		/* an MR whose iova and address differ modulo 8 (ibv_reg_mr_iova2): the word is not aligned in memory, where
+		 * no atomic instruction reaches it whole; refused as misaligned */
+		VTRACE("exec target qp=0x%x op=%s raddr=0x%llx: the MR's memory address 0x%llx is not 8-byte aligned: "
+		       "REM_INV_REQ\n",
+		       q->qp.qp_num, opn, (unsigned long long)h->raddr, (unsigned long long)s.addr);
+		respond(c, h, F_NAK, IBV_WC_REM_INV_REQ_ERR);
+		responder_error(q, IBV_EVENT_QP_REQ_ERR);
+		return;
+	}
+	if (m->is_dev)
+		lazy_flush(m->dev); /* a device read: what was written before it is visible first */
+	if (s.cuda) {
+		if (vemu_cuda_atomic(s.cuctx, s.addr, cas, ca, sw, &old)) {
+			respond(c, h, F_NAK, IBV_WC_REM_OP_ERR);
+			responder_error(q, IBV_EVENT_QP_FATAL);
+			return;
+		}
+	} else {
+		uint64_t *p = (uint64_t *)(uintptr_t)s.addr;
+		if (cas) {
+			old = ca;
+			__atomic_compare_exchange_n(p, &old, sw, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+		} else {
+			old = __atomic_fetch_add(p, ca, __ATOMIC_SEQ_CST);
+		}
+	}
+	if (g.trace) {
+		char acc[160];
+		vemu_access_str((unsigned)m->access, acc, sizeof(acc));
+		vemu_trace("exec target qp=0x%x op=%s raddr=0x%llx rkey=0x%x compare_add=0x%llx swap=0x%llx old=0x%llx "
+			   "access=%s mem=%s\n",
+			   q->qp.qp_num, opn, (unsigned long long)h->raddr, h->rkey, (unsigned long long)ca,
+			   (unsigned long long)sw, (unsigned long long)old, acc, s.cuda ? "device" : "host");
+	}
+	unsigned slot = (unsigned)h->seq % (sizeof(q->atom_done) / sizeof(q->atom_done[0]));
+	q->atom_done[slot].psn = (uint32_t)h->seq & VEMU_PSN_MASK;
+	q->atom_done[slot].val = old;
+	q->atom_done[slot].valid = 1;
+	atomic_respond(c, h, old);
+}
+
+/* a retransmitted atomic that was executed already: its saved result again; silence when it is too old (the
+ * initiator's retry timer then decides) */
+static void atomic_replay(struct vconn *c, const struct whdr *h)
+{
+	struct vqp *q = vemu_qp_find(h->dst_qpn);
+	if (!q)
+		return;
+	unsigned slot = (unsigned)h->seq % (sizeof(q->atom_done) / sizeof(q->atom_done[0]));
+	if (!q->atom_done[slot].valid || q->atom_done[slot].psn != ((uint32_t)h->seq & VEMU_PSN_MASK)) {
+		VTRACE("duplicate atomic qp=0x%x psn=%u: no saved result, dropped\n", h->dst_qpn, (unsigned)h->seq);
+		return;
+	}
+	VTRACE("duplicate atomic qp=0x%x psn=%u: saved result 0x%llx sent again\n", h->dst_qpn, (unsigned)h->seq,
+	       (unsigned long long)q->atom_done[slot].val);
+	atomic_respond(c, h, q->atom_done[slot].val);
 }
 
 /* the payload of an executed request has been placed (or discarded): complete it (g.mu held) */
@@ -1122,6 +1297,14 @@ static void run_held(struct vqp *q, uint64_t now)
 		q->held_head = hd->next;
 		if (!q->held_head)
 			q->held_tail = NULL;
+		if (hd->h.type == F_ATOMIC) {
+			if (hd->data && hd->h.len == 16)
+				atomic_exec(c, q, &hd->h, hd->data);
+			held_free(hd);
+			if (q->qp.state == IBV_QPS_ERR)
+				return;
+			continue;
+		}
 		int kind = exec_request(c, q, &hd->h);
 		if (kind == RX_PLACE) {
 			/* a lazy target was turned into heap buffers by exec_request */
@@ -1181,7 +1364,10 @@ static void handle_response(struct vconn *c, const struct whdr *h)
 	struct vwr *w = q->if_head;
 	if (!w || w->seq != psn)
 		return; /* a late answer to something already completed, flushed or reset */
-	if (h->type == F_READ_RESP) {
+	if ((h->type == F_READ_RESP && w->opcode != IBV_WR_RDMA_READ) ||
+	    (h->type == F_ATOMIC_RESP && (!vemu_is_atomic(w->opcode) || h->len != 8)))
+		return; /* not the answer this request takes */
+	if (h->type == F_READ_RESP || h->type == F_ATOMIC_RESP) {
 		free(c->isegs);
 		c->isegs = NULL;
 		c->nisegs = 0;
@@ -1218,8 +1404,9 @@ static void finish_read_resp(const struct whdr *h)
 	struct vwr *w = q->if_head;
 	if (!w || w->seq != (uint32_t)h->seq)
 		return;
-	VTRACE("ack qp=0x%x psn=%u wr_id=0x%llx kind=READ_RESP len=%llu\n", q->qp.qp_num, w->seq,
-	       (unsigned long long)w->wr_id, (unsigned long long)h->len);
+	VTRACE("ack qp=0x%x psn=%u wr_id=0x%llx kind=%s len=%llu\n", q->qp.qp_num, w->seq,
+	       (unsigned long long)w->wr_id, h->type == F_ATOMIC_RESP ? "ATOMIC_RESP" : "READ_RESP",
+	       (unsigned long long)h->len);
 	q->if_head = w->next;
 	if (!q->if_head)
 		q->if_tail = NULL;
@@ -1232,7 +1419,10 @@ static void finish_read_resp(const struct whdr *h)
 static void header_done(struct vconn *c)
 {
 	struct whdr *h = &c->ih;
-	c->in_left = (h->type == F_SEND || h->type == F_WRITE || h->type == F_READ_RESP) ? h->len : 0;
+	c->in_left = (h->type == F_SEND || h->type == F_WRITE || h->type == F_READ_RESP || h->type == F_ATOMIC ||
+		      h->type == F_ATOMIC_RESP) ?
+			     h->len :
+			     0;
 	c->iseg_i = 0;
 	c->iseg_off = 0;
 	c->rx_kind = RX_NONE;
@@ -1248,9 +1438,9 @@ static void header_done(struct vconn *c)
 		}
 		c->rx_kind = RX_NONE;
 	} else if (h->type == F_ACK || h->type == F_NAK || h->type == F_RNR || h->type == F_READ_RESP ||
-		   h->type == F_PROBE_RESP) {
+		   h->type == F_PROBE_RESP || h->type == F_ATOMIC_RESP) {
 		handle_response(c, h);
-		if (h->type != F_READ_RESP)
+		if (h->type != F_READ_RESP && h->type != F_ATOMIC_RESP)
 			c->rx_kind = RX_NONE;
 	} else {
 		struct vqp *q = vemu_qp_find(h->dst_qpn);
@@ -1282,7 +1472,12 @@ static void payload_done(struct vconn *c)
 				finish_request(c, h);
 			else if (c->rx_ack)
 				respond(c, h, F_ACK, 0);
+		} else if (h->type == F_ATOMIC && c->rx_dup_atomic) {
+			atomic_replay(c, h);
 		}
+		break;
+	case RX_ATOMIC:
+		atomic_exec(c, vemu_qp_find(h->dst_qpn), h, c->rx_atom);
 		break;
 	case RX_READ_RESP:
 		finish_read_resp(h);
@@ -1371,6 +1566,10 @@ static void sink_bytes(struct vconn *c, const char *buf, uint64_t n)
 {
 	if (c->rx_kind == RX_HOLD && c->rx_heap) {
 		memcpy(c->rx_heap + (c->ih.len - c->in_left), buf, n);
+	} else if (c->rx_kind == RX_ATOMIC) {
+		uint64_t at = c->ih.len - c->in_left;
+		if (at < sizeof(c->rx_atom))
+			memcpy(c->rx_atom + at, buf, at + n <= sizeof(c->rx_atom) ? n : sizeof(c->rx_atom) - at);
 	} else if (c->rx_kind == RX_PLACE || c->rx_kind == RX_READ_RESP) {
 		while (n && c->iseg_i < c->nisegs) {
 			struct vseg *s = &c->isegs[c->iseg_i];

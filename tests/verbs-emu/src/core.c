@@ -386,6 +386,8 @@ const char *vemu_wr_opname(int op)
 	case IBV_WR_SEND: return "SEND";
 	case IBV_WR_SEND_WITH_IMM: return "SEND_IMM";
 	case IBV_WR_RDMA_READ: return "READ";
+	case IBV_WR_ATOMIC_CMP_AND_SWP: return "CMP_SWAP";
+	case IBV_WR_ATOMIC_FETCH_AND_ADD: return "FETCH_ADD";
 	default: return "OTHER";
 	}
 }
@@ -526,7 +528,7 @@ static void fill_dev_attr(struct vdev *d, struct ibv_device_attr *a)
 	a->max_qp_rd_atom = 16;
 	a->max_res_rd_atom = 1 << 20;
 	a->max_qp_init_rd_atom = 16;
-	a->atomic_cap = IBV_ATOMIC_NONE;
+	a->atomic_cap = IBV_ATOMIC_HCA; /* atomic against each other, on every QP of the device (agent.c: atomic_exec) */
 	a->max_pkeys = 1;
 	a->local_ca_ack_delay = 16;
 	a->phys_port_cnt = 1;
@@ -1592,6 +1594,8 @@ static int wc_opcode(int wr_op)
 	case IBV_WR_RDMA_WRITE:
 	case IBV_WR_RDMA_WRITE_WITH_IMM: return IBV_WC_RDMA_WRITE;
 	case IBV_WR_RDMA_READ: return IBV_WC_RDMA_READ;
+	case IBV_WR_ATOMIC_CMP_AND_SWP: return IBV_WC_COMP_SWAP;
+	case IBV_WR_ATOMIC_FETCH_AND_ADD: return IBV_WC_FETCH_ADD;
 	default: return IBV_WC_SEND;
 	}
 }
@@ -1863,14 +1867,21 @@ static int vemu_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_
 		case IBV_WR_RDMA_WRITE_WITH_IMM:
 		case IBV_WR_SEND:
 		case IBV_WR_SEND_WITH_IMM:
-		case IBV_WR_RDMA_READ: break;
+		case IBV_WR_RDMA_READ:
 		case IBV_WR_ATOMIC_CMP_AND_SWP:
-		case IBV_WR_ATOMIC_FETCH_AND_ADD: err = EOPNOTSUPP; break;
+		case IBV_WR_ATOMIC_FETCH_AND_ADD: break;
 		default: err = EINVAL; break;
 		}
 		if (err)
 			break;
 		if (wr->num_sge < 0 || (uint32_t)wr->num_sge > q->cap.max_send_sge) {
+			err = EINVAL;
+			break;
+		}
+		/* an atomic's result goes to one 8-byte local sge; no inline (as rxe checks at post time; the remote
+		 * address's alignment is the responder's to check: REM_INV_REQ_ERR) */
+		if (vemu_is_atomic(wr->opcode) &&
+		    (wr->num_sge != 1 || wr->sg_list[0].length != 8 || (wr->send_flags & IBV_SEND_INLINE))) {
 			err = EINVAL;
 			break;
 		}
@@ -1900,8 +1911,15 @@ static int vemu_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_
 		w->opcode = wr->opcode;
 		w->flags = wr->send_flags;
 		w->imm = wr->imm_data;
-		w->raddr = wr->wr.rdma.remote_addr;
-		w->rkey = wr->wr.rdma.rkey;
+		if (vemu_is_atomic(wr->opcode)) {
+			w->raddr = wr->wr.atomic.remote_addr;
+			w->rkey = wr->wr.atomic.rkey;
+			w->cmp_add = wr->wr.atomic.compare_add;
+			w->swap = wr->wr.atomic.swap;
+		} else {
+			w->raddr = wr->wr.rdma.remote_addr;
+			w->rkey = wr->wr.rdma.rkey;
+		}
 		w->len = len;
 		w->signaled = q->sq_sig_all || (wr->send_flags & IBV_SEND_SIGNALED);
 		if (inl) {
@@ -1948,9 +1966,13 @@ static int vemu_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_
 			char acc[32];
 			snprintf(acc, sizeof(acc), "%s%s", w->signaled ? "SIGNALED" : "UNSIGNALED",
 				 inl ? "|INLINE" : "");
-			vemu_trace("post qp=0x%x op=%s wr_id=0x%llx len=%llu sge=%d flags=%s rkey=0x%x raddr=0x%llx\n",
+			char atom[80] = "";
+			if (vemu_is_atomic(w->opcode))
+				snprintf(atom, sizeof(atom), " compare_add=0x%llx swap=0x%llx",
+					 (unsigned long long)w->cmp_add, (unsigned long long)w->swap);
+			vemu_trace("post qp=0x%x op=%s wr_id=0x%llx len=%llu sge=%d flags=%s rkey=0x%x raddr=0x%llx%s\n",
 				   qp->qp_num, vemu_wr_opname(w->opcode), (unsigned long long)w->wr_id,
-				   (unsigned long long)len, wr->num_sge, acc, w->rkey, (unsigned long long)w->raddr);
+				   (unsigned long long)len, wr->num_sge, acc, w->rkey, (unsigned long long)w->raddr, atom);
 		}
 		rung = 1;
 	}

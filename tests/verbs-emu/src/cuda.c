@@ -290,3 +290,33 @@ int vemu_cuda_dtod(void *ctx, uint64_t dst, uint64_t src, size_t n)
 	pthread_mutex_unlock(&cmu);
 	return rc ? -1 : 0;
 }
+
+/* An RDMA atomic on device memory: the 8-byte word read, changed and written back with two synchronous copies on the
+ * emulator's stream, both under cmu, the lock every device copy of this process takes. So it is atomic against every
+ * other placement and atomic this process's emulator makes (all of them: the target's agent places them), but not
+ * against a kernel's own atomics on that word, nor another process mapping the same memory (what PCIe atomics on a
+ * real HCA are). *old gets the value before; cas: compare-and-swap, else fetch-and-add. */
+int vemu_cuda_atomic(void *ctx, uint64_t addr, int cas, uint64_t cmp_add, uint64_t swap, uint64_t *old)
+{
+	pthread_mutex_lock(&cmu);
+	CUstream s = enter(ctx);
+	int rc = !s;
+	if (s) {
+		bounce_alloc();
+		uint64_t local = 0, *w = bounce ? (uint64_t *)bounce : &local;
+		rc = cu.cuMemcpyDtoHAsync(w, addr, 8, s) || cu.cuStreamSynchronize(s);
+		if (!rc) {
+			*old = *w;
+			uint64_t nv = cas ? (*w == cmp_add ? swap : *w) : *w + cmp_add;
+			if (nv != *old) {
+				*w = nv;
+				rc = cu.cuMemcpyHtoDAsync(addr, w, 8, s) || cu.cuStreamSynchronize(s);
+			}
+		}
+		leave();
+	}
+	pthread_mutex_unlock(&cmu);
+	if (rc)
+		fprintf(stderr, "vemu: CUDA atomic on 0x%llx failed\n", (unsigned long long)addr);
+	return rc ? -1 : 0;
+}

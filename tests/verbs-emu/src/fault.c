@@ -90,6 +90,8 @@ static int parse_ops(const char *s, unsigned *ops)
 			*ops |= 1u << IBV_WR_RDMA_READ;
 		else if (!strcmp(t, "send"))
 			*ops |= 1u << IBV_WR_SEND | 1u << IBV_WR_SEND_WITH_IMM;
+		else if (!strcmp(t, "atomic"))
+			*ops |= 1u << IBV_WR_ATOMIC_FETCH_AND_ADD | 1u << IBV_WR_ATOMIC_CMP_AND_SWP;
 		else
 			return -1;
 	}
@@ -156,7 +158,7 @@ static int parse_rule(char *text)
 				return bad(r.text, "every must be an integer >= 1");
 		} else if (!strcmp(k, "op") && r.kind == R_WC) {
 			if (parse_ops(v, &r.ops))
-				return bad(r.text, "op must be write, write_imm, read or send");
+				return bad(r.text, "op must be write, write_imm, read, send or atomic");
 			have_op = ok = 1;
 		} else if (!strcmp(k, "status") && r.kind == R_WC) {
 			r.status = parse_status(v);

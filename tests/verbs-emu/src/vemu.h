@@ -130,6 +130,7 @@ struct vwr {
 	uint32_t imm;
 	uint64_t raddr;
 	uint32_t rkey;
+	uint64_t cmp_add, swap;     /* atomics: compare (CMP_AND_SWP) or add (FETCH_AND_ADD), swap */
 	uint64_t len;
 	int nsge;
 	struct ibv_sge *sge;
@@ -185,6 +186,13 @@ struct vqp {
 	struct vrwr *rq_head, *rq_tail;
 	int rq_count;
 	struct held *held_head, *held_tail; /* parked incoming requests, in order */
+	/* responder: the results of the last atomics executed (by PSN), replayed for a duplicate request instead of
+	 * executing it twice (what an HCA's responder resources keep) */
+	struct {
+		uint32_t psn;
+		int valid;
+		uint64_t val;
+	} atom_done[16];
 	int destroyed;
 	/* async events (g.mu): see ibv_get_async_event */
 	uint64_t serial;            /* unique for the process's lifetime: a record names the QP it was made for */
@@ -333,5 +341,17 @@ void vemu_cuda_prepare(void *ctx);
 int vemu_cuda_htod(void *ctx, uint64_t dst, const void *src, size_t n);
 int vemu_cuda_dtoh(void *ctx, void *dst, uint64_t src, size_t n);
 int vemu_cuda_dtod(void *ctx, uint64_t dst, uint64_t src, size_t n);
+int vemu_cuda_atomic(void *ctx, uint64_t addr, int cas, uint64_t cmp_add, uint64_t swap, uint64_t *old);
+
+/* RDMA READ and the atomics: the requests that take a responder resource (max_rd_atomic / max_dest_rd_atomic) */
+static inline int vemu_is_rd_atomic(int wr_opcode)
+{
+	return wr_opcode == IBV_WR_RDMA_READ || wr_opcode == IBV_WR_ATOMIC_CMP_AND_SWP ||
+	       wr_opcode == IBV_WR_ATOMIC_FETCH_AND_ADD;
+}
+static inline int vemu_is_atomic(int wr_opcode)
+{
+	return wr_opcode == IBV_WR_ATOMIC_CMP_AND_SWP || wr_opcode == IBV_WR_ATOMIC_FETCH_AND_ADD;
+}
 
 #endif
