@@ -472,8 +472,9 @@ ncclResult_t gdr_rdma_ctrl_poll(struct gdr_rdma_comm *c);
 /* Queues one control record (+ payload) and writes what the socket takes now. */
 ncclResult_t gdr_rdma_ctrl_send(struct gdr_rdma_comm *c, int type, uint64_t seq, uint64_t a, uint64_t b,
                                 const void *payload, size_t len);
-/* QP sets: create (a CQ per device + data QPs in INIT, + a flush QP connected to itself per device on a GDR
- * receiver), connect the data QPs to the peer's (RTR, RTS; QP i towards the peer's device i % rndevs), destroy. */
+/* QP sets: create (the own MRs that are missing registered first, else no set; a CQ per device + data QPs in INIT,
+ * + a flush QP connected to itself per device on a GDR receiver), connect the data QPs to the peer's (RTR, RTS;
+ * QP i towards the peer's device i % rndevs), destroy. */
 ncclResult_t gdr_rdma_qpset_create(struct gdr_rdma_comm *c, struct gdr_rdma_qpset *qs);
 ncclResult_t gdr_rdma_qpset_connect(struct gdr_rdma_comm *c, struct gdr_rdma_qpset *qs, const uint32_t *rqpn,
                                     const uint32_t *rpsn, const struct gdr_rdma_addr *rdev, int rndevs);
@@ -495,8 +496,11 @@ int gdr_rdma_comm_fatal(const struct gdr_rdma_comm *c);
 int gdr_rdma_poll_cqs(struct gdr_rdma_qpset *qs, int n, struct ibv_wc *wc);
 /* Releases the registrations of the connection's own buffers (its device is lost). */
 void gdr_rdma_dereg_own(struct gdr_rdma_comm *c);
-/* Registers the connection's own FIFO (sender) or sizes array (receiver) again, for new keys. */
+/* Registers the connection's own buffers again, for new keys. On failure what could not be registered stays NULL
+ * (gdr_rdma_qpset_create registers it before it makes QPs, or makes none). */
 ncclResult_t gdr_rdma_rekey(struct gdr_rdma_comm *c);
+/* Every own MR of the connection (FIFO and sizes rows, or sizes array, CTS staging and flush byte) is registered. */
+int gdr_rdma_own_registered(const struct gdr_rdma_comm *c);
 
 /* p2p.c */
 ncclResult_t gdr_rdma_isend(void *send_comm, void *data, size_t size, int tag, void *mhandle, void **request);
