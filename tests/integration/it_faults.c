@@ -21,6 +21,10 @@
  *              =tcp_only: a connection's RDMA part could not be set up: it runs over TCP from the start
  *              =clean: no fault and no recovery at all (a rule that cannot hit a connection)
  *              =error: the run must fail with ncclRemoteError or ncclSystemError within GNIT_ERROR_BOUND_S
+ *   GNIT_RECONNECT=1                        after the run, new connections once the lost device is back
+ *                                           (reconnect()); GNIT_RECONNECT_KEEP=1: the first connections and their
+ *                                           registrations stay open meanwhile (the new ones register the same
+ *                                           buffers: the cache must not hand out the dead context's keys)
  *   GNIT_SEED                               traffic seed (default 1)
  *   GNIT_FUSE=N (v9+ tables)                the connections run on a fused device of the first N (it.c) */
 #include <errno.h>
@@ -400,11 +404,23 @@ static int side(int fd, int parent) {
     IT_CHECK(R.failed == ncclSuccess, "the run failed with %s", gn_result_str(R.failed));
   }
   IT_CHECK(gn_boot_barrier(fd, 60) == 0, "barrier");
-  IT_OK(ip.net->deregMr(R.c.s, R.c.smh));
-  IT_OK(ip.net->deregMr(R.c.r, R.c.rmh));
-  IT_OK(ip.net->closeSend(R.c.s));
-  IT_OK(ip.net->closeRecv(R.c.r));
+  /* GNIT_RECONNECT_KEEP=1: the first connections and their registrations stay (as NCCL keeps a communicator that
+   * was pinned to TCP) while the new ones register the same buffers on the revived device */
+  it_conn_t first = R.c;
+  int keep = it_env_double("GNIT_RECONNECT", 0) != 0 && it_env_double("GNIT_RECONNECT_KEEP", 0) != 0;
+  if (!keep) {
+    IT_OK(ip.net->deregMr(R.c.s, R.c.smh));
+    IT_OK(ip.net->deregMr(R.c.r, R.c.rmh));
+    IT_OK(ip.net->closeSend(R.c.s));
+    IT_OK(ip.net->closeRecv(R.c.r));
+  }
   if (it_env_double("GNIT_RECONNECT", 0) != 0) reconnect(&R, &ctx, fd);
+  if (keep) {
+    IT_OK(ip.net->deregMr(first.s, first.smh));
+    IT_OK(ip.net->deregMr(first.r, first.rmh));
+    IT_OK(ip.net->closeSend(first.s));
+    IT_OK(ip.net->closeRecv(first.r));
+  }
   /* the counters: the recoveries and the stats line each connection logs at close */
   int mine[6] = {count_in_log(" recovered: "),
                  count_in_log(" now runs over TCP"),
