@@ -575,6 +575,7 @@ static void comm_free(struct gdr_rdma_comm *c) {
   free(c->sizes);
   free(c->flush_buf);
   free(c->reqs);
+  gdr_rdma_pending_destroy(&c->pending);
   if (c->stage > 0 && c->kind == GDR_RCOMM_SEND && c->fd < 0) gdr_connector_abort(&c->connector);
   if (c->fd >= 0) gdr_sock_close_graceful(c->fd, c->desc);
   free(c);
@@ -595,7 +596,7 @@ static struct gdr_rdma_comm *comm_alloc(const int *devs, int ndevs, int kind) {
   c->dev = c->m[0].dev;
   c->fd = -1;
   gdr_health_init(&c->health);
-  atomic_init(&c->pending.state, 0);
+  gdr_rdma_pending_init(&c->pending);
   c->tc = -1;
   snprintf(c->peer, sizeof(c->peer), "(connecting)");
   set_desc(c);
@@ -603,6 +604,7 @@ static struct gdr_rdma_comm *comm_alloc(const int *devs, int ndevs, int kind) {
   c->nreqs_pool = kind == GDR_RCOMM_SEND ? GDR_RDMA_SEND_REQS : 2 * GDR_RDMA_MAX_REQS;
   c->reqs = calloc((size_t)c->nreqs_pool, sizeof(*c->reqs));
   if (c->reqs == NULL) {
+    gdr_rdma_pending_destroy(&c->pending);
     free(c);
     return NULL;
   }

@@ -43,6 +43,8 @@
 /* ------------------------------------------------------------------------------------------ devices -- */
 
 struct gdr_rdma_comm;
+struct gdr_rdma_pending;
+struct gdr_rdma_pending_ev;
 
 /* A connection on a device's list (async thread): a fused connection is on each of its devices' lists. */
 struct gdr_rdma_link {
@@ -127,6 +129,12 @@ int gdr_rdma_dev_refresh(struct gdr_rdma_dev *d, int *active, union ibv_gid *gid
  * the last remove stops and joins it. */
 ncclResult_t gdr_rdma_async_attach(struct gdr_rdma_comm *c);
 void gdr_rdma_async_detach(struct gdr_rdma_comm *c);
+/* The hand-over queue of a connection's async faults: init/destroy with the comm; push (any thread, in arrival order;
+ * full: folded into the newest, the worse action wins); pop (the progress thread): 1 and the oldest, or 0. */
+void gdr_rdma_pending_init(struct gdr_rdma_pending *p);
+void gdr_rdma_pending_destroy(struct gdr_rdma_pending *p);
+void gdr_rdma_pending_push(struct gdr_rdma_pending *p, int action, unsigned gen, const char *why);
+int gdr_rdma_pending_pop(struct gdr_rdma_pending *p, struct gdr_rdma_pending_ev *out);
 /* Stops and joins the device's thread even if comms are still open (fini after leaked comms). */
 void gdr_rdma_async_stop(struct gdr_rdma_dev *d);
 ncclResult_t gdr_rdma_async_swap_ctx(struct gdr_rdma_dev *d, struct ibv_context *ctx, struct ibv_pd *pd);
@@ -252,12 +260,21 @@ struct gdr_rdma_smsg {
   struct gdr_rdma_part part[GDR_RDMA_MAX_RECVS];
 };
 
-/* A fault seen by the async thread, handed to the progress thread. */
-struct gdr_rdma_pending {
-  _Atomic int state; /* 0 none, 2 being written, 1 set */
-  int action;        /* enum gdr_fault_action */
-  unsigned gen;      /* the qpset generation it hit */
+/* Faults seen by the async threads (one per device of the connection), handed to the progress thread in the order
+ * they came: none is lost. A full queue folds a new event into its newest entry, the worse action winning (a
+ * DEVICE_FATAL is never dropped for an older event still unread). */
+#define GDR_RDMA_PENDING_MAX 8
+struct gdr_rdma_pending_ev {
+  int action;   /* enum gdr_fault_action */
+  unsigned gen; /* the qpset generation it hit */
   char why[256];
+};
+struct gdr_rdma_pending {
+  pthread_mutex_t lock;
+  _Atomic int n; /* queued (read without the lock: the progress thread's quick look) */
+  int head;
+  uint64_t folded; /* events folded into the newest entry because the queue was full */
+  struct gdr_rdma_pending_ev ev[GDR_RDMA_PENDING_MAX];
 };
 
 /* Recovery (recover.c). */

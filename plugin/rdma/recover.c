@@ -430,16 +430,15 @@ ncclResult_t gdr_rdma_rec_message(struct gdr_rdma_comm *c, const struct gdr_rdma
 
 /* ------------------------------------------------------------------------------------------- progress -- */
 
-/* A fault the async thread saw. */
+/* The faults the async threads saw, oldest first. One about QPs a recovery already replaced is stale (the first
+ * one taken may start that recovery: the rest of its generation then are); a lost device never is. */
 static void take_pending(struct gdr_rdma_comm *c) {
-  if (atomic_load_explicit(&c->pending.state, memory_order_acquire) != 1) return;
-  int action = c->pending.action;
-  unsigned gen = c->pending.gen;
-  char why[sizeof(c->pending.why)];
-  memcpy(why, c->pending.why, sizeof(why));
-  atomic_store_explicit(&c->pending.state, 0, memory_order_release);
-  if (gen != c->qs_gen && action != GDR_FAULT_DEVICE) return; /* about QPs a recovery already replaced */
-  gdr_rdma_fault(c, action, action == GDR_FAULT_DEVICE ? ncclSystemError : ncclRemoteError, "%s", why);
+  struct gdr_rdma_pending_ev ev;
+  while (gdr_rdma_pending_pop(&c->pending, &ev)) {
+    if (gdr_health_failed(&c->health)) continue; /* (drained: nothing is left for a failed connection) */
+    if (ev.gen != c->qs_gen && ev.action != GDR_FAULT_DEVICE) continue;
+    gdr_rdma_fault(c, ev.action, ev.action == GDR_FAULT_DEVICE ? ncclSystemError : ncclRemoteError, "%s", ev.why);
+  }
 }
 
 ncclResult_t gdr_rdma_progress(struct gdr_rdma_comm *c, int *busy) {
