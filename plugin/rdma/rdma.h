@@ -283,6 +283,9 @@ struct gdr_rdma_rec {
   int phase;              /* GDR_REC_* */
   uint32_t attempt;       /* the attempt both sides are in (0: none yet) */
   int action;             /* the worst action asked in this attempt (RECOVER or REKEY) */
+  unsigned rekey;         /* GDR_REKEY_SEND/RECV: whose own buffers get new keys in this attempt (both sides
+                           * agree: REC_REQ/REC_STATE carry it) */
+  int rekeyed;            /* this side registered its own buffers again in this attempt */
   int episode_attempts;   /* attempts since the connection last worked */
   uint64_t episode_start_ns, deadline_ns, retry_ns, port_check_ns;
   int healthy;            /* a completion succeeded since the last recovery (ends the episode) */
@@ -445,7 +448,18 @@ struct gdr_rdma_listen {
   struct gdr_rdma_comm *pending; /* the connection being accepted */
 };
 
+/* Key recovery: whose own buffers (sender: CTS FIFO, sizes rows; receiver: sizes array, CTS staging, flush byte)
+ * are registered again. On the wire (REC_REQ/REC_STATE's `a`): the roles; 0 from a peer = it does not say. */
+#define GDR_REKEY_SEND 0x1u /* the sender's */
+#define GDR_REKEY_RECV 0x2u /* the receiver's */
+/* relative to the side that saw the fault (classify.c) */
+#define GDR_REKEY_LOCAL 0x1u
+#define GDR_REKEY_REMOTE 0x2u
+static inline unsigned gdr_rekey_role_bit(int kind) { return kind == GDR_RCOMM_SEND ? GDR_REKEY_SEND : GDR_REKEY_RECV; }
+
 /* classify.c: the RDMA rows of the fault classification (health.h) */
+/* GDR_REKEY_LOCAL and/or GDR_REKEY_REMOTE: whose key a completion status names. */
+unsigned gdr_rdma_rekey_side_wc(int status);
 const struct gdr_fault_class *gdr_rdma_fault_wc(int status);
 const struct gdr_fault_class *gdr_rdma_fault_event(int event);
 const struct gdr_fault_class *gdr_rdma_fault_wc_table(int *n);
@@ -570,6 +584,9 @@ void gdr_rdma_req_release(struct gdr_rdma_comm *c, struct gdr_rdma_req *r);
  * fails the connection when the fault cannot be recovered. why: one line for the WARN. */
 void gdr_rdma_fault(struct gdr_rdma_comm *c, int action, ncclResult_t res, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
+/* The same, for a key fault that names whose buffers need new keys: rekey = GDR_REKEY_SEND/RECV (roles; 0: both). */
+void gdr_rdma_fault_keys(struct gdr_rdma_comm *c, int action, unsigned rekey, ncclResult_t res, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
 /* Called at the top of every isend/irecv/test: takes faults from the async thread, reads the control channel
  * now and then, drives a recovery in progress. Returns ncclSuccess, or the comm's error once it failed.
  * *busy = 1 while a recovery is in progress (the caller then waits: NULL request, done = 0). */
