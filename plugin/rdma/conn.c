@@ -576,6 +576,12 @@ static void comm_free(struct gdr_rdma_comm *c) {
   free(c->flush_buf);
   free(c->reqs);
   gdr_rdma_pending_destroy(&c->pending);
+  /* what a connection that ends half-way leaves: the TCP listener of an accept waiting for the TCP connection
+   * (closeListen with the accept pending, or its deadline), and a TCP connect still in flight (the connect stage's
+   * deadline, or a move to TCP that failed while connecting) */
+  if (c->fb.tcp_listen) (void)gdr_transport_tcp.close_listen(c->fb.tcp_listen);
+  c->fb.tcp_listen = NULL;
+  gdr_tcp_connect_abort(&c->fb.tcp_handle);
   if (c->stage > 0 && c->kind == GDR_RCOMM_SEND && c->fd < 0) gdr_connector_abort(&c->connector);
   if (c->fd >= 0) gdr_sock_close_graceful(c->fd, c->desc);
   free(c);
@@ -1027,7 +1033,11 @@ ncclResult_t gdr_rdma_connect(int dev, const struct gdr_conn_opts *opts, struct 
     void *tc = NULL;
     struct gdr_conn_opts to = gdr_rdma_tcp_opts(c->tc);
     GDR_CHECK(gdr_transport_tcp.connect(gdr_rdma.tcp_dev, &to, &c->fb.tcp_handle, &tc));
-    if (tc == NULL) return stage_deadline(c, "the TCP connection");
+    if (tc == NULL) {
+      res = stage_deadline(c, "the TCP connection"); /* past it: the comm and its TCP connect go (out) */
+      if (res != ncclSuccess) goto out;
+      return ncclSuccess;
+    }
     tcp_only_done(c, tc);
     break;
   }

@@ -57,11 +57,11 @@ static const struct gdr_transport *T = &gdr_transport_rdma;
 enum xphase { XP_NONE = 0, XP_ACCEPT, XP_CONNECT, XP_ISEND, XP_IRECV, XP_TEST, XP_RAW };
 static const char *const xphase_name[] = {"none", "accept", "connect", "isend", "irecv", "test", "raw peer"};
 struct xreport {
-  int ok;                        /* 1: the side ran to its end */
-  int phase;                     /* XP_*: the call that failed, when !ok */
-  int res;                       /* its ncclResult_t */
-  int msg;                       /* message number, -1 if none */
-  double t_start, t_fail, t_end; /* CLOCK_MONOTONIC seconds: side started (setup done), call failed, exiting */
+  int ok;                         /* 1: the side ran to its end */
+  int phase;                      /* XP_*: the call that failed, when !ok */
+  int res;                        /* its ncclResult_t */
+  int msg;                        /* message number, -1 if none */
+  double t_start, t_fail, t_end;  /* CLOCK_MONOTONIC seconds: side started (setup done), call failed, exiting */
   uint64_t recoveries, fallbacks; /* the transport's counters over this process's devices when it reported */
 };
 static struct xreport g_rep;
