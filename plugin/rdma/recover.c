@@ -144,6 +144,8 @@ static void start_attempt(struct gdr_rdma_comm *c, uint32_t k, int action, unsig
   /* whose keys: what the fault names (a key fault that does not say: both sides), added to what this episode's
    * earlier attempts asked (their new keys may not have reached the peer) */
   if (action == GDR_FAULT_REKEY && (rekey & REKEY_BOTH) == 0) rekey = REKEY_BOTH;
+  /* (a plain RECOVER carries only what a peer asked of its own side: it asks nothing of ours) */
+  if (action != GDR_FAULT_REKEY) rekey &= ~my_rekey_bit(c);
   rc->rekey = (rc->phase == GDR_REC_IDLE ? 0 : rc->rekey) | (rekey & REKEY_BOTH);
   rc->rekeyed = 0;
   rc->healthy = 0;
