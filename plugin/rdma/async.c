@@ -31,21 +31,74 @@ static int comm_has_cq(const struct gdr_rdma_comm *c, const struct ibv_cq *cq) {
   return 0;
 }
 
-/* Hands a fault to the connection's progress thread (recover.c takes it at its next call); the first one waiting
- * wins. Called with d->lock held (the comm's QP set cannot change meanwhile). */
+/* How bad an action is: a worse one wins a fold (a full queue). */
+static int action_rank(int action) {
+  switch (action) {
+  case GDR_FAULT_BUG: return 5;
+  case GDR_FAULT_DEVICE: return 4;
+  case GDR_FAULT_PEER: return 3;
+  case GDR_FAULT_REKEY: return 2;
+  case GDR_FAULT_RECOVER: return 1;
+  default: return 0;
+  }
+}
+
+void gdr_rdma_pending_init(struct gdr_rdma_pending *p) {
+  memset(p, 0, sizeof(*p));
+  pthread_mutex_init(&p->lock, NULL);
+  atomic_init(&p->n, 0);
+}
+
+void gdr_rdma_pending_destroy(struct gdr_rdma_pending *p) { pthread_mutex_destroy(&p->lock); }
+
+void gdr_rdma_pending_push(struct gdr_rdma_pending *p, int action, unsigned gen, const char *why) {
+  pthread_mutex_lock(&p->lock);
+  int n = atomic_load_explicit(&p->n, memory_order_relaxed);
+  struct gdr_rdma_pending_ev *e;
+  if (n < GDR_RDMA_PENDING_MAX) {
+    e = &p->ev[(p->head + n) % GDR_RDMA_PENDING_MAX];
+    atomic_store_explicit(&p->n, n + 1, memory_order_release);
+  } else {
+    /* full: the newest entry stands for both; the worse action (and its line) wins, the newer generation stays */
+    e = &p->ev[(p->head + n - 1) % GDR_RDMA_PENDING_MAX];
+    p->folded++;
+    if (action_rank(action) <= action_rank(e->action)) {
+      if (gen > e->gen) e->gen = gen;
+      goto out;
+    }
+  }
+  e->action = action;
+  e->gen = gen;
+  snprintf(e->why, sizeof(e->why), "%s", why);
+out:
+  pthread_mutex_unlock(&p->lock);
+}
+
+int gdr_rdma_pending_pop(struct gdr_rdma_pending *p, struct gdr_rdma_pending_ev *out) {
+  int got = 0;
+  if (atomic_load_explicit(&p->n, memory_order_acquire) == 0) return 0;
+  pthread_mutex_lock(&p->lock);
+  int n = atomic_load_explicit(&p->n, memory_order_relaxed);
+  if (n > 0) {
+    *out = p->ev[p->head];
+    p->head = (p->head + 1) % GDR_RDMA_PENDING_MAX;
+    atomic_store_explicit(&p->n, n - 1, memory_order_release);
+    got = 1;
+  }
+  pthread_mutex_unlock(&p->lock);
+  return got;
+}
+
+/* Hands a fault to the connection's progress thread (recover.c takes them at its next call, oldest first; none
+ * is lost). Called with d->lock held (the comm's QP set cannot change meanwhile). */
 static void hand_over(struct gdr_rdma_comm *c, int action, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static void hand_over(struct gdr_rdma_comm *c, int action, const char *fmt, ...) {
-  int expect = 0;
+  char why[sizeof(((struct gdr_rdma_pending_ev *)0)->why)];
   va_list ap;
-  if (!atomic_compare_exchange_strong_explicit(&c->pending.state, &expect, 2, memory_order_acq_rel,
-                                               memory_order_acquire))
-    return;
-  c->pending.action = action;
-  c->pending.gen = c->qs_gen;
   va_start(ap, fmt);
-  vsnprintf(c->pending.why, sizeof(c->pending.why), fmt, ap);
+  vsnprintf(why, sizeof(why), fmt, ap);
   va_end(ap);
-  atomic_store_explicit(&c->pending.state, 1, memory_order_release);
+  gdr_rdma_pending_push(&c->pending, action, c->qs_gen, why);
 }
 
 static void handle_event(struct gdr_rdma_dev *d, struct ibv_async_event *ev) {

@@ -105,3 +105,19 @@ const struct gdr_fault_class *gdr_rdma_fault_event_table(int *n) {
   *n = (int)(sizeof(event_rows) / sizeof(event_rows[0]));
   return event_rows;
 }
+
+/* Whose key a REKEY completion status names: the buffer this side gave the work request (a local protection or
+ * access error), or the peer's (it refused the remote key or range). */
+unsigned gdr_rdma_rekey_side_wc(int status) {
+  switch (status) {
+  case IBV_WC_LOC_PROT_ERR:
+  case IBV_WC_LOC_ACCESS_ERR:
+    return GDR_REKEY_LOCAL;
+  case IBV_WC_REM_ACCESS_ERR:
+  case IBV_WC_REM_INV_REQ_ERR:
+  case IBV_WC_REM_INV_RD_REQ_ERR:
+    return GDR_REKEY_REMOTE;
+  default:
+    return GDR_REKEY_LOCAL | GDR_REKEY_REMOTE; /* (not a key status: if one asks for new keys, both sides) */
+  }
+}

@@ -288,10 +288,18 @@ void gdr_rdma_qpset_destroy(struct gdr_rdma_qpset *qs) {
   memset(qs, 0, sizeof(*qs));
 }
 
+static ncclResult_t reg_own(struct gdr_rdma_comm *c);
+
 ncclResult_t gdr_rdma_qpset_create(struct gdr_rdma_comm *c, struct gdr_rdma_qpset *qs) {
   ncclResult_t res = ncclSuccess;
   uint32_t rnd[GDR_RDMA_MAX_QPS];
   memset(qs, 0, sizeof(*qs));
+  /* QPs only over a complete set of own MRs (a failed key recovery left some NULL): register what is missing, or
+   * make no QPs (the recovery retries within its bound; the way back from TCP stays on TCP for now) */
+  if (!gdr_rdma_own_registered(c) && (res = reg_own(c)) != ncclSuccess) {
+    GDR_INFO(NCCL_NET, "%s: its own buffers cannot be registered again: no new QPs", c->desc);
+    goto out;
+  }
   for (int k = 0; k < c->ndevs; k++) { /* (every device carries a QP: ndevs <= nqps) */
     struct gdr_rdma_member *m = &c->m[k];
     int cqe = GDR_RDMA_CQE((c->nqps - k + c->ndevs - 1) / c->ndevs);
@@ -480,26 +488,51 @@ int gdr_rdma_connect_peer(struct gdr_rdma_comm *c, const struct gdr_rdma_rec_sta
 }
 
 /* The connection's own buffers the peer writes into (sender: the CTS FIFO; receiver: the sizes array), and the
- * staging buffers this side writes from, on every device (the flush's byte too: each device reads into it). */
+ * staging buffers this side writes from, on every device (the flush's byte too: each device reads into it). Only
+ * what is missing is registered: a key recovery whose registration failed left NULLs (the connection then moved
+ * to TCP), and whatever makes a new QP set registers them first (gdr_rdma_qpset_create), so no QP ever runs with
+ * a missing own MR. */
 static ncclResult_t reg_own(struct gdr_rdma_comm *c) {
   const size_t fifo_len = sizeof(struct gdr_cts_slot) * GDR_RDMA_FIFO_SLOTS;
   const size_t sizes_len = sizeof(struct gdr_sizes_slot) * GDR_RDMA_FIFO_SLOTS;
+  ncclResult_t res = ncclSuccess;
   for (int i = 0; i < c->ndevs; i++) {
     struct gdr_rdma_member *m = &c->m[i];
     struct gdr_rdma_dev *d = m->dev;
     if (c->kind == GDR_RCOMM_SEND) {
       /* the FIFO is polled by the CPU: no relaxed ordering on it */
-      m->fifo_mr = gdr_rdma_reg_internal(d, c->fifo, fifo_len, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
-      m->sizes_src_mr = gdr_rdma_reg_internal(d, c->sizes_src, sizes_len, 0);
-      if (!m->fifo_mr || !m->sizes_src_mr) return ncclSystemError;
+      if (!m->fifo_mr)
+        m->fifo_mr = gdr_rdma_reg_internal(d, c->fifo, fifo_len, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+      if (!m->sizes_src_mr) m->sizes_src_mr = gdr_rdma_reg_internal(d, c->sizes_src, sizes_len, 0);
+      if (!m->fifo_mr || !m->sizes_src_mr) {
+        res = ncclSystemError;
+        goto out;
+      }
       continue;
     }
-    m->cts_src_mr = gdr_rdma_reg_internal(d, c->cts_src, fifo_len, 0);
-    m->sizes_mr = gdr_rdma_reg_internal(d, c->sizes, sizes_len, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
-    if (c->gdr_flush) m->flush_mr = gdr_rdma_reg_internal(d, c->flush_buf, 4096, IBV_ACCESS_LOCAL_WRITE);
-    if (!m->cts_src_mr || !m->sizes_mr || (c->gdr_flush && !m->flush_mr)) return ncclSystemError;
+    if (!m->cts_src_mr) m->cts_src_mr = gdr_rdma_reg_internal(d, c->cts_src, fifo_len, 0);
+    if (!m->sizes_mr)
+      m->sizes_mr = gdr_rdma_reg_internal(d, c->sizes, sizes_len, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+    if (c->gdr_flush && !m->flush_mr)
+      m->flush_mr = gdr_rdma_reg_internal(d, c->flush_buf, 4096, IBV_ACCESS_LOCAL_WRITE);
+    if (!m->cts_src_mr || !m->sizes_mr || (c->gdr_flush && !m->flush_mr)) {
+      res = ncclSystemError;
+      goto out;
+    }
   }
-  return ncclSuccess;
+out:
+  return res;
+}
+
+/* Every own MR of the connection is there (a QP set may run on it). */
+int gdr_rdma_own_registered(const struct gdr_rdma_comm *c) {
+  for (int i = 0; i < c->ndevs; i++) {
+    const struct gdr_rdma_member *m = &c->m[i];
+    if (c->kind == GDR_RCOMM_SEND ? !m->fifo_mr || !m->sizes_src_mr
+                                  : !m->cts_src_mr || !m->sizes_mr || (c->gdr_flush && !m->flush_mr))
+      return 0;
+  }
+  return 1;
 }
 
 void gdr_rdma_dereg_own(struct gdr_rdma_comm *c) {
@@ -515,7 +548,10 @@ void gdr_rdma_dereg_own(struct gdr_rdma_comm *c) {
 
 ncclResult_t gdr_rdma_rekey(struct gdr_rdma_comm *c) {
   gdr_rdma_dereg_own(c);
-  return reg_own(c);
+  ncclResult_t res = reg_own(c); /* (what it could not register stays NULL: the next QP set registers it first) */
+  if (res == ncclSuccess) GDR_INFO(NCCL_NET, "%s: new keys for its own buffers (%s)", c->desc,
+                                   c->kind == GDR_RCOMM_SEND ? "CTS FIFO, sizes rows" : "sizes array, CTS staging");
+  return res;
 }
 
 /* ------------------------------------------------------------------------------- comm lifetime -- */
@@ -539,6 +575,13 @@ static void comm_free(struct gdr_rdma_comm *c) {
   free(c->sizes);
   free(c->flush_buf);
   free(c->reqs);
+  gdr_rdma_pending_destroy(&c->pending);
+  /* what a connection that ends half-way leaves: the TCP listener of an accept waiting for the TCP connection
+   * (closeListen with the accept pending, or its deadline), and a TCP connect still in flight (the connect stage's
+   * deadline, or a move to TCP that failed while connecting) */
+  if (c->fb.tcp_listen) (void)gdr_transport_tcp.close_listen(c->fb.tcp_listen);
+  c->fb.tcp_listen = NULL;
+  gdr_tcp_connect_abort(&c->fb.tcp_handle);
   if (c->stage > 0 && c->kind == GDR_RCOMM_SEND && c->fd < 0) gdr_connector_abort(&c->connector);
   if (c->fd >= 0) gdr_sock_close_graceful(c->fd, c->desc);
   free(c);
@@ -559,7 +602,7 @@ static struct gdr_rdma_comm *comm_alloc(const int *devs, int ndevs, int kind) {
   c->dev = c->m[0].dev;
   c->fd = -1;
   gdr_health_init(&c->health);
-  atomic_init(&c->pending.state, 0);
+  gdr_rdma_pending_init(&c->pending);
   c->tc = -1;
   snprintf(c->peer, sizeof(c->peer), "(connecting)");
   set_desc(c);
@@ -567,6 +610,7 @@ static struct gdr_rdma_comm *comm_alloc(const int *devs, int ndevs, int kind) {
   c->nreqs_pool = kind == GDR_RCOMM_SEND ? GDR_RDMA_SEND_REQS : 2 * GDR_RDMA_MAX_REQS;
   c->reqs = calloc((size_t)c->nreqs_pool, sizeof(*c->reqs));
   if (c->reqs == NULL) {
+    gdr_rdma_pending_destroy(&c->pending);
     free(c);
     return NULL;
   }
@@ -989,7 +1033,11 @@ ncclResult_t gdr_rdma_connect(int dev, const struct gdr_conn_opts *opts, struct 
     void *tc = NULL;
     struct gdr_conn_opts to = gdr_rdma_tcp_opts(c->tc);
     GDR_CHECK(gdr_transport_tcp.connect(gdr_rdma.tcp_dev, &to, &c->fb.tcp_handle, &tc));
-    if (tc == NULL) return stage_deadline(c, "the TCP connection");
+    if (tc == NULL) {
+      res = stage_deadline(c, "the TCP connection"); /* past it: the comm and its TCP connect go (out) */
+      if (res != ncclSuccess) goto out;
+      return ncclSuccess;
+    }
     tcp_only_done(c, tc);
     break;
   }

@@ -503,7 +503,14 @@ static void wc_failed(struct gdr_rdma_comm *c, const struct ibv_wc *wc) {
   char lg[64], rg[64];
   gdr_rdma_addr_str(c, 0, lg, sizeof(lg));
   gdr_rdma_addr_str(c, 1, rg, sizeof(rg));
-  gdr_rdma_fault(c, f->action, f->res,
+  /* a key fault: whose key it names, this side's buffer or the peer's (the loopback flush READ reads only this
+   * side's); any other fault asks nobody for new keys */
+  unsigned side = f->action != GDR_FAULT_REKEY              ? 0
+                  : gdr_wr_kind(wc->wr_id) == GDR_WR_FLUSH ? GDR_REKEY_LOCAL
+                                                            : gdr_rdma_rekey_side_wc(wc->status);
+  unsigned me = gdr_rekey_role_bit(c->kind), peer = me ^ (GDR_REKEY_SEND | GDR_REKEY_RECV);
+  unsigned rekey = ((side & GDR_REKEY_LOCAL) ? me : 0) | ((side & GDR_REKEY_REMOTE) ? peer : 0);
+  gdr_rdma_fault_keys(c, f->action, rekey, f->res,
                  "work completion error %s (%d, vendor_err 0x%x) on %s of message #%llu, QP 0x%x, %s port %d, local "
                  "%s, peer %s remote %s: %s",
                  gdr_ibv_wc_status_str(wc->status), (int)wc->status, wc->vendor_err, wr_kind_str(gdr_wr_kind(wc->wr_id)),

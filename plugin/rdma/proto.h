@@ -189,8 +189,10 @@ _Static_assert(offsetof(struct gdr_rdma_hs, version) == 4 && offsetof(struct gdr
 enum {
   GDR_CTRL_SIZE_ERR = 1,  /* sender -> receiver: message seq is a bytes, its receive only b */
   GDR_CTRL_BYE = 2,       /* the comm is closing; seq = messages this side posted */
-  GDR_CTRL_REC_REQ = 3,   /* receiver -> sender: recover, attempt seq (the sender answers with REC_STATE) */
-  GDR_CTRL_REC_STATE = 4, /* both: attempt seq; payload struct gdr_rdma_rec_state */
+  GDR_CTRL_REC_REQ = 3,   /* receiver -> sender: recover, attempt seq (the sender answers with REC_STATE); a = whose
+                           * own buffers get new keys in it (bit 0 the sender's, bit 1 the receiver's; 0: none
+                           * named, as from a plugin before this field; other bits ignored) */
+  GDR_CTRL_REC_STATE = 4, /* both: attempt seq, a as REC_REQ's; payload struct gdr_rdma_rec_state */
   GDR_CTRL_REC_GO = 5,    /* sender -> receiver: attempt seq is done on the sender: write the clear-to-sends again */
   GDR_CTRL_REC_FAIL = 6,  /* this side gave up on the connection (a = its ncclResult_t); payload: the reason text */
   /* the fallback to TCP and back (fallback.c); seq = the fallback epoch both sides count */

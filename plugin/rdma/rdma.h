@@ -43,6 +43,8 @@
 /* ------------------------------------------------------------------------------------------ devices -- */
 
 struct gdr_rdma_comm;
+struct gdr_rdma_pending;
+struct gdr_rdma_pending_ev;
 
 /* A connection on a device's list (async thread): a fused connection is on each of its devices' lists. */
 struct gdr_rdma_link {
@@ -127,6 +129,12 @@ int gdr_rdma_dev_refresh(struct gdr_rdma_dev *d, int *active, union ibv_gid *gid
  * the last remove stops and joins it. */
 ncclResult_t gdr_rdma_async_attach(struct gdr_rdma_comm *c);
 void gdr_rdma_async_detach(struct gdr_rdma_comm *c);
+/* The hand-over queue of a connection's async faults: init/destroy with the comm; push (any thread, in arrival order;
+ * full: folded into the newest, the worse action wins); pop (the progress thread): 1 and the oldest, or 0. */
+void gdr_rdma_pending_init(struct gdr_rdma_pending *p);
+void gdr_rdma_pending_destroy(struct gdr_rdma_pending *p);
+void gdr_rdma_pending_push(struct gdr_rdma_pending *p, int action, unsigned gen, const char *why);
+int gdr_rdma_pending_pop(struct gdr_rdma_pending *p, struct gdr_rdma_pending_ev *out);
 /* Stops and joins the device's thread even if comms are still open (fini after leaked comms). */
 void gdr_rdma_async_stop(struct gdr_rdma_dev *d);
 ncclResult_t gdr_rdma_async_swap_ctx(struct gdr_rdma_dev *d, struct ibv_context *ctx, struct ibv_pd *pd);
@@ -252,12 +260,21 @@ struct gdr_rdma_smsg {
   struct gdr_rdma_part part[GDR_RDMA_MAX_RECVS];
 };
 
-/* A fault seen by the async thread, handed to the progress thread. */
-struct gdr_rdma_pending {
-  _Atomic int state; /* 0 none, 2 being written, 1 set */
-  int action;        /* enum gdr_fault_action */
-  unsigned gen;      /* the qpset generation it hit */
+/* Faults seen by the async threads (one per device of the connection), handed to the progress thread in the order
+ * they came: none is lost. A full queue folds a new event into its newest entry, the worse action winning (a
+ * DEVICE_FATAL is never dropped for an older event still unread). */
+#define GDR_RDMA_PENDING_MAX 8
+struct gdr_rdma_pending_ev {
+  int action;   /* enum gdr_fault_action */
+  unsigned gen; /* the qpset generation it hit */
   char why[256];
+};
+struct gdr_rdma_pending {
+  pthread_mutex_t lock;
+  _Atomic int n; /* queued (read without the lock: the progress thread's quick look) */
+  int head;
+  uint64_t folded; /* events folded into the newest entry because the queue was full */
+  struct gdr_rdma_pending_ev ev[GDR_RDMA_PENDING_MAX];
 };
 
 /* Recovery (recover.c). */
@@ -266,6 +283,9 @@ struct gdr_rdma_rec {
   int phase;              /* GDR_REC_* */
   uint32_t attempt;       /* the attempt both sides are in (0: none yet) */
   int action;             /* the worst action asked in this attempt (RECOVER or REKEY) */
+  unsigned rekey;         /* GDR_REKEY_SEND/RECV: whose own buffers get new keys in this attempt (both sides
+                           * agree: REC_REQ/REC_STATE carry it) */
+  int rekeyed;            /* this side registered its own buffers again in this attempt */
   int episode_attempts;   /* attempts since the connection last worked */
   uint64_t episode_start_ns, deadline_ns, retry_ns, port_check_ns;
   int healthy;            /* a completion succeeded since the last recovery (ends the episode) */
@@ -428,7 +448,18 @@ struct gdr_rdma_listen {
   struct gdr_rdma_comm *pending; /* the connection being accepted */
 };
 
+/* Key recovery: whose own buffers (sender: CTS FIFO, sizes rows; receiver: sizes array, CTS staging, flush byte)
+ * are registered again. On the wire (REC_REQ/REC_STATE's `a`): the roles; 0 from a peer = it does not say. */
+#define GDR_REKEY_SEND 0x1u /* the sender's */
+#define GDR_REKEY_RECV 0x2u /* the receiver's */
+/* relative to the side that saw the fault (classify.c) */
+#define GDR_REKEY_LOCAL 0x1u
+#define GDR_REKEY_REMOTE 0x2u
+static inline unsigned gdr_rekey_role_bit(int kind) { return kind == GDR_RCOMM_SEND ? GDR_REKEY_SEND : GDR_REKEY_RECV; }
+
 /* classify.c: the RDMA rows of the fault classification (health.h) */
+/* GDR_REKEY_LOCAL and/or GDR_REKEY_REMOTE: whose key a completion status names. */
+unsigned gdr_rdma_rekey_side_wc(int status);
 const struct gdr_fault_class *gdr_rdma_fault_wc(int status);
 const struct gdr_fault_class *gdr_rdma_fault_event(int event);
 const struct gdr_fault_class *gdr_rdma_fault_wc_table(int *n);
@@ -472,8 +503,9 @@ ncclResult_t gdr_rdma_ctrl_poll(struct gdr_rdma_comm *c);
 /* Queues one control record (+ payload) and writes what the socket takes now. */
 ncclResult_t gdr_rdma_ctrl_send(struct gdr_rdma_comm *c, int type, uint64_t seq, uint64_t a, uint64_t b,
                                 const void *payload, size_t len);
-/* QP sets: create (a CQ per device + data QPs in INIT, + a flush QP connected to itself per device on a GDR
- * receiver), connect the data QPs to the peer's (RTR, RTS; QP i towards the peer's device i % rndevs), destroy. */
+/* QP sets: create (the own MRs that are missing registered first, else no set; a CQ per device + data QPs in INIT,
+ * + a flush QP connected to itself per device on a GDR receiver), connect the data QPs to the peer's (RTR, RTS;
+ * QP i towards the peer's device i % rndevs), destroy. */
 ncclResult_t gdr_rdma_qpset_create(struct gdr_rdma_comm *c, struct gdr_rdma_qpset *qs);
 ncclResult_t gdr_rdma_qpset_connect(struct gdr_rdma_comm *c, struct gdr_rdma_qpset *qs, const uint32_t *rqpn,
                                     const uint32_t *rpsn, const struct gdr_rdma_addr *rdev, int rndevs);
@@ -495,8 +527,11 @@ int gdr_rdma_comm_fatal(const struct gdr_rdma_comm *c);
 int gdr_rdma_poll_cqs(struct gdr_rdma_qpset *qs, int n, struct ibv_wc *wc);
 /* Releases the registrations of the connection's own buffers (its device is lost). */
 void gdr_rdma_dereg_own(struct gdr_rdma_comm *c);
-/* Registers the connection's own FIFO (sender) or sizes array (receiver) again, for new keys. */
+/* Registers the connection's own buffers again, for new keys. On failure what could not be registered stays NULL
+ * (gdr_rdma_qpset_create registers it before it makes QPs, or makes none). */
 ncclResult_t gdr_rdma_rekey(struct gdr_rdma_comm *c);
+/* Every own MR of the connection (FIFO and sizes rows, or sizes array, CTS staging and flush byte) is registered. */
+int gdr_rdma_own_registered(const struct gdr_rdma_comm *c);
 
 /* p2p.c */
 ncclResult_t gdr_rdma_isend(void *send_comm, void *data, size_t size, int tag, void *mhandle, void **request);
@@ -549,6 +584,9 @@ void gdr_rdma_req_release(struct gdr_rdma_comm *c, struct gdr_rdma_req *r);
  * fails the connection when the fault cannot be recovered. why: one line for the WARN. */
 void gdr_rdma_fault(struct gdr_rdma_comm *c, int action, ncclResult_t res, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
+/* The same, for a key fault that names whose buffers need new keys: rekey = GDR_REKEY_SEND/RECV (roles; 0: both). */
+void gdr_rdma_fault_keys(struct gdr_rdma_comm *c, int action, unsigned rekey, ncclResult_t res, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
 /* Called at the top of every isend/irecv/test: takes faults from the async thread, reads the control channel
  * now and then, drives a recovery in progress. Returns ncclSuccess, or the comm's error once it failed.
  * *busy = 1 while a recovery is in progress (the caller then waits: NULL request, done = 0). */

@@ -117,7 +117,12 @@ void gdr_rdma_quiesce_qps(struct gdr_rdma_comm *c) {
 
 /* -------------------------------------------------------------------------------------------- attempts -- */
 
-static void start_attempt(struct gdr_rdma_comm *c, uint32_t k, int action) {
+#define REKEY_BOTH (GDR_REKEY_SEND | GDR_REKEY_RECV)
+
+/* This side's bit in a rekey mask. */
+static unsigned my_rekey_bit(const struct gdr_rdma_comm *c) { return gdr_rekey_role_bit(c->kind); }
+
+static void start_attempt(struct gdr_rdma_comm *c, uint32_t k, int action, unsigned rekey) {
   struct gdr_rdma_rec *rc = &c->rec;
   uint64_t now = gdr_time_ns();
   int max = (int)gdr_param_int(GDR_PARAM_RECOVERY_ATTEMPTS);
@@ -136,6 +141,13 @@ static void start_attempt(struct gdr_rdma_comm *c, uint32_t k, int action) {
   rc->attempts++;
   rc->attempt = k;
   if (action == GDR_FAULT_REKEY || rc->phase == GDR_REC_IDLE) rc->action = action;
+  /* whose keys: what the fault names (a key fault that does not say: both sides), added to what this episode's
+   * earlier attempts asked (their new keys may not have reached the peer) */
+  if (action == GDR_FAULT_REKEY && (rekey & REKEY_BOTH) == 0) rekey = REKEY_BOTH;
+  /* (a plain RECOVER carries only what a peer asked of its own side: it asks nothing of ours) */
+  if (action != GDR_FAULT_REKEY) rekey &= ~my_rekey_bit(c);
+  rc->rekey = (rc->phase == GDR_REC_IDLE ? 0 : rc->rekey) | (rekey & REKEY_BOTH);
+  rc->rekeyed = 0;
   rc->healthy = 0;
   gdr_health_set_state(&c->health, GDR_HEALTH_RECOVERING);
   gdr_rdma_quiesce_qps(c);
@@ -149,14 +161,30 @@ static void start_attempt(struct gdr_rdma_comm *c, uint32_t k, int action) {
   rc->phase = GDR_REC_WAIT_PORT;
 }
 
+static void fault_v(struct gdr_rdma_comm *c, int action, unsigned rekey, ncclResult_t res, const char *fmt,
+                    va_list ap) __attribute__((format(printf, 5, 0)));
+
 void gdr_rdma_fault(struct gdr_rdma_comm *c, int action, ncclResult_t res, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fault_v(c, action, 0, res, fmt, ap);
+  va_end(ap);
+}
+
+void gdr_rdma_fault_keys(struct gdr_rdma_comm *c, int action, unsigned rekey, ncclResult_t res, const char *fmt,
+                         ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fault_v(c, action, rekey, res, fmt, ap);
+  va_end(ap);
+}
+
+static void fault_v(struct gdr_rdma_comm *c, int action, unsigned rekey, ncclResult_t res, const char *fmt,
+                    va_list ap) {
   struct gdr_rdma_rec *rc = &c->rec;
   char why[sizeof(c->health.why)];
-  va_list ap;
   uint64_t now = gdr_time_ns();
-  va_start(ap, fmt);
   vsnprintf(why, sizeof(why), fmt, ap);
-  va_end(ap);
   if (gdr_health_failed(&c->health) || action == GDR_FAULT_NONE) return;
   if (gdr_rdma_fb_absorb(c, action, why)) return; /* the connection is (moving) on TCP: no RDMA to recover */
   rc->faults++;
@@ -185,14 +213,20 @@ void gdr_rdma_fault(struct gdr_rdma_comm *c, int action, ncclResult_t res, const
   }
   uint32_t k = rc->attempt + 1;
   if (rc->episode_attempts >= (int)gdr_param_int(GDR_PARAM_RECOVERY_ATTEMPTS) || now > rc->deadline_ns) {
-    start_attempt(c, k, action); /* gives up (or moves to TCP) with its own line */
+    start_attempt(c, k, action, rekey); /* gives up (or moves to TCP) with its own line */
     return;
   }
-  GDR_WARN("%s: %s; decision: %s, attempt %u (%d of at most %lld in this episode, %llu ms left)", c->desc, why,
-           gdr_fault_action_str(action), k, rc->episode_attempts + 1,
+  if (action == GDR_FAULT_REKEY && (rekey & REKEY_BOTH) == 0) rekey = REKEY_BOTH;
+  GDR_WARN("%s: %s; decision: %s%s, attempt %u (%d of at most %lld in this episode, %llu ms left)", c->desc, why,
+           gdr_fault_action_str(action),
+           action != GDR_FAULT_REKEY           ? ""
+           : (rekey & REKEY_BOTH) == REKEY_BOTH ? " (both sides' own buffers)"
+           : (rekey & GDR_REKEY_SEND)           ? " (the sender's own buffers)"
+                                                : " (the receiver's own buffers)",
+           k, rc->episode_attempts + 1,
            (long long)gdr_param_int(GDR_PARAM_RECOVERY_ATTEMPTS),
            (unsigned long long)(now < rc->deadline_ns ? (rc->deadline_ns - now) / 1000000ull : 0));
-  start_attempt(c, k, action);
+  start_attempt(c, k, action, rekey);
 }
 
 /* ------------------------------------------------------------------------------------------------ state -- */
@@ -211,7 +245,7 @@ static void fill_state(struct gdr_rdma_comm *c, struct gdr_rdma_rec_state *st) {
 static ncclResult_t send_state(struct gdr_rdma_comm *c) {
   struct gdr_rdma_rec_state st;
   fill_state(c, &st);
-  return gdr_rdma_ctrl_send(c, GDR_CTRL_REC_STATE, c->rec.attempt, 0, 0, &st, sizeof(st));
+  return gdr_rdma_ctrl_send(c, GDR_CTRL_REC_STATE, c->rec.attempt, c->rec.rekey, 0, &st, sizeof(st));
 }
 
 /* The peer's QPs: ours to RTS towards them; its address as it is now (a port flap can move the GID). */
@@ -228,6 +262,8 @@ static void recovered(struct gdr_rdma_comm *c, uint64_t msgs, uint64_t bytes) {
   uint64_t ns = gdr_time_ns() - rc->episode_start_ns;
   char lg[64], rg[64];
   rc->phase = GDR_REC_IDLE;
+  rc->rekey = 0;
+  rc->rekeyed = 0;
   rc->recoveries++;
   rc->replayed_msgs += msgs;
   rc->replayed_bytes += bytes;
@@ -354,9 +390,12 @@ static void step(struct gdr_rdma_comm *c) {
     rc->port_check_ns = now + PORT_CHECK_NS;
     return;
   }
-  if (rc->action == GDR_FAULT_REKEY && gdr_rdma_rekey(c) != ncclSuccess) {
-    give_up(c, ncclSystemError, 1, "recovery: registering the connection's own buffers again failed");
-    return;
+  if ((rc->rekey & my_rekey_bit(c)) && !rc->rekeyed) {
+    rc->rekeyed = 1;
+    if (gdr_rdma_rekey(c) != ncclSuccess) {
+      give_up(c, ncclSystemError, 1, "recovery: registering the connection's own buffers again failed");
+      return;
+    }
   }
   struct gdr_rdma_qpset qs;
   if (gdr_rdma_qpset_create(c, &qs) != ncclSuccess) {
@@ -371,7 +410,7 @@ static void step(struct gdr_rdma_comm *c) {
   } else if (rc->have_peer) {
     receiver_connect(c);
   } else {
-    (void)gdr_rdma_ctrl_send(c, GDR_CTRL_REC_REQ, rc->attempt, 0, 0, NULL, 0);
+    (void)gdr_rdma_ctrl_send(c, GDR_CTRL_REC_REQ, rc->attempt, rc->rekey, 0, NULL, 0);
   }
 }
 
@@ -389,14 +428,30 @@ ncclResult_t gdr_rdma_rec_message(struct gdr_rdma_comm *c, const struct gdr_rdma
   if (!(c->remote.caps & GDR_RDMA_CAP_RECOVERY) || k < rc->attempt ||
       (k == rc->attempt && rc->phase == GDR_REC_IDLE))
     return ncclSuccess; /* stale: an attempt both sides are past */
+  /* REC_REQ/REC_STATE: a = whose own buffers get new keys in attempt k (0 from a peer that does not say) */
+  unsigned rekey = (m->type == GDR_CTRL_REC_REQ || m->type == GDR_CTRL_REC_STATE) ? (unsigned)(m->a & REKEY_BOTH) : 0;
+  int action = (rekey & my_rekey_bit(c)) ? GDR_FAULT_REKEY : GDR_FAULT_RECOVER;
   if (k > rc->attempt) {
-    /* the peer saw a fault (or gave up an attempt): join it */
+    /* the peer saw a fault (or gave up an attempt): join it, with new keys for this side if it says so */
     if (rc->phase == GDR_REC_IDLE)
-      gdr_rdma_fault(c, GDR_FAULT_RECOVER, ncclRemoteError, "the peer asks to recover (attempt %u)", k);
+      gdr_rdma_fault_keys(c, action, rekey, ncclRemoteError, "the peer asks to recover (attempt %u%s)", k,
+                          action == GDR_FAULT_REKEY ? ", new keys for this side's own buffers" : "");
     else
-      start_attempt(c, k, GDR_FAULT_RECOVER);
+      start_attempt(c, k, action, rekey);
     if (gdr_health_failed(&c->health)) return gdr_rdma_comm_check(c);
     rc->attempt = k;
+  } else if ((rekey & ~rc->rekey) != 0) {
+    /* the same attempt, and the peer (which saw a fault of its own) wants keys this side has not planned */
+    unsigned want = rc->rekey | rekey;
+    if (!(rekey & my_rekey_bit(c)) || !rc->rekeyed) {
+      rc->rekey = want; /* (the peer's own, or ours before our QPs exist: step registers them) */
+      if (rc->phase != GDR_REC_WAIT_PORT && (rekey & my_rekey_bit(c))) {
+        /* our QPs and state went out with the old keys: a new attempt, with the new keys */
+        gdr_rdma_fault_keys(c, GDR_FAULT_REKEY, want, ncclRemoteError,
+                            "the peer asks for new keys of this side's own buffers (attempt %u)", k);
+        return gdr_rdma_comm_check(c);
+      }
+    }
   }
   switch (m->type) {
   case GDR_CTRL_REC_REQ: /* (sender) our REC_STATE for k goes out once our QPs exist */
@@ -430,16 +485,15 @@ ncclResult_t gdr_rdma_rec_message(struct gdr_rdma_comm *c, const struct gdr_rdma
 
 /* ------------------------------------------------------------------------------------------- progress -- */
 
-/* A fault the async thread saw. */
+/* The faults the async threads saw, oldest first. One about QPs a recovery already replaced is stale (the first
+ * one taken may start that recovery: the rest of its generation then are); a lost device never is. */
 static void take_pending(struct gdr_rdma_comm *c) {
-  if (atomic_load_explicit(&c->pending.state, memory_order_acquire) != 1) return;
-  int action = c->pending.action;
-  unsigned gen = c->pending.gen;
-  char why[sizeof(c->pending.why)];
-  memcpy(why, c->pending.why, sizeof(why));
-  atomic_store_explicit(&c->pending.state, 0, memory_order_release);
-  if (gen != c->qs_gen && action != GDR_FAULT_DEVICE) return; /* about QPs a recovery already replaced */
-  gdr_rdma_fault(c, action, action == GDR_FAULT_DEVICE ? ncclSystemError : ncclRemoteError, "%s", why);
+  struct gdr_rdma_pending_ev ev;
+  while (gdr_rdma_pending_pop(&c->pending, &ev)) {
+    if (gdr_health_failed(&c->health)) continue; /* (drained: nothing is left for a failed connection) */
+    if (ev.gen != c->qs_gen && ev.action != GDR_FAULT_DEVICE) continue;
+    gdr_rdma_fault(c, ev.action, ev.action == GDR_FAULT_DEVICE ? ncclSystemError : ncclRemoteError, "%s", ev.why);
+  }
 }
 
 ncclResult_t gdr_rdma_progress(struct gdr_rdma_comm *c, int *busy) {

@@ -62,6 +62,8 @@ int gdr_regcache_get(struct gdr_regcache *c, const struct gdr_reg_req *req, stru
 
   pthread_mutex_lock(&c->lock);
   for (struct gdr_reg_entry *e = c->head; e; e = e->next) {
+    /* released with a lost device's context: its keys are dead (only NCCL's deregMr may still put it) */
+    if (e->mr == NULL) continue;
     if (e->kind != req->kind) continue;
     if ((e->access & req->access) != req->access) continue;
     if (base < e->base || base + alen > e->base + e->len) continue;

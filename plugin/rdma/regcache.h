@@ -3,7 +3,9 @@
  * Entries are page-aligned [base, base+len) ranges with an access mask and a memory kind, each
  * holding one memory registration and a reference count.  A request is served by an existing
  * entry that contains the whole (page-aligned) range, has the same kind and at least the access
- * asked for; otherwise a new registration is made (entries may overlap).  The last put
+ * asked for; otherwise a new registration is made (entries may overlap).  An entry released with a
+ * lost device (gdr_regcache_release_all) never serves a request again: its keys belong to the dead
+ * context, and a request after the device came back registers anew.  The last put
  * deregisters.  All operations are serialised by the cache's mutex (registrations included, so
  * two threads asking for the same range never register it twice).
  *
@@ -74,7 +76,8 @@ int gdr_regcache_release_all(struct gdr_regcache *c);
 /* Deregisters whatever is left (leaked by the user) and returns how many entries that was. */
 int gdr_regcache_fini(struct gdr_regcache *c);
 
-/* Returns 0 and a referenced entry, or an errno from the reg callback (EINVAL on bad args). */
+/* Returns 0 and a referenced entry (never a released one), or an errno from the reg callback (EINVAL on bad
+ * args). */
 int gdr_regcache_get(struct gdr_regcache *c, const struct gdr_reg_req *req, struct gdr_reg_entry **out);
 /* Drops one reference; the last one deregisters. Returns 0 or the dereg callback's errno. */
 int gdr_regcache_put(struct gdr_reg_entry *e);

@@ -413,6 +413,9 @@ ncclResult_t gdr_tcp_listen(int dev, const struct gdr_conn_opts *opts, struct gd
                             void **listen_comm);
 ncclResult_t gdr_tcp_connect(int dev, const struct gdr_conn_opts *opts, struct gdr_handle *handle,
                              void **send_comm);
+/* A connect in progress on this handle (its state lives in the handle) is given up: its sockets closed, its state
+ * freed. Nothing happens when none is (a handle this process never connected with, or one that completed). */
+void gdr_tcp_connect_abort(struct gdr_handle *handle);
 ncclResult_t gdr_tcp_accept(void *listen_comm, void **recv_comm);
 ncclResult_t gdr_tcp_close_send(void *send_comm);
 ncclResult_t gdr_tcp_close_recv(void *recv_comm);

@@ -502,6 +502,13 @@ out:
   return res;
 }
 
+void gdr_tcp_connect_abort(struct gdr_handle *handle) {
+  struct tcp_connecting *st = gdr_handle_state_get(handle);
+  if (st == NULL) return;
+  gdr_handle_state_set(handle, NULL);
+  connecting_free(st);
+}
+
 /* ------------------------------------------------------------------------------------------------ accept -- */
 
 static void group_reject(struct tcp_listen *lc, struct gdr_stream *s, const char *why) {

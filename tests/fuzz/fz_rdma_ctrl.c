@@ -88,7 +88,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   c->ndevs = 1;
   c->m[0].dev = &dev;
   gdr_health_init(&c->health);
-  atomic_init(&c->pending.state, 0);
+  gdr_rdma_pending_init(&c->pending);
   snprintf(c->peer, sizeof(c->peer), "fuzzer");
   snprintf(c->desc, sizeof(c->desc), "RDMA connection with the fuzzer (fz0 port 1)");
   memset(reqs, 0, sizeof(reqs));
@@ -115,6 +115,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         (!(flags & 2) || reqs[i].error != ncclInvalidUsage || c->kind != GDR_RCOMM_RECV))
       fz_fail("receive %d got error %d", i, (int)reqs[i].error);
   close(sv[0]);
+  gdr_rdma_pending_destroy(&c->pending);
   free(c);
   return 0;
 }

@@ -191,7 +191,7 @@ static struct gdr_rdma_comm *comm_new(int kind, int nqps, int split, uint64_t ma
   c->max_wr = max_wr;
   c->fd = fd;
   gdr_health_init(&c->health);
-  atomic_init(&c->pending.state, 0);
+  gdr_rdma_pending_init(&c->pending);
   snprintf(c->peer, sizeof(c->peer), "fuzzer");
   snprintf(c->desc, sizeof(c->desc), "RDMA %s connection with the fuzzer (fz0 port 1)",
            kind == GDR_RCOMM_SEND ? "send" : "receive");
@@ -234,6 +234,7 @@ static void comm_free(struct gdr_rdma_comm *c) {
   free(c->cts_src);
   free(c->sizes);
   free(c->reqs);
+  gdr_rdma_pending_destroy(&c->pending);
   free(c);
 }
 

@@ -231,6 +231,10 @@ def seeds():
     s['rdma_ctrl'] = {
         'size-err': b'\x02' + rctrl(1, 5, 1000, 10),
         'rec-req-from-old-peer': b'\x01' + rctrl(REC_REQ, 1),
+        # a = whose own buffers get new keys (1 the sender's, 2 the receiver's; other bits ignored)
+        'rec-req-rekey': b'\x01' + rctrl(REC_REQ, 1, 1),
+        'rec-state-rekey': b'\x00' + rctrl(REC_STATE, 2, 0xff, payload=rec_state(1)),
+        'records-rec-state-rekey': b'\x10\x00\x01' + rctrl(REC_STATE, 1, 3)[:32] + rec_state(1, head=3, incomplete=1),
         'rec-fail-text': b'\x02' + rctrl(REC_FAIL, 1, 2, payload=b'gave up: port down'),
         'fb-req-from-old-peer': b'\x00' + rctrl(FB_REQ, 1, payload=b'port down'),
         'back-offer': b'\x01' + rctrl(BACK_OFFER, 1, payload=rec_state(2)),

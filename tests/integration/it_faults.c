@@ -21,6 +21,13 @@
  *              =tcp_only: a connection's RDMA part could not be set up: it runs over TCP from the start
  *              =clean: no fault and no recovery at all (a rule that cannot hit a connection)
  *              =error: the run must fail with ncclRemoteError or ncclSystemError within GNIT_ERROR_BOUND_S
+ *   GNIT_RECONNECT=1                        after the run, new connections once the lost device is back
+ *                                           (reconnect()); GNIT_RECONNECT_KEEP=1: the first connections and their
+ *                                           registrations stay open meanwhile (the new ones register the same
+ *                                           buffers: the cache must not hand out the dead context's keys)
+ *   GNIT_EXPECT_REKEY=recv|send|none        a key fault: that end (of either process) registered its own buffers
+ *                                           again (the INFO line "new keys for its own buffers"), the other never;
+ *                                           none: faults that name no key, and no end registered anything again
  *   GNIT_SEED                               traffic seed (default 1)
  *   GNIT_FUSE=N (v9+ tables)                the connections run on a fused device of the first N (it.c) */
 #include <errno.h>
@@ -235,6 +242,20 @@ static int count_in_log(const char *needle) {
   return n;
 }
 
+/* Lines of this process's plugin log that hold both strings. */
+static int count_lines_with(const char *a, const char *b) {
+  char *log = gn_log_captured();
+  int n = 0;
+  for (char *line = log; line && *line;) {
+    char *end = strchr(line, '\n');
+    if (end) *end = '\0';
+    if (strstr(line, a) && strstr(line, b)) n++;
+    line = end ? end + 1 : NULL;
+  }
+  free(log);
+  return n;
+}
+
 /* GNIT_RECONNECT=1 (a lost device that comes back, device_fatal with for_ms): new connections are made until
  * both ends of one run over RDMA (each try that ran over TCP from the start is closed), within GNIT_PHASE_S; then
  * GNIT_RECONNECT_MSGS messages each way over it, every byte checked, and no end of it may move to TCP. */
@@ -400,19 +421,33 @@ static int side(int fd, int parent) {
     IT_CHECK(R.failed == ncclSuccess, "the run failed with %s", gn_result_str(R.failed));
   }
   IT_CHECK(gn_boot_barrier(fd, 60) == 0, "barrier");
-  IT_OK(ip.net->deregMr(R.c.s, R.c.smh));
-  IT_OK(ip.net->deregMr(R.c.r, R.c.rmh));
-  IT_OK(ip.net->closeSend(R.c.s));
-  IT_OK(ip.net->closeRecv(R.c.r));
+  /* GNIT_RECONNECT_KEEP=1: the first connections and their registrations stay (as NCCL keeps a communicator that
+   * was pinned to TCP) while the new ones register the same buffers on the revived device */
+  it_conn_t first = R.c;
+  int keep = it_env_double("GNIT_RECONNECT", 0) != 0 && it_env_double("GNIT_RECONNECT_KEEP", 0) != 0;
+  if (!keep) {
+    IT_OK(ip.net->deregMr(R.c.s, R.c.smh));
+    IT_OK(ip.net->deregMr(R.c.r, R.c.rmh));
+    IT_OK(ip.net->closeSend(R.c.s));
+    IT_OK(ip.net->closeRecv(R.c.r));
+  }
   if (it_env_double("GNIT_RECONNECT", 0) != 0) reconnect(&R, &ctx, fd);
+  if (keep) {
+    IT_OK(ip.net->deregMr(first.s, first.smh));
+    IT_OK(ip.net->deregMr(first.r, first.rmh));
+    IT_OK(ip.net->closeSend(first.s));
+    IT_OK(ip.net->closeRecv(first.r));
+  }
   /* the counters: the recoveries and the stats line each connection logs at close */
-  int mine[6] = {count_in_log(" recovered: "),
+  int mine[8] = {count_in_log(" recovered: "),
                  count_in_log(" now runs over TCP"),
                  count_in_log(" is back on RDMA"),
                  count_in_log(" runs over TCP ("),
                  count_in_log("the probe WRITE over the new QPs failed"),
-                 count_in_log("it stays on TCP (GDRNET_FAILBACK_FLAPS")};
-  int peer[6] = {0, 0, 0, 0, 0, 0};
+                 count_in_log("it stays on TCP (GDRNET_FAILBACK_FLAPS"),
+                 count_lines_with("RDMA send connection", ": new keys for its own buffers"),
+                 count_lines_with("RDMA receive connection", ": new keys for its own buffers")};
+  int peer[8] = {0, 0, 0, 0, 0, 0, 0, 0};
   it_log("%.2f s; this process: %d recoveries, %d moves to TCP, %d returns to RDMA (%d connection(s) with faults)", secs,
          mine[0], mine[1], mine[2], count_in_log(" fault(s) ("));
   IT_CHECK(gn_boot_send(fd, mine, sizeof mine) == 0 && gn_boot_recv(fd, peer, sizeof peer, 60) == 0, "bootstrap");
@@ -439,6 +474,23 @@ static int side(int fd, int parent) {
     } else {
       IT_CHECK(rec >= min, "%d recoveries in both processes, expected at least %d", rec, min);
       IT_CHECK(moved == 0, "%d moves to TCP where recovery was expected", moved);
+    }
+    const char *rekey = getenv("GNIT_EXPECT_REKEY");
+    if (rekey && *rekey) {
+      /* the side whose own buffer the key fault names re-registers it, and only that side */
+      int snd = mine[6] + peer[6], rcv = mine[7] + peer[7], want_recv = strcmp(rekey, "recv") == 0;
+      IT_CHECK(strcmp(rekey, "recv") == 0 || strcmp(rekey, "send") == 0 || strcmp(rekey, "none") == 0,
+               "GNIT_EXPECT_REKEY=%s: expected recv, send or none", rekey);
+      if (strcmp(rekey, "none") == 0) {
+        /* faults that name no key: no end registers anything again */
+        IT_CHECK(snd + rcv == 0, "%d send and %d receive end re-registration(s) for faults that name no key", snd,
+                 rcv);
+      } else {
+        IT_CHECK(want_recv ? rcv >= 1 : snd >= 1, "no %s connection end registered its own buffers again (send %d, "
+                 "receive %d re-registrations)", rekey, snd, rcv);
+        IT_CHECK(want_recv ? snd == 0 : rcv == 0, "the %s end re-registered its own buffers %d time(s) for a key "
+                 "fault of the %s end", want_recv ? "send" : "receive", want_recv ? snd : rcv, rekey);
+      }
     }
   }
   free(R.c.sbuf);

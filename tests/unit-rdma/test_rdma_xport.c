@@ -57,16 +57,25 @@ static const struct gdr_transport *T = &gdr_transport_rdma;
 enum xphase { XP_NONE = 0, XP_ACCEPT, XP_CONNECT, XP_ISEND, XP_IRECV, XP_TEST, XP_RAW };
 static const char *const xphase_name[] = {"none", "accept", "connect", "isend", "irecv", "test", "raw peer"};
 struct xreport {
-  int ok;                        /* 1: the side ran to its end */
-  int phase;                     /* XP_*: the call that failed, when !ok */
-  int res;                       /* its ncclResult_t */
-  int msg;                       /* message number, -1 if none */
-  double t_start, t_fail, t_end; /* CLOCK_MONOTONIC seconds: side started (setup done), call failed, exiting */
+  int ok;                         /* 1: the side ran to its end */
+  int phase;                      /* XP_*: the call that failed, when !ok */
+  int res;                        /* its ncclResult_t */
+  int msg;                        /* message number, -1 if none */
+  double t_start, t_fail, t_end;  /* CLOCK_MONOTONIC seconds: side started (setup done), call failed, exiting */
+  uint64_t recoveries, fallbacks; /* the transport's counters over this process's devices when it reported */
 };
 static struct xreport g_rep;
 static int g_rep_fd = -1;
 
 static double now_s(void);
+/* The transport's counters into the report (before fini, which forgets the devices). */
+static void count_now(void) {
+  g_rep.recoveries = g_rep.fallbacks = 0;
+  for (int i = 0; i < gdr_rdma.ndevs; i++) {
+    g_rep.recoveries += atomic_load(&gdr_rdma.devs[i].ctr.recoveries);
+    g_rep.fallbacks += atomic_load(&gdr_rdma.devs[i].ctr.fallbacks);
+  }
+}
 static void report_send(void) {
   g_rep.t_end = now_s();
   if (g_rep_fd >= 0 && write(g_rep_fd, &g_rep, sizeof(g_rep)) != (ssize_t)sizeof(g_rep))
@@ -141,6 +150,7 @@ struct xcase {
     int from_peer;    /* ...within XT_BOUND_S of the peer's end (1) or of this side's start (0) */
   } expect_send, expect_recv;
   int timeout_s;
+  int min_recoveries; /* recovered on the same device at least this often (both sides' counters), never on TCP */
   /* stream parameters */
   const uint32_t *sizes;
   int nsizes;
@@ -227,6 +237,7 @@ static void run_receiver(const struct xcase *x, int fd, const char *vemu_dir) {
   x->recv(x, rc, devs, n);
   for (int i = 0; i < n; i++) CKR(T->close_recv(rc[i]));
   CK(thread_count_settled(threads0) == threads0); /* ... and is joined with the last one */
+  count_now();
   T->quiesce();
   T->fini();
   g_rep.ok = 1;
@@ -272,6 +283,7 @@ static void run_sender(const struct xcase *x, int fd, const char *vemu_dir) {
   x->send(x, sc, devs, n);
   for (int i = 0; i < n; i++) CKR(T->close_send(sc[i]));
   CK(thread_count_settled(threads0) == threads0);
+  count_now();
   T->quiesce();
   T->fini();
   g_rep.ok = 1;
@@ -403,6 +415,17 @@ static void run_case(const struct xcase *x) {
   int ok_r = side_as_expected(x->name, "receiver", st_r, have_r, &rr, &x->expect_recv, &rs, have_s);
   assert_true(ok_s);
   assert_true(ok_r);
+  if (x->min_recoveries > 0) {
+    /* the path the case names ran: recoveries counted, and none of it moved to TCP instead */
+    uint64_t rec = (have_s ? rs.recoveries : 0) + (have_r ? rr.recoveries : 0);
+    uint64_t fb = (have_s ? rs.fallbacks : 0) + (have_r ? rr.fallbacks : 0);
+    if (rec < (uint64_t)x->min_recoveries || fb != 0)
+      fprintf(stderr, "[%s] %llu recovery(ies) (expected at least %d) and %llu move(s) to TCP (expected none)\n",
+              x->name, (unsigned long long)rec, x->min_recoveries, (unsigned long long)fb);
+    assert_true(have_s && have_r);
+    assert_true(rec >= (uint64_t)x->min_recoveries);
+    assert_int_equal(fb, 0);
+  }
 }
 
 /* ------------------------------------------------------------------------------------- helpers -- */
@@ -1006,10 +1029,10 @@ static const struct xcase cases[] = {
   /* recovered (recover.c): every message arrives, every byte and size checked by the stream bodies */
   {.name = "fatal_qp_event", .env = {"VEMU_TIME_SCALE=0.001"}, .env_send = {"VEMU_FAULTS=qp_fatal:nth=1"},
    .send = stream_send, .recv = stream_recv, .sizes = sizes_small, .nsizes = N(sizes_small), .iters = 20,
-   .inflight = 8},
+   .inflight = 8, .min_recoveries = 1},
   {.name = "wc_error", .env = {"VEMU_TIME_SCALE=0.001"},
    .env_send = {"VEMU_FAULTS=wc:op=write_imm:nth=5:status=rem_access"}, .send = stream_send, .recv = stream_recv,
-   .sizes = sizes_small, .nsizes = N(sizes_small), .iters = 20, .inflight = 8},
+   .sizes = sizes_small, .nsizes = N(sizes_small), .iters = 20, .inflight = 8, .min_recoveries = 1},
   /* the same faults without recovery and without fallback: the error, on both sides, within the bound */
   {.name = "fatal_qp_event_norecover",
    .env = {"VEMU_TIME_SCALE=0.001", "GDRNET_RECOVERY_ATTEMPTS=0", "GDRNET_FALLBACK=0"},
@@ -1031,9 +1054,11 @@ static const struct xcase cases[] = {
   {.name = "peer_loss", .env = {"VEMU_TIME_SCALE=0.001", "GDRNET_RECOVERY_TIMEOUT_MS=1500", "GDRNET_FALLBACK=0"},
    .env_recv = {"VEMU_FAULTS=peer_loss:after_bytes=300000"}, .send = until_error_send, .recv = until_error_recv,
    .iters = 1000, .expect_send = XFAIL_LOCAL(XP_DATA), .expect_recv = XFAIL_LOCAL(XP_DATA), .timeout_s = 20},
-  {.name = "rnr_recovers", .env = {"VEMU_TIME_SCALE=0.01"}, .env_recv = {"VEMU_FAULTS=no_recv_credit:nth=3"},
-   .send = stream_send, .recv = stream_recv, .sizes = sizes_small, .nsizes = N(sizes_small), .iters = 2,
-   .inflight = 4},
+  /* an RNR NAK with no RNR retries (GDRNET_RNR_RETRY=0; 7 would retry for ever and never recover): RNR_RETRY_EXC,
+   * recovered */
+  {.name = "rnr_recovers", .env = {"VEMU_TIME_SCALE=0.01", "GDRNET_RNR_RETRY=0"},
+   .env_recv = {"VEMU_FAULTS=no_recv_credit:nth=3"}, .send = stream_send, .recv = stream_recv, .sizes = sizes_small,
+   .nsizes = N(sizes_small), .iters = 2, .inflight = 4, .min_recoveries = 1},
   {.name = "ctrl_keepalive", .env = {"GDRNET_TCP_TIMEOUT_MS=4321"}, .send = keepalive_send, .recv = keepalive_recv,
    .sizes = sizes_small, .nsizes = N(sizes_small), .iters = 1, .inflight = 4},
   {.name = "bad_handshake", .raw_send = bad_handshake_send, .recv = never_recv,

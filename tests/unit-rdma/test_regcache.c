@@ -225,6 +225,38 @@ static void test_errors(void **state) {
   gdr_regcache_put(e);
 }
 
+/* A lost device (release_all): the entries NCCL still holds keep no registration; a request for the same range
+ * after the device came back (a new context) must get a new registration with new keys, never the released one
+ * (its keys belong to the dead context: LOC_PROT/REM_ACCESS, or on hardware an alias of a new MR). The held entry
+ * is still put back cleanly, without a second deregistration. */
+static void test_released_not_reused(void **state) {
+  struct gdr_reg_entry *held, *fresh, *again;
+  struct gdr_reg_req r = req(0x300000, 3 * PAGE, ACC_LW | ACC_RW, GDR_REG_HOST);
+  assert_int_equal(gdr_regcache_get(C, &r, &held), 0);
+  uint32_t old_lkey = held->lkey, old_rkey = held->rkey;
+  assert_int_equal(gdr_regcache_release_all(C), 1);
+  assert_int_equal(F->live, 0);
+  assert_null(held->mr);
+  /* the device is back: the same range (and a range inside it) registers again */
+  assert_int_equal(gdr_regcache_get(C, &r, &fresh), 0);
+  assert_ptr_not_equal(fresh, held);
+  assert_non_null(fresh->mr);
+  assert_int_not_equal(fresh->lkey, old_lkey);
+  assert_int_not_equal(fresh->rkey, old_rkey);
+  assert_int_equal(F->regs, 2);
+  struct gdr_reg_req inner = req(0x301000, 100, ACC_LW, GDR_REG_HOST);
+  assert_int_equal(gdr_regcache_get(C, &inner, &again), 0);
+  assert_ptr_equal(again, fresh); /* the live entry serves, the released one never */
+  assert_int_equal(F->regs, 2);
+  assert_int_equal(gdr_regcache_put(again), 0);
+  assert_int_equal(gdr_regcache_put(held), 0); /* released: nothing to deregister */
+  assert_int_equal(F->deregs, 1);
+  assert_int_equal(gdr_regcache_put(fresh), 0);
+  assert_int_equal(F->live, 0);
+  assert_int_equal(F->deregs, 2);
+  assert_int_equal(C->nentries, 0);
+}
+
 static void test_fini_cleans_leaks(void **state) {
   struct gdr_reg_entry *e;
   struct gdr_reg_req r = req(0x600000, PAGE, ACC_LW, GDR_REG_HOST);
@@ -300,6 +332,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_access_and_kind, setup, teardown),
       cmocka_unit_test_setup_teardown(test_dmabuf_not_widened, setup, teardown),
       cmocka_unit_test_setup_teardown(test_errors, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_released_not_reused, setup, teardown),
       cmocka_unit_test_setup_teardown(test_fini_cleans_leaks, setup, teardown),
       cmocka_unit_test_setup_teardown(test_concurrent, setup, teardown),
   };
