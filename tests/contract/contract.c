@@ -133,8 +133,8 @@ static void draw_fault(struct sched *S, uint64_t *s) {
   if (rr(s, 4) == 0) env_add(S, "GDRNET_RECOVERY_ATTEMPTS=%d", rr(s, 2));
   switch (kind) {
   case 0:
-    S->fault_kind = "wc write_imm";
-    snprintf(f, fl, "wc:op=write_imm:nth=%d:status=%s", 1 + rr(s, nb), st);
+    S->fault_kind = "wc write_imm"; /* the sender's data (the receiver posts none) */
+    snprintf(S->fault[0], fl, "wc:op=write_imm:nth=%d:status=%s", 1 + rr(s, S->nslots + 1), st);
     break;
   case 1:
     S->fault_kind = "wc write";
@@ -161,8 +161,8 @@ static void draw_fault(struct sched *S, uint64_t *s) {
   }
   case 5:
     S->fault_kind = "key recovery + reg_mr failure";
-    snprintf(f, fl, "wc:op=write_imm:nth=%d:status=%s;fail:call=reg_mr:nth=%d:errno=ENOMEM", 1 + rr(s, nb),
-             rr(s, 2) ? "loc_prot" : "rem_access", 2 + rr(s, 10));
+    snprintf(S->fault[0], fl, "wc:op=write_imm:nth=%d:status=%s;fail:call=reg_mr:nth=%d:errno=ENOMEM",
+             1 + rr(s, S->nslots + 1), rr(s, 2) ? "loc_prot" : "rem_access", 2 + rr(s, 10));
     break;
   case 6: {
     static const char *calls[] = {"create_qp", "create_cq", "modify_qp", "alloc_pd", "reg_mr"};
@@ -192,8 +192,8 @@ static void draw_fault(struct sched *S, uint64_t *s) {
     break;
   case 11:
     S->fault_kind = "fault during a recovery";
-    snprintf(f, fl, "wc:op=write_imm:nth=%d:status=retry_exc", 1 + rr(s, nb));
-    snprintf(S->fault[!side], fl, "qp_fatal:nth=%d", 2 + rr(s, 3));
+    snprintf(S->fault[0], fl, "wc:op=write_imm:nth=%d:status=retry_exc", 1 + rr(s, S->nslots + 1));
+    snprintf(S->fault[1], fl, "qp_fatal:nth=%d", 2 + rr(s, 3));
     break;
   case 12:
     S->fault_kind = "fault during a move to TCP and the return";
@@ -249,6 +249,7 @@ static int make_sched(struct sched *S, uint64_t seed, int rdma, int faults, int 
   S->pace = rr(&s, 3);
   S->close_inflight = rr(&s, 4) == 0;
   int mms = max_msg_sz(S);
+  size_t budget = 0;
   for (int i = 0; i < S->nslots; i++) {
     int grouped = rr(&s, 10) < 6;
     S->n[i] = grouped ? 2 + rr(&s, CM_MAXN - 1) : 1;
@@ -266,14 +267,23 @@ static int make_sched(struct sched *S, uint64_t seed, int rdma, int faults, int 
         cap = sz > 65537 ? sz : 65537 + rr(&s, 65536); /* a clear-to-send for a small message */
       else
         cap = sz + (1 << 20);
-      if (S->total + (size_t)cap + 4096 > TOTAL_MAX) sz = cap = rr(&s, 65);
+      if (budget + (size_t)cap + 4096 > (wrong ? TOTAL_MAX / 8 : TOTAL_MAX)) sz = cap = rr(&s, 65);
       S->size[i][j] = sz;
       S->cap[i][j] = cap;
-      S->off[i][j] = S->total;
-      S->total += ((size_t)cap + 4095) / 4096 * 4096 + 4096;
+      budget += ((size_t)cap + 4095) / 4096 * 4096 + 4096;
       S->bytes += sz;
     }
+    if (wrong) /* the self-test: every buffer of a slot as large as its largest, so misplaced sends still fit and
+                  the data and size checks are what must catch them */
+      for (int j = 0; j < S->n[i]; j++)
+        for (int k = 0; k < S->n[i]; k++)
+          if (S->cap[i][k] > S->cap[i][j]) S->cap[i][j] = S->cap[i][k];
   }
+  for (int i = 0; i < S->nslots; i++)
+    for (int j = 0; j < S->n[i]; j++) {
+      S->off[i][j] = S->total;
+      S->total += ((size_t)S->cap[i][j] + 4095) / 4096 * 4096 + 4096;
+    }
   if (faults) draw_fault(S, &s);
   /* the model's placement: all slots posted, the subs isending round-robin, NULLs retried */
   cm_model_t m;
@@ -421,7 +431,16 @@ static void open_side(struct side *X, int receiver) {
     IT_OK(X->ip.net->regMrDmaBuf(X->comm, X->buf, S->total, NCCL_PTR_CUDA, 0, dfd, &X->mh));
     close(dfd);
   } else {
-    IT_OK(X->ip.net->regMr(X->comm, X->buf, S->total, NCCL_PTR_HOST, &X->mh));
+    ncclResult_t r = X->ip.net->regMr(X->comm, X->buf, S->total, NCCL_PTR_HOST, &X->mh);
+    /* a reg_mr fault rule may hit this registration, not the plugin's own: the error is right (NCCL gets it); the
+     * rule fires once, so the application's second try registers */
+    if (r == ncclSystemError && strstr(S->fault[receiver], "call=reg_mr")) {
+      it_log("seed %llu: regMr failed under the injected reg_mr failure (right): registering again",
+             (unsigned long long)S->seed);
+      r = X->ip.net->regMr(X->comm, X->buf, S->total, NCCL_PTR_HOST, &X->mh);
+    }
+    IT_CHECK(r == ncclSuccess, "seed %llu: regMr of the %s's %zu bytes returned %s", (unsigned long long)S->seed,
+             receiver ? "receiver" : "sender", S->total, gn_result_str(r));
   }
 }
 
