@@ -804,6 +804,11 @@ int main(void) {
          wrong ? ", WRONG MODEL (self-test)" : "");
   uint64_t t0 = gn_now_ns();
   long ran = 0, failed = 0, nfaulted = 0;
+  struct {
+    const char *kind;
+    long seeds, fired, failed;
+  } tally[24];
+  int ntally = 0;
   double sum_c[4] = {0, 0, 0, 0};
   char fails[4096] = "";
   size_t fl = 0;
@@ -869,6 +874,20 @@ int main(void) {
       }
       cl[strcspn(cl, "\n")] = 0;
     }
+    if (faults) {
+      int t = 0;
+      while (t < ntally && strcmp(tally[t].kind, S->fault_kind) != 0) t++;
+      if (t == ntally && ntally < 24) {
+        tally[t].kind = S->fault_kind;
+        tally[t].seeds = tally[t].fired = tally[t].failed = 0;
+        ntally++;
+      }
+      if (t < ntally) {
+        tally[t].seeds++;
+        tally[t].fired += strstr(cl, " faults 0 ") == NULL && cl[0];
+        tally[t].failed += !ok;
+      }
+    }
     if (ok) {
       const char *cs = cl[0] ? strstr(cl, " faults ") : NULL;
       printf("seed %llu: ok, %.2f s%s%s\n", (unsigned long long)seed, took, cs ? ";" : "", cs ? cs : "");
@@ -907,6 +926,9 @@ int main(void) {
     if (!ok && stop) break;
   }
   double total = (double)(gn_now_ns() - t0) / 1e9;
+  for (int t = 0; t < ntally; t++)
+    printf("contract: fault kind \"%s\": %ld seed(s), the plugin counted a fault in %ld, %ld wrong\n", tally[t].kind,
+           tally[t].seeds, tally[t].fired, tally[t].failed);
   printf("contract: %ld schedule(s) (seeds %llu..%llu) in %.0f s over %s; %ld with a fault counted (%.0f faults, %.0f "
          "recoveries, %.0f moves to TCP, %.0f returns); %ld wrong%s%s\n",
          ran, (unsigned long long)seed0, (unsigned long long)(seed0 + (uint64_t)ran - 1), total, rdma ? "rdma" : "tcp",
