@@ -576,8 +576,10 @@ static void run_receiver(struct side *X) {
       posted++;
       progress = 1;
     }
-    if (S->pace == 1 && !signalled && posted == (S->nslots < S->window ? S->nslots : S->window)) {
-      sync_byte(X->fd, 1); /* the receives are posted: the sender may start */
+    if (S->pace == 1 && !signalled) {
+      /* what could be posted is: the sender may start (after one pass, NULLs or not: a receive that waits for a
+       * recovery would wait for the sender's calls, and the sender waits here) */
+      sync_byte(X->fd, 1);
       signalled = 1;
     }
     if (completed < posted) {
