@@ -23,6 +23,8 @@
  *   CONTRACT_SEED (1)           the first seed; CONTRACT_SEEDS (100000) how many; CONTRACT_SECONDS (110): no new
  *                               seed is started after that many seconds
  *   CONTRACT_FAULTS=0|1|mix     no fault rules (default), one per seed (RDMA only), every other seed
+ *   CONTRACT_SHAPE=nccl|plain   nccl (default): as above; plain: one sub and plain receives only (no grouped
+ *                               receive, one tag), every size, pace, flush and fault as above
  *   CONTRACT_STOP=1             stop at the first failing seed
  *   CONTRACT_SEED_S (60)        watchdog of one seed (its processes are killed, the seed fails)
  *   CONTRACT_WRONG_MODEL=1      self-test: a deliberately wrong model (the LAST free buffer with the tag); the run
@@ -209,7 +211,7 @@ static void draw_fault(struct sched *S, uint64_t *s) {
 }
 
 /* The schedule of a seed: the same in every process. Returns 0, or -1 when the model refuses it (a bug here). */
-static int make_sched(struct sched *S, uint64_t seed, int rdma, int faults, int wrong) {
+static int make_sched(struct sched *S, uint64_t seed, int rdma, int faults, int wrong, int plain) {
   uint64_t s = seed * 0x9e3779b97f4a7c15ull + 0x1234567ull;
   memset(S, 0, sizeof *S);
   S->seed = seed;
@@ -234,7 +236,7 @@ static int make_sched(struct sched *S, uint64_t seed, int rdma, int faults, int 
     env_add(S, "GDRNET_TCP_EAGER_CREDITS=%d GDRNET_TCP_NSOCKS=%d", pick(&s, credits, 4), pick(&s, socks, 3));
     if (rr(&s, 2)) env_add(S, "GDRNET_TCP_CTS_INLINE=%d", pick(&s, ctsin, 4));
   }
-  S->nsubs = 1 + rr(&s, MAXSUBS);
+  S->nsubs = plain ? 1 : 1 + rr(&s, MAXSUBS);
   for (int i = 0; i < S->nsubs; i++) {
     int t, dup;
     do { /* distinct source ranks */
@@ -251,7 +253,7 @@ static int make_sched(struct sched *S, uint64_t seed, int rdma, int faults, int 
   int mms = max_msg_sz(S);
   size_t budget = 0;
   for (int i = 0; i < S->nslots; i++) {
-    int grouped = rr(&s, 10) < 6;
+    int grouped = !plain && rr(&s, 10) < 6;
     S->n[i] = grouped ? 2 + rr(&s, CM_MAXN - 1) : 1;
     int lim = S->n[i] > 1 ? 1 << 20 : 8 << 20;
     /* a grouped receive often repeats one tag (PXN: several steps of one source rank) */
@@ -788,6 +790,12 @@ int main(void) {
   long nseeds = (long)it_env_double("CONTRACT_SEEDS", 100000);
   double secs = it_env_double("CONTRACT_SECONDS", 110), seed_s = it_env_double("CONTRACT_SEED_S", 60);
   int stop = it_env_double("CONTRACT_STOP", 0) != 0, wrong = it_env_double("CONTRACT_WRONG_MODEL", 0) != 0;
+  const char *shape = getenv("CONTRACT_SHAPE") ? getenv("CONTRACT_SHAPE") : "nccl";
+  int plain = strcmp(shape, "plain") == 0;
+  if (!plain && strcmp(shape, "nccl") != 0) {
+    fprintf(stderr, "contract: CONTRACT_SHAPE=%s: accepted values are nccl (the default) and plain\n", shape);
+    return 2;
+  }
   g_step_s = seed_s * 2 / 3;
   const char *dir = getenv("CONTRACT_DIR");
   if (dir == NULL || !*dir) dir = getenv("VEMU_DIR");
@@ -798,12 +806,12 @@ int main(void) {
   }
   it_init("contract", (int)(secs + 4 * seed_s + 60));
   setvbuf(stdout, NULL, _IOLBF, 0);
-  printf("contract: %s, seeds from %llu, up to %ld, %.0f s, faults %s%s\n", rdma ? "rdma (verbs emulator)" : "tcp",
-         (unsigned long long)seed0, nseeds, secs,
+  printf("contract: %s, seeds from %llu, up to %ld, %.0f s, faults %s, shape %s%s\n",
+         rdma ? "rdma (verbs emulator)" : "tcp", (unsigned long long)seed0, nseeds, secs,
          fmode == 2 ? "every other seed"
          : fmode    ? "every seed"
                     : "none",
-         wrong ? ", WRONG MODEL (self-test)" : "");
+         shape, wrong ? ", WRONG MODEL (self-test)" : "");
   uint64_t t0 = gn_now_ns();
   long ran = 0, failed = 0, nfaulted = 0;
   struct {
@@ -820,7 +828,7 @@ int main(void) {
     struct sched *S = calloc(1, sizeof *S);
     IT_CHECK(S != NULL, "out of memory");
     int faults = fmode == 1 || (fmode == 2 && (seed & 1));
-    IT_CHECK(make_sched(S, seed, rdma, faults, wrong) == 0, "seed %llu: the model refused its own schedule",
+    IT_CHECK(make_sched(S, seed, rdma, faults, wrong, plain) == 0, "seed %llu: the model refused its own schedule",
              (unsigned long long)seed);
     char desc[1600], logp[700], statp[700];
     describe(S, desc, sizeof desc);
@@ -902,9 +910,9 @@ int main(void) {
                  killed            ? "killed after the seed's time"
                  : WIFSIGNALED(st) ? strsignal(WTERMSIG(st))
                                    : "exit status");
-      const char *vars[] = {"GDRNET_TRANSPORT", "GDRNET_IBVERBS_LIB", "LD_LIBRARY_PATH",
-                            "VEMU_DEVICES",     "VEMU_DIR",           "GDRNET_TEST_PLUGIN",
-                            "GNIT_REAL_PLUGIN", "GNIT_CORRUPT",       "CONTRACT_WRONG_MODEL"};
+      const char *vars[] = {
+          "GDRNET_TRANSPORT",   "GDRNET_IBVERBS_LIB", "LD_LIBRARY_PATH", "VEMU_DEVICES",         "VEMU_DIR",
+          "GDRNET_TEST_PLUGIN", "GNIT_REAL_PLUGIN",   "GNIT_CORRUPT",    "CONTRACT_WRONG_MODEL", "CONTRACT_SHAPE"};
       char cmd[4096];
       size_t l = (size_t)snprintf(cmd, sizeof cmd, "env");
       for (size_t v = 0; v < sizeof vars / sizeof vars[0]; v++)
