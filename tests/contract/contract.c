@@ -68,6 +68,7 @@ struct sched {
   int cnt[MAXSUBS];                     /* isends of each sub */
   int pslot[MAXSUBS][MAXSLOTS * CM_MAXN], pbuf[MAXSUBS][MAXSLOTS * CM_MAXN]; /* the model's placement */
   int flush, lazy, close_inflight;
+  int rounds; /* the schedule runs this many times over the connection (the buffers reused) */
   long long bytes;
   char env[1024];     /* knobs, "K=V K=V" */
   char fault[2][512]; /* VEMU_FAULTS of the sender [0] and the receiver [1] ('+' for ';' nowhere: real ';') */
@@ -313,6 +314,11 @@ static int make_sched(struct sched *S, uint64_t seed, int rdma, int faults, int 
     }
   }
   cm_free(&m);
+  /* faults: traffic long enough for a recovery, and for a move to TCP and the return once the port or the device is
+   * back; a receive buffer is posted again only after its last receive completed */
+  S->rounds = 1;
+  if (faults) S->rounds = strstr(S->fault[0], "for_ms") || strstr(S->fault[1], "for_ms") ? 8 : 1 + rr(&s, 3);
+  if (S->window > S->nslots) S->window = S->nslots;
   return 0;
 }
 
@@ -337,8 +343,8 @@ static void describe(const struct sched *S, char *out, size_t len) {
   static const char *paces[] = {"free", "receives first", "isends first"};
   snprintf(out, len,
            "%d slots (%d buffers, %d grouped, %d with repeated tags), %d subs, window %d, pace %s, sizes up to %d, "
-           "%.1f MiB%s%s%s; knobs: %s",
-           S->nslots, nb, ng, rep, S->nsubs, S->window, paces[S->pace], mx, (double)S->bytes / (1 << 20),
+           "%.1f MiB x %d round(s)%s%s%s; knobs: %s",
+           S->nslots, nb, ng, rep, S->nsubs, S->window, paces[S->pace], mx, (double)S->bytes / (1 << 20), S->rounds,
            S->flush ? (S->lazy ? ", iflush (lazy)" : ", iflush") : "", S->close_inflight ? ", close in flight" : "",
            S->wrong ? ", WRONG MODEL" : "", S->env);
 }
@@ -357,8 +363,9 @@ static void fill(unsigned char *p, int size, int tag, int ord) {
 }
 
 /* Checks buffer (i, j) as the model fills it; fails naming what is there instead. */
-static void verify(const struct sched *S, const unsigned char *p, int i, int j, int got) {
-  int tag = S->tag[i][j], ord = S->ord[i][j], size = S->size[i][j], cap = S->cap[i][j];
+static void verify(const struct sched *S, const unsigned char *p, int rnd_, int i, int j, int got) {
+  int tag = S->tag[i][j], size = S->size[i][j], cap = S->cap[i][j];
+  int ord = rnd_ * S->cnt[sub_of_tag(S, tag)] + S->ord[i][j];
   IT_CHECK(got == size,
            "seed %llu: slot %d buffer %d (tag %d, its message %d): test() reported %d bytes, the model says %d "
            "(posted %d)",
@@ -371,9 +378,10 @@ static void verify(const struct sched *S, const unsigned char *p, int i, int j, 
     char what[160];
     if (n == 8 && (h >> 56) == MAGIC) {
       int t2 = (int)((h >> 48) & 0xff), k2 = (int)((h >> 32) & 0xffff), u = sub_of_tag(S, t2);
-      if (u >= 0 && k2 < S->cnt[u])
+      if (u >= 0 && k2 < S->cnt[u] * S->rounds)
         snprintf(what, sizeof what, "data of (tag %d, message %d) byte %llu, which the model puts in slot %d buffer %d",
-                 t2, k2, (unsigned long long)(h & 0xffffffffu) * 8, S->pslot[u][k2], S->pbuf[u][k2]);
+                 t2, k2, (unsigned long long)(h & 0xffffffffu) * 8,
+                 k2 / S->cnt[u] * S->nslots + S->pslot[u][k2 % S->cnt[u]], S->pbuf[u][k2 % S->cnt[u]]);
       else
         snprintf(what, sizeof what, "data of (tag %d, message %d) that the schedule never sent", t2, k2);
     } else if (h == 0x0101010101010101ull * IT_CANARY) {
@@ -457,6 +465,7 @@ static void sync_byte(int fd, int send) {
 struct subst {
   int next;                /* next ordinal to isend */
   int done;                /* ordinals completed */
+  int filled;              /* 1 + the ordinal whose payload the send buffer holds */
   void *req[SUB_INFLIGHT]; /* ring: ordinals done..next-1 */
   long nulls;
 };
@@ -467,13 +476,7 @@ static void run_sender(struct side *X) {
   struct subst st[MAXSUBS];
   int total = 0, done = 0, inflight = 0;
   memset(st, 0, sizeof st);
-  for (int u = 0; u < S->nsubs; u++) {
-    total += S->cnt[u];
-    for (int k = 0; k < S->cnt[u]; k++) {
-      int i = S->pslot[u][k], j = S->pbuf[u][k];
-      fill(X->buf + S->off[i][j], S->size[i][j], S->subtag[u], k);
-    }
-  }
+  for (int u = 0; u < S->nsubs; u++) total += S->cnt[u] * S->rounds;
   if (S->pace == 1) sync_byte(X->fd, 0);
   uint64_t last = gn_now_ns();
   int first_pass = S->pace == 2;
@@ -486,8 +489,14 @@ static void run_sender(struct side *X) {
       struct subst *b = &st[u];
       int tag = S->subtag[u];
       /* post the next isend of this sub (NCCL's proxy: one per sub per round; a NULL is tried again later) */
-      while (b->next < S->cnt[u] && b->next - b->done < SUB_INFLIGHT && inflight < SEND_INFLIGHT) {
-        int k = b->next, i = S->pslot[u][k], j = S->pbuf[u][k];
+      /* (at most cnt in flight: message k + cnt reuses the send buffer of message k) */
+      while (b->next < S->cnt[u] * S->rounds && b->next - b->done < SUB_INFLIGHT && b->next - b->done < S->cnt[u] &&
+             inflight < SEND_INFLIGHT) {
+        int k = b->next, i = S->pslot[u][k % S->cnt[u]], j = S->pbuf[u][k % S->cnt[u]];
+        if (b->filled != k + 1) {
+          fill(X->buf + S->off[i][j], S->size[i][j], tag, k);
+          b->filled = k + 1;
+        }
         void *rq = NULL;
         it_step("seed %llu: isend tag %d message %d (slot %d buffer %d, %d bytes)", (unsigned long long)S->seed, tag, k,
                 i, j, S->size[i][j]);
@@ -509,7 +518,7 @@ static void run_sender(struct side *X) {
       if (first_pass) continue;
       /* test the oldest request of this sub */
       if (b->done < b->next) {
-        int k = b->done, i = S->pslot[u][k], j = S->pbuf[u][k], d = 0, sz = -1;
+        int k = b->done, i = S->pslot[u][k % S->cnt[u]], j = S->pbuf[u][k % S->cnt[u]], d = 0, sz = -1;
         ncclResult_t r = net->test(b->req[k % SUB_INFLIGHT], &d, &sz);
         IT_CHECK(r == ncclSuccess, "seed %llu: test of the send of tag %d message %d (slot %d buffer %d) returned %s",
                  (unsigned long long)S->seed, tag, k, i, j, gn_result_str(r));
@@ -537,10 +546,11 @@ static void run_sender(struct side *X) {
         for (int u = 0; u < S->nsubs; u++) {
           int k = st[u].next;
           l += (size_t)snprintf(msg + l, sizeof msg - l, "; tag %d: %d/%d completed, %d posted", S->subtag[u],
-                                st[u].done, S->cnt[u], k);
-          if (k < S->cnt[u] && l < sizeof msg)
+                                st[u].done, S->cnt[u] * S->rounds, k);
+          if (k < S->cnt[u] * S->rounds && l < sizeof msg)
             l += (size_t)snprintf(msg + l, sizeof msg - l, ", next (message %d, slot %d buffer %d) NULL %ld times", k,
-                                  S->pslot[u][k], S->pbuf[u][k], st[u].nulls);
+                                  k / S->cnt[u] * S->nslots + S->pslot[u][k % S->cnt[u]], S->pbuf[u][k % S->cnt[u]],
+                                  st[u].nulls);
           if (l >= sizeof msg) break;
         }
         IT_CHECK(0, "seed %llu: the sender made no progress for %.0f s%s", (unsigned long long)S->seed, g_step_s, msg);
@@ -554,14 +564,19 @@ static void run_receiver(struct side *X) {
   const struct sched *S = X->S;
   const ncclNet_v8_t *net = X->ip.net;
   void *req[MAXSLOTS] = {0};
-  int posted = 0, completed = 0, signalled = 0;
+  int posted = 0, completed = 0, signalled = 0, canaried = 0;
   long nulls = 0;
   if (S->pace == 2) sync_byte(X->fd, 0);
   uint64_t last = gn_now_ns();
-  while (completed < S->nslots) {
+  const int nall = S->nslots * S->rounds; /* slot g is slot g % nslots of round g / nslots */
+  while (completed < nall) {
     int progress = 0;
-    while (posted < S->nslots && posted - completed < S->window) {
-      int i = posted;
+    while (posted < nall && posted - completed < S->window) {
+      int g = posted, i = g % S->nslots;
+      if (g >= S->nslots && !canaried) { /* a buffer posted again: the canary again */
+        for (int j = 0; j < S->n[i]; j++) memset(X->buf + S->off[i][j], IT_CANARY, (size_t)S->cap[i][j]);
+        canaried = 1;
+      }
       void *data[CM_MAXN], *mhs[CM_MAXN];
       for (int j = 0; j < S->n[i]; j++) {
         data[j] = X->buf + S->off[i][j];
@@ -575,6 +590,7 @@ static void run_receiver(struct side *X) {
         nulls++;
         break;
       }
+      canaried = 0;
       posted++;
       progress = 1;
     }
@@ -585,7 +601,7 @@ static void run_receiver(struct side *X) {
       signalled = 1;
     }
     if (completed < posted) {
-      int i = completed, d = 0, got[CM_MAXN];
+      int g = completed, i = g % S->nslots, d = 0, got[CM_MAXN];
       for (int j = 0; j < CM_MAXN; j++) got[j] = -1;
       it_step("seed %llu: test slot %d", (unsigned long long)S->seed, i);
       ncclResult_t r = net->test(req[i], &d, got);
@@ -607,7 +623,7 @@ static void run_receiver(struct side *X) {
                      i);
           }
         }
-        for (int j = 0; j < S->n[i]; j++) verify(S, X->buf + S->off[i][j], i, j, got[j]);
+        for (int j = 0; j < S->n[i]; j++) verify(S, X->buf + S->off[i][j], g / S->nslots, i, j, got[j]);
         req[i] = NULL;
         completed++;
         progress = 1;
@@ -617,7 +633,7 @@ static void run_receiver(struct side *X) {
       last = gn_now_ns();
     } else {
       if ((double)(gn_now_ns() - last) / 1e9 > g_step_s) {
-        int i = completed;
+        int i = completed % S->nslots;
         char msg[512];
         size_t l = 0;
         for (int j = 0; j < S->n[i] && l < sizeof msg; j++)
@@ -722,11 +738,13 @@ static int side_main(const struct sched *S, int fd, int receiver) {
   IT_CHECK(c[C_OPEN] == 0, "seed %llu: the %s counts %.0f comm(s) open after close", (unsigned long long)S->seed, me,
            c[C_OPEN]);
   if (receiver)
-    IT_CHECK(c[C_RECV] == (double)S->bytes, "seed %llu: the receiver counts %.0f bytes received, the model moved %lld",
-             (unsigned long long)S->seed, c[C_RECV], S->bytes);
+    IT_CHECK(c[C_RECV] == (double)S->bytes * S->rounds,
+             "seed %llu: the receiver counts %.0f bytes received, the model moved %lld", (unsigned long long)S->seed,
+             c[C_RECV], S->bytes);
   else
-    IT_CHECK(c[C_SENT] == (double)S->bytes, "seed %llu: the sender counts %.0f bytes sent, the model moved %lld",
-             (unsigned long long)S->seed, c[C_SENT], S->bytes);
+    IT_CHECK(c[C_SENT] == (double)S->bytes * S->rounds,
+             "seed %llu: the sender counts %.0f bytes sent, the model moved %lld", (unsigned long long)S->seed,
+             c[C_SENT], S->bytes);
   IT_CHECK(c[C_RET] <= c[C_FALLB], "seed %llu: the %s counts %.0f returns to RDMA but %.0f moves to TCP",
            (unsigned long long)S->seed, me, c[C_RET], c[C_FALLB]);
   if (!receiver) {
