@@ -131,8 +131,9 @@ static void draw_fault(struct sched *S, uint64_t *s) {
   char *f = S->fault[side];
   size_t fl = sizeof S->fault[0];
   static const int tmo[] = {300, 1000, 1500};
+  int tm = pick(s, tmo, 3);
   env_add(S, "VEMU_TIME_SCALE=0.01 GDRNET_FALLBACK=1 GDRNET_FAILBACK=%d GDRNET_RECOVERY_TIMEOUT_MS=%d", rr(s, 3) != 0,
-          pick(s, tmo, 3));
+          tm);
   if (rr(s, 4) == 0) env_add(S, "GDRNET_RECOVERY_ATTEMPTS=%d", rr(s, 2));
   switch (kind) {
   case 0:
@@ -157,9 +158,10 @@ static void draw_fault(struct sched *S, uint64_t *s) {
     snprintf(f, fl, "qp_fatal:nth=%d", 1 + rr(s, 3));
     break;
   case 4: {
-    static const int d[] = {100, 400, 2000};
+    /* a flap (recovered), or down past the recovery bound (to TCP) and back soon after (the return) */
     S->fault_kind = "port_down";
-    snprintf(f, fl, "port_down:dev=vemu0:after_ms=%d:for_ms=%d", 20 + rr(s, 300), pick(s, d, 3));
+    snprintf(f, fl, "port_down:dev=vemu0:after_ms=%d:for_ms=%d", 20 + rr(s, 300),
+             rr(s, 3) ? tm + 200 + rr(s, 600) : 100);
     break;
   }
   case 5:
@@ -201,7 +203,7 @@ static void draw_fault(struct sched *S, uint64_t *s) {
   case 12:
     S->fault_kind = "fault during a move to TCP and the return";
     snprintf(f, fl, "port_down:dev=vemu0:after_ms=%d:for_ms=%d;wc:op=write_imm:nth=%d:status=%s", 20 + rr(s, 200),
-             1500 + rr(s, 1000), 1 + rr(s, nb), st);
+             tm + 200 + rr(s, 800), 1 + rr(s, nb), st);
     snprintf(S->fault[!side], fl, "fail:call=%s:nth=%d:errno=ENOMEM", rr(s, 2) ? "reg_mr" : "create_qp", 3 + rr(s, 6));
     break;
   default:
@@ -317,7 +319,7 @@ static int make_sched(struct sched *S, uint64_t seed, int rdma, int faults, int 
   /* faults: traffic long enough for a recovery, and for a move to TCP and the return once the port or the device is
    * back; a receive buffer is posted again only after its last receive completed */
   S->rounds = 1;
-  if (faults) S->rounds = strstr(S->fault[0], "for_ms") || strstr(S->fault[1], "for_ms") ? 8 : 1 + rr(&s, 3);
+  if (faults) S->rounds = strstr(S->fault[0], "for_ms") || strstr(S->fault[1], "for_ms") ? 24 : 1 + rr(&s, 3);
   if (S->window > S->nslots) S->window = S->nslots;
   return 0;
 }
@@ -509,6 +511,11 @@ static void run_sender(struct side *X) {
           b->nulls++;
           break;
         }
+        /* RDMA sends only into a posted receive (its clear-to-send): with isends first, none is posted yet */
+        IT_CHECK(!(first_pass && S->rdma),
+                 "seed %llu: isend of tag %d message %d accepted before the receiver posted "
+                 "any receive (RDMA needs its clear-to-send)",
+                 (unsigned long long)S->seed, tag, k);
         b->req[k % SUB_INFLIGHT] = rq;
         b->next++;
         inflight++;
