@@ -8,6 +8,8 @@
 #   SOAK_FAULTS=1       fault mode: random VEMU_FAULTS rules on the RDMA run, which then expects the plugin to
 #                       recover (no error, every byte); off by default
 #   SOAK_ARGS           more gdrnet-soak options (--rss-growth-mb M, --fd-growth F, --stall S, --sample S, --seed X)
+#   CONTRACT_MINUTES=M  then the matching contract's tester for M minutes (scripts/contract-soak.sh: RDMA with a
+#                       fault rule per seed, and TCP); 0 (the default) leaves it out
 set -euo pipefail
 cd "$(dirname "$0")/.."
 min=${1:-30}
@@ -53,4 +55,7 @@ for i in "${!pids[@]}"; do
     tail -5 "$out/$tr.log"
   fi
 done
+if [ "${CONTRACT_MINUTES:-0}" != 0 ]; then
+  ./scripts/contract-soak.sh "$CONTRACT_MINUTES" || fail=1
+fi
 exit "$fail"
