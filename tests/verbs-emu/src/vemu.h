@@ -217,13 +217,16 @@ static inline int vemu_seg_dead(const struct vseg *s)
 	return s->mr && __atomic_load_n(&s->mr->dead, __ATOMIC_ACQUIRE);
 }
 
-/* The NIC's write of n bytes into host memory at dst. A memcpy, except under ThreadSanitizer: applications poll
- * memory a NIC writes (a CTS FIFO's sequence word) with atomic loads, and a DMA write is not a plain store of
- * another thread. There the bytes are placed in ascending order as relaxed atomic stores, 8 at a time where
- * aligned, and the last word (and a trailing byte) as a release store: a poller whose acquire load sees the last
- * word of a placement sees all of it (the FIFO's seq is the last word of an entry, and the plugin reads an
- * entry's fields after loading the seq of the group's last entry). A release per word would cost TSan a sync
- * object per 8 bytes (seconds per MiB). */
+/* The NIC's write of n bytes into host memory at dst. A NIC writes a message into strongly ordered memory in
+ * ascending address order, and applications rely on it: they poll the last word of a structure the peer writes (a
+ * CTS FIFO entry's sequence word, NCCL IB's FIFO idx) and then read the rest. glibc's memcpy does not keep that
+ * order: above 8 vectors it stores the first vector last (a poller saw an entry's seq with its nreqs not yet
+ * there). So a placement of up to VEMU_PLACE_ORDERED bytes (control structures) is made of ascending 8-byte
+ * release stores (a plain mov on x86); a larger one, payload, is a memcpy. Under ThreadSanitizer every placement
+ * is ascending relaxed atomic stores, 8 at a time where aligned, and the last word (and a trailing byte) a release
+ * store: a poller whose acquire load sees the last word of a placement sees all of it. A release per word would
+ * cost TSan a sync object per 8 bytes (seconds per MiB). */
+#define VEMU_PLACE_ORDERED 4096
 static inline void vemu_place(void *dst, const void *src, size_t n)
 {
 #ifdef VEMU_TSAN
@@ -239,7 +242,21 @@ static inline void vemu_place(void *dst, const void *src, size_t n)
 	for (; n; n--)
 		__atomic_store_n(d++, *s++, n == 1 ? __ATOMIC_RELEASE : __ATOMIC_RELAXED);
 #else
-	__builtin_memcpy(dst, src, n);
+	if (n > VEMU_PLACE_ORDERED) {
+		__builtin_memcpy(dst, src, n);
+		return;
+	}
+	unsigned char *d = dst;
+	const unsigned char *s = src;
+	for (; n && ((uintptr_t)d & 7); n--)
+		__atomic_store_n(d++, *s++, __ATOMIC_RELEASE);
+	for (; n >= 8; n -= 8, d += 8, s += 8) {
+		uint64_t v;
+		__builtin_memcpy(&v, s, 8);
+		__atomic_store_n((uint64_t *)(void *)d, v, __ATOMIC_RELEASE);
+	}
+	for (; n; n--)
+		__atomic_store_n(d++, *s++, __ATOMIC_RELEASE);
 #endif
 }
 
