@@ -218,21 +218,52 @@ struct tcp_task { /* one message's chunks for one helper thread: chunks first, f
 };
 
 struct tcp_comm;
+struct tcp_io;
 
+/* A send lane of a comm (historically one helper thread each, hence the name): the chunks of the tasks queued on
+ * it go out one after the other over its streams fds[] in rotation (the order an older receiver's helper thread t
+ * reads them in). The lanes and receive streams of every comm of the process are served by the per-process I/O
+ * thread pool (tcp_pool.c). */
 struct tcp_thread {
   struct tcp_comm *comm;
   int idx;
-  int started;
-  pthread_t tid;
   int nfds;
   int fds[TCP_MAX_STREAMS];
-  /* send side: task queue */
+  /* task queue: the progress thread pushes (queue_chunks), the lane's I/O thread pops */
   pthread_mutex_t mu;
-  pthread_cond_t cv;
   struct tcp_task q[TCP_NREQ];
-  unsigned head;        /* under mu (written by the helper only) */
-  _Atomic unsigned tail; /* written under mu; a spinning helper peeks at it without the lock */
-  int stop;            /* under mu */
+  unsigned head;         /* under mu (written by the I/O thread only) */
+  _Atomic unsigned tail; /* written under mu */
+  int stop;              /* under mu: the comm is closing */
+  /* the I/O thread serving it (fixed from comm start to close) */
+  struct tcp_io *io;
+  int in_ready;                 /* under io's ready lock: on its list of lanes with new tasks */
+  struct tcp_thread *next_ready; /* likewise */
+  struct tcp_thread *next_taken; /* the I/O thread's walk of a taken ready list (under io's lock) */
+  /* the I/O thread's own state (under io's lock) */
+  int busy;                 /* cur is being sent */
+  int dead;                 /* a send failed: tasks are dropped (the comm is failed) */
+  struct tcp_task cur;
+  uint32_t ci;              /* cur's chunk being sent */
+  size_t csent;             /* bytes of it (header + payload) in the kernel */
+  struct tcp_chunk_hdr ch;  /* its header */
+  unsigned rot;
+};
+/* After pushing a task on th (th->tail++, under th->mu or after it): its I/O thread takes it. */
+void gdr_tcp_lane_kick(struct tcp_thread *th);
+
+/* A receiving data stream: chunks read straight into the posted buffers as they come (I/O thread only). */
+struct tcp_stream {
+  struct tcp_comm *comm;
+  int idx;
+  int fd;
+  struct tcp_io *io;
+  int dead;                /* EOF or failed: out of the I/O thread's epoll set */
+  struct tcp_chunk_hdr h;  /* the next chunk's header, hgot bytes of it read */
+  size_t hgot;
+  struct tcp_req *r;       /* the chunk being received (NULL: reading a header) */
+  char *dst;
+  size_t left;
 };
 
 struct tcp_bounce { /* an eager message that arrived before its receive was posted */
@@ -259,12 +290,14 @@ struct tcp_comm {
   int ctrl_fd;
   int nsocks, nthreads;
   int fds[TCP_MAX_STREAMS];
-  struct tcp_thread *threads;
+  struct tcp_thread *threads;  /* is_send: nthreads send lanes */
+  struct tcp_stream *streams;  /* receiver: nsocks receiving streams */
+  int attached;                /* its lanes/streams are served by the I/O pool (tcp_pool.c) */
   union gdr_sockaddr peer;
   char peer_str[GDR_ADDR_STRLEN];
   size_t inline_max, min_chunk, max_chunk;
   size_t cts_inline_max; /* a message with its clear-to-send goes inline up to this (GDRNET_TCP_CTS_INLINE) */
-  uint64_t spin_ns; /* helper threads: poll this long after their last progress before blocking (0: block) */
+  uint64_t spin_ns; /* I/O threads: poll this long after their last progress before blocking (0: block) */
   uint64_t spin_max_ns; /* ... and up to this long while traffic is expected (rx_expect/tx_expect > 0) */
 
   /* progress-thread state */
@@ -350,13 +383,18 @@ ncclResult_t gdr_tcp_stage_done(struct tcp_req *r, size_t bytes);
 void gdr_tcp_stage_free(struct tcp_comm *c);
 
 /* tcp_conn.c */
-ncclResult_t gdr_tcp_comm_start(struct tcp_comm *c); /* spawns the helper threads */
+ncclResult_t gdr_tcp_comm_start(struct tcp_comm *c); /* hands its data streams to the I/O pool */
+/* tcp_pool.c: the per-process I/O threads (design there) */
+ncclResult_t gdr_tcp_pool_attach(struct tcp_comm *c);
+void gdr_tcp_pool_detach(struct tcp_comm *c); /* when it returns, no I/O thread touches c any more */
+/* The pool size for this process: GDRNET_TCP_IO_THREADS, auto from the cores (*why: how it was chosen). */
+int gdr_tcp_pool_size(char *why, size_t whylen);
+/* I/O threads running now (tests) */
+int gdr_tcp_pool_running(void);
 void gdr_tcp_comm_fail(struct tcp_comm *c, ncclResult_t res, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* tcp_p2p.c */
 ncclResult_t gdr_tcp_eager_setup(struct tcp_comm *c); /* receiver: bounce slots, GRANT sent */
 void gdr_tcp_eager_free(struct tcp_comm *c);
-void *gdr_tcp_send_thread(void *arg);
-void *gdr_tcp_recv_thread(void *arg);
 ncclResult_t gdr_tcp_reg_mr(void *comm, void *data, size_t size, int type, void **mhandle);
 ncclResult_t gdr_tcp_dereg_mr(void *comm, void *mhandle);
 ncclResult_t gdr_tcp_isend(void *send_comm, void *data, size_t size, int tag, void *mhandle, void **request);
