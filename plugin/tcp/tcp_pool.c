@@ -44,7 +44,8 @@
 #define TCP_IO_MAX 64
 #define TCP_IO_BUDGET (4u << 20) /* bytes per lane or stream per turn */
 #define TCP_IO_EVENTS 64
-#define TCP_IO_NCCL_THREADS 2 /* busy threads of NCCL per rank (proxy progress + the application's), left their cores */
+#define TCP_IO_NCCL_THREADS 2
+#define TCP_IO_MIN_AUTO 2 /* busy threads of NCCL per rank (proxy progress + the application's), left their cores */
 
 enum { SLOT_FREE = 0, SLOT_LANE, SLOT_STREAM, SLOT_AGAIN };
 
@@ -118,7 +119,10 @@ int gdr_tcp_pool_size(char *why, size_t whylen) {
   }
   if (local > 1) cores /= local;
   n = cores - TCP_IO_NCCL_THREADS;
-  if (n < 1) n = 1;
+  /* at least 2: with one thread per process, sends and receives take turns (on the 2-core CPU machine, 512 KiB
+   * both ways: 0.18-0.31x the per-connection helpers' rate with 1 or 2 threads, 0.99x with 4; docs/PERFORMANCE.md
+   * section 7) */
+  if (n < TCP_IO_MIN_AUTO) n = TCP_IO_MIN_AUTO;
   if (n > 16) n = 16;
   if (why)
     snprintf(why, whylen, "auto: %d core(s) for this rank%s%s%s, %d for NCCL's threads", cores, local > 1 ? " (" : "",

@@ -220,11 +220,12 @@ static void test_pool_size(void **state) {
   unsetenv("GDRNET_TCP_IO_THREADS");
   assert_int_equal(reload(), 0);
   n = gdr_tcp_pool_size(why, sizeof(why));
-  assert_true(n >= 1 && n <= 16);
+  assert_true(n >= 2 && n <= 16);
   assert_non_null(strstr(why, "auto"));
-  setenv("OMPI_COMM_WORLD_LOCAL_SIZE", "64", 1); /* many ranks on the host: one thread each */
+  setenv("OMPI_COMM_WORLD_LOCAL_SIZE", "64", 1); /* many ranks on the host: the floor of 2 each */
   n = gdr_tcp_pool_size(why, sizeof(why));
-  if (online <= 64 * 3) assert_int_equal(n, 1);
+  if (online <= 64 * 4) assert_int_equal(n, 2);
+  assert_non_null(strstr(why, "OMPI_COMM_WORLD_LOCAL_SIZE"));
   unsetenv("OMPI_COMM_WORLD_LOCAL_SIZE");
   setenv("GDRNET_TCP_IO_THREADS", "0", 1); /* out of range: named */
   assert_int_not_equal(reload(), 0);
