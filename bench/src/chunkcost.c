@@ -342,7 +342,7 @@ int main(int argc, char **argv) {
   struct usage u0, u1;
   double sc0_all = -1, sc0_me = -1, sc1_all = -1, sc1_me = -1;
   uint64_t t0 = 0, t1 = 0;
-  int nthreads = 0, nplugin = 0; /* at the end of the measured loop */
+  int nthreads = 0, nplugin = 0;            /* at the end of the measured loop */
   for (int phase = 0; phase < 2; phase++) { /* warm-up, then the measured run */
     long n = phase == 0 ? warmup : iters;
     if (n == 0) continue;

@@ -1,6 +1,8 @@
 /* The TCP transport (gdr_transport_tcp).
  *
- * A connection = one control stream + nsocks data streams served by nthreads helper threads per side.
+ * A connection = one control stream + nsocks data streams. The data streams of every connection of the process are
+ * served by one pool of GDRNET_TCP_IO_THREADS I/O threads (tcp_pool.c: epoll, non-blocking; a send comm's streams
+ * grouped in nthreads send lanes, a receive comm's streams each read on its own).
  *
  * Small messages go EAGER, large ones are receiver-driven like NIB's CTS FIFO:
  *   - at connect the receiver sends GRANT{eager size E = its GDRNET_TCP_INLINE, C = GDRNET_TCP_EAGER_CREDITS}
@@ -25,15 +27,17 @@
  *     ncclInvalidUsage; the other side WARNs with both sizes as well, and its next isend/test returns the
  *     error (an eager send may already have completed: the error comes with a later call);
  *   - after a CTS, size <= GDRNET_TCP_INLINE: INLINE header + payload on the control stream, as eager;
- *   - larger: cut into chunks (gdr_tcp_plan_chunks) spread round-robin over the helper threads; each chunk
- *     carries {seq, offset, length, total}, so the receiving helper thread recv()s it directly into the posted
- *     buffer at its offset (no copy besides the kernel's). Thread t of both sides owns the streams s with
- *     s % nthreads == t and uses them in the same rotation, so blocking I/O on both ends pairs up.
+ *   - larger: cut into chunks (gdr_tcp_plan_chunks) spread round-robin over the send lanes; each chunk carries
+ *     {seq, offset, length, total}, so the receiving stream reads it directly into the posted buffer at its offset
+ *     (no copy besides the kernel's). Lane t owns the streams s with s % nthreads == t and writes its chunks over
+ *     them in rotation, the order in which an older plugin's receiving helper thread t reads them (this plugin's
+ *     receiving streams take chunks in any order).
  * Sends complete when their bytes are in the kernel; receives when every byte has landed (atomic counters the
- * helpers bump, test() reads). Helper threads block in the kernel, or with GDRNET_TCP_SPIN_US first poll
- * (non-blocking reads and writes, their task queue) for that long after their last progress, and for up to
- * GDRNET_TCP_SPIN_MAX_US while their connection expects traffic (receiver: a receive whose CTS went out is not
- * complete; sender: a CTS is not used yet; counts kept by the progress thread, read by the helpers as a hint).
+ * I/O threads bump, test() reads). I/O threads sleep in epoll_wait, or with GDRNET_TCP_SPIN_US first poll (epoll
+ * without a timeout, their ready list) for that long after their last progress, and for up to
+ * GDRNET_TCP_SPIN_MAX_US while one of their connections expects traffic (receiver: a receive whose CTS went out is
+ * not complete; sender: a CTS is not used yet; counts kept by the progress thread, read by the I/O threads as a
+ * hint).
  * Requests live in a 32-slot ring per comm indexed by seq.
  *
  * System calls: the receiver reads the control stream in test() of an unfinished receive and stops after a short
@@ -81,7 +85,7 @@ void gdr_tcp_resolve_streams(int *nsocks, int *nthreads);
 /* The same for one listener: bounded by setNetAttr's flows per peer, and a multiple of the fused device count (at
  * least one stream per member). */
 void gdr_tcp_streams_for(const struct gdr_conn_opts *opts, int *nsocks, int *nthreads);
-/* How long (ns) a helper thread polls after its last progress before it sleeps in the kernel: GDRNET_TCP_SPIN_US,
+/* How long (ns) an I/O thread polls after its last progress before it sleeps in the kernel: GDRNET_TCP_SPIN_US,
  * auto = TCP_SPIN_AUTO_US on hosts with at least TCP_SPIN_AUTO_CORES online cores, else 0 (always block). */
 uint64_t gdr_tcp_resolve_spin_ns(void);
 /* The longer polling window while traffic is expected (GDRNET_TCP_SPIN_MAX_US; auto: TCP_SPIN_MAX_AUTO_US where
@@ -208,7 +212,7 @@ struct tcp_req {
   void *cuda_ctx;
 };
 
-struct tcp_task { /* one message's chunks for one helper thread: chunks first, first + stride, ... */
+struct tcp_task { /* one message's chunks for one send lane: chunks first, first + stride, ... */
   struct tcp_req *req;
   uint64_t seq;
   char *data;
@@ -303,7 +307,7 @@ struct tcp_comm {
   /* progress-thread state */
   uint64_t next_seq;
   struct tcp_req req[TCP_NREQ];
-  unsigned rr; /* next helper thread for a chunked send */
+  unsigned rr; /* next send lane for a chunked send */
   struct {
     uint64_t seq;   /* seq + 1 when valid */
     uint64_t size;
@@ -347,12 +351,12 @@ struct tcp_comm {
   uint64_t n_eager, n_bounced, n_cts;
   uint64_t n_chunked; /* sender: messages cut into chunks over the data streams (the rest went inline/eager) */
 
-  /* shared with the helper threads */
+  /* shared with the I/O threads */
   _Atomic int streams_eof; /* data streams that saw a clean EOF */
   _Atomic int failed;      /* fail_res is set */
-  _Atomic int stopping;    /* the helpers are being stopped (close) */
+  _Atomic int stopping;    /* the comm is leaving the I/O pool (close): I/O errors are no longer reported */
   _Atomic int rx_expect;   /* receiver: receives whose CTS went out and that are not complete (written by the
-                            * progress thread; helpers read it as a hint to keep polling) */
+                            * progress thread; I/O threads read it as a hint to keep polling) */
   _Atomic int tx_expect;   /* sender: clear-to-sends received for messages not sent yet (likewise) */
   pthread_mutex_t fail_mu;
   int fail_mu_ok; /* fail_mu initialised */

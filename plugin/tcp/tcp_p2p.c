@@ -1,5 +1,5 @@
-/* TCP transport data path: the control stream protocol (progress thread), the helper threads (data streams),
- * registration, isend/irecv/test. Design in tcp.h. */
+/* TCP transport data path: the control stream protocol (progress thread), registration, isend/irecv/test; the data
+ * streams' I/O is in tcp_pool.c. Design in tcp.h. */
 #include <errno.h>
 #include <sched.h>
 #include <stdio.h>

@@ -666,9 +666,31 @@ static void detach_locked(struct tcp_comm *c) { /* under g_pool.mu */
   }
 }
 
+/* A child forked while the pool runs has none of its threads: it forgets the parent's pool (whose comms it cannot use
+ * either) and starts its own with its first comm. */
+static void pool_atfork_child(void) {
+  for (int i = 0; i < g_pool.n; i++) {
+    struct tcp_io *io = &g_pool.io[i];
+    if (io->ep >= 0) close(io->ep);
+    if (io->evfd >= 0) close(io->evfd);
+    free(io->slots);
+    free(io->again);
+    memset(io, 0, sizeof(*io));
+  }
+  g_pool.n = 0;
+  g_pool.users = 0;
+  pthread_mutex_init(&g_pool.mu, NULL);
+}
+
+static void pool_atfork_register(void) {
+  if (pthread_atfork(NULL, NULL, pool_atfork_child) != 0) GDR_WARN("TCP: pthread_atfork failed");
+}
+
 ncclResult_t gdr_tcp_pool_attach(struct tcp_comm *c) {
+  static pthread_once_t once = PTHREAD_ONCE_INIT;
   ncclResult_t res = ncclSuccess;
   int n = c->is_send ? c->nthreads : c->nsocks;
+  pthread_once(&once, pool_atfork_register);
   pthread_mutex_lock(&g_pool.mu);
   if (g_pool.users == 0 && g_pool.n == 0) {
     res = pool_start();

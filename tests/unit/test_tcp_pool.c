@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -202,6 +203,44 @@ static void test_idle_cpu(void **state) {
   unsetenv("GDRNET_TCP_IO_THREADS");
 }
 
+/* A child forked while the pool runs (the parent's I/O threads do not exist in it) starts its own pool with its first
+ * comm and moves data; without the fork handler its lanes would go to threads that are not there and hang. */
+static void test_fork_child(void **state) {
+  struct pair p[1];
+  pid_t pid;
+  int st = 0;
+  (void)state;
+#if defined(__SANITIZE_THREAD__)
+  skip(); /* ThreadSanitizer cannot start threads in the child of a multi-threaded process */
+#endif
+  setenv("GDRNET_TCP_IO_THREADS", "2", 1);
+  ut_warn_reset();
+  gdr_params_reset(); /* this test's knobs */
+  assert_int_equal(gdr_core_init(ut_logger), ncclSuccess);
+  pair_open(&p[0]);
+  fflush(NULL);
+  pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    struct pair q[1];
+    pid_t tids[8];
+    alarm(60); /* a hang ends the child */
+    assert_int_equal(gdr_tcp_pool_running(), 0);
+    pair_open(&q[0]);
+    assert_int_equal(threads_named("gdr-tcp-io/", tids, 8), 2);
+    traffic_all(q, 1, 3);
+    pair_close(&q[0]);
+    _exit(0);
+  }
+  assert_int_equal(waitpid(pid, &st, 0), pid);
+  assert_true(WIFEXITED(st));
+  assert_int_equal(WEXITSTATUS(st), 0);
+  traffic_all(p, 1, 2); /* the parent's pool still works */
+  pair_close(&p[0]);
+  gdr_core_fini();
+  unsetenv("GDRNET_TCP_IO_THREADS");
+}
+
 /* The pool's size: the knob, or auto from the cores and the ranks on the host; named with how it was chosen. */
 static int reload(void) {
   gdr_params_reset();
@@ -238,6 +277,7 @@ int main(void) {
       cmocka_unit_test(test_pool_size),
       cmocka_unit_test(test_bounded_threads),
       cmocka_unit_test(test_idle_cpu),
+      cmocka_unit_test(test_fork_child),
   };
   return cmocka_run_group_tests_name("unit_tcp_pool", tests, NULL, NULL);
 }
