@@ -51,6 +51,7 @@ enum { SLOT_FREE = 0, SLOT_LANE, SLOT_STREAM, SLOT_AGAIN };
 
 struct tcp_slot {
   int kind;
+  int in_again; /* on io->again */
   uint32_t gen;
   struct tcp_thread *lane;
   struct tcp_stream *st;
@@ -66,9 +67,9 @@ struct tcp_io {
   struct tcp_slot *slots; /* under mu */
   int nslots, cap;
   int stop; /* under mu */
-  /* again: slots whose turn ended on the budget, served again before the next sleep (under mu) */
+  /* again: slots whose turn ended on the budget, served again before the next sleep (under mu; room for every slot) */
   int *again;
-  int nagain, again_cap;
+  int nagain;
   /* lanes with new tasks (under rmu) */
   pthread_mutex_t rmu;
   struct tcp_thread *ready;
@@ -148,14 +149,10 @@ static inline void cpu_relax(void) {
 #endif
 }
 
+/* Its room is reserved with the slots (slot_add): at most one entry per slot, so this never allocates. */
 static void again_push(struct tcp_io *io, int slot) {
-  if (io->nagain == io->again_cap) {
-    int cap = io->again_cap ? io->again_cap * 2 : 16;
-    int *a = realloc(io->again, (size_t)cap * sizeof(*a));
-    if (a == NULL) return; /* then it waits for its next epoll event: later, not lost (level of data remains) */
-    io->again = a;
-    io->again_cap = cap;
-  }
+  if (io->slots[slot].in_again) return;
+  io->slots[slot].in_again = 1;
   io->again[io->nagain++] = slot;
 }
 
@@ -422,6 +419,7 @@ static void *io_thread(void *arg) {
       memcpy(tmp, a, (size_t)na * sizeof(int));
       memmove(a, a + na, (size_t)(io->nagain - na) * sizeof(int));
       io->nagain -= na;
+      for (int i = 0; i < na; i++) io->slots[tmp[i]].in_again = 0;
       for (int i = 0; i < na; i++)
         if (slot_progress(io, tmp[i])) prog = 1;
     }
@@ -589,12 +587,19 @@ static int slot_add(struct tcp_io *io, int fd, int kind, struct tcp_thread *lane
     if (io->nslots == io->cap) {
       int cap = io->cap ? io->cap * 2 : 16;
       struct tcp_slot *n = realloc(io->slots, (size_t)cap * sizeof(*n));
+      int *ag;
       if (n == NULL) {
         GDR_WARN("TCP: out of memory for an I/O thread's slots");
         return -1;
       }
       memset(n + io->cap, 0, (size_t)(cap - io->cap) * sizeof(*n));
       io->slots = n;
+      ag = realloc(io->again, (size_t)cap * sizeof(*ag));
+      if (ag == NULL) {
+        GDR_WARN("TCP: out of memory for an I/O thread's slots");
+        return -1; /* slots grew, cap not: the next add tries again */
+      }
+      io->again = ag;
       io->cap = cap;
     }
     io->nslots++;
@@ -629,10 +634,12 @@ static void slots_remove(struct tcp_io *io, const struct tcp_comm *c) {
     sl->st = NULL;
   }
   for (int i = 0; i < io->nagain;) { /* freed slots leave the again list */
-    if (io->slots[io->again[i]].kind == SLOT_FREE)
+    if (io->slots[io->again[i]].kind == SLOT_FREE) {
+      io->slots[io->again[i]].in_again = 0;
       io->again[i] = io->again[--io->nagain];
-    else
+    } else {
       i++;
+    }
   }
 }
 
