@@ -409,7 +409,7 @@ static void *io_thread(void *arg) {
   uint64_t since = 0; /* last progress */
   pthread_mutex_lock(&io->mu);
   while (!io->stop) {
-    int prog = 0, timeout = -1, n;
+    int prog = 0, timeout = -1, n, werr;
     if (atomic_load(&io->has_ready) && take_ready(io)) prog = 1;
     if (io->nagain > 0) {
       int na = io->nagain, *a = io->again;
@@ -440,6 +440,7 @@ static void *io_thread(void *arg) {
     }
     pthread_mutex_unlock(&io->mu);
     n = epoll_wait(io->ep, ev, TCP_IO_EVENTS, timeout);
+    werr = errno;
     if (timeout < 0) atomic_store(&io->sleeping, 0);
     if (n == 0 && timeout == 0 && !atomic_load(&io->has_ready)) {
       cpu_relax();
@@ -447,8 +448,8 @@ static void *io_thread(void *arg) {
     }
     pthread_mutex_lock(&io->mu);
     if (n < 0) {
-      if (errno != EINTR) {
-        GDR_WARN("TCP I/O thread %d: epoll_wait failed: %s", io->idx, strerror(errno));
+      if (werr != EINTR) {
+        GDR_WARN("TCP I/O thread %d: epoll_wait failed: %s", io->idx, strerror(werr));
         break; /* cannot happen with a valid epoll fd; its comms then time out in the peer's and NCCL's checks */
       }
       continue;
