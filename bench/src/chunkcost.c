@@ -25,6 +25,7 @@
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
 #include <netinet/in.h>
@@ -52,6 +53,28 @@
 #define MAX_W 32
 
 static ncclNet_v8_t *net;
+
+/* Threads of this process now (/proc/self/task), and of them the plugin's (named gdr-tcp-*) in *plugin. */
+static int count_threads(int *plugin) {
+  DIR *d = opendir("/proc/self/task");
+  struct dirent *e;
+  int n = 0;
+  *plugin = 0;
+  if (d == NULL) return -1;
+  while ((e = readdir(d)) != NULL) {
+    char path[300], name[64] = "";
+    FILE *f;
+    if (e->d_name[0] == '.') continue;
+    n++;
+    snprintf(path, sizeof(path), "/proc/self/task/%s/comm", e->d_name);
+    if ((f = fopen(path, "r")) != NULL) {
+      if (fgets(name, sizeof(name), f) != NULL && strncmp(name, "gdr-tcp-", 8) == 0) (*plugin)++;
+      fclose(f);
+    }
+  }
+  closedir(d);
+  return n;
+}
 
 static double tv_us(struct timeval t) { return (double)t.tv_sec * 1e6 + (double)t.tv_usec; }
 
@@ -319,6 +342,7 @@ int main(int argc, char **argv) {
   struct usage u0, u1;
   double sc0_all = -1, sc0_me = -1, sc1_all = -1, sc1_me = -1;
   uint64_t t0 = 0, t1 = 0;
+  int nthreads = 0, nplugin = 0;            /* at the end of the measured loop */
   for (int phase = 0; phase < 2; phase++) { /* warm-up, then the measured run */
     long n = phase == 0 ? warmup : iters;
     if (n == 0) continue;
@@ -348,6 +372,7 @@ int main(int argc, char **argv) {
       for (int i = 0; i < nt; i++) pthread_join(th[i], NULL);
     }
     t1 = now_ns();
+    nthreads = count_threads(&nplugin);
     sc1_all = counter_read(sc_all);
     sc1_me = counter_read(sc_me);
     usage_now(&u1);
@@ -361,7 +386,7 @@ int main(int argc, char **argv) {
   double msgs = (double)iters * (double)nch; /* per side: messages it sent (or received, when it only receives) */
   double wall = (double)(t1 - t0) / 1e9;
   int have_sc = sc0_all >= 0 && sc1_all >= 0 && sc0_me >= 0 && sc1_me >= 0;
-  double res[11] = {wall,
+  double res[13] = {wall,
                     (u1.thr_u - u0.thr_u) / msgs,
                     (u1.thr_s - u0.thr_s) / msgs,
                     ((u1.self_u - u0.self_u) - (u1.thr_u - u0.thr_u)) / msgs,
@@ -372,7 +397,9 @@ int main(int argc, char **argv) {
                     have_sc ? (sc1_me - sc0_me - (double)n_yields) / msgs
                             : -1, /* the plugin's, not the driver's yields */
                     have_sc ? ((sc1_all - sc0_all) - (sc1_me - sc0_me)) / msgs : -1,
-                    (double)n_tests / msgs};
+                    (double)n_tests / msgs,
+                    (double)nthreads,
+                    (double)nplugin};
   if (role == 'B') xfer_all(ctl, res, sizeof res, 1);
   if (is_plugin) {
     plugin_teardown((int)nch, ch);
@@ -384,7 +411,7 @@ int main(int argc, char **argv) {
     free(rbuf);
   }
   if (role == 'B') _exit(0);
-  double peer[11];
+  double peer[13];
   xfer_all(ctl, peer, sizeof peer, 0);
   int st = 0;
   if (waitpid(child, &st, 0) < 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0) die("process B failed");
@@ -394,9 +421,9 @@ int main(int argc, char **argv) {
     /* one direction's bytes per wall second (bidir: each direction carries this much) */
     printf("chunkcost mode=%s side=%s size=%ld window=%ld channels=%ld bidir=%d msgs=%.0f wall_s=%.4f gbps=%.3f "
            "us_per_msg=%.2f proxy_user_us=%.2f proxy_sys_us=%.2f helper_user_us=%.2f helper_sys_us=%.2f vcsw=%.3f "
-           "ivcsw=%.3f proxy_sys_calls=%.2f helper_sys_calls=%.2f tests=%.2f\n",
+           "ivcsw=%.3f proxy_sys_calls=%.2f helper_sys_calls=%.2f tests=%.2f threads=%.0f plugin_threads=%.0f\n",
            mode, what, size, window, nch, bidir, msgs, r[0], msgs * (double)size / r[0] / 1e9, r[7], r[1], r[2], r[3],
-           r[4], r[5], r[6], r[8], r[9], r[10]);
+           r[4], r[5], r[6], r[8], r[9], r[10], r[11], r[12]);
   }
   return 0;
 }
