@@ -1,5 +1,5 @@
-/* TCP transport data path: the control stream protocol (progress thread), registration, isend/irecv/test; the data
- * streams' I/O is in tcp_pool.c. Design in tcp.h. */
+/* TCP transport data path: the control stream protocol (progress thread), the helper threads (data streams),
+ * registration, isend/irecv/test. Design in tcp.h. */
 #include <errno.h>
 #include <sched.h>
 #include <stdio.h>
@@ -688,7 +688,218 @@ static ncclResult_t send_poll(struct tcp_comm *c) {
   return rx_progress(c);
 }
 
-/* The data streams' I/O (chunks written by the send lanes, read by the receiving streams) is in tcp_pool.c. */
+/* ----------------------------------------------------------------------------------------- helper threads -- */
+
+static int thread_stopping(struct tcp_thread *th) {
+  int stop;
+  pthread_mutex_lock(&th->mu);
+  stop = th->stop;
+  pthread_mutex_unlock(&th->mu);
+  return stop;
+}
+
+/* A short pause inside a polling loop (lets the sibling hyper-thread run). */
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  __asm__ __volatile__("yield" ::: "memory");
+#endif
+}
+
+/* Polling helpers (GDRNET_TCP_SPIN_US, c->spin_ns > 0): a helper thread that made progress at `*since` may keep
+ * polling until since + spin_ns; after that it blocks in the kernel. *since == 0: the window starts now. Returns 1
+ * while it may still poll. Between polls it yields the core (so that on a busy host polling threads hand it to
+ * those with work). */
+static int spin_more(uint64_t spin_ns, uint64_t *since) {
+  uint64_t now = gdr_time_ns();
+  if (*since == 0) *since = now;
+  if (now - *since >= spin_ns) return 0;
+  cpu_relax();
+  sched_yield();
+  return 1;
+}
+
+/* The polling window of a helper waiting for its next chunk: GDRNET_TCP_SPIN_US, or GDRNET_TCP_SPIN_MAX_US while
+ * its connection expects traffic (expect: the receiver's count of receives waiting for their data after a CTS, the
+ * sender's of clear-to-sends not used yet; read without ordering, as a hint), unless the comm is closing. */
+static uint64_t spin_window(const struct tcp_comm *c, const _Atomic int *expect) {
+  if (c->spin_max_ns > c->spin_ns && atomic_load_explicit(expect, memory_order_relaxed) > 0 &&
+      !atomic_load_explicit(&c->stopping, memory_order_relaxed) &&
+      !atomic_load_explicit(&c->failed, memory_order_relaxed))
+    return c->spin_max_ns;
+  return c->spin_ns;
+}
+
+/* Writes header + payload with as few syscalls as the kernel allows; with spin_ns, non-blocking writes retried while
+ * the socket is full, for up to spin_ns since the last byte went out, then blocking ones. 0, or errno (EPIPE...). */
+static int send_chunk(int fd, const struct tcp_chunk_hdr *h, const char *data, size_t len, uint64_t spin_ns) {
+  struct iovec iov[2] = {{(void *)h, sizeof(*h)}, {(void *)data, len}};
+  struct msghdr mh;
+  size_t total = sizeof(*h) + len, sent = 0;
+  uint64_t since = 0;
+  memset(&mh, 0, sizeof(mh));
+  while (sent < total) {
+    ssize_t n;
+    struct iovec *v = iov;
+    int nv = 2;
+    if (sent >= sizeof(*h)) {
+      iov[1].iov_base = (char *)data + (sent - sizeof(*h));
+      iov[1].iov_len = len - (sent - sizeof(*h));
+      v = &iov[1];
+      nv = 1;
+    } else {
+      iov[0].iov_base = (char *)h + sent;
+      iov[0].iov_len = sizeof(*h) - sent;
+    }
+    mh.msg_iov = v;
+    mh.msg_iovlen = (size_t)nv;
+    n = sendmsg(fd, &mh, MSG_NOSIGNAL | (spin_ns ? MSG_DONTWAIT : 0));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      if (spin_ns && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+        if (!spin_more(spin_ns, &since)) spin_ns = 0; /* the rest of this chunk: blocking writes */
+        continue;
+      }
+      return errno;
+    }
+    sent += (size_t)n;
+    since = 0;
+  }
+  return 0;
+}
+
+/* Send helper with polling on: waits up to its polling window for the next task without sleeping (the proxy thread
+ * then needs no futex wake and the helper no scheduler round trip). Returns when a task is queued or the time is up. */
+static void spin_for_task(struct tcp_thread *th) {
+  const struct tcp_comm *c = th->comm;
+  uint64_t since = 0;
+  while (atomic_load_explicit(&th->tail, memory_order_acquire) == th->head)
+    if (!spin_more(spin_window(c, &c->tx_expect), &since)) return;
+}
+
+/* "gdr-tcp-tx/N" / "gdr-tcp-rx/N": what top -H and /proc/PID/task/TID/comm show (15 characters at most) */
+static void name_thread(const struct tcp_thread *th, const char *dir) {
+  char name[16];
+  snprintf(name, sizeof(name), "gdr-tcp-%s/%d", dir, th->idx % 100);
+  (void)pthread_setname_np(pthread_self(), name); /* a name is a convenience: no failure to report */
+}
+
+void *gdr_tcp_send_thread(void *arg) {
+  struct tcp_thread *th = arg;
+  struct tcp_comm *c = th->comm;
+  unsigned rot = 0;
+  name_thread(th, "tx");
+  for (;;) {
+    struct tcp_task t;
+    if (c->spin_ns) spin_for_task(th);
+    pthread_mutex_lock(&th->mu);
+    while (th->head == th->tail && !th->stop) pthread_cond_wait(&th->cv, &th->mu);
+    if (th->head == th->tail) {
+      pthread_mutex_unlock(&th->mu);
+      break;
+    }
+    t = th->q[th->head % TCP_NREQ];
+    th->head++;
+    pthread_mutex_unlock(&th->mu);
+    if (atomic_load(&c->failed)) continue; /* drain: the comm is dead, test() reports it */
+    for (uint32_t i = t.first; i < t.nchunks; i += t.stride) {
+      struct tcp_chunk_hdr h;
+      size_t off = (size_t)i * t.chunk;
+      size_t len = t.size - off < t.chunk ? t.size - off : t.chunk;
+      int fd = th->fds[rot % (unsigned)th->nfds];
+      int err;
+      rot++;
+      h.magic = TCP_CHUNK_MAGIC;
+      h.len = (uint32_t)len;
+      h.seq = t.seq;
+      h.off = off;
+      h.total = t.size;
+      err = send_chunk(fd, &h, t.data + off, len, c->spin_ns);
+      if (err != 0) {
+        if (!thread_stopping(th))
+          gdr_tcp_comm_fail(c, ncclRemoteError, "sending message %llu on data stream %d: %s",
+                            (unsigned long long)t.seq, th->idx, strerror(err));
+        break;
+      }
+      atomic_fetch_add_explicit(&t.req->done, len, memory_order_release);
+    }
+  }
+  return NULL;
+}
+
+/* Exact receive on a blocking socket; with polling on (c->spin_ns), non-blocking reads polled for up to the polling
+ * window since the last byte came (next: a chunk header, whose wait may take the longer window of spin_window()),
+ * then a blocking one for the rest. 0 ok; else the errno, or -1 for EOF (*got says after how many bytes). */
+static int recv_exact(const struct tcp_comm *c, int fd, void *buf, size_t len, size_t *got, int next) {
+  uint64_t since = 0;
+  int spin = c->spin_ns > 0;
+  *got = 0;
+  while (*got < len) {
+    ssize_t n = recv(fd, (char *)buf + *got, len - *got, spin ? MSG_DONTWAIT : MSG_WAITALL);
+    if (n == 0) return -1;
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      if (spin && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+        if (!spin_more(next && *got == 0 ? spin_window(c, &c->rx_expect) : c->spin_ns, &since)) spin = 0;
+        continue;
+      }
+      return errno;
+    }
+    *got += (size_t)n;
+    since = 0;
+  }
+  return 0;
+}
+
+void *gdr_tcp_recv_thread(void *arg) {
+  struct tcp_thread *th = arg;
+  struct tcp_comm *c = th->comm;
+  unsigned rot = 0;
+  name_thread(th, "rx");
+  for (;;) {
+    struct tcp_chunk_hdr h;
+    struct tcp_req *r;
+    size_t got = 0;
+    int fd = th->fds[rot % (unsigned)th->nfds];
+    int err;
+    rot++;
+    err = recv_exact(c, fd, &h, sizeof(h), &got, 1);
+    if (err != 0) {
+      if (thread_stopping(th)) break;
+      if (err == -1 && got == 0) {
+        /* clean EOF between chunks: the peer closed; test() decides whether anything is still missing */
+        atomic_fetch_add(&c->streams_eof, th->nfds);
+      } else {
+        gdr_tcp_comm_fail(c, ncclRemoteError, "receiving on data stream %d: %s", th->idx,
+                          err == -1 ? "the peer closed the connection in the middle of a chunk" : strerror(err));
+      }
+      break;
+    }
+    r = &c->req[h.seq % TCP_NREQ];
+    if (h.magic != TCP_CHUNK_MAGIC || atomic_load_explicit(&r->armed, memory_order_acquire) != h.seq + 1 ||
+        h.total > r->size || h.off > h.total || h.len > h.total - h.off) {
+      gdr_tcp_comm_fail(c, ncclRemoteError,
+                        "protocol error on data stream %d: chunk magic 0x%x message %llu [%llu, +%u) of %llu bytes "
+                        "does not fit the posted receive",
+                        th->idx, h.magic, (unsigned long long)h.seq, (unsigned long long)h.off, h.len,
+                        (unsigned long long)h.total);
+      break;
+    }
+    err = recv_exact(c, fd, r->data + h.off, h.len, &got, 0);
+    if (err != 0) {
+      if (thread_stopping(th)) break;
+      gdr_tcp_comm_fail(c, ncclRemoteError, "receiving message %llu on data stream %d: %s",
+                        (unsigned long long)h.seq, th->idx,
+                        err == -1 ? "the peer closed the connection in the middle of a chunk" : strerror(err));
+      break;
+    }
+    atomic_store_explicit(&r->total, (size_t)h.total, memory_order_relaxed);
+    atomic_fetch_add_explicit(&r->done, h.len, memory_order_release);
+  }
+  return NULL;
+}
+
 
 /* ----------------------------------------------------------------------------------------------- isend -- */
 
@@ -718,7 +929,7 @@ static ncclResult_t queue_chunks(struct tcp_comm *c, struct tcp_req *r) {
     task->nchunks = plan.nchunks;
     task->stride = (uint32_t)c->nthreads;
     th->tail++;
-    gdr_tcp_lane_kick(th);
+    pthread_cond_signal(&th->cv);
     pthread_mutex_unlock(&th->mu);
   }
   return ncclSuccess;
