@@ -612,7 +612,11 @@ ncclResult_t gdr_rdma_poll(struct gdr_rdma_comm *c, int *progress) {
         c->drain_seen++; /* a quiesce marker: every completion of its queue came before it */
       } else if (wcs[i].status == IBV_WC_SUCCESS) {
         process_wc(c, &wcs[i]);
-        if (gdr_health_state(&c->health) == GDR_HEALTH_OK) c->rec.healthy = 1;
+        /* the episode ends with a completion the peer's NIC answered: a flush READ on this side's own loopback
+         * QP proves nothing about the path, and ending the episode with it lets a peer that is gone restart the
+         * recovery for ever */
+        if (gdr_health_state(&c->health) == GDR_HEALTH_OK && gdr_wr_kind(wcs[i].wr_id) != GDR_WR_FLUSH)
+          c->rec.healthy = 1;
       } else if (gdr_health_state(&c->health) == GDR_HEALTH_OK && nbad++ == 0) {
         bad = wcs[i]; /* the first fault decides; the recovery starts once the CQ is drained */
       } else {

@@ -194,8 +194,11 @@ static void fault_v(struct gdr_rdma_comm *c, int action, unsigned rekey, ncclRes
   int recover = (action == GDR_FAULT_RECOVER || action == GDR_FAULT_REKEY) &&
                 (c->remote.caps & GDR_RDMA_CAP_RECOVERY) && gdr_param_int(GDR_PARAM_RECOVERY_ATTEMPTS) > 0;
   if (rc->phase == GDR_REC_IDLE) {
-    /* a new episode unless the last recovery is recent and nothing has completed since */
-    if (rc->episode_attempts == 0 || rc->healthy || now > rc->deadline_ns) {
+    /* a new episode only once a completion succeeded after the last recovery: a fault that comes later than the
+     * timeout (a retry-exceeded takes GDRNET_IB_TIMEOUT x GDRNET_IB_RETRY_CNT, 30 s by default) without anything
+     * having got through is the same episode, past its deadline, and not a fresh start (a peer that is gone
+     * would otherwise be recovered again and again, each time "1 of at most N") */
+    if (rc->episode_attempts == 0 || rc->healthy) {
       rc->episode_attempts = 0;
       rc->episode_start_ns = now;
       rc->deadline_ns = now + ms_ns(gdr_param_int(GDR_PARAM_RECOVERY_TIMEOUT_MS));
@@ -268,7 +271,7 @@ static void recovered(struct gdr_rdma_comm *c, uint64_t msgs, uint64_t bytes) {
   rc->replayed_msgs += msgs;
   rc->replayed_bytes += bytes;
   rc->recover_ns += ns;
-  rc->deadline_ns = gdr_time_ns() + ms_ns(gdr_param_int(GDR_PARAM_RECOVERY_TIMEOUT_MS));
+  /* (the deadline stays the episode's: from its first fault) */
   atomic_fetch_add_explicit(&c->dev->ctr.recoveries, 1, memory_order_relaxed);
   atomic_fetch_add_explicit(&c->dev->ctr.replayed_msgs, msgs, memory_order_relaxed);
   atomic_fetch_add_explicit(&c->dev->ctr.replayed_bytes, bytes, memory_order_relaxed);

@@ -25,6 +25,8 @@
  *                                           (reconnect()); GNIT_RECONNECT_KEEP=1: the first connections and their
  *                                           registrations stay open meanwhile (the new ones register the same
  *                                           buffers: the cache must not hand out the dead context's keys)
+ *   GNIT_MAX_RECOVERIES=N                   at most N recoveries in both processes (a peer that is gone must not be
+ *                                           recovered again and again: each episode's attempts are bounded)
  *   GNIT_EXPECT_REKEY=recv|send|none        a key fault: that end (of either process) registered its own buffers
  *                                           again (the INFO line "new keys for its own buffers"), the other never;
  *                                           none: faults that name no key, and no end registered anything again
@@ -453,7 +455,9 @@ static int side(int fd, int parent) {
   IT_CHECK(gn_boot_send(fd, mine, sizeof mine) == 0 && gn_boot_recv(fd, peer, sizeof peer, 60) == 0, "bootstrap");
   if (parent && !expect_error) {
     int rec = mine[0] + peer[0], moved = mine[1] + peer[1], back = mine[2] + peer[2];
-    int min = (int)it_env_double("GNIT_MIN_RECOVERIES", 1);
+    int min = (int)it_env_double("GNIT_MIN_RECOVERIES", 1), max = (int)it_env_double("GNIT_MAX_RECOVERIES", -1);
+    IT_CHECK(max < 0 || rec <= max, "%d recoveries in both processes, expected at most %d (GNIT_MAX_RECOVERIES)", rec,
+             max);
     if (strcmp(expect, "clean") == 0) {
       IT_CHECK(rec + moved == 0, "%d recoveries and %d moves to TCP where the rules cannot hit a connection", rec,
                moved);

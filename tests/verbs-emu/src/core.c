@@ -1031,6 +1031,10 @@ VEMU_EXPORT int ibv_dereg_mr(struct ibv_mr *mr)
 {
 	struct vmr *m = (struct vmr *)mr;
 	pthread_mutex_lock(&g.mu);
+	/* GDR_LAZY: what the NIC acknowledged into device memory is there (only its visibility to a later read is
+	 * lazy); a deregistration, after a device loss too, cannot take it back, so the parked writes land first */
+	if (m->is_dev && m->dev)
+		vemu_lazy_drain_locked(m->dev);
 	for (struct vmr **pp = &g.mr_hash[mr->lkey & 4095]; *pp; pp = &(*pp)->hnext)
 		if (*pp == m) {
 			*pp = m->hnext;
