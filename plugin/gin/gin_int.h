@@ -1,0 +1,159 @@
+/* The one-sided core's objects, shared by core.c (the version-neutral entry points) and tcp_os.c (the host-staged
+ * message path over the net core's comms). Not seen outside plugin/gin/. */
+#ifndef GDRNET_GIN_INT_H
+#define GDRNET_GIN_INT_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include "gin/gin.h"
+
+#define GDR_GIN_INST_MAGIC 0x49524447u /* "GDRI" */
+#define GDR_GIN_COMM_MAGIC 0x43524447u /* "GDRC" */
+#define GDR_GIN_CTX_MAGIC 0x4b524447u  /* "GDRK" */
+#define GDR_GIN_MR_MAGIC 0x57524447u   /* "GDRW" */
+#define GDR_GIN_REQ_MAGIC 0x50524447u  /* "GDRP" */
+
+#define GDR_GIN_INLINE 256 /* put bytes carried inside the header message (host source windows) */
+
+/* wire ops */
+enum { GIN_OP_REG = 1, GIN_OP_PUT, GIN_OP_GET, GIN_OP_GET_REPLY, GIN_OP_FLUSH, GIN_OP_FLUSH_ACK };
+#define GIN_F_SIGNAL 0x1u
+#define GIN_F_INLINE 0x2u
+#define GIN_F_DATA 0x4u            /* a data message follows the header */
+#define GIN_WIRE_MAGIC 0x47524447u /* "GDRG" */
+
+struct gin_hdr {
+  uint32_t magic;
+  uint16_t op;
+  uint16_t flags;
+  uint32_t mr;     /* window id (target's for PUT/GET; initiator's for GET_REPLY) */
+  uint32_t sig_mr; /* window id of the signal word */
+  uint64_t off;
+  uint64_t size;
+  uint64_t sig_off;
+  uint64_t sig_val; /* what to add (INC: 1) */
+  uint64_t cookie;  /* GET/FLUSH: the initiator's request (index | generation << 32) */
+  uint64_t aux;     /* GET: the initiator's window offset; REG: the window's base address */
+  uint32_t aux_mr;  /* GET: the initiator's window id */
+  uint32_t pad;
+};
+_Static_assert(sizeof(struct gin_hdr) == 72, "gin_hdr is 72 bytes");
+#define GIN_MSG_MAX (sizeof(struct gin_hdr) + GDR_GIN_INLINE)
+
+struct gin_comm;
+
+/* A window: the same id on every rank. */
+struct gin_mr {
+  uint32_t magic;
+  uint32_t id;
+  struct gin_comm *comm;
+  char *base;
+  size_t size;
+  int type;            /* NCCL_PTR_HOST / NCCL_PTR_CUDA */
+  void *cuda_ctx;      /* CUDA windows: for the host-staged copies */
+  void **smh;          /* [nranks] net-core mhandles on the send comms */
+  void **rmh;          /* [nranks] on the receive comms */
+  uint64_t *peer_size; /* [nranks] every rank's size (UINT64_MAX: not yet heard) */
+  struct gin_mr *next;
+};
+
+/* One user operation, from the comm's fixed pool (a reply names it by index and generation). */
+enum { GIN_RQ_FREE = 0, GIN_RQ_USER };
+struct gin_req {
+  uint32_t magic; /* GDR_GIN_REQ_MAGIC while handed to NCCL */
+  int kind;       /* GIN_RQ_* */
+  uint32_t idx, gen;
+  int peer, context;
+  int pending; /* net-core sends not yet complete, + 1 while a reply (GET, FLUSH) is awaited */
+  int done;
+  struct gin_req *next_free;
+};
+
+/* One net-core message to a peer, in a FIFO that keeps a peer's messages in order. A header is sent from the
+ * peer's registered tx ring (slot = FIFO position); data goes from the window itself, in pieces of the header's
+ * chunk, one piece in flight at a time; a later entry is posted only after every byte of the earlier ones. */
+struct gin_send {
+  struct gin_req *owner; /* NULL: a reply (GET_REPLY, FLUSH_ACK) */
+  char *data;
+  size_t size, chunk, posted, acked, cur;
+  void *mh;
+  void *nreq; /* the net-core request of the piece in flight */
+};
+#define GDR_GIN_CHUNK ((size_t)4 << 20) /* pieces of a large put/get (also what "past max_msg_sz" tests cross) */
+#define GDR_GIN_MAX_CONTEXTS 8          /* contexts a comm's FIFOs are sized for (more share them) */
+
+enum { GIN_RX_IDLE = 0, GIN_RX_HDR, GIN_RX_DATA };
+struct gin_peer {
+  void *send, *recv;     /* net-core comms */
+  void *tx_smh, *rx_rmh; /* tx ring and rx buffer, registered on them */
+  /* send FIFO [head, tail) (positions modulo qcap) and its header ring */
+  struct gin_send *q;
+  unsigned char *tx; /* qcap x GIN_MSG_MAX, host */
+  uint32_t qcap, head, tail;
+  /* receive state machine */
+  int rx;
+  void *rx_req;
+  struct gin_hdr rx_hdr; /* the header being applied (GIN_RX_DATA) */
+  size_t rx_got, rx_cur; /* data bytes received, the piece in flight */
+  char *rx_dst;          /* where the data goes */
+  unsigned char *rx_buf; /* GIN_MSG_MAX, host */
+  int rx_stalled;        /* a reply found the FIFO full: the header is applied again at the next progress */
+  int inflight[GDR_GIN_MAX_CONTEXTS]; /* user operations in flight to this peer, per context (mod the max) */
+};
+
+struct gin_early {
+  uint32_t id;
+  int peer;
+  uint64_t size;
+  struct gin_early *next;
+};
+
+struct gin_comm {
+  uint32_t magic;
+  int rank, nranks, dev;
+  void *netctx; /* the instance's net-core context */
+  pthread_mutex_t lock;
+  int ncontexts, depth; /* of the implicit context */
+  size_t max_bytes;     /* largest net-core message */
+  struct gin_peer *peers;
+  struct gin_req *pool;
+  uint32_t npool;
+  struct gin_req *free_list;
+  struct gin_mr *mrs;
+  struct gin_early *early; /* peers' registrations heard before this rank made the window */
+  uint32_t next_mr_id;
+  ncclResult_t error; /* sticky: the first failure (a dead peer, a broken connection) */
+  int nctx_live;
+  uint64_t puts, signals, gets, bytes, errors;
+};
+
+struct gin_ctx {
+  uint32_t magic;
+  struct gin_comm *comm;
+  int ncontexts, depth;
+};
+
+/* tcp_os.c */
+/* The pool (size from the comm's contexts and depth), the FIFOs and the receive buffers; registered on every comm. */
+ncclResult_t gin_os_setup(struct gin_comm *c);
+void gin_os_teardown(struct gin_comm *c);
+/* Free FIFO entries towards peer. */
+uint32_t gin_os_room(struct gin_comm *c, int peer);
+/* Queues a header (copied into the tx ring, with inline bytes) or a data message behind the peer's others; the
+ * caller checked the room. owner's pending is counted. */
+void gin_os_queue_hdr(struct gin_comm *c, int peer, struct gin_req *owner, const struct gin_hdr *h, const void *inl,
+                      size_t inl_len);
+void gin_os_queue_data(struct gin_comm *c, int peer, struct gin_req *owner, char *data, size_t size, void *mh);
+/* Posts, tests, receives and applies what it can without blocking; a failure is recorded (sticky) and returned. */
+ncclResult_t gin_os_progress(struct gin_comm *c);
+struct gin_req *gin_req_get(struct gin_comm *c);
+void gin_req_put(struct gin_comm *c, struct gin_req *r);
+/* A user operation finished (its sends done, its reply in); its queue slot is freed when test() returns it. */
+void gin_req_finish(struct gin_comm *c, struct gin_req *r);
+/* A GET_REPLY/FLUSH_ACK cookie -> the request, or NULL (not a live one). */
+struct gin_req *gin_req_by_cookie(struct gin_comm *c, uint64_t cookie);
+struct gin_mr *gin_mr_find(struct gin_comm *c, uint32_t id);
+void gin_fail(struct gin_comm *c, ncclResult_t res, const char *what, int peer);
+
+#endif /* GDRNET_GIN_INT_H */
