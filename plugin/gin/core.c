@@ -111,6 +111,7 @@ struct ident {
 
 static void comm_free(struct gin_comm *c) {
   if (c == NULL) return;
+  gin_rdma_teardown(c);
   gin_os_teardown(c);
   for (int r = 0; c->peers != NULL && r < c->nranks; r++) {
     if (c->peers[r].send != NULL) (void)gdr_core_close_send(c->peers[r].send);
@@ -266,6 +267,7 @@ ncclResult_t gdr_gin_connect(void *ctx, void *handles[], int nranks, int rank, i
   }
   GDR_CHECK(mesh(c, g->netctx, handles, listen_comm));
   GDR_CHECK(gin_os_setup(c));
+  GDR_CHECK(gin_rdma_setup(c));
   GDR_INFO(NCCL_INIT | NCCL_NET,
            "GIN rank %d of %d connected on device %d (%s): %d context(s), %d operations in "
            "flight per rank and context",
@@ -359,6 +361,7 @@ struct gin_mr *gin_mr_find(struct gin_comm *c, uint32_t id) {
 
 static ncclResult_t mr_free(struct gin_comm *c, struct gin_mr *m) {
   ncclResult_t res = ncclSuccess, r;
+  gin_rdma_dereg(c, m);
   for (int p = 0; p < c->nranks; p++) {
     if (m->smh != NULL && m->smh[p] != NULL && (r = gdr_core_dereg_mr(c->peers[p].send, m->smh[p])) != ncclSuccess)
       res = r;
@@ -368,6 +371,8 @@ static ncclResult_t mr_free(struct gin_comm *c, struct gin_mr *m) {
   free(m->smh);
   free(m->rmh);
   free(m->peer_size);
+  free(m->peer_va);
+  free(m->peer_rkey);
   m->magic = 0;
   free(m);
   return res;
@@ -392,7 +397,9 @@ ncclResult_t gdr_gin_reg_mr_sym(void *coll_comm, void *data, size_t size, int ty
   m->smh = calloc((size_t)c->nranks, sizeof(void *));
   m->rmh = calloc((size_t)c->nranks, sizeof(void *));
   m->peer_size = calloc((size_t)c->nranks, sizeof(uint64_t));
-  if (m->smh == NULL || m->rmh == NULL || m->peer_size == NULL) {
+  m->peer_va = calloc((size_t)c->nranks, sizeof(uint64_t));
+  m->peer_rkey = calloc((size_t)c->nranks, sizeof(uint32_t));
+  if (m->smh == NULL || m->rmh == NULL || m->peer_size == NULL || m->peer_va == NULL || m->peer_rkey == NULL) {
     res = ncclSystemError;
     goto out;
   }
@@ -412,6 +419,7 @@ ncclResult_t gdr_gin_reg_mr_sym(void *coll_comm, void *data, size_t size, int ty
       GDR_CHECK(gdr_core_reg_mr(c->peers[p].recv, data, size, type, &m->rmh[p]));
     }
   }
+  GDR_CHECK(gin_rdma_reg(c, m, offset, fd));
   pthread_mutex_lock(&c->lock);
   locked = 1;
   m->id = c->next_mr_id++;
@@ -421,6 +429,8 @@ ncclResult_t gdr_gin_reg_mr_sym(void *coll_comm, void *data, size_t size, int ty
     struct gin_early *e = *pe;
     if (e->id == m->id) {
       m->peer_size[e->peer] = e->size;
+      m->peer_va[e->peer] = e->va;
+      m->peer_rkey[e->peer] = e->rkey;
       *pe = e->next;
       free(e);
     } else {
@@ -440,6 +450,7 @@ ncclResult_t gdr_gin_reg_mr_sym(void *coll_comm, void *data, size_t size, int ty
     h.mr = m->id;
     h.size = size;
     h.aux = (uint64_t)(uintptr_t)data;
+    h.rkey = gin_rdma_rkey(m);
     gin_os_queue_hdr(c, p, NULL, &h, NULL, 0);
   }
   /* every rank's size, within the connect timeout (a rank that never registers this window is missing) */
@@ -506,20 +517,24 @@ static struct gin_mr *mr_of(struct gin_comm *c, void *mh) {
   return m != NULL && m->magic == GDR_GIN_MR_MAGIC && m->comm == c ? m : NULL;
 }
 
-/* Admits one operation towards rank (context slot, FIFO room for `entries`), or *request = NULL. */
-static ncclResult_t admit(struct gin_comm *c, int context, int depth, uint32_t rank, uint32_t entries,
-                          struct gin_req **out) {
+/* Admits one operation towards rank (context slot; room for `entries` messages, or on the one-sided RDMA path
+ * for `size` bytes and a signal), or *request = NULL. */
+static ncclResult_t admit(struct gin_comm *c, int context, int depth, uint32_t rank, uint32_t entries, size_t size,
+                          int signal, struct gin_req **out) {
   struct gin_peer *p = &c->peers[rank];
   int slotc = context % GDR_GIN_MAX_CONTEXTS;
   *out = NULL;
   if (c->error != ncclSuccess) return c->error;
   (void)gin_os_progress(c); /* frees what completed; an error is in c->error */
   if (c->error != ncclSuccess) return c->error;
-  if (p->inflight[slotc] >= depth || gin_os_room(c, (int)rank) < entries) return ncclSuccess;
+  if (p->inflight[slotc] >= depth) return ncclSuccess;
+  if (c->rdma != NULL ? !gin_rdma_room(c, (int)rank, size, signal) : gin_os_room(c, (int)rank) < entries)
+    return ncclSuccess;
   *out = gin_req_get(c);
   if (*out == NULL) return ncclSuccess;
   (*out)->peer = (int)rank;
   (*out)->context = context;
+  (*out)->nwr = 0;
   p->inflight[slotc]++;
   return ncclSuccess;
 }
@@ -562,8 +577,15 @@ static ncclResult_t put_common(void *target, int context, uint64_t src_off, void
     goto out;
   }
   inl = size > 0 && size <= GDR_GIN_INLINE && src->type == NCCL_PTR_HOST;
-  GDR_CHECK(admit(c, context, depth, rank, size > 0 && !inl ? 2 : 1, &r));
+  GDR_CHECK(admit(c, context, depth, rank, size > 0 && !inl ? 2 : 1, size, signal, &r));
   if (r == NULL) goto out; /* try again */
+  c->puts++;
+  if (c->rdma != NULL) {
+    gin_rdma_put(c, r, src, src_off, dst, dst_off, size, sig, sig_off, sig_op == NCCL_NET_SIGNAL_OP_INC ? 1 : sig_val,
+                 signal);
+    *request = r;
+    goto out;
+  }
   memset(&h, 0, sizeof(h));
   h.magic = GIN_WIRE_MAGIC;
   h.op = GIN_OP_PUT;
@@ -578,7 +600,6 @@ static ncclResult_t put_common(void *target, int context, uint64_t src_off, void
   }
   gin_os_queue_hdr(c, (int)rank, r, &h, inl ? src->base + src_off : NULL, inl ? size : 0);
   if (size > 0 && !inl) gin_os_queue_data(c, (int)rank, r, src->base + src_off, size, src->smh[rank]);
-  c->puts++;
   (void)gin_os_progress(c);
   *request = r;
 out:
@@ -625,8 +646,14 @@ ncclResult_t gdr_gin_iget(void *target, int context, uint64_t remote_off, void *
     res = ncclInvalidArgument;
     goto out;
   }
-  GDR_CHECK(admit(c, context, depth, rank, 1, &r));
+  GDR_CHECK(admit(c, context, depth, rank, 1, size, 0, &r));
   if (r == NULL) goto out;
+  c->gets++;
+  if (c->rdma != NULL) {
+    gin_rdma_get(c, r, rm, remote_off, lm, local_off, size);
+    *request = r;
+    goto out;
+  }
   memset(&h, 0, sizeof(h));
   h.magic = GIN_WIRE_MAGIC;
   h.op = GIN_OP_GET;
@@ -638,7 +665,6 @@ ncclResult_t gdr_gin_iget(void *target, int context, uint64_t remote_off, void *
   h.cookie = cookie_of(r);
   r->pending++; /* the reply */
   gin_os_queue_hdr(c, (int)rank, r, &h, NULL, 0);
-  c->gets++;
   (void)gin_os_progress(c);
   *request = r;
 out:
@@ -661,11 +687,16 @@ ncclResult_t gdr_gin_iflush(void *target, int context, void *mh, uint32_t rank, 
     return ncclInvalidArgument;
   }
   pthread_mutex_lock(&c->lock);
-  GDR_CHECK(admit(c, context, depth, rank, 1, &r));
+  GDR_CHECK(admit(c, context, depth, rank, 1, 8, 0, &r));
   if (r == NULL) {
     /* NCCL reads a NULL flush request as done: never answer "try again" here */
     GDR_WARN("GIN iflush: the queue towards rank %u is full", rank);
     res = ncclInternalError;
+    goto out;
+  }
+  if (c->rdma != NULL) {
+    gin_rdma_flush(c, r, mr_of(c, mh));
+    *request = r;
     goto out;
   }
   memset(&h, 0, sizeof(h));

@@ -17,7 +17,16 @@
 #define GDR_GIN_INLINE 256 /* put bytes carried inside the header message (host source windows) */
 
 /* wire ops */
-enum { GIN_OP_REG = 1, GIN_OP_PUT, GIN_OP_GET, GIN_OP_GET_REPLY, GIN_OP_FLUSH, GIN_OP_FLUSH_ACK };
+enum {
+  GIN_OP_REG = 1,
+  GIN_OP_PUT,
+  GIN_OP_GET,
+  GIN_OP_GET_REPLY,
+  GIN_OP_FLUSH,
+  GIN_OP_FLUSH_ACK,
+  GIN_OP_QP,
+  GIN_OP_QP_READY
+};
 #define GIN_F_SIGNAL 0x1u
 #define GIN_F_INLINE 0x2u
 #define GIN_F_DATA 0x4u            /* a data message follows the header */
@@ -36,7 +45,7 @@ struct gin_hdr {
   uint64_t cookie;  /* GET/FLUSH: the initiator's request (index | generation << 32) */
   uint64_t aux;     /* GET: the initiator's window offset; REG: the window's base address */
   uint32_t aux_mr;  /* GET: the initiator's window id */
-  uint32_t pad;
+  uint32_t rkey;    /* REG: the window's remote key on the one-sided RDMA path (0 without) */
 };
 _Static_assert(sizeof(struct gin_hdr) == 72, "gin_hdr is 72 bytes");
 #define GIN_MSG_MAX (sizeof(struct gin_hdr) + GDR_GIN_INLINE)
@@ -55,6 +64,9 @@ struct gin_mr {
   void **smh;          /* [nranks] net-core mhandles on the send comms */
   void **rmh;          /* [nranks] on the receive comms */
   uint64_t *peer_size; /* [nranks] every rank's size (UINT64_MAX: not yet heard) */
+  uint64_t *peer_va;   /* [nranks] every rank's base address */
+  uint32_t *peer_rkey; /* [nranks] and remote key (one-sided RDMA path) */
+  void *ibmr;          /* its registration on the one-sided RDMA path (struct ibv_mr), or NULL */
   struct gin_mr *next;
 };
 
@@ -66,6 +78,7 @@ struct gin_req {
   uint32_t idx, gen;
   int peer, context;
   int pending; /* net-core sends not yet complete, + 1 while a reply (GET, FLUSH) is awaited */
+  int nwr;     /* one-sided RDMA path: the work requests it posted (freed from the send queue at its completion) */
   int done;
   struct gin_req *next_free;
 };
@@ -105,7 +118,8 @@ struct gin_peer {
 struct gin_early {
   uint32_t id;
   int peer;
-  uint64_t size;
+  uint64_t size, va;
+  uint32_t rkey;
   struct gin_early *next;
 };
 
@@ -125,6 +139,7 @@ struct gin_comm {
   uint32_t next_mr_id;
   ncclResult_t error; /* sticky: the first failure (a dead peer, a broken connection) */
   int nctx_live;
+  struct gin_rdma *rdma; /* the one-sided RDMA path (rdma_os.c), or NULL: every operation is a message */
   uint64_t puts, signals, gets, bytes, errors;
 };
 
@@ -133,6 +148,11 @@ struct gin_ctx {
   struct gin_comm *comm;
   int ncontexts, depth;
 };
+
+struct gin_rdma;
+
+/* GDRNET_GIN_PATH (params.def) */
+enum { GDR_GIN_PATH_AUTO = 0, GDR_GIN_PATH_MESSAGES = 1 };
 
 /* tcp_os.c */
 /* The pool (size from the comm's contexts and depth), the FIFOs and the receive buffers; registered on every comm. */
@@ -155,5 +175,26 @@ void gin_req_finish(struct gin_comm *c, struct gin_req *r);
 struct gin_req *gin_req_by_cookie(struct gin_comm *c, uint64_t cookie);
 struct gin_mr *gin_mr_find(struct gin_comm *c, uint32_t id);
 void gin_fail(struct gin_comm *c, ncclResult_t res, const char *what, int peer);
+/* INC/ADD (val) on the 8-byte word at off of window id, after the data it follows (both paths apply it so). */
+ncclResult_t gin_apply_signal(struct gin_comm *c, int peer, uint32_t id, uint64_t off, uint64_t val);
+/* A GIN_OP_QP / GIN_OP_QP_READY message (rdma_os.c's bring-up over the message path). */
+ncclResult_t gin_rdma_message(struct gin_comm *c, int peer, const struct gin_hdr *h, const void *payload);
+
+/* rdma_os.c: one RC QP per rank on the comm's device, RDMA WRITE for puts, READ for gets and flushes, a
+ * WRITE_WITH_IMM of a signal record that the target's progress applies after the data. */
+/* Brings it up when the net core runs RDMA and GDRNET_GIN_PATH allows (else c->rdma stays NULL). */
+ncclResult_t gin_rdma_setup(struct gin_comm *c);
+void gin_rdma_teardown(struct gin_comm *c);
+ncclResult_t gin_rdma_reg(struct gin_comm *c, struct gin_mr *m, uint64_t offset, int fd);
+void gin_rdma_dereg(struct gin_comm *c, struct gin_mr *m);
+uint32_t gin_rdma_rkey(const struct gin_mr *m); /* 0 without a registration */
+/* Room towards peer for an operation of nwr work requests (signal: it needs an inbox slot too). */
+int gin_rdma_room(struct gin_comm *c, int peer, size_t size, int signal);
+void gin_rdma_put(struct gin_comm *c, struct gin_req *r, struct gin_mr *src, uint64_t src_off, struct gin_mr *dst,
+                  uint64_t dst_off, size_t size, struct gin_mr *sig, uint64_t sig_off, uint64_t sig_val, int signal);
+void gin_rdma_get(struct gin_comm *c, struct gin_req *r, struct gin_mr *rm, uint64_t roff, struct gin_mr *lm,
+                  uint64_t loff, size_t size);
+void gin_rdma_flush(struct gin_comm *c, struct gin_req *r, struct gin_mr *m);
+ncclResult_t gin_rdma_progress(struct gin_comm *c);
 
 #endif /* GDRNET_GIN_INT_H */

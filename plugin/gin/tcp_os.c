@@ -160,27 +160,30 @@ static ncclResult_t win_copy(struct gin_mr *m, char *dst, const void *src, size_
   return ncclSuccess;
 }
 
-/* INC/ADD on the 8-byte word at sig_off of window sig_mr, after the data it follows. */
-static ncclResult_t apply_signal(struct gin_comm *c, int peer, const struct gin_hdr *h) {
+ncclResult_t gin_apply_signal(struct gin_comm *c, int peer, uint32_t id, uint64_t off, uint64_t val) {
   ncclResult_t res = ncclSuccess;
-  struct gin_mr *m = gin_mr_find(c, h->sig_mr);
-  if (m == NULL || h->sig_off % 8 != 0 || h->sig_off + 8 > m->size) {
-    GDR_WARN("GIN rank %d: a signal from rank %d names window %u offset %llu: %s", c->rank, peer, h->sig_mr,
-             (unsigned long long)h->sig_off, m == NULL ? "no such window" : "not an aligned word inside it");
+  struct gin_mr *m = gin_mr_find(c, id);
+  if (m == NULL || off % 8 != 0 || off > m->size || m->size - off < 8) {
+    GDR_WARN("GIN rank %d: a signal from rank %d names window %u offset %llu: %s", c->rank, peer, id,
+             (unsigned long long)off, m == NULL ? "no such window" : "not an aligned word inside it");
     res = ncclRemoteError;
     goto out;
   }
   if (m->type == NCCL_PTR_CUDA) {
     uint64_t v = 0;
-    GDR_CHECK(gdr_cuda_copy(m->cuda_ctx, &v, m->base + h->sig_off, 8, 0));
-    v += h->sig_val;
-    GDR_CHECK(gdr_cuda_copy(m->cuda_ctx, m->base + h->sig_off, &v, 8, 1));
+    GDR_CHECK(gdr_cuda_copy(m->cuda_ctx, &v, m->base + off, 8, 0));
+    v += val;
+    GDR_CHECK(gdr_cuda_copy(m->cuda_ctx, m->base + off, &v, 8, 1));
   } else {
-    __atomic_fetch_add((uint64_t *)(void *)(m->base + h->sig_off), h->sig_val, __ATOMIC_SEQ_CST);
+    __atomic_fetch_add((uint64_t *)(void *)(m->base + off), val, __ATOMIC_SEQ_CST);
   }
   c->signals++;
 out:
   return res;
+}
+
+static ncclResult_t apply_signal(struct gin_comm *c, int peer, const struct gin_hdr *h) {
+  return gin_apply_signal(c, peer, h->sig_mr, h->sig_off, h->sig_val);
 }
 
 static ncclResult_t bad_range(struct gin_comm *c, int peer, const char *what, uint32_t id, uint64_t off,
@@ -206,6 +209,8 @@ static ncclResult_t rx_header(struct gin_comm *c, int peer, int *more, int *stal
     m = gin_mr_find(c, h->mr);
     if (m != NULL) {
       m->peer_size[peer] = h->size;
+      m->peer_va[peer] = h->aux;
+      m->peer_rkey[peer] = h->rkey;
     } else {
       struct gin_early *e = calloc(1, sizeof(*e));
       if (e == NULL) {
@@ -215,6 +220,8 @@ static ncclResult_t rx_header(struct gin_comm *c, int peer, int *more, int *stal
       e->id = h->mr;
       e->peer = peer;
       e->size = h->size;
+      e->va = h->aux;
+      e->rkey = h->rkey;
       e->next = c->early;
       c->early = e;
     }
@@ -294,6 +301,8 @@ static ncclResult_t rx_header(struct gin_comm *c, int peer, int *more, int *stal
     gin_os_queue_hdr(c, peer, NULL, &r, NULL, 0);
     break;
   }
+  case GIN_OP_QP:
+  case GIN_OP_QP_READY: res = gin_rdma_message(c, peer, h, p->rx_buf + sizeof(*h)); break;
   default: GDR_WARN("GIN rank %d: rank %d sent an unknown operation %u", c->rank, peer, h->op); res = ncclRemoteError;
   }
 out:
@@ -427,6 +436,7 @@ ncclResult_t gin_os_progress(struct gin_comm *c) {
       goto out;
     }
   }
+  if (c->rdma != NULL) res = gin_rdma_progress(c);
 out:
   return res;
 }
