@@ -257,6 +257,7 @@ ncclResult_t gdr_gin_connect(void *ctx, void *handles[], int nranks, int rank, i
   c->nranks = nranks;
   c->dev = lc->dev;
   c->netctx = g->netctx;
+  c->stats_tp = gdr_stats_tp_index(gdr_core_transport() != NULL ? gdr_core_transport()->name : NULL);
   c->ncontexts = nconn > 0 ? nconn : 1;
   c->depth = depth > 0 ? depth : NCCL_NET_MAX_REQUESTS * (props.max_recvs > 0 ? props.max_recvs : 1);
   c->max_bytes = props.max_p2p_bytes > 0 ? props.max_p2p_bytes : ((size_t)1 << 30);
@@ -579,7 +580,8 @@ static ncclResult_t put_common(void *target, int context, uint64_t src_off, void
   inl = size > 0 && size <= GDR_GIN_INLINE && src->type == NCCL_PTR_HOST;
   GDR_CHECK(admit(c, context, depth, rank, size > 0 && !inl ? 2 : 1, size, signal, &r));
   if (r == NULL) goto out; /* try again */
-  c->puts++;
+  GIN_COUNT(c, puts, 1);
+  GIN_COUNT(c, bytes, size);
   if (c->rdma != NULL) {
     gin_rdma_put(c, r, src, src_off, dst, dst_off, size, sig, sig_off, sig_op == NCCL_NET_SIGNAL_OP_INC ? 1 : sig_val,
                  signal);
@@ -648,7 +650,8 @@ ncclResult_t gdr_gin_iget(void *target, int context, uint64_t remote_off, void *
   }
   GDR_CHECK(admit(c, context, depth, rank, 1, size, 0, &r));
   if (r == NULL) goto out;
-  c->gets++;
+  GIN_COUNT(c, gets, 1);
+  GIN_COUNT(c, bytes, size);
   if (c->rdma != NULL) {
     gin_rdma_get(c, r, rm, remote_off, lm, local_off, size);
     *request = r;

@@ -7,6 +7,14 @@
 #include <stdint.h>
 
 #include "gin/gin.h"
+#include "stats.h"
+
+/* bumps the comm's counter and the stats file's */
+#define GIN_COUNT(c, field, n)                                                                                         \
+  do {                                                                                                                 \
+    (c)->field += (n);                                                                                                 \
+    atomic_fetch_add_explicit(&gdr_stats_tp[(c)->stats_tp].gin_##field, (uint64_t)(n), memory_order_relaxed);          \
+  } while (0)
 
 #define GDR_GIN_INST_MAGIC 0x49524447u /* "GDRI" */
 #define GDR_GIN_COMM_MAGIC 0x43524447u /* "GDRC" */
@@ -25,7 +33,8 @@ enum {
   GIN_OP_FLUSH,
   GIN_OP_FLUSH_ACK,
   GIN_OP_QP,
-  GIN_OP_QP_READY
+  GIN_OP_QP_READY,
+  GIN_OP_ABORT /* the sender's comm failed: fail too, at once (not after RDMA retries or a TCP timeout) */
 };
 #define GIN_F_SIGNAL 0x1u
 #define GIN_F_INLINE 0x2u
@@ -141,6 +150,7 @@ struct gin_comm {
   int nctx_live;
   struct gin_rdma *rdma; /* the one-sided RDMA path (rdma_os.c), or NULL: every operation is a message */
   uint64_t puts, signals, gets, bytes, errors;
+  int stats_tp; /* GDR_STATS_TP_*: the transport under it, for the stats file's gdrnet_gin_* counters */
 };
 
 struct gin_ctx {

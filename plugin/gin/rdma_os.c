@@ -442,7 +442,6 @@ void gin_rdma_put(struct gin_comm *c, struct gin_req *r, struct gin_mr *src, uin
     p->sig_sent++;
   }
   post(c, r, wr, k);
-  c->bytes += size;
 out:
   free(wr);
   free(sge);

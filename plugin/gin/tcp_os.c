@@ -98,13 +98,26 @@ void gin_os_queue_data(struct gin_comm *c, int peer, struct gin_req *owner, char
   p->tail++;
 }
 
+static ncclResult_t send_progress(struct gin_comm *c, int peer);
+
 void gin_fail(struct gin_comm *c, ncclResult_t res, const char *what, int peer) {
   if (c->error == ncclSuccess) {
     GDR_WARN("GIN rank %d: %s (rank %d): %s; the connection is failed, every operation on it reports the error",
              c->rank, what, peer, res == ncclRemoteError ? "remote error" : "error");
     c->error = res;
+    GIN_COUNT(c, errors, 1);
+    /* best effort: the other ranks fail now too (their operations towards this rank would wait for RDMA retries
+     * or the peer's TCP timeout otherwise) */
+    for (int r = 0; c->peers != NULL && r < c->nranks; r++) {
+      struct gin_hdr h;
+      if (r == c->rank || c->peers[r].q == NULL || gin_os_room(c, r) < 1) continue;
+      memset(&h, 0, sizeof(h));
+      h.magic = GIN_WIRE_MAGIC;
+      h.op = GIN_OP_ABORT;
+      gin_os_queue_hdr(c, r, NULL, &h, NULL, 0);
+      (void)send_progress(c, r);
+    }
   }
-  c->errors++;
 }
 
 /* Posts and tests the peer's sends; frees the done ones from the head. */
@@ -177,7 +190,7 @@ ncclResult_t gin_apply_signal(struct gin_comm *c, int peer, uint32_t id, uint64_
   } else {
     __atomic_fetch_add((uint64_t *)(void *)(m->base + off), val, __ATOMIC_SEQ_CST);
   }
-  c->signals++;
+  GIN_COUNT(c, signals, 1);
 out:
   return res;
 }
@@ -240,7 +253,6 @@ static ncclResult_t rx_header(struct gin_comm *c, int peer, int *more, int *stal
       *more = 1;
       goto out;
     }
-    c->bytes += h->size;
     if (h->flags & GIN_F_SIGNAL) GDR_CHECK(apply_signal(c, peer, h));
     break;
   case GIN_OP_GET: {
@@ -301,6 +313,10 @@ static ncclResult_t rx_header(struct gin_comm *c, int peer, int *more, int *stal
     gin_os_queue_hdr(c, peer, NULL, &r, NULL, 0);
     break;
   }
+  case GIN_OP_ABORT:
+    GDR_WARN("GIN rank %d: rank %d failed its GIN connection", c->rank, peer);
+    res = ncclRemoteError;
+    break;
   case GIN_OP_QP:
   case GIN_OP_QP_READY: res = gin_rdma_message(c, peer, h, p->rx_buf + sizeof(*h)); break;
   default: GDR_WARN("GIN rank %d: rank %d sent an unknown operation %u", c->rank, peer, h->op); res = ncclRemoteError;
@@ -315,7 +331,6 @@ static ncclResult_t rx_data_done(struct gin_comm *c, int peer) {
   struct gin_peer *p = &c->peers[peer];
   const struct gin_hdr *h = &p->rx_hdr;
   if (h->op == GIN_OP_PUT) {
-    c->bytes += h->size;
     if (h->flags & GIN_F_SIGNAL) res = apply_signal(c, peer, h);
   } else {
     struct gin_req *r = gin_req_by_cookie(c, h->cookie);

@@ -1,7 +1,8 @@
 /* The GIN/RMA tables (ncclGinPlugin_v11/v12/v13, ncclRmaPlugin_v13/v14), one harness for all: GNIT_GIN_TABLE=
  * gin11|gin12|gin13|rma13|rma14 picks the table, GNIT_GIN_RANKS (default 2) the processes (a full mesh), GNIT_GIN_MODE
- * the scenario: "all" (every check below) or "peerdeath" (the last rank dies mid-run: the others get an error from
- * test and queryLastError within the timeout, never a hang).
+ * the scenario: "all" (every check below), "peerdeath" (the last rank dies mid-run: the others get an error from
+ * test and queryLastError within the timeout, never a hang) or "fault" (an RDMA READ made to fail by VEMU_FAULTS:
+ * the same).
  * Every rank runs a progress thread (ginProgress/rmaProgress in a loop, as NCCL's GIN proxy thread does) beside
  * the thread that issues and tests operations, and a reader thread races every signal: it waits for the signal
  * word to reach its value and then checks every byte of the put it follows (a signal seen before its data fails).
@@ -478,6 +479,70 @@ static void peer_death(conn_t *c) {
   IT_CHECK(err, "queryLastError does not report the failed connection");
 }
 
+/* GDRNET_STATS_FILE (with %p): this process's gdrnet_gin_*_total counters, summed over the transports */
+static uint64_t stat_of(const char *text, const char *name) {
+  char key[128];
+  uint64_t sum = 0;
+  snprintf(key, sizeof(key), "%s{pid=\"%d\",", name, (int)getpid());
+  for (const char *p = strstr(text, key); p != NULL; p = strstr(p + 1, key)) {
+    const char *v = strchr(p, ' ');
+    if (v != NULL) sum += strtoull(v + 1, NULL, 10);
+  }
+  return sum;
+}
+
+static void check_stats(void) {
+  const char *pat_env = getenv("GDRNET_STATS_FILE");
+  char path[512], text[65536];
+  const char *q;
+  size_t o = 0, n;
+  FILE *f;
+  if (pat_env == NULL) return;
+  for (const char *p = pat_env; *p && o + 16 < sizeof(path); p++) {
+    if (p[0] == '%' && p[1] == 'p')
+      o += (size_t)snprintf(path + o, sizeof(path) - o, "%d", (int)getpid()), p++;
+    else
+      path[o++] = *p;
+  }
+  path[o] = 0;
+  f = fopen(path, "r");
+  IT_CHECK(f != NULL, "stats file %s not written", path);
+  n = fread(text, 1, sizeof(text) - 1, f);
+  fclose(f);
+  text[n] = 0;
+  q = text;
+  IT_CHECK(stat_of(q, "gdrnet_gin_puts_total") >= (uint64_t)NSIZES + 110, "gin puts %llu",
+           (unsigned long long)stat_of(q, "gdrnet_gin_puts_total"));
+  IT_CHECK(stat_of(q, "gdrnet_gin_signals_total") >= (uint64_t)NSIZES + 110, "gin signals %llu",
+           (unsigned long long)stat_of(q, "gdrnet_gin_signals_total"));
+  IT_CHECK(stat_of(q, "gdrnet_gin_bytes_total") >= region(NSIZES) - 64 * NSIZES, "gin bytes %llu",
+           (unsigned long long)stat_of(q, "gdrnet_gin_bytes_total"));
+  IT_CHECK(T.v < 13 || stat_of(q, "gdrnet_gin_gets_total") >= (uint64_t)NSIZES, "gin gets %llu",
+           (unsigned long long)stat_of(q, "gdrnet_gin_gets_total"));
+  IT_CHECK(stat_of(q, "gdrnet_gin_errors_total") == 0, "gin errors %llu",
+           (unsigned long long)stat_of(q, "gdrnet_gin_errors_total"));
+}
+
+/* VEMU_FAULTS makes one of this process's RDMA READs fail (GNIT_GIN_MODE=fault, RMA v14 on the one-sided RDMA path):
+ * gets until one reports the error; queryLastError says so, closeColl returns. Never a hang (the watchdog). */
+static void fault_run(conn_t *c) {
+  int to = (g_rank + 1) % g_n;
+  bool err = false;
+  ncclResult_t res = ncclSuccess;
+  hub_barrier();
+  it_step("gets to rank %d until the injected fault", to);
+  for (int i = 0; res == ncclSuccess; i++) {
+    void *r = NULL;
+    int done = 0;
+    IT_CHECK(i < 10000, "no error after 10000 gets");
+    res = CALL_V13(iget, c->ctx, 0, 0, c->wmh, 4096, 0, c->lmh, (uint32_t)to, &r);
+    while (res == ncclSuccess && r != NULL && !done) res = CALL(test, c->cc, r, &done);
+  }
+  IT_OK(CALL(queryLastError, c->ctx, &err));
+  IT_CHECK(err, "queryLastError does not report the failed connection");
+  hub_barrier();
+}
+
 static int rank_main(int rank) {
   conn_t c;
   const char *mode = getenv("GNIT_GIN_MODE");
@@ -489,6 +554,13 @@ static int rank_main(int rank) {
   depth = T.v == 11 || T.v == 14 ? 0 : 16; /* v14: no depth in the config */
   conn_open(&c, ncontexts, depth);
   if (depth == 0) depth = NCCL_NET_MAX_REQUESTS * g_max_recvs; /* the default: NCCL's own GIN proxy queue size */
+  if (mode != NULL && !strcmp(mode, "fault")) {
+    fault_run(&c);
+    conn_stop_progress(&c);
+    IT_OK(CALL(closeColl, c.cc));
+    IT_OK(CALL(finalize, c.inst));
+    return 0;
+  }
   if (mode != NULL && !strcmp(mode, "peerdeath")) {
     peer_death(&c);
     conn_stop_progress(&c);
@@ -502,6 +574,7 @@ static int rank_main(int rank) {
   check_queue(&c, ncontexts, depth);
   close_in_flight(&c);
   conn_close(&c, 0);
+  check_stats();
   hub_barrier();
   (void)lib;
   return 0;
