@@ -165,7 +165,7 @@ char *gdr_stats_render(void) {
     {"gdrnet_failed_requests_total", "counter", "requests whose test() returned an error",
      offsetof(struct gdr_tp_counters, requests_failed), 0},
     {"gdrnet_gin_puts_total", "counter", "GIN/RMA puts issued", offsetof(struct gdr_tp_counters, gin_puts), 0},
-    {"gdrnet_gin_signals_total", "counter", "GIN/RMA signals applied to this process's windows",
+    {"gdrnet_gin_signals_total", "counter", "GIN/RMA signals issued",
      offsetof(struct gdr_tp_counters, gin_signals), 0},
     {"gdrnet_gin_gets_total", "counter", "GIN/RMA gets issued", offsetof(struct gdr_tp_counters, gin_gets), 0},
     {"gdrnet_gin_bytes_total", "counter", "GIN/RMA bytes put or got", offsetof(struct gdr_tp_counters, gin_bytes),

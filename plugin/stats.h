@@ -41,7 +41,7 @@ struct gdr_tp_counters {
   _Atomic uint64_t requests_failed;  /* requests whose test() returned an error */
   /* GIN/RMA tables (plugin/gin/), by the transport under them */
   _Atomic uint64_t gin_puts;         /* puts issued (with or without a signal) */
-  _Atomic uint64_t gin_signals;      /* signals applied to this process's windows */
+  _Atomic uint64_t gin_signals;      /* signals issued (puts with a signal, signal-only ones) */
   _Atomic uint64_t gin_gets;         /* gets issued */
   _Atomic uint64_t gin_bytes;        /* bytes put or got by this process */
   _Atomic uint64_t gin_errors;       /* GIN comms failed (a dead peer, a failed completion) */

@@ -582,6 +582,7 @@ static ncclResult_t put_common(void *target, int context, uint64_t src_off, void
   if (r == NULL) goto out; /* try again */
   GIN_COUNT(c, puts, 1);
   GIN_COUNT(c, bytes, size);
+  if (signal) GIN_COUNT(c, signals, 1);
   if (c->rdma != NULL) {
     gin_rdma_put(c, r, src, src_off, dst, dst_off, size, sig, sig_off, sig_op == NCCL_NET_SIGNAL_OP_INC ? 1 : sig_val,
                  signal);
@@ -746,7 +747,8 @@ ncclResult_t gdr_gin_progress(void *target) {
   int ncontexts, depth;
   struct gin_comm *c = resolve(target, &ncontexts, &depth, "progress");
   if (c == NULL) return ncclInvalidArgument;
-  if (pthread_mutex_trylock(&c->lock) != 0) return c->error; /* another thread is progressing it */
+  if (pthread_mutex_trylock(&c->lock) != 0) /* another thread is progressing it */
+    return __atomic_load_n(&c->error, __ATOMIC_RELAXED);
   res = gin_os_progress(c);
   pthread_mutex_unlock(&c->lock);
   return res;

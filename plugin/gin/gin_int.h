@@ -163,6 +163,8 @@ struct gin_rdma;
 
 /* GDRNET_GIN_PATH (params.def) */
 enum { GDR_GIN_PATH_AUTO = 0, GDR_GIN_PATH_MESSAGES = 1 };
+/* GDRNET_GIN_SIGNAL */
+enum { GDR_GIN_SIGNAL_IMM = 0, GDR_GIN_SIGNAL_ATOMIC = 1 };
 
 /* tcp_os.c */
 /* The pool (size from the comm's contexts and depth), the FIFOs and the receive buffers; registered on every comm. */

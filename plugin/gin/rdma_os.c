@@ -77,7 +77,8 @@ struct gin_rdma {
   uint64_t scratch;
   struct ibv_mr *inbox_mr, *outbox_mr, *credits_mr, *credit_src_mr, *scratch_mr;
   size_t max_wr;
-  int ring; /* = send queue = receive queue */
+  int ring;   /* = send queue = receive queue */
+  int atomic; /* signals are RDMA FETCH_AND_ADDs (GDRNET_GIN_SIGNAL=atomic on a device with atomic_cap) */
 };
 
 static uint64_t wr_user(const struct gin_req *r) {
@@ -102,7 +103,8 @@ static ncclResult_t qp_create(struct gin_comm *c, struct gin_rdma *g, struct rpe
   memset(&at, 0, sizeof(at));
   at.qp_state = IBV_QPS_INIT;
   at.port_num = (uint8_t)g->d->port;
-  at.qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+  at.qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
+                       (g->atomic ? IBV_ACCESS_REMOTE_ATOMIC : 0);
   rc = gdr_ibv.modify_qp(p->qp, &at, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
   if (rc) {
     GDR_WARN("GIN %s: QP 0x%x RESET->INIT failed: %s", g->d->name, p->qp->qp_num, strerror(rc));
@@ -202,6 +204,17 @@ ncclResult_t gin_rdma_setup(struct gin_comm *c) {
   }
   c->rdma = g;
   g->d = &gdr_rdma.devs[pdev];
+  if (gdr_param_int(GDR_PARAM_GIN_SIGNAL) == GDR_GIN_SIGNAL_ATOMIC) {
+    struct ibv_device_attr da;
+    memset(&da, 0, sizeof(da));
+    if (gdr_ibv.query_device(g->d->ctx, &da) == 0 && da.atomic_cap != IBV_ATOMIC_NONE)
+      g->atomic = 1;
+    else
+      GDR_INFO(NCCL_INIT | NCCL_NET,
+               "GIN rank %d: GDRNET_GIN_SIGNAL=atomic, but %s reports no RDMA atomics "
+               "(atomic_cap NONE): signals by WRITE_WITH_IMM",
+               c->rank, g->d->name);
+  }
   g->ring = g->d->max_qp_wr > 0 && g->d->max_qp_wr < GIN_RDMA_QDEPTH ? g->d->max_qp_wr : GIN_RDMA_QDEPTH;
   g->max_wr = g->d->max_msg > 0 && g->d->max_msg < ((size_t)1 << 30) ? g->d->max_msg : ((size_t)1 << 30);
   g->p = calloc((size_t)n, sizeof(*g->p));
@@ -284,10 +297,10 @@ ncclResult_t gin_rdma_setup(struct gin_comm *c) {
       }
     }
   }
-  GDR_INFO(NCCL_INIT | NCCL_NET,
-           "GIN rank %d: one-sided RDMA on %s (port %d): RDMA WRITE puts, READ gets, "
-           "WRITE_WITH_IMM signals applied by the target's progress",
-           c->rank, g->d->name, g->d->port);
+  GDR_INFO(NCCL_INIT | NCCL_NET, "GIN rank %d: one-sided RDMA on %s (port %d): RDMA WRITE puts, READ gets, %s", c->rank,
+           g->d->name, g->d->port,
+           g->atomic ? "FETCH_AND_ADD signals after the data"
+                     : "WRITE_WITH_IMM signals applied by the target's progress");
 out:
   if (res != ncclSuccess) gin_rdma_teardown(c);
   return res;
@@ -333,9 +346,10 @@ void gin_rdma_teardown(struct gin_comm *c) {
 
 ncclResult_t gin_rdma_reg(struct gin_comm *c, struct gin_mr *m, uint64_t offset, int fd) {
   struct gin_rdma *g = c->rdma;
-  const int access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+  int access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
   struct ibv_mr *mr = NULL;
   if (g == NULL) return ncclSuccess;
+  if (g->atomic) access |= IBV_ACCESS_REMOTE_ATOMIC;
   if (fd >= 0 && gdr_ibv.reg_dmabuf_mr != NULL)
     mr = gdr_ibv.reg_dmabuf_mr(g->d->pd, offset, m->size, (uint64_t)(uintptr_t)m->base, fd, access);
   if (mr == NULL) mr = reg(g, m->base, m->size, access);
@@ -359,7 +373,9 @@ int gin_rdma_room(struct gin_comm *c, int peer, size_t size, int signal) {
   struct rpeer *p = &g->p[peer];
   int nwr = nwr_of(g, size) + (signal ? 1 : 0);
   if (p->sq_used + nwr + 1 > GIN_RDMA_SQ) return 0; /* one kept for the credit write */
-  if (signal && p->sig_sent - __atomic_load_n(&g->credits[peer], __ATOMIC_ACQUIRE) >= (uint64_t)GIN_RDMA_RING) return 0;
+  if (signal && !g->atomic &&
+      p->sig_sent - __atomic_load_n(&g->credits[peer], __ATOMIC_ACQUIRE) >= (uint64_t)GIN_RDMA_RING)
+    return 0;
   return 1;
 }
 
@@ -418,7 +434,20 @@ void gin_rdma_put(struct gin_comm *c, struct gin_req *r, struct gin_mr *src, uin
   if (size > 0)
     k = span(g, wr, sge, IBV_WR_RDMA_WRITE, src->base + src_off, ((struct ibv_mr *)src->ibmr)->lkey,
              dst->peer_va[r->peer] + dst_off, dst->peer_rkey[r->peer], size);
-  if (signal) {
+  if (signal && g->atomic) { /* NCCL IB's proxy: the FETCH_AND_ADD after the WRITEs on the same QP */
+    memset(&wr[k], 0, sizeof(wr[k]));
+    sge[k].addr = (uint64_t)(uintptr_t)&g->scratch;
+    sge[k].length = sizeof(g->scratch);
+    sge[k].lkey = g->scratch_mr->lkey;
+    wr[k].opcode = IBV_WR_ATOMIC_FETCH_AND_ADD;
+    wr[k].sg_list = &sge[k];
+    wr[k].num_sge = 1;
+    wr[k].wr.atomic.remote_addr = sig->peer_va[r->peer] + sig_off;
+    wr[k].wr.atomic.compare_add = sig_val;
+    wr[k].wr.atomic.rkey = sig->peer_rkey[r->peer];
+    if (k > 0) wr[k - 1].next = &wr[k];
+    k++;
+  } else if (signal) {
     uint32_t slot = (uint32_t)(p->sig_sent % GIN_RDMA_RING);
     struct sig_rec *rec = &g->outbox[(size_t)r->peer * GIN_RDMA_RING + slot];
     rec->mr = sig->id;

@@ -104,7 +104,7 @@ void gin_fail(struct gin_comm *c, ncclResult_t res, const char *what, int peer) 
   if (c->error == ncclSuccess) {
     GDR_WARN("GIN rank %d: %s (rank %d): %s; the connection is failed, every operation on it reports the error",
              c->rank, what, peer, res == ncclRemoteError ? "remote error" : "error");
-    c->error = res;
+    __atomic_store_n(&c->error, res, __ATOMIC_RELAXED); /* gdr_gin_progress reads it without the lock */
     GIN_COUNT(c, errors, 1);
     /* best effort: the other ranks fail now too (their operations towards this rank would wait for RDMA retries
      * or the peer's TCP timeout otherwise) */
@@ -190,7 +190,6 @@ ncclResult_t gin_apply_signal(struct gin_comm *c, int peer, uint32_t id, uint64_
   } else {
     __atomic_fetch_add((uint64_t *)(void *)(m->base + off), val, __ATOMIC_SEQ_CST);
   }
-  GIN_COUNT(c, signals, 1);
 out:
   return res;
 }

@@ -115,6 +115,7 @@ typedef struct {
   uint64_t *sig;
   void *wmh, *lmh, *smh;
   pthread_t prog;
+  pthread_mutex_t pmu; /* held by the progress thread around each progress call (see sync_progress) */
   atomic_int stop;
   atomic_int prog_err;
 } conn_t;
@@ -122,10 +123,12 @@ typedef struct {
 static void *progress_main(void *arg) {
   conn_t *c = arg;
   while (!atomic_load(&c->stop)) {
+    pthread_mutex_lock(&c->pmu);
     ncclResult_t r = T.v == 11   ? G11->ginProgress(c->ctx)
                      : T.v == 12 ? G12->ginProgress(c->ctx)
                      : T.v == 13 ? G13->ginProgress(c->ctx)
                                  : R14->rmaProgress(c->ctx);
+    pthread_mutex_unlock(&c->pmu);
     if (r != ncclSuccess) {
       atomic_store(&c->prog_err, (int)r);
       break;
@@ -196,7 +199,17 @@ static void conn_open(conn_t *c, int ncontexts, int depth) {
   reg(c, c->win, WIN, &c->wmh);
   reg(c, c->sig, NSIG * sizeof(uint64_t), &c->smh);
   reg(c, c->loc, WIN, &c->lmh);
+  IT_CHECK(pthread_mutex_init(&c->pmu, NULL) == 0, "mutex");
   IT_CHECK(pthread_create(&c->prog, NULL, progress_main, c) == 0, "pthread_create");
+}
+
+/* The ranks order their steps by barriers over sockets, which ThreadSanitizer does not see as synchronisation. Window
+ * bytes this thread wrote for a peer to get, and bytes a peer put that this thread reads after the peer's flush, are
+ * ordered with the plugin's threads through the progress thread's mutex: this thread takes it once after writing
+ * (before the barrier), and once before reading (after it). */
+static void sync_progress(conn_t *c) {
+  pthread_mutex_lock(&c->pmu);
+  pthread_mutex_unlock(&c->pmu);
 }
 
 static void conn_stop_progress(conn_t *c) {
@@ -314,10 +327,11 @@ static void check_puts(conn_t *c) {
   reader_t rd = {c, from, 0, NULL};
   pthread_t th;
   void *reqs[NSIZES];
-  IT_CHECK(region(NSIZES) < WIN / 2, "layout");
+  IT_CHECK(region(NSIZES) < WIN / 2 - 4096, "layout");
   for (int i = 0; i < NSIZES; i++)
     for (size_t k = 0; k < k_sizes[i]; k++) c->loc[region(i) + k] = pat(g_rank, i, k);
   memcpy(c->win + WIN / 2, c->loc, region(NSIZES)); /* the source: the upper half of the window */
+  sync_progress(c);
   hub_barrier();
   IT_CHECK(pthread_create(&th, NULL, reader_main, &rd) == 0, "pthread_create");
   it_step("putting every size with a signal to rank %d", to);
@@ -371,6 +385,7 @@ static void check_gets_flush(conn_t *c) {
   for (int i = 0; i < NSIZES; i++)
     for (size_t k = 0; k < k_sizes[i]; k++) c->win[region(i) + k] = pat(g_rank + 10, i, k);
   memset(c->loc, 0, WIN);
+  sync_progress(c);
   hub_barrier();
   it_step("getting every size from rank %d", to);
   for (int i = 0; i < NSIZES; i++) {
@@ -388,6 +403,7 @@ static void check_gets_flush(conn_t *c) {
   it_step("puts then a flush to rank %d", to);
   for (int i = 0; i < NSIZES; i++)
     for (size_t k = 0; k < k_sizes[i]; k++) c->win[WIN / 2 + region(i) + k] = pat(g_rank + 20, i, k);
+  sync_progress(c);
   hub_barrier();
   for (int i = 0; i < NSIZES; i++) {
     reqs[i] = NULL;
@@ -400,14 +416,18 @@ static void check_gets_flush(conn_t *c) {
   }
   for (int i = 0; i < NSIZES; i++) wait_req(c, reqs[i], "put");
   hub_barrier(); /* every rank's flush is done: its target has the bytes */
+  sync_progress(c);
   for (int i = 0; i < NSIZES; i++)
     for (size_t k = 0; k < k_sizes[i]; k++)
       IT_CHECK(c->win[region(i) + k] == pat(from + 20, i, k), "after the flush: %zu bytes, byte %zu is %u, not %u",
                k_sizes[i], k, c->win[region(i) + k], pat(from + 20, i, k));
+  sync_progress(c); /* these reads before the plugin's next writes there */
   hub_barrier();
 }
 
-/* a full queue answers NULL, and takes again once a request is returned; every context has its own queue */
+/* a full queue answers NULL, and takes again once a request is returned; every context has its own queue. Its puts
+ * land below the upper half, clear of what the earlier checks read */
+#define QDST (WIN / 2 - 4096)
 static void check_queue(conn_t *c, int ncontexts, int depth) {
   int to = (g_rank + 1) % g_n;
   void **reqs = calloc((size_t)ncontexts * depth + 1, sizeof(void *));
@@ -418,18 +438,18 @@ static void check_queue(conn_t *c, int ncontexts, int depth) {
     void *r = NULL;
     for (int i = 0; i < depth; i++) {
       r = NULL;
-      IT_OK(op_put_signal(c, x, WIN / 2, 8, (size_t)x * 64, to, 400 + x, 1, NCCL_NET_SIGNAL_OP_ADD, &r));
+      IT_OK(op_put_signal(c, x, WIN / 2, 8, QDST + (size_t)x * 64, to, 400 + x, 1, NCCL_NET_SIGNAL_OP_ADD, &r));
       IT_CHECK(r != NULL, "context %d: put %d of %d refused", x, i, depth);
       reqs[n++] = r;
     }
     r = NULL;
-    IT_OK(op_put_signal(c, x, WIN / 2, 8, 0, to, 400 + x, 1, NCCL_NET_SIGNAL_OP_ADD, &r));
+    IT_OK(op_put_signal(c, x, WIN / 2, 8, QDST, to, 400 + x, 1, NCCL_NET_SIGNAL_OP_ADD, &r));
     IT_CHECK(r == NULL, "context %d: a put past the depth %d was taken", x, depth);
   }
   /* return one of context 0's: it takes one again */
   wait_req(c, reqs[0], "queue");
   reqs[0] = NULL;
-  IT_OK(op_put_signal(c, 0, WIN / 2, 8, 0, to, 400, 1, NCCL_NET_SIGNAL_OP_ADD, &reqs[0]));
+  IT_OK(op_put_signal(c, 0, WIN / 2, 8, QDST, to, 400, 1, NCCL_NET_SIGNAL_OP_ADD, &reqs[0]));
   IT_CHECK(reqs[0] != NULL, "a freed slot was not taken again");
   for (int i = 0; i < n; i++) wait_req(c, reqs[i], "queue");
   hub_barrier();
