@@ -212,6 +212,21 @@ static void sync_progress(conn_t *c) {
   pthread_mutex_unlock(&c->pmu);
 }
 
+static ncclResult_t op_put_signal(conn_t *c, int context, uint64_t so, size_t size, uint64_t d, int rank, int slot,
+                                  uint64_t val, uint32_t op, void **req);
+static void wait_req(conn_t *c, void *req, const char *what);
+
+/* sync_progress, and on the one-sided RDMA path the NIC too: a signal-only ADD 0 to this rank itself, waited for,
+ * orders this thread's window writes before the (emulated) NIC's later reads for a peer, and the NIC's earlier
+ * writes from a peer before this thread's reads (its completion). */
+static void publish(conn_t *c) {
+  void *r = NULL;
+  sync_progress(c);
+  IT_OK(op_put_signal(c, 0, 0, 0, 0, g_rank, NSIG - 1, 0, NCCL_NET_SIGNAL_OP_ADD, &r));
+  wait_req(c, r, "publish");
+  sync_progress(c);
+}
+
 static void conn_stop_progress(conn_t *c) {
   atomic_store(&c->stop, 1);
   IT_CHECK(pthread_join(c->prog, NULL) == 0, "join");
@@ -331,7 +346,7 @@ static void check_puts(conn_t *c) {
   for (int i = 0; i < NSIZES; i++)
     for (size_t k = 0; k < k_sizes[i]; k++) c->loc[region(i) + k] = pat(g_rank, i, k);
   memcpy(c->win + WIN / 2, c->loc, region(NSIZES)); /* the source: the upper half of the window */
-  sync_progress(c);
+  publish(c);
   hub_barrier();
   IT_CHECK(pthread_create(&th, NULL, reader_main, &rd) == 0, "pthread_create");
   it_step("putting every size with a signal to rank %d", to);
@@ -385,7 +400,7 @@ static void check_gets_flush(conn_t *c) {
   for (int i = 0; i < NSIZES; i++)
     for (size_t k = 0; k < k_sizes[i]; k++) c->win[region(i) + k] = pat(g_rank + 10, i, k);
   memset(c->loc, 0, WIN);
-  sync_progress(c);
+  publish(c);
   hub_barrier();
   it_step("getting every size from rank %d", to);
   for (int i = 0; i < NSIZES; i++) {
@@ -403,7 +418,7 @@ static void check_gets_flush(conn_t *c) {
   it_step("puts then a flush to rank %d", to);
   for (int i = 0; i < NSIZES; i++)
     for (size_t k = 0; k < k_sizes[i]; k++) c->win[WIN / 2 + region(i) + k] = pat(g_rank + 20, i, k);
-  sync_progress(c);
+  publish(c);
   hub_barrier();
   for (int i = 0; i < NSIZES; i++) {
     reqs[i] = NULL;
@@ -416,12 +431,12 @@ static void check_gets_flush(conn_t *c) {
   }
   for (int i = 0; i < NSIZES; i++) wait_req(c, reqs[i], "put");
   hub_barrier(); /* every rank's flush is done: its target has the bytes */
-  sync_progress(c);
+  publish(c);
   for (int i = 0; i < NSIZES; i++)
     for (size_t k = 0; k < k_sizes[i]; k++)
       IT_CHECK(c->win[region(i) + k] == pat(from + 20, i, k), "after the flush: %zu bytes, byte %zu is %u, not %u",
                k_sizes[i], k, c->win[region(i) + k], pat(from + 20, i, k));
-  sync_progress(c); /* these reads before the plugin's next writes there */
+  publish(c); /* these reads before the plugin's next writes there */
   hub_barrier();
 }
 
