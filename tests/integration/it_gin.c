@@ -592,8 +592,9 @@ static int rank_main(int rank) {
   if (mode != NULL && !strcmp(mode, "fault")) {
     fault_run(&c);
     conn_stop_progress(&c);
-    IT_OK(CALL(closeColl, c.cc));
+    IT_OK(CALL(closeColl, c.cc)); /* with the failed connection (and the windows still registered): returns */
     IT_OK(CALL(finalize, c.inst));
+    free(c.win), free(c.loc), free(c.sig);
     return 0;
   }
   if (mode != NULL && !strcmp(mode, "peerdeath")) {
@@ -601,6 +602,7 @@ static int rank_main(int rank) {
     conn_stop_progress(&c);
     IT_OK(CALL(closeColl, c.cc)); /* with the failed connection: returns */
     IT_OK(CALL(finalize, c.inst));
+    free(c.win), free(c.loc), free(c.sig);
     (void)lib;
     return 0;
   }
