@@ -1,6 +1,6 @@
 # cmake -DLIB=path/to/libnccl-net-gdr.so -P check_exports.cmake
-# Fails unless the library's dynamic symbol table defines exactly the tables ncclNetPlugin_v6 .. ncclNetPlugin_v12
-# and nothing else, and it has no DT_NEEDED on libibverbs, libcuda or libcudart (docs/design.md section 1).
+# Fails unless the library's dynamic symbol table defines exactly the tables ncclNetPlugin_v6 .. ncclNetPlugin_v12,
+# ncclGinPlugin_v11 .. v13 and ncclRmaPlugin_v13, v14 and nothing else, and it has no DT_NEEDED on libibverbs, libcuda or libcudart (docs/design.md section 1).
 cmake_policy(SET CMP0057 NEW) # if(... IN_LIST ...)
 if(NOT LIB OR NOT EXISTS "${LIB}")
   message(FATAL_ERROR "LIB=${LIB} does not exist")
@@ -11,7 +11,7 @@ if(NOT rc EQUAL 0)
 endif()
 string(REPLACE "\n" ";" lines "${syms}")
 set(expected ncclNetPlugin_v6 ncclNetPlugin_v7 ncclNetPlugin_v8 ncclNetPlugin_v9 ncclNetPlugin_v10 ncclNetPlugin_v11
-    ncclNetPlugin_v12)
+    ncclNetPlugin_v12 ncclGinPlugin_v11 ncclGinPlugin_v12 ncclGinPlugin_v13 ncclRmaPlugin_v13 ncclRmaPlugin_v14)
 set(bad "")
 set(found "")
 foreach(line ${lines})
@@ -30,7 +30,7 @@ foreach(line ${lines})
   endif()
 endforeach()
 if(bad)
-  message(FATAL_ERROR "${LIB} exports symbols other than the tables ncclNetPlugin_v6..v12: ${bad}")
+  message(FATAL_ERROR "${LIB} exports symbols other than the plugin tables: ${bad}")
 endif()
 foreach(t ${expected})
   if(NOT t IN_LIST found)

@@ -164,6 +164,13 @@ char *gdr_stats_render(void) {
      offsetof(struct gdr_tp_counters, bytes_received), 0},
     {"gdrnet_failed_requests_total", "counter", "requests whose test() returned an error",
      offsetof(struct gdr_tp_counters, requests_failed), 0},
+    {"gdrnet_gin_puts_total", "counter", "GIN/RMA puts issued", offsetof(struct gdr_tp_counters, gin_puts), 0},
+    {"gdrnet_gin_signals_total", "counter", "GIN/RMA signals issued",
+     offsetof(struct gdr_tp_counters, gin_signals), 0},
+    {"gdrnet_gin_gets_total", "counter", "GIN/RMA gets issued", offsetof(struct gdr_tp_counters, gin_gets), 0},
+    {"gdrnet_gin_bytes_total", "counter", "GIN/RMA bytes put or got", offsetof(struct gdr_tp_counters, gin_bytes),
+     0},
+    {"gdrnet_gin_errors_total", "counter", "GIN/RMA comms failed", offsetof(struct gdr_tp_counters, gin_errors), 0},
   };
   for (size_t m = 0; m < sizeof(tpm) / sizeof(tpm[0]); m++) {
     head(&b, tpm[m].name, tpm[m].type, tpm[m].help);

@@ -39,6 +39,12 @@ struct gdr_tp_counters {
   _Atomic int64_t open;              /* gauge: comms open now */
   _Atomic uint64_t bytes_sent, bytes_received;
   _Atomic uint64_t requests_failed;  /* requests whose test() returned an error */
+  /* GIN/RMA tables (plugin/gin/), by the transport under them */
+  _Atomic uint64_t gin_puts;         /* puts issued (with or without a signal) */
+  _Atomic uint64_t gin_signals;      /* signals issued (puts with a signal, signal-only ones) */
+  _Atomic uint64_t gin_gets;         /* gets issued */
+  _Atomic uint64_t gin_bytes;        /* bytes put or got by this process */
+  _Atomic uint64_t gin_errors;       /* GIN comms failed (a dead peer, a failed completion) */
 };
 extern struct gdr_tp_counters gdr_stats_tp[GDR_STATS_NTP];
 static inline int gdr_stats_tp_index(const char *transport_name) {

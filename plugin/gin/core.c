@@ -1,0 +1,766 @@
+/* The version-neutral one-sided core (gin/gin.h): instances, the full mesh, contexts, symmetric windows, requests
+ * and the operation entry points; the messages themselves are tcp_os.c's. */
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core.h"
+#include "cuda.h"
+#include "gin/gin_int.h"
+#include "log.h"
+#include "param.h"
+#include "sock.h"
+
+struct gin_inst {
+  uint32_t magic;
+  void *netctx;
+};
+
+/* ------------------------------------------------------------------------------------------------ instance -- */
+
+ncclResult_t gdr_gin_init(void **ctx, uint64_t comm_id, ncclDebugLogger_t logger, int abi) {
+  ncclResult_t res = ncclSuccess;
+  struct gin_inst *g = NULL;
+  if (ctx == NULL) return ncclInternalError;
+  *ctx = NULL;
+  g = calloc(1, sizeof(*g));
+  if (g == NULL) {
+    res = ncclSystemError;
+    goto out;
+  }
+  GDR_CHECK(gdr_core_ctx_init(&g->netctx, comm_id, -1, logger, NULL, 11));
+  g->magic = GDR_GIN_INST_MAGIC;
+  GDR_INFO(NCCL_INIT | NCCL_NET,
+           "GIN/RMA table v%d: proxy backend over the %s transport (host-staged one-sided "
+           "messages)",
+           abi, gdr_core_transport() != NULL ? gdr_core_transport()->name : "?");
+  *ctx = g;
+  g = NULL;
+out:
+  free(g);
+  return res;
+}
+
+ncclResult_t gdr_gin_finalize(void *ctx) {
+  struct gin_inst *g = ctx;
+  ncclResult_t res = ncclSuccess;
+  if (g == NULL || g->magic != GDR_GIN_INST_MAGIC) {
+    GDR_WARN("GIN finalize: %p is not a GIN instance of this plugin", ctx);
+    return ncclInvalidArgument;
+  }
+  res = gdr_core_ctx_finalize(g->netctx);
+  g->magic = 0;
+  free(g);
+  return res;
+}
+
+ncclResult_t gdr_gin_devices(int *ndev) { return gdr_core_devices(ndev); }
+
+ncclResult_t gdr_gin_listen(void *ctx, int dev, void *handle, void **listen_comm) {
+  struct gin_inst *g = ctx;
+  if (g == NULL || g->magic != GDR_GIN_INST_MAGIC) {
+    GDR_WARN("GIN listen: %p is not a GIN instance of this plugin", ctx);
+    return ncclInvalidArgument;
+  }
+  return gdr_core_listen(g->netctx, dev, handle, listen_comm);
+}
+
+ncclResult_t gdr_gin_close_listen(void *listen_comm) { return gdr_core_close_listen(listen_comm); }
+
+/* ------------------------------------------------------------------------------------------------ requests -- */
+
+struct gin_req *gin_req_get(struct gin_comm *c) {
+  struct gin_req *r = c->free_list;
+  if (r == NULL) return NULL;
+  c->free_list = r->next_free;
+  r->next_free = NULL;
+  r->magic = GDR_GIN_REQ_MAGIC;
+  r->kind = GIN_RQ_USER;
+  r->gen++;
+  r->pending = 0;
+  r->done = 0;
+  return r;
+}
+
+void gin_req_put(struct gin_comm *c, struct gin_req *r) {
+  c->peers[r->peer].inflight[r->context % GDR_GIN_MAX_CONTEXTS]--; /* the slot is NCCL's until test frees it */
+  r->magic = 0;
+  r->kind = GIN_RQ_FREE;
+  r->next_free = c->free_list;
+  c->free_list = r;
+}
+
+void gin_req_finish(struct gin_comm *c, struct gin_req *r) {
+  (void)c;
+  r->done = 1;
+}
+
+struct gin_req *gin_req_by_cookie(struct gin_comm *c, uint64_t cookie) {
+  uint32_t idx = (uint32_t)cookie, gen = (uint32_t)(cookie >> 32);
+  if (idx >= c->npool || c->pool[idx].kind != GIN_RQ_USER || c->pool[idx].gen != gen || c->pool[idx].done) return NULL;
+  return &c->pool[idx];
+}
+
+static uint64_t cookie_of(const struct gin_req *r) { return (uint64_t)r->idx | (uint64_t)r->gen << 32; }
+
+/* ---------------------------------------------------------------------------------------------- the mesh -- */
+
+struct ident {
+  uint32_t magic, rank, nranks, pad;
+};
+
+static void comm_free(struct gin_comm *c) {
+  if (c == NULL) return;
+  gin_rdma_teardown(c);
+  gin_os_teardown(c);
+  for (int r = 0; c->peers != NULL && r < c->nranks; r++) {
+    if (c->peers[r].send != NULL) (void)gdr_core_close_send(c->peers[r].send);
+    if (c->peers[r].recv != NULL) (void)gdr_core_close_recv(c->peers[r].recv);
+  }
+  while (c->early != NULL) {
+    struct gin_early *e = c->early;
+    c->early = e->next;
+    free(e);
+  }
+  free(c->peers);
+  pthread_mutex_destroy(&c->lock);
+  c->magic = 0;
+  free(c);
+}
+
+/* Connects to every rank and accepts every rank (bounded by GDRNET_CONNECT_TIMEOUT_MS), then learns which
+ * accepted comm is whose from a first message on each send comm. */
+static ncclResult_t mesh(struct gin_comm *c, void *netctx, void *handles[], void *listen_comm) {
+  ncclResult_t res = ncclSuccess;
+  int n = c->nranks, nconn = 0, nacc = 0, nid = 0;
+  struct gdr_handle *hc = calloc((size_t)n, sizeof(*hc));
+  void **acc = calloc((size_t)n, sizeof(*acc));
+  void **accc = calloc((size_t)n, sizeof(*accc));          /* acc in accept order, for the deregistration */
+  struct ident *ids = calloc((size_t)2 * n, sizeof(*ids)); /* [0, n) sent, [n, 2n) received */
+  void **smh = calloc((size_t)n, sizeof(void *)), **rmh = calloc((size_t)n, sizeof(void *));
+  void **sreq = calloc((size_t)n, sizeof(void *)), **rreq = calloc((size_t)n, sizeof(void *));
+  int *sdone = calloc((size_t)n, sizeof(int)), *rdone = calloc((size_t)n, sizeof(int));
+  uint64_t deadline = gdr_time_ns() + (uint64_t)gdr_param_int(GDR_PARAM_CONNECT_TIMEOUT_MS) * 1000000ull * 2;
+  if (!hc || !acc || !accc || !ids || !smh || !rmh || !sreq || !rreq || !sdone || !rdone) {
+    GDR_WARN("GIN connect: out of memory for %d ranks", n);
+    res = ncclSystemError;
+    goto out;
+  }
+  for (int r = 0; r < n; r++) memcpy(&hc[r], handles[r], sizeof(hc[r]));
+  while (nconn < n || nacc < n) {
+    for (int r = 0; r < n; r++) {
+      if (c->peers[r].send != NULL) continue;
+      GDR_CHECK(gdr_core_connect(netctx, c->dev, -1, &hc[r], &c->peers[r].send));
+      if (c->peers[r].send != NULL) nconn++;
+    }
+    if (nacc < n) {
+      GDR_CHECK(gdr_core_accept(listen_comm, &acc[nacc]));
+      if (acc[nacc] != NULL) accc[nacc] = acc[nacc], nacc++;
+    }
+    if (gdr_time_ns() > deadline) {
+      GDR_WARN("GIN connect: rank %d of %d has %d of %d connections and %d of %d accepted after %lld ms: a rank "
+               "is missing or unreachable",
+               c->rank, n, nconn, n, nacc, n, (long long)gdr_param_int(GDR_PARAM_CONNECT_TIMEOUT_MS) * 2);
+      res = ncclRemoteError;
+      goto out;
+    }
+    if (nconn < n || nacc < n) sched_yield();
+  }
+  for (int r = 0; r < n; r++) {
+    ids[r].magic = GIN_WIRE_MAGIC;
+    ids[r].rank = (uint32_t)c->rank;
+    ids[r].nranks = (uint32_t)n;
+    GDR_CHECK(gdr_core_reg_mr(c->peers[r].send, &ids[r], sizeof(ids[r]), NCCL_PTR_HOST, &smh[r]));
+    GDR_CHECK(gdr_core_reg_mr(acc[r], &ids[n + r], sizeof(ids[r]), NCCL_PTR_HOST, &rmh[r]));
+  }
+  while (nid < 2 * n) {
+    for (int r = 0; r < n; r++) {
+      if (sreq[r] == NULL && !sdone[r])
+        GDR_CHECK(gdr_core_isend(c->peers[r].send, &ids[r], sizeof(ids[r]), 0, smh[r], NULL, &sreq[r]));
+      if (rreq[r] == NULL && !rdone[r]) {
+        void *d = &ids[n + r];
+        size_t sz = sizeof(ids[r]);
+        int tag = 0;
+        GDR_CHECK(gdr_core_irecv(acc[r], 1, &d, &sz, &tag, &rmh[r], NULL, &rreq[r]));
+      }
+      if (sreq[r] != NULL) {
+        GDR_CHECK(gdr_core_test(sreq[r], &sdone[r], NULL, NULL));
+        if (sdone[r]) sreq[r] = NULL, nid++;
+      }
+      if (rreq[r] != NULL) {
+        GDR_CHECK(gdr_core_test(rreq[r], &rdone[r], NULL, NULL));
+        if (rdone[r]) rreq[r] = NULL, nid++;
+      }
+    }
+    if (gdr_time_ns() > deadline) {
+      GDR_WARN("GIN connect: rank %d of %d: the ranks did not introduce themselves in time", c->rank, n);
+      res = ncclRemoteError;
+      goto out;
+    }
+  }
+  for (int i = 0; i < n; i++) {
+    struct ident *id = &ids[n + i];
+    if (id->magic != GIN_WIRE_MAGIC || id->nranks != (uint32_t)n || id->rank >= (uint32_t)n ||
+        c->peers[id->rank].recv != NULL) {
+      GDR_WARN("GIN connect: rank %d of %d: an accepted connection says rank %u of %u: not one of this group", c->rank,
+               n, id->rank, id->nranks);
+      res = ncclInvalidUsage;
+      goto out;
+    }
+    c->peers[id->rank].recv = acc[i];
+    acc[i] = NULL;
+  }
+out:
+  for (int r = 0; r < n && smh != NULL; r++) {
+    if (smh[r] != NULL) (void)gdr_core_dereg_mr(c->peers[r].send, smh[r]);
+  }
+  for (int r = 0; r < n && rmh != NULL && accc != NULL; r++)
+    if (rmh[r] != NULL) (void)gdr_core_dereg_mr(accc[r], rmh[r]);
+  for (int r = 0; r < n && acc != NULL; r++)
+    if (acc[r] != NULL) (void)gdr_core_close_recv(acc[r]);
+  free(hc);
+  free(acc);
+  free(accc);
+  free(ids);
+  free(smh);
+  free(rmh);
+  free(sreq);
+  free(rreq);
+  free(sdone);
+  free(rdone);
+  return res;
+}
+
+ncclResult_t gdr_gin_connect(void *ctx, void *handles[], int nranks, int rank, int nconn, int depth, void *listen_comm,
+                             void **coll_comm) {
+  ncclResult_t res = ncclSuccess;
+  struct gin_inst *g = ctx;
+  struct gin_comm *c = NULL;
+  struct gdr_props props;
+  const struct gdr_comm *lc = listen_comm;
+  if (coll_comm == NULL) return ncclInternalError;
+  *coll_comm = NULL;
+  if (g == NULL || g->magic != GDR_GIN_INST_MAGIC || lc == NULL || lc->magic != GDR_COMM_LISTEN || handles == NULL ||
+      nranks < 1 || rank < 0 || rank >= nranks) {
+    GDR_WARN("GIN connect: bad arguments (instance %p, listen comm %p, rank %d of %d)", ctx, listen_comm, rank, nranks);
+    return ncclInvalidArgument;
+  }
+  GDR_CHECK(gdr_core_get_properties(lc->dev, &props));
+  c = calloc(1, sizeof(*c));
+  if (c == NULL) {
+    res = ncclSystemError;
+    goto out;
+  }
+  pthread_mutex_init(&c->lock, NULL);
+  c->magic = GDR_GIN_COMM_MAGIC;
+  c->rank = rank;
+  c->nranks = nranks;
+  c->dev = lc->dev;
+  c->netctx = g->netctx;
+  c->stats_tp = gdr_stats_tp_index(gdr_core_transport() != NULL ? gdr_core_transport()->name : NULL);
+  c->ncontexts = nconn > 0 ? nconn : 1;
+  c->depth = depth > 0 ? depth : NCCL_NET_MAX_REQUESTS * (props.max_recvs > 0 ? props.max_recvs : 1);
+  c->max_bytes = props.max_p2p_bytes > 0 ? props.max_p2p_bytes : ((size_t)1 << 30);
+  c->peers = calloc((size_t)nranks, sizeof(*c->peers));
+  if (c->peers == NULL) {
+    res = ncclSystemError;
+    goto out;
+  }
+  GDR_CHECK(mesh(c, g->netctx, handles, listen_comm));
+  GDR_CHECK(gin_os_setup(c));
+  GDR_CHECK(gin_rdma_setup(c));
+  GDR_INFO(NCCL_INIT | NCCL_NET,
+           "GIN rank %d of %d connected on device %d (%s): %d context(s), %d operations in "
+           "flight per rank and context",
+           rank, nranks, c->dev, props.name, c->ncontexts, c->depth);
+  *coll_comm = c;
+  c = NULL;
+out:
+  comm_free(c);
+  return res;
+}
+
+ncclResult_t gdr_gin_close_coll(void *coll_comm) {
+  struct gin_comm *c = coll_comm;
+  if (c == NULL) return ncclSuccess;
+  if (c->magic != GDR_GIN_COMM_MAGIC) {
+    GDR_WARN("GIN closeColl: %p is not a GIN comm of this plugin", coll_comm);
+    return ncclInvalidArgument;
+  }
+  GDR_INFO(NCCL_NET, "GIN rank %d closes: %llu puts, %llu signals, %llu gets, %llu bytes applied, %llu errors", c->rank,
+           (unsigned long long)c->puts, (unsigned long long)c->signals, (unsigned long long)c->gets,
+           (unsigned long long)c->bytes, (unsigned long long)c->errors);
+  while (c->mrs != NULL) (void)gdr_gin_dereg_mr_sym(c, c->mrs);
+  comm_free(c);
+  return ncclSuccess;
+}
+
+/* ------------------------------------------------------------------------------------------------ contexts -- */
+
+ncclResult_t gdr_gin_create_context(void *coll_comm, int ncontexts, int depth, void **gin_ctx) {
+  struct gin_comm *c = coll_comm;
+  struct gin_ctx *x;
+  if (gin_ctx == NULL) return ncclInternalError;
+  *gin_ctx = NULL;
+  if (c == NULL || c->magic != GDR_GIN_COMM_MAGIC) {
+    GDR_WARN("GIN createContext: %p is not a GIN comm of this plugin", coll_comm);
+    return ncclInvalidArgument;
+  }
+  x = calloc(1, sizeof(*x));
+  if (x == NULL) return ncclSystemError;
+  x->magic = GDR_GIN_CTX_MAGIC;
+  x->comm = c;
+  x->ncontexts = ncontexts > 0 ? ncontexts : 1;
+  x->depth = depth > 0 && depth < c->depth ? depth : c->depth;
+  pthread_mutex_lock(&c->lock);
+  c->nctx_live++;
+  pthread_mutex_unlock(&c->lock);
+  *gin_ctx = x;
+  return ncclSuccess;
+}
+
+ncclResult_t gdr_gin_destroy_context(void *gin_ctx) {
+  struct gin_ctx *x = gin_ctx;
+  if (x == NULL) return ncclSuccess;
+  if (x->magic != GDR_GIN_CTX_MAGIC) {
+    GDR_WARN("GIN destroyContext: %p is not a GIN context of this plugin", gin_ctx);
+    return ncclInvalidArgument;
+  }
+  pthread_mutex_lock(&x->comm->lock);
+  x->comm->nctx_live--;
+  pthread_mutex_unlock(&x->comm->lock);
+  x->magic = 0;
+  free(x);
+  return ncclSuccess;
+}
+
+/* target: a collComm (implicit context) or a context -> the comm, its context count and depth */
+static struct gin_comm *resolve(void *target, int *ncontexts, int *depth, const char *what) {
+  const struct gin_ctx *x = target;
+  struct gin_comm *c = target;
+  if (target != NULL && x->magic == GDR_GIN_CTX_MAGIC) {
+    *ncontexts = x->ncontexts;
+    *depth = x->depth;
+    return x->comm;
+  }
+  if (target != NULL && c->magic == GDR_GIN_COMM_MAGIC) {
+    *ncontexts = c->ncontexts;
+    *depth = c->depth;
+    return c;
+  }
+  GDR_WARN("GIN %s: %p is neither a GIN comm nor a GIN context of this plugin", what, target);
+  return NULL;
+}
+
+/* ------------------------------------------------------------------------------------------------- windows -- */
+
+struct gin_mr *gin_mr_find(struct gin_comm *c, uint32_t id) {
+  for (struct gin_mr *m = c->mrs; m != NULL; m = m->next)
+    if (m->id == id) return m;
+  return NULL;
+}
+
+static ncclResult_t mr_free(struct gin_comm *c, struct gin_mr *m) {
+  ncclResult_t res = ncclSuccess, r;
+  gin_rdma_dereg(c, m);
+  for (int p = 0; p < c->nranks; p++) {
+    if (m->smh != NULL && m->smh[p] != NULL && (r = gdr_core_dereg_mr(c->peers[p].send, m->smh[p])) != ncclSuccess)
+      res = r;
+    if (m->rmh != NULL && m->rmh[p] != NULL && (r = gdr_core_dereg_mr(c->peers[p].recv, m->rmh[p])) != ncclSuccess)
+      res = r;
+  }
+  free(m->smh);
+  free(m->rmh);
+  free(m->peer_size);
+  free(m->peer_va);
+  free(m->peer_rkey);
+  m->magic = 0;
+  free(m);
+  return res;
+}
+
+ncclResult_t gdr_gin_reg_mr_sym(void *coll_comm, void *data, size_t size, int type, uint64_t offset, int fd,
+                                uint64_t mr_flags, void **mhandle) {
+  ncclResult_t res = ncclSuccess;
+  struct gin_comm *c = coll_comm;
+  struct gin_mr *m = NULL;
+  int locked = 0, heard = 0;
+  uint64_t deadline = gdr_time_ns() + (uint64_t)gdr_param_int(GDR_PARAM_CONNECT_TIMEOUT_MS) * 1000000ull;
+  (void)mr_flags; /* every put is applied before its signal: ordering is strong already */
+  if (mhandle == NULL) return ncclInternalError;
+  *mhandle = NULL;
+  if (c == NULL || c->magic != GDR_GIN_COMM_MAGIC || (type != NCCL_PTR_HOST && type != NCCL_PTR_CUDA)) {
+    GDR_WARN("GIN regMrSym: bad arguments (comm %p, type %d)", coll_comm, type);
+    return ncclInvalidArgument;
+  }
+  m = calloc(1, sizeof(*m));
+  if (m == NULL) return ncclSystemError;
+  m->smh = calloc((size_t)c->nranks, sizeof(void *));
+  m->rmh = calloc((size_t)c->nranks, sizeof(void *));
+  m->peer_size = calloc((size_t)c->nranks, sizeof(uint64_t));
+  m->peer_va = calloc((size_t)c->nranks, sizeof(uint64_t));
+  m->peer_rkey = calloc((size_t)c->nranks, sizeof(uint32_t));
+  if (m->smh == NULL || m->rmh == NULL || m->peer_size == NULL || m->peer_va == NULL || m->peer_rkey == NULL) {
+    res = ncclSystemError;
+    goto out;
+  }
+  m->magic = GDR_GIN_MR_MAGIC;
+  m->comm = c;
+  m->base = data;
+  m->size = size;
+  m->type = type;
+  if (type == NCCL_PTR_CUDA) GDR_CHECK(gdr_cuda_mem_ctx(data, &m->cuda_ctx));
+  for (int p = 0; p < c->nranks; p++) {
+    m->peer_size[p] = UINT64_MAX;
+    if (fd >= 0) {
+      GDR_CHECK(gdr_core_reg_mr_dmabuf(c->peers[p].send, data, size, type, offset, fd, &m->smh[p]));
+      GDR_CHECK(gdr_core_reg_mr_dmabuf(c->peers[p].recv, data, size, type, offset, fd, &m->rmh[p]));
+    } else {
+      GDR_CHECK(gdr_core_reg_mr(c->peers[p].send, data, size, type, &m->smh[p]));
+      GDR_CHECK(gdr_core_reg_mr(c->peers[p].recv, data, size, type, &m->rmh[p]));
+    }
+  }
+  GDR_CHECK(gin_rdma_reg(c, m, offset, fd));
+  pthread_mutex_lock(&c->lock);
+  locked = 1;
+  m->id = c->next_mr_id++;
+  m->next = c->mrs;
+  c->mrs = m;
+  for (struct gin_early **pe = &c->early; *pe != NULL;) {
+    struct gin_early *e = *pe;
+    if (e->id == m->id) {
+      m->peer_size[e->peer] = e->size;
+      m->peer_va[e->peer] = e->va;
+      m->peer_rkey[e->peer] = e->rkey;
+      *pe = e->next;
+      free(e);
+    } else {
+      pe = &e->next;
+    }
+  }
+  for (int p = 0; p < c->nranks; p++) {
+    struct gin_hdr h;
+    if (gin_os_room(c, p) < 1) {
+      GDR_WARN("GIN regMrSym: the queue towards rank %d is full (register with no operation in flight)", p);
+      res = ncclInvalidUsage;
+      goto out;
+    }
+    memset(&h, 0, sizeof(h));
+    h.magic = GIN_WIRE_MAGIC;
+    h.op = GIN_OP_REG;
+    h.mr = m->id;
+    h.size = size;
+    h.aux = (uint64_t)(uintptr_t)data;
+    h.rkey = gin_rdma_rkey(m);
+    gin_os_queue_hdr(c, p, NULL, &h, NULL, 0);
+  }
+  /* every rank's size, within the connect timeout (a rank that never registers this window is missing) */
+  while (!heard) {
+    GDR_CHECK(gin_os_progress(c));
+    heard = 1;
+    for (int p = 0; p < c->nranks; p++)
+      if (m->peer_size[p] == UINT64_MAX) heard = 0;
+    if (!heard && gdr_time_ns() > deadline) {
+      GDR_WARN("GIN regMrSym: rank %d: not every rank registered window %u within GDRNET_CONNECT_TIMEOUT_MS", c->rank,
+               m->id);
+      res = ncclRemoteError;
+      goto out;
+    }
+    if (!heard) {
+      pthread_mutex_unlock(&c->lock);
+      sched_yield();
+      pthread_mutex_lock(&c->lock);
+    }
+  }
+  GDR_INFO(NCCL_NET, "GIN rank %d: window %u %p %zu bytes (%s) registered on all %d ranks", c->rank, m->id, data, size,
+           type == NCCL_PTR_CUDA ? "CUDA" : "host", c->nranks);
+  *mhandle = m;
+  m = NULL;
+out:
+  if (m != NULL) {
+    if (locked) {
+      for (struct gin_mr **pm = &c->mrs; *pm != NULL; pm = &(*pm)->next)
+        if (*pm == m) {
+          *pm = m->next;
+          break;
+        }
+    }
+    (void)mr_free(c, m);
+  }
+  if (locked) pthread_mutex_unlock(&c->lock);
+  return res;
+}
+
+ncclResult_t gdr_gin_dereg_mr_sym(void *coll_comm, void *mhandle) {
+  struct gin_comm *c = coll_comm;
+  struct gin_mr *m = mhandle;
+  ncclResult_t res = ncclInvalidArgument;
+  if (c == NULL || c->magic != GDR_GIN_COMM_MAGIC || m == NULL || m->magic != GDR_GIN_MR_MAGIC || m->comm != c) {
+    GDR_WARN("GIN deregMrSym: %p is not a window of GIN comm %p", mhandle, coll_comm);
+    return ncclInvalidArgument;
+  }
+  pthread_mutex_lock(&c->lock);
+  for (struct gin_mr **pm = &c->mrs; *pm != NULL; pm = &(*pm)->next)
+    if (*pm == m) {
+      *pm = m->next;
+      res = ncclSuccess;
+      break;
+    }
+  pthread_mutex_unlock(&c->lock);
+  if (res == ncclSuccess) res = mr_free(c, m);
+  return res;
+}
+
+/* ---------------------------------------------------------------------------------------------- operations -- */
+
+static struct gin_mr *mr_of(struct gin_comm *c, void *mh) {
+  struct gin_mr *m = mh;
+  return m != NULL && m->magic == GDR_GIN_MR_MAGIC && m->comm == c ? m : NULL;
+}
+
+/* Admits one operation towards rank (context slot; room for `entries` messages, or on the one-sided RDMA path
+ * for `size` bytes and a signal), or *request = NULL. */
+static ncclResult_t admit(struct gin_comm *c, int context, int depth, uint32_t rank, uint32_t entries, size_t size,
+                          int signal, struct gin_req **out) {
+  struct gin_peer *p = &c->peers[rank];
+  int slotc = context % GDR_GIN_MAX_CONTEXTS;
+  *out = NULL;
+  if (c->error != ncclSuccess) return c->error;
+  (void)gin_os_progress(c); /* frees what completed; an error is in c->error */
+  if (c->error != ncclSuccess) return c->error;
+  if (p->inflight[slotc] >= depth) return ncclSuccess;
+  if (c->rdma != NULL ? !gin_rdma_room(c, (int)rank, size, signal) : gin_os_room(c, (int)rank) < entries)
+    return ncclSuccess;
+  *out = gin_req_get(c);
+  if (*out == NULL) return ncclSuccess;
+  (*out)->peer = (int)rank;
+  (*out)->context = context;
+  (*out)->nwr = 0;
+  p->inflight[slotc]++;
+  return ncclSuccess;
+}
+
+static ncclResult_t put_common(void *target, int context, uint64_t src_off, void *src_mh, size_t size, uint64_t dst_off,
+                               void *dst_mh, uint32_t rank, int signal, uint64_t sig_off, void *sig_mh,
+                               uint64_t sig_val, uint32_t sig_op, void **request, const char *what) {
+  ncclResult_t res = ncclSuccess;
+  int ncontexts = 1, depth = 1, inl;
+  struct gin_comm *c = resolve(target, &ncontexts, &depth, what);
+  struct gin_mr *src, *dst, *sig = NULL;
+  struct gin_req *r = NULL;
+  struct gin_hdr h;
+  if (request == NULL) return ncclInternalError;
+  *request = NULL;
+  if (c == NULL) return ncclInvalidArgument;
+  src = mr_of(c, src_mh);
+  dst = mr_of(c, dst_mh);
+  if (signal) sig = mr_of(c, sig_mh);
+  if (rank >= (uint32_t)c->nranks || context < 0 || (size > 0 && (src == NULL || dst == NULL)) ||
+      (signal && (sig == NULL || (sig_op != NCCL_NET_SIGNAL_OP_INC && sig_op != NCCL_NET_SIGNAL_OP_ADD)))) {
+    GDR_WARN("GIN %s: bad arguments (rank %u of %d, context %d, windows %p %p, signal %p op %u)", what, rank, c->nranks,
+             context, src_mh, dst_mh, sig_mh, sig_op);
+    return ncclInvalidArgument;
+  }
+  pthread_mutex_lock(&c->lock);
+  if (size > 0 && (src_off > src->size || size > src->size - src_off || dst_off > dst->peer_size[rank] ||
+                   size > dst->peer_size[rank] - dst_off)) {
+    GDR_WARN("GIN %s: %zu bytes from offset %llu of window %u (%zu bytes) to offset %llu of rank %u's (%llu bytes): "
+             "outside the windows",
+             what, size, (unsigned long long)src_off, src->id, src->size, (unsigned long long)dst_off, rank,
+             (unsigned long long)dst->peer_size[rank]);
+    res = ncclInvalidArgument;
+    goto out;
+  }
+  if (signal && (sig_off % 8 != 0 || sig_off + 8 > sig->peer_size[rank])) {
+    GDR_WARN("GIN %s: signal offset %llu is not an aligned word of rank %u's window %u", what,
+             (unsigned long long)sig_off, rank, sig->id);
+    res = ncclInvalidArgument;
+    goto out;
+  }
+  inl = size > 0 && size <= GDR_GIN_INLINE && src->type == NCCL_PTR_HOST;
+  GDR_CHECK(admit(c, context, depth, rank, size > 0 && !inl ? 2 : 1, size, signal, &r));
+  if (r == NULL) goto out; /* try again */
+  GIN_COUNT(c, puts, 1);
+  GIN_COUNT(c, bytes, size);
+  if (signal) GIN_COUNT(c, signals, 1);
+  if (c->rdma != NULL) {
+    gin_rdma_put(c, r, src, src_off, dst, dst_off, size, sig, sig_off, sig_op == NCCL_NET_SIGNAL_OP_INC ? 1 : sig_val,
+                 signal);
+    *request = r;
+    goto out;
+  }
+  memset(&h, 0, sizeof(h));
+  h.magic = GIN_WIRE_MAGIC;
+  h.op = GIN_OP_PUT;
+  h.flags = (uint16_t)((signal ? GIN_F_SIGNAL : 0) | (inl ? GIN_F_INLINE : size > 0 ? GIN_F_DATA : 0));
+  h.mr = dst != NULL ? dst->id : 0;
+  h.off = dst_off;
+  h.size = size;
+  if (signal) {
+    h.sig_mr = sig->id;
+    h.sig_off = sig_off;
+    h.sig_val = sig_op == NCCL_NET_SIGNAL_OP_INC ? 1 : sig_val;
+  }
+  gin_os_queue_hdr(c, (int)rank, r, &h, inl ? src->base + src_off : NULL, inl ? size : 0);
+  if (size > 0 && !inl) gin_os_queue_data(c, (int)rank, r, src->base + src_off, size, src->smh[rank]);
+  (void)gin_os_progress(c);
+  *request = r;
+out:
+  pthread_mutex_unlock(&c->lock);
+  return res;
+}
+
+ncclResult_t gdr_gin_iput(void *target, int context, uint64_t src_off, void *src_mh, size_t size, uint64_t dst_off,
+                          void *dst_mh, uint32_t rank, void **request) {
+  return put_common(target, context, src_off, src_mh, size, dst_off, dst_mh, rank, 0, 0, NULL, 0, 0, request, "iput");
+}
+
+ncclResult_t gdr_gin_iput_signal(void *target, int context, uint64_t src_off, void *src_mh, size_t size,
+                                 uint64_t dst_off, void *dst_mh, uint32_t rank, uint64_t sig_off, void *sig_mh,
+                                 uint64_t sig_val, uint32_t sig_op, void **request) {
+  return put_common(target, context, src_off, src_mh, size, dst_off, dst_mh, rank, 1, sig_off, sig_mh, sig_val, sig_op,
+                    request, "iputSignal");
+}
+
+ncclResult_t gdr_gin_iget(void *target, int context, uint64_t remote_off, void *remote_mh, size_t size,
+                          uint64_t local_off, void *local_mh, uint32_t rank, void **request) {
+  ncclResult_t res = ncclSuccess;
+  int ncontexts = 1, depth = 1;
+  struct gin_comm *c = resolve(target, &ncontexts, &depth, "iget");
+  struct gin_mr *rm, *lm;
+  struct gin_req *r = NULL;
+  struct gin_hdr h;
+  if (request == NULL) return ncclInternalError;
+  *request = NULL;
+  if (c == NULL) return ncclInvalidArgument;
+  rm = mr_of(c, remote_mh);
+  lm = mr_of(c, local_mh);
+  if (rank >= (uint32_t)c->nranks || context < 0 || rm == NULL || lm == NULL) {
+    GDR_WARN("GIN iget: bad arguments (rank %u of %d, context %d, windows %p %p)", rank, c->nranks, context, remote_mh,
+             local_mh);
+    return ncclInvalidArgument;
+  }
+  pthread_mutex_lock(&c->lock);
+  if (local_off > lm->size || size > lm->size - local_off || remote_off > rm->peer_size[rank] ||
+      size > rm->peer_size[rank] - remote_off) {
+    GDR_WARN("GIN iget: %zu bytes from offset %llu of rank %u's window %u to offset %llu of window %u: outside "
+             "the windows",
+             size, (unsigned long long)remote_off, rank, rm->id, (unsigned long long)local_off, lm->id);
+    res = ncclInvalidArgument;
+    goto out;
+  }
+  GDR_CHECK(admit(c, context, depth, rank, 1, size, 0, &r));
+  if (r == NULL) goto out;
+  GIN_COUNT(c, gets, 1);
+  GIN_COUNT(c, bytes, size);
+  if (c->rdma != NULL) {
+    gin_rdma_get(c, r, rm, remote_off, lm, local_off, size);
+    *request = r;
+    goto out;
+  }
+  memset(&h, 0, sizeof(h));
+  h.magic = GIN_WIRE_MAGIC;
+  h.op = GIN_OP_GET;
+  h.mr = rm->id;
+  h.off = remote_off;
+  h.size = size;
+  h.aux_mr = lm->id;
+  h.aux = local_off;
+  h.cookie = cookie_of(r);
+  r->pending++; /* the reply */
+  gin_os_queue_hdr(c, (int)rank, r, &h, NULL, 0);
+  (void)gin_os_progress(c);
+  *request = r;
+out:
+  pthread_mutex_unlock(&c->lock);
+  return res;
+}
+
+ncclResult_t gdr_gin_iflush(void *target, int context, void *mh, uint32_t rank, void **request) {
+  ncclResult_t res = ncclSuccess;
+  int ncontexts = 1, depth = 1;
+  struct gin_comm *c = resolve(target, &ncontexts, &depth, "iflush");
+  struct gin_req *r = NULL;
+  struct gin_hdr h;
+  (void)mh; /* a flush covers every window: the target acknowledges once all that came before is applied */
+  if (request == NULL) return ncclInternalError;
+  *request = NULL;
+  if (c == NULL) return ncclInvalidArgument;
+  if (rank >= (uint32_t)c->nranks || context < 0) {
+    GDR_WARN("GIN iflush: bad arguments (rank %u of %d, context %d)", rank, c->nranks, context);
+    return ncclInvalidArgument;
+  }
+  pthread_mutex_lock(&c->lock);
+  GDR_CHECK(admit(c, context, depth, rank, 1, 8, 0, &r));
+  if (r == NULL) {
+    /* NCCL reads a NULL flush request as done: never answer "try again" here */
+    GDR_WARN("GIN iflush: the queue towards rank %u is full", rank);
+    res = ncclInternalError;
+    goto out;
+  }
+  if (c->rdma != NULL) {
+    gin_rdma_flush(c, r, mr_of(c, mh));
+    *request = r;
+    goto out;
+  }
+  memset(&h, 0, sizeof(h));
+  h.magic = GIN_WIRE_MAGIC;
+  h.op = GIN_OP_FLUSH;
+  h.cookie = cookie_of(r);
+  r->pending++;
+  gin_os_queue_hdr(c, (int)rank, r, &h, NULL, 0);
+  (void)gin_os_progress(c);
+  *request = r;
+out:
+  pthread_mutex_unlock(&c->lock);
+  return res;
+}
+
+ncclResult_t gdr_gin_test(void *coll_comm, void *request, int *done) {
+  ncclResult_t res = ncclSuccess;
+  struct gin_comm *c = coll_comm;
+  struct gin_req *r = request;
+  if (done == NULL) return ncclInternalError;
+  *done = 0;
+  if (c != NULL && ((struct gin_ctx *)coll_comm)->magic == GDR_GIN_CTX_MAGIC) c = ((struct gin_ctx *)coll_comm)->comm;
+  if (c == NULL || c->magic != GDR_GIN_COMM_MAGIC || r == NULL || r->magic != GDR_GIN_REQ_MAGIC || r < c->pool ||
+      r >= c->pool + c->npool) {
+    GDR_WARN("GIN test: %p is not a request of GIN comm %p", request, coll_comm);
+    return ncclInvalidArgument;
+  }
+  pthread_mutex_lock(&c->lock);
+  if (!r->done) (void)gin_os_progress(c);
+  if (r->done) {
+    *done = 1;
+    gin_req_put(c, r);
+  } else if (c->error != ncclSuccess) {
+    res = c->error;
+    *done = 1;
+    gin_req_put(c, r);
+  }
+  pthread_mutex_unlock(&c->lock);
+  return res;
+}
+
+ncclResult_t gdr_gin_progress(void *target) {
+  ncclResult_t res;
+  int ncontexts, depth;
+  struct gin_comm *c = resolve(target, &ncontexts, &depth, "progress");
+  if (c == NULL) return ncclInvalidArgument;
+  if (pthread_mutex_trylock(&c->lock) != 0) /* another thread is progressing it */
+    return __atomic_load_n(&c->error, __ATOMIC_RELAXED);
+  res = gin_os_progress(c);
+  pthread_mutex_unlock(&c->lock);
+  return res;
+}
+
+ncclResult_t gdr_gin_query_last_error(void *target, bool *has_error) {
+  int ncontexts, depth;
+  struct gin_comm *c = resolve(target, &ncontexts, &depth, "queryLastError");
+  if (has_error == NULL) return ncclInternalError;
+  if (c == NULL) return ncclInvalidArgument;
+  pthread_mutex_lock(&c->lock);
+  *has_error = c->error != ncclSuccess;
+  pthread_mutex_unlock(&c->lock);
+  return ncclSuccess;
+}

@@ -1,0 +1,642 @@
+/* The one-sided RDMA path (gin/gin_int.h): one RC QP per rank (itself included) on the comm's device, brought up
+ * over the message path (tcp_os.c: GIN_OP_QP with the QP's address, then GIN_OP_QP_READY once it is RTS).
+ *   put     RDMA WRITEs (cut at the port's max_msg_sz), the last one signaled; its completion is the request's.
+ *   signal  after the data, on the same QP: a WRITE_WITH_IMM of a 32-byte record {window, offset, value} into the
+ *           target's inbox for this initiator (a ring of GIN_RDMA_RING records, slot = imm). The target's progress
+ *           polls the receive completion, which RC orders after the data's placement, and applies the record
+ *           (gin_apply_signal), so a signal is never seen before its data. The target gives the ring's slots
+ *           back by RDMA-writing the count it applied into the initiator's credit word (every quarter ring).
+ *           (An RDMA atomic where the device reports atomic_cap would do without the target's progress; the
+ *           WRITE_WITH_IMM is the one that works on every device and on the verbs emulator.)
+ *   get     RDMA READs into the local window.
+ *   flush   an 8-byte READ of the target's inbox, signaled: it completes after every earlier WRITE on the QP.
+ * A failed completion fails the comm (sticky): test returns the error, queryLastError reports it. Everything runs
+ * under the comm's lock and never blocks. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core.h"
+#include "gin/gin_int.h"
+#include "log.h"
+#include "sock.h"
+
+#ifdef GDRNET_HAVE_RDMA
+#include "rdma/gid.h"
+#include "rdma/rdma.h"
+
+/* Send queue, receive queue and signal ring per QP: 8192 (or the device's max_qp_wr), room for every context's
+ * queue (GDR_GIN_MAX_CONTEXTS x NCCL's 256 per rank: NCCL never retries an operation answered "try again"), two
+ * work requests each (a put and its signal), and the credits' lag (a quarter of the ring at most). */
+#define GIN_RDMA_QDEPTH 8192
+#define GIN_RDMA_RING (c->rdma->ring)
+#define GIN_RDMA_SQ (c->rdma->ring)
+#define GIN_REC_MAGIC 0x53524447u
+
+enum { WR_USER = 1, WR_CREDIT = 2 };
+
+struct sig_rec {
+  uint32_t mr;
+  uint32_t magic;
+  uint64_t off;
+  uint64_t val;
+  uint64_t seq;
+};
+_Static_assert(sizeof(struct sig_rec) == 32, "signal record is 32 bytes");
+
+struct qpinfo {
+  uint32_t qpn, psn;
+  uint16_t lid;
+  uint8_t mtu, link_layer;
+  uint32_t inbox_rkey;
+  uint8_t gid[16];
+  uint64_t inbox_va;
+  uint64_t credit_va;
+  uint32_t credit_rkey;
+  uint32_t pad;
+};
+
+struct rpeer {
+  struct ibv_qp *qp;
+  uint32_t psn;
+  int sq_used;
+  uint64_t sig_sent; /* records written into its inbox */
+  uint64_t consumed; /* its records this side applied */
+  uint64_t credit_sent;
+  int credit_inflight;
+  int have_remote, ready;
+  struct qpinfo remote;
+};
+
+struct gin_rdma {
+  struct gdr_rdma_dev *d;
+  struct ibv_cq *cq;
+  struct rpeer *p;
+  struct sig_rec *inbox, *outbox; /* nranks x ring: [initiator][slot] / [target][slot] */
+  uint64_t *credits;              /* [target]: how many of this side's records it applied (it writes them) */
+  uint64_t *credit_src;           /* [initiator]: the counts this side writes back */
+  uint64_t scratch;
+  struct ibv_mr *inbox_mr, *outbox_mr, *credits_mr, *credit_src_mr, *scratch_mr;
+  size_t max_wr;
+  int ring;   /* = send queue = receive queue */
+  int atomic; /* signals are RDMA FETCH_AND_ADDs (GDRNET_GIN_SIGNAL=atomic on a device with atomic_cap) */
+};
+
+static uint64_t wr_user(const struct gin_req *r) {
+  return (uint64_t)WR_USER << 60 | (uint64_t)(r->gen & 0xfffffffu) << 32 | r->idx;
+}
+
+static ncclResult_t qp_create(struct gin_comm *c, struct gin_rdma *g, struct rpeer *p) {
+  struct ibv_qp_init_attr a;
+  struct ibv_qp_attr at;
+  int rc;
+  memset(&a, 0, sizeof(a));
+  a.send_cq = a.recv_cq = g->cq;
+  a.qp_type = IBV_QPT_RC;
+  a.cap.max_send_wr = GIN_RDMA_SQ;
+  a.cap.max_recv_wr = GIN_RDMA_RING;
+  a.cap.max_send_sge = a.cap.max_recv_sge = 1;
+  p->qp = gdr_ibv.create_qp(g->d->pd, &a);
+  if (p->qp == NULL) {
+    GDR_WARN("GIN %s: ibv_create_qp failed: %s", g->d->name, strerror(errno));
+    return ncclSystemError;
+  }
+  memset(&at, 0, sizeof(at));
+  at.qp_state = IBV_QPS_INIT;
+  at.port_num = (uint8_t)g->d->port;
+  at.qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
+                       (g->atomic ? IBV_ACCESS_REMOTE_ATOMIC : 0);
+  rc = gdr_ibv.modify_qp(p->qp, &at, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
+  if (rc) {
+    GDR_WARN("GIN %s: QP 0x%x RESET->INIT failed: %s", g->d->name, p->qp->qp_num, strerror(rc));
+    return ncclSystemError;
+  }
+  if (gdr_random_bytes(&p->psn, sizeof(p->psn)) != ncclSuccess) p->psn = 0;
+  p->psn &= 0xffffffu;
+  return ncclSuccess;
+}
+
+static ncclResult_t qp_connect(struct gin_rdma *g, struct rpeer *p) {
+  struct gdr_rdma_dev *d = g->d;
+  const struct qpinfo *r = &p->remote;
+  struct ibv_qp_attr at;
+  int rc, global;
+  if (r->link_layer != d->link_layer) {
+    GDR_WARN("GIN %s: the peer's device has another link layer", d->name);
+    return ncclSystemError;
+  }
+  memset(&at, 0, sizeof(at));
+  at.qp_state = IBV_QPS_RTR;
+  at.path_mtu = (enum ibv_mtu)(r->mtu < d->active_mtu ? r->mtu : d->active_mtu);
+  at.dest_qp_num = r->qpn;
+  at.rq_psn = r->psn;
+  at.max_dest_rd_atomic = 1;
+  at.min_rnr_timer = 12;
+  at.ah_attr.dlid = r->lid;
+  at.ah_attr.sl = (uint8_t)gdr_param_int(GDR_PARAM_IB_SL);
+  at.ah_attr.port_num = (uint8_t)d->port;
+  global = d->link_layer == IBV_LINK_LAYER_ETHERNET || d->grh_required || memcmp(r->gid, d->gid.raw, 8) != 0;
+  if (d->link_layer == IBV_LINK_LAYER_INFINIBAND && !d->grh_required && gdr_gid_is_zero(r->gid)) global = 0;
+  if (global) {
+    at.ah_attr.is_global = 1;
+    memcpy(at.ah_attr.grh.dgid.raw, r->gid, 16);
+    at.ah_attr.grh.sgid_index = (uint8_t)d->gid_index;
+    at.ah_attr.grh.hop_limit = 255;
+  }
+  rc = gdr_ibv.modify_qp(p->qp, &at,
+                         IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+                             IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
+  if (rc) {
+    GDR_WARN("GIN %s: QP 0x%x INIT->RTR towards QP 0x%x failed: %s", d->name, p->qp->qp_num, r->qpn, strerror(rc));
+    return ncclSystemError;
+  }
+  memset(&at, 0, sizeof(at));
+  at.qp_state = IBV_QPS_RTS;
+  at.timeout = (uint8_t)gdr_param_int(GDR_PARAM_IB_TIMEOUT);
+  at.retry_cnt = (uint8_t)gdr_param_int(GDR_PARAM_IB_RETRY_CNT);
+  at.rnr_retry = (uint8_t)gdr_param_int(GDR_PARAM_RNR_RETRY);
+  at.sq_psn = p->psn;
+  at.max_rd_atomic = 1;
+  rc = gdr_ibv.modify_qp(p->qp, &at,
+                         IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
+                             IBV_QP_MAX_QP_RD_ATOMIC);
+  if (rc) {
+    GDR_WARN("GIN %s: QP 0x%x RTR->RTS failed: %s", d->name, p->qp->qp_num, strerror(rc));
+    return ncclSystemError;
+  }
+  return ncclSuccess;
+}
+
+static int post_recv(struct rpeer *p) {
+  struct ibv_recv_wr rw, *bad = NULL;
+  struct ibv_sge none = {0, 0, 0};
+  memset(&rw, 0, sizeof(rw));
+  rw.sg_list = &none; /* num_sge 0: a WRITE_WITH_IMM consumes no buffer */
+  return gdr_ibv_post_recv(p->qp, &rw, &bad);
+}
+
+static struct ibv_mr *reg(struct gin_rdma *g, void *buf, size_t len, int access) {
+  return gdr_rdma_reg_internal(g->d, buf, len, access);
+}
+
+ncclResult_t gin_rdma_setup(struct gin_comm *c) {
+  ncclResult_t res = ncclSuccess;
+  const struct gdr_transport *tp = gdr_core_transport();
+  struct gdr_props props;
+  struct gin_rdma *g = NULL;
+  int n = c->nranks, pdev;
+  uint64_t deadline = gdr_time_ns() + (uint64_t)gdr_param_int(GDR_PARAM_CONNECT_TIMEOUT_MS) * 1000000ull;
+  const int rw = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+  if (tp == NULL || strcmp(tp->name, "rdma") != 0 || gdr_param_int(GDR_PARAM_GIN_PATH) == GDR_GIN_PATH_MESSAGES) {
+    GDR_INFO(NCCL_INIT | NCCL_NET, "GIN rank %d: one-sided operations as messages over the %s transport%s", c->rank,
+             tp != NULL ? tp->name : "?", tp != NULL && !strcmp(tp->name, "rdma") ? " (GDRNET_GIN_PATH=messages)" : "");
+    return ncclSuccess;
+  }
+  GDR_CHECK(gdr_core_get_properties(c->dev, &props));
+  pdev = props.vdev_ndevs > 0 ? props.vdev_devs[0] : c->dev;
+  if (pdev < 0 || pdev >= gdr_rdma.ndevs) {
+    res = ncclInternalError;
+    goto out;
+  }
+  g = calloc(1, sizeof(*g));
+  if (g == NULL) {
+    res = ncclSystemError;
+    goto out;
+  }
+  c->rdma = g;
+  g->d = &gdr_rdma.devs[pdev];
+  if (gdr_param_int(GDR_PARAM_GIN_SIGNAL) == GDR_GIN_SIGNAL_ATOMIC) {
+    struct ibv_device_attr da;
+    memset(&da, 0, sizeof(da));
+    if (gdr_ibv.query_device(g->d->ctx, &da) == 0 && da.atomic_cap != IBV_ATOMIC_NONE)
+      g->atomic = 1;
+    else
+      GDR_INFO(NCCL_INIT | NCCL_NET,
+               "GIN rank %d: GDRNET_GIN_SIGNAL=atomic, but %s reports no RDMA atomics "
+               "(atomic_cap NONE): signals by WRITE_WITH_IMM",
+               c->rank, g->d->name);
+  }
+  g->ring = g->d->max_qp_wr > 0 && g->d->max_qp_wr < GIN_RDMA_QDEPTH ? g->d->max_qp_wr : GIN_RDMA_QDEPTH;
+  g->max_wr = g->d->max_msg > 0 && g->d->max_msg < ((size_t)1 << 30) ? g->d->max_msg : ((size_t)1 << 30);
+  g->p = calloc((size_t)n, sizeof(*g->p));
+  g->inbox = calloc((size_t)n * GIN_RDMA_RING, sizeof(struct sig_rec));
+  g->outbox = calloc((size_t)n * GIN_RDMA_RING, sizeof(struct sig_rec));
+  g->credits = calloc((size_t)n, sizeof(uint64_t));
+  g->credit_src = calloc((size_t)n, sizeof(uint64_t));
+  if (!g->p || !g->inbox || !g->outbox || !g->credits || !g->credit_src) {
+    res = ncclSystemError;
+    goto out;
+  }
+  g->cq = gdr_ibv.create_cq(g->d->ctx, n * (GIN_RDMA_SQ + GIN_RDMA_RING) + 64, NULL, NULL, 0);
+  if (g->cq == NULL) {
+    GDR_WARN("GIN %s: ibv_create_cq failed: %s", g->d->name, strerror(errno));
+    res = ncclSystemError;
+    goto out;
+  }
+  g->inbox_mr = reg(g, g->inbox, (size_t)n * GIN_RDMA_RING * sizeof(struct sig_rec), rw);
+  g->outbox_mr = reg(g, g->outbox, (size_t)n * GIN_RDMA_RING * sizeof(struct sig_rec), IBV_ACCESS_LOCAL_WRITE);
+  g->credits_mr = reg(g, g->credits, (size_t)n * sizeof(uint64_t), rw);
+  g->credit_src_mr = reg(g, g->credit_src, (size_t)n * sizeof(uint64_t), IBV_ACCESS_LOCAL_WRITE);
+  g->scratch_mr = reg(g, &g->scratch, sizeof(g->scratch), IBV_ACCESS_LOCAL_WRITE);
+  if (!g->inbox_mr || !g->outbox_mr || !g->credits_mr || !g->credit_src_mr || !g->scratch_mr) {
+    res = ncclSystemError;
+    goto out;
+  }
+  for (int r = 0; r < n; r++) {
+    struct rpeer *p = &g->p[r];
+    struct qpinfo q;
+    struct gin_hdr h;
+    GDR_CHECK(qp_create(c, g, p));
+    for (int k = 0; k < GIN_RDMA_RING; k++) {
+      int rc = post_recv(p);
+      if (rc) {
+        GDR_WARN("GIN %s: ibv_post_recv failed: %s", g->d->name, strerror(rc));
+        res = ncclSystemError;
+        goto out;
+      }
+    }
+    memset(&q, 0, sizeof(q));
+    q.qpn = p->qp->qp_num;
+    q.psn = p->psn;
+    q.lid = g->d->lid;
+    q.mtu = (uint8_t)g->d->active_mtu;
+    q.link_layer = (uint8_t)g->d->link_layer;
+    memcpy(q.gid, g->d->gid.raw, 16);
+    q.inbox_va = (uint64_t)(uintptr_t)g->inbox;
+    q.inbox_rkey = g->inbox_mr->rkey;
+    q.credit_va = (uint64_t)(uintptr_t)g->credits;
+    q.credit_rkey = g->credits_mr->rkey;
+    memset(&h, 0, sizeof(h));
+    h.magic = GIN_WIRE_MAGIC;
+    h.op = GIN_OP_QP;
+    h.flags = GIN_F_INLINE;
+    h.size = sizeof(q);
+    gin_os_queue_hdr(c, r, NULL, &h, &q, sizeof(q));
+  }
+  /* every rank's QP address, then every QP ready on both ends before anything is written */
+  for (int phase = 0; phase < 2; phase++) {
+    for (;;) {
+      int all = 1;
+      GDR_CHECK(gin_os_progress(c));
+      for (int r = 0; r < n; r++)
+        if (phase == 0 ? !g->p[r].have_remote : !g->p[r].ready) all = 0;
+      if (all) break;
+      if (gdr_time_ns() > deadline) {
+        GDR_WARN("GIN rank %d: the one-sided RDMA QPs did not come up within GDRNET_CONNECT_TIMEOUT_MS", c->rank);
+        res = ncclRemoteError;
+        goto out;
+      }
+    }
+    if (phase == 0) {
+      for (int r = 0; r < n; r++) {
+        struct gin_hdr h;
+        GDR_CHECK(qp_connect(g, &g->p[r]));
+        memset(&h, 0, sizeof(h));
+        h.magic = GIN_WIRE_MAGIC;
+        h.op = GIN_OP_QP_READY;
+        gin_os_queue_hdr(c, r, NULL, &h, NULL, 0);
+      }
+    }
+  }
+  GDR_INFO(NCCL_INIT | NCCL_NET, "GIN rank %d: one-sided RDMA on %s (port %d): RDMA WRITE puts, READ gets, %s", c->rank,
+           g->d->name, g->d->port,
+           g->atomic ? "FETCH_AND_ADD signals after the data"
+                     : "WRITE_WITH_IMM signals applied by the target's progress");
+out:
+  if (res != ncclSuccess) gin_rdma_teardown(c);
+  return res;
+}
+
+ncclResult_t gin_rdma_message(struct gin_comm *c, int peer, const struct gin_hdr *h, const void *payload) {
+  struct gin_rdma *g = c->rdma;
+  if (g == NULL) {
+    GDR_WARN("GIN rank %d: rank %d brings up one-sided RDMA, this rank does not (GDRNET_GIN_PATH or "
+             "GDRNET_TRANSPORT differ between the ranks)",
+             c->rank, peer);
+    return ncclInvalidUsage;
+  }
+  if (h->op == GIN_OP_QP) {
+    if (h->size != sizeof(struct qpinfo)) return ncclRemoteError;
+    memcpy(&g->p[peer].remote, payload, sizeof(struct qpinfo));
+    g->p[peer].have_remote = 1;
+  } else {
+    g->p[peer].ready = 1;
+  }
+  return ncclSuccess;
+}
+
+void gin_rdma_teardown(struct gin_comm *c) {
+  struct gin_rdma *g = c->rdma;
+  struct ibv_mr *mrs[5];
+  if (g == NULL) return;
+  for (int r = 0; g->p != NULL && r < c->nranks; r++)
+    if (g->p[r].qp != NULL) (void)gdr_ibv.destroy_qp(g->p[r].qp);
+  mrs[0] = g->inbox_mr, mrs[1] = g->outbox_mr, mrs[2] = g->credits_mr, mrs[3] = g->credit_src_mr;
+  mrs[4] = g->scratch_mr;
+  for (int i = 0; i < 5; i++)
+    if (mrs[i] != NULL) (void)gdr_ibv.dereg_mr(mrs[i]);
+  if (g->cq != NULL) (void)gdr_ibv.destroy_cq(g->cq);
+  free(g->p);
+  free(g->inbox);
+  free(g->outbox);
+  free(g->credits);
+  free(g->credit_src);
+  free(g);
+  c->rdma = NULL;
+}
+
+ncclResult_t gin_rdma_reg(struct gin_comm *c, struct gin_mr *m, uint64_t offset, int fd) {
+  struct gin_rdma *g = c->rdma;
+  int access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+  struct ibv_mr *mr = NULL;
+  if (g == NULL) return ncclSuccess;
+  if (g->atomic) access |= IBV_ACCESS_REMOTE_ATOMIC;
+  if (fd >= 0 && gdr_ibv.reg_dmabuf_mr != NULL)
+    mr = gdr_ibv.reg_dmabuf_mr(g->d->pd, offset, m->size, (uint64_t)(uintptr_t)m->base, fd, access);
+  if (mr == NULL) mr = reg(g, m->base, m->size, access);
+  if (mr == NULL) return ncclSystemError;
+  m->ibmr = mr;
+  return ncclSuccess;
+}
+
+void gin_rdma_dereg(struct gin_comm *c, struct gin_mr *m) {
+  (void)c;
+  if (m->ibmr != NULL) (void)gdr_ibv.dereg_mr(m->ibmr);
+  m->ibmr = NULL;
+}
+
+uint32_t gin_rdma_rkey(const struct gin_mr *m) { return m->ibmr != NULL ? ((struct ibv_mr *)m->ibmr)->rkey : 0; }
+
+static int nwr_of(const struct gin_rdma *g, size_t size) { return (int)((size + g->max_wr - 1) / g->max_wr); }
+
+int gin_rdma_room(struct gin_comm *c, int peer, size_t size, int signal) {
+  struct gin_rdma *g = c->rdma;
+  struct rpeer *p = &g->p[peer];
+  int nwr = nwr_of(g, size) + (signal ? 1 : 0);
+  if (p->sq_used + nwr + 1 > GIN_RDMA_SQ) return 0; /* one kept for the credit write */
+  if (signal && !g->atomic &&
+      p->sig_sent - __atomic_load_n(&g->credits[peer], __ATOMIC_ACQUIRE) >= (uint64_t)GIN_RDMA_RING)
+    return 0;
+  return 1;
+}
+
+static void post(struct gin_comm *c, struct gin_req *r, struct ibv_send_wr *wr, int nwr) {
+  struct ibv_send_wr *bad = NULL;
+  struct rpeer *p = &c->rdma->p[r->peer];
+  int rc;
+  if (nwr == 0) { /* nothing to move: done at once */
+    gin_req_finish(c, r);
+    return;
+  }
+  wr[nwr - 1].send_flags |= IBV_SEND_SIGNALED;
+  wr[nwr - 1].wr_id = wr_user(r);
+  rc = gdr_ibv_post_send(p->qp, wr, &bad);
+  if (rc) {
+    GDR_WARN("GIN rank %d: ibv_post_send to rank %d failed: %s", c->rank, r->peer, strerror(rc));
+    gin_fail(c, ncclSystemError, "a post failed", r->peer);
+    return;
+  }
+  p->sq_used += nwr;
+  r->nwr = nwr;
+  r->pending++;
+}
+
+/* WRs of size bytes between a local and a remote range, cut at max_wr; returns how many */
+static int span(struct gin_rdma *g, struct ibv_send_wr *wr, struct ibv_sge *sge, enum ibv_wr_opcode op, char *local,
+                uint32_t lkey, uint64_t remote, uint32_t rkey, size_t size) {
+  int k = 0;
+  for (size_t done = 0; done < size; done += g->max_wr, k++) {
+    size_t n = size - done < g->max_wr ? size - done : g->max_wr;
+    memset(&wr[k], 0, sizeof(wr[k]));
+    sge[k].addr = (uint64_t)(uintptr_t)(local + done);
+    sge[k].length = (uint32_t)n;
+    sge[k].lkey = lkey;
+    wr[k].opcode = op;
+    wr[k].sg_list = &sge[k];
+    wr[k].num_sge = 1;
+    wr[k].wr.rdma.remote_addr = remote + done;
+    wr[k].wr.rdma.rkey = rkey;
+    if (k > 0) wr[k - 1].next = &wr[k];
+  }
+  return k;
+}
+
+void gin_rdma_put(struct gin_comm *c, struct gin_req *r, struct gin_mr *src, uint64_t src_off, struct gin_mr *dst,
+                  uint64_t dst_off, size_t size, struct gin_mr *sig, uint64_t sig_off, uint64_t sig_val, int signal) {
+  struct gin_rdma *g = c->rdma;
+  struct rpeer *p = &g->p[r->peer];
+  int nmax = nwr_of(g, size) + 1, k = 0;
+  struct ibv_send_wr *wr = calloc((size_t)nmax, sizeof(*wr));
+  struct ibv_sge *sge = calloc((size_t)nmax, sizeof(*sge));
+  if (wr == NULL || sge == NULL) {
+    gin_fail(c, ncclSystemError, "out of memory for work requests", r->peer);
+    goto out;
+  }
+  if (size > 0)
+    k = span(g, wr, sge, IBV_WR_RDMA_WRITE, src->base + src_off, ((struct ibv_mr *)src->ibmr)->lkey,
+             dst->peer_va[r->peer] + dst_off, dst->peer_rkey[r->peer], size);
+  if (signal && g->atomic) { /* NCCL IB's proxy: the FETCH_AND_ADD after the WRITEs on the same QP */
+    memset(&wr[k], 0, sizeof(wr[k]));
+    sge[k].addr = (uint64_t)(uintptr_t)&g->scratch;
+    sge[k].length = sizeof(g->scratch);
+    sge[k].lkey = g->scratch_mr->lkey;
+    wr[k].opcode = IBV_WR_ATOMIC_FETCH_AND_ADD;
+    wr[k].sg_list = &sge[k];
+    wr[k].num_sge = 1;
+    wr[k].wr.atomic.remote_addr = sig->peer_va[r->peer] + sig_off;
+    wr[k].wr.atomic.compare_add = sig_val;
+    wr[k].wr.atomic.rkey = sig->peer_rkey[r->peer];
+    if (k > 0) wr[k - 1].next = &wr[k];
+    k++;
+  } else if (signal) {
+    uint32_t slot = (uint32_t)(p->sig_sent % GIN_RDMA_RING);
+    struct sig_rec *rec = &g->outbox[(size_t)r->peer * GIN_RDMA_RING + slot];
+    rec->mr = sig->id;
+    rec->magic = GIN_REC_MAGIC;
+    rec->off = sig_off;
+    rec->val = sig_val;
+    rec->seq = p->sig_sent;
+    memset(&wr[k], 0, sizeof(wr[k]));
+    sge[k].addr = (uint64_t)(uintptr_t)rec;
+    sge[k].length = sizeof(*rec);
+    sge[k].lkey = g->outbox_mr->lkey;
+    wr[k].opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+    wr[k].imm_data = htobe32((uint32_t)p->sig_sent);
+    wr[k].sg_list = &sge[k];
+    wr[k].num_sge = 1;
+    wr[k].wr.rdma.remote_addr =
+        p->remote.inbox_va + ((uint64_t)c->rank * GIN_RDMA_RING + slot) * sizeof(struct sig_rec);
+    wr[k].wr.rdma.rkey = p->remote.inbox_rkey;
+    if (k > 0) wr[k - 1].next = &wr[k];
+    k++;
+    p->sig_sent++;
+  }
+  post(c, r, wr, k);
+out:
+  free(wr);
+  free(sge);
+}
+
+void gin_rdma_get(struct gin_comm *c, struct gin_req *r, struct gin_mr *rm, uint64_t roff, struct gin_mr *lm,
+                  uint64_t loff, size_t size) {
+  struct gin_rdma *g = c->rdma;
+  int nmax = nwr_of(g, size) + 1, k = 0;
+  struct ibv_send_wr *wr = calloc((size_t)nmax, sizeof(*wr));
+  struct ibv_sge *sge = calloc((size_t)nmax, sizeof(*sge));
+  if (wr == NULL || sge == NULL) {
+    gin_fail(c, ncclSystemError, "out of memory for work requests", r->peer);
+    goto out;
+  }
+  if (size > 0)
+    k = span(g, wr, sge, IBV_WR_RDMA_READ, lm->base + loff, ((struct ibv_mr *)lm->ibmr)->lkey,
+             rm->peer_va[r->peer] + roff, rm->peer_rkey[r->peer], size);
+  post(c, r, wr, k);
+out:
+  free(wr);
+  free(sge);
+}
+
+void gin_rdma_flush(struct gin_comm *c, struct gin_req *r, struct gin_mr *m) {
+  struct gin_rdma *g = c->rdma;
+  struct rpeer *p = &g->p[r->peer];
+  struct ibv_send_wr wr;
+  struct ibv_sge sge;
+  (void)m;
+  (void)span(g, &wr, &sge, IBV_WR_RDMA_READ, (char *)&g->scratch, g->scratch_mr->lkey, p->remote.inbox_va,
+             p->remote.inbox_rkey, sizeof(g->scratch));
+  post(c, r, &wr, 1);
+}
+
+static int peer_of_qp(struct gin_comm *c, uint32_t qpn) {
+  for (int r = 0; r < c->nranks; r++)
+    if (c->rdma->p[r].qp != NULL && c->rdma->p[r].qp->qp_num == qpn) return r;
+  return -1;
+}
+
+/* gives a peer its ring slots back: the count of its records this side applied, into its credit word */
+static void credit(struct gin_comm *c, int peer) {
+  struct gin_rdma *g = c->rdma;
+  struct rpeer *p = &g->p[peer];
+  struct ibv_send_wr wr, *bad = NULL;
+  struct ibv_sge sge;
+  int rc;
+  if (p->credit_inflight || p->consumed - p->credit_sent < (uint64_t)GIN_RDMA_RING / 8 || p->sq_used + 1 > GIN_RDMA_SQ)
+    return;
+  g->credit_src[peer] = p->consumed;
+  (void)span(g, &wr, &sge, IBV_WR_RDMA_WRITE, (char *)&g->credit_src[peer], g->credit_src_mr->lkey,
+             p->remote.credit_va + (uint64_t)c->rank * sizeof(uint64_t), p->remote.credit_rkey, sizeof(uint64_t));
+  wr.send_flags = IBV_SEND_SIGNALED;
+  wr.wr_id = (uint64_t)WR_CREDIT << 60 | (uint32_t)peer;
+  rc = gdr_ibv_post_send(p->qp, &wr, &bad);
+  if (rc) {
+    GDR_WARN("GIN rank %d: ibv_post_send (credits) to rank %d failed: %s", c->rank, peer, strerror(rc));
+    gin_fail(c, ncclSystemError, "a post failed", peer);
+    return;
+  }
+  p->sq_used++;
+  p->credit_inflight = 1;
+  p->credit_sent = p->consumed;
+}
+
+ncclResult_t gin_rdma_progress(struct gin_comm *c) {
+  struct gin_rdma *g = c->rdma;
+  struct ibv_wc wc[16];
+  int n;
+  while ((n = gdr_ibv_poll_cq(g->cq, 16, wc)) > 0) {
+    for (int i = 0; i < n; i++) {
+      int peer = peer_of_qp(c, wc[i].qp_num);
+      if (wc[i].status != IBV_WC_SUCCESS) {
+        GDR_WARN("GIN rank %d: a completion towards rank %d failed: %s (vendor error %u)", c->rank, peer,
+                 gdr_ibv_wc_status_str(wc[i].status), wc[i].vendor_err);
+        gin_fail(c, ncclRemoteError, "an RDMA operation failed", peer);
+        return c->error;
+      }
+      if (peer < 0) continue;
+      if (wc[i].opcode == IBV_WC_RECV_RDMA_WITH_IMM) {
+        struct rpeer *p = &g->p[peer];
+        uint32_t seq = be32toh(wc[i].imm_data);
+        struct sig_rec rec = g->inbox[(size_t)peer * GIN_RDMA_RING + p->consumed % GIN_RDMA_RING];
+        int rc;
+        if (rec.magic != GIN_REC_MAGIC || (uint32_t)rec.seq != seq || seq != (uint32_t)p->consumed) {
+          GDR_WARN("GIN rank %d: signal record %u from rank %d is not the one expected (%llu)", c->rank, seq, peer,
+                   (unsigned long long)p->consumed);
+          gin_fail(c, ncclRemoteError, "a bad signal record", peer);
+          return c->error;
+        }
+        if (gin_apply_signal(c, peer, rec.mr, rec.off, rec.val) != ncclSuccess) {
+          gin_fail(c, ncclRemoteError, "a signal could not be applied", peer);
+          return c->error;
+        }
+        p->consumed++;
+        rc = post_recv(p);
+        if (rc) {
+          GDR_WARN("GIN rank %d: ibv_post_recv failed: %s", c->rank, strerror(rc));
+          gin_fail(c, ncclSystemError, "a receive could not be posted", peer);
+          return c->error;
+        }
+        continue;
+      }
+      if ((wc[i].wr_id >> 60) == WR_CREDIT) {
+        g->p[peer].sq_used--;
+        g->p[peer].credit_inflight = 0;
+        continue;
+      }
+      {
+        uint32_t idx = (uint32_t)wc[i].wr_id, gen = (uint32_t)(wc[i].wr_id >> 32) & 0xfffffffu;
+        struct gin_req *r = idx < c->npool ? &c->pool[idx] : NULL;
+        if (r == NULL || r->kind != GIN_RQ_USER || (r->gen & 0xfffffffu) != gen || r->done) {
+          GDR_WARN("GIN rank %d: a completion names no operation in flight", c->rank);
+          gin_fail(c, ncclInternalError, "a stray completion", peer);
+          return c->error;
+        }
+        g->p[r->peer].sq_used -= r->nwr;
+        if (--r->pending == 0) gin_req_finish(c, r);
+      }
+    }
+  }
+  if (n < 0) {
+    gin_fail(c, ncclSystemError, "ibv_poll_cq failed", -1);
+    return c->error;
+  }
+  for (int r = 0; r < c->nranks; r++) credit(c, r);
+  return c->error;
+}
+
+#else /* no RDMA transport built */
+
+ncclResult_t gin_rdma_setup(struct gin_comm *c) {
+  (void)c;
+  return ncclSuccess;
+}
+void gin_rdma_teardown(struct gin_comm *c) { (void)c; }
+ncclResult_t gin_rdma_message(struct gin_comm *c, int peer, const struct gin_hdr *h, const void *payload) {
+  (void)h;
+  (void)payload;
+  GDR_WARN("GIN rank %d: rank %d brings up one-sided RDMA, this build has no RDMA transport", c->rank, peer);
+  return ncclInvalidUsage;
+}
+ncclResult_t gin_rdma_reg(struct gin_comm *c, struct gin_mr *m, uint64_t offset, int fd) {
+  (void)c, (void)m, (void)offset, (void)fd;
+  return ncclSuccess;
+}
+void gin_rdma_dereg(struct gin_comm *c, struct gin_mr *m) { (void)c, (void)m; }
+uint32_t gin_rdma_rkey(const struct gin_mr *m) {
+  (void)m;
+  return 0;
+}
+int gin_rdma_room(struct gin_comm *c, int peer, size_t size, int signal) {
+  (void)c, (void)peer, (void)size, (void)signal;
+  return 0;
+}
+void gin_rdma_put(struct gin_comm *c, struct gin_req *r, struct gin_mr *src, uint64_t src_off, struct gin_mr *dst,
+                  uint64_t dst_off, size_t size, struct gin_mr *sig, uint64_t sig_off, uint64_t sig_val, int signal) {
+  (void)c, (void)r, (void)src, (void)src_off, (void)dst, (void)dst_off, (void)size, (void)sig, (void)sig_off;
+  (void)sig_val, (void)signal;
+}
+void gin_rdma_get(struct gin_comm *c, struct gin_req *r, struct gin_mr *rm, uint64_t roff, struct gin_mr *lm,
+                  uint64_t loff, size_t size) {
+  (void)c, (void)r, (void)rm, (void)roff, (void)lm, (void)loff, (void)size;
+}
+void gin_rdma_flush(struct gin_comm *c, struct gin_req *r, struct gin_mr *m) { (void)c, (void)r, (void)m; }
+ncclResult_t gin_rdma_progress(struct gin_comm *c) { return c->error; }
+
+#endif

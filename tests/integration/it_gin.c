@@ -1,0 +1,654 @@
+/* The GIN/RMA tables (ncclGinPlugin_v11/v12/v13, ncclRmaPlugin_v13/v14), one harness for all: GNIT_GIN_TABLE=
+ * gin11|gin12|gin13|rma13|rma14 picks the table, GNIT_GIN_RANKS (default 2) the processes (a full mesh), GNIT_GIN_MODE
+ * the scenario: "all" (every check below), "peerdeath" (the last rank dies mid-run: the others get an error from
+ * test and queryLastError within the timeout, never a hang) or "fault" (an RDMA READ made to fail by VEMU_FAULTS:
+ * the same).
+ * Every rank runs a progress thread (ginProgress/rmaProgress in a loop, as NCCL's GIN proxy thread does) beside
+ * the thread that issues and tests operations, and a reader thread races every signal: it waits for the signal
+ * word to reach its value and then checks every byte of the put it follows (a signal seen before its data fails).
+ * Checks: symmetric registration (mhandle == ginHandle, a put past the peer's window refused); puts of every size
+ * class, inline, chunked (past the 4 MiB pieces) and zero-byte, with INC and ADD signals; signal-only puts; gets
+ * (v13+); flush (v13+: the data is at the target once the flush is done); a full queue answers NULL ("try again")
+ * and takes again once a request is returned; several contexts; close with operations in flight. */
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "gdrnet/gin.h"
+#include "it.h"
+
+#define MAXR 4
+#define WIN ((size_t)40 << 20)
+#define NSIG 512
+
+/* ---- the table, in one shape ---- */
+typedef struct {
+  int v; /* 11, 12, 13, 14 */
+  int rma;
+  const void *t;
+} tbl_t;
+static tbl_t T;
+#define G11 ((const ncclGin_v11_t *)T.t)
+#define G12 ((const ncclGin_v12_t *)T.t)
+#define G13 ((const ncclGin_v13_t *)T.t)
+#define R14 ((const ncclRma_v14_t *)T.t)
+/* the entry points whose signature every table shares; CALL_NO12: all but v12's; CALL_V13: v13 and v14's */
+#define CALL(f, ...)                                                                                                   \
+  (T.v == 11   ? G11->f(__VA_ARGS__)                                                                                   \
+   : T.v == 12 ? G12->f(__VA_ARGS__)                                                                                   \
+   : T.v == 13 ? G13->f(__VA_ARGS__)                                                                                   \
+               : R14->f(__VA_ARGS__))
+#define CALL_NO12(f, ...) (T.v == 11 ? G11->f(__VA_ARGS__) : T.v == 13 ? G13->f(__VA_ARGS__) : R14->f(__VA_ARGS__))
+#define CALL_V13(f, ...) (T.v == 13 ? G13->f(__VA_ARGS__) : R14->f(__VA_ARGS__))
+
+static void logger(ncclDebugLogLevel level, unsigned long flags, const char *file, int line, const char *fmt, ...) {
+  (void)flags;
+  if (level > NCCL_LOG_INFO && getenv("GNIT_GIN_VERBOSE") == NULL) return;
+  if (level == NCCL_LOG_INFO && getenv("GNIT_GIN_VERBOSE") == NULL) return;
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(stderr, "[gin %d] %s:%d ", (int)getpid(), file, line);
+  vfprintf(stderr, fmt, ap);
+  fprintf(stderr, "\n");
+  va_end(ap);
+}
+
+static void *load_table(void) {
+  const char *name = getenv("GNIT_GIN_TABLE");
+  const char *sym = NULL;
+  void *lib = dlopen(it_plugin_path(), RTLD_NOW | RTLD_LOCAL);
+  IT_CHECK(lib != NULL, "dlopen %s: %s", it_plugin_path(), dlerror());
+  if (name == NULL) name = "gin11";
+  if (!strcmp(name, "gin11"))
+    T.v = 11, sym = "ncclGinPlugin_v11";
+  else if (!strcmp(name, "gin12"))
+    T.v = 12, sym = "ncclGinPlugin_v12";
+  else if (!strcmp(name, "gin13"))
+    T.v = 13, sym = "ncclGinPlugin_v13";
+  else if (!strcmp(name, "rma13"))
+    T.v = 13, T.rma = 1, sym = "ncclRmaPlugin_v13";
+  else if (!strcmp(name, "rma14"))
+    T.v = 14, T.rma = 1, sym = "ncclRmaPlugin_v14";
+  IT_CHECK(sym != NULL, "GNIT_GIN_TABLE=%s: gin11|gin12|gin13|rma13|rma14", name);
+  T.t = dlsym(lib, sym);
+  IT_CHECK(T.t != NULL, "%s not exported", sym);
+  return lib;
+}
+
+/* ---- ranks: the parent is rank 0, children 1..n-1; the parent relays ---- */
+static int g_n, g_rank;
+static int g_fd[MAXR]; /* parent: to each child; child: g_fd[0] to the parent */
+static int g_max_recvs;
+
+static void hub_barrier(void) {
+  for (int round = 0; round < 2; round++) {
+    if (g_rank == 0) {
+      for (int r = 1; r < g_n; r++) IT_CHECK(gn_boot_barrier(g_fd[r], 120) == 0, "barrier with rank %d", r);
+    } else {
+      IT_CHECK(gn_boot_barrier(g_fd[0], 120) == 0, "barrier with rank 0");
+    }
+  }
+}
+
+static void allgather_handles(char all[][NCCL_NET_HANDLE_MAXSIZE]) {
+  if (g_rank == 0) {
+    for (int r = 1; r < g_n; r++)
+      IT_CHECK(gn_boot_recv(g_fd[r], all[r], NCCL_NET_HANDLE_MAXSIZE, 60) == 0, "handle from rank %d", r);
+    for (int r = 1; r < g_n; r++)
+      IT_CHECK(gn_boot_send(g_fd[r], all, (size_t)g_n * NCCL_NET_HANDLE_MAXSIZE) == 0, "handles to rank %d", r);
+  } else {
+    IT_CHECK(gn_boot_send(g_fd[0], all[g_rank], NCCL_NET_HANDLE_MAXSIZE) == 0, "handle to rank 0");
+    IT_CHECK(gn_boot_recv(g_fd[0], all, (size_t)g_n * NCCL_NET_HANDLE_MAXSIZE, 60) == 0, "handles from rank 0");
+  }
+}
+
+/* ---- one connection (collComm + context) with its progress thread ---- */
+typedef struct {
+  void *inst, *cc, *ctx; /* ctx: the operations' target (the collComm for v11/v12) */
+  void *gctx;            /* v13/v14: createContext's */
+  unsigned char *win, *loc;
+  uint64_t *sig;
+  void *wmh, *lmh, *smh;
+  pthread_t prog;
+  pthread_mutex_t pmu; /* held by the progress thread around each progress call (see sync_progress) */
+  atomic_int stop;
+  atomic_int prog_err;
+} conn_t;
+
+static void *progress_main(void *arg) {
+  conn_t *c = arg;
+  while (!atomic_load(&c->stop)) {
+    pthread_mutex_lock(&c->pmu);
+    ncclResult_t r = T.v == 11   ? G11->ginProgress(c->ctx)
+                     : T.v == 12 ? G12->ginProgress(c->ctx)
+                     : T.v == 13 ? G13->ginProgress(c->ctx)
+                                 : R14->rmaProgress(c->ctx);
+    pthread_mutex_unlock(&c->pmu);
+    if (r != ncclSuccess) {
+      atomic_store(&c->prog_err, (int)r);
+      break;
+    }
+    sched_yield();
+  }
+  return NULL;
+}
+
+static void reg(conn_t *c, void *data, size_t size, void **mh) {
+  void *gh = NULL;
+  if (T.v == 14) {
+    IT_OK(R14->regMrSym(c->cc, data, size, NCCL_PTR_HOST, 0, mh));
+  } else {
+    IT_OK(T.v == 11   ? G11->regMrSym(c->cc, data, size, NCCL_PTR_HOST, 0, mh, &gh)
+          : T.v == 12 ? G12->regMrSym(c->cc, data, size, NCCL_PTR_HOST, 0, mh, &gh)
+                      : G13->regMrSym(c->cc, data, size, NCCL_PTR_HOST, 0, mh, &gh));
+    IT_CHECK(gh == *mh && gh != NULL, "ginHandle %p is the mhandle %p", gh, *mh);
+  }
+}
+
+static void conn_open(conn_t *c, int ncontexts, int depth) {
+  char all[MAXR][NCCL_NET_HANDLE_MAXSIZE];
+  void *lc = NULL;
+  void *handles[MAXR];
+  int ndev = 0;
+  memset(c, 0, sizeof(*c));
+  memset(all, 0, sizeof(all));
+  IT_OK(CALL(init, &c->inst, 0x1234, logger));
+  IT_OK(CALL(devices, &ndev));
+  IT_CHECK(ndev >= 1, "%d devices", ndev);
+  if (T.v <= 12) {
+    ncclNetProperties_v11_t p;
+    IT_OK(T.v == 11 ? G11->getProperties(0, &p) : G12->getProperties(0, &p));
+    g_max_recvs = p.maxRecvs;
+    IT_CHECK(p.netDeviceType == NCCL_NET_DEVICE_GIN_PROXY, "netDeviceType %d", p.netDeviceType);
+  } else {
+    ncclNetProperties_v12_t p;
+    IT_OK(CALL_V13(getProperties, 0, &p));
+    g_max_recvs = p.maxRecvs;
+    IT_CHECK(p.netDeviceType == NCCL_NET_DEVICE_GIN_PROXY, "netDeviceType %d", p.netDeviceType);
+  }
+  IT_OK(CALL(listen, c->inst, 0, all[g_rank], &lc));
+  allgather_handles(all);
+  for (int r = 0; r < g_n; r++) handles[r] = all[r];
+  it_step("connecting the mesh");
+  if (T.v == 12)
+    IT_OK(G12->connect(c->inst, handles, g_n, g_rank, ncontexts, depth, lc, &c->cc));
+  else
+    IT_OK(CALL_NO12(connect, c->inst, handles, g_n, g_rank, lc, &c->cc));
+  IT_CHECK(c->cc != NULL, "no collComm");
+  IT_OK(CALL(closeListen, lc));
+  c->ctx = c->cc;
+  if (T.v == 13) {
+    ncclGinConfig_v13_t cfg = {NSIG, 16, ncontexts, depth, -1};
+    IT_OK(G13->createContext(c->cc, &cfg, &c->gctx, NULL));
+    c->ctx = c->gctx;
+  } else if (T.v == 14) {
+    ncclRmaConfig_v14_t cfg = {ncontexts, -1, 1};
+    IT_OK(R14->createContext(c->cc, &cfg, &c->gctx));
+    c->ctx = c->gctx;
+  }
+  c->win = calloc(1, WIN);
+  c->loc = calloc(1, WIN);
+  c->sig = calloc(NSIG, sizeof(uint64_t));
+  IT_CHECK(c->win && c->loc && c->sig, "out of memory");
+  it_step("registering the windows");
+  reg(c, c->win, WIN, &c->wmh);
+  reg(c, c->sig, NSIG * sizeof(uint64_t), &c->smh);
+  reg(c, c->loc, WIN, &c->lmh);
+  IT_CHECK(pthread_mutex_init(&c->pmu, NULL) == 0, "mutex");
+  IT_CHECK(pthread_create(&c->prog, NULL, progress_main, c) == 0, "pthread_create");
+}
+
+/* The ranks order their steps by barriers over sockets, which ThreadSanitizer does not see as synchronisation. Window
+ * bytes this thread wrote for a peer to get, and bytes a peer put that this thread reads after the peer's flush, are
+ * ordered with the plugin's threads through the progress thread's mutex: this thread takes it once after writing
+ * (before the barrier), and once before reading (after it). */
+static void sync_progress(conn_t *c) {
+  pthread_mutex_lock(&c->pmu);
+  pthread_mutex_unlock(&c->pmu);
+}
+
+static ncclResult_t op_put_signal(conn_t *c, int context, uint64_t so, size_t size, uint64_t d, int rank, int slot,
+                                  uint64_t val, uint32_t op, void **req);
+static void wait_req(conn_t *c, void *req, const char *what);
+
+/* sync_progress, and on the one-sided RDMA path the NIC too: a signal-only ADD 0 to this rank itself, waited for,
+ * orders this thread's window writes before the (emulated) NIC's later reads for a peer, and the NIC's earlier
+ * writes from a peer before this thread's reads (its completion). */
+static void publish(conn_t *c) {
+  void *r = NULL;
+  sync_progress(c);
+  IT_OK(op_put_signal(c, 0, 0, 0, 0, g_rank, NSIG - 1, 0, NCCL_NET_SIGNAL_OP_ADD, &r));
+  wait_req(c, r, "publish");
+  sync_progress(c);
+}
+
+static void conn_stop_progress(conn_t *c) {
+  atomic_store(&c->stop, 1);
+  IT_CHECK(pthread_join(c->prog, NULL) == 0, "join");
+}
+
+static void conn_close(conn_t *c, int check_progress) {
+  conn_stop_progress(c);
+  if (check_progress) IT_CHECK(atomic_load(&c->prog_err) == 0, "progress returned %d", atomic_load(&c->prog_err));
+  IT_OK(CALL(deregMrSym, c->cc, c->wmh));
+  IT_OK(CALL(deregMrSym, c->cc, c->smh));
+  IT_OK(CALL(deregMrSym, c->cc, c->lmh));
+  if (c->gctx != NULL) IT_OK(CALL(destroyContext, c->gctx));
+  IT_OK(CALL(closeColl, c->cc));
+  IT_OK(CALL(finalize, c->inst));
+  free(c->win);
+  free(c->loc);
+  free(c->sig);
+}
+
+static uint64_t now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* ---- operations ---- */
+static ncclResult_t op_put(conn_t *c, int context, uint64_t so, void *smh, size_t size, uint64_t d, void *dmh, int rank,
+                           void **req) {
+  if (T.v == 11) return G11->iput(c->ctx, so, smh, size, d, dmh, (uint32_t)rank, req);
+  if (T.v == 12) return G12->iput(c->ctx, so, smh, size, d, dmh, (uint32_t)rank, context, req);
+  return CALL_V13(iput, c->ctx, context, so, smh, size, d, dmh, (uint32_t)rank, req);
+}
+static ncclResult_t op_put_signal(conn_t *c, int context, uint64_t so, size_t size, uint64_t d, int rank, int slot,
+                                  uint64_t val, uint32_t op, void **req) {
+  void *smh = size > 0 ? c->wmh : NULL, *dmh = size > 0 ? c->wmh : NULL;
+  uint64_t sigoff = (uint64_t)slot * 8;
+  if (T.v == 11) return G11->iputSignal(c->ctx, so, smh, size, d, dmh, (uint32_t)rank, sigoff, c->smh, val, op, req);
+  if (T.v == 12)
+    return G12->iputSignal(c->ctx, so, smh, size, d, dmh, (uint32_t)rank, sigoff, c->smh, val, op, context, req);
+  if (T.v == 13)
+    return G13->iputSignal(c->ctx, context, so, smh, size, d, dmh, (uint32_t)rank, sigoff, c->smh, val, op, req);
+  return R14->iputSignal(c->ctx, context, so, smh, size, d, dmh, (uint32_t)rank, sigoff, c->smh, val, op, true, req);
+}
+
+static void wait_req(conn_t *c, void *req, const char *what) {
+  int done = 0;
+  IT_CHECK(req != NULL, "%s: no request", what);
+  while (!done) IT_OK(CALL(test, c->cc, req, &done));
+}
+
+static unsigned char pat(int from, int i, size_t k) { return (unsigned char)(from * 31 + i * 7 + k * 13 + (k >> 8)); }
+
+static const size_t k_sizes[] = {0,
+                                 1,
+                                 7,
+                                 8,
+                                 9,
+                                 255,
+                                 256,
+                                 257,
+                                 4095,
+                                 4096,
+                                 65537,
+                                 (1 << 20) + 3,
+                                 (size_t)4 << 20,
+                                 ((size_t)4 << 20) + 1,
+                                 ((size_t)9 << 20) + 5};
+#define NSIZES (int)(sizeof k_sizes / sizeof k_sizes[0])
+static size_t off_of(int i) { return (size_t)i * 13 + (i % 2); } /* odd offsets too */
+
+/* region i of a window: sizes are laid out one after the other */
+static size_t region(int i) {
+  size_t o = 0;
+  for (int k = 0; k < i; k++) o += k_sizes[k] + 64;
+  return o + off_of(i) % 8;
+}
+
+typedef struct {
+  conn_t *c;
+  int from;
+  atomic_int checked;
+  const char *err;
+} reader_t;
+
+/* Waits for every signal of the sizes test and checks its put's bytes at once: a signal must never be seen before
+ * its data. */
+static void *reader_main(void *arg) {
+  reader_t *rd = arg;
+  conn_t *c = rd->c;
+  uint64_t t0 = now_ns();
+  for (int i = 0; i < NSIZES; i++) {
+    uint64_t want = i % 2 == 0 ? 1 : (uint64_t)i + 1000;
+    while (__atomic_load_n(&c->sig[i], __ATOMIC_ACQUIRE) < want) {
+      if (now_ns() - t0 > 120ull * 1000000000ull) {
+        rd->err = "a signal never came";
+        return NULL;
+      }
+    }
+    for (size_t k = 0; k < k_sizes[i]; k++)
+      if (c->win[region(i) + k] != pat(rd->from, i, k)) {
+        rd->err = "a signal was seen before its data";
+        fprintf(stderr, "size %zu byte %zu: %u, not %u\n", k_sizes[i], k, c->win[region(i) + k], pat(rd->from, i, k));
+        return NULL;
+      }
+    atomic_fetch_add(&rd->checked, 1);
+  }
+  return NULL;
+}
+
+/* puts of every size, each with a signal the peer's reader races; a repeated INC; signal-only */
+static void check_puts(conn_t *c) {
+  int to = (g_rank + 1) % g_n, from = (g_rank - 1 + g_n) % g_n;
+  reader_t rd = {c, from, 0, NULL};
+  pthread_t th;
+  void *reqs[NSIZES];
+  IT_CHECK(region(NSIZES) < WIN / 2 - 4096, "layout");
+  for (int i = 0; i < NSIZES; i++)
+    for (size_t k = 0; k < k_sizes[i]; k++) c->loc[region(i) + k] = pat(g_rank, i, k);
+  memcpy(c->win + WIN / 2, c->loc, region(NSIZES)); /* the source: the upper half of the window */
+  publish(c);
+  hub_barrier();
+  IT_CHECK(pthread_create(&th, NULL, reader_main, &rd) == 0, "pthread_create");
+  it_step("putting every size with a signal to rank %d", to);
+  for (int i = 0; i < NSIZES; i++) {
+    uint32_t op = i % 2 == 0 ? NCCL_NET_SIGNAL_OP_INC : NCCL_NET_SIGNAL_OP_ADD;
+    uint64_t val = i % 2 == 0 ? 77 : (uint64_t)i + 1000; /* INC ignores the value */
+    reqs[i] = NULL;
+    IT_OK(op_put_signal(c, 0, WIN / 2 + region(i), k_sizes[i], region(i), to, i, val, op, &reqs[i]));
+    IT_CHECK(reqs[i] != NULL, "put %d refused", i);
+  }
+  for (int i = 0; i < NSIZES; i++) wait_req(c, reqs[i], "put");
+  IT_CHECK(pthread_join(th, NULL) == 0, "join");
+  IT_CHECK(rd.err == NULL, "reader: %s", rd.err);
+  IT_CHECK(atomic_load(&rd.checked) == NSIZES, "%d of %d puts checked", atomic_load(&rd.checked), NSIZES);
+  hub_barrier();
+  /* 100 INCs on one word, and signal-only ADDs on another */
+  it_step("100 INC signals and 10 signal-only ADDs");
+  for (int i = 0; i < 100; i++) {
+    void *r = NULL;
+    IT_OK(op_put_signal(c, 0, WIN / 2, 8, 0, to, 300, 0, NCCL_NET_SIGNAL_OP_INC, &r));
+    wait_req(c, r, "INC");
+  }
+  for (int i = 0; i < 10; i++) {
+    void *r = NULL;
+    IT_OK(op_put_signal(c, 0, 0, 0, 0, to, 301, 5, NCCL_NET_SIGNAL_OP_ADD, &r));
+    wait_req(c, r, "signal only");
+  }
+  hub_barrier(); /* every rank's requests done: the applications are ordered before the completions? no: poll */
+  for (uint64_t t0 = now_ns();
+       __atomic_load_n(&c->sig[300], __ATOMIC_ACQUIRE) < 100 || __atomic_load_n(&c->sig[301], __ATOMIC_ACQUIRE) < 50;)
+    IT_CHECK(now_ns() - t0 < 60ull * 1000000000ull, "signals %llu %llu", (unsigned long long)c->sig[300],
+             (unsigned long long)c->sig[301]);
+  hub_barrier();
+  IT_CHECK(c->sig[300] == 100 && c->sig[301] == 50, "INC x100 gave %llu, ADD 5 x10 gave %llu",
+           (unsigned long long)c->sig[300], (unsigned long long)c->sig[301]);
+  /* past the peer's window: refused, nothing sent */
+  {
+    void *r = NULL;
+    IT_CHECK(op_put(c, 0, 0, c->wmh, 16, WIN - 8, c->wmh, to, &r) != ncclSuccess && r == NULL,
+             "a put past the peer's window was accepted");
+    IT_CHECK(op_put_signal(c, 0, 0, 8, 0, to, NSIG, 1, NCCL_NET_SIGNAL_OP_INC, &r) != ncclSuccess && r == NULL,
+             "a signal past the peer's signal window was accepted");
+    IT_CHECK(op_put_signal(c, 0, 0, 8, 0, to, 0, 1, 9, &r) != ncclSuccess && r == NULL, "signal op 9 was accepted");
+  }
+}
+
+static void check_gets_flush(conn_t *c) {
+  int to = (g_rank + 1) % g_n, from = (g_rank - 1 + g_n) % g_n;
+  void *reqs[NSIZES];
+  if (T.v < 13) return;
+  for (int i = 0; i < NSIZES; i++)
+    for (size_t k = 0; k < k_sizes[i]; k++) c->win[region(i) + k] = pat(g_rank + 10, i, k);
+  memset(c->loc, 0, WIN);
+  publish(c);
+  hub_barrier();
+  it_step("getting every size from rank %d", to);
+  for (int i = 0; i < NSIZES; i++) {
+    reqs[i] = NULL;
+    IT_OK(CALL_V13(iget, c->ctx, i % 2, region(i), c->wmh, k_sizes[i], region(i), c->lmh, (uint32_t)to, &reqs[i]));
+    IT_CHECK(reqs[i] != NULL, "get %d refused", i);
+  }
+  for (int i = 0; i < NSIZES; i++) wait_req(c, reqs[i], "get");
+  for (int i = 0; i < NSIZES; i++)
+    for (size_t k = 0; k < k_sizes[i]; k++)
+      IT_CHECK(c->loc[region(i) + k] == pat(to + 10, i, k), "get of %zu bytes: byte %zu is %u, not %u", k_sizes[i], k,
+               c->loc[region(i) + k], pat(to + 10, i, k));
+  hub_barrier();
+  /* flush: puts without signals, then a flush; once it is done the bytes are at the target */
+  it_step("puts then a flush to rank %d", to);
+  for (int i = 0; i < NSIZES; i++)
+    for (size_t k = 0; k < k_sizes[i]; k++) c->win[WIN / 2 + region(i) + k] = pat(g_rank + 20, i, k);
+  publish(c);
+  hub_barrier();
+  for (int i = 0; i < NSIZES; i++) {
+    reqs[i] = NULL;
+    IT_OK(op_put(c, 0, WIN / 2 + region(i), c->wmh, k_sizes[i], region(i), c->wmh, to, &reqs[i]));
+  }
+  {
+    void *f = NULL;
+    IT_OK(CALL_V13(iflush, c->ctx, 0, c->smh, (uint32_t)to, &f));
+    wait_req(c, f, "flush");
+  }
+  for (int i = 0; i < NSIZES; i++) wait_req(c, reqs[i], "put");
+  hub_barrier(); /* every rank's flush is done: its target has the bytes */
+  publish(c);
+  for (int i = 0; i < NSIZES; i++)
+    for (size_t k = 0; k < k_sizes[i]; k++)
+      IT_CHECK(c->win[region(i) + k] == pat(from + 20, i, k), "after the flush: %zu bytes, byte %zu is %u, not %u",
+               k_sizes[i], k, c->win[region(i) + k], pat(from + 20, i, k));
+  publish(c); /* these reads before the plugin's next writes there */
+  hub_barrier();
+}
+
+/* a full queue answers NULL, and takes again once a request is returned; every context has its own queue. Its puts
+ * land below the upper half, clear of what the earlier checks read */
+#define QDST (WIN / 2 - 4096)
+static void check_queue(conn_t *c, int ncontexts, int depth) {
+  int to = (g_rank + 1) % g_n;
+  void **reqs = calloc((size_t)ncontexts * depth + 1, sizeof(void *));
+  int n = 0;
+  IT_CHECK(reqs != NULL, "oom");
+  it_step("filling %d context(s) %d deep", ncontexts, depth);
+  for (int x = 0; x < ncontexts; x++) {
+    void *r = NULL;
+    for (int i = 0; i < depth; i++) {
+      r = NULL;
+      IT_OK(op_put_signal(c, x, WIN / 2, 8, QDST + (size_t)x * 64, to, 400 + x, 1, NCCL_NET_SIGNAL_OP_ADD, &r));
+      IT_CHECK(r != NULL, "context %d: put %d of %d refused", x, i, depth);
+      reqs[n++] = r;
+    }
+    r = NULL;
+    IT_OK(op_put_signal(c, x, WIN / 2, 8, QDST, to, 400 + x, 1, NCCL_NET_SIGNAL_OP_ADD, &r));
+    IT_CHECK(r == NULL, "context %d: a put past the depth %d was taken", x, depth);
+  }
+  /* return one of context 0's: it takes one again */
+  wait_req(c, reqs[0], "queue");
+  reqs[0] = NULL;
+  IT_OK(op_put_signal(c, 0, WIN / 2, 8, QDST, to, 400, 1, NCCL_NET_SIGNAL_OP_ADD, &reqs[0]));
+  IT_CHECK(reqs[0] != NULL, "a freed slot was not taken again");
+  for (int i = 0; i < n; i++) wait_req(c, reqs[i], "queue");
+  hub_barrier();
+  for (int x = 0; x < ncontexts; x++) {
+    for (uint64_t t0 = now_ns(); __atomic_load_n(&c->sig[400 + x], __ATOMIC_ACQUIRE) < (uint64_t)depth + (x == 0);)
+      IT_CHECK(now_ns() - t0 < 60ull * 1000000000ull, "context %d: signal %llu of %d", x,
+               (unsigned long long)c->sig[400 + x], depth + (x == 0));
+  }
+  hub_barrier();
+  for (int x = 0; x < ncontexts; x++)
+    IT_CHECK(c->sig[400 + x] == (uint64_t)depth + (x == 0), "context %d: signal %llu, not %d", x,
+             (unsigned long long)c->sig[400 + x], depth + (x == 0));
+  free(reqs);
+}
+
+/* close with operations in flight: big puts, never tested, then closeColl (bounded by the watchdog) */
+static void close_in_flight(conn_t *c) {
+  int to = (g_rank + 1) % g_n;
+  hub_barrier();
+  it_step("closing with puts in flight");
+  for (int i = 0; i < 8; i++) {
+    void *r = NULL;
+    IT_OK(op_put(c, 0, WIN / 2, c->wmh, (size_t)2 << 20, 0, c->wmh, to, &r));
+  }
+  hub_barrier();
+}
+
+static void peer_death(conn_t *c) {
+  int to = g_n - 1;
+  bool err = false;
+  hub_barrier();
+  if (g_rank == g_n - 1) _exit(0); /* dies with its comm open */
+  it_step("rank %d died: operations towards it fail", to);
+  uint64_t t0 = now_ns();
+  for (;;) {
+    void *r = NULL;
+    ncclResult_t res = op_put(c, 0, WIN / 2, c->wmh, (size_t)1 << 20, 0, c->wmh, to, &r);
+    int done = 0;
+    if (res != ncclSuccess) break;
+    if (r != NULL) {
+      while (!done && res == ncclSuccess) res = CALL(test, c->cc, r, &done);
+      if (res != ncclSuccess) break;
+    }
+    IT_CHECK(now_ns() - t0 < 90ull * 1000000000ull, "no error 90 s after the peer died");
+  }
+  IT_OK(CALL(queryLastError, c->ctx, &err));
+  IT_CHECK(err, "queryLastError does not report the failed connection");
+}
+
+/* GDRNET_STATS_FILE (with %p): this process's gdrnet_gin_*_total counters, summed over the transports */
+static uint64_t stat_of(const char *text, const char *name) {
+  char key[128];
+  uint64_t sum = 0;
+  snprintf(key, sizeof(key), "%s{pid=\"%d\",", name, (int)getpid());
+  for (const char *p = strstr(text, key); p != NULL; p = strstr(p + 1, key)) {
+    const char *v = strchr(p, ' ');
+    if (v != NULL) sum += strtoull(v + 1, NULL, 10);
+  }
+  return sum;
+}
+
+static void check_stats(void) {
+  const char *pat_env = getenv("GDRNET_STATS_FILE");
+  char path[512], text[65536];
+  const char *q;
+  size_t o = 0, n;
+  FILE *f;
+  if (pat_env == NULL) return;
+  for (const char *p = pat_env; *p && o + 16 < sizeof(path); p++) {
+    if (p[0] == '%' && p[1] == 'p')
+      o += (size_t)snprintf(path + o, sizeof(path) - o, "%d", (int)getpid()), p++;
+    else
+      path[o++] = *p;
+  }
+  path[o] = 0;
+  f = fopen(path, "r");
+  IT_CHECK(f != NULL, "stats file %s not written", path);
+  n = fread(text, 1, sizeof(text) - 1, f);
+  fclose(f);
+  text[n] = 0;
+  q = text;
+  IT_CHECK(stat_of(q, "gdrnet_gin_puts_total") >= (uint64_t)NSIZES + 110, "gin puts %llu",
+           (unsigned long long)stat_of(q, "gdrnet_gin_puts_total"));
+  IT_CHECK(stat_of(q, "gdrnet_gin_signals_total") >= (uint64_t)NSIZES + 110, "gin signals %llu",
+           (unsigned long long)stat_of(q, "gdrnet_gin_signals_total"));
+  IT_CHECK(stat_of(q, "gdrnet_gin_bytes_total") >= region(NSIZES) - 64 * NSIZES, "gin bytes %llu",
+           (unsigned long long)stat_of(q, "gdrnet_gin_bytes_total"));
+  IT_CHECK(T.v < 13 || stat_of(q, "gdrnet_gin_gets_total") >= (uint64_t)NSIZES, "gin gets %llu",
+           (unsigned long long)stat_of(q, "gdrnet_gin_gets_total"));
+  IT_CHECK(stat_of(q, "gdrnet_gin_errors_total") == 0, "gin errors %llu",
+           (unsigned long long)stat_of(q, "gdrnet_gin_errors_total"));
+}
+
+/* VEMU_FAULTS makes one of this process's RDMA READs fail (GNIT_GIN_MODE=fault, RMA v14 on the one-sided RDMA path):
+ * gets until one reports the error; queryLastError says so, closeColl returns. Never a hang (the watchdog). */
+static void fault_run(conn_t *c) {
+  int to = (g_rank + 1) % g_n;
+  bool err = false;
+  ncclResult_t res = ncclSuccess;
+  hub_barrier();
+  it_step("gets to rank %d until the injected fault", to);
+  for (int i = 0; res == ncclSuccess; i++) {
+    void *r = NULL;
+    int done = 0;
+    IT_CHECK(i < 10000, "no error after 10000 gets");
+    res = CALL_V13(iget, c->ctx, 0, 0, c->wmh, 4096, 0, c->lmh, (uint32_t)to, &r);
+    while (res == ncclSuccess && r != NULL && !done) res = CALL(test, c->cc, r, &done);
+  }
+  IT_OK(CALL(queryLastError, c->ctx, &err));
+  IT_CHECK(err, "queryLastError does not report the failed connection");
+  hub_barrier();
+}
+
+/* as NCCL >= 2.28 after the last finalize; the dl error state of a failed lookup (the verbs loader's optional symbols)
+ * is released with it (LeakSanitizer does not scan TLS here) */
+static void unload(void *lib) {
+  (void)dlerror();
+  IT_CHECK(dlclose(lib) == 0, "dlclose: %s", dlerror());
+}
+
+static int rank_main(int rank) {
+  conn_t c;
+  const char *mode = getenv("GNIT_GIN_MODE");
+  int ncontexts, depth;
+  void *lib;
+  g_rank = rank;
+  lib = load_table();
+  ncontexts = T.v == 11 ? 1 : 4;
+  depth = T.v == 11 || T.v == 14 ? 0 : 16; /* v14: no depth in the config */
+  conn_open(&c, ncontexts, depth);
+  if (depth == 0) depth = NCCL_NET_MAX_REQUESTS * g_max_recvs; /* the default: NCCL's own GIN proxy queue size */
+  if (mode != NULL && !strcmp(mode, "fault")) {
+    fault_run(&c);
+    conn_stop_progress(&c);
+    if (c.gctx != NULL) IT_OK(CALL(destroyContext, c.gctx));
+    IT_OK(CALL(closeColl, c.cc)); /* with the failed connection (and the windows still registered): returns */
+    IT_OK(CALL(finalize, c.inst));
+    free(c.win), free(c.loc), free(c.sig);
+    unload(lib);
+    return 0;
+  }
+  if (mode != NULL && !strcmp(mode, "peerdeath")) {
+    peer_death(&c);
+    conn_stop_progress(&c);
+    if (c.gctx != NULL) IT_OK(CALL(destroyContext, c.gctx));
+    IT_OK(CALL(closeColl, c.cc)); /* with the failed connection: returns */
+    IT_OK(CALL(finalize, c.inst));
+    free(c.win), free(c.loc), free(c.sig);
+    unload(lib);
+    return 0;
+  }
+  check_puts(&c);
+  check_gets_flush(&c);
+  check_queue(&c, ncontexts, depth);
+  close_in_flight(&c);
+  conn_close(&c, 0);
+  check_stats();
+  hub_barrier();
+  unload(lib);
+  return 0;
+}
+
+static int child_main(int fd, void *arg) {
+  g_fd[0] = fd;
+  return rank_main((int)(intptr_t)arg);
+}
+
+int main(void) {
+  it_child_t ch[MAXR];
+  g_n = (int)it_env_double("GNIT_GIN_RANKS", 2);
+  const char *mode = getenv("GNIT_GIN_MODE");
+  it_init("gin", 240);
+  IT_CHECK(g_n >= 2 && g_n <= MAXR, "GNIT_GIN_RANKS=%d: 2..%d", g_n, MAXR);
+  for (int r = 1; r < g_n; r++) {
+    it_fork(&ch[r], child_main, (void *)(intptr_t)r);
+    g_fd[r] = ch[r].fd;
+  }
+  rank_main(0);
+  for (int r = 1; r < g_n; r++) {
+    if (mode != NULL && !strcmp(mode, "peerdeath") && r == g_n - 1)
+      (void)it_reap(&ch[r], 60);
+    else
+      it_join(&ch[r], 120);
+  }
+  it_log("PASS");
+  return 0;
+}
