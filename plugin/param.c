@@ -1,6 +1,7 @@
 #include "param.h"
 
 #include <ctype.h>
+#include <dlfcn.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
@@ -14,9 +15,6 @@
 
 #ifndef GDRNET_CONFIG_DOC
 #error "GDRNET_CONFIG_DOC (the installed path of docs/configuration.md) must be defined"
-#endif
-#ifndef GDRNET_SOURCE_CONFIG_DOC /* the repository's docs/configuration.md (a source build has no installed doc) */
-#define GDRNET_SOURCE_CONFIG_DOC ""
 #endif
 
 extern char **environ;
@@ -267,10 +265,33 @@ int gdr_param_reserved(const char *name) {
   return 0;
 }
 
+/* A source build has no installed doc: the repository's docs/configuration.md, found from where this code was loaded
+ * from (the plugin in <src>/build/lib, a test in <src>/build/tests/unit): the first directory above it that holds
+ * docs/configuration.md beside plugin/params.def. Searched at run time, not compiled in: the binaries carry no build
+ * path (plugin/check_no_build_paths.cmake). Computed once (pthread_once), then read only. */
+static pthread_once_t g_src_doc_once = PTHREAD_ONCE_INIT;
+static char g_src_doc[4096];
+
+static void find_src_doc(void) {
+  Dl_info info;
+  char dir[sizeof(g_src_doc) - 64];
+  if (dladdr((void *)&find_src_doc, &info) == 0 || info.dli_fname == NULL || info.dli_fname[0] != '/') return;
+  if (snprintf(dir, sizeof dir, "%s", info.dli_fname) >= (int)sizeof dir) return;
+  for (int up = 0; up < 5; up++) {
+    char *slash = strrchr(dir, '/');
+    if (slash == NULL || slash == dir) return;
+    *slash = '\0';
+    char mark[sizeof dir + 32];
+    snprintf(mark, sizeof mark, "%s/plugin/params.def", dir);
+    snprintf(g_src_doc, sizeof g_src_doc, "%s/docs/configuration.md", dir);
+    if (access(mark, R_OK) == 0 && access(g_src_doc, R_OK) == 0) return;
+  }
+  g_src_doc[0] = '\0';
+}
+
 const char *gdr_param_config_doc(void) {
   if (access(GDRNET_CONFIG_DOC, R_OK) == 0) return GDRNET_CONFIG_DOC;
-  if (GDRNET_SOURCE_CONFIG_DOC[0] != '\0' && access(GDRNET_SOURCE_CONFIG_DOC, R_OK) == 0)
-    return GDRNET_SOURCE_CONFIG_DOC;
+  if (pthread_once(&g_src_doc_once, find_src_doc) == 0 && g_src_doc[0] != '\0') return g_src_doc;
   return "docs/configuration.md of the libnccl-net-gdr sources (not installed at " GDRNET_CONFIG_DOC ")";
 }
 
