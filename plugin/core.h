@@ -190,6 +190,9 @@ ncclResult_t gdr_core_close_recv(void *recv_comm);
 ncclResult_t gdr_core_close_listen(void *listen_comm);
 
 /* core_p2p.c */
+/* type flag of gdr_core_reg_mr for internal users (the GIN core): device memory (NCCL_PTR_CUDA | GDR_PTR_STAGED) that a
+ * host-only transport may stage through host buffers (transport.h reg_mr_staged); NCCL never passes it. */
+#define GDR_PTR_STAGED 0x100
 ncclResult_t gdr_core_reg_mr(void *comm, void *data, size_t size, int type, void **mhandle);
 ncclResult_t gdr_core_reg_mr_dmabuf(void *comm, void *data, size_t size, int type, uint64_t offset, int fd,
                                     void **mhandle);

@@ -103,6 +103,12 @@ ncclResult_t gdr_core_ctx_finalize(void *ctx) {
   uint64_t comm_id;
   int nopen, left;
 
+  /* NCCL 2.28 finalizes the context of an init that failed (and so returned none): nothing to do, nothing to warn
+   * about (the init's WARN said why) */
+  if (ctx == NULL) {
+    GDR_INFO(NCCL_INIT | NCCL_NET, "finalize of no context (an init that failed): nothing to do");
+    return ncclSuccess;
+  }
   gdr_core_lock();
   x = gdr_core_ctx_check(ctx, "finalize");
   if (x == NULL) {

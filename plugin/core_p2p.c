@@ -24,12 +24,16 @@ static ncclResult_t reg_common(const char *op, void *comm, void *data, size_t si
   struct gdr_comm *c = comm;
   struct gdr_mr *mr = NULL;
 
+  const int staged = (type & GDR_PTR_STAGED) != 0 && (type & ~GDR_PTR_STAGED) == NCCL_PTR_CUDA;
+  type &= ~GDR_PTR_STAGED;
   *mhandle = NULL;
   if (!is_data_comm(c)) {
     GDR_WARN("%s: %p is not a send/recv comm of this plugin", op, comm);
     res = ncclInternalError;
     goto out;
   }
+  if (staged && c->tp->reg_mr_staged != NULL) /* the transport stages device memory: no DMA-BUF either */
+    dmabuf = 0;
   if (dmabuf && c->tp->reg_mr_dmabuf == NULL) {
     /* Only reached if NCCL calls it without NCCL_PTR_DMABUF in ptrSupport, or for host memory. */
     if (type == NCCL_PTR_HOST) return reg_common("regMr", comm, data, size, type, 0, 0, -1, mhandle);
@@ -43,7 +47,9 @@ static ncclResult_t reg_common(const char *op, void *comm, void *data, size_t si
     res = ncclSystemError;
     goto out;
   }
-  if (dmabuf)
+  if (staged && c->tp->reg_mr_staged != NULL)
+    GDR_CHECK(c->tp->reg_mr_staged(c->tcomm, data, size, &mr->tmr));
+  else if (dmabuf)
     GDR_CHECK(c->tp->reg_mr_dmabuf(c->tcomm, data, size, type, offset, fd, &mr->tmr));
   else
     GDR_CHECK(c->tp->reg_mr(c->tcomm, data, size, type, &mr->tmr));

@@ -110,6 +110,10 @@ struct gdr_transport {
   ncclResult_t (*reg_mr_dmabuf)(void *comm, void *data, size_t size, int type, uint64_t offset, int fd,
                                 void **mhandle);
   ncclResult_t (*dereg_mr)(void *comm, void *mhandle);
+  /* Device memory that a host-only transport stages through pinned host buffers (the GIN core's windows over TCP:
+   * NCCL itself never registers device memory with a transport whose ptr_support is HOST). NULL: the transport
+   * registers device memory with reg_mr (RDMA). Freed with dereg_mr. */
+  ncclResult_t (*reg_mr_staged)(void *comm, void *data, size_t size, void **mhandle);
 
   ncclResult_t (*isend)(void *send_comm, void *data, size_t size, int tag, void *mhandle, void **request);
   /* n <= max_recvs of the device */

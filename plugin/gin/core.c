@@ -412,12 +412,14 @@ ncclResult_t gdr_gin_reg_mr_sym(void *coll_comm, void *data, size_t size, int ty
   if (type == NCCL_PTR_CUDA) GDR_CHECK(gdr_cuda_mem_ctx(data, &m->cuda_ctx));
   for (int p = 0; p < c->nranks; p++) {
     m->peer_size[p] = UINT64_MAX;
+    /* device memory may go over a host-only transport (TCP stages it): GDR_PTR_STAGED */
+    const int t = type == NCCL_PTR_CUDA ? NCCL_PTR_CUDA | GDR_PTR_STAGED : type;
     if (fd >= 0) {
-      GDR_CHECK(gdr_core_reg_mr_dmabuf(c->peers[p].send, data, size, type, offset, fd, &m->smh[p]));
-      GDR_CHECK(gdr_core_reg_mr_dmabuf(c->peers[p].recv, data, size, type, offset, fd, &m->rmh[p]));
+      GDR_CHECK(gdr_core_reg_mr_dmabuf(c->peers[p].send, data, size, t, offset, fd, &m->smh[p]));
+      GDR_CHECK(gdr_core_reg_mr_dmabuf(c->peers[p].recv, data, size, t, offset, fd, &m->rmh[p]));
     } else {
-      GDR_CHECK(gdr_core_reg_mr(c->peers[p].send, data, size, type, &m->smh[p]));
-      GDR_CHECK(gdr_core_reg_mr(c->peers[p].recv, data, size, type, &m->rmh[p]));
+      GDR_CHECK(gdr_core_reg_mr(c->peers[p].send, data, size, t, &m->smh[p]));
+      GDR_CHECK(gdr_core_reg_mr(c->peers[p].recv, data, size, t, &m->rmh[p]));
     }
   }
   GDR_CHECK(gin_rdma_reg(c, m, offset, fd));

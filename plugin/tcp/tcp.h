@@ -398,6 +398,8 @@ void *gdr_tcp_send_thread(void *arg);
 void *gdr_tcp_recv_thread(void *arg);
 ncclResult_t gdr_tcp_reg_mr(void *comm, void *data, size_t size, int type, void **mhandle);
 ncclResult_t gdr_tcp_dereg_mr(void *comm, void *mhandle);
+/* Device memory for an internal user (the GIN core's windows): staged like the fallback's (gdr_tcp_mr_make). */
+ncclResult_t gdr_tcp_reg_mr_staged(void *comm, void *data, size_t size, void **mhandle);
 ncclResult_t gdr_tcp_isend(void *send_comm, void *data, size_t size, int tag, void *mhandle, void **request);
 /* Sender: how many isends that returned no request announced their message (an RTS with its size) to the
  * receiver: each is the next message of its tag on this comm, and its retry must come to this comm again (the RDMA

@@ -239,6 +239,7 @@ const struct gdr_transport gdr_transport_tcp = {
     .connect = gdr_tcp_connect,
     .accept = gdr_tcp_accept,
     .reg_mr = gdr_tcp_reg_mr,
+    .reg_mr_staged = gdr_tcp_reg_mr_staged,
     .reg_mr_dmabuf = NULL,
     .dereg_mr = gdr_tcp_dereg_mr,
     .isend = gdr_tcp_isend,

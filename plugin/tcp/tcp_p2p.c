@@ -39,6 +39,24 @@ ncclResult_t gdr_tcp_reg_mr(void *comm, void *data, size_t size, int type, void 
   return ncclSuccess;
 }
 
+ncclResult_t gdr_tcp_reg_mr_staged(void *comm, void *data, size_t size, void **mhandle) {
+  ncclResult_t res = ncclSuccess;
+  struct tcp_mr *mr = calloc(1, sizeof(*mr));
+  (void)comm;
+  *mhandle = NULL;
+  if (mr == NULL) {
+    GDR_WARN("regMr: out of memory");
+    return ncclSystemError;
+  }
+  res = gdr_tcp_mr_make(data, size, NCCL_PTR_CUDA, mr);
+  if (res != ncclSuccess) goto out;
+  *mhandle = mr;
+  mr = NULL;
+out:
+  free(mr);
+  return res;
+}
+
 ncclResult_t gdr_tcp_dereg_mr(void *comm, void *mhandle) {
   (void)comm;
   free(mhandle);

@@ -139,6 +139,23 @@ static void test_vmm_staging_under_sync_copy(void **state) {
   assert_int_equal(st1.bad, 0);
   assert_int_equal(ut_nwarn, 0); /* the plugin's own context was made: nothing to warn about */
 
+  /* device memory through the core: NCCL's regMr of it is refused (ptrSupport HOST), the GIN core's staged one
+   * (GDR_PTR_STAGED) becomes a staging handle in the plugin's own context */
+  {
+    unsigned char *win = f_alloc_vmm(4096);
+    void *mh = NULL;
+    assert_non_null(win);
+    assert_int_equal(gdr_core_reg_mr(s, win, 4096, NCCL_PTR_CUDA, &mh), ncclInvalidUsage);
+    assert_null(mh);
+    assert_int_equal(gdr_core_reg_mr(s, win, 4096, NCCL_PTR_CUDA | GDR_PTR_STAGED, &mh), ncclSuccess);
+    assert_non_null(mh);
+    const struct tcp_mr *tm = ((struct gdr_mr *)mh)->tmr;
+    assert_int_equal(tm->type, NCCL_PTR_CUDA);
+    assert_non_null(tm->cuda_ctx);
+    assert_int_equal(((struct gdr_mr *)mh)->type, NCCL_PTR_CUDA);
+    assert_int_equal(gdr_core_dereg_mr(s, mh), ncclSuccess);
+  }
+
   pthread_mutex_lock(&g_mu);
   g_state = 2;
   pthread_cond_broadcast(&g_cv);
