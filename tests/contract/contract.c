@@ -29,6 +29,8 @@
  *   CONTRACT_SEED_S (60)        watchdog of one seed (its processes are killed, the seed fails)
  *   CONTRACT_WRONG_MODEL=1      self-test: a deliberately wrong model (the LAST free buffer with the tag); the run
  *                               must then fail naming a misplaced message
+ *   CONTRACT_ENV                knobs set over each seed's own ("GDRNET_FAILBACK=0 ..."), e.g. to tell a hang of
+ *                               the move to TCP from one of the way back; the reproduce command carries it
  *   CONTRACT_DIR                where each seed's log and counters go (default $VEMU_DIR, else /tmp); a failing
  *                               seed's log is kept and its tail printed
  * On failure it prints the seed, the schedule, the fault and the exact command that reproduces the seed alone. */
@@ -410,6 +412,7 @@ struct side {
   void *comm, *mh;
   unsigned char *buf;
   int fd;
+  int tcp_start; /* the RDMA part of the connection failed at setup: it runs over TCP from the start */
 };
 
 static void apply_env(const struct sched *S, int receiver) {
@@ -420,6 +423,16 @@ static void apply_env(const struct sched *S, int receiver) {
     if (eq == NULL) continue;
     *eq = 0;
     setenv(kv, eq + 1, 1);
+  }
+  /* CONTRACT_ENV: knobs over the seed's (e.g. GDRNET_FAILBACK=0: the move to TCP without the way back) */
+  if (getenv("CONTRACT_ENV")) {
+    snprintf(tmp, sizeof tmp, "%s", getenv("CONTRACT_ENV"));
+    for (char *save = NULL, *kv = strtok_r(tmp, " ", &save); kv; kv = strtok_r(NULL, " ", &save)) {
+      char *eq = strchr(kv, '=');
+      if (eq == NULL) continue;
+      *eq = 0;
+      setenv(kv, eq + 1, 1);
+    }
   }
   if (S->fault[receiver][0])
     setenv("VEMU_FAULTS", S->fault[receiver], 1);
@@ -434,6 +447,14 @@ static void open_side(struct side *X, int receiver) {
   gn_ctx_init(&ctx, X->ip.net, 60);
   it_step("seed %llu: connecting", (unsigned long long)S->seed);
   IT_GN(&ctx, gn_establish(&ctx, X->ip.dev, X->fd, receiver ? NULL : &X->comm, receiver ? &X->comm : NULL));
+  {
+    /* a fault at setup (a failed reg_mr or create_qp of the plugin's own) may leave the connection on TCP from the
+     * start (conn.c says so): TCP may take an eager isend before its receive is posted */
+    char *cap = gn_log_captured();
+    X->tcp_start = cap != NULL && strstr(cap, "runs over TCP from the start") != NULL;
+    free(cap);
+    if (X->tcp_start) it_log("seed %llu: the connection runs over TCP from the start", (unsigned long long)S->seed);
+  }
   IT_CHECK(posix_memalign((void **)&X->buf, 4096, S->total) == 0, "out of memory");
   memset(X->buf, receiver ? IT_CANARY : 0, S->total);
   if (receiver && S->flush) {
@@ -512,7 +533,7 @@ static void run_sender(struct side *X) {
           break;
         }
         /* RDMA sends only into a posted receive (its clear-to-send): with isends first, none is posted yet */
-        IT_CHECK(!(first_pass && S->rdma),
+        IT_CHECK(!(first_pass && S->rdma && !X->tcp_start),
                  "seed %llu: isend of tag %d message %d accepted before the receiver posted "
                  "any receive (RDMA needs its clear-to-send)",
                  (unsigned long long)S->seed, tag, k);
@@ -935,9 +956,10 @@ int main(void) {
                  killed            ? "killed after the seed's time"
                  : WIFSIGNALED(st) ? strsignal(WTERMSIG(st))
                                    : "exit status");
-      const char *vars[] = {
-          "GDRNET_TRANSPORT",   "GDRNET_IBVERBS_LIB", "LD_LIBRARY_PATH", "VEMU_DEVICES",         "VEMU_DIR",
-          "GDRNET_TEST_PLUGIN", "GNIT_REAL_PLUGIN",   "GNIT_CORRUPT",    "CONTRACT_WRONG_MODEL", "CONTRACT_SHAPE"};
+      const char *vars[] = {"GDRNET_TRANSPORT", "GDRNET_IBVERBS_LIB", "LD_LIBRARY_PATH",
+                            "VEMU_DEVICES",     "VEMU_DIR",           "GDRNET_TEST_PLUGIN",
+                            "GNIT_REAL_PLUGIN", "GNIT_CORRUPT",       "CONTRACT_WRONG_MODEL",
+                            "CONTRACT_SHAPE",   "CONTRACT_ENV"};
       char cmd[4096];
       size_t l = (size_t)snprintf(cmd, sizeof cmd, "env");
       for (size_t v = 0; v < sizeof vars / sizeof vars[0]; v++)
