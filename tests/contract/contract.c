@@ -710,6 +710,7 @@ static double metric(const char *text, const char *name) {
 }
 
 enum { C_SENT, C_RECV, C_FAILREQ, C_FAILCONN, C_OPEN, C_FAULTS, C_RECOV, C_FALLB, C_RET, C_N };
+#define C_BUSY C_N /* not a metric: the comm closed while its recovery or move was still waiting (its stats line) */
 static const char *k_ctr[C_N] = {
     "gdrnet_sent_bytes_total",         "gdrnet_received_bytes_total", "gdrnet_failed_requests_total",
     "gdrnet_failed_connections_total", "gdrnet_connections_open",     "gdrnet_faults_total",
@@ -736,7 +737,7 @@ struct pair_arg {
 
 static int side_main(const struct sched *S, int fd, int receiver) {
   struct side X;
-  double c[C_N], peer[C_N];
+  double c[C_N + 1], peer[C_N + 1];
   memset(&X, 0, sizeof X);
   X.S = S;
   X.fd = fd;
@@ -753,9 +754,15 @@ static int side_main(const struct sched *S, int fd, int receiver) {
   it_step("seed %llu: closing", (unsigned long long)S->seed);
   IT_OK(X.ip.net->deregMr(X.comm, X.mh));
   IT_OK(receiver ? X.ip.net->closeRecv(X.comm) : X.ip.net->closeSend(X.comm));
+  /* a fault late in the schedule: its recovery (or move) may wait for a peer whose work is all done, and so calls
+   * nothing, until close; the comm's stats line at close says so */
+  char *cap = gn_log_captured();
+  int busy = cap != NULL && strstr(cap, "flushed completion(s) ignored; state recovering") != NULL;
+  free(cap);
   it_unload(&X.ip);
   free(X.buf);
   read_stats(getenv("GDRNET_STATS_FILE"), c);
+  c[C_BUSY] = busy;
   IT_CHECK(gn_boot_send(fd, c, sizeof c) == 0 && gn_boot_recv(fd, peer, sizeof peer, 60) == 0, "bootstrap");
   /* this process's own counters */
   const char *me = receiver ? "receiver" : "sender";
@@ -780,7 +787,8 @@ static int side_main(const struct sched *S, int fd, int receiver) {
     printf("COUNTERS seed %llu faults %.0f recoveries %.0f fallbacks %.0f returns %.0f\n", (unsigned long long)S->seed,
            faults, c[C_RECOV] + peer[C_RECOV], c[C_FALLB] + peer[C_FALLB], c[C_RET] + peer[C_RET]);
     fflush(stdout);
-    IT_CHECK(faults == 0 || handled > 0, "seed %llu: %.0f fault(s) counted but no recovery and no move to TCP",
+    IT_CHECK(faults == 0 || handled > 0 || c[C_BUSY] + peer[C_BUSY] > 0,
+             "seed %llu: %.0f fault(s) counted but no recovery and no move to TCP, and none in progress at close",
              (unsigned long long)S->seed, faults);
   }
   return 0;
