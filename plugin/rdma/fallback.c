@@ -132,6 +132,11 @@ void gdr_rdma_fb_begin(struct gdr_rdma_comm *c, const char *why) {
   c->rec.phase = GDR_REC_IDLE; /* a recovery in progress is abandoned */
   gdr_health_set_state(&c->health, GDR_HEALTH_RECOVERING);
   if (c->qs.cq != NULL || c->qs.qps[0] != NULL) gdr_rdma_quiesce_qps(c);
+  /* a GDR flush waiting on the quiesced flush QP: the writes it orders were made by the NIC before (its receive
+   * completed); it completes now, not once the peer answers (an idle peer, its sends all done, may answer late) */
+  if (!is_sender(c))
+    for (int i = 0; i < c->nreqs_pool; i++)
+      if (c->reqs[i].type == GDR_RREQ_FLUSH && c->reqs[i].events > 0) c->reqs[i].events = 0;
   if (gdr_rdma_comm_fatal(c)) {
     gdr_rdma_dereg_own(c); /* nothing of a lost device stays registered */
     fb->pinned = 1;
