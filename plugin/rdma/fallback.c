@@ -601,10 +601,12 @@ ncclResult_t gdr_rdma_fb_message(struct gdr_rdma_comm *c, const struct gdr_rdma_
     return ncclSuccess;
   }
   case GDR_CTRL_BACK_NOT_YET:
-    /* the sender answers an offer with BACK_AT or BACK_NOT_YET, never both: a frozen receiver may thaw */
-    if (ours && (is_sender(c) ? fb->back == GDR_BACK_READY
+    /* the sender answers an offer with BACK_AT or BACK_NOT_YET, never both: a frozen receiver may thaw; a receiver
+     * that gave up waiting for BACK_AT (frozen too long) tells the sender, which may have sent it (AT_WAIT): until
+     * BACK_FINAL neither side put anything on RDMA */
+    if (ours && (is_sender(c) ? fb->back == GDR_BACK_READY || fb->back == GDR_BACK_AT_WAIT
                               : fb->back == GDR_BACK_OFFERED || fb->back == GDR_BACK_PROBING ||
-                                    fb->back == GDR_BACK_FROZEN))
+                                    fb->back == GDR_BACK_FROZEN || fb->back == GDR_BACK_AT_WAIT))
       back_abort(c, 0, is_sender(c) ? "the peer's probe of the new QPs did not go through" : "the peer is not ready");
     return ncclSuccess;
   case GDR_CTRL_BACK_SWITCH:   /* sender: the receiver's probe went through; R = its TCP buffers per tag */
@@ -794,12 +796,12 @@ void gdr_rdma_fb_step(struct gdr_rdma_comm *c, int *busy) {
   if (fb->qhead != fb->qtail) drain_queue(c);
   if (fb->back == GDR_BACK_OFFERED && gdr_time_ns() > fb->deadline_ns) back_abort(c, 1, "no answer from the peer");
   if (fb->back == GDR_BACK_PROBING) probe_step(c);
+  /* an idle peer (its NCCL not calling in) answers late: until BACK_FINAL nothing went over RDMA, so the way back is
+   * abandoned (BACK_NOT_YET: the sender, in AT_WAIT, abandons it too), never the connection; a peer that is gone
+   * fails it by its control channel's EOF. The sender waits for BACK_FINAL without a bound: it depends on the
+   * receiver's NCCL posting receives, as a clear-to-send does over RDMA. */
   if (fb->back == GDR_BACK_FROZEN && gdr_time_ns() > fb->deadline_ns) {
-    fail(c, ncclRemoteError, "the peer did not name the switch point back to RDMA within GDRNET_RECOVERY_TIMEOUT_MS");
-    return;
-  }
-  if (fb->back == GDR_BACK_AT_WAIT && is_sender(c) && gdr_time_ns() > fb->deadline_ns) {
-    fail(c, ncclRemoteError, "the peer did not confirm the switch point back to RDMA within GDRNET_RECOVERY_TIMEOUT_MS");
+    back_abort(c, 1, "the peer did not answer BACK_SWITCH within GDRNET_RECOVERY_TIMEOUT_MS");
     return;
   }
   if (fb->back == GDR_BACK_AT_WAIT && !is_sender(c)) (void)gdr_rdma_fb_route(c, 0);
