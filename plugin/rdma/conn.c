@@ -733,7 +733,7 @@ static ncclResult_t fill_local_hs(struct gdr_rdma_comm *c, int role) {
   hs->size = sizeof(*hs);
   hs->caps = (relaxed ? GDR_RDMA_CAP_RELAXED_ORDERING : 0) | (gdr ? GDR_RDMA_CAP_GDR : 0) |
              (c->qs.flush_qp[0] ? GDR_RDMA_CAP_FLUSH : 0) | GDR_RDMA_CAP_RECOVERY |
-             (gdr_param_int(GDR_PARAM_FALLBACK) && gdr_rdma.tcp_ok ? GDR_RDMA_CAP_FALLBACK : 0);
+             (gdr_param_int(GDR_PARAM_FALLBACK) && gdr_rdma.tcp_ok ? GDR_RDMA_CAP_FALLBACK | GDR_RDMA_CAP_BACK_TAGS : 0);
   hs->role = (uint8_t)role;
   hs->nqps = (uint8_t)c->nqps;
   hs->split = (uint8_t)c->split;

@@ -20,10 +20,16 @@
  *   receiver: its port ACTIVE: new QPs, BACK_OFFER{QPs}      sender: its port ACTIVE too: new QPs to RTS, FIFO
  *             cleared, BACK_READY{QPs} (else BACK_NOT_YET)   receiver: QPs to RTS, then a zero-length RDMA WRITE on
  *   each (the probe: the path carries traffic both ways, not just the ports are up); failed, or not done within
- *   PROBE_WAIT: BACK_NOT_YET, later again. Done: BACK_SWITCH{R = its next TCP receive}, and no new receive until
- *   sender: P = max(R, its next TCP send), BACK_AT{P}: both sides carry messages below P over TCP, the rest over
- *   RDMA (numbered from 0). A fault before BACK_AT abandons the way back; after it, it is a new fallback (what was
- *   given to RDMA goes over TCP after the rest). A connection that falls back more than GDRNET_FAILBACK_FLAPS
+ *   PROBE_WAIT: BACK_NOT_YET, later again. Done: the switch point is per tag (TCP matches the k-th isend with tag
+ *   t to the k-th buffer with tag t; with PXN's order and eager messages accepted for later slots the per-tag
+ *   counts differ): BACK_SWITCH{R: its TCP buffers per tag}, and no new receive until
+ *   sender: BACK_AT{S: its TCP isends per tag, accepted or announced}; until BACK_FINAL an isend with tag t goes
+ *             over TCP while its count is below R_t, else NULL
+ *   receiver: receives over TCP until they cover S (BACK_SWITCH again when its counts grew: the sender may fill
+ *             those buffers over TCP), then BACK_FINAL{F} and RDMA (numbered from 0)
+ *   sender:   an isend with tag t over TCP while its count is below F_t, else over RDMA.
+ *   A fault before BACK_SWITCH abandons the way back; after it, it is a new fallback (what was given to RDMA goes
+ *   over TCP after the rest). A connection that falls back more than GDRNET_FAILBACK_FLAPS
  *   times within GDRNET_FAILBACK_WINDOW_S stays on TCP (one WARN). */
 #include <errno.h>
 #include <stdio.h>
@@ -49,28 +55,76 @@ int gdr_rdma_fb_allowed(const struct gdr_rdma_comm *c) {
          !c->peer_gone;
 }
 
-/* The next TCP message number of this side once the requests still queued for TCP (a move's hand-over, TCP full)
- * are handed over: a sender's request is one TCP message, a receiver's one per buffer it still lacks. */
-static uint64_t tcp_next(const struct gdr_rdma_comm *c) {
-  const struct gdr_rdma_fb *fb = &c->fb;
-  uint64_t n = ((const struct tcp_comm *)fb->tcp)->next_seq;
-  for (int i = fb->qhead; i != fb->qtail; i++) n += c->kind == GDR_RCOMM_SEND ? 1 : (uint64_t)fb->queue[i % GDR_FB_QUEUE]->tn;
-  return n;
-}
-
-/* Sender: the TCP comm announced its next message (an RTS from an isend that returned no request): NCCL's retry of
- * that isend must go over TCP, and the switch point back to RDMA comes after it (a retry sent over RDMA would leave
- * the announcement in the TCP stream, to be matched against a later move's receive). */
-static int tcp_announced(const struct gdr_rdma_comm *c) {
-  const struct gdr_rdma_fb *fb = &c->fb;
-  return c->kind == GDR_RCOMM_SEND && fb->tcp != NULL && fb->qhead == fb->qtail && gdr_tcp_send_announced(fb->tcp);
-}
-
 static void fail(struct gdr_rdma_comm *c, ncclResult_t res, const char *why) {
   if (gdr_health_failed(&c->health)) return;
   gdr_rdma_comm_fail(c, res, "%s", why);
   atomic_fetch_add_explicit(&c->dev->ctr.failed, 1, memory_order_relaxed);
   (void)gdr_rdma_ctrl_send(c, GDR_CTRL_REC_FAIL, c->fb.epoch, (uint64_t)res, 0, why, strlen(why));
+}
+
+/* ------------------------------------------------------------------------------------ per-tag counts -- */
+/* The way back splits the stream per tag (TCP matches the k-th isend with tag t to the k-th buffer with tag t): each
+ * tag's first F_t messages over TCP, the rest over RDMA. Counts are of the whole connection (one TCP connection per
+ * connection, kept across fallbacks). */
+
+static int tags_add(struct gdr_rdma_back_tag *v, int *n, int tag, uint64_t k) {
+  for (int i = 0; i < *n; i++)
+    if (v[i].tag == tag) {
+      v[i].n += k;
+      return 0;
+    }
+  if (*n == GDR_RDMA_BACK_MAX_TAGS) return -1;
+  v[*n].tag = tag;
+  v[*n].rsvd = 0;
+  v[(*n)++].n = k;
+  return 0;
+}
+
+static uint64_t tags_of(const struct gdr_rdma_back_tag *v, int n, int tag) {
+  for (int i = 0; i < n; i++)
+    if (v[i].tag == tag) return v[i].n;
+  return 0;
+}
+
+static uint64_t tags_sum(const struct gdr_rdma_back_tag *v, int n) {
+  uint64_t s = 0;
+  for (int i = 0; i < n; i++) s += v[i].n;
+  return s;
+}
+
+/* This side's TCP messages per tag once the requests still queued for TCP (a move's hand-over, TCP full) are handed
+ * over: a sender's isends (accepted, or announced by an RTS: NCCL's retry must come to TCP), a receiver's buffers.
+ * The number of entries in v, -1 with more tags than a BACK_* record carries. */
+static int tag_counts(const struct gdr_rdma_comm *c, struct gdr_rdma_back_tag *v) {
+  const struct gdr_rdma_fb *fb = &c->fb;
+  int tags[GDR_RDMA_BACK_MAX_TAGS], n = 0;
+  uint64_t cnt[GDR_RDMA_BACK_MAX_TAGS];
+  int k = gdr_tcp_tag_counts(fb->tcp, tags, cnt, GDR_RDMA_BACK_MAX_TAGS);
+  if (k > GDR_RDMA_BACK_MAX_TAGS) return -1;
+  for (int i = 0; i < k; i++) (void)tags_add(v, &n, tags[i], gdr_tcp_tag_count(fb->tcp, tags[i]));
+  for (int i = fb->qhead; i != fb->qtail; i++) {
+    const struct gdr_rdma_req *q = fb->queue[i % GDR_FB_QUEUE];
+    if (is_sender(c)) {
+      if (tags_add(v, &n, q->tag, 1) != 0) return -1;
+      continue;
+    }
+    for (int j = 0; j < q->tn; j++)
+      if (tags_add(v, &n, (int)c->cts_src[q->slot].e[q->tmap[j]].tag, 1) != 0) return -1;
+  }
+  /* a sender's announced message (an RTS) is the next of its tag: counted unless it is a queued one */
+  for (int i = 0; i < k && is_sender(c); i++)
+    if (tags_of(v, n, tags[i]) < cnt[i]) (void)tags_add(v, &n, tags[i], cnt[i] - tags_of(v, n, tags[i]));
+  return n;
+}
+
+/* The counts as a BACK_SWITCH/AT/FINAL record (b = their sum). */
+static ncclResult_t send_counts(struct gdr_rdma_comm *c, int type, const struct gdr_rdma_back_tag *v, int n) {
+  return gdr_rdma_ctrl_send(c, type, c->fb.epoch, c->fb.offer, tags_sum(v, n), v, (size_t)n * sizeof(v[0]));
+}
+
+/* Sender: messages with this tag still owed to TCP (below the bound the receiver named). */
+static int tcp_owed(const struct gdr_rdma_comm *c, int tag) {
+  return gdr_tcp_tag_count(c->fb.tcp, tag) < tags_of(c->fb.bound, c->fb.nbound, tag);
 }
 
 /* ---------------------------------------------------------------------------------------------- moving -- */
@@ -148,6 +202,8 @@ void gdr_rdma_fb_begin(struct gdr_rdma_comm *c, const char *why) {
   fb->have_rstate = 0;
   fb->back = GDR_BACK_NONE;
   fb->switch_at = 0;
+  fb->nbound = 0;
+  fb->told = 0;
   fb->deadline_ns = gdr_time_ns() + ms_ns(gdr_param_int(GDR_PARAM_RECOVERY_TIMEOUT_MS));
   if (is_sender(c)) {
     fb->phase = GDR_FB_WAIT_RSTATE;
@@ -372,6 +428,8 @@ static void back_abort(struct gdr_rdma_comm *c, int tell, const char *why) {
   if (c->qs.cq) gdr_rdma_quiesce_qps(c);
   if (tell) (void)gdr_rdma_ctrl_send(c, GDR_CTRL_BACK_NOT_YET, fb->epoch, fb->offer, 0, NULL, 0);
   fb->back = GDR_BACK_NONE;
+  fb->nbound = 0;
+  fb->told = 0;
   fb->probes = 0;
   fb->probe_backoff_ns = fb->probe_backoff_ns * 2 > PROBE_MAX_NS ? PROBE_MAX_NS : fb->probe_backoff_ns * 2;
   fb->probe_ns = gdr_time_ns() + fb->probe_backoff_ns;
@@ -454,8 +512,9 @@ static void back_probe(struct gdr_rdma_comm *c) {
   struct gdr_rdma_rec_state st;
   uint64_t now = gdr_time_ns();
   if (is_sender(c) || fb->back != GDR_BACK_NONE || fb->pinned || now < fb->probe_ns ||
-      gdr_param_int(GDR_PARAM_FAILBACK) == 0 || c->tcp_only || flapping(c))
-    return;
+      gdr_param_int(GDR_PARAM_FAILBACK) == 0 || c->tcp_only || !(c->remote.caps & GDR_RDMA_CAP_BACK_TAGS) ||
+      flapping(c))
+    return; /* (a peer without per-tag counts, an older plugin: its way back could misplace PXN's messages) */
   if (back_prepare(c) != 0) {
     fb->probe_backoff_ns = fb->probe_backoff_ns * 2 > PROBE_MAX_NS ? PROBE_MAX_NS : fb->probe_backoff_ns * 2;
     fb->probe_ns = now + fb->probe_backoff_ns;
@@ -519,7 +578,8 @@ ncclResult_t gdr_rdma_fb_message(struct gdr_rdma_comm *c, const struct gdr_rdma_
     struct gdr_rdma_rec_state st;
     const char *bad = gdr_rdma_rec_state_check(payload, m->len, GDR_RDMA_ROLE_RECV, c->nqps);
     if (fb->back == GDR_BACK_READY) back_abort(c, 0, "a new offer replaces the last");
-    if (fb->back != GDR_BACK_NONE || bad || e != fb->epoch || fb->path != GDR_PATH_TCP || fb->pinned) {
+    if (fb->back != GDR_BACK_NONE || bad || e != fb->epoch || fb->path != GDR_PATH_TCP || fb->pinned ||
+        !(c->remote.caps & GDR_RDMA_CAP_BACK_TAGS)) {
       (void)gdr_rdma_ctrl_send(c, GDR_CTRL_BACK_NOT_YET, e, m->a, 0, NULL, 0);
       return ncclSuccess;
     }
@@ -546,41 +606,88 @@ ncclResult_t gdr_rdma_fb_message(struct gdr_rdma_comm *c, const struct gdr_rdma_
     return ncclSuccess;
   }
   case GDR_CTRL_BACK_NOT_YET:
-    /* the sender answers an offer with BACK_AT or BACK_NOT_YET, never both: a frozen receiver may thaw */
-    if (ours && (is_sender(c) ? fb->back == GDR_BACK_READY
+    /* the sender answers an offer with BACK_AT or BACK_NOT_YET, never both: a frozen receiver may thaw; a receiver
+     * that gave up waiting for BACK_AT (frozen too long) tells the sender, which may have sent it (AT_WAIT): until
+     * BACK_FINAL neither side put anything on RDMA */
+    if (ours && (is_sender(c) ? fb->back == GDR_BACK_READY || fb->back == GDR_BACK_AT_WAIT
                               : fb->back == GDR_BACK_OFFERED || fb->back == GDR_BACK_PROBING ||
-                                    fb->back == GDR_BACK_FROZEN))
+                                    fb->back == GDR_BACK_FROZEN || fb->back == GDR_BACK_AT_WAIT))
       back_abort(c, 0, is_sender(c) ? "the peer's probe of the new QPs did not go through" : "the peer is not ready");
     return ncclSuccess;
-  case GDR_CTRL_BACK_SWITCH: /* sender: the receiver's probe went through, its TCP receives stop at b */
-    if (!ours || fb->back != GDR_BACK_READY) return ncclSuccess;
-    /* P: R is a receive boundary; a P above it (sends of this side the receiver has not posted yet) may fall inside
-     * a grouped receive: the receiver names the end of that one (BACK_FINAL) before this side goes past P */
-    {
-      const uint64_t t = tcp_next(c) + (uint64_t)tcp_announced(c); /* this side's first message not on TCP */
-      fb->switch_at = m->b > t ? m->b : t;
-    }
-    fb->back = fb->switch_at == m->b ? GDR_BACK_AT : GDR_BACK_AT_WAIT;
-    fb->deadline_ns = gdr_time_ns() + ms_ns(gdr_param_int(GDR_PARAM_RECOVERY_TIMEOUT_MS));
-    return gdr_rdma_ctrl_send(c, GDR_CTRL_BACK_AT, fb->epoch, fb->offer, fb->switch_at, NULL, 0);
-  case GDR_CTRL_BACK_AT: /* receiver */
-    if (!ours || fb->back != GDR_BACK_FROZEN) return ncclSuccess;
-    if (m->b < tcp_next(c)) {
-      fail(c, ncclRemoteError, "the peer's switch point back to RDMA is below receives already posted over TCP");
+  case GDR_CTRL_BACK_SWITCH:   /* sender: the receiver's probe went through; R = its TCP buffers per tag */
+  case GDR_CTRL_BACK_AT:       /* receiver: S = the sender's TCP messages per tag */
+  case GDR_CTRL_BACK_FINAL: {  /* sender: F = the receiver's TCP buffers per tag once they cover S */
+    const struct gdr_rdma_back_tag *v = payload;
+    const int n = (int)(m->len / sizeof(*v));
+    const char *bad = gdr_rdma_back_tags_check(payload, m->len);
+    struct gdr_rdma_back_tag own[GDR_RDMA_BACK_MAX_TAGS];
+    int nown;
+    if (!ours) return ncclSuccess;
+    if (bad) {
+      char why[160];
+      snprintf(why, sizeof(why), "malformed tag counts from the peer on the way back to RDMA: %s", bad);
+      fail(c, ncclRemoteError, why);
       return gdr_rdma_comm_check(c);
     }
-    fb->back = m->b == tcp_next(c) ? GDR_BACK_AT : GDR_BACK_AT_WAIT; /* AT_WAIT: BACK_FINAL once it reaches P */
-    fb->switch_at = m->b;
-    return ncclSuccess;
-  case GDR_CTRL_BACK_FINAL: /* sender */
-    if (!ours || fb->back != GDR_BACK_AT_WAIT) return ncclSuccess;
-    if (m->b < fb->switch_at) {
-      fail(c, ncclRemoteError, "the peer's final switch point back to RDMA is below the one agreed");
-      return gdr_rdma_comm_check(c);
+    if (m->type == GDR_CTRL_BACK_SWITCH && fb->back == GDR_BACK_AT_WAIT) {
+      /* the receiver posted more TCP receives while covering S: those buffers may be filled over TCP */
+      for (int i = 0; i < n; i++)
+        if (v[i].n > tags_of(fb->bound, fb->nbound, v[i].tag)) {
+          if (tags_of(fb->bound, fb->nbound, v[i].tag) == 0 && tags_add(fb->bound, &fb->nbound, v[i].tag, 0) != 0) {
+            fail(c, ncclInternalError, "more tags on TCP than the way back to RDMA can carry");
+            return gdr_rdma_comm_check(c);
+          }
+          for (int k = 0; k < fb->nbound; k++)
+            if (fb->bound[k].tag == v[i].tag) fb->bound[k].n = v[i].n;
+        }
+      fb->deadline_ns = gdr_time_ns() + ms_ns(gdr_param_int(GDR_PARAM_RECOVERY_TIMEOUT_MS));
+      return ncclSuccess;
     }
-    fb->switch_at = m->b;
-    fb->back = GDR_BACK_AT;
+    if (m->type == GDR_CTRL_BACK_SWITCH) {
+      if (fb->back != GDR_BACK_READY) return ncclSuccess;
+      memset(own, 0, sizeof(own));
+      nown = tag_counts(c, own);
+      if (nown < 0) {
+        fb->pinned = 1;
+        back_abort(c, 1, "more tags on TCP than the way back to RDMA can carry: the connection stays on TCP");
+        return ncclSuccess;
+      }
+      memcpy(fb->bound, v, (size_t)n * sizeof(*v));
+      fb->nbound = n;
+      fb->switch_at = tags_sum(own, nown);
+      fb->back = GDR_BACK_AT_WAIT;
+      fb->deadline_ns = gdr_time_ns() + ms_ns(gdr_param_int(GDR_PARAM_RECOVERY_TIMEOUT_MS));
+      GDR_INFO(NCCL_NET, "%s: the way back: the receiver has %llu TCP buffer(s) over %d tag(s), this side sent %llu "
+               "message(s) over %d tag(s) over TCP", c->desc, (unsigned long long)tags_sum(v, n), n,
+               (unsigned long long)fb->switch_at, nown);
+      return send_counts(c, GDR_CTRL_BACK_AT, own, nown);
+    }
+    if (m->type == GDR_CTRL_BACK_AT) {
+      if (fb->back != GDR_BACK_FROZEN) return ncclSuccess;
+      memcpy(fb->bound, v, (size_t)n * sizeof(*v));
+      fb->nbound = n;
+      fb->back = GDR_BACK_AT_WAIT; /* TCP receives until they cover S, then BACK_FINAL (gdr_rdma_fb_route) */
+      return ncclSuccess;
+    }
+    /* BACK_FINAL */
+    if (fb->back != GDR_BACK_AT_WAIT) return ncclSuccess;
+    memset(own, 0, sizeof(own));
+    nown = tag_counts(c, own);
+    for (int i = 0; i < nown; i++)
+      if (own[i].n > tags_of(v, n, own[i].tag)) {
+        char why[200];
+        snprintf(why, sizeof(why), "the peer's switch point back to RDMA for tag %d (%llu) is below the %llu "
+                 "message(s) this side sent over TCP with that tag", own[i].tag,
+                 (unsigned long long)tags_of(v, n, own[i].tag), (unsigned long long)own[i].n);
+        fail(c, ncclRemoteError, why);
+        return gdr_rdma_comm_check(c);
+      }
+    memcpy(fb->bound, v, (size_t)n * sizeof(*v));
+    fb->nbound = n;
+    fb->switch_at = tags_sum(v, n);
+    back_on_rdma(c);
     return ncclSuccess;
+  }
   default:
     return ncclSuccess;
   }
@@ -588,24 +695,53 @@ ncclResult_t gdr_rdma_fb_message(struct gdr_rdma_comm *c, const struct gdr_rdma_
 
 /* ------------------------------------------------------------------------------------------- progress -- */
 
-int gdr_rdma_fb_route(struct gdr_rdma_comm *c) {
+/* Receiver, AT_WAIT: its TCP receives cover S (the sender's TCP messages) for every tag: BACK_FINAL with its counts,
+ * and RDMA from its next receive on. Not yet: its counts grew since it last told the sender: BACK_SWITCH again (the
+ * sender fills those buffers over TCP). 1: switched. */
+static int receiver_cover(struct gdr_rdma_comm *c) {
   struct gdr_rdma_fb *fb = &c->fb;
-  if (fb->path != GDR_PATH_TCP || fb->back == GDR_BACK_SWITCHED) return GDR_ROUTE_RDMA;
-  if (fb->back == GDR_BACK_FROZEN) return GDR_ROUTE_WAIT;
-  if ((fb->back != GDR_BACK_AT && fb->back != GDR_BACK_AT_WAIT) || fb->qhead != fb->qtail ||
-      tcp_next(c) < fb->switch_at || tcp_announced(c))
-    return GDR_ROUTE_TCP;
-  if (fb->back == GDR_BACK_AT_WAIT) {
-    if (is_sender(c)) return GDR_ROUTE_WAIT; /* at P: the receiver's BACK_FINAL says where its receive ends */
-    /* receiver: its receives reached P (the last may end past it): that is the switch point */
-    fb->switch_at = tcp_next(c);
-    if (gdr_rdma_ctrl_send(c, GDR_CTRL_BACK_FINAL, fb->epoch, fb->offer, fb->switch_at, NULL, 0) != ncclSuccess) {
-      fail(c, ncclSystemError, "the control channel failed while switching back to RDMA");
-      return GDR_ROUTE_WAIT;
-    }
+  struct gdr_rdma_back_tag v[GDR_RDMA_BACK_MAX_TAGS];
+  int n, covered = 1;
+  memset(v, 0, sizeof(v));
+  n = tag_counts(c, v);
+  if (n < 0) {
+    fail(c, ncclInternalError, "more tags on TCP than the way back to RDMA can carry");
+    return 0;
   }
+  for (int i = 0; i < fb->nbound && covered; i++) covered = tags_of(v, n, fb->bound[i].tag) >= fb->bound[i].n;
+  if (!covered || fb->qhead != fb->qtail) {
+    if (tags_sum(v, n) != fb->told && send_counts(c, GDR_CTRL_BACK_SWITCH, v, n) != ncclSuccess) {
+      fail(c, ncclSystemError, "the control channel failed while switching back to RDMA");
+      return 0;
+    }
+    fb->told = tags_sum(v, n);
+    return 0;
+  }
+  if (send_counts(c, GDR_CTRL_BACK_FINAL, v, n) != ncclSuccess) {
+    fail(c, ncclSystemError, "the control channel failed while switching back to RDMA");
+    return 0;
+  }
+  memcpy(fb->bound, v, (size_t)n * sizeof(v[0]));
+  fb->nbound = n;
+  fb->switch_at = tags_sum(v, n);
   back_on_rdma(c);
-  return GDR_ROUTE_RDMA;
+  return 1;
+}
+
+int gdr_rdma_fb_route(struct gdr_rdma_comm *c, int tag) {
+  struct gdr_rdma_fb *fb = &c->fb;
+  if (fb->path != GDR_PATH_TCP) return GDR_ROUTE_RDMA;
+  if (!is_sender(c)) {
+    if (fb->back == GDR_BACK_SWITCHED) return GDR_ROUTE_RDMA;
+    if (fb->back == GDR_BACK_FROZEN) return GDR_ROUTE_WAIT;
+    if (fb->back == GDR_BACK_AT_WAIT && !gdr_health_failed(&c->health) && receiver_cover(c)) return GDR_ROUTE_RDMA;
+    return GDR_ROUTE_TCP;
+  }
+  /* sender: the k-th isend with tag t over TCP while k is below the receiver's bound for t */
+  if (fb->qhead != fb->qtail) return GDR_ROUTE_TCP; /* the requests handed over first */
+  if (fb->back == GDR_BACK_AT_WAIT) return tcp_owed(c, tag) ? GDR_ROUTE_TCP : GDR_ROUTE_WAIT;
+  if (fb->back == GDR_BACK_SWITCHED) return tcp_owed(c, tag) ? GDR_ROUTE_TCP : GDR_ROUTE_RDMA;
+  return GDR_ROUTE_TCP;
 }
 
 /* Receiver, probing: all through -> BACK_SWITCH and freeze; failed or too slow -> abandon. */
@@ -627,8 +763,20 @@ static void probe_step(struct gdr_rdma_comm *c) {
   if (r == 0) return;
   fb->back = GDR_BACK_FROZEN;
   fb->deadline_ns = gdr_time_ns() + ms_ns(gdr_param_int(GDR_PARAM_RECOVERY_TIMEOUT_MS));
-  if (gdr_rdma_ctrl_send(c, GDR_CTRL_BACK_SWITCH, fb->epoch, fb->offer, tcp_next(c), NULL, 0) != ncclSuccess)
-    fail(c, ncclSystemError, "the control channel failed while switching back to RDMA");
+  {
+    struct gdr_rdma_back_tag v[GDR_RDMA_BACK_MAX_TAGS];
+    int n;
+    memset(v, 0, sizeof(v));
+    n = tag_counts(c, v);
+    if (n < 0) {
+      fb->pinned = 1;
+      back_abort(c, 1, "more tags on TCP than the way back to RDMA can carry: the connection stays on TCP");
+      return;
+    }
+    fb->told = tags_sum(v, n);
+    if (send_counts(c, GDR_CTRL_BACK_SWITCH, v, n) != ncclSuccess)
+      fail(c, ncclSystemError, "the control channel failed while switching back to RDMA");
+  }
 }
 
 void gdr_rdma_fb_step(struct gdr_rdma_comm *c, int *busy) {
@@ -653,19 +801,22 @@ void gdr_rdma_fb_step(struct gdr_rdma_comm *c, int *busy) {
   if (fb->qhead != fb->qtail) drain_queue(c);
   if (fb->back == GDR_BACK_OFFERED && gdr_time_ns() > fb->deadline_ns) back_abort(c, 1, "no answer from the peer");
   if (fb->back == GDR_BACK_PROBING) probe_step(c);
+  /* an idle peer (its NCCL not calling in) answers late: until BACK_FINAL nothing went over RDMA, so the way back is
+   * abandoned (BACK_NOT_YET: the sender, in AT_WAIT, abandons it too), never the connection; a peer that is gone
+   * fails it by its control channel's EOF. The sender waits for BACK_FINAL without a bound: it depends on the
+   * receiver's NCCL posting receives, as a clear-to-send does over RDMA. */
   if (fb->back == GDR_BACK_FROZEN && gdr_time_ns() > fb->deadline_ns) {
-    fail(c, ncclRemoteError, "the peer did not name the switch point back to RDMA within GDRNET_RECOVERY_TIMEOUT_MS");
+    back_abort(c, 1, "the peer did not answer BACK_SWITCH within GDRNET_RECOVERY_TIMEOUT_MS");
     return;
   }
-  if (fb->back == GDR_BACK_AT_WAIT && is_sender(c) && gdr_time_ns() > fb->deadline_ns) {
-    fail(c, ncclRemoteError, "the peer did not confirm the switch point back to RDMA within GDRNET_RECOVERY_TIMEOUT_MS");
-    return;
-  }
-  if (fb->back == GDR_BACK_AT || fb->back == GDR_BACK_AT_WAIT) (void)gdr_rdma_fb_route(c);
+  if (fb->back == GDR_BACK_AT_WAIT && !is_sender(c)) (void)gdr_rdma_fb_route(c, 0);
   back_probe(c);
   /* back on RDMA and nothing left on TCP: RDMA carries everything (the TCP connection stays, idle, for a next
    * fallback) */
-  if (fb->back == GDR_BACK_SWITCHED && fb->qhead == fb->qtail && fb->tcp_pending == 0) {
+  int owed = 0;
+  for (int i = 0; i < fb->nbound && is_sender(c) && fb->back == GDR_BACK_SWITCHED && !owed; i++)
+    owed = tcp_owed(c, fb->bound[i].tag);
+  if (fb->back == GDR_BACK_SWITCHED && fb->qhead == fb->qtail && fb->tcp_pending == 0 && !owed) {
     DEV_ADD(c, on_tcp, -1);
     fb->path = GDR_PATH_RDMA;
     fb->back = GDR_BACK_NONE;

@@ -209,7 +209,7 @@ ncclResult_t gdr_rdma_isend(void *send_comm, void *data, size_t size, int tag, v
   *request = NULL;
   ncclResult_t res = gdr_rdma_progress(c, &busy);
   if (res != ncclSuccess || busy) return res;
-  int route = gdr_rdma_fb_route(c);
+  int route = gdr_rdma_fb_route(c, tag);
   if (route == GDR_ROUTE_WAIT) return ncclSuccess; /* the way back: at the switch point, not final yet */
   if (route == GDR_ROUTE_TCP) return gdr_rdma_fb_isend(c, data, size, tag, mhandle, request);
   if (size > GDR_RDMA_MAX_MSG) { /* (the core refuses it first: maxP2pBytes) */
@@ -371,7 +371,7 @@ ncclResult_t gdr_rdma_irecv(void *recv_comm, int n, void **data, size_t *sizes, 
     GDR_WARN("irecv with n = %d buffers (1..%d)", n, GDR_RDMA_MAX_RECVS);
     return ncclInternalError;
   }
-  switch (gdr_rdma_fb_route(c)) {
+  switch (gdr_rdma_fb_route(c, 0)) {
   case GDR_ROUTE_TCP: return gdr_rdma_fb_irecv(c, n, data, sizes, tags, mhandles, request);
   case GDR_ROUTE_WAIT: return ncclSuccess; /* the way back: the switch point is being agreed */
   default: break;
@@ -456,7 +456,7 @@ ncclResult_t gdr_rdma_iflush(void *recv_comm, int n, void **data, int *sizes, vo
   ncclResult_t res = gdr_rdma_progress(c, &busy);
   if (res != ncclSuccess) return res;
   if (!c->gdr_flush) return ncclSuccess; /* no GDR: nothing can be pending in a PCIe write buffer */
-  if (c->fb.path != GDR_PATH_RDMA && (busy || gdr_rdma_fb_route(c) != GDR_ROUTE_RDMA))
+  if (c->fb.path != GDR_PATH_RDMA && (busy || gdr_rdma_fb_route(c, 0) != GDR_ROUTE_RDMA))
     return ncclSuccess; /* over TCP a receive completes once its bytes are in the GPU: nothing left to flush */
   int last = -1;
   for (int i = 0; i < n; i++) {

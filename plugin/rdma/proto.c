@@ -74,16 +74,16 @@ const char *gdr_rdma_ctrl_check(const struct gdr_rdma_ctrl *m, int writer_role) 
     return m->len == sizeof(struct gdr_rdma_rec_state) ? NULL : "bad failback offer";
   case GDR_CTRL_BACK_SWITCH:
     if (writer_role != GDR_RDMA_ROLE_RECV) return "a failback switch from the sender";
-    return m->len == 0 ? NULL : "unexpected payload";
+    return m->len % sizeof(struct gdr_rdma_back_tag) == 0 ? NULL : "bad failback tag counts";
   case GDR_CTRL_BACK_READY:
     if (writer_role != GDR_RDMA_ROLE_SEND) return "a failback answer from the receiver";
     return m->len == sizeof(struct gdr_rdma_rec_state) ? NULL : "bad failback answer";
   case GDR_CTRL_BACK_AT:
     if (writer_role != GDR_RDMA_ROLE_SEND) return "a failback switch point from the receiver";
-    return m->len == 0 ? NULL : "unexpected payload";
+    return m->len % sizeof(struct gdr_rdma_back_tag) == 0 ? NULL : "bad failback tag counts";
   case GDR_CTRL_BACK_FINAL:
     if (writer_role != GDR_RDMA_ROLE_RECV) return "a failback final switch point from the sender";
-    return m->len == 0 ? NULL : "unexpected payload";
+    return m->len % sizeof(struct gdr_rdma_back_tag) == 0 ? NULL : "bad failback tag counts";
   case GDR_CTRL_BACK_NOT_YET:
     return m->len == 0 ? NULL : "unexpected payload";
   default:
@@ -119,6 +119,19 @@ const char *gdr_rdma_fb_sstate_check(const void *payload, size_t len) {
     if (e[i].n < 8 && (e[i].placed >> e[i].n) != 0) return "a placed buffer beyond the receive's";
     for (int r = 0; r < e[i].n; r++)
       if ((e[i].placed >> r & 1) && e[i].size[r] > GDR_RDMA_MAX_MSG) return "placed size out of range";
+  }
+  return NULL;
+}
+
+const char *gdr_rdma_back_tags_check(const void *payload, size_t len) {
+  const struct gdr_rdma_back_tag *e = payload;
+  size_t n = len / sizeof(*e);
+  if (len % sizeof(*e) != 0) return "not whole entries";
+  if (n > GDR_RDMA_BACK_MAX_TAGS) return "too many tags";
+  for (size_t i = 0; i < n; i++) {
+    if (e[i].n >= 1ull << 48) return "a count out of range";
+    for (size_t k = 0; k < i; k++)
+      if (e[k].tag == e[i].tag) return "a tag twice";
   }
   return NULL;
 }

@@ -145,6 +145,8 @@ enum { GDR_RDMA_ROLE_SEND = 1, GDR_RDMA_ROLE_RECV = 2 };
 #define GDR_RDMA_CAP_RECOVERY 0x8u         /* speaks the REC_* control records (recover.c); else a fault fails */
 #define GDR_RDMA_CAP_FALLBACK 0x10u        /* speaks FB_* / BACK_* (fallback.c): can move the connection to TCP */
 #define GDR_RDMA_CAP_TCP_ONLY 0x20u        /* this side's RDMA part could not be set up: the connection runs on TCP */
+#define GDR_RDMA_CAP_BACK_TAGS 0x40u       /* BACK_SWITCH/AT/FINAL carry per-tag counts (struct gdr_rdma_back_tag):
+                                            * without it on both sides a connection on TCP stays there */
 
 /* One device of a side: where its QPs are, and the rkey of the side's own buffer (sender: FIFO; receiver: sizes
  * array) on it. */
@@ -203,12 +205,15 @@ enum {
   GDR_CTRL_BACK_OFFER = 10, /* receiver -> sender: its port is up again: new QPs (struct gdr_rdma_rec_state) */
   GDR_CTRL_BACK_READY = 11, /* sender -> receiver: its new QPs are RTS (struct gdr_rdma_rec_state), FIFO cleared */
   GDR_CTRL_BACK_NOT_YET = 12, /* either way: not now (a port is down, the probe over the new QPs failed): later */
-  GDR_CTRL_BACK_SWITCH = 13,  /* receiver -> sender: the probe went through; b = its next TCP message, it posts no
-                               * more receives until BACK_AT */
-  GDR_CTRL_BACK_AT = 14,      /* sender -> receiver: b = the switch point P = max(R, its next TCP send): messages
-                               * below P over TCP, the rest over RDMA; final if P = R (a receive boundary) */
-  GDR_CTRL_BACK_FINAL = 15,   /* receiver -> sender, when P > R: b = P' >= P, the end of its receive that reaches P
-                               * (a grouped receive may cross P): the sender's switch point */
+  /* BACK_SWITCH/AT/FINAL: payload struct gdr_rdma_back_tag[] (per tag, TCP messages of the whole connection), b =
+   * their sum (for logs) */
+  GDR_CTRL_BACK_SWITCH = 13,  /* receiver -> sender: the probe went through; R = its TCP buffers per tag; it posts no
+                               * more receives until BACK_AT; again while it posts TCP receives after BACK_AT (R grew:
+                               * the sender may fill those over TCP) */
+  GDR_CTRL_BACK_AT = 14,      /* sender -> receiver: S = its TCP messages per tag (accepted, or announced by an RTS):
+                               * the receiver posts TCP receives until it has S_t buffers of every tag t */
+  GDR_CTRL_BACK_FINAL = 15,   /* receiver -> sender: F >= S, its TCP buffers per tag when they covered S: the k-th
+                               * message with tag t goes over TCP for k < F_t, else over RDMA (numbered from 0) */
   GDR_CTRL_TYPE_MAX = 15,
 };
 struct gdr_rdma_ctrl {
@@ -264,6 +269,18 @@ _Static_assert(sizeof(struct gdr_rdma_fb_sent) == 80, "FB_SSTATE entry");
 /* An FB_SSTATE payload of len bytes: NULL if well-formed (whole entries, n in 1..8, placed within n), else what is
  * wrong. */
 const char *gdr_rdma_fb_sstate_check(const void *payload, size_t len);
+
+/* BACK_SWITCH/AT/FINAL: one entry per tag with a nonzero count, each tag once. */
+struct gdr_rdma_back_tag {
+  int32_t tag;
+  uint32_t rsvd;
+  uint64_t n; /* TCP messages (buffers) with that tag, of the whole connection */
+};
+_Static_assert(sizeof(struct gdr_rdma_back_tag) == 16, "BACK_* entry");
+#define GDR_RDMA_BACK_MAX_TAGS 128
+/* A BACK_SWITCH/AT/FINAL payload of len bytes: NULL if well-formed (whole entries, at most GDR_RDMA_BACK_MAX_TAGS,
+ * each tag once, counts below 2^48), else what is wrong. */
+const char *gdr_rdma_back_tags_check(const void *payload, size_t len);
 
 /* A REC_STATE payload from a peer of writer_role for a connection of nqps QPs: NULL if well-formed, else what is
  * wrong. (Its device count is checked against the handshake's where it is used.) */

@@ -331,7 +331,13 @@ struct gdr_rdma_fb {
   uint64_t probe_ns, probe_backoff_ns;
   uint32_t offer;     /* the number of the current offer (a in BACK_*) */
   int probes;         /* receiver: probe WRITEs still to complete */
-  uint64_t switch_at; /* back == AT: messages below this go over TCP, the rest over RDMA */
+  uint64_t switch_at; /* the sum of the per-tag switch point (logs) */
+  /* per tag, TCP messages of the whole connection: sender: R from BACK_SWITCH (AT_WAIT: tag t goes over TCP below
+   * R_t, else waits), then F from BACK_FINAL (SWITCHED: over TCP below F_t, else over RDMA); receiver: S from
+   * BACK_AT (AT_WAIT: its receives go over TCP until they cover S) */
+  struct gdr_rdma_back_tag bound[GDR_RDMA_BACK_MAX_TAGS];
+  int nbound;
+  uint64_t told; /* receiver, AT_WAIT: the sum of the counts it last sent (BACK_SWITCH again when it grew) */
   int tcp_pending;    /* requests on TCP not yet complete */
   uint64_t probes_failed;
   uint64_t flap_ns[8];
@@ -564,7 +570,7 @@ ncclResult_t gdr_rdma_fb_message(struct gdr_rdma_comm *c, const struct gdr_rdma_
  * moving (the caller waits). */
 void gdr_rdma_fb_step(struct gdr_rdma_comm *c, int *busy);
 /* Does a new isend/irecv go over TCP now? */
-int gdr_rdma_fb_route(struct gdr_rdma_comm *c);
+int gdr_rdma_fb_route(struct gdr_rdma_comm *c, int tag); /* tag: the isend's (a receiver's call: any) */
 ncclResult_t gdr_rdma_fb_isend(struct gdr_rdma_comm *c, void *data, size_t size, int tag, void *mhandle,
                                void **request);
 ncclResult_t gdr_rdma_fb_irecv(struct gdr_rdma_comm *c, int n, void **data, size_t *sizes, int *tags,

@@ -405,6 +405,13 @@ ncclResult_t gdr_tcp_isend(void *send_comm, void *data, size_t size, int tag, vo
  * receiver: each is the next message of its tag on this comm, and its retry must come to this comm again (the RDMA
  * fallback routes by it). */
 int gdr_tcp_send_announced(const void *send_comm);
+/* Per tag, this comm's messages so far (the RDMA fallback's way back splits the stream per tag by them): sender:
+ * isends accepted with the tag, or one more when the next one announced itself (an RTS: its retry comes here);
+ * receiver: buffers posted with the tag. Fills up to max (tag, count) pairs, tags with a count of 0 left out;
+ * returns how many there are (more than max: the arrays hold the first max). */
+int gdr_tcp_tag_counts(const void *comm, int *tags, uint64_t *counts, int max);
+/* Of one tag: isends accepted (sender) or buffers posted (receiver), without the announced one. */
+uint64_t gdr_tcp_tag_count(const void *comm, int tag);
 ncclResult_t gdr_tcp_irecv(void *recv_comm, int n, void **data, size_t *sizes, int *tags, void **mhandles,
                            void **request);
 ncclResult_t gdr_tcp_test(void *request, int *done, size_t *sizes);

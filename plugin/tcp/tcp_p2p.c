@@ -1087,6 +1087,29 @@ int gdr_tcp_send_announced(const void *send_comm) {
   return (int)c->rts_out;
 }
 
+int gdr_tcp_tag_counts(const void *comm, int *tags, uint64_t *counts, int max) {
+  const struct tcp_comm *c = comm;
+  int n = 0;
+  for (unsigned i = 0; i < c->tags_cap; i++) {
+    const struct tcp_tagent *e = &c->tags[i];
+    uint64_t k = e->next;
+    if (!e->used) continue;
+    if (c->is_send && e->rts > k) k = e->rts; /* announced: its retry comes to this comm */
+    if (k == 0) continue;
+    if (n < max) {
+      tags[n] = e->tag;
+      counts[n] = k;
+    }
+    n++;
+  }
+  return n;
+}
+
+uint64_t gdr_tcp_tag_count(const void *comm, int tag) {
+  const struct tcp_tagent *e = tag_find((struct tcp_comm *)comm, tag);
+  return e ? e->next : 0;
+}
+
 /* ----------------------------------------------------------------------------------------------- irecv -- */
 
 /* Receiver: arms buffer seq (one buffer of a group whose first buffer is base), message (tag, ord) of its peer. */

@@ -7,8 +7,8 @@
  *     refusal of a peer that never offered them. (Those state machines with a peer that does need live QPs and a TCP
  *     comm: the fault matrix and the fallback tests drive them over the emulator.)
  *   records (flags bit 4 set): the validators those handlers call on what the peer sent, on the input: the header
- *     (gdr_rdma_ctrl_check, for either writer role), a REC_STATE / BACK_* payload (gdr_rdma_rec_state_check) and an
- *     FB_SSTATE payload (gdr_rdma_fb_sstate_check); an accepted one is checked against what recover.c/fallback.c
+ *     (gdr_rdma_ctrl_check, for either writer role), a REC_STATE / BACK_* payload (gdr_rdma_rec_state_check), an
+ *     FB_SSTATE payload (gdr_rdma_fb_sstate_check) and BACK_SWITCH/AT/FINAL tag counts (gdr_rdma_back_tags_check); an accepted one is checked against what recover.c/fallback.c
  *     then index with it.
  * Input (stream): flags (bit 0: a send comm, else a receive comm; bit 1: every receive slot holds a posted receive of
  * message slot + 32 * (bits 2..3)), then the bytes the peer sends (the writer then closes). Invariants: polling ends
@@ -53,6 +53,16 @@ static void records(struct fz_in *in) {
     for (int i = 0; i < st->nqps; i++)
       if (st->qpn[i] == 0 || st->qpn[i] > 0xffffffu || st->psn[i] > 0xffffffu)
         fz_fail("accepted QP %d out of range", i);
+  }
+  if (gdr_rdma_back_tags_check(payload, len) == NULL) {
+    const struct gdr_rdma_back_tag *e = (const void *)payload;
+    if (len % sizeof(*e) != 0 || len / sizeof(*e) > GDR_RDMA_BACK_MAX_TAGS)
+      fz_fail("accepted tag counts of %zu bytes", len);
+    for (size_t i = 0; i < len / sizeof(*e); i++) {
+      if (e[i].n >= 1ull << 48) fz_fail("accepted count of entry %zu", i);
+      for (size_t k = 0; k < i; k++)
+        if (e[k].tag == e[i].tag) fz_fail("accepted tag %d twice", e[i].tag);
+    }
   }
   if (gdr_rdma_fb_sstate_check(payload, len) == NULL) {
     const struct gdr_rdma_fb_sent *e = (const void *)payload;

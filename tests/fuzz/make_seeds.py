@@ -228,6 +228,10 @@ def seeds():
     # rdma_ctrl: flags (bit 0 send comm, bit 1 posted receives, bits 2-3 their round), then records
     REC_REQ, REC_STATE, REC_GO, REC_FAIL, FB_REQ, FB_RSTATE, FB_SSTATE = 3, 4, 5, 6, 7, 8, 9
     BACK_OFFER, BACK_READY, BACK_NOT_YET, BACK_SWITCH = 10, 11, 12, 13
+    BACK_AT, BACK_FINAL = 14, 15
+
+    def back_tags(pairs):  # struct gdr_rdma_back_tag[]: int32 tag, uint32 rsvd, uint64 count
+        return b''.join(struct.pack('<iIQ', t, 0, n) for t, n in pairs)
     s['rdma_ctrl'] = {
         'size-err': b'\x02' + rctrl(1, 5, 1000, 10),
         'rec-req-from-old-peer': b'\x01' + rctrl(REC_REQ, 1),
@@ -238,6 +242,9 @@ def seeds():
         'rec-fail-text': b'\x02' + rctrl(REC_FAIL, 1, 2, payload=b'gave up: port down'),
         'fb-req-from-old-peer': b'\x00' + rctrl(FB_REQ, 1, payload=b'port down'),
         'back-offer': b'\x01' + rctrl(BACK_OFFER, 1, payload=rec_state(2)),
+        'back-switch-from-old-peer': b'\x01' + rctrl(BACK_SWITCH, 1, payload=back_tags([(1, 728), (2, 727)])),
+        'records-back-at': b'\x11\x00' + rctrl(BACK_AT, 1)[:32] + back_tags([(1, 729), (2, 727), (-1, 3)]),
+        'records-back-final-dup': b'\x10\x00' + rctrl(BACK_FINAL, 1)[:32] + back_tags([(1, 729), (1, 730)]),
         'records-rec-state': b'\x10\x00\x01' + rctrl(REC_STATE, 1)[:32] + rec_state(2, head=3, incomplete=1),
         'records-fb-sstate': b'\x11\x00' + rctrl(FB_SSTATE, 1)[:32] + fb_sent(4, 2, 1, [100]) + fb_sent(5, 1, 0, []) +
         fb_sent(6, 1, 1, [(3 << 30) + 7]),

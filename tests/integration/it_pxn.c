@@ -9,7 +9,8 @@
  *   GNIT_MSGS              messages (default 300)
  *   GNIT_FAULTS_PARENT/CHILD  VEMU_FAULTS of each process ('+' between rules), as it_faults
  *   GNIT_EXPECT            "clean" (default: no move to TCP), or "fallback": at least one connection end moved to
- *                          TCP while messages were partly placed (issue 23, defect 2) */
+ *                          TCP while messages were partly placed (issue 23, defect 2)
+ *   GNIT_EXPECT_BACK       returns to RDMA the two ends must have made together (default 0: not checked) */
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -156,7 +157,8 @@ static int side(int fd, int parent) {
   it_conn_t c;
   const char *faults = getenv(parent ? "GNIT_FAULTS_PARENT" : "GNIT_FAULTS_CHILD");
   const char *expect = getenv("GNIT_EXPECT") ? getenv("GNIT_EXPECT") : "clean";
-  int msgs = (int)it_env_double("GNIT_MSGS", 300), mine = 0, peer = 0;
+  int msgs = (int)it_env_double("GNIT_MSGS", 300), mine = 0, peer = 0, back[2] = {0, 0};
+  int want_back = (int)it_env_double("GNIT_EXPECT_BACK", 0);
   if (faults && *faults) {
     char rules[1024];
     snprintf(rules, sizeof rules, "%s", faults);
@@ -179,6 +181,12 @@ static int side(int fd, int parent) {
   IT_CHECK(gn_boot_barrier(fd, 60) == 0, "barrier");
   mine = count_in_log(" now runs over TCP");
   IT_CHECK(gn_boot_send(fd, &mine, sizeof mine) == 0 && gn_boot_recv(fd, &peer, sizeof peer, 60) == 0, "bootstrap");
+  back[0] = count_in_log(" is back on RDMA after");
+  IT_CHECK(gn_boot_send(fd, &back[0], sizeof back[0]) == 0 && gn_boot_recv(fd, &back[1], sizeof back[1], 60) == 0,
+           "bootstrap");
+  if (parent && want_back > 0)
+    IT_CHECK(back[0] + back[1] >= want_back, "%d return(s) to RDMA, %d expected: the test did not take the way back",
+             back[0] + back[1], want_back);
   if (parent) {
     if (strcmp(expect, "fallback") == 0)
       IT_CHECK(mine + peer >= 1, "no connection end moved to TCP: the test did not take the path it names");

@@ -279,8 +279,8 @@ static void test_ctrl_check(void **state) {
     {GDR_CTRL_BACK_OFFER, R, sizeof(struct gdr_rdma_rec_state), 1},
     {GDR_CTRL_BACK_READY, S, sizeof(struct gdr_rdma_rec_state), 1},
     {GDR_CTRL_BACK_NOT_YET, ANY, 0, 1},
-    {GDR_CTRL_BACK_SWITCH, R, 0, 1},
-    {GDR_CTRL_BACK_AT, S, 0, 1},
+    {GDR_CTRL_BACK_SWITCH, R, 2 * sizeof(struct gdr_rdma_back_tag), 1},
+    {GDR_CTRL_BACK_AT, S, sizeof(struct gdr_rdma_back_tag), 1},
     {GDR_CTRL_BACK_FINAL, R, 0, 1},
   };
   struct gdr_rdma_ctrl m;
@@ -315,6 +315,30 @@ static void test_ctrl_check(void **state) {
   m.type = GDR_CTRL_REC_FAIL;
   m.len = GDR_RDMA_CTRL_MAX_PAYLOAD + 1;
   assert_non_null(gdr_rdma_ctrl_check(&m, S));
+}
+
+/* BACK_SWITCH/AT/FINAL's per-tag counts: whole entries, each tag once, at most GDR_RDMA_BACK_MAX_TAGS, counts in
+ * range (the way back splits the stream per tag by them: a tag twice would leave its split ambiguous). */
+static void test_back_tags_check(void **state) {
+  (void)state;
+  struct gdr_rdma_back_tag v[GDR_RDMA_BACK_MAX_TAGS + 1];
+  memset(v, 0, sizeof(v));
+  for (int i = 0; i <= GDR_RDMA_BACK_MAX_TAGS; i++) {
+    v[i].tag = i - 3; /* negative tags too: NCCL's are ints */
+    v[i].n = (uint64_t)i * 1000;
+  }
+  assert_null(gdr_rdma_back_tags_check(v, 0));
+  assert_null(gdr_rdma_back_tags_check(v, 3 * sizeof(v[0])));
+  assert_null(gdr_rdma_back_tags_check(v, GDR_RDMA_BACK_MAX_TAGS * sizeof(v[0])));
+  assert_non_null(gdr_rdma_back_tags_check(v, (GDR_RDMA_BACK_MAX_TAGS + 1) * sizeof(v[0]))); /* too many */
+  assert_non_null(gdr_rdma_back_tags_check(v, 3 * sizeof(v[0]) + 8));                      /* not whole */
+  v[2].tag = v[0].tag;
+  assert_non_null(gdr_rdma_back_tags_check(v, 3 * sizeof(v[0]))); /* a tag twice */
+  v[2].tag = 99999;
+  v[1].n = 1ull << 48;
+  assert_non_null(gdr_rdma_back_tags_check(v, 3 * sizeof(v[0]))); /* a count out of range */
+  v[1].n = (1ull << 48) - 1;
+  assert_null(gdr_rdma_back_tags_check(v, 3 * sizeof(v[0])));
 }
 
 /* REC_STATE (and BACK_*): the devices' addresses and keys; FB_SSTATE: 64-bit placed sizes up to the largest
@@ -368,7 +392,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_cts_layout),   cmocka_unit_test(test_imm),
     cmocka_unit_test(test_stripe_basic), cmocka_unit_test(test_stripe_sweep),
-    cmocka_unit_test(test_stripe_qp_choice), cmocka_unit_test(test_hs_check), cmocka_unit_test(test_ctrl_check),
+    cmocka_unit_test(test_stripe_qp_choice), cmocka_unit_test(test_hs_check), cmocka_unit_test(test_ctrl_check), cmocka_unit_test(test_back_tags_check),
     cmocka_unit_test(test_wr_pieces),        cmocka_unit_test(test_state_checks),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
