@@ -97,6 +97,13 @@ int gdr_tcp_proto_peer(const void *tp_data, unsigned *version, uint32_t *feature
              p.version, p.min_peer, TCP_PROTO_VERSION);
     return -1;
   }
+  if (p.version < TCP_PROTO_MATCH) { /* versions 2 and 3 number messages by arrival: not NCCL's rule */
+    snprintf(why, whylen,
+             "it speaks TCP protocol version %u, this plugin version %u (which matches messages to receives by tag "
+             "and ordinal)",
+             p.version, TCP_PROTO_VERSION);
+    return -1;
+  }
   *version = p.version;
   *features = p.features;
   return 0;
