@@ -92,9 +92,8 @@ stage_asan() {
     -E '^integration\.(tcp|rdma)\.perf-demo$'
 }
 # the longest runs under TSan (6 of its 11 minutes, and the RDMA 2 GiB message, whose every placed word TSan
-# watches; the way back under PXN order moves 10000 messages in a 15 s phase, 1872 under TSan): the tsan stage
-# leaves them to tsan-faults
-tsan_long='^integration\.(tcp\.closetail|(tcp|rdma)\.large|(tcp|rdma)\.perf-demo|rdma\..*-qps4-split[01]|rdma\.pxn-fallback-back(-child)?)$'
+# watches): the tsan stage leaves them to tsan-faults
+tsan_long='^integration\.(tcp\.closetail|(tcp|rdma)\.large|(tcp|rdma)\.perf-demo|rdma\..*-qps4-split[01])$'
 stage_tsan_build() {
   echo "== build (ThreadSanitizer) =="
   cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGDRNET_SANITIZE=thread >/dev/null

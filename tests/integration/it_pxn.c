@@ -10,7 +10,10 @@
  *   GNIT_FAULTS_PARENT/CHILD  VEMU_FAULTS of each process ('+' between rules), as it_faults
  *   GNIT_EXPECT            "clean" (default: no move to TCP), or "fallback": at least one connection end moved to
  *                          TCP while messages were partly placed (issue 23, defect 2)
- *   GNIT_EXPECT_BACK       returns to RDMA the two ends must have made together (default 0: not checked) */
+ *   GNIT_EXPECT_BACK       returns to RDMA the two ends must have made together (default 0: not checked); the
+ *                          traffic then runs in rounds of GNIT_MSGS until they have, at most GNIT_MAX_ROUNDS (40)
+ *   GNIT_PHASE_S           the longest wait for the next completion before the test calls the traffic stuck
+ *                          (default 150): a slow build (ASan, TSan) moves fewer messages a second, not none */
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,7 +42,8 @@ static int count_in_log(const char *needle) {
 }
 
 /* the sender: one sub per tag */
-static void run_send(const ncclNet_v8_t *net, it_conn_t *c, int msgs, uint64_t dl) {
+static void run_send(const ncclNet_v8_t *net, it_conn_t *c, int msgs, double stall_s) {
+  uint64_t dl = gn_deadline_ns(stall_s);
   void *req[NTAGS][WINDOW] = {{0}};
   int next[NTAGS] = {0}, done[NTAGS] = {0}, tried[NTAGS] = {0}; /* tried: highest message tried + 1 */
   int left = msgs * NTAGS;
@@ -70,6 +74,7 @@ static void run_send(const ncclNet_v8_t *net, it_conn_t *c, int msgs, uint64_t d
         req[t][m % WINDOW] = NULL;
         done[t]++;
         left--;
+        dl = gn_deadline_ns(stall_s); /* progress: the stall clock starts again */
       }
     }
     IT_CHECK(!gn_expired(dl), "sends stuck: tag 1 at %d/%d (done %d), tag 2 at %d/%d (done %d)", next[0], msgs, done[0],
@@ -98,7 +103,8 @@ static void whose(const unsigned char *buf, int got, int m, int *wm, int *wt) {
     }
 }
 
-static void run_recv(const ncclNet_v8_t *net, it_conn_t *c, int msgs, uint64_t dl) {
+static void run_recv(const ncclNet_v8_t *net, it_conn_t *c, int msgs, double stall_s) {
+  uint64_t dl = gn_deadline_ns(stall_s);
   void *req[WINDOW] = {0};
   int posted = 0, done = 0;
   while (done < msgs) {
@@ -146,6 +152,7 @@ static void run_recv(const ncclNet_v8_t *net, it_conn_t *c, int msgs, uint64_t d
       }
       req[done % WINDOW] = NULL;
       done++;
+      dl = gn_deadline_ns(stall_s); /* progress: the stall clock starts again */
     }
     IT_CHECK(!gn_expired(dl), "receives stuck: posted %d, completed %d of %d", posted, done, msgs);
     sched_yield();
@@ -171,19 +178,27 @@ static int side(int fd, int parent) {
   it_load(&ip);
   IT_CHECK(ip.props[0].maxRecvs >= NTAGS, "device 0 announces maxRecvs %d", ip.props[0].maxRecvs);
   it_conn_open(&ip, 0, fd, (size_t)WINDOW * NTAGS * (PART + PAD), &c);
-  uint64_t dl = gn_deadline_ns(it_env_double("GNIT_PHASE_S", 150));
+  double stall_s = it_env_double("GNIT_PHASE_S", 150); /* the longest wait without a completion */
   it_log("%d messages of %d parts (tags = source ranks), the tag-1 sub a message ahead; faults \"%s\", expect %s", msgs,
          NTAGS, faults ? faults : "", expect);
-  if (parent)
-    run_send(ip.net, &c, msgs, dl);
-  else
-    run_recv(ip.net, &c, msgs, dl);
-  IT_CHECK(gn_boot_barrier(fd, 60) == 0, "barrier");
+  /* rounds of msgs messages: one round unless the test wants the way back, then more rounds (the same decision on
+   * both sides, from the counts they exchange) until the ends have made it, so the traffic outlasts the fault on a
+   * fast build and a slow one alike */
+  int rounds = 0, max_rounds = want_back > 0 ? (int)it_env_double("GNIT_MAX_ROUNDS", 40) : 1;
+  for (;;) {
+    if (parent)
+      run_send(ip.net, &c, msgs, stall_s);
+    else
+      run_recv(ip.net, &c, msgs, stall_s);
+    rounds++;
+    IT_CHECK(gn_boot_barrier(fd, 60) == 0, "barrier");
+    back[0] = count_in_log(" is back on RDMA after");
+    IT_CHECK(gn_boot_send(fd, &back[0], sizeof back[0]) == 0 && gn_boot_recv(fd, &back[1], sizeof back[1], 60) == 0,
+             "bootstrap");
+    if (want_back <= 0 || back[0] + back[1] >= want_back || rounds >= max_rounds) break;
+  }
   mine = count_in_log(" now runs over TCP");
   IT_CHECK(gn_boot_send(fd, &mine, sizeof mine) == 0 && gn_boot_recv(fd, &peer, sizeof peer, 60) == 0, "bootstrap");
-  back[0] = count_in_log(" is back on RDMA after");
-  IT_CHECK(gn_boot_send(fd, &back[0], sizeof back[0]) == 0 && gn_boot_recv(fd, &back[1], sizeof back[1], 60) == 0,
-           "bootstrap");
   if (parent && want_back > 0)
     IT_CHECK(back[0] + back[1] >= want_back, "%d return(s) to RDMA, %d expected: the test did not take the way back",
              back[0] + back[1], want_back);
@@ -201,7 +216,8 @@ static int side(int fd, int parent) {
     if (p != NULL) it_log("the move found %.*s grouped receive(s) partly placed", (int)(p - q), q);
     free(log);
   }
-  it_log("%d messages, every part in its buffer; %d move(s) to TCP here, %d at the peer", msgs, mine, peer);
+  it_log("%d round(s) of %d messages, every part in its buffer; %d move(s) to TCP here, %d at the peer, %d return(s)",
+         rounds, msgs, mine, peer, back[0] + back[1]);
   it_conn_close(&c);
   it_unload(&ip);
   return 0;
