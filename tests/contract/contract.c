@@ -213,14 +213,6 @@ static void draw_fault(struct sched *S, uint64_t *s) {
     snprintf(S->fault[0], fl, "wc:op=write:nth=%d:status=rem_access", 1 + rr(s, 2 * nb));
     break;
   }
-  /* CONTRACT_KNOWN_RED=device_fatal-sender: a defect that is open (docs/HARDENING.md section 8) and not fixed yet
-   * runs its seed without the fault, said in the schedule line, so that the rest of the draw stays in CI; every other
-   * seed draws exactly as without it */
-  const char *red = getenv("CONTRACT_KNOWN_RED");
-  if (red != NULL && strstr(red, "device_fatal-sender") != NULL && kind == 9 && side == 0) {
-    S->fault[0][0] = '\0';
-    S->fault_kind = "none (device_fatal on the sender: CONTRACT_KNOWN_RED, an open defect)";
-  }
 }
 
 /* The schedule of a seed: the same in every process. Returns 0, or -1 when the model refuses it (a bug here). */

@@ -761,9 +761,11 @@ static void rnr_initiator(int fd)
  * request it is in the middle of: the caller frees it (NCCL's deregMr then cudaFree/free; the plugin's abort test
  * saw the agent write into freed memory). Here the memory is remapped PROT_NONE right after dereg, so a late
  * access faults (SIGSEGV, or EFAULT from readv/sendmsg, which killed the connection: RETRY_EXC_ERR).
- * A: the initiator deregisters the source of a 64 MiB WRITE once it is on the wire; B: the target deregisters the
- * sink of a 64 MiB WRITE as soon as its first bytes land. Both WRITEs must complete successfully (the rest of the
- * payload is sent as zeros / dropped), and nothing faults. */
+ * A: the initiator deregisters the source of a 64 MiB WRITE_WITH_IMM once it is on the wire. A NIC cannot send
+ * the rest: the WRITE fails with LOC_PROT_ERR, and the target completes nothing (its receive stays posted; the
+ * emulator's frame goes out void, zeros in place of the bytes: the frame trailer, agent.c). B, on a second QP: the
+ * target deregisters the sink of a 64 MiB WRITE as soon as its first bytes land; the rest is dropped and the WRITE
+ * completes. Nothing faults. */
 #define DBIG (64u << 20)
 
 static char *map_rw(size_t len)
@@ -779,12 +781,11 @@ static void unmap_keep(char *p, size_t len)
 	CHECK(mmap(p, len, PROT_NONE, MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS, -1, 0) == (void *)p);
 }
 
-static struct ibv_qp *dsetup(int fd, char *buf, struct ibv_mr **mr, struct info *peer)
+/* a connected QP; the peer learns its number (and this side's buffer and key, for the target) */
+static struct ibv_qp *dqp(int fd, struct ibv_mr *mr, char *buf, struct info *peer)
 {
-	vt_open(&d, 0, 64);
-	*mr = vt_mr(&d, buf, DBIG, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ);
 	struct ibv_qp *qp = vt_qp(&d, 64, 16, NULL);
-	struct info me = { qp->qp_num, (*mr)->rkey, (uintptr_t)buf, DBIG };
+	struct info me = { qp->qp_num, mr ? mr->rkey : 0, (uintptr_t)buf, DBIG };
 	vt_send(fd, &me, sizeof(me));
 	vt_recv(fd, peer, sizeof(*peer));
 	struct vt_rc rc = VT_RC_DEFAULT;
@@ -799,7 +800,11 @@ static void dereg_target(int fd)
 	char *buf = map_rw(DBIG), c;
 	struct ibv_mr *mr;
 	struct info peer;
-	struct ibv_qp *qp = dsetup(fd, buf, &mr, &peer);
+	struct ibv_wc wc;
+	vt_open(&d, 0, 64);
+	mr = vt_mr(&d, buf, DBIG, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ);
+	struct ibv_qp *qp = dqp(fd, mr, buf, &peer);
+	CHECK_EQ(vt_post_recv(qp, NULL, 0, 0, 77), 0); /* for A's immediate */
 	vt_send(fd, "r", 1);
 	uint64_t end = vt_now_ms() + 30000;
 	while (__atomic_load_n((volatile char *)buf, __ATOMIC_ACQUIRE) != 0x11) { /* A is on the wire */
@@ -808,7 +813,13 @@ static void dereg_target(int fd)
 		nanosleep(&ts, NULL);
 	}
 	vt_send(fd, "s", 1);
-	vt_recv(fd, &c, 1); /* A done */
+	vt_recv(fd, &c, 1); /* A failed at the initiator: the NAK that failed it left after this side's decision */
+	int k = ibv_poll_cq(d.cq, 1, &wc);
+	if (k != 0)
+		fprintf(stderr, "FAIL [%s]: a void WRITE_WITH_IMM completed here (wr_id %llu, status %s)\n", vt_name,
+			(unsigned long long)wc.wr_id, ibv_wc_status_str(wc.status));
+	CHECK_EQ(k, 0);
+	struct ibv_qp *qp2 = dqp(fd, NULL, buf, &peer);
 	end = vt_now_ms() + 30000;
 	while (__atomic_load_n((volatile char *)buf, __ATOMIC_ACQUIRE) != 0x22) { /* B's first bytes */
 		CHECK(vt_now_ms() < end);
@@ -819,6 +830,7 @@ static void dereg_target(int fd)
 	unmap_keep(buf, DBIG);
 	vt_send(fd, "x", 1);
 	vt_recv(fd, &c, 1);
+	CHECK_EQ(ibv_destroy_qp(qp2), 0);
 	CHECK_EQ(ibv_destroy_qp(qp), 0);
 	vt_close(&d);
 }
@@ -830,35 +842,47 @@ static void dereg_initiator(int fd)
 	memset(src, 0x11, DBIG);
 	struct ibv_mr *mr;
 	struct info peer;
-	struct ibv_qp *qp = dsetup(fd, src, &mr, &peer);
+	vt_open(&d, 0, 64);
+	mr = vt_mr(&d, src, DBIG, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ);
+	struct ibv_qp *qp = dqp(fd, mr, src, &peer);
 	vt_recv(fd, &c, 1);
 	struct ibv_wc wc;
 	/* A: the source goes away once the first bytes have landed (a WR whose lkey is gone before it starts fails
-	 * with LOC_PROT_ERR instead, as on hardware) */
-	CHECK_EQ(vt_post_write(qp, IBV_WR_RDMA_WRITE, src, DBIG, mr->lkey, peer.addr, peer.rkey, 1, IBV_SEND_SIGNALED, 0),
+	 * with LOC_PROT_ERR too, as on hardware) */
+	CHECK_EQ(vt_post_write(qp, IBV_WR_RDMA_WRITE_WITH_IMM, src, DBIG, mr->lkey, peer.addr, peer.rkey, 1,
+			       IBV_SEND_SIGNALED, 0xa),
 		 0);
 	vt_recv(fd, &c, 1);
 	CHECK_EQ(ibv_dereg_mr(mr), 0);
 	unmap_keep(src, DBIG);
 	vt_wait(&d, d.cq, &wc, 1, 30000);
-	CHECK_EQ(wc.status, IBV_WC_SUCCESS);
+	if (wc.status != IBV_WC_LOC_PROT_ERR)
+		fprintf(stderr, "FAIL [%s]: the WRITE whose source went away mid-transfer ended %s\n", vt_name,
+			ibv_wc_status_str(wc.status));
+	CHECK_EQ(wc.status, IBV_WC_LOC_PROT_ERR);
 	vt_send(fd, "a", 1);
-	/* B: the sink goes away while the payload streams in */
+	/* B: the sink goes away while the payload streams in (a second QP: A's is in error) */
+	struct info peer2;
+	struct ibv_qp *qp2 = dqp(fd, NULL, NULL, &peer2);
 	char *src2 = map_rw(DBIG);
 	memset(src2, 0x22, DBIG);
 	struct ibv_mr *mr2 = vt_mr(&d, src2, DBIG, IBV_ACCESS_LOCAL_WRITE);
-	CHECK_EQ(vt_post_write(qp, IBV_WR_RDMA_WRITE, src2, DBIG, mr2->lkey, peer.addr, peer.rkey, 2, IBV_SEND_SIGNALED, 0),
+	CHECK_EQ(vt_post_write(qp2, IBV_WR_RDMA_WRITE, src2, DBIG, mr2->lkey, peer.addr, peer.rkey, 2, IBV_SEND_SIGNALED,
+			       0),
 		 0);
 	vt_wait(&d, d.cq, &wc, 1, 30000);
 	CHECK_EQ(wc.status, IBV_WC_SUCCESS);
 	vt_recv(fd, &c, 1); /* the target deregistered and unmapped */
 	/* a new request for the gone rkey is refused */
-	CHECK_EQ(vt_post_write(qp, IBV_WR_RDMA_WRITE, src2, 4096, mr2->lkey, peer.addr, peer.rkey, 3, IBV_SEND_SIGNALED, 0),
+	CHECK_EQ(vt_post_write(qp2, IBV_WR_RDMA_WRITE, src2, 4096, mr2->lkey, peer.addr, peer.rkey, 3, IBV_SEND_SIGNALED,
+			       0),
 		 0);
 	vt_wait(&d, d.cq, &wc, 1, 30000);
 	CHECK_EQ(wc.status, IBV_WC_REM_ACCESS_ERR);
-	printf("dereg_busy: both 64 MiB WRITEs completed with their memory gone mid-transfer; the old rkey is refused\n");
+	printf("dereg_busy: a WRITE_WITH_IMM whose source went away mid-transfer failed (LOC_PROT_ERR) and completed "
+	       "nothing at the target; a WRITE whose sink went away completed; the old rkey is refused\n");
 	vt_send(fd, "d", 1);
+	CHECK_EQ(ibv_destroy_qp(qp2), 0);
 	CHECK_EQ(ibv_destroy_qp(qp), 0);
 	CHECK_EQ(ibv_dereg_mr(mr2), 0);
 	munmap(src2, DBIG);

@@ -60,7 +60,36 @@ struct oframe {
 	/* staging of a CUDA source */
 	char *stage;
 	uint64_t stage_pos, stage_len;
+	int voided;                 /* what follows the header is not what the request named (see TAIL_OK) */
+	uint64_t tail;              /* the trailer as written (TAIL_OK or TAIL_VOID) */
 };
+
+/* Every frame that carries a payload (SEND, WRITE, READ_RESP, ATOMIC, ATOMIC_RESP) ends with an 8-byte trailer after
+ * it: TAIL_OK, or TAIL_VOID when the initiator could not send the payload it announced. A header cannot be taken
+ * back once it is on the stream, and a NIC never completes a message whose last packet it did not send: when a
+ * request's QP goes to error or away while its frame is on the wire (a device loss, the application's ERR), or its
+ * source MR is deregistered under it (zeros stand in for the bytes), the rest of the frame still goes out to keep the
+ * stream framed, but void. The target places what came (a partial message, as a NIC's packets would be) and
+ * completes nothing: no receive completion, no ACK; a void request is answered with a NAK (LOC_PROT_ERR, which a
+ * QP already in error ignores), a void READ response fails the READ (REM_ACCESS_ERR). Frames of such a QP not yet
+ * started are not sent at all. Without this a device loss let queued writes of the dead device land, zeros in
+ * place of the deregistered source, and complete at the target (issue 23: contract seed 20, a receive complete
+ * with zeros from byte 536994). */
+#define TAIL_OK 0x4c494154454d4556ull   /* "VEMETAIL" */
+#define TAIL_VOID 0x44494f56554d4556ull /* "VEMUVOID" */
+
+static int frame_has_tail(int type)
+{
+	return type == F_SEND || type == F_WRITE || type == F_READ_RESP || type == F_ATOMIC || type == F_ATOMIC_RESP;
+}
+
+/* bytes of a frame on the stream: header, payload (none for a READ request), trailer */
+static uint64_t frame_wire_len(const struct oframe *f)
+{
+	if (f->h.type == F_READ_REQ)
+		return sizeof(f->h);
+	return sizeof(f->h) + f->h.len + (frame_has_tail(f->h.type) ? sizeof(f->tail) : 0);
+}
 
 struct lazyrec {
 	struct lazyrec *next;
@@ -96,6 +125,9 @@ struct vconn {
 	struct whdr ih;
 	size_t ih_got;
 	uint64_t in_left;
+	int in_tail;                /* the payload is in: reading its trailer */
+	size_t tail_got;
+	uint64_t tail;
 	struct vseg *isegs;
 	int nisegs, iseg_i;
 	uint64_t iseg_off;
@@ -392,6 +424,7 @@ static void conn_reap(struct vconn *c)
 	free(c->rx_recv);
 	c->rx_recv = NULL;
 	c->in_payload = 0;
+	c->in_tail = 0;
 }
 
 /* the emulator id owning a QPN (g.mu held); 0 when unknown */
@@ -517,8 +550,34 @@ static int conn_write_locked(struct vconn *c)
 	while (c->oq_head && !c->dead) {
 		struct oframe *snap[62];
 		int ns = 0;
-		for (struct oframe *f = c->oq_head; f && ns < 62; f = f->next)
+		/* requests of a QP in error or gone: not started, not sent (a NIC stops its send queue); started, void */
+		for (struct oframe **pp = &c->oq_head, *f; (f = *pp) != NULL && ns < 62;) {
+			struct vqp *q = f->qpn ? vemu_qp_find(f->qpn) : NULL;
+			if (f->qpn && (!q || q->qp.state == IBV_QPS_ERR || q->qp.state == IBV_QPS_RESET)) {
+				if (f->off == 0) {
+					VTRACE("drop qp=0x%x psn=%u (its QP is in error or gone: not sent)\n", f->qpn,
+					       (unsigned)f->h.seq);
+					*pp = f->next;
+					if (c->oq_tail == f)
+						c->oq_tail = NULL;
+					if (q && q->unsent > 0)
+						q->unsent--;
+					frame_free(f);
+					continue;
+				}
+				if (!f->voided && frame_has_tail(f->h.type))
+					VTRACE("void qp=0x%x psn=%u (its QP went to error or away mid-frame)\n", f->qpn,
+					       (unsigned)f->h.seq);
+				f->voided = 1;
+			}
 			snap[ns++] = f;
+			pp = &f->next;
+		}
+		if (!c->oq_tail)
+			for (struct oframe *f = c->oq_head; f; f = f->next)
+				c->oq_tail = f;
+		if (!ns)
+			break;
 		pthread_mutex_unlock(&g.mu);
 		pthread_rwlock_rdlock(&g.memlock); /* before the dead marks are read: see struct vglobal */
 		struct iovec iov[64];
@@ -558,7 +617,9 @@ static int conn_write_locked(struct vconn *c)
 					break;
 				}
 				if (vemu_seg_dead(sg)) {
-					/* deregistered under a queued request: zeros, one bounded piece at a time */
+					/* deregistered under a queued request: zeros, one bounded piece at a time, and the
+					 * frame is void (its trailer) */
+					f->voided = 1;
 					iov[n].iov_base = (void *)vemu_zeros;
 					iov[n].iov_len = sg->len - so < sizeof(vemu_zeros) ? sg->len - so : sizeof(vemu_zeros);
 					n++;
@@ -576,6 +637,15 @@ static int conn_write_locked(struct vconn *c)
 			if (f->heap && f->h.len && p < f->h.len) {
 				iov[n].iov_base = f->heap + p;
 				iov[n].iov_len = f->h.len - p;
+				n++;
+			}
+			if (frame_has_tail(f->h.type)) {
+				/* the payload is all in iov (or was sent): the trailer, decided when its first byte goes */
+				uint64_t done_tail = off > sizeof(f->h) + f->h.len ? off - sizeof(f->h) - f->h.len : 0;
+				if (!done_tail)
+					f->tail = f->voided ? TAIL_VOID : TAIL_OK;
+				iov[n].iov_base = (char *)&f->tail + done_tail;
+				iov[n].iov_len = sizeof(f->tail) - done_tail;
 				n++;
 			}
 		}
@@ -602,14 +672,15 @@ static int conn_write_locked(struct vconn *c)
 		uint64_t now = 0;
 		while (left && c->oq_head) {
 			struct oframe *f = c->oq_head;
-			uint64_t total = sizeof(f->h) + f->h.len;
-			if (f->h.type == F_READ_REQ)
-				total = sizeof(f->h);
+			uint64_t total = frame_wire_len(f);
 			uint64_t k = total - f->off < left ? total - f->off : left;
 			f->off += k;
 			left -= k;
-			uint64_t hb = sizeof(f->h);
+			/* payload bytes moved (the peer_loss/device_fatal after_bytes count): not the header, not the trailer */
+			uint64_t hb = sizeof(f->h), pe = f->h.type == F_READ_REQ ? hb : hb + f->h.len;
 			uint64_t before = f->off - k > hb ? f->off - k : hb, after = f->off > hb ? f->off : hb;
+			before = before < pe ? before : pe;
+			after = after < pe ? after : pe;
 			if (after > before)
 				vemu_fault_peer_lost(after - before);
 			if (f->qpn) {
@@ -1458,10 +1529,86 @@ static void header_done(struct vconn *c)
 	pthread_mutex_unlock(&g.mu);
 }
 
+/* A request frame whose trailer says void (see TAIL_OK): nothing of it completes. What it placed stays; its receive
+ * goes back to the head of the receive queue (flushed if the QP left RTR/RTS); the initiator gets LOC_PROT_ERR. g.mu
+ * held. */
+static void void_request(struct vconn *c, const struct whdr *h)
+{
+	struct vqp *q = vemu_qp_find(h->dst_qpn);
+	VTRACE("drop qp=0x%x psn=%u (void: the initiator could not send it whole; nothing completes)\n", h->dst_qpn,
+	       (unsigned)h->seq);
+	for (struct lazyrec *l = c->rx_lazy, *nx; l; l = nx) {
+		nx = l->next;
+		free(l->data);
+		free(l);
+	}
+	c->rx_lazy = NULL;
+	struct vrwr *r = c->rx_recv;
+	c->rx_recv = NULL;
+	if (r && q && (q->qp.state == IBV_QPS_RTR || q->qp.state == IBV_QPS_RTS)) {
+		r->next = q->rq_head;
+		q->rq_head = r;
+		if (!q->rq_tail)
+			q->rq_tail = r;
+		q->rq_count++;
+		r = NULL;
+	} else if (r && q && q->qp.state == IBV_QPS_ERR) {
+		struct ibv_wc wc;
+		memset(&wc, 0, sizeof(wc));
+		wc.wr_id = r->wr_id;
+		wc.status = IBV_WC_WR_FLUSH_ERR;
+		wc.opcode = h->type == F_SEND ? IBV_WC_RECV : IBV_WC_RECV_RDMA_WITH_IMM;
+		wc.qp_num = h->dst_qpn;
+		vemu_cq_push(q->rcq, &wc, NULL, 0);
+	}
+	free(r);
+	respond(c, h, F_NAK, IBV_WC_LOC_PROT_ERR);
+}
+
+/* a READ response whose trailer says void (the responder's memory went away under it): the READ fails */
+static void void_read_resp(const struct whdr *h)
+{
+	struct vqp *q = vemu_qp_find(h->dst_qpn);
+	if (!q || q->qp.state != IBV_QPS_RTS)
+		return;
+	struct vwr *w = q->if_head;
+	if (!w || w->seq != (uint32_t)h->seq)
+		return;
+	VTRACE("ack qp=0x%x psn=%u wr_id=0x%llx kind=READ_RESP void\n", q->qp.qp_num, w->seq,
+	       (unsigned long long)w->wr_id);
+	q->if_head = w->next;
+	if (!q->if_head)
+		q->if_tail = NULL;
+	vemu_complete_send(q, w, IBV_WC_REM_ACCESS_ERR);
+	vemu_qp_to_err(q);
+}
+
 static void payload_done(struct vconn *c)
 {
 	struct whdr *h = &c->ih;
+	int voided = 0;
+	if (frame_has_tail(h->type)) {
+		if (c->tail != TAIL_OK && c->tail != TAIL_VOID)
+			abort(); /* the stream lost its framing: nothing after this could be trusted */
+		voided = c->tail == TAIL_VOID;
+	}
+	c->in_tail = 0;
+	c->tail = 0;
 	pthread_mutex_lock(&g.mu);
+	if (voided && c->rx_kind != RX_READ_RESP && c->rx_kind != RX_NONE) {
+		if (c->rx_kind == RX_HOLD) {
+			held_free(c->rx_hold);
+			c->rx_hold = NULL;
+			c->rx_heap = NULL;
+			respond(c, h, F_NAK, IBV_WC_LOC_PROT_ERR);
+		} else if (h->type == F_SEND || h->type == F_WRITE || h->type == F_ATOMIC) {
+			void_request(c, h);
+		}
+		c->rx_kind = RX_NONE;
+	} else if (voided && c->rx_kind == RX_READ_RESP) {
+		void_read_resp(h);
+		c->rx_kind = RX_NONE;
+	}
 	switch (c->rx_kind) {
 	case RX_PLACE:
 		finish_request(c, h);
@@ -1511,6 +1658,17 @@ static void payload_done(struct vconn *c)
 	c->rx_kind = RX_NONE;
 	c->in_payload = 0;
 	c->ih_got = 0;
+}
+
+/* the payload is in: its trailer next (frames that carry one), then payload_done */
+static void payload_end(struct vconn *c)
+{
+	if (frame_has_tail(c->ih.type)) {
+		c->in_tail = 1;
+		c->tail_got = 0;
+		return;
+	}
+	payload_done(c);
 }
 
 /* bytes for device memory are gathered in a host staging buffer and copied with one driver call per chunk of up
@@ -1697,8 +1855,15 @@ static int conn_read_locked(struct vconn *c)
 					c->in_payload = 1;
 					header_done(c);
 					if (!c->in_left)
-						payload_done(c);
+						payload_end(c);
 				}
+			} else if (c->in_tail) {
+				size_t k = sizeof(c->tail) - c->tail_got < avail ? sizeof(c->tail) - c->tail_got : avail;
+				memcpy((char *)&c->tail + c->tail_got, c->ibuf + c->ibuf_off, k);
+				c->tail_got += k;
+				c->ibuf_off += k;
+				if (c->tail_got == sizeof(c->tail))
+					payload_done(c);
 			} else {
 				uint64_t k = c->in_left < avail ? c->in_left : avail;
 				placement_recheck(c);
@@ -1707,7 +1872,7 @@ static int conn_read_locked(struct vconn *c)
 				c->in_left -= k;
 				vemu_fault_peer_lost(k);
 				if (!c->in_left)
-					payload_done(c);
+					payload_end(c);
 			}
 		}
 		c->ibuf_off = c->ibuf_len = 0;
@@ -1721,7 +1886,7 @@ static int conn_read_locked(struct vconn *c)
 			if (r > 0) {
 				vemu_fault_peer_lost((uint64_t)r);
 				if (!c->in_left)
-					payload_done(c);
+					payload_end(c);
 				continue;
 			}
 			if (r == -2) {
