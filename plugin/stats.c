@@ -171,6 +171,10 @@ char *gdr_stats_render(void) {
     {"gdrnet_gin_bytes_total", "counter", "GIN/RMA bytes put or got", offsetof(struct gdr_tp_counters, gin_bytes),
      0},
     {"gdrnet_gin_errors_total", "counter", "GIN/RMA comms failed", offsetof(struct gdr_tp_counters, gin_errors), 0},
+    {"gdrnet_gin_recoveries_total", "counter", "GIN/RMA one-sided RDMA QPs recovered in place",
+     offsetof(struct gdr_tp_counters, gin_recoveries), 0},
+    {"gdrnet_gin_replayed_total", "counter", "GIN/RMA operations posted again by a recovery",
+     offsetof(struct gdr_tp_counters, gin_replayed), 0},
   };
   for (size_t m = 0; m < sizeof(tpm) / sizeof(tpm[0]); m++) {
     head(&b, tpm[m].name, tpm[m].type, tpm[m].help);

@@ -39,6 +39,7 @@ enum {
 #define GIN_F_SIGNAL 0x1u
 #define GIN_F_INLINE 0x2u
 #define GIN_F_DATA 0x4u            /* a data message follows the header */
+#define GIN_F_RECOVER 0x8u         /* a recovery's GIN_OP_QP/QP_READY (rdma_os.c): cookie epoch, aux signals applied */
 #define GIN_WIRE_MAGIC 0x47524447u /* "GDRG" */
 
 struct gin_hdr {
@@ -149,7 +150,7 @@ struct gin_comm {
   ncclResult_t error; /* sticky: the first failure (a dead peer, a broken connection) */
   int nctx_live;
   struct gin_rdma *rdma; /* the one-sided RDMA path (rdma_os.c), or NULL: every operation is a message */
-  uint64_t puts, signals, gets, bytes, errors;
+  uint64_t puts, signals, gets, bytes, errors, recoveries, replayed;
   int stats_tp; /* GDR_STATS_TP_*: the transport under it, for the stats file's gdrnet_gin_* counters */
 };
 

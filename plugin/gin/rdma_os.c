@@ -10,8 +10,19 @@
  *           WRITE_WITH_IMM is the one that works on every device and on the verbs emulator.)
  *   get     RDMA READs into the local window.
  *   flush   an 8-byte READ of the target's inbox, signaled: it completes after every earlier WRITE on the QP.
- * A failed completion fails the comm (sticky): test returns the error, queryLastError reports it. Everything runs
- * under the comm's lock and never blocks. */
+ * Recovery in place (the net core's terms: GDRNET_RECOVERY_ATTEMPTS, GDRNET_RECOVERY_TIMEOUT_MS). Every operation is
+ * kept, in post order per peer, until its completion. A failed completion towards a peer (or the peer's word that
+ * it recovers) starts an attempt of epoch e: the QP to ERR, a marker on its send and receive queues, the queues
+ * drained (completions that succeeded still count, signals that arrived are applied); then a new QP, a full ring of
+ * receives, and GIN_OP_QP{RECOVER, e, the count of the peer's signals this side applied} over the message path;
+ * with the peer's: RTR/RTS and GIN_OP_QP_READY{RECOVER, e}; with the peer's READY the operations not completed are
+ * posted again, in order. What the peer's count shows applied is not: a put or flush at or before the last signal
+ * it applied is complete (RC placed it before that signal), so no signal is applied twice and no data is written
+ * again after a signal the target may have acted on; gets are read again. Operations issued meanwhile wait in the
+ * list (a flush is never answered "try again"). Attempts exhausted, the time bound passed, a QP that cannot be
+ * made, or an RDMA atomic signal in flight (GDRNET_GIN_SIGNAL=atomic: whether it was applied cannot be known):
+ * the comm fails (sticky): test returns the error, queryLastError reports it. Everything runs under the comm's lock
+ * and never blocks. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -32,7 +43,22 @@
 #define GIN_RDMA_SQ (c->rdma->ring)
 #define GIN_REC_MAGIC 0x53524447u
 
-enum { WR_USER = 1, WR_CREDIT = 2 };
+enum { WR_USER = 1, WR_CREDIT = 2, WR_MARK = 3 };
+#define GIN_DRAIN_NS 1000000000ull /* markers not back within 1 s: the QP is destroyed regardless */
+
+/* an operation on this path, kept from its issue to its completion (index = its request's pool index) */
+enum { ROP_PUT = 1, ROP_GET, ROP_FLUSH };
+struct rop {
+  int kind, signal, posted_once;
+  struct gin_mr *lm, *rm, *sm; /* local window, the peer's window, the signal's window */
+  uint64_t loff, roff, soff, sval, seq;
+  size_t size;
+  int nwr;  /* work requests it takes */
+  int next; /* the peer's next operation in issue order, -1 */
+};
+
+/* a peer's QP: running, or an attempt of recovery (drain the old QP, wait for the peer's new one, wait for its READY) */
+enum { RS_OK = 0, RS_DRAIN, RS_WAIT, RS_READY };
 
 struct sig_rec {
   uint32_t mr;
@@ -65,6 +91,15 @@ struct rpeer {
   int credit_inflight;
   int have_remote, ready;
   struct qpinfo remote;
+  /* recovery */
+  int head, tail; /* its operations in issue order (struct rop indices), -1: none */
+  int listed_wr;  /* work requests of the listed operations (posted or waiting for a recovery) */
+  int rs;         /* RS_* */
+  uint32_t epoch;
+  int marks, attempts;
+  int episode; /* from a fault until an operation completes on a recovered QP: attempts and the bound count on */
+  uint64_t t_fault, drain_until, rec_until;
+  uint64_t remote_consumed; /* the peer's count of this side's signals it applied, from its GIN_OP_QP{RECOVER} */
 };
 
 struct gin_rdma {
@@ -77,8 +112,9 @@ struct gin_rdma {
   uint64_t scratch;
   struct ibv_mr *inbox_mr, *outbox_mr, *credits_mr, *credit_src_mr, *scratch_mr;
   size_t max_wr;
-  int ring;   /* = send queue = receive queue */
-  int atomic; /* signals are RDMA FETCH_AND_ADDs (GDRNET_GIN_SIGNAL=atomic on a device with atomic_cap) */
+  int ring;        /* = send queue = receive queue */
+  int atomic;      /* signals are RDMA FETCH_AND_ADDs (GDRNET_GIN_SIGNAL=atomic on a device with atomic_cap) */
+  struct rop *ops; /* [c->npool] */
 };
 
 static uint64_t wr_user(const struct gin_req *r) {
@@ -174,6 +210,21 @@ static int post_recv(struct rpeer *p) {
   return gdr_ibv_post_recv(p->qp, &rw, &bad);
 }
 
+/* this side's end of the QP to a peer, as the peer needs it */
+static void my_qpinfo(const struct gin_rdma *g, const struct rpeer *p, struct qpinfo *q) {
+  memset(q, 0, sizeof(*q));
+  q->qpn = p->qp->qp_num;
+  q->psn = p->psn;
+  q->lid = g->d->lid;
+  q->mtu = (uint8_t)g->d->active_mtu;
+  q->link_layer = (uint8_t)g->d->link_layer;
+  memcpy(q->gid, g->d->gid.raw, 16);
+  q->inbox_va = (uint64_t)(uintptr_t)g->inbox;
+  q->inbox_rkey = g->inbox_mr->rkey;
+  q->credit_va = (uint64_t)(uintptr_t)g->credits;
+  q->credit_rkey = g->credits_mr->rkey;
+}
+
 static struct ibv_mr *reg(struct gin_rdma *g, void *buf, size_t len, int access) {
   return gdr_rdma_reg_internal(g->d, buf, len, access);
 }
@@ -222,7 +273,8 @@ ncclResult_t gin_rdma_setup(struct gin_comm *c) {
   g->outbox = calloc((size_t)n * GIN_RDMA_RING, sizeof(struct sig_rec));
   g->credits = calloc((size_t)n, sizeof(uint64_t));
   g->credit_src = calloc((size_t)n, sizeof(uint64_t));
-  if (!g->p || !g->inbox || !g->outbox || !g->credits || !g->credit_src) {
+  g->ops = calloc(c->npool > 0 ? c->npool : 1, sizeof(*g->ops));
+  if (!g->p || !g->inbox || !g->outbox || !g->credits || !g->credit_src || !g->ops) {
     res = ncclSystemError;
     goto out;
   }
@@ -241,10 +293,11 @@ ncclResult_t gin_rdma_setup(struct gin_comm *c) {
     res = ncclSystemError;
     goto out;
   }
+  for (int r = 0; r < n; r++) g->p[r].head = g->p[r].tail = -1;
   for (int r = 0; r < n; r++) {
     struct rpeer *p = &g->p[r];
-    struct qpinfo q;
     struct gin_hdr h;
+    struct qpinfo q;
     GDR_CHECK(qp_create(c, g, p));
     for (int k = 0; k < GIN_RDMA_RING; k++) {
       int rc = post_recv(p);
@@ -254,17 +307,7 @@ ncclResult_t gin_rdma_setup(struct gin_comm *c) {
         goto out;
       }
     }
-    memset(&q, 0, sizeof(q));
-    q.qpn = p->qp->qp_num;
-    q.psn = p->psn;
-    q.lid = g->d->lid;
-    q.mtu = (uint8_t)g->d->active_mtu;
-    q.link_layer = (uint8_t)g->d->link_layer;
-    memcpy(q.gid, g->d->gid.raw, 16);
-    q.inbox_va = (uint64_t)(uintptr_t)g->inbox;
-    q.inbox_rkey = g->inbox_mr->rkey;
-    q.credit_va = (uint64_t)(uintptr_t)g->credits;
-    q.credit_rkey = g->credits_mr->rkey;
+    my_qpinfo(g, p, &q);
     memset(&h, 0, sizeof(h));
     h.magic = GIN_WIRE_MAGIC;
     h.op = GIN_OP_QP;
@@ -306,24 +349,6 @@ out:
   return res;
 }
 
-ncclResult_t gin_rdma_message(struct gin_comm *c, int peer, const struct gin_hdr *h, const void *payload) {
-  struct gin_rdma *g = c->rdma;
-  if (g == NULL) {
-    GDR_WARN("GIN rank %d: rank %d brings up one-sided RDMA, this rank does not (GDRNET_GIN_PATH or "
-             "GDRNET_TRANSPORT differ between the ranks)",
-             c->rank, peer);
-    return ncclInvalidUsage;
-  }
-  if (h->op == GIN_OP_QP) {
-    if (h->size != sizeof(struct qpinfo)) return ncclRemoteError;
-    memcpy(&g->p[peer].remote, payload, sizeof(struct qpinfo));
-    g->p[peer].have_remote = 1;
-  } else {
-    g->p[peer].ready = 1;
-  }
-  return ncclSuccess;
-}
-
 void gin_rdma_teardown(struct gin_comm *c) {
   struct gin_rdma *g = c->rdma;
   struct ibv_mr *mrs[5];
@@ -340,6 +365,7 @@ void gin_rdma_teardown(struct gin_comm *c) {
   free(g->outbox);
   free(g->credits);
   free(g->credit_src);
+  free(g->ops);
   free(g);
   c->rdma = NULL;
 }
@@ -372,32 +398,36 @@ int gin_rdma_room(struct gin_comm *c, int peer, size_t size, int signal) {
   struct gin_rdma *g = c->rdma;
   struct rpeer *p = &g->p[peer];
   int nwr = nwr_of(g, size) + (signal ? 1 : 0);
-  if (p->sq_used + nwr + 1 > GIN_RDMA_SQ) return 0; /* one kept for the credit write */
+  if (p->listed_wr + nwr + 1 > GIN_RDMA_SQ) return 0; /* one kept for the credit write */
   if (signal && !g->atomic &&
       p->sig_sent - __atomic_load_n(&g->credits[peer], __ATOMIC_ACQUIRE) >= (uint64_t)GIN_RDMA_RING)
     return 0;
   return 1;
 }
 
-static void post(struct gin_comm *c, struct gin_req *r, struct ibv_send_wr *wr, int nwr) {
-  struct ibv_send_wr *bad = NULL;
-  struct rpeer *p = &c->rdma->p[r->peer];
-  int rc;
-  if (nwr == 0) { /* nothing to move: done at once */
-    gin_req_finish(c, r);
+/* ---------------------------------------------------------------------------- the operations' list -- */
+
+static void op_link(struct gin_rdma *g, struct rpeer *p, int i) {
+  g->ops[i].next = -1;
+  if (p->tail >= 0)
+    g->ops[p->tail].next = i;
+  else
+    p->head = i;
+  p->tail = i;
+  p->listed_wr += g->ops[i].nwr;
+}
+
+static void op_unlink(struct gin_rdma *g, struct rpeer *p, int i) {
+  for (int k = p->head, prev = -1; k >= 0; prev = k, k = g->ops[k].next) {
+    if (k != i) continue;
+    if (prev < 0)
+      p->head = g->ops[k].next;
+    else
+      g->ops[prev].next = g->ops[k].next;
+    if (p->tail == k) p->tail = prev;
+    p->listed_wr -= g->ops[k].nwr;
     return;
   }
-  wr[nwr - 1].send_flags |= IBV_SEND_SIGNALED;
-  wr[nwr - 1].wr_id = wr_user(r);
-  rc = gdr_ibv_post_send(p->qp, wr, &bad);
-  if (rc) {
-    GDR_WARN("GIN rank %d: ibv_post_send to rank %d failed: %s", c->rank, r->peer, strerror(rc));
-    gin_fail(c, ncclSystemError, "a post failed", r->peer);
-    return;
-  }
-  p->sq_used += nwr;
-  r->nwr = nwr;
-  r->pending++;
 }
 
 /* WRs of size bytes between a local and a remote range, cut at max_wr; returns how many */
@@ -420,96 +450,355 @@ static int span(struct gin_rdma *g, struct ibv_send_wr *wr, struct ibv_sge *sge,
   return k;
 }
 
-void gin_rdma_put(struct gin_comm *c, struct gin_req *r, struct gin_mr *src, uint64_t src_off, struct gin_mr *dst,
-                  uint64_t dst_off, size_t size, struct gin_mr *sig, uint64_t sig_off, uint64_t sig_val, int signal) {
+/* the signal after a put's data: a FETCH_AND_ADD (NCCL IB's proxy), or the record's WRITE_WITH_IMM into the target's
+ * inbox (slot = the signal's number modulo the ring); returns 1 */
+static int signal_wr(struct gin_comm *c, int peer, const struct rop *o, struct ibv_send_wr *wr, struct ibv_sge *sge) {
   struct gin_rdma *g = c->rdma;
+  struct rpeer *p = &g->p[peer];
+  memset(wr, 0, sizeof(*wr));
+  wr->sg_list = sge;
+  wr->num_sge = 1;
+  if (g->atomic) {
+    sge->addr = (uint64_t)(uintptr_t)&g->scratch;
+    sge->length = sizeof(g->scratch);
+    sge->lkey = g->scratch_mr->lkey;
+    wr->opcode = IBV_WR_ATOMIC_FETCH_AND_ADD;
+    wr->wr.atomic.remote_addr = o->sm->peer_va[peer] + o->soff;
+    wr->wr.atomic.compare_add = o->sval;
+    wr->wr.atomic.rkey = o->sm->peer_rkey[peer];
+    return 1;
+  }
+  uint32_t slot = (uint32_t)(o->seq % GIN_RDMA_RING);
+  struct sig_rec *rec = &g->outbox[(size_t)peer * GIN_RDMA_RING + slot];
+  rec->mr = o->sm->id;
+  rec->magic = GIN_REC_MAGIC;
+  rec->off = o->soff;
+  rec->val = o->sval;
+  rec->seq = o->seq;
+  sge->addr = (uint64_t)(uintptr_t)rec;
+  sge->length = sizeof(*rec);
+  sge->lkey = g->outbox_mr->lkey;
+  wr->opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+  wr->imm_data = htobe32((uint32_t)o->seq);
+  wr->wr.rdma.remote_addr = p->remote.inbox_va + ((uint64_t)c->rank * GIN_RDMA_RING + slot) * sizeof(struct sig_rec);
+  wr->wr.rdma.rkey = p->remote.inbox_rkey;
+  return 1;
+}
+
+/* posts an operation of the list on the peer's QP (its first post, or a replay); the last WR is signaled and its
+ * completion is the request's */
+static void post_op(struct gin_comm *c, struct gin_req *r) {
+  struct gin_rdma *g = c->rdma;
+  struct rop *o = &g->ops[r->idx];
   struct rpeer *p = &g->p[r->peer];
-  int nmax = nwr_of(g, size) + 1, k = 0;
-  struct ibv_send_wr *wr = calloc((size_t)nmax, sizeof(*wr));
-  struct ibv_sge *sge = calloc((size_t)nmax, sizeof(*sge));
+  struct ibv_send_wr *wr = NULL, *bad = NULL;
+  struct ibv_sge *sge = NULL;
+  int k = 0, rc;
+  if (o->nwr == 0) { /* nothing to move: done at once */
+    op_unlink(g, p, (int)r->idx);
+    if (o->posted_once) r->pending--;
+    if (r->pending == 0) gin_req_finish(c, r);
+    return;
+  }
+  wr = calloc((size_t)o->nwr, sizeof(*wr));
+  sge = calloc((size_t)o->nwr, sizeof(*sge));
   if (wr == NULL || sge == NULL) {
     gin_fail(c, ncclSystemError, "out of memory for work requests", r->peer);
     goto out;
   }
-  if (size > 0)
-    k = span(g, wr, sge, IBV_WR_RDMA_WRITE, src->base + src_off, ((struct ibv_mr *)src->ibmr)->lkey,
-             dst->peer_va[r->peer] + dst_off, dst->peer_rkey[r->peer], size);
-  if (signal && g->atomic) { /* NCCL IB's proxy: the FETCH_AND_ADD after the WRITEs on the same QP */
-    memset(&wr[k], 0, sizeof(wr[k]));
-    sge[k].addr = (uint64_t)(uintptr_t)&g->scratch;
-    sge[k].length = sizeof(g->scratch);
-    sge[k].lkey = g->scratch_mr->lkey;
-    wr[k].opcode = IBV_WR_ATOMIC_FETCH_AND_ADD;
-    wr[k].sg_list = &sge[k];
-    wr[k].num_sge = 1;
-    wr[k].wr.atomic.remote_addr = sig->peer_va[r->peer] + sig_off;
-    wr[k].wr.atomic.compare_add = sig_val;
-    wr[k].wr.atomic.rkey = sig->peer_rkey[r->peer];
-    if (k > 0) wr[k - 1].next = &wr[k];
-    k++;
-  } else if (signal) {
-    uint32_t slot = (uint32_t)(p->sig_sent % GIN_RDMA_RING);
-    struct sig_rec *rec = &g->outbox[(size_t)r->peer * GIN_RDMA_RING + slot];
-    rec->mr = sig->id;
-    rec->magic = GIN_REC_MAGIC;
-    rec->off = sig_off;
-    rec->val = sig_val;
-    rec->seq = p->sig_sent;
-    memset(&wr[k], 0, sizeof(wr[k]));
-    sge[k].addr = (uint64_t)(uintptr_t)rec;
-    sge[k].length = sizeof(*rec);
-    sge[k].lkey = g->outbox_mr->lkey;
-    wr[k].opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
-    wr[k].imm_data = htobe32((uint32_t)p->sig_sent);
-    wr[k].sg_list = &sge[k];
-    wr[k].num_sge = 1;
-    wr[k].wr.rdma.remote_addr =
-        p->remote.inbox_va + ((uint64_t)c->rank * GIN_RDMA_RING + slot) * sizeof(struct sig_rec);
-    wr[k].wr.rdma.rkey = p->remote.inbox_rkey;
-    if (k > 0) wr[k - 1].next = &wr[k];
-    k++;
-    p->sig_sent++;
+  switch (o->kind) {
+  case ROP_PUT:
+    if (o->size > 0)
+      k = span(g, wr, sge, IBV_WR_RDMA_WRITE, o->lm->base + o->loff, ((struct ibv_mr *)o->lm->ibmr)->lkey,
+               o->rm->peer_va[r->peer] + o->roff, o->rm->peer_rkey[r->peer], o->size);
+    if (o->signal) {
+      k += signal_wr(c, r->peer, o, &wr[k], &sge[k]);
+      if (k > 1) wr[k - 2].next = &wr[k - 1];
+    }
+    break;
+  case ROP_GET:
+    k = span(g, wr, sge, IBV_WR_RDMA_READ, o->lm->base + o->loff, ((struct ibv_mr *)o->lm->ibmr)->lkey,
+             o->rm->peer_va[r->peer] + o->roff, o->rm->peer_rkey[r->peer], o->size);
+    break;
+  default: /* a flush: an 8-byte READ of the target's inbox completes after every earlier WRITE on the QP */
+    k = span(g, wr, sge, IBV_WR_RDMA_READ, (char *)&g->scratch, g->scratch_mr->lkey, p->remote.inbox_va,
+             p->remote.inbox_rkey, sizeof(g->scratch));
+    break;
   }
-  post(c, r, wr, k);
+  wr[k - 1].send_flags |= IBV_SEND_SIGNALED;
+  wr[k - 1].wr_id = wr_user(r);
+  rc = gdr_ibv_post_send(p->qp, wr, &bad);
+  if (rc) {
+    GDR_WARN("GIN rank %d: ibv_post_send to rank %d failed: %s", c->rank, r->peer, strerror(rc));
+    gin_fail(c, ncclSystemError, "a post failed", r->peer);
+    goto out;
+  }
+  p->sq_used += k;
+  r->nwr = k;
+  if (!o->posted_once) r->pending++;
+  o->posted_once = 1;
 out:
   free(wr);
   free(sge);
+}
+
+/* lists an operation; posts it unless its peer's QP is being recovered (then the recovery posts it) */
+static void issue(struct gin_comm *c, struct gin_req *r, struct rop *o) {
+  struct gin_rdma *g = c->rdma;
+  struct rpeer *p = &g->p[r->peer];
+  o->posted_once = 0;
+  g->ops[r->idx] = *o;
+  op_link(g, p, (int)r->idx);
+  if (p->rs == RS_OK) post_op(c, r);
+}
+
+void gin_rdma_put(struct gin_comm *c, struct gin_req *r, struct gin_mr *src, uint64_t src_off, struct gin_mr *dst,
+                  uint64_t dst_off, size_t size, struct gin_mr *sig, uint64_t sig_off, uint64_t sig_val, int signal) {
+  struct gin_rdma *g = c->rdma;
+  struct rop o;
+  memset(&o, 0, sizeof(o));
+  o.kind = ROP_PUT;
+  o.lm = src, o.loff = src_off, o.rm = dst, o.roff = dst_off, o.size = size;
+  o.signal = signal, o.sm = sig, o.soff = sig_off, o.sval = sig_val;
+  if (signal && !g->atomic) o.seq = g->p[r->peer].sig_sent++;
+  o.nwr = (size > 0 ? nwr_of(g, size) : 0) + (signal ? 1 : 0);
+  issue(c, r, &o);
 }
 
 void gin_rdma_get(struct gin_comm *c, struct gin_req *r, struct gin_mr *rm, uint64_t roff, struct gin_mr *lm,
                   uint64_t loff, size_t size) {
-  struct gin_rdma *g = c->rdma;
-  int nmax = nwr_of(g, size) + 1, k = 0;
-  struct ibv_send_wr *wr = calloc((size_t)nmax, sizeof(*wr));
-  struct ibv_sge *sge = calloc((size_t)nmax, sizeof(*sge));
-  if (wr == NULL || sge == NULL) {
-    gin_fail(c, ncclSystemError, "out of memory for work requests", r->peer);
-    goto out;
-  }
-  if (size > 0)
-    k = span(g, wr, sge, IBV_WR_RDMA_READ, lm->base + loff, ((struct ibv_mr *)lm->ibmr)->lkey,
-             rm->peer_va[r->peer] + roff, rm->peer_rkey[r->peer], size);
-  post(c, r, wr, k);
-out:
-  free(wr);
-  free(sge);
+  struct rop o;
+  memset(&o, 0, sizeof(o));
+  o.kind = ROP_GET;
+  o.lm = lm, o.loff = loff, o.rm = rm, o.roff = roff, o.size = size;
+  o.nwr = size > 0 ? nwr_of(c->rdma, size) : 0;
+  issue(c, r, &o);
 }
 
 void gin_rdma_flush(struct gin_comm *c, struct gin_req *r, struct gin_mr *m) {
-  struct gin_rdma *g = c->rdma;
-  struct rpeer *p = &g->p[r->peer];
-  struct ibv_send_wr wr;
-  struct ibv_sge sge;
+  struct rop o;
   (void)m;
-  (void)span(g, &wr, &sge, IBV_WR_RDMA_READ, (char *)&g->scratch, g->scratch_mr->lkey, p->remote.inbox_va,
-             p->remote.inbox_rkey, sizeof(g->scratch));
-  post(c, r, &wr, 1);
+  memset(&o, 0, sizeof(o));
+  o.kind = ROP_FLUSH;
+  o.nwr = 1;
+  issue(c, r, &o);
 }
 
 static int peer_of_qp(struct gin_comm *c, uint32_t qpn) {
   for (int r = 0; r < c->nranks; r++)
     if (c->rdma->p[r].qp != NULL && c->rdma->p[r].qp->qp_num == qpn) return r;
   return -1;
+}
+
+/* ------------------------------------------------------------------------------------------ recovery -- */
+
+static ncclResult_t send_ctrl(struct gin_comm *c, int peer, int op, const void *payload, size_t len) {
+  struct rpeer *p = &c->rdma->p[peer];
+  struct gin_hdr h;
+  if (gin_os_room(c, peer) < 1) {
+    GDR_WARN("GIN rank %d: no room towards rank %d for the recovery's message", c->rank, peer);
+    return ncclInternalError;
+  }
+  memset(&h, 0, sizeof(h));
+  h.magic = GIN_WIRE_MAGIC;
+  h.op = (uint16_t)op;
+  h.flags = (uint16_t)(GIN_F_RECOVER | (len > 0 ? GIN_F_INLINE : 0));
+  h.cookie = p->epoch;
+  h.aux = p->consumed; /* the peer's signals this side applied: final once its old QP is drained */
+  h.size = len;
+  gin_os_queue_hdr(c, peer, NULL, &h, payload, len);
+  return ncclSuccess;
+}
+
+static void rec_fail(struct gin_comm *c, int peer, const char *why) {
+  struct rpeer *p = &c->rdma->p[peer];
+  GDR_WARN("GIN rank %d: the one-sided RDMA QP to rank %d is not recovered: %s (attempt %d of at most %d, %llu ms "
+           "after the fault); the GIN connection fails",
+           c->rank, peer, why, p->attempts, (int)gdr_param_int(GDR_PARAM_RECOVERY_ATTEMPTS),
+           (unsigned long long)((gdr_time_ns() - p->t_fault) / 1000000ull));
+  gin_fail(c, ncclRemoteError, why, peer);
+}
+
+static void drain_done(struct gin_comm *c, int peer);
+
+/* an attempt of epoch e: the QP to ERR and drained (what completed still counts), then a new one */
+static void start_attempt(struct gin_comm *c, int peer, uint32_t epoch, const char *why) {
+  struct gin_rdma *g = c->rdma;
+  struct rpeer *p = &g->p[peer];
+  struct ibv_qp_attr at;
+  struct ibv_send_wr sw, *sbad = NULL;
+  struct ibv_recv_wr rw, *rbad = NULL;
+  struct ibv_sge none = {0, 0, 0};
+  uint64_t now = gdr_time_ns();
+  int max = (int)gdr_param_int(GDR_PARAM_RECOVERY_ATTEMPTS);
+  if (p->rs == RS_OK && !p->episode) {
+    p->episode = 1;
+    p->t_fault = now;
+    p->rec_until = now + (uint64_t)gdr_param_int(GDR_PARAM_RECOVERY_TIMEOUT_MS) * 1000000ull;
+    p->attempts = 0;
+    GDR_WARN("GIN rank %d: the one-sided RDMA QP to rank %d: %s; %s", c->rank, peer, why,
+             max > 0 ? "it recovers in place (GDRNET_RECOVERY_ATTEMPTS, GDRNET_RECOVERY_TIMEOUT_MS)"
+                     : "recovery is off (GDRNET_RECOVERY_ATTEMPTS=0)");
+  }
+  if (++p->attempts > max) {
+    rec_fail(c, peer, max > 0 ? "the attempts are used up" : why);
+    return;
+  }
+  if (g->atomic)
+    for (int k = p->head; k >= 0; k = g->ops[k].next)
+      if (g->ops[k].signal && g->ops[k].posted_once) {
+        rec_fail(c, peer,
+                 "an RDMA atomic signal was in flight: whether the target applied it cannot be known, so it cannot "
+                 "be replayed exactly once (GDRNET_GIN_SIGNAL=imm recovers)");
+        return;
+      }
+  p->epoch = epoch;
+  p->have_remote = p->ready = 0;
+  p->rs = RS_DRAIN;
+  p->marks = 0;
+  p->drain_until = now + GIN_DRAIN_NS;
+  memset(&at, 0, sizeof(at));
+  at.qp_state = IBV_QPS_ERR;
+  if (p->qp != NULL && gdr_ibv.modify_qp(p->qp, &at, IBV_QP_STATE) == 0) {
+    /* markers: posted to a QP in ERR they complete (flushed) after everything posted before them */
+    memset(&sw, 0, sizeof(sw));
+    sw.opcode = IBV_WR_RDMA_WRITE;
+    sw.send_flags = IBV_SEND_SIGNALED;
+    sw.wr_id = (uint64_t)WR_MARK << 60 | (uint32_t)peer;
+    if (gdr_ibv_post_send(p->qp, &sw, &sbad) == 0) p->marks++;
+    memset(&rw, 0, sizeof(rw));
+    rw.sg_list = &none;
+    rw.wr_id = (uint64_t)WR_MARK << 60 | (uint32_t)peer;
+    if (gdr_ibv_post_recv(p->qp, &rw, &rbad) == 0) p->marks++;
+  }
+  if (p->marks == 0) drain_done(c, peer);
+}
+
+static void replay(struct gin_comm *c, int peer);
+
+/* the peer's QP address is here and this side's new QP exists: RTR/RTS, and READY */
+static void connect_ready(struct gin_comm *c, int peer) {
+  struct gin_rdma *g = c->rdma;
+  struct rpeer *p = &g->p[peer];
+  if (qp_connect(g, p) != ncclSuccess) {
+    start_attempt(c, peer, p->epoch + 1, "the new QP did not connect");
+    return;
+  }
+  if (send_ctrl(c, peer, GIN_OP_QP_READY, NULL, 0) != ncclSuccess) {
+    rec_fail(c, peer, "the recovery's READY could not be queued");
+    return;
+  }
+  p->rs = RS_READY;
+  if (p->ready) replay(c, peer);
+}
+
+/* the old QP drained (or the drain's bound passed): destroyed; a new one, its receives, and its address */
+static void drain_done(struct gin_comm *c, int peer) {
+  struct gin_rdma *g = c->rdma;
+  struct rpeer *p = &g->p[peer];
+  struct qpinfo q;
+  if (p->qp != NULL) (void)gdr_ibv.destroy_qp(p->qp);
+  p->qp = NULL;
+  p->sq_used = 0;
+  p->credit_inflight = 0;
+  p->credit_sent = 0; /* the count is written again on the new QP */
+  if (qp_create(c, g, p) != ncclSuccess) {
+    if (p->qp != NULL) (void)gdr_ibv.destroy_qp(p->qp);
+    p->qp = NULL;
+    rec_fail(c, peer, "a new QP could not be made");
+    return;
+  }
+  for (int k = 0; k < GIN_RDMA_RING; k++)
+    if (post_recv(p) != 0) {
+      rec_fail(c, peer, "the new QP's receives could not be posted");
+      return;
+    }
+  my_qpinfo(g, p, &q);
+  if (send_ctrl(c, peer, GIN_OP_QP, &q, sizeof(q)) != ncclSuccess) {
+    rec_fail(c, peer, "the recovery's QP address could not be queued");
+    return;
+  }
+  p->rs = RS_WAIT;
+  if (p->have_remote) connect_ready(c, peer);
+}
+
+/* both new QPs are RTS: what the peer shows applied is complete, the rest is posted again, in order */
+static void replay(struct gin_comm *c, int peer) {
+  struct gin_rdma *g = c->rdma;
+  struct rpeer *p = &g->p[peer];
+  int last = -1, known = 0, again = 0;
+  for (int k = p->head; k >= 0; k = g->ops[k].next)
+    if (g->ops[k].signal && !g->atomic && g->ops[k].posted_once && g->ops[k].seq < p->remote_consumed) last = k;
+  p->rs = RS_OK;
+  for (int k = p->head, passed = last < 0; k >= 0;) {
+    int nx = g->ops[k].next;
+    struct gin_req *r = &c->pool[k];
+    if (!passed && g->ops[k].kind != ROP_GET && g->ops[k].posted_once) {
+      op_unlink(g, p, k); /* placed before a signal the peer applied */
+      if (--r->pending == 0) gin_req_finish(c, r);
+      known++;
+    } else {
+      post_op(c, r);
+      again++;
+    }
+    if (k == last) passed = 1;
+    if (c->error != ncclSuccess) return;
+    k = nx;
+  }
+  GIN_COUNT(c, recoveries, 1);
+  GIN_COUNT(c, replayed, again);
+  GDR_INFO(NCCL_NET,
+           "GIN rank %d: the one-sided RDMA QP to rank %d recovered in place after %llu ms (attempt %d): %d "
+           "operation(s) posted again, %d known complete",
+           c->rank, peer, (unsigned long long)((gdr_time_ns() - p->t_fault) / 1000000ull), p->attempts, again, known);
+}
+
+static void recovery_timers(struct gin_comm *c) {
+  uint64_t now = gdr_time_ns();
+  for (int r = 0; r < c->nranks && c->error == ncclSuccess; r++) {
+    struct rpeer *p = &c->rdma->p[r];
+    if (p->rs == RS_OK && !p->episode) continue;
+    if (now > p->rec_until && p->rs != RS_OK)
+      rec_fail(c, r, "not recovered within GDRNET_RECOVERY_TIMEOUT_MS");
+    else if (p->rs == RS_DRAIN && now > p->drain_until)
+      drain_done(c, r);
+  }
+}
+
+ncclResult_t gin_rdma_message(struct gin_comm *c, int peer, const struct gin_hdr *h, const void *payload) {
+  struct gin_rdma *g = c->rdma;
+  struct rpeer *p;
+  if (g == NULL) {
+    GDR_WARN("GIN rank %d: rank %d brings up one-sided RDMA, this rank does not (GDRNET_GIN_PATH or "
+             "GDRNET_TRANSPORT differ between the ranks)",
+             c->rank, peer);
+    return ncclInvalidUsage;
+  }
+  p = &g->p[peer];
+  if (h->op == GIN_OP_QP && h->size != sizeof(struct qpinfo)) return ncclRemoteError;
+  if (h->flags & GIN_F_RECOVER) {
+    uint32_t e = (uint32_t)h->cookie;
+    if (e < p->epoch || (e == p->epoch && p->rs == RS_OK)) return ncclSuccess; /* an attempt already over */
+    if (e > p->epoch) start_attempt(c, peer, e, "the peer recovers the QP between them");
+    if (c->error != ncclSuccess || p->epoch != e) return c->error;
+    if (h->op == GIN_OP_QP) {
+      memcpy(&p->remote, payload, sizeof(struct qpinfo));
+      p->remote_consumed = h->aux;
+      p->have_remote = 1;
+      if (p->rs == RS_WAIT) connect_ready(c, peer);
+    } else {
+      p->ready = 1;
+      if (p->rs == RS_READY) replay(c, peer);
+    }
+    return c->error;
+  }
+  if (h->op == GIN_OP_QP) {
+    memcpy(&p->remote, payload, sizeof(struct qpinfo));
+    p->have_remote = 1;
+  } else {
+    p->ready = 1;
+  }
+  return ncclSuccess;
 }
 
 /* gives a peer its ring slots back: the count of its records this side applied, into its credit word */
@@ -519,7 +808,8 @@ static void credit(struct gin_comm *c, int peer) {
   struct ibv_send_wr wr, *bad = NULL;
   struct ibv_sge sge;
   int rc;
-  if (p->credit_inflight || p->consumed - p->credit_sent < (uint64_t)GIN_RDMA_RING / 8 || p->sq_used + 1 > GIN_RDMA_SQ)
+  if (p->rs != RS_OK || p->credit_inflight || p->consumed - p->credit_sent < (uint64_t)GIN_RDMA_RING / 8 ||
+      p->sq_used + 1 > GIN_RDMA_SQ)
     return;
   g->credit_src[peer] = p->consumed;
   (void)span(g, &wr, &sge, IBV_WR_RDMA_WRITE, (char *)&g->credit_src[peer], g->credit_src_mr->lkey,
@@ -537,67 +827,88 @@ static void credit(struct gin_comm *c, int peer) {
   p->credit_sent = p->consumed;
 }
 
+/* one completion; returns c->error */
+static ncclResult_t completion(struct gin_comm *c, const struct ibv_wc *wc) {
+  struct gin_rdma *g = c->rdma;
+  int peer = peer_of_qp(c, wc->qp_num);
+  unsigned kind = (unsigned)(wc->wr_id >> 60);
+  struct rpeer *p;
+  if (peer < 0) return c->error; /* a QP already destroyed (its completions were drained) */
+  p = &g->p[peer];
+  if (kind == WR_MARK && wc->wr_id == ((uint64_t)WR_MARK << 60 | (uint32_t)peer)) {
+    if (p->rs == RS_DRAIN && --p->marks == 0) drain_done(c, peer);
+    return c->error;
+  }
+  if (wc->status != IBV_WC_SUCCESS) {
+    char why[160];
+    if (p->rs == RS_DRAIN) return c->error; /* flushed with the QP this attempt drains */
+    snprintf(why, sizeof why, "a completion failed: %s (vendor error %u)", gdr_ibv_wc_status_str(wc->status),
+             wc->vendor_err);
+    if (gdr_param_int(GDR_PARAM_RECOVERY_ATTEMPTS) == 0) {
+      GDR_WARN("GIN rank %d: a completion towards rank %d failed: %s (vendor error %u)", c->rank, peer,
+               gdr_ibv_wc_status_str(wc->status), wc->vendor_err);
+      gin_fail(c, ncclRemoteError, "an RDMA operation failed", peer);
+      return c->error;
+    }
+    start_attempt(c, peer, p->epoch + 1, why);
+    return c->error;
+  }
+  if (wc->opcode == IBV_WC_RECV_RDMA_WITH_IMM) {
+    uint32_t seq = be32toh(wc->imm_data);
+    struct sig_rec rec = g->inbox[(size_t)peer * GIN_RDMA_RING + p->consumed % GIN_RDMA_RING];
+    if (rec.magic != GIN_REC_MAGIC || (uint32_t)rec.seq != seq || seq != (uint32_t)p->consumed) {
+      GDR_WARN("GIN rank %d: signal record %u from rank %d is not the one expected (%llu)", c->rank, seq, peer,
+               (unsigned long long)p->consumed);
+      gin_fail(c, ncclRemoteError, "a bad signal record", peer);
+      return c->error;
+    }
+    if (gin_apply_signal(c, peer, rec.mr, rec.off, rec.val) != ncclSuccess) {
+      gin_fail(c, ncclRemoteError, "a signal could not be applied", peer);
+      return c->error;
+    }
+    p->consumed++;
+    if (p->rs != RS_DRAIN) { /* a drained QP's receives are not replaced: the new QP gets a full ring */
+      int rc = post_recv(p);
+      if (rc) {
+        GDR_WARN("GIN rank %d: ibv_post_recv failed: %s", c->rank, strerror(rc));
+        gin_fail(c, ncclSystemError, "a receive could not be posted", peer);
+      }
+    }
+    return c->error;
+  }
+  if (kind == WR_CREDIT) {
+    p->sq_used--;
+    p->credit_inflight = 0;
+    return c->error;
+  }
+  {
+    uint32_t idx = (uint32_t)wc->wr_id, gen = (uint32_t)(wc->wr_id >> 32) & 0xfffffffu;
+    struct gin_req *r = idx < c->npool ? &c->pool[idx] : NULL;
+    if (r == NULL || r->kind != GIN_RQ_USER || (r->gen & 0xfffffffu) != gen || r->done || r->peer != peer) {
+      GDR_WARN("GIN rank %d: a completion names no operation in flight", c->rank);
+      gin_fail(c, ncclInternalError, "a stray completion", peer);
+      return c->error;
+    }
+    p->sq_used -= r->nwr;
+    p->episode = 0; /* the QP carries operations again: a later fault is a new episode */
+    op_unlink(g, p, (int)idx);
+    if (--r->pending == 0) gin_req_finish(c, r);
+  }
+  return c->error;
+}
+
 ncclResult_t gin_rdma_progress(struct gin_comm *c) {
   struct gin_rdma *g = c->rdma;
   struct ibv_wc wc[16];
-  int n;
-  while ((n = gdr_ibv_poll_cq(g->cq, 16, wc)) > 0) {
-    for (int i = 0; i < n; i++) {
-      int peer = peer_of_qp(c, wc[i].qp_num);
-      if (wc[i].status != IBV_WC_SUCCESS) {
-        GDR_WARN("GIN rank %d: a completion towards rank %d failed: %s (vendor error %u)", c->rank, peer,
-                 gdr_ibv_wc_status_str(wc[i].status), wc[i].vendor_err);
-        gin_fail(c, ncclRemoteError, "an RDMA operation failed", peer);
-        return c->error;
-      }
-      if (peer < 0) continue;
-      if (wc[i].opcode == IBV_WC_RECV_RDMA_WITH_IMM) {
-        struct rpeer *p = &g->p[peer];
-        uint32_t seq = be32toh(wc[i].imm_data);
-        struct sig_rec rec = g->inbox[(size_t)peer * GIN_RDMA_RING + p->consumed % GIN_RDMA_RING];
-        int rc;
-        if (rec.magic != GIN_REC_MAGIC || (uint32_t)rec.seq != seq || seq != (uint32_t)p->consumed) {
-          GDR_WARN("GIN rank %d: signal record %u from rank %d is not the one expected (%llu)", c->rank, seq, peer,
-                   (unsigned long long)p->consumed);
-          gin_fail(c, ncclRemoteError, "a bad signal record", peer);
-          return c->error;
-        }
-        if (gin_apply_signal(c, peer, rec.mr, rec.off, rec.val) != ncclSuccess) {
-          gin_fail(c, ncclRemoteError, "a signal could not be applied", peer);
-          return c->error;
-        }
-        p->consumed++;
-        rc = post_recv(p);
-        if (rc) {
-          GDR_WARN("GIN rank %d: ibv_post_recv failed: %s", c->rank, strerror(rc));
-          gin_fail(c, ncclSystemError, "a receive could not be posted", peer);
-          return c->error;
-        }
-        continue;
-      }
-      if ((wc[i].wr_id >> 60) == WR_CREDIT) {
-        g->p[peer].sq_used--;
-        g->p[peer].credit_inflight = 0;
-        continue;
-      }
-      {
-        uint32_t idx = (uint32_t)wc[i].wr_id, gen = (uint32_t)(wc[i].wr_id >> 32) & 0xfffffffu;
-        struct gin_req *r = idx < c->npool ? &c->pool[idx] : NULL;
-        if (r == NULL || r->kind != GIN_RQ_USER || (r->gen & 0xfffffffu) != gen || r->done) {
-          GDR_WARN("GIN rank %d: a completion names no operation in flight", c->rank);
-          gin_fail(c, ncclInternalError, "a stray completion", peer);
-          return c->error;
-        }
-        g->p[r->peer].sq_used -= r->nwr;
-        if (--r->pending == 0) gin_req_finish(c, r);
-      }
-    }
-  }
-  if (n < 0) {
+  int n = 0;
+  while (c->error == ncclSuccess && (n = gdr_ibv_poll_cq(g->cq, 16, wc)) > 0)
+    for (int i = 0; i < n && c->error == ncclSuccess; i++) (void)completion(c, &wc[i]);
+  if (c->error == ncclSuccess && n < 0) {
     gin_fail(c, ncclSystemError, "ibv_poll_cq failed", -1);
     return c->error;
   }
-  for (int r = 0; r < c->nranks; r++) credit(c, r);
+  if (c->error == ncclSuccess) recovery_timers(c);
+  for (int r = 0; r < c->nranks && c->error == ncclSuccess; r++) credit(c, r);
   return c->error;
 }
 

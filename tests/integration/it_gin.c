@@ -554,8 +554,24 @@ static void check_stats(void) {
            (unsigned long long)stat_of(q, "gdrnet_gin_bytes_total"));
   IT_CHECK(T.v < 13 || stat_of(q, "gdrnet_gin_gets_total") >= (uint64_t)NSIZES, "gin gets %llu",
            (unsigned long long)stat_of(q, "gdrnet_gin_gets_total"));
-  IT_CHECK(stat_of(q, "gdrnet_gin_errors_total") == 0, "gin errors %llu",
-           (unsigned long long)stat_of(q, "gdrnet_gin_errors_total"));
+  /* the last phase closes with puts in flight: a rank whose peer closed first may see that connection fail (an
+   * abort, as with NCCL IB: the put the peer was sending is cut off), once per peer at most; an error before that
+   * phase fails the operation's test() above */
+  IT_CHECK(stat_of(q, "gdrnet_gin_errors_total") <= (uint64_t)(g_n - 1),
+           "gin errors %llu (at most %d: the close "
+           "with puts in flight)",
+           (unsigned long long)stat_of(q, "gdrnet_gin_errors_total"), g_n - 1);
+  /* GNIT_GIN_EXPECT_RECOVER=N: the one-sided RDMA path recovered in place at least N times in this process */
+  if (getenv("GNIT_GIN_EXPECT_RECOVER") != NULL) {
+    uint64_t want = strtoull(getenv("GNIT_GIN_EXPECT_RECOVER"), NULL, 10);
+    IT_CHECK(stat_of(q, "gdrnet_gin_recoveries_total") >= want,
+             "gin recoveries %llu, %llu expected: the test did "
+             "not take the path it names",
+             (unsigned long long)stat_of(q, "gdrnet_gin_recoveries_total"), (unsigned long long)want);
+    it_log("%llu recovery(ies) in place, %llu operation(s) posted again",
+           (unsigned long long)stat_of(q, "gdrnet_gin_recoveries_total"),
+           (unsigned long long)stat_of(q, "gdrnet_gin_replayed_total"));
+  }
 }
 
 /* VEMU_FAULTS makes one of this process's RDMA READs fail (GNIT_GIN_MODE=fault, RMA v14 on the one-sided RDMA path):
