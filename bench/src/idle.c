@@ -141,8 +141,7 @@ static void side(const char *so, int ctl, int ncomms, int size, int warm, double
   int n0 = threads_cpu(t0);
   uint64_t w0 = now_ns();
   struct timespec ts = {(time_t)idle_s, (long)((idle_s - (double)(time_t)idle_s) * 1e9)};
-  while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-  }
+  while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {}
   int n1 = threads_cpu(t1);
   double win = (double)(now_ns() - w0) / 1e9;
   uint64_t total = 0;

@@ -485,14 +485,16 @@ static int signal_wr(struct gin_comm *c, int peer, const struct rop *o, struct i
   return 1;
 }
 
+#define POST_STACK_WRS 16 /* work requests built on the stack (more: on the heap) */
+
 /* posts an operation of the list on the peer's QP (its first post, or a replay); the last WR is signaled and its
  * completion is the request's */
 static void post_op(struct gin_comm *c, struct gin_req *r) {
   struct gin_rdma *g = c->rdma;
   struct rop *o = &g->ops[r->idx];
   struct rpeer *p = &g->p[r->peer];
-  struct ibv_send_wr *wr = NULL, *bad = NULL;
-  struct ibv_sge *sge = NULL;
+  struct ibv_send_wr wr_s[POST_STACK_WRS], *wr = wr_s, *bad = NULL;
+  struct ibv_sge sge_s[POST_STACK_WRS], *sge = sge_s;
   int k = 0, rc;
   if (o->nwr == 0) { /* nothing to move: done at once */
     op_unlink(g, p, (int)r->idx);
@@ -500,11 +502,15 @@ static void post_op(struct gin_comm *c, struct gin_req *r) {
     if (r->pending == 0) gin_req_finish(c, r);
     return;
   }
-  wr = calloc((size_t)o->nwr, sizeof(*wr));
-  sge = calloc((size_t)o->nwr, sizeof(*sge));
-  if (wr == NULL || sge == NULL) {
-    gin_fail(c, ncclSystemError, "out of memory for work requests", r->peer);
-    goto out;
+  if (o->nwr > POST_STACK_WRS) { /* a put or get past POST_STACK_WRS x max_msg_sz: its WRs on the heap */
+    wr = calloc((size_t)o->nwr, sizeof(*wr));
+    sge = calloc((size_t)o->nwr, sizeof(*sge));
+    if (wr == NULL || sge == NULL) {
+      gin_fail(c, ncclSystemError, "out of memory for work requests", r->peer);
+      goto out;
+    }
+  } else {
+    memset(wr_s, 0, sizeof(wr_s));
   }
   switch (o->kind) {
   case ROP_PUT:
@@ -538,8 +544,8 @@ static void post_op(struct gin_comm *c, struct gin_req *r) {
   if (!o->posted_once) r->pending++;
   o->posted_once = 1;
 out:
-  free(wr);
-  free(sge);
+  if (wr != wr_s) free(wr);
+  if (sge != sge_s) free(sge);
 }
 
 /* lists an operation; posts it unless its peer's QP is being recovered (then the recovery posts it) */
