@@ -1300,10 +1300,18 @@ static void finish_request(struct vconn *c, const struct whdr *h)
 		}
 		free(r);
 	}
-	if (c->rx_status)
+	if (c->rx_status) {
 		respond(c, h, F_NAK, c->rx_status);
-	else
+	} else if (q && (q->qp.state == IBV_QPS_RTR || q->qp.state == IBV_QPS_RTS)) {
 		respond(c, h, F_ACK, 0);
+	} else {
+		/* a WRITE whose target QP went to error (a device loss: its MR may be gone and the bytes dropped) or
+		 * away while it was placed: not acknowledged either (a dead NIC acknowledges nothing; contract seed
+		 * 350792133, device_fatal on the receiver: the sender took the ACK for placed bytes, the receiver's
+		 * buffer held the canary) */
+		VTRACE("drop qp=0x%x psn=%u (left RTR/RTS while placing: not acknowledged)\n", h->dst_qpn,
+		       (unsigned)h->seq);
+	}
 }
 
 /* ------------------------------------------------------------ held requests (RNR, port down) */
