@@ -1238,6 +1238,18 @@ static void atomic_replay(struct vconn *c, const struct whdr *h)
 }
 
 /* the payload of an executed request has been placed (or discarded): complete it (g.mu held) */
+/* g.mu held: the receive a request took completes flushed (its QP went to ERR under it); the caller frees r */
+static void flush_taken_recv(struct vqp *q, const struct vrwr *r, const struct whdr *h)
+{
+	struct ibv_wc wc;
+	memset(&wc, 0, sizeof(wc));
+	wc.wr_id = r->wr_id;
+	wc.status = IBV_WC_WR_FLUSH_ERR;
+	wc.opcode = h->type == F_SEND ? IBV_WC_RECV : IBV_WC_RECV_RDMA_WITH_IMM;
+	wc.qp_num = h->dst_qpn;
+	vemu_cq_push(q->rcq, &wc, NULL, 0);
+}
+
 static void finish_request(struct vconn *c, const struct whdr *h)
 {
 	struct vqp *q = vemu_qp_find(h->dst_qpn);
@@ -1252,15 +1264,8 @@ static void finish_request(struct vconn *c, const struct whdr *h)
 		 * know it has the data). The initiator times out or is flushed itself. */
 		VTRACE("drop qp=0x%x psn=%u (left RTR/RTS while placing: flushed, not acknowledged)\n", h->dst_qpn,
 		       (unsigned)h->seq);
-		if (q && q->qp.state == IBV_QPS_ERR) {
-			struct ibv_wc wc;
-			memset(&wc, 0, sizeof(wc));
-			wc.wr_id = r->wr_id;
-			wc.status = IBV_WC_WR_FLUSH_ERR;
-			wc.opcode = h->type == F_SEND ? IBV_WC_RECV : IBV_WC_RECV_RDMA_WITH_IMM;
-			wc.qp_num = h->dst_qpn;
-			vemu_cq_push(q->rcq, &wc, NULL, 0);
-		}
+		if (q && q->qp.state == IBV_QPS_ERR)
+			flush_taken_recv(q, r, h);
 		free(r);
 		return;
 	}
@@ -1561,13 +1566,7 @@ static void void_request(struct vconn *c, const struct whdr *h)
 		q->rq_count++;
 		r = NULL;
 	} else if (r && q && q->qp.state == IBV_QPS_ERR) {
-		struct ibv_wc wc;
-		memset(&wc, 0, sizeof(wc));
-		wc.wr_id = r->wr_id;
-		wc.status = IBV_WC_WR_FLUSH_ERR;
-		wc.opcode = h->type == F_SEND ? IBV_WC_RECV : IBV_WC_RECV_RDMA_WITH_IMM;
-		wc.qp_num = h->dst_qpn;
-		vemu_cq_push(q->rcq, &wc, NULL, 0);
+		flush_taken_recv(q, r, h);
 	}
 	free(r);
 	respond(c, h, F_NAK, IBV_WC_LOC_PROT_ERR);
