@@ -761,12 +761,15 @@ static void rnr_initiator(int fd)
  * request it is in the middle of: the caller frees it (NCCL's deregMr then cudaFree/free; the plugin's abort test
  * saw the agent write into freed memory). Here the memory is remapped PROT_NONE right after dereg, so a late
  * access faults (SIGSEGV, or EFAULT from readv/sendmsg, which killed the connection: RETRY_EXC_ERR).
- * A: the initiator deregisters the source of a 64 MiB WRITE_WITH_IMM once it is on the wire. A NIC cannot send
- * the rest: the WRITE fails with LOC_PROT_ERR, and the target completes nothing (its receive stays posted; the
+ * A: the initiator deregisters the source of a 64 MiB WRITE_WITH_IMM while the target process is stopped
+ * (SIGSTOP, confirmed by waitpid), so the target cannot have read it whole and nothing can have acknowledged it
+ * (the stream's buffers hold far less than 64 MiB). A NIC cannot send the rest: the WRITE fails with LOC_PROT_ERR, and the target completes nothing (its receive stays posted; the
  * emulator's frame goes out void, zeros in place of the bytes: the frame trailer, agent.c). B, on a second QP: the
  * target deregisters the sink of a 64 MiB WRITE as soon as its first bytes land; the rest is dropped and the WRITE
  * completes. Nothing faults. */
 #define DBIG (64u << 20)
+
+static pid_t pair_child; /* run_pair's target process, for the initiator (dereg_busy stops it) */
 
 static char *map_rw(size_t len)
 {
@@ -806,21 +809,15 @@ static void dereg_target(int fd)
 	struct ibv_qp *qp = dqp(fd, mr, buf, &peer);
 	CHECK_EQ(vt_post_recv(qp, NULL, 0, 0, 77), 0); /* for A's immediate */
 	vt_send(fd, "r", 1);
-	uint64_t end = vt_now_ms() + 30000;
-	while (__atomic_load_n((volatile char *)buf, __ATOMIC_ACQUIRE) != 0x11) { /* A is on the wire */
-		CHECK(vt_now_ms() < end);
-		struct timespec ts = { 0, 100 * 1000 };
-		nanosleep(&ts, NULL);
-	}
-	vt_send(fd, "s", 1);
-	vt_recv(fd, &c, 1); /* A failed at the initiator: the NAK that failed it left after this side's decision */
+	vt_recv(fd, &c, 1); /* A failed at the initiator (this process was stopped meanwhile): the NAK that failed it
+			     * left after this side's decision */
 	int k = ibv_poll_cq(d.cq, 1, &wc);
 	if (k != 0)
 		fprintf(stderr, "FAIL [%s]: a void WRITE_WITH_IMM completed here (wr_id %llu, status %s)\n", vt_name,
 			(unsigned long long)wc.wr_id, ibv_wc_status_str(wc.status));
 	CHECK_EQ(k, 0);
 	struct ibv_qp *qp2 = dqp(fd, NULL, buf, &peer);
-	end = vt_now_ms() + 30000;
+	uint64_t end = vt_now_ms() + 30000;
 	while (__atomic_load_n((volatile char *)buf, __ATOMIC_ACQUIRE) != 0x22) { /* B's first bytes */
 		CHECK(vt_now_ms() < end);
 		struct timespec ts = { 0, 100 * 1000 };
@@ -847,14 +844,17 @@ static void dereg_initiator(int fd)
 	struct ibv_qp *qp = dqp(fd, mr, src, &peer);
 	vt_recv(fd, &c, 1);
 	struct ibv_wc wc;
-	/* A: the source goes away once the first bytes have landed (a WR whose lkey is gone before it starts fails
-	 * with LOC_PROT_ERR too, as on hardware) */
+	/* A: the source goes away while the target is stopped: the frame is under way or not started, or the WR not
+	 * yet on the wire (its lkey gone: LOC_PROT_ERR too, as on hardware); it fails in every case */
+	int st;
+	CHECK_EQ(kill(pair_child, SIGSTOP), 0);
+	CHECK(waitpid(pair_child, &st, WUNTRACED) == pair_child && WIFSTOPPED(st));
 	CHECK_EQ(vt_post_write(qp, IBV_WR_RDMA_WRITE_WITH_IMM, src, DBIG, mr->lkey, peer.addr, peer.rkey, 1,
 			       IBV_SEND_SIGNALED, 0xa),
 		 0);
-	vt_recv(fd, &c, 1);
 	CHECK_EQ(ibv_dereg_mr(mr), 0);
 	unmap_keep(src, DBIG);
+	CHECK_EQ(kill(pair_child, SIGCONT), 0);
 	vt_wait(&d, d.cq, &wc, 1, 30000);
 	if (wc.status != IBV_WC_LOC_PROT_ERR)
 		fprintf(stderr, "FAIL [%s]: the WRITE whose source went away mid-transfer ended %s\n", vt_name,
@@ -894,6 +894,7 @@ static int run_pair(void (*initiator)(int), void (*target)(int))
 	int sp[2];
 	CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sp), 0);
 	pid_t p = fork();
+	pair_child = p;
 	CHECK(p >= 0);
 	if (p == 0) {
 		close(sp[0]);
