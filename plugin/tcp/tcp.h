@@ -1,6 +1,8 @@
 /* The TCP transport (gdr_transport_tcp).
  *
- * A connection = one control stream + nsocks data streams served by nthreads helper threads per side.
+ * A connection = one control stream + nsocks data streams. The data streams of every connection of the process are
+ * served by one pool of GDRNET_TCP_IO_THREADS I/O threads (tcp_pool.c: epoll, non-blocking; a send comm's streams
+ * grouped in nthreads send lanes, a receive comm's streams each read on its own).
  *
  * Matching (NCCL IB's rule, per connection; protocol version 4): receives are posted in order (slot 0, 1, ...); a
  * grouped receive is one slot of n <= 8 buffers whose tags may repeat; the k-th isend with tag t fills the first free
@@ -44,15 +46,16 @@
  *     ncclInvalidUsage; the other side WARNs with both sizes as well, and its next isend/test returns the
  *     error (an eager send may already have completed: the error comes with a later call);
  *   - after a CTS, size <= GDRNET_TCP_INLINE: INLINE header + payload on the control stream, as eager;
- *   - larger: cut into chunks (gdr_tcp_plan_chunks) spread round-robin over the helper threads; each chunk
- *     carries {buffer id, offset, length, total}, so the receiving helper thread recv()s it directly into the posted
- *     buffer at its offset (no copy besides the kernel's). Thread t of both sides owns the streams s with
- *     s % nthreads == t and uses them in the same rotation, so blocking I/O on both ends pairs up.
+ *   - larger: cut into chunks (gdr_tcp_plan_chunks) spread round-robin over the send lanes; each chunk carries
+ *     {buffer id, offset, length, total}, so the receiving stream reads it directly into the posted buffer at its
+ *     offset (no copy besides the kernel's). Lane t owns the streams s with s % nthreads == t and writes its chunks
+ *     over them in rotation (this plugin's receiving streams take chunks in any order).
  * Sends complete when their bytes are in the kernel; receives when every byte has landed (atomic counters the
- * helpers bump, test() reads). Helper threads block in the kernel, or with GDRNET_TCP_SPIN_US first poll
- * (non-blocking reads and writes, their task queue) for that long after their last progress, and for up to
- * GDRNET_TCP_SPIN_MAX_US while their connection expects traffic (receiver: a receive whose CTS went out is not
- * complete; sender: a CTS is not used yet; counts kept by the progress thread, read by the helpers as a hint).
+ * I/O threads bump, test() reads). I/O threads sleep in epoll_wait, or with GDRNET_TCP_SPIN_US first poll (epoll
+ * without a timeout, their ready list) for that long after their last progress, and for up to
+ * GDRNET_TCP_SPIN_MAX_US while one of their connections expects traffic (receiver: a receive whose CTS went out is
+ * not complete; sender: a CTS is not used yet; counts kept by the progress thread, read by the I/O threads as a
+ * hint).
  * Requests live in a 32-slot ring per comm: the sender's by its count of accepted isends, the receiver's by buffer
  * id.
  *
@@ -101,7 +104,7 @@ void gdr_tcp_resolve_streams(int *nsocks, int *nthreads);
 /* The same for one listener: bounded by setNetAttr's flows per peer, and a multiple of the fused device count (at
  * least one stream per member). */
 void gdr_tcp_streams_for(const struct gdr_conn_opts *opts, int *nsocks, int *nthreads);
-/* How long (ns) a helper thread polls after its last progress before it sleeps in the kernel: GDRNET_TCP_SPIN_US,
+/* How long (ns) an I/O thread polls after its last progress before it sleeps in the kernel: GDRNET_TCP_SPIN_US,
  * auto = TCP_SPIN_AUTO_US on hosts with at least TCP_SPIN_AUTO_CORES online cores, else 0 (always block). */
 uint64_t gdr_tcp_resolve_spin_ns(void);
 /* The longer polling window while traffic is expected (GDRNET_TCP_SPIN_MAX_US; auto: TCP_SPIN_MAX_AUTO_US where
@@ -232,7 +235,7 @@ struct tcp_req {
   void *cuda_ctx;
 };
 
-struct tcp_task { /* one message's chunks for one helper thread: chunks first, first + stride, ... */
+struct tcp_task { /* one message's chunks for one send lane: chunks first, first + stride, ... */
   struct tcp_req *req;
   uint64_t seq;
   char *data;
@@ -242,21 +245,52 @@ struct tcp_task { /* one message's chunks for one helper thread: chunks first, f
 };
 
 struct tcp_comm;
+struct tcp_io;
 
+/* A send lane of a comm (historically one helper thread each, hence the name): the chunks of the tasks queued on
+ * it go out one after the other over its streams fds[] in rotation (the order an older receiver's helper thread t
+ * reads them in). The lanes and receive streams of every comm of the process are served by the per-process I/O
+ * thread pool (tcp_pool.c). */
 struct tcp_thread {
   struct tcp_comm *comm;
   int idx;
-  int started;
-  pthread_t tid;
   int nfds;
   int fds[TCP_MAX_STREAMS];
-  /* send side: task queue */
+  /* task queue: the progress thread pushes (queue_chunks), the lane's I/O thread pops */
   pthread_mutex_t mu;
-  pthread_cond_t cv;
   struct tcp_task q[TCP_NREQ];
-  unsigned head;        /* under mu (written by the helper only) */
-  _Atomic unsigned tail; /* written under mu; a spinning helper peeks at it without the lock */
-  int stop;            /* under mu */
+  unsigned head;         /* under mu (written by the I/O thread only) */
+  _Atomic unsigned tail; /* written under mu */
+  int stop;              /* under mu: the comm is closing */
+  /* the I/O thread serving it (fixed from comm start to close) */
+  struct tcp_io *io;
+  int in_ready;                 /* under io's ready lock: on its list of lanes with new tasks */
+  struct tcp_thread *next_ready; /* likewise */
+  struct tcp_thread *next_taken; /* the I/O thread's walk of a taken ready list (under io's lock) */
+  /* the I/O thread's own state (under io's lock) */
+  int busy;                 /* cur is being sent */
+  int dead;                 /* a send failed: tasks are dropped (the comm is failed) */
+  struct tcp_task cur;
+  uint32_t ci;              /* cur's chunk being sent */
+  size_t csent;             /* bytes of it (header + payload) in the kernel */
+  struct tcp_chunk_hdr ch;  /* its header */
+  unsigned rot;
+};
+/* After pushing a task on th (th->tail++, under th->mu or after it): its I/O thread takes it. */
+void gdr_tcp_lane_kick(struct tcp_thread *th);
+
+/* A receiving data stream: chunks read straight into the posted buffers as they come (I/O thread only). */
+struct tcp_stream {
+  struct tcp_comm *comm;
+  int idx;
+  int fd;
+  struct tcp_io *io;
+  int dead;                /* EOF or failed: out of the I/O thread's epoll set */
+  struct tcp_chunk_hdr h;  /* the next chunk's header, hgot bytes of it read */
+  size_t hgot;
+  struct tcp_req *r;       /* the chunk being received (NULL: reading a header) */
+  char *dst;
+  size_t left;
 };
 
 struct tcp_bounce { /* an eager message that arrived before its buffer was posted */
@@ -303,18 +337,20 @@ struct tcp_comm {
   int ctrl_fd;
   int nsocks, nthreads;
   int fds[TCP_MAX_STREAMS];
-  struct tcp_thread *threads;
+  struct tcp_thread *threads;  /* is_send: nthreads send lanes */
+  struct tcp_stream *streams;  /* receiver: nsocks receiving streams */
+  int attached;                /* its lanes/streams are served by the I/O pool (tcp_pool.c) */
   union gdr_sockaddr peer;
   char peer_str[GDR_ADDR_STRLEN];
   size_t inline_max, min_chunk, max_chunk;
   size_t cts_inline_max; /* a message with its clear-to-send goes inline up to this (GDRNET_TCP_CTS_INLINE) */
-  uint64_t spin_ns; /* helper threads: poll this long after their last progress before blocking (0: block) */
+  uint64_t spin_ns; /* I/O threads: poll this long after their last progress before blocking (0: block) */
   uint64_t spin_max_ns; /* ... and up to this long while traffic is expected (rx_expect/tx_expect > 0) */
 
   /* progress-thread state */
   uint64_t next_seq; /* sender: isends accepted (its request ring); receiver: buffers posted (the next buffer id) */
   struct tcp_req req[TCP_NREQ];
-  unsigned rr; /* next helper thread for a chunked send */
+  unsigned rr; /* next send lane for a chunked send */
   int match_tags; /* version-4 peer: messages matched by (tag, ordinal); 0: a version-1 peer (one stream, tag 0) */
   size_t hdr_len; /* control header bytes on the wire: sizeof(struct tcp_ctrl_hdr), TCP_HDR_V1 for version 1 */
   struct tcp_tagent *tags; /* open addressing by tag, tags_cap a power of two (0: none yet) */
@@ -353,12 +389,12 @@ struct tcp_comm {
   uint64_t n_eager, n_bounced, n_cts;
   uint64_t n_chunked; /* sender: messages cut into chunks over the data streams (the rest went inline/eager) */
 
-  /* shared with the helper threads */
+  /* shared with the I/O threads */
   _Atomic int streams_eof; /* data streams that saw a clean EOF */
   _Atomic int failed;      /* fail_res is set */
-  _Atomic int stopping;    /* the helpers are being stopped (close) */
+  _Atomic int stopping;    /* the comm is leaving the I/O pool (close): I/O errors are no longer reported */
   _Atomic int rx_expect;   /* receiver: receives whose CTS went out and that are not complete (written by the
-                            * progress thread; helpers read it as a hint to keep polling) */
+                            * progress thread; I/O threads read it as a hint to keep polling) */
   _Atomic int tx_expect;   /* sender: clear-to-sends received for messages not sent yet (likewise) */
   pthread_mutex_t fail_mu;
   int fail_mu_ok; /* fail_mu initialised */
@@ -389,13 +425,18 @@ ncclResult_t gdr_tcp_stage_done(struct tcp_req *r, size_t bytes);
 void gdr_tcp_stage_free(struct tcp_comm *c);
 
 /* tcp_conn.c */
-ncclResult_t gdr_tcp_comm_start(struct tcp_comm *c); /* spawns the helper threads */
+ncclResult_t gdr_tcp_comm_start(struct tcp_comm *c); /* hands its data streams to the I/O pool */
+/* tcp_pool.c: the per-process I/O threads (design there) */
+ncclResult_t gdr_tcp_pool_attach(struct tcp_comm *c);
+void gdr_tcp_pool_detach(struct tcp_comm *c); /* when it returns, no I/O thread touches c any more */
+/* The pool size for this process: GDRNET_TCP_IO_THREADS, auto from the cores (*why: how it was chosen). */
+int gdr_tcp_pool_size(char *why, size_t whylen);
+/* I/O threads running now (tests) */
+int gdr_tcp_pool_running(void);
 void gdr_tcp_comm_fail(struct tcp_comm *c, ncclResult_t res, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* tcp_p2p.c */
 ncclResult_t gdr_tcp_eager_setup(struct tcp_comm *c); /* receiver: bounce slots, GRANT sent */
 void gdr_tcp_eager_free(struct tcp_comm *c);
-void *gdr_tcp_send_thread(void *arg);
-void *gdr_tcp_recv_thread(void *arg);
 ncclResult_t gdr_tcp_reg_mr(void *comm, void *data, size_t size, int type, void **mhandle);
 ncclResult_t gdr_tcp_dereg_mr(void *comm, void *mhandle);
 /* Device memory for an internal user (the GIN core's windows): staged like the fallback's (gdr_tcp_mr_make). */

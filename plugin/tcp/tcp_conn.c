@@ -1,5 +1,5 @@
 /* TCP transport: listen, connect, accept (non-blocking state machines over sock.h), comm set-up and teardown,
- * helper threads' lifecycle. */
+ * their data streams handed to the I/O thread pool (tcp_pool.c) and taken back. */
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -127,13 +127,12 @@ static void group_clear(struct tcp_group *g) {
 /* Frees a comm whose threads are not running (or were joined). */
 static void comm_free(struct tcp_comm *c) {
   if (c == NULL) return;
+  gdr_tcp_pool_detach(c); /* if still attached (a failed start) */
   if (c->threads != NULL) {
-    for (int t = 0; t < c->nsync; t++) {
-      pthread_mutex_destroy(&c->threads[t].mu);
-      pthread_cond_destroy(&c->threads[t].cv);
-    }
+    for (int t = 0; t < c->nsync; t++) pthread_mutex_destroy(&c->threads[t].mu);
     free(c->threads);
   }
+  free(c->streams);
   for (int s = 0; s < c->nsocks; s++)
     if (c->fds[s] >= 0) close(c->fds[s]);
   if (c->ctrl_fd >= 0) close(c->ctrl_fd);
@@ -199,8 +198,9 @@ static ncclResult_t comm_create(int is_send, int dev, int ctrl_fd, const int *fd
     atomic_init(&c->req[i].total, SIZE_MAX);
   }
   c->rx = malloc(TCP_RXBUF);
-  c->threads = calloc((size_t)nthreads, sizeof(*c->threads));
-  if (c->rx == NULL || c->threads == NULL) {
+  if (is_send) c->threads = calloc((size_t)nthreads, sizeof(*c->threads));
+  else c->streams = calloc((size_t)nsocks, sizeof(*c->streams));
+  if (c->rx == NULL || (is_send ? (void *)c->threads : (void *)c->streams) == NULL) {
     GDR_WARN("TCP: out of memory for a comm");
     res = ncclSystemError;
     goto out;
@@ -211,7 +211,7 @@ static ncclResult_t comm_create(int is_send, int dev, int ctrl_fd, const int *fd
     goto out;
   }
   c->fail_mu_ok = 1;
-  for (int t = 0; t < nthreads; t++) {
+  for (int t = 0; is_send && t < nthreads; t++) { /* send lanes: lane t owns the streams s with s % nthreads == t */
     struct tcp_thread *th = &c->threads[t];
     th->comm = c;
     th->idx = t;
@@ -220,20 +220,19 @@ static ncclResult_t comm_create(int is_send, int dev, int ctrl_fd, const int *fd
       res = ncclSystemError;
       goto out;
     }
-    if (pthread_cond_init(&th->cv, NULL) != 0) {
-      pthread_mutex_destroy(&th->mu);
-      GDR_WARN("TCP: pthread_cond_init failed");
-      res = ncclSystemError;
-      goto out;
-    }
     c->nsync++;
     for (int s = t; s < nsocks; s += nthreads) th->fds[th->nfds++] = fds[s];
+  }
+  for (int s = 0; !is_send && s < nsocks; s++) {
+    c->streams[s].comm = c;
+    c->streams[s].idx = s;
+    c->streams[s].fd = fds[s];
   }
   GDR_CHECK(gdr_sock_set_nonblocking(ctrl_fd, 1));
   GDR_CHECK(gdr_sock_tune(ctrl_fd, 1, 0, timeout));
   GDR_CHECK(set_tclass(ctrl_fd, peer->sa.sa_family, tc));
   for (int s = 0; s < nsocks; s++) {
-    GDR_CHECK(gdr_sock_set_nonblocking(fds[s], 0));
+    GDR_CHECK(gdr_sock_set_nonblocking(fds[s], 1)); /* the I/O threads never block on a stream */
     GDR_CHECK(gdr_sock_tune(fds[s], 1, sockbuf, timeout));
     GDR_CHECK(set_tclass(fds[s], peer->sa.sa_family, tc));
   }
@@ -246,38 +245,23 @@ out:
   return res;
 }
 
+/* Takes the comm's data streams back from the I/O pool: once it returns, no I/O thread touches the comm. */
 static void comm_stop_threads(struct tcp_comm *c) {
-  atomic_store(&c->stopping, 1); /* polling helpers stop expecting traffic */
-  for (int t = 0; t < c->nthreads; t++) {
+  atomic_store(&c->stopping, 1); /* an I/O thread's error from here on is not reported */
+  for (int t = 0; c->is_send && t < c->nthreads; t++) {
     struct tcp_thread *th = &c->threads[t];
     pthread_mutex_lock(&th->mu);
     th->stop = 1;
-    pthread_cond_signal(&th->cv);
     pthread_mutex_unlock(&th->mu);
   }
-  /* Wakes helpers blocked in send/recv. Data already queued in the kernel is still delivered (FIN follows it). A
-   * sender's helpers only ever block in send: SHUT_WR wakes them and leaves the read side to the graceful close. */
+  gdr_tcp_pool_detach(c);
+  /* Data already queued in the kernel is still delivered (FIN follows it). A sender shuts only its write sides and
+   * leaves the read side to the graceful close. */
   for (int s = 0; s < c->nsocks; s++)
     if (c->fds[s] >= 0) shutdown(c->fds[s], c->is_send ? SHUT_WR : SHUT_RDWR);
-  for (int t = 0; t < c->nthreads; t++) {
-    if (c->threads[t].started) pthread_join(c->threads[t].tid, NULL);
-    c->threads[t].started = 0;
-  }
 }
 
-ncclResult_t gdr_tcp_comm_start(struct tcp_comm *c) {
-  for (int t = 0; t < c->nthreads; t++) {
-    struct tcp_thread *th = &c->threads[t];
-    int rc = pthread_create(&th->tid, NULL, c->is_send ? gdr_tcp_send_thread : gdr_tcp_recv_thread, th);
-    if (rc != 0) {
-      GDR_WARN("TCP: cannot start helper thread %d of %d: %s", t, c->nthreads, strerror(rc));
-      comm_stop_threads(c);
-      return ncclSystemError;
-    }
-    th->started = 1;
-  }
-  return ncclSuccess;
-}
+ncclResult_t gdr_tcp_comm_start(struct tcp_comm *c) { return gdr_tcp_pool_attach(c); }
 
 /* ------------------------------------------------------------------------------------------------ listen -- */
 
@@ -496,7 +480,7 @@ ncclResult_t gdr_tcp_connect(int dev, const struct gdr_conn_opts *opts, struct g
     st = NULL;
     gdr_handle_state_set(handle, NULL);
     GDR_CHECK(comm_create(1, dev, ctrl, fds, ns, nt, &peer, pver, pfeat, opts->traffic_class, &c));
-    GDR_INFO(NCCL_NET, "TCP: connected to %s with %d data stream(s)%s, %d helper thread(s)%s", c->peer_str, ns,
+    GDR_INFO(NCCL_NET, "TCP: connected to %s with %d data stream(s)%s in %d send lane(s)%s", c->peer_str, ns,
              naddrs > 1 ? " over the listener's fused addresses" : "", nt,
              opts->traffic_class >= 0 ? ", traffic class set" : "");
     *send_comm = c;
@@ -608,7 +592,7 @@ ncclResult_t gdr_tcp_accept(void *listen_comm, void **recv_comm) {
       g->ctrl_fd = -1;
       group_clear(g);
       GDR_CHECK(comm_create(0, lc->dev, ctrl, fds, lc->nsocks, lc->nthreads, &peer, pver, pfeat, lc->tc, &c));
-      GDR_INFO(NCCL_NET, "TCP: accepted %s with %d data stream(s), %d helper thread(s)", c->peer_str, lc->nsocks,
+      GDR_INFO(NCCL_NET, "TCP: accepted %s with %d data stream(s), %d lane(s)", c->peer_str, lc->nsocks,
                lc->nthreads);
       *recv_comm = c;
       goto out;

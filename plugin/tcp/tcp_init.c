@@ -188,14 +188,18 @@ static ncclResult_t tcp_init(int *ndev, char *why, size_t whylen) {
     off += (size_t)snprintf(why + off, whylen - off, "%s%s=%s", i ? ", " : "", g_devs[i].name,
                             gdr_sockaddr_str(&g_devs[i].addr, a, sizeof(a)));
   }
-  if (off < whylen)
+  if (off < whylen) {
+    char pw[128];
+    int np = gdr_tcp_pool_size(pw, sizeof(pw));
     snprintf(why + off, whylen - off,
-             "; %d data stream(s) and %d helper thread(s) per connection, inline <= %lld B (<= %zu B after a "
-             "clear-to-send), helpers poll %llu us before sleeping (up to %llu us while traffic is expected)",
-             ns, nt, (long long)gdr_param_int(GDR_PARAM_TCP_INLINE),
+             "; %d data stream(s) in %d lane(s) per connection, served by %d I/O thread(s) per process (%s), inline "
+             "<= %lld B (<= %zu B after a clear-to-send), I/O threads poll %llu us before sleeping (up to %llu us "
+             "while traffic is expected)",
+             ns, nt, np, pw, (long long)gdr_param_int(GDR_PARAM_TCP_INLINE),
              gdr_tcp_resolve_cts_inline((size_t)gdr_param_int(GDR_PARAM_TCP_INLINE)),
              (unsigned long long)(gdr_tcp_resolve_spin_ns() / 1000u),
              (unsigned long long)(gdr_tcp_resolve_spin_max_ns() / 1000u));
+  }
 out:
   return res;
 }
@@ -249,6 +253,6 @@ const struct gdr_transport gdr_transport_tcp = {
     .close_send = gdr_tcp_close_send,
     .close_recv = gdr_tcp_close_recv,
     .close_listen = gdr_tcp_close_listen,
-    .quiesce = NULL, /* helper threads belong to comms and are joined when their comm closes */
+    .quiesce = NULL, /* the I/O threads are joined when the last comm closes (tcp_pool.c) */
     .fini = tcp_fini,
 };

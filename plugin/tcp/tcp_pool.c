@@ -1,0 +1,748 @@
+/* TCP transport: the per-process pool of I/O threads that move the data streams' bytes.
+ *
+ * Before it, every connection had nthreads send or receive helper threads of its own, each blocking in send()/recv()
+ * on its streams (4 + 4 per connection pair by default: 32 threads for two ranks of a 2-channel ring, more threads
+ * than cores at 8 ranks per host). Now a process has P I/O threads ("gdr-tcp-io/N"), P from GDRNET_TCP_IO_THREADS
+ * (auto: the cores this rank may use, shared with the host's other ranks, minus NCCL's own busy threads; see
+ * gdr_tcp_pool_size), started with the first TCP comm and joined when the last one closes. Each serves, through one
+ * epoll set, the data streams of many comms, all non-blocking:
+ *   - a send comm's lanes (struct tcp_thread: the tasks queue_chunks pushes, their chunks written in the rotation
+ *     over the lane's streams that older receivers expect) are spread over the threads, the least loaded first;
+ *     the progress thread pushes a task and kicks the lane (gdr_tcp_lane_kick): the lane goes on its thread's ready
+ *     list, and the thread is woken through an eventfd only when it sleeps. A lane writes until its socket is full
+ *     (EAGAIN), then waits for EPOLLOUT (edge-triggered: an idle lane's socket raises nothing);
+ *   - a receive comm's streams are spread likewise; each is a small state machine (header, then the payload straight
+ *     into the posted buffer at its offset), read on EPOLLIN until EAGAIN; a payload read also asks for the next
+ *     chunk's header in the same recvmsg (one system call per chunk, not two). Streams are independent: a chunk may
+ *     come on any stream in any order (its header names the message and the offset);
+ *   - a thread that made progress keeps polling (epoll_wait with no timeout, then sched_yield) for GDRNET_TCP_SPIN_US,
+ *     or GDRNET_TCP_SPIN_MAX_US while one of its comms expects traffic (rx_expect/tx_expect, as the helpers did),
+ *     then sleeps in epoll_wait: an idle process's I/O threads use no CPU.
+ * One fairness bound: a lane or stream moves at most TCP_IO_BUDGET bytes per turn, then the thread serves the others
+ * before coming back to it.
+ *
+ * Locking: everything an I/O thread does to a comm happens under its io->mu, which it drops only around epoll_wait.
+ * Detach (close) takes io->mu, removes the comm's fds from the epoll set and frees their slots (the generation in
+ * each epoll event's data makes an event fetched before the removal harmless): once it returns, no I/O thread
+ * touches the comm. Lane kicks take only io->rmu (short), never io->mu, so the progress thread never waits for an
+ * I/O thread's batch. Order: lane->mu, then io->rmu; io->mu before either. */
+#include <errno.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "param.h"
+#include "tcp.h"
+
+#define TCP_IO_MAX 64
+#define TCP_IO_BUDGET (4u << 20) /* bytes per lane or stream per turn */
+#define TCP_IO_EVENTS 64
+#define TCP_IO_NCCL_THREADS 2
+#define TCP_IO_MIN_AUTO 2 /* busy threads of NCCL per rank (proxy progress + the application's), left their cores */
+
+enum { SLOT_FREE = 0, SLOT_LANE, SLOT_STREAM, SLOT_AGAIN };
+
+struct tcp_slot {
+  int kind;
+  int in_again; /* on io->again */
+  uint32_t gen;
+  struct tcp_thread *lane;
+  struct tcp_stream *st;
+};
+
+struct tcp_io {
+  int idx;
+  int started;
+  pthread_t tid;
+  int ep, evfd;
+  int load; /* lanes + streams attached (under g_pool.mu) */
+  pthread_mutex_t mu;
+  struct tcp_slot *slots; /* under mu */
+  int nslots, cap;
+  int stop; /* under mu */
+  /* again: slots whose turn ended on the budget, served again before the next sleep (under mu; room for every slot) */
+  int *again;
+  int nagain;
+  /* lanes with new tasks (under rmu) */
+  pthread_mutex_t rmu;
+  struct tcp_thread *ready;
+  _Atomic int has_ready;
+  _Atomic int sleeping; /* in a blocking epoll_wait: a kick must write evfd */
+  uint64_t spin_ns, spin_max_ns;
+};
+
+static struct {
+  pthread_mutex_t mu;
+  int users; /* attached comms */
+  int n;     /* threads of the running pool */
+  struct tcp_io io[TCP_IO_MAX];
+} g_pool = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+/* ------------------------------------------------------------------------------------------- pool size -- */
+
+static int env_pos(const char *name) {
+  const char *s = getenv(name);
+  char *end = NULL;
+  long v;
+  if (s == NULL || *s == '\0') return 0;
+  v = strtol(s, &end, 10);
+  return (*end == '\0' && v > 0 && v < 100000) ? (int)v : 0;
+}
+
+int gdr_tcp_pool_size(char *why, size_t whylen) {
+  int64_t knob = gdr_param_int(GDR_PARAM_TCP_IO_THREADS);
+  long online = sysconf(_SC_NPROCESSORS_ONLN);
+  cpu_set_t set;
+  int cores, local = 0, n;
+  const char *from = "";
+  if (knob != GDR_PARAM_AUTO) {
+    n = (int)knob;
+    if (why) snprintf(why, whylen, "GDRNET_TCP_IO_THREADS=%d", n);
+    return n;
+  }
+  if (online < 1) online = 1;
+  cores = (int)online;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0) cores = CPU_COUNT(&set);
+  /* A rank bound to its own cores sees them in its affinity; an unbound one shares the host with the other ranks
+   * of the host, which the launchers name */
+  if (cores >= online) {
+    static const char *const names[] = {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "LOCAL_WORLD_SIZE",
+                                        "SLURM_NTASKS_PER_NODE"};
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]) && local == 0; i++)
+      if ((local = env_pos(names[i])) > 0) from = names[i];
+  }
+  if (local > 1) cores /= local;
+  n = cores - TCP_IO_NCCL_THREADS;
+  /* at least 2: with one thread per process, sends and receives take turns (on the 2-core CPU machine, 512 KiB
+   * both ways: 0.18-0.31x the per-connection helpers' rate with 1 or 2 threads, 0.99x with 4; docs/PERFORMANCE.md
+   * section 7) */
+  if (n < TCP_IO_MIN_AUTO) n = TCP_IO_MIN_AUTO;
+  if (n > 16) n = 16;
+  if (why)
+    snprintf(why, whylen, "auto: %d core(s) for this rank%s%s%s, %d for NCCL's threads", cores, local > 1 ? " (" : "",
+             local > 1 ? from : "", local > 1 ? " ranks on the host)" : "", TCP_IO_NCCL_THREADS);
+  return n;
+}
+
+int gdr_tcp_pool_running(void) {
+  int n;
+  pthread_mutex_lock(&g_pool.mu);
+  n = g_pool.n;
+  pthread_mutex_unlock(&g_pool.mu);
+  return n;
+}
+
+/* ------------------------------------------------------------------------------------------ the threads -- */
+
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  __asm__ __volatile__("yield" ::: "memory");
+#endif
+}
+
+/* Its room is reserved with the slots (slot_add): at most one entry per slot, so this never allocates. */
+static void again_push(struct tcp_io *io, int slot) {
+  if (io->slots[slot].in_again) return;
+  io->slots[slot].in_again = 1;
+  io->again[io->nagain++] = slot;
+}
+
+static void stream_drop(struct tcp_io *io, struct tcp_stream *st) {
+  st->dead = 1;
+  (void)epoll_ctl(io->ep, EPOLL_CTL_DEL, st->fd, NULL); /* a dead stream's fd stays open until close */
+}
+
+/* The next chunk's header is complete in st->h: checks it against the posted receive. 0 ok. */
+static int stream_header(struct tcp_io *io, struct tcp_stream *st) {
+  struct tcp_comm *c = st->comm;
+  const struct tcp_chunk_hdr *h = &st->h;
+  struct tcp_req *r = &c->req[h->seq % TCP_NREQ];
+  if (h->magic != TCP_CHUNK_MAGIC || atomic_load_explicit(&r->armed, memory_order_acquire) != h->seq + 1 ||
+      h->total > r->size || h->off > h->total || h->len > h->total - h->off) {
+    gdr_tcp_comm_fail(c, ncclRemoteError,
+                      "protocol error on data stream %d: chunk magic 0x%x message %llu [%llu, +%u) of %llu bytes "
+                      "does not fit the posted receive",
+                      st->idx, h->magic, (unsigned long long)h->seq, (unsigned long long)h->off, h->len,
+                      (unsigned long long)h->total);
+    stream_drop(io, st);
+    return -1;
+  }
+  st->r = r;
+  st->dst = r->data + h->off;
+  st->left = h->len;
+  st->hgot = 0;
+  return 0;
+}
+
+static void chunk_landed(struct tcp_stream *st) {
+  atomic_store_explicit(&st->r->total, (size_t)st->h.total, memory_order_relaxed);
+  atomic_fetch_add_explicit(&st->r->done, st->h.len, memory_order_release);
+  st->r = NULL;
+}
+
+/* Reads what a receiving stream has. 1: progress, 0: none; *more: the budget ended the turn. */
+static int stream_progress(struct tcp_io *io, struct tcp_stream *st, int *more) {
+  struct tcp_comm *c = st->comm;
+  size_t moved = 0;
+  int prog = 0;
+  *more = 0;
+  while (!st->dead) {
+    struct tcp_chunk_hdr nh;
+    struct iovec iov[2];
+    struct msghdr mh;
+    ssize_t n;
+    if (moved >= TCP_IO_BUDGET) {
+      *more = 1;
+      break;
+    }
+    memset(&mh, 0, sizeof(mh));
+    if (st->r == NULL) {
+      iov[0].iov_base = (char *)&st->h + st->hgot;
+      iov[0].iov_len = sizeof(st->h) - st->hgot;
+      mh.msg_iovlen = 1;
+    } else { /* the payload's rest, and the next header if it is there */
+      iov[0].iov_base = st->dst;
+      iov[0].iov_len = st->left;
+      iov[1].iov_base = &nh;
+      iov[1].iov_len = sizeof(nh);
+      mh.msg_iovlen = 2;
+    }
+    mh.msg_iov = iov;
+    n = recvmsg(st->fd, &mh, MSG_DONTWAIT);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) break;
+      if (!atomic_load(&c->stopping))
+        gdr_tcp_comm_fail(c, ncclRemoteError, "receiving on data stream %d: %s", st->idx, strerror(errno));
+      stream_drop(io, st);
+      break;
+    }
+    if (n == 0) {
+      if (st->r == NULL && st->hgot == 0) {
+        /* clean EOF between chunks: the peer closed; test() decides whether anything is still missing */
+        atomic_fetch_add(&c->streams_eof, 1);
+      } else if (!atomic_load(&c->stopping)) {
+        gdr_tcp_comm_fail(c, ncclRemoteError,
+                          "receiving on data stream %d: the peer closed the connection in the "
+                          "middle of a chunk",
+                          st->idx);
+      }
+      stream_drop(io, st);
+      break;
+    }
+    prog = 1;
+    moved += (size_t)n;
+    if (st->r == NULL) {
+      st->hgot += (size_t)n;
+      if (st->hgot < sizeof(st->h)) continue;
+      if (stream_header(io, st) != 0) break;
+      if (st->left == 0) chunk_landed(st);
+      continue;
+    }
+    if ((size_t)n < st->left) {
+      st->dst += n;
+      st->left -= (size_t)n;
+      continue;
+    }
+    {
+      size_t extra = (size_t)n - st->left;
+      st->left = 0;
+      chunk_landed(st);
+      if (extra > 0) {
+        memcpy(&st->h, &nh, extra);
+        st->hgot = extra;
+        if (extra == sizeof(st->h)) {
+          if (stream_header(io, st) != 0) break;
+          if (st->left == 0) chunk_landed(st);
+        }
+      }
+    }
+  }
+  return prog;
+}
+
+static void lane_fill_header(struct tcp_thread *ln) {
+  size_t off = (size_t)ln->ci * ln->cur.chunk;
+  size_t len = ln->cur.size - off < ln->cur.chunk ? ln->cur.size - off : ln->cur.chunk;
+  ln->ch.magic = TCP_CHUNK_MAGIC;
+  ln->ch.len = (uint32_t)len;
+  ln->ch.seq = ln->cur.seq;
+  ln->ch.off = off;
+  ln->ch.total = ln->cur.size;
+  ln->csent = 0;
+}
+
+/* Writes a send lane's chunks until its socket is full or it has nothing left. 1: progress; *more as above. */
+static int lane_progress(struct tcp_thread *ln, int *more) {
+  struct tcp_comm *c = ln->comm;
+  size_t moved = 0;
+  int prog = 0;
+  *more = 0;
+  for (;;) {
+    struct iovec iov[2];
+    struct msghdr mh;
+    size_t len, hl = sizeof(ln->ch);
+    ssize_t n;
+    int fd;
+    if (!ln->busy) {
+      pthread_mutex_lock(&ln->mu);
+      if (ln->head == atomic_load_explicit(&ln->tail, memory_order_relaxed)) {
+        pthread_mutex_unlock(&ln->mu);
+        break;
+      }
+      ln->cur = ln->q[ln->head % TCP_NREQ];
+      ln->head++;
+      pthread_mutex_unlock(&ln->mu);
+      prog = 1;
+      if (ln->dead || atomic_load(&c->failed)) continue; /* drain: the comm is dead, test() reports it */
+      ln->busy = 1;
+      ln->ci = ln->cur.first;
+      if (ln->ci >= ln->cur.nchunks) {
+        ln->busy = 0;
+        continue;
+      }
+      lane_fill_header(ln);
+    }
+    if (moved >= TCP_IO_BUDGET) {
+      *more = 1;
+      break;
+    }
+    len = ln->ch.len;
+    memset(&mh, 0, sizeof(mh));
+    if (ln->csent < hl) {
+      iov[0].iov_base = (char *)&ln->ch + ln->csent;
+      iov[0].iov_len = hl - ln->csent;
+      iov[1].iov_base = ln->cur.data + ln->ch.off;
+      iov[1].iov_len = len;
+      mh.msg_iovlen = 2;
+    } else {
+      iov[0].iov_base = ln->cur.data + ln->ch.off + (ln->csent - hl);
+      iov[0].iov_len = len - (ln->csent - hl);
+      mh.msg_iovlen = 1;
+    }
+    mh.msg_iov = iov;
+    fd = ln->fds[ln->rot % (unsigned)ln->nfds];
+    n = sendmsg(fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) break; /* EPOLLOUT brings it back */
+      if (!atomic_load(&c->stopping))
+        gdr_tcp_comm_fail(c, ncclRemoteError, "sending message %llu on data stream %d: %s",
+                          (unsigned long long)ln->cur.seq, ln->idx, strerror(errno));
+      ln->busy = 0;
+      ln->dead = 1;
+      continue; /* drains the queue */
+    }
+    prog = 1;
+    moved += (size_t)n;
+    ln->csent += (size_t)n;
+    if (ln->csent < hl + len) continue;
+    atomic_fetch_add_explicit(&ln->cur.req->done, len, memory_order_release);
+    ln->rot++;
+    ln->ci += ln->cur.stride;
+    if (ln->ci >= ln->cur.nchunks)
+      ln->busy = 0;
+    else
+      lane_fill_header(ln);
+  }
+  return prog;
+}
+
+static int slot_progress(struct tcp_io *io, int s) {
+  struct tcp_slot *sl = &io->slots[s];
+  int more = 0, prog = 0;
+  if (sl->kind == SLOT_LANE)
+    prog = lane_progress(sl->lane, &more);
+  else if (sl->kind == SLOT_STREAM)
+    prog = stream_progress(io, sl->st, &more);
+  if (more) again_push(io, s);
+  return prog;
+}
+
+/* Lanes kicked since the last look (under io->mu). The list is taken whole under rmu and walked through next_taken
+ * (the thread's own link): a lane kicked again meanwhile is on the new list through next_ready. */
+static int take_ready(struct tcp_io *io) {
+  struct tcp_thread *list;
+  int prog = 0;
+  pthread_mutex_lock(&io->rmu);
+  list = io->ready;
+  io->ready = NULL;
+  atomic_store(&io->has_ready, 0);
+  for (struct tcp_thread *l = list; l != NULL; l = l->next_ready) {
+    l->in_ready = 0;
+    l->next_taken = l->next_ready;
+  }
+  pthread_mutex_unlock(&io->rmu);
+  for (struct tcp_thread *l = list; l != NULL; l = l->next_taken) {
+    int more = 0;
+    if (lane_progress(l, &more)) prog = 1;
+    if (more) gdr_tcp_lane_kick(l);
+  }
+  return prog;
+}
+
+/* While one of its comms expects traffic, the thread polls for the longer window. */
+static int io_expecting(const struct tcp_io *io) {
+  for (int s = 0; s < io->nslots; s++) {
+    const struct tcp_slot *sl = &io->slots[s];
+    const struct tcp_comm *c = sl->kind == SLOT_LANE ? sl->lane->comm : sl->kind == SLOT_STREAM ? sl->st->comm : NULL;
+    if (c == NULL || atomic_load_explicit(&c->stopping, memory_order_relaxed) ||
+        atomic_load_explicit(&c->failed, memory_order_relaxed))
+      continue;
+    if (atomic_load_explicit(c->is_send ? &c->tx_expect : &c->rx_expect, memory_order_relaxed) > 0) return 1;
+  }
+  return 0;
+}
+
+static void *io_thread(void *arg) {
+  struct tcp_io *io = arg;
+  struct epoll_event ev[TCP_IO_EVENTS];
+  uint64_t since = 0; /* last progress */
+  pthread_mutex_lock(&io->mu);
+  while (!io->stop) {
+    int prog = 0, timeout = -1, n, werr;
+    if (atomic_load(&io->has_ready) && take_ready(io)) prog = 1;
+    if (io->nagain > 0) {
+      int na = io->nagain, *a = io->again;
+      /* served from a copy: a slot may push itself again */
+      int tmp[TCP_IO_EVENTS];
+      if (na > TCP_IO_EVENTS) na = TCP_IO_EVENTS;
+      memcpy(tmp, a, (size_t)na * sizeof(int));
+      memmove(a, a + na, (size_t)(io->nagain - na) * sizeof(int));
+      io->nagain -= na;
+      for (int i = 0; i < na; i++) io->slots[tmp[i]].in_again = 0;
+      for (int i = 0; i < na; i++)
+        if (slot_progress(io, tmp[i])) prog = 1;
+    }
+    if (prog) since = gdr_time_ns();
+    if (io->nagain > 0 || atomic_load(&io->has_ready)) {
+      timeout = 0;
+    } else if (io->spin_ns > 0 && since != 0) {
+      uint64_t win = io->spin_ns;
+      if (io->spin_max_ns > win && io_expecting(io)) win = io->spin_max_ns;
+      if (gdr_time_ns() - since < win) timeout = 0;
+    }
+    if (timeout < 0) {
+      atomic_store(&io->sleeping, 1);
+      if (atomic_load(&io->has_ready)) { /* a kick that did not see sleeping: served now */
+        atomic_store(&io->sleeping, 0);
+        continue;
+      }
+    }
+    pthread_mutex_unlock(&io->mu);
+    n = epoll_wait(io->ep, ev, TCP_IO_EVENTS, timeout);
+    werr = errno;
+    if (timeout < 0) atomic_store(&io->sleeping, 0);
+    if (n == 0 && timeout == 0 && !atomic_load(&io->has_ready)) {
+      cpu_relax();
+      sched_yield(); /* polling: hand the core to whoever has work on a busy host */
+    }
+    pthread_mutex_lock(&io->mu);
+    if (n < 0) {
+      if (werr != EINTR) {
+        GDR_WARN("TCP I/O thread %d: epoll_wait failed: %s", io->idx, strerror(werr));
+        break; /* cannot happen with a valid epoll fd; its comms then time out in the peer's and NCCL's checks */
+      }
+      continue;
+    }
+    for (int i = 0; i < n; i++) {
+      uint64_t d = ev[i].data.u64;
+      int s = (int)(d >> 32);
+      if (d == UINT64_MAX) {
+        uint64_t v;
+        if (read(io->evfd, &v, sizeof(v)) < 0 && errno != EAGAIN) GDR_TRACE(NCCL_NET, "TCP I/O eventfd read failed");
+        continue;
+      }
+      if (s >= io->nslots || io->slots[s].gen != (uint32_t)d) continue; /* detached since */
+      if (slot_progress(io, s)) prog = 1;
+    }
+    if (prog) since = gdr_time_ns();
+  }
+  pthread_mutex_unlock(&io->mu);
+  return NULL;
+}
+
+void gdr_tcp_lane_kick(struct tcp_thread *th) {
+  struct tcp_io *io = th->io;
+  int wake = 0;
+  if (io == NULL) return;
+  pthread_mutex_lock(&io->rmu);
+  if (!th->in_ready) {
+    th->in_ready = 1;
+    th->next_ready = io->ready;
+    io->ready = th;
+    atomic_store(&io->has_ready, 1);
+    wake = 1;
+  }
+  pthread_mutex_unlock(&io->rmu);
+  if (wake && atomic_load(&io->sleeping)) {
+    uint64_t one = 1;
+    /* EAGAIN: the counter is full, the thread is being woken anyway */
+    if (write(io->evfd, &one, sizeof(one)) < 0 && errno != EAGAIN)
+      GDR_WARN("TCP: waking I/O thread %d failed: %s", io->idx, strerror(errno));
+  }
+}
+
+/* ------------------------------------------------------------------------------------ start, stop, attach -- */
+
+static void pool_stop(void) { /* under g_pool.mu */
+  for (int i = 0; i < g_pool.n; i++) {
+    struct tcp_io *io = &g_pool.io[i];
+    if (io->started) {
+      uint64_t one = 1;
+      pthread_mutex_lock(&io->mu);
+      io->stop = 1;
+      pthread_mutex_unlock(&io->mu);
+      if (write(io->evfd, &one, sizeof(one)) < 0 && errno != EAGAIN)
+        GDR_WARN("TCP: waking I/O thread %d failed: %s", i, strerror(errno));
+      pthread_join(io->tid, NULL);
+    }
+    if (io->ep >= 0) close(io->ep);
+    if (io->evfd >= 0) close(io->evfd);
+    pthread_mutex_destroy(&io->mu);
+    pthread_mutex_destroy(&io->rmu);
+    free(io->slots);
+    free(io->again);
+    memset(io, 0, sizeof(*io));
+  }
+  g_pool.n = 0;
+}
+
+static ncclResult_t pool_start(void) { /* under g_pool.mu */
+  ncclResult_t res = ncclSuccess;
+  char why[160];
+  int n = gdr_tcp_pool_size(why, sizeof(why));
+  uint64_t spin = gdr_tcp_resolve_spin_ns(), spin_max = gdr_tcp_resolve_spin_max_ns();
+  if (n > TCP_IO_MAX) n = TCP_IO_MAX;
+  for (int i = 0; i < n; i++) {
+    struct tcp_io *io = &g_pool.io[i];
+    struct epoll_event ev;
+    int rc;
+    memset(io, 0, sizeof(*io));
+    io->idx = i;
+    io->ep = io->evfd = -1;
+    io->spin_ns = spin;
+    io->spin_max_ns = spin_max;
+    pthread_mutex_init(&io->mu, NULL); /* default mutexes: cannot fail on Linux */
+    pthread_mutex_init(&io->rmu, NULL);
+    g_pool.n = i + 1;
+    io->ep = epoll_create1(EPOLL_CLOEXEC);
+    io->evfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (io->ep < 0 || io->evfd < 0) {
+      GDR_WARN("TCP: cannot create the I/O thread pool's epoll/eventfd: %s", strerror(errno));
+      res = ncclSystemError;
+      goto out;
+    }
+    memset(&ev, 0, sizeof(ev));
+    ev.events = EPOLLIN;
+    ev.data.u64 = UINT64_MAX;
+    if (epoll_ctl(io->ep, EPOLL_CTL_ADD, io->evfd, &ev) != 0) {
+      GDR_WARN("TCP: epoll_ctl(eventfd) failed: %s", strerror(errno));
+      res = ncclSystemError;
+      goto out;
+    }
+    rc = pthread_create(&io->tid, NULL, io_thread, io);
+    if (rc != 0) {
+      GDR_WARN("TCP: cannot start I/O thread %d of %d: %s", i, n, strerror(rc));
+      res = ncclSystemError;
+      goto out;
+    }
+    io->started = 1;
+    {
+      /* named by its creator, so that it has its name once the comm exists (what top -H and /proc show) */
+      char name[16];
+      snprintf(name, sizeof(name), "gdr-tcp-io/%d", i % 100);
+      (void)pthread_setname_np(io->tid, name); /* a name is a convenience: no failure to report */
+    }
+  }
+  GDR_INFO(NCCL_NET, "TCP: %d I/O thread(s) for the data streams of every connection of this process (%s)", n, why);
+out:
+  if (res != ncclSuccess) pool_stop();
+  return res;
+}
+
+static struct tcp_io *least_loaded(void) { /* under g_pool.mu */
+  struct tcp_io *best = &g_pool.io[0];
+  for (int i = 1; i < g_pool.n; i++)
+    if (g_pool.io[i].load < best->load) best = &g_pool.io[i];
+  best->load++;
+  return best;
+}
+
+/* A slot of io for a lane or stream, its fd in io's epoll set (under io->mu). -1 on failure. */
+static int slot_add(struct tcp_io *io, int fd, int kind, struct tcp_thread *lane, struct tcp_stream *st) {
+  struct epoll_event ev;
+  int s;
+  for (s = 0; s < io->nslots; s++)
+    if (io->slots[s].kind == SLOT_FREE) break;
+  if (s == io->nslots) {
+    if (io->nslots == io->cap) {
+      int cap = io->cap ? io->cap * 2 : 16;
+      struct tcp_slot *n = realloc(io->slots, (size_t)cap * sizeof(*n));
+      int *ag;
+      if (n == NULL) {
+        GDR_WARN("TCP: out of memory for an I/O thread's slots");
+        return -1;
+      }
+      memset(n + io->cap, 0, (size_t)(cap - io->cap) * sizeof(*n));
+      io->slots = n;
+      ag = realloc(io->again, (size_t)cap * sizeof(*ag));
+      if (ag == NULL) {
+        GDR_WARN("TCP: out of memory for an I/O thread's slots");
+        return -1; /* slots grew, cap not: the next add tries again */
+      }
+      io->again = ag;
+      io->cap = cap;
+    }
+    io->nslots++;
+  }
+  memset(&ev, 0, sizeof(ev));
+  ev.events = (kind == SLOT_LANE ? EPOLLOUT : EPOLLIN | EPOLLRDHUP) | EPOLLET;
+  ev.data.u64 = ((uint64_t)(uint32_t)s << 32) | io->slots[s].gen;
+  if (epoll_ctl(io->ep, EPOLL_CTL_ADD, fd, &ev) != 0) {
+    GDR_WARN("TCP: epoll_ctl(ADD) of a data stream failed: %s", strerror(errno));
+    return -1;
+  }
+  io->slots[s].kind = kind;
+  io->slots[s].lane = lane;
+  io->slots[s].st = st;
+  return s;
+}
+
+/* Removes every slot of comm c from io (under io->mu). */
+static void slots_remove(struct tcp_io *io, const struct tcp_comm *c) {
+  for (int s = 0; s < io->nslots; s++) {
+    struct tcp_slot *sl = &io->slots[s];
+    if (sl->kind == SLOT_LANE && sl->lane->comm == c) {
+      for (int f = 0; f < sl->lane->nfds; f++) (void)epoll_ctl(io->ep, EPOLL_CTL_DEL, sl->lane->fds[f], NULL);
+    } else if (sl->kind == SLOT_STREAM && sl->st->comm == c) {
+      if (!sl->st->dead) (void)epoll_ctl(io->ep, EPOLL_CTL_DEL, sl->st->fd, NULL);
+    } else {
+      continue;
+    }
+    sl->kind = SLOT_FREE;
+    sl->gen++;
+    sl->lane = NULL;
+    sl->st = NULL;
+  }
+  for (int i = 0; i < io->nagain;) { /* freed slots leave the again list */
+    if (io->slots[io->again[i]].kind == SLOT_FREE) {
+      io->slots[io->again[i]].in_again = 0;
+      io->again[i] = io->again[--io->nagain];
+    } else {
+      i++;
+    }
+  }
+}
+
+static void detach_locked(struct tcp_comm *c) { /* under g_pool.mu */
+  for (int i = 0; i < g_pool.n; i++) {
+    struct tcp_io *io = &g_pool.io[i];
+    pthread_mutex_lock(&io->mu);
+    slots_remove(io, c);
+    pthread_mutex_unlock(&io->mu);
+    pthread_mutex_lock(&io->rmu); /* a lane still on the ready list leaves it */
+    for (struct tcp_thread **p = &io->ready; *p != NULL;) {
+      if ((*p)->comm == c) {
+        (*p)->in_ready = 0;
+        *p = (*p)->next_ready;
+      } else {
+        p = &(*p)->next_ready;
+      }
+    }
+    pthread_mutex_unlock(&io->rmu);
+  }
+  if (c->is_send) {
+    for (int t = 0; t < c->nthreads; t++) {
+      if (c->threads[t].io != NULL) c->threads[t].io->load--;
+      c->threads[t].io = NULL;
+    }
+  } else if (c->streams != NULL) {
+    for (int s = 0; s < c->nsocks; s++) {
+      if (c->streams[s].io != NULL) c->streams[s].io->load--;
+      c->streams[s].io = NULL;
+    }
+  }
+}
+
+/* A child forked while the pool runs has none of its threads: it forgets the parent's pool (whose comms it cannot use
+ * either) and starts its own with its first comm. */
+static void pool_atfork_child(void) {
+  for (int i = 0; i < g_pool.n; i++) {
+    struct tcp_io *io = &g_pool.io[i];
+    if (io->ep >= 0) close(io->ep);
+    if (io->evfd >= 0) close(io->evfd);
+    free(io->slots);
+    free(io->again);
+    memset(io, 0, sizeof(*io));
+  }
+  g_pool.n = 0;
+  g_pool.users = 0;
+  pthread_mutex_init(&g_pool.mu, NULL);
+}
+
+static void pool_atfork_register(void) {
+  if (pthread_atfork(NULL, NULL, pool_atfork_child) != 0) GDR_WARN("TCP: pthread_atfork failed");
+}
+
+ncclResult_t gdr_tcp_pool_attach(struct tcp_comm *c) {
+  static pthread_once_t once = PTHREAD_ONCE_INIT;
+  ncclResult_t res = ncclSuccess;
+  int n = c->is_send ? c->nthreads : c->nsocks;
+  pthread_once(&once, pool_atfork_register);
+  pthread_mutex_lock(&g_pool.mu);
+  if (g_pool.users == 0 && g_pool.n == 0) {
+    res = pool_start();
+    if (res != ncclSuccess) goto out;
+  }
+  g_pool.users++;
+  c->attached = 1;
+  for (int i = 0; i < n; i++) {
+    struct tcp_io *io = least_loaded();
+    int ok = 1;
+    pthread_mutex_lock(&io->mu);
+    if (c->is_send) {
+      struct tcp_thread *ln = &c->threads[i];
+      ln->io = io;
+      /* one slot per stream, all naming the lane: whichever of its sockets gets room brings it back */
+      for (int f = 0; f < ln->nfds && ok; f++)
+        if (slot_add(io, ln->fds[f], SLOT_LANE, ln, NULL) < 0) ok = 0;
+    } else {
+      struct tcp_stream *st = &c->streams[i];
+      st->io = io;
+      if (slot_add(io, st->fd, SLOT_STREAM, NULL, st) < 0) ok = 0;
+    }
+    pthread_mutex_unlock(&io->mu);
+    if (!ok) {
+      res = ncclSystemError;
+      goto out;
+    }
+  }
+  /* a stream whose bytes came before it was added is reported by epoll_ctl(ADD) itself (it polls the file) */
+out:
+  if (res != ncclSuccess && c->attached) {
+    detach_locked(c);
+    c->attached = 0;
+    if (--g_pool.users == 0) pool_stop();
+  }
+  pthread_mutex_unlock(&g_pool.mu);
+  return res;
+}
+
+void gdr_tcp_pool_detach(struct tcp_comm *c) {
+  if (!c->attached) return;
+  pthread_mutex_lock(&g_pool.mu);
+  detach_locked(c);
+  c->attached = 0;
+  if (--g_pool.users == 0) pool_stop();
+  pthread_mutex_unlock(&g_pool.mu);
+}

@@ -1,0 +1,283 @@
+/* The TCP transport's per-process I/O thread pool (plugin/tcp/tcp_pool.c): its thread count stays bounded whatever the
+ * number of connections, every byte of many concurrent connections lands where it belongs, idle connections cost no
+ * CPU, and the threads go away with the last connection. */
+#include <dirent.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core.h"
+#include "param.h"
+#include "tcp/tcp.h"
+#include "unit_common.h"
+
+struct pair {
+  void *l, *s, *r;
+  char handle[NCCL_NET_HANDLE_MAXSIZE];
+};
+
+static void pair_open(struct pair *p) {
+  double t0 = ut_now();
+  char h[NCCL_NET_HANDLE_MAXSIZE];
+  memset(p, 0, sizeof(*p));
+  assert_int_equal(gdr_core_listen(NULL, 0, p->handle, &p->l), ncclSuccess);
+  memcpy(h, p->handle, sizeof(h));
+  while (p->s == NULL || p->r == NULL) {
+    if (p->s == NULL) assert_int_equal(gdr_core_connect(NULL, 0, -1, h, &p->s), ncclSuccess);
+    if (p->r == NULL) assert_int_equal(gdr_core_accept(p->l, &p->r), ncclSuccess);
+    assert_true(ut_now() - t0 < 20.0);
+  }
+  assert_int_equal(gdr_core_close_listen(p->l), ncclSuccess);
+  p->l = NULL;
+}
+
+static void pair_close(struct pair *p) {
+  assert_int_equal(gdr_core_close_send(p->s), ncclSuccess);
+  assert_int_equal(gdr_core_close_recv(p->r), ncclSuccess);
+  memset(p, 0, sizeof(*p));
+}
+
+/* Threads of this process whose name starts with prefix; their tids in tids[] (up to max). */
+static int threads_named(const char *prefix, pid_t *tids, int max) {
+  DIR *d = opendir("/proc/self/task");
+  struct dirent *e;
+  int n = 0;
+  assert_non_null(d);
+  while ((e = readdir(d)) != NULL) {
+    char path[300], name[64] = "";
+    FILE *f;
+    if (e->d_name[0] == '.') continue;
+    snprintf(path, sizeof(path), "/proc/self/task/%s/comm", e->d_name);
+    f = fopen(path, "r");
+    if (f == NULL) continue; /* a thread that just ended */
+    if (fgets(name, sizeof(name), f) == NULL) name[0] = '\0';
+    fclose(f);
+    if (strncmp(name, prefix, strlen(prefix)) == 0) {
+      if (n < max) tids[n] = (pid_t)atoi(e->d_name);
+      n++;
+    }
+  }
+  closedir(d);
+  return n;
+}
+
+/* CPU time (ns) of a thread of this process, by its tid (Linux's per-thread CPU clock, as pthread_getcpuclockid). */
+static uint64_t thread_cpu_ns(pid_t tid) {
+  clockid_t cid = (clockid_t)((~(unsigned)tid << 3) | 6u); /* CPUCLOCK_PERTHREAD | CPUCLOCK_SCHED */
+  struct timespec ts;
+  if (clock_gettime(cid, &ts) != 0) return 0; /* the thread ended */
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+#define NPAIRS 8
+
+/* Every pair gets one message at once (sizes differ by pair and round), all driven together; every byte checked. */
+static void traffic_all(struct pair *p, int npairs, int round) {
+  unsigned char *sb[NPAIRS], *rb[NPAIRS];
+  void *smr[NPAIRS], *rmr[NPAIRS], *sreq[NPAIRS], *rreq[NPAIRS];
+  size_t size[NPAIRS];
+  int sdone[NPAIRS], rdone[NPAIRS], left = 2 * npairs;
+  double t0 = ut_now();
+  static const size_t base[] = {4u << 20, 65537, 1u << 20, 3000001};
+  for (int i = 0; i < npairs; i++) {
+    void *data[1];
+    size_t sizes[1];
+    int tags[1] = {1};
+    size[i] = base[(i + round) % 4] + (size_t)i * 4097;
+    sb[i] = malloc(size[i]);
+    rb[i] = malloc(size[i]);
+    assert_non_null(sb[i]);
+    assert_non_null(rb[i]);
+    ut_fill(sb[i], size[i], (unsigned)(round * 100 + i));
+    memset(rb[i], 0, size[i]);
+    assert_int_equal(gdr_core_reg_mr(p[i].s, sb[i], size[i], NCCL_PTR_HOST, &smr[i]), ncclSuccess);
+    assert_int_equal(gdr_core_reg_mr(p[i].r, rb[i], size[i], NCCL_PTR_HOST, &rmr[i]), ncclSuccess);
+    data[0] = rb[i];
+    sizes[0] = size[i];
+    rreq[i] = sreq[i] = NULL;
+    sdone[i] = rdone[i] = 0;
+    void *mh[1] = {rmr[i]};
+    while (rreq[i] == NULL)
+      assert_int_equal(gdr_core_irecv(p[i].r, 1, data, sizes, tags, mh, NULL, &rreq[i]), ncclSuccess);
+  }
+  while (left > 0) {
+    for (int i = 0; i < npairs; i++) {
+      if (sreq[i] == NULL)
+        assert_int_equal(gdr_core_isend(p[i].s, sb[i], size[i], 1, smr[i], NULL, &sreq[i]), ncclSuccess);
+      if (sreq[i] != NULL && !sdone[i]) {
+        assert_int_equal(gdr_core_test(sreq[i], &sdone[i], NULL, NULL), ncclSuccess);
+        left -= sdone[i];
+      }
+      if (!rdone[i]) {
+        size_t got[GDR_MAX_RECVS] = {0};
+        int n = 0;
+        assert_int_equal(gdr_core_test(rreq[i], &rdone[i], got, &n), ncclSuccess);
+        if (rdone[i]) {
+          assert_int_equal(n, 1);
+          assert_int_equal(got[0], size[i]);
+          left--;
+        }
+      }
+    }
+    assert_true(ut_now() - t0 < 60.0);
+  }
+  for (int i = 0; i < npairs; i++) {
+    assert_memory_equal(sb[i], rb[i], size[i]);
+    assert_int_equal(gdr_core_dereg_mr(p[i].s, smr[i]), ncclSuccess);
+    assert_int_equal(gdr_core_dereg_mr(p[i].r, rmr[i]), ncclSuccess);
+    free(sb[i]);
+    free(rb[i]);
+  }
+}
+
+/* 8 connections of 4 streams (both ends in this process: 16 comms, 64 streams) are served by the pool's 3 threads,
+ * not by 64 helpers; their data is intact; the threads end with the last comm. Before the pool: 64 threads. */
+static void test_bounded_threads(void **state) {
+  struct pair p[NPAIRS];
+  pid_t tids[128];
+  (void)state;
+  setenv("GDRNET_TCP_NSOCKS", "4", 1);
+  setenv("GDRNET_TCP_IO_THREADS", "3", 1);
+  ut_warn_reset();
+  gdr_params_reset(); /* this test's knobs */
+  assert_int_equal(gdr_core_init(ut_logger), ncclSuccess);
+  assert_int_equal(threads_named("gdr-tcp-", tids, 128), 0);
+  for (int i = 0; i < NPAIRS; i++) pair_open(&p[i]);
+  assert_int_equal(threads_named("gdr-tcp-", tids, 128), 3);
+  assert_int_equal(threads_named("gdr-tcp-io/", tids, 128), 3);
+  assert_int_equal(gdr_tcp_pool_running(), 3);
+  for (int round = 0; round < 3; round++) traffic_all(p, NPAIRS, round);
+  for (int i = 0; i < NPAIRS; i++) {
+    pair_close(&p[i]);
+    if (i < NPAIRS - 1) assert_int_equal(threads_named("gdr-tcp-", tids, 128), 3); /* comms remain */
+  }
+  assert_int_equal(threads_named("gdr-tcp-", tids, 128), 0); /* joined with the last comm */
+  assert_int_equal(gdr_tcp_pool_running(), 0);
+  /* and started again with the next one */
+  pair_open(&p[0]);
+  assert_int_equal(threads_named("gdr-tcp-", tids, 128), 3);
+  traffic_all(p, 1, 0);
+  pair_close(&p[0]);
+  assert_int_equal(threads_named("gdr-tcp-", tids, 128), 0);
+  gdr_core_fini();
+  unsetenv("GDRNET_TCP_NSOCKS");
+  unsetenv("GDRNET_TCP_IO_THREADS");
+}
+
+/* With polling on (as on hosts of 8 cores and more), idle connections cost the I/O threads under 1 % of a core:
+ * they poll only for their window after the last traffic, then sleep in epoll_wait. CPU time of every gdr-tcp-*
+ * thread (found in /proc/self/task) over one idle second. */
+static void test_idle_cpu(void **state) {
+  struct pair p[4];
+  pid_t tids[64];
+  uint64_t before[64], used = 0;
+  int n;
+  struct timespec idle = {1, 0};
+  (void)state;
+  setenv("GDRNET_TCP_SPIN_US", "200", 1);
+  setenv("GDRNET_TCP_SPIN_MAX_US", "1000", 1);
+  setenv("GDRNET_TCP_IO_THREADS", "2", 1);
+  ut_warn_reset();
+  gdr_params_reset(); /* this test's knobs */
+  assert_int_equal(gdr_core_init(ut_logger), ncclSuccess);
+  for (int i = 0; i < 4; i++) pair_open(&p[i]);
+  traffic_all(p, 4, 1);
+  /* the polling windows (at most 1 ms) end well within this: the measured second starts after it */
+  nanosleep(&(struct timespec){0, 100 * 1000 * 1000}, NULL);
+  n = threads_named("gdr-tcp-", tids, 64);
+  assert_int_equal(n, 2);
+  for (int i = 0; i < n; i++) before[i] = thread_cpu_ns(tids[i]);
+  while (nanosleep(&idle, &idle) != 0 && errno == EINTR) {}
+  for (int i = 0; i < n; i++) used += thread_cpu_ns(tids[i]) - before[i];
+  printf("# idle second: the I/O threads used %.3f ms of CPU\n", (double)used / 1e6);
+  assert_true(used < 10u * 1000 * 1000); /* < 1 % of a core */
+  traffic_all(p, 4, 2);                  /* and they wake up for the next traffic */
+  for (int i = 0; i < 4; i++) pair_close(&p[i]);
+  gdr_core_fini();
+  unsetenv("GDRNET_TCP_SPIN_US");
+  unsetenv("GDRNET_TCP_SPIN_MAX_US");
+  unsetenv("GDRNET_TCP_IO_THREADS");
+}
+
+/* A child forked while the pool runs (the parent's I/O threads do not exist in it) starts its own pool with its first
+ * comm and moves data; without the fork handler its lanes would go to threads that are not there and hang. */
+static void test_fork_child(void **state) {
+  struct pair p[1];
+  pid_t pid;
+  int st = 0;
+  (void)state;
+#if defined(__SANITIZE_THREAD__)
+  skip(); /* ThreadSanitizer cannot start threads in the child of a multi-threaded process */
+#endif
+  setenv("GDRNET_TCP_IO_THREADS", "2", 1);
+  ut_warn_reset();
+  gdr_params_reset(); /* this test's knobs */
+  assert_int_equal(gdr_core_init(ut_logger), ncclSuccess);
+  pair_open(&p[0]);
+  fflush(NULL);
+  pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    struct pair q[1];
+    pid_t tids[8];
+    alarm(60); /* a hang ends the child */
+    assert_int_equal(gdr_tcp_pool_running(), 0);
+    pair_open(&q[0]);
+    assert_int_equal(threads_named("gdr-tcp-io/", tids, 8), 2);
+    traffic_all(q, 1, 3);
+    pair_close(&q[0]);
+    _exit(0);
+  }
+  assert_int_equal(waitpid(pid, &st, 0), pid);
+  assert_true(WIFEXITED(st));
+  assert_int_equal(WEXITSTATUS(st), 0);
+  traffic_all(p, 1, 2); /* the parent's pool still works */
+  pair_close(&p[0]);
+  gdr_core_fini();
+  unsetenv("GDRNET_TCP_IO_THREADS");
+}
+
+/* The pool's size: the knob, or auto from the cores and the ranks on the host; named with how it was chosen. */
+static int reload(void) {
+  gdr_params_reset();
+  return gdr_params_load() == ncclSuccess ? 0 : -1;
+}
+
+static void test_pool_size(void **state) {
+  char why[160];
+  long online = sysconf(_SC_NPROCESSORS_ONLN);
+  int n;
+  (void)state;
+  setenv("GDRNET_TCP_IO_THREADS", "5", 1);
+  assert_int_equal(reload(), 0);
+  assert_int_equal(gdr_tcp_pool_size(why, sizeof(why)), 5);
+  assert_non_null(strstr(why, "GDRNET_TCP_IO_THREADS=5"));
+  unsetenv("GDRNET_TCP_IO_THREADS");
+  assert_int_equal(reload(), 0);
+  n = gdr_tcp_pool_size(why, sizeof(why));
+  assert_true(n >= 2 && n <= 16);
+  assert_non_null(strstr(why, "auto"));
+  setenv("OMPI_COMM_WORLD_LOCAL_SIZE", "64", 1); /* many ranks on the host: the floor of 2 each */
+  n = gdr_tcp_pool_size(why, sizeof(why));
+  if (online <= 64 * 4) assert_int_equal(n, 2);
+  assert_non_null(strstr(why, "OMPI_COMM_WORLD_LOCAL_SIZE"));
+  unsetenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+  setenv("GDRNET_TCP_IO_THREADS", "0", 1); /* out of range: named */
+  assert_int_not_equal(reload(), 0);
+  unsetenv("GDRNET_TCP_IO_THREADS");
+  assert_int_equal(reload(), 0);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_pool_size),
+      cmocka_unit_test(test_bounded_threads),
+      cmocka_unit_test(test_idle_cpu),
+      cmocka_unit_test(test_fork_child),
+  };
+  return cmocka_run_group_tests_name("unit_tcp_pool", tests, NULL, NULL);
+}
