@@ -105,11 +105,14 @@ void gdr_tcp_resolve_streams(int *nsocks, int *nthreads);
  * least one stream per member). */
 void gdr_tcp_streams_for(const struct gdr_conn_opts *opts, int *nsocks, int *nthreads);
 /* How long (ns) an I/O thread polls after its last progress before it sleeps in the kernel: GDRNET_TCP_SPIN_US,
- * auto = TCP_SPIN_AUTO_US on hosts with at least TCP_SPIN_AUTO_CORES online cores, else 0 (always block). */
+ * auto = TCP_SPIN_AUTO_US where this rank has at least TCP_SPIN_AUTO_CORES cores (gdr_tcp_rank_cores), else 0
+ * (always block: where the host's ranks share few cores, a polling thread takes a core from one that copies). */
 uint64_t gdr_tcp_resolve_spin_ns(void);
 /* The longer polling window while traffic is expected (GDRNET_TCP_SPIN_MAX_US; auto: TCP_SPIN_MAX_AUTO_US where
  * helpers poll at all, else 0), in ns. */
 uint64_t gdr_tcp_resolve_spin_max_ns(void);
+/* GDRNET_TCP_PROXY_IO resolved: test() helps the I/O threads (gdr_tcp_pool_help). auto: where they do not poll. */
+int gdr_tcp_resolve_proxy_io(void);
 #define TCP_SPIN_MAX_AUTO_US 1000
 #define TCP_SPIN_AUTO_US 200
 #define TCP_SPIN_AUTO_CORES 8
@@ -122,8 +125,8 @@ size_t gdr_tcp_resolve_cts_inline(size_t inline_max);
 
 #define TCP_NREQ NCCL_NET_MAX_REQUESTS /* request ring per comm */
 #define TCP_MAX_STREAMS 64
-#define TCP_TXQ 128          /* control messages queued per comm */
-#define TCP_RXBUF (64 * 1024) /* control stream staging */
+#define TCP_TXQ 128                 /* control messages queued per comm */
+#define TCP_RXBUF (64 * 1024)       /* control stream staging */
 #define TCP_CHUNK_MAGIC 0x4b4e4843u /* "CHNK" */
 
 #define TCP_MAX_CREDITS 1024
@@ -143,9 +146,10 @@ size_t gdr_tcp_resolve_cts_inline(size_t inline_max);
  * versions 2 and 3 (eager path, numbering by arrival) are refused at connect with a WARN naming both versions. A
  * version-1 peer (plain receives, CTS protocol only) still works: tags are ignored, ordinal = message number. */
 #define TCP_PROTO_MATCH 4
-#define TCP_FEAT_EAGER 0x1u /* understands GRANT, sends EAGER/RTS, receives CREDIT */
+#define TCP_FEAT_EAGER 0x1u  /* understands GRANT, sends EAGER/RTS, receives CREDIT */
 #define TCP_FEAT_GROUPS 0x2u /* grouped receives (version 3: CTS_GROUP; version 4: matching by tag ordinal) */
-#define TCP_FEAT_FUSED 0x4u /* listener: sends its addresses (TCP_BLOB_ADDRS) to a connector announcing it, which
+#define TCP_FEAT_FUSED                                                                                                 \
+  0x4u                             /* listener: sends its addresses (TCP_BLOB_ADDRS) to a connector announcing it, which
                              * understands them and spreads its data streams over them */
 #define TCP_BLOB_ADDRS 0x52444154u /* "TADR": struct gdr_wire_addr[ndevs], listener -> connector, control stream */
 struct tcp_proto {
@@ -214,24 +218,24 @@ struct tcp_req {
   int state; /* TCP_REQ_*; progress thread only */
   uint64_t seq;
   char *data;
-  size_t size;              /* send: bytes to send; recv: posted size */
-  _Atomic uint64_t armed;   /* recv: seq + 1 while posted (helpers check chunks against it), 0 otherwise */
-  _Atomic size_t done;      /* bytes sent to the kernel / landed in the buffer */
-  _Atomic size_t total;     /* recv: the sent size once known (SIZE_MAX before) */
-  ncclResult_t err;         /* failure of this request alone (size mismatch) */
-  int cts;                  /* recv: its CTS was sent (progress thread only) */
-  int expect;               /* recv, first buffer: counted in the comm's rx_expect (progress thread only) */
-  uint64_t wseq;            /* send: the buffer number its INLINE header and chunks carry (its CTS's id) */
+  size_t size;            /* send: bytes to send; recv: posted size */
+  _Atomic uint64_t armed; /* recv: seq + 1 while posted (helpers check chunks against it), 0 otherwise */
+  _Atomic size_t done;    /* bytes sent to the kernel / landed in the buffer */
+  _Atomic size_t total;   /* recv: the sent size once known (SIZE_MAX before) */
+  ncclResult_t err;       /* failure of this request alone (size mismatch) */
+  int cts;                /* recv: its CTS was sent (progress thread only) */
+  int expect;             /* recv, first buffer: counted in the comm's rx_expect (progress thread only) */
+  uint64_t wseq;          /* send: the buffer number its INLINE header and chunks carry (its CTS's id) */
   /* grouped receive: sub-requests in consecutive slots, one per buffer; the first one is NCCL's request */
-  int gn;                   /* recv, first sub-request: buffers in the group (1: a plain receive) */
-  uint64_t gbase;           /* recv: the group's first buffer number */
-  int tag;                  /* recv: this buffer's tag (0 with a version-1 peer) */
-  uint64_t ord;             /* recv: its ordinal among the buffers with its tag; send: the message's, within its tag */
-  int matched;              /* recv: a message was assigned to this buffer (eager, bounced, or inline/chunks) */
+  int gn;         /* recv, first sub-request: buffers in the group (1: a plain receive) */
+  uint64_t gbase; /* recv: the group's first buffer number */
+  int tag;        /* recv: this buffer's tag (0 with a version-1 peer) */
+  uint64_t ord;   /* recv: its ordinal among the buffers with its tag; send: the message's, within its tag */
+  int matched;    /* recv: a message was assigned to this buffer (eager, bounced, or inline/chunks) */
   /* device memory (tcp_cuda.c): the bytes travel through a pinned host buffer of this slot */
-  char *stage;              /* the slot's pinned buffer (kept for the slot's next requests) */
+  char *stage; /* the slot's pinned buffer (kept for the slot's next requests) */
   size_t stage_cap;
-  void *dev;                /* recv: the device buffer the staged bytes are copied to at completion (NULL: host) */
+  void *dev; /* recv: the device buffer the staged bytes are copied to at completion (NULL: host) */
   void *cuda_ctx;
 };
 
@@ -264,16 +268,16 @@ struct tcp_thread {
   int stop;              /* under mu: the comm is closing */
   /* the I/O thread serving it (fixed from comm start to close) */
   struct tcp_io *io;
-  int in_ready;                 /* under io's ready lock: on its list of lanes with new tasks */
+  int in_ready;                  /* under io's ready lock: on its list of lanes with new tasks */
   struct tcp_thread *next_ready; /* likewise */
   struct tcp_thread *next_taken; /* the I/O thread's walk of a taken ready list (under io's lock) */
   /* the I/O thread's own state (under io's lock) */
-  int busy;                 /* cur is being sent */
-  int dead;                 /* a send failed: tasks are dropped (the comm is failed) */
+  int busy; /* cur is being sent */
+  int dead; /* a send failed: tasks are dropped (the comm is failed) */
   struct tcp_task cur;
-  uint32_t ci;              /* cur's chunk being sent */
-  size_t csent;             /* bytes of it (header + payload) in the kernel */
-  struct tcp_chunk_hdr ch;  /* its header */
+  uint32_t ci;             /* cur's chunk being sent */
+  size_t csent;            /* bytes of it (header + payload) in the kernel */
+  struct tcp_chunk_hdr ch; /* its header */
   unsigned rot;
 };
 /* After pushing a task on th (th->tail++, under th->mu or after it): its I/O thread takes it. */
@@ -285,16 +289,16 @@ struct tcp_stream {
   int idx;
   int fd;
   struct tcp_io *io;
-  int dead;                /* EOF or failed: out of the I/O thread's epoll set */
-  struct tcp_chunk_hdr h;  /* the next chunk's header, hgot bytes of it read */
+  int dead;               /* EOF or failed: out of the I/O thread's epoll set */
+  struct tcp_chunk_hdr h; /* the next chunk's header, hgot bytes of it read */
   size_t hgot;
-  struct tcp_req *r;       /* the chunk being received (NULL: reading a header) */
+  struct tcp_req *r; /* the chunk being received (NULL: reading a header) */
   char *dst;
   size_t left;
 };
 
 struct tcp_bounce { /* an eager message that arrived before its buffer was posted */
-  uint64_t ord; /* the message (tag, ord) */
+  uint64_t ord;     /* the message (tag, ord) */
   int tag;
   int used;
   size_t size;
@@ -326,8 +330,8 @@ struct tcp_rts { /* receiver: an RTS for a buffer not posted yet */
 struct tcp_txent {
   struct tcp_ctrl_hdr hdr;
   const char *payload; /* the caller's bytes */
-  size_t len; /* payload bytes */
-  size_t off; /* over header + payload */
+  size_t len;          /* payload bytes */
+  size_t off;          /* over header + payload */
   struct tcp_req *req; /* inline send completed by this entry, or NULL */
 };
 
@@ -337,52 +341,53 @@ struct tcp_comm {
   int ctrl_fd;
   int nsocks, nthreads;
   int fds[TCP_MAX_STREAMS];
-  struct tcp_thread *threads;  /* is_send: nthreads send lanes */
-  struct tcp_stream *streams;  /* receiver: nsocks receiving streams */
-  int attached;                /* its lanes/streams are served by the I/O pool (tcp_pool.c) */
+  struct tcp_thread *threads; /* is_send: nthreads send lanes */
+  struct tcp_stream *streams; /* receiver: nsocks receiving streams */
+  int attached;               /* its lanes/streams are served by the I/O pool (tcp_pool.c) */
   union gdr_sockaddr peer;
   char peer_str[GDR_ADDR_STRLEN];
   size_t inline_max, min_chunk, max_chunk;
   size_t cts_inline_max; /* a message with its clear-to-send goes inline up to this (GDRNET_TCP_CTS_INLINE) */
-  uint64_t spin_ns; /* I/O threads: poll this long after their last progress before blocking (0: block) */
-  uint64_t spin_max_ns; /* ... and up to this long while traffic is expected (rx_expect/tx_expect > 0) */
+  uint64_t spin_ns;      /* I/O threads: poll this long after their last progress before blocking (0: block) */
+  uint64_t spin_max_ns;  /* ... and up to this long while traffic is expected (rx_expect/tx_expect > 0) */
+  int proxy_io;          /* test() runs a pass of the I/O threads serving it when its request is not done */
 
   /* progress-thread state */
   uint64_t next_seq; /* sender: isends accepted (its request ring); receiver: buffers posted (the next buffer id) */
   struct tcp_req req[TCP_NREQ];
-  unsigned rr; /* next send lane for a chunked send */
+  unsigned rr;    /* next send lane for a chunked send */
   int match_tags; /* version-4 peer: messages matched by (tag, ordinal); 0: a version-1 peer (one stream, tag 0) */
   size_t hdr_len; /* control header bytes on the wire: sizeof(struct tcp_ctrl_hdr), TCP_HDR_V1 for version 1 */
   struct tcp_tagent *tags; /* open addressing by tag, tags_cap a power of two (0: none yet) */
   unsigned tags_cap, tags_n;
   struct tcp_cts cts[TCP_NREQ]; /* sender: clear-to-sends not used (at most one per posted buffer) */
   unsigned ncts;
-  unsigned rts_out; /* sender: RTS messages sent for messages not accepted yet */
+  unsigned rts_out;                 /* sender: RTS messages sent for messages not accepted yet */
   struct tcp_rts rtsq[TCP_MAX_RTS]; /* receiver: RTS messages for buffers not posted yet */
   unsigned nrts;
   struct tcp_txent txq[TCP_TXQ];
   unsigned tx_head, tx_tail;
-  char *rx;          /* TCP_RXBUF staging */
+  char *rx; /* TCP_RXBUF staging */
   size_t rx_len, rx_off;
-  int rx_in_payload;             /* receiving an INLINE/EAGER payload into rx_dst */
-  char *rx_dst;                  /* the posted buffer or a bounce slot */
-  size_t rx_total, rx_left;      /* payload size, bytes still to come */
-  struct tcp_req *rx_req;        /* the posted receive it completes, or NULL (bounce) */
-  struct tcp_bounce *rx_bounce;  /* the bounce slot it fills, or NULL */
-  int rx_eager;                  /* it took a credit */
+  int rx_in_payload;            /* receiving an INLINE/EAGER payload into rx_dst */
+  char *rx_dst;                 /* the posted buffer or a bounce slot */
+  size_t rx_total, rx_left;     /* payload size, bytes still to come */
+  struct tcp_req *rx_req;       /* the posted receive it completes, or NULL (bounce) */
+  struct tcp_bounce *rx_bounce; /* the bounce slot it fills, or NULL */
+  int rx_eager;                 /* it took a credit */
   int ctrl_eof;
   unsigned peer_version;  /* the peer's TCP_PROTO_VERSION (1: an older plugin) */
   uint32_t peer_features; /* its TCP_FEAT_* */
-  int tx_dead; /* receiver: the sender is gone, nothing more is sent */
+  int tx_dead;            /* receiver: the sender is gone, nothing more is sent */
   int warned;
 
   /* eager path (design at the top) */
-  size_t eager_max;    /* receiver: E it granted (0 with no credits); sender: E granted to it */
-  uint32_t ncredits;   /* C: receiver: granted; sender: as granted */
-  uint32_t credits;    /* sender: eager messages it may still send */
-  int granted;         /* sender: GRANT seen (before it, the old receiver-driven protocol only) */
-  uint32_t unreturned; /* receiver: consumed eager messages not credited back yet */
-  unsigned idle_calls; /* sender: isend/test calls since the control stream was last read */
+  size_t eager_max;          /* receiver: E it granted (0 with no credits); sender: E granted to it */
+  uint32_t ncredits;         /* C: receiver: granted; sender: as granted */
+  uint32_t credits;          /* sender: eager messages it may still send */
+  int granted;               /* sender: GRANT seen (before it, the old receiver-driven protocol only) */
+  uint32_t unreturned;       /* receiver: consumed eager messages not credited back yet */
+  unsigned idle_calls;       /* sender: isend/test calls since the control stream was last read */
   struct tcp_bounce *bounce; /* receiver: ncredits slots for eager messages whose buffer is not posted yet */
   unsigned nbounce;          /* slots in use (each holds a credit) */
   /* counters for tests and traces */
@@ -429,11 +434,19 @@ ncclResult_t gdr_tcp_comm_start(struct tcp_comm *c); /* hands its data streams t
 /* tcp_pool.c: the per-process I/O threads (design there) */
 ncclResult_t gdr_tcp_pool_attach(struct tcp_comm *c);
 void gdr_tcp_pool_detach(struct tcp_comm *c); /* when it returns, no I/O thread touches c any more */
+/* The cores this rank may use: its CPU affinity; when that is every online core, the host's cores divided by the
+ * ranks on the host that the launcher names (*from: that variable, else NULL). At least 1. */
+int gdr_tcp_rank_cores(const char **from);
+/* One bounded non-blocking pass of the I/O threads serving c, each only if it is not at work itself (trylock), by
+ * a thread that is not one of them (NCCL's proxy thread in test()). 1 if it moved bytes. */
+int gdr_tcp_pool_help(struct tcp_comm *c);
+uint64_t gdr_tcp_pool_help_passes(void); /* help passes that moved bytes, process-wide (tests) */
 /* The pool size for this process: GDRNET_TCP_IO_THREADS, auto from the cores (*why: how it was chosen). */
 int gdr_tcp_pool_size(char *why, size_t whylen);
 /* I/O threads running now (tests) */
 int gdr_tcp_pool_running(void);
-void gdr_tcp_comm_fail(struct tcp_comm *c, ncclResult_t res, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+void gdr_tcp_comm_fail(struct tcp_comm *c, ncclResult_t res, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 /* tcp_p2p.c */
 ncclResult_t gdr_tcp_eager_setup(struct tcp_comm *c); /* receiver: bounce slots, GRANT sent */
 void gdr_tcp_eager_free(struct tcp_comm *c);
@@ -459,10 +472,8 @@ ncclResult_t gdr_tcp_test(void *request, int *done, size_t *sizes);
 /* tcp_init.c */
 ncclResult_t gdr_tcp_dev_addr(int dev, union gdr_sockaddr *addr);
 /* tcp_conn.c */
-ncclResult_t gdr_tcp_listen(int dev, const struct gdr_conn_opts *opts, struct gdr_handle *handle,
-                            void **listen_comm);
-ncclResult_t gdr_tcp_connect(int dev, const struct gdr_conn_opts *opts, struct gdr_handle *handle,
-                             void **send_comm);
+ncclResult_t gdr_tcp_listen(int dev, const struct gdr_conn_opts *opts, struct gdr_handle *handle, void **listen_comm);
+ncclResult_t gdr_tcp_connect(int dev, const struct gdr_conn_opts *opts, struct gdr_handle *handle, void **send_comm);
 /* A connect in progress on this handle (its state lives in the handle) is given up: its sockets closed, its state
  * freed. Nothing happens when none is (a handle this process never connected with, or one that completed). */
 void gdr_tcp_connect_abort(struct gdr_handle *handle);

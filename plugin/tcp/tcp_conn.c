@@ -22,15 +22,15 @@ struct tcp_group { /* streams of one incoming connection, gathered by conn_id */
   int ctrl_fd;
   unsigned peer_version; /* from the control stream's HELLO */
   uint32_t peer_features;
-  int addrs_pending;          /* fused listener: its addresses still to be sent on ctrl_fd */
+  int addrs_pending; /* fused listener: its addresses still to be sent on ctrl_fd */
   struct gdr_blob_io addrs_io;
   int nfds;
   int fds[TCP_MAX_STREAMS];
 };
 
 struct tcp_listen {
-  int nl;                   /* addresses listened on: 1, or the fused device's members */
-  struct gdr_listener *l;   /* nl of them, one nonce */
+  int nl;                 /* addresses listened on: 1, or the fused device's members */
+  struct gdr_listener *l; /* nl of them, one nonce */
   struct gdr_wire_addr addrs[GDR_MAX_FUSED];
   int dev;
   int tc; /* traffic class of the accepted comms' sockets, -1 none */
@@ -43,8 +43,8 @@ struct tcp_connecting { /* lives in the handle's state while connect() is re-ent
   unsigned peer_version; /* from the handle */
   uint32_t peer_features;
   int nsocks, nthreads;
-  int naddrs;         /* fused listener: its addresses, read from the control stream before the data streams */
-  int data_started;   /* the data stream connectors are started */
+  int naddrs;       /* fused listener: its addresses, read from the control stream before the data streams */
+  int data_started; /* the data stream connectors are started */
   uint64_t deadline_ns;
   struct gdr_blob_io addrs_io;
   struct gdr_wire_addr addrs[GDR_MAX_FUSED];
@@ -158,8 +158,8 @@ out:
 }
 
 static ncclResult_t comm_create(int is_send, int dev, int ctrl_fd, const int *fds, int nsocks, int nthreads,
-                                const union gdr_sockaddr *peer, unsigned peer_version, uint32_t peer_features,
-                                int tc, struct tcp_comm **out) {
+                                const union gdr_sockaddr *peer, unsigned peer_version, uint32_t peer_features, int tc,
+                                struct tcp_comm **out) {
   ncclResult_t res = ncclSuccess;
   struct tcp_comm *c = calloc(1, sizeof(*c));
   int timeout = (int)gdr_param_int(GDR_PARAM_TCP_TIMEOUT_MS);
@@ -188,6 +188,7 @@ static ncclResult_t comm_create(int is_send, int dev, int ctrl_fd, const int *fd
   c->max_chunk = (size_t)gdr_param_int(GDR_PARAM_TCP_MAX_CHUNK);
   c->spin_ns = gdr_tcp_resolve_spin_ns();
   c->spin_max_ns = gdr_tcp_resolve_spin_max_ns();
+  c->proxy_io = gdr_tcp_resolve_proxy_io();
   atomic_init(&c->stopping, 0);
   atomic_init(&c->rx_expect, 0);
   atomic_init(&c->tx_expect, 0);
@@ -198,8 +199,10 @@ static ncclResult_t comm_create(int is_send, int dev, int ctrl_fd, const int *fd
     atomic_init(&c->req[i].total, SIZE_MAX);
   }
   c->rx = malloc(TCP_RXBUF);
-  if (is_send) c->threads = calloc((size_t)nthreads, sizeof(*c->threads));
-  else c->streams = calloc((size_t)nsocks, sizeof(*c->streams));
+  if (is_send)
+    c->threads = calloc((size_t)nthreads, sizeof(*c->threads));
+  else
+    c->streams = calloc((size_t)nsocks, sizeof(*c->streams));
   if (c->rx == NULL || (is_send ? (void *)c->threads : (void *)c->streams) == NULL) {
     GDR_WARN("TCP: out of memory for a comm");
     res = ncclSystemError;
@@ -273,8 +276,7 @@ static void listen_free(struct tcp_listen *lc) {
   free(lc);
 }
 
-ncclResult_t gdr_tcp_listen(int dev, const struct gdr_conn_opts *opts, struct gdr_handle *handle,
-                            void **listen_comm) {
+ncclResult_t gdr_tcp_listen(int dev, const struct gdr_conn_opts *opts, struct gdr_handle *handle, void **listen_comm) {
   ncclResult_t res = ncclSuccess;
   struct tcp_listen *lc = calloc(1, sizeof(*lc));
   int n = opts->ndevs > 1 ? opts->ndevs : 1;
@@ -309,8 +311,8 @@ ncclResult_t gdr_tcp_listen(int dev, const struct gdr_conn_opts *opts, struct gd
   handle->nstreams = (uint16_t)lc->nsocks;
   handle->nthreads = (uint16_t)lc->nthreads;
   if (n > 1)
-    GDR_INFO(NCCL_NET, "TCP: listening on %d addresses of fused device %d, %d data stream(s) spread over them", n,
-             dev, lc->nsocks);
+    GDR_INFO(NCCL_NET, "TCP: listening on %d addresses of fused device %d, %d data stream(s) spread over them", n, dev,
+             lc->nsocks);
   *listen_comm = lc;
   lc = NULL;
 out:
@@ -383,8 +385,7 @@ out:
   return res;
 }
 
-ncclResult_t gdr_tcp_connect(int dev, const struct gdr_conn_opts *opts, struct gdr_handle *handle,
-                             void **send_comm) {
+ncclResult_t gdr_tcp_connect(int dev, const struct gdr_conn_opts *opts, struct gdr_handle *handle, void **send_comm) {
   ncclResult_t res = ncclSuccess;
   struct tcp_connecting *st = gdr_handle_state_get(handle);
   union gdr_sockaddr peer;
@@ -407,8 +408,8 @@ ncclResult_t gdr_tcp_connect(int dev, const struct gdr_conn_opts *opts, struct g
     }
     if (handle->nstreams < 1 || handle->nstreams > TCP_MAX_STREAMS || handle->nthreads < 1 ||
         handle->nthreads > handle->nstreams) {
-      GDR_WARN("connect: the handle asks for %u streams and %u threads (1..%d, threads <= streams)",
-               handle->nstreams, handle->nthreads, TCP_MAX_STREAMS);
+      GDR_WARN("connect: the handle asks for %u streams and %u threads (1..%d, threads <= streams)", handle->nstreams,
+               handle->nthreads, TCP_MAX_STREAMS);
       res = ncclInvalidUsage;
       goto out;
     }
@@ -592,8 +593,7 @@ ncclResult_t gdr_tcp_accept(void *listen_comm, void **recv_comm) {
       g->ctrl_fd = -1;
       group_clear(g);
       GDR_CHECK(comm_create(0, lc->dev, ctrl, fds, lc->nsocks, lc->nthreads, &peer, pver, pfeat, lc->tc, &c));
-      GDR_INFO(NCCL_NET, "TCP: accepted %s with %d data stream(s), %d lane(s)", c->peer_str, lc->nsocks,
-               lc->nthreads);
+      GDR_INFO(NCCL_NET, "TCP: accepted %s with %d data stream(s), %d lane(s)", c->peer_str, lc->nsocks, lc->nthreads);
       *recv_comm = c;
       goto out;
     }

@@ -81,18 +81,17 @@ void gdr_tcp_streams_for(const struct gdr_conn_opts *o, int *nsocks, int *nthrea
   if (ns < n) ns = n;
   ns = (ns + n - 1) / n * n;
   if (ns > TCP_MAX_STREAMS) ns = TCP_MAX_STREAMS - TCP_MAX_STREAMS % n;
-  if (nt_knob == GDR_PARAM_AUTO || nt_knob > ns) nt = ns;
-  else nt = nt_knob < 1 ? 1 : nt_knob;
+  if (nt_knob == GDR_PARAM_AUTO || nt_knob > ns)
+    nt = ns;
+  else
+    nt = nt_knob < 1 ? 1 : nt_knob;
   *nsocks = ns;
   *nthreads = nt;
 }
 
 uint64_t gdr_tcp_resolve_spin_ns(void) {
   int64_t us = gdr_param_int(GDR_PARAM_TCP_SPIN_US);
-  if (us == GDR_PARAM_AUTO) {
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    us = cores >= TCP_SPIN_AUTO_CORES ? TCP_SPIN_AUTO_US : 0;
-  }
+  if (us == GDR_PARAM_AUTO) us = gdr_tcp_rank_cores(NULL) >= TCP_SPIN_AUTO_CORES ? TCP_SPIN_AUTO_US : 0;
   return us > 0 ? (uint64_t)us * 1000u : 0;
 }
 
@@ -103,6 +102,11 @@ size_t gdr_tcp_resolve_cts_inline(size_t inline_max) {
     v = cores >= TCP_SPIN_AUTO_CORES ? TCP_CTS_INLINE_AUTO : (int64_t)inline_max;
   }
   return (size_t)v < inline_max ? (size_t)v : inline_max;
+}
+
+int gdr_tcp_resolve_proxy_io(void) {
+  int64_t v = gdr_param_int(GDR_PARAM_TCP_PROXY_IO);
+  return v == GDR_PARAM_AUTO ? gdr_tcp_resolve_spin_ns() == 0 : v != 0;
 }
 
 uint64_t gdr_tcp_resolve_spin_max_ns(void) {
@@ -157,8 +161,8 @@ static ncclResult_t tcp_init(int *ndev, char *why, size_t whylen) {
     goto out;
   }
   if (n == 0) {
-    snprintf(why, whylen, "no IP interface is up%s%s%s", spec[0] ? " and matches GDRNET_SOCKET_IFNAME=\"" : "",
-             spec, spec[0] ? "\"" : "");
+    snprintf(why, whylen, "no IP interface is up%s%s%s", spec[0] ? " and matches GDRNET_SOCKET_IFNAME=\"" : "", spec,
+             spec[0] ? "\"" : "");
     goto out;
   }
   for (int i = 0; i < n; i++) {
@@ -194,11 +198,12 @@ static ncclResult_t tcp_init(int *ndev, char *why, size_t whylen) {
     snprintf(why + off, whylen - off,
              "; %d data stream(s) in %d lane(s) per connection, served by %d I/O thread(s) per process (%s), inline "
              "<= %lld B (<= %zu B after a clear-to-send), I/O threads poll %llu us before sleeping (up to %llu us "
-             "while traffic is expected)",
+             "while traffic is expected), NCCL's proxy thread %s",
              ns, nt, np, pw, (long long)gdr_param_int(GDR_PARAM_TCP_INLINE),
              gdr_tcp_resolve_cts_inline((size_t)gdr_param_int(GDR_PARAM_TCP_INLINE)),
              (unsigned long long)(gdr_tcp_resolve_spin_ns() / 1000u),
-             (unsigned long long)(gdr_tcp_resolve_spin_max_ns() / 1000u));
+             (unsigned long long)(gdr_tcp_resolve_spin_max_ns() / 1000u),
+             gdr_tcp_resolve_proxy_io() ? "helps them in test() (GDRNET_TCP_PROXY_IO)" : "does not help them");
   }
 out:
   return res;

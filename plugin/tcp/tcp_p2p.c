@@ -80,7 +80,6 @@ static ncclResult_t io_fail(struct tcp_comm *c, ncclResult_t r, int err, const c
   return comm_error(c);
 }
 
-
 /* ------------------------------------------------------------------------------------- control stream tx -- */
 
 /* Marks n more bytes of the queue sent; an entry whose last byte is out completes its send request. */
@@ -270,7 +269,8 @@ ncclResult_t gdr_tcp_eager_setup(struct tcp_comm *c) {
   if (c->is_send) return ncclSuccess; /* the sender learns everything from the receiver's GRANT */
   if (!(c->peer_features & TCP_FEAT_EAGER)) {
     /* an older sender (TCP protocol version 1): it knows no GRANT, EAGER or RTS; every receive sends its CTS */
-    GDR_INFO(NCCL_NET, "TCP: the sender %s speaks TCP protocol version %u (an older libnccl-net-gdr): no eager "
+    GDR_INFO(NCCL_NET,
+             "TCP: the sender %s speaks TCP protocol version %u (an older libnccl-net-gdr): no eager "
              "messages on this connection",
              c->peer_str, c->peer_version);
     return ncclSuccess;
@@ -318,8 +318,8 @@ static ncclResult_t credit_check(struct tcp_comm *c) {
   }
   for (int i = 0; i < TCP_NREQ; i++) {
     struct tcp_req *q = &c->req[i];
-    if (q->state != TCP_REQ_RECV || q->matched || q->cts || atomic_load_explicit(&q->total, memory_order_relaxed) !=
-                                                                SIZE_MAX)
+    if (q->state != TCP_REQ_RECV || q->matched || q->cts ||
+        atomic_load_explicit(&q->total, memory_order_relaxed) != SIZE_MAX)
       continue;
     GDR_CHECK(send_cts(c, q, 0));
     queued = 1;
@@ -398,7 +398,7 @@ static ncclResult_t send_cts(struct tcp_comm *c, struct tcp_req *q, int flush) {
   if (flush) return tx_send(c, TCP_MSG_CTS, (uint32_t)q->tag, q->ord, q->size, q->seq, NULL, 0, NULL);
   if (c->tx_dead) return ncclSuccess;
   return tx_queue(c, TCP_MSG_CTS, (uint32_t)q->tag, q->ord, q->size, q->seq, NULL, 0, NULL) ? ncclSuccess
-                                                                                          : ncclInternalError;
+                                                                                            : ncclInternalError;
 }
 
 /* ------------------------------------------------------------------------------------- control stream rx -- */
@@ -479,8 +479,7 @@ static ncclResult_t rx_message_send(struct tcp_comm *c, const struct tcp_ctrl_hd
     gdr_tcp_comm_fail(c, ncclInvalidUsage, "message %llu of tag %d: send of %llu bytes into a receive of %u bytes",
                       (unsigned long long)h->seq, (int)(uint32_t)h->id, (unsigned long long)h->size, h->aux);
     return ncclSuccess;
-  default:
-    return protocol_error(c, h, "unexpected message type from the receiver");
+  default: return protocol_error(c, h, "unexpected message type from the receiver");
   }
 }
 
@@ -504,12 +503,14 @@ static ncclResult_t rx_eager(struct tcp_comm *c, const struct tcp_ctrl_hdr *h) {
   if (c->nbounce >= c->ncredits) return protocol_error(c, h, "eager message beyond the credits");
   /* A sender is at most one message per credit ahead of the buffers posted here with its tag, and its messages of a
    * tag come in order: an ordinal outside that window is a corrupt or hostile peer, not something to buffer. */
-  if (h->seq >= next + c->ncredits) return protocol_error(c, h, "eager message numbered outside the window the credits allow");
+  if (h->seq >= next + c->ncredits)
+    return protocol_error(c, h, "eager message numbered outside the window the credits allow");
   for (uint32_t i = 0; i < c->ncredits; i++) {
     struct tcp_bounce *x = &c->bounce[i];
     if (x->used && x->tag == tag && x->ord >= h->seq)
-      return protocol_error(c, h, "eager message numbered outside the window the credits allow (not after the "
-                                  "last one of its tag)");
+      return protocol_error(c, h,
+                            "eager message numbered outside the window the credits allow (not after the "
+                            "last one of its tag)");
     if (!x->used && b == NULL) b = x;
   }
   if (b->cap < h->size) {
@@ -579,15 +580,13 @@ static ncclResult_t rx_message_recv(struct tcp_comm *c, const struct tcp_ctrl_hd
                atomic_load_explicit(&r->total, memory_order_relaxed) == SIZE_MAX &&
                (!c->match_tags || (r->tag == (int)h->aux && r->ord == h->seq));
   switch (h->type) {
-  case TCP_MSG_EAGER:
-    return rx_eager(c, h);
+  case TCP_MSG_EAGER: return rx_eager(c, h);
   case TCP_MSG_INLINE:
     if (!posted || h->size > r->size || r->matched)
       return protocol_error(c, h, "inline message matching no posted receive");
     r->matched = 1;
     return rx_start(c, r->data, (size_t)h->size, r, NULL, 0);
-  case TCP_MSG_RTS:
-    return rx_rts(c, h);
+  case TCP_MSG_RTS: return rx_rts(c, h);
   case TCP_MSG_ERR_SIZE:
     if (!posted) return protocol_error(c, h, "size error for no posted receive");
     GDR_WARN("TCP: the peer %s sends %llu bytes as message %llu of tag %d but this receive posted only %zu bytes "
@@ -599,8 +598,7 @@ static ncclResult_t rx_message_recv(struct tcp_comm *c, const struct tcp_ctrl_hd
     gdr_tcp_comm_fail(c, ncclInvalidUsage, "buffer %llu: send of %llu bytes into a receive of %zu bytes",
                       (unsigned long long)h->id, (unsigned long long)h->size, r->size);
     return ncclSuccess;
-  default:
-    return protocol_error(c, h, "unexpected message type from the sender");
+  default: return protocol_error(c, h, "unexpected message type from the sender");
   }
 }
 
@@ -791,7 +789,7 @@ ncclResult_t gdr_tcp_isend(void *send_comm, void *data, size_t size, int tag, vo
     return comm_error(c);
   }
   if (r->state != TCP_REQ_FREE) goto out; /* 32 in flight: try again later */
-  if (!c->match_tags) tag = 0; /* a version-1 receiver: one stream of plain receives */
+  if (!c->match_tags) tag = 0;            /* a version-1 receiver: one stream of plain receives */
   te = tag_get(c, tag);
   if (te == NULL) return comm_error(c);
   ord = te->next; /* this is message (tag, ord): it belongs in the receiver's buffer (tag, ord) */
@@ -1053,6 +1051,7 @@ ncclResult_t gdr_tcp_test(void *request, int *done, size_t *sizes) {
     bytes = r->size;
     if (atomic_load_explicit(&r->done, memory_order_acquire) != bytes) {
       if (c->tx_head != c->tx_tail) GDR_CHECK(tx_flush(c));
+      if (c->proxy_io) (void)gdr_tcp_pool_help(c);
       if (atomic_load_explicit(&r->done, memory_order_acquire) != bytes) {
         GDR_CHECK(comm_error(c));
         goto out;
@@ -1064,6 +1063,7 @@ ncclResult_t gdr_tcp_test(void *request, int *done, size_t *sizes) {
     if (recv_pending(c, r, &err) != NULL) {
       if (c->tx_head != c->tx_tail) GDR_CHECK(tx_flush(c));
       GDR_CHECK(rx_progress(c));
+      if (c->proxy_io) (void)gdr_tcp_pool_help(c);
       /* The streams' EOF count first, then the bytes: a helper adds its last chunk to done before it reads the EOF
        * that follows it, so every byte that arrived before the EOFs counted here is visible below (reading them in
        * the other order could see the chunk missing and then the EOF, and fail a message that is complete). done

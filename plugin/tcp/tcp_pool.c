@@ -44,8 +44,10 @@
 #define TCP_IO_MAX 64
 #define TCP_IO_BUDGET (4u << 20) /* bytes per lane or stream per turn */
 #define TCP_IO_EVENTS 64
-#define TCP_IO_NCCL_THREADS 2
-#define TCP_IO_MIN_AUTO 2 /* busy threads of NCCL per rank (proxy progress + the application's), left their cores */
+#define TCP_HELP_BUDGET (512u << 10) /* a helper's pass (gdr_tcp_pool_help): bytes per lane or stream */
+#define TCP_HELP_TURNS 4             /* ... and the turns it takes from the again list, and from epoll */
+#define TCP_IO_NCCL_THREADS 2 /* busy threads of NCCL per rank (proxy progress + the application's), left their cores */
+#define TCP_IO_MAX_AUTO 16
 
 enum { SLOT_FREE = 0, SLOT_LANE, SLOT_STREAM, SLOT_AGAIN };
 
@@ -76,6 +78,7 @@ struct tcp_io {
   _Atomic int has_ready;
   _Atomic int sleeping; /* in a blocking epoll_wait: a kick must write evfd */
   uint64_t spin_ns, spin_max_ns;
+  size_t budget; /* bytes per lane or stream per turn (under mu): TCP_IO_BUDGET, TCP_HELP_BUDGET in a helper's pass */
 };
 
 static struct {
@@ -96,17 +99,11 @@ static int env_pos(const char *name) {
   return (*end == '\0' && v > 0 && v < 100000) ? (int)v : 0;
 }
 
-int gdr_tcp_pool_size(char *why, size_t whylen) {
-  int64_t knob = gdr_param_int(GDR_PARAM_TCP_IO_THREADS);
+int gdr_tcp_rank_cores(const char **from) {
   long online = sysconf(_SC_NPROCESSORS_ONLN);
   cpu_set_t set;
-  int cores, local = 0, n;
-  const char *from = "";
-  if (knob != GDR_PARAM_AUTO) {
-    n = (int)knob;
-    if (why) snprintf(why, whylen, "GDRNET_TCP_IO_THREADS=%d", n);
-    return n;
-  }
+  int cores, local = 0;
+  if (from) *from = NULL;
   if (online < 1) online = 1;
   cores = (int)online;
   if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0) cores = CPU_COUNT(&set);
@@ -116,18 +113,37 @@ int gdr_tcp_pool_size(char *why, size_t whylen) {
     static const char *const names[] = {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "LOCAL_WORLD_SIZE",
                                         "SLURM_NTASKS_PER_NODE"};
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]) && local == 0; i++)
-      if ((local = env_pos(names[i])) > 0) from = names[i];
+      if ((local = env_pos(names[i])) > 0 && from) *from = names[i];
   }
   if (local > 1) cores /= local;
-  n = cores - TCP_IO_NCCL_THREADS;
-  /* at least 2: with one thread per process, sends and receives take turns (on the 2-core CPU machine, 512 KiB
-   * both ways: 0.18-0.31x the per-connection helpers' rate with 1 or 2 threads, 0.99x with 4; docs/PERFORMANCE.md
-   * section 7) */
-  if (n < TCP_IO_MIN_AUTO) n = TCP_IO_MIN_AUTO;
-  if (n > 16) n = 16;
+  return cores > 0 ? cores : 1;
+}
+
+int gdr_tcp_pool_size(char *why, size_t whylen) {
+  int64_t knob = gdr_param_int(GDR_PARAM_TCP_IO_THREADS);
+  const char *from = NULL;
+  int cores, n;
+  if (knob != GDR_PARAM_AUTO) {
+    n = (int)knob;
+    if (why) snprintf(why, whylen, "GDRNET_TCP_IO_THREADS=%d", n);
+    return n;
+  }
+  cores = gdr_tcp_rank_cores(&from);
+  if (cores >= TCP_SPIN_AUTO_CORES) {
+    /* cores of its own: one thread per core NCCL's two busy threads leave (they poll, GDRNET_TCP_SPIN_US) */
+    n = cores - TCP_IO_NCCL_THREADS;
+    if (n > TCP_IO_MAX_AUTO) n = TCP_IO_MAX_AUTO;
+  } else {
+    /* Few cores, shared with NCCL's busy threads: the threads block (no polling) and the scheduler shares a core
+     * per runnable thread, so more of them get the bytes more of it (8 ranks on the 16-core GPU machine, 128 MB
+     * all_reduce: 2 threads 2.09 GB/s, 4 2.82, 8 2.69, 16 3.31; docs/PERFORMANCE.md section 9) */
+    n = TCP_IO_MAX_AUTO;
+  }
   if (why)
-    snprintf(why, whylen, "auto: %d core(s) for this rank%s%s%s, %d for NCCL's threads", cores, local > 1 ? " (" : "",
-             local > 1 ? from : "", local > 1 ? " ranks on the host)" : "", TCP_IO_NCCL_THREADS);
+    snprintf(why, whylen, "auto: %d core(s) for this rank%s%s%s, %s", cores, from ? " (" : "", from ? from : "",
+             from ? " ranks on the host)" : "",
+             cores >= TCP_SPIN_AUTO_CORES ? "2 for NCCL's threads"
+                                          : "fewer than 8: blocking threads sharing the cores with NCCL's");
   return n;
 }
 
@@ -200,7 +216,7 @@ static int stream_progress(struct tcp_io *io, struct tcp_stream *st, int *more) 
     struct iovec iov[2];
     struct msghdr mh;
     ssize_t n;
-    if (moved >= TCP_IO_BUDGET) {
+    if (moved >= io->budget) {
       *more = 1;
       break;
     }
@@ -312,7 +328,7 @@ static int lane_progress(struct tcp_thread *ln, int *more) {
       }
       lane_fill_header(ln);
     }
-    if (moved >= TCP_IO_BUDGET) {
+    if (moved >= ln->io->budget) {
       *more = 1;
       break;
     }
@@ -492,6 +508,76 @@ void gdr_tcp_lane_kick(struct tcp_thread *th) {
   }
 }
 
+/* ------------------------------------------------------------------------------------------ help passes -- */
+
+/* One bounded, non-blocking pass over io's work by a thread that is not its own (NCCL's proxy thread in test()):
+ * the lanes kicked, the front of the again list, what epoll reports now; each lane or stream moves at most
+ * TCP_HELP_BUDGET. Under io->mu. The eventfd's readiness is left to the thread (level-triggered: it sees it). */
+static int io_pass(struct tcp_io *io) {
+  struct epoll_event ev[TCP_HELP_TURNS];
+  int prog = 0, n, na;
+  io->budget = TCP_HELP_BUDGET;
+  if (atomic_load(&io->has_ready) && take_ready(io)) prog = 1;
+  na = io->nagain < TCP_HELP_TURNS ? io->nagain : TCP_HELP_TURNS;
+  if (na > 0) {
+    int tmp[TCP_HELP_TURNS];
+    memcpy(tmp, io->again, (size_t)na * sizeof(int));
+    memmove(io->again, io->again + na, (size_t)(io->nagain - na) * sizeof(int));
+    io->nagain -= na;
+    for (int i = 0; i < na; i++) io->slots[tmp[i]].in_again = 0;
+    for (int i = 0; i < na; i++)
+      if (slot_progress(io, tmp[i])) prog = 1;
+  }
+  n = epoll_wait(io->ep, ev, TCP_HELP_TURNS, 0);
+  for (int i = 0; i < n; i++) {
+    uint64_t d = ev[i].data.u64;
+    int s = (int)(d >> 32);
+    if (d == UINT64_MAX || s >= io->nslots || io->slots[s].gen != (uint32_t)d) continue;
+    if (slot_progress(io, s)) prog = 1;
+  }
+  io->budget = TCP_IO_BUDGET;
+  return prog;
+}
+
+static _Atomic uint64_t g_help_passes; /* passes that moved bytes (tests) */
+
+uint64_t gdr_tcp_pool_help_passes(void) { return atomic_load_explicit(&g_help_passes, memory_order_relaxed); }
+
+static int help_one(struct tcp_io *io, struct tcp_io **seen, int *nseen) {
+  int prog = 0, wake = 0;
+  for (int i = 0; i < *nseen; i++)
+    if (seen[i] == io) return 0;
+  seen[(*nseen)++] = io;
+  if (pthread_mutex_trylock(&io->mu) != 0) return 0; /* its thread is at work */
+  if (!io->stop) {
+    prog = io_pass(io);
+    /* what the pass left (a turn cut at its budget, a lane kicked meanwhile) is the thread's again */
+    wake = io->nagain > 0 || atomic_load(&io->has_ready);
+  }
+  pthread_mutex_unlock(&io->mu);
+  if (wake && atomic_load(&io->sleeping)) {
+    uint64_t one = 1;
+    if (write(io->evfd, &one, sizeof(one)) < 0 && errno != EAGAIN)
+      GDR_WARN("TCP: waking I/O thread %d failed: %s", io->idx, strerror(errno));
+  }
+  if (prog) atomic_fetch_add_explicit(&g_help_passes, 1, memory_order_relaxed);
+  return prog;
+}
+
+int gdr_tcp_pool_help(struct tcp_comm *c) {
+  struct tcp_io *seen[TCP_MAX_STREAMS];
+  int nseen = 0, prog = 0;
+  if (!c->attached) return 0;
+  if (c->is_send) {
+    for (int i = 0; i < c->nthreads; i++)
+      if (c->threads[i].io != NULL && help_one(c->threads[i].io, seen, &nseen)) prog = 1;
+  } else {
+    for (int i = 0; i < c->nsocks; i++)
+      if (c->streams[i].io != NULL && help_one(c->streams[i].io, seen, &nseen)) prog = 1;
+  }
+  return prog;
+}
+
 /* ------------------------------------------------------------------------------------ start, stop, attach -- */
 
 static void pool_stop(void) { /* under g_pool.mu */
@@ -532,6 +618,7 @@ static ncclResult_t pool_start(void) { /* under g_pool.mu */
     io->ep = io->evfd = -1;
     io->spin_ns = spin;
     io->spin_max_ns = spin_max;
+    io->budget = TCP_IO_BUDGET;
     pthread_mutex_init(&io->mu, NULL); /* default mutexes: cannot fail on Linux */
     pthread_mutex_init(&io->rmu, NULL);
     g_pool.n = i + 1;

@@ -168,6 +168,39 @@ static void test_bounded_threads(void **state) {
   unsetenv("GDRNET_TCP_IO_THREADS");
 }
 
+/* GDRNET_TCP_PROXY_IO: the thread calling test() runs passes of the I/O thread serving its comm when that thread is
+ * not at work (1 thread for 8 connections here); off, it never does. Every byte checked either way. */
+static void proxy_io_round(const char *knob, uint64_t *passes) {
+  struct pair p[NPAIRS];
+  uint64_t before;
+  setenv("GDRNET_TCP_NSOCKS", "2", 1);
+  setenv("GDRNET_TCP_IO_THREADS", "1", 1);
+  setenv("GDRNET_TCP_PROXY_IO", knob, 1);
+  ut_warn_reset();
+  gdr_params_reset();
+  assert_int_equal(gdr_core_init(ut_logger), ncclSuccess);
+  for (int i = 0; i < NPAIRS; i++) pair_open(&p[i]);
+  before = gdr_tcp_pool_help_passes();
+  for (int round = 0; round < 4; round++) traffic_all(p, NPAIRS, round);
+  *passes = gdr_tcp_pool_help_passes() - before;
+  for (int i = 0; i < NPAIRS; i++) pair_close(&p[i]);
+  gdr_core_fini();
+  unsetenv("GDRNET_TCP_NSOCKS");
+  unsetenv("GDRNET_TCP_IO_THREADS");
+  unsetenv("GDRNET_TCP_PROXY_IO");
+}
+
+static void test_proxy_io(void **state) {
+  uint64_t off = 0, on = 0;
+  (void)state;
+  proxy_io_round("0", &off);
+  assert_int_equal(off, 0);
+  proxy_io_round("1", &on);
+  print_message("help passes that moved bytes: %llu with GDRNET_TCP_PROXY_IO=1, %llu with 0\n", (unsigned long long)on,
+                (unsigned long long)off);
+  assert_true(on > 0);
+}
+
 /* With polling on (as on hosts of 8 cores and more), idle connections cost the I/O threads under 1 % of a core:
  * they poll only for their window after the last traffic, then sleep in epoll_wait. CPU time of every gdr-tcp-*
  * thread (found in /proc/self/task) over one idle second. */
@@ -261,10 +294,26 @@ static void test_pool_size(void **state) {
   n = gdr_tcp_pool_size(why, sizeof(why));
   assert_true(n >= 2 && n <= 16);
   assert_non_null(strstr(why, "auto"));
-  setenv("OMPI_COMM_WORLD_LOCAL_SIZE", "64", 1); /* many ranks on the host: the floor of 2 each */
+  setenv("OMPI_COMM_WORLD_LOCAL_SIZE", "64", 1); /* many ranks on the host: fewer than 8 cores each */
   n = gdr_tcp_pool_size(why, sizeof(why));
-  if (online <= 64 * 4) assert_int_equal(n, 2);
+  if (online < 64 * 8 && gdr_tcp_rank_cores(NULL) >= online) {
+    assert_int_equal(gdr_tcp_rank_cores(NULL), online / 64 > 0 ? online / 64 : 1);
+    assert_int_equal(n, 16);
+    assert_non_null(strstr(why, "fewer than 8"));
+    assert_int_equal(gdr_tcp_resolve_spin_ns(), 0); /* blocking threads where cores are shared */
+    assert_int_equal(gdr_tcp_resolve_proxy_io(), 1);
+  }
   assert_non_null(strstr(why, "OMPI_COMM_WORLD_LOCAL_SIZE"));
+  setenv("OMPI_COMM_WORLD_LOCAL_SIZE", "1", 1);
+  n = gdr_tcp_pool_size(why, sizeof(why));
+  if (gdr_tcp_rank_cores(NULL) >= 8) {
+    int c = gdr_tcp_rank_cores(NULL);
+    assert_int_equal(n, c - 2 < 16 ? c - 2 : 16);
+    assert_int_equal(gdr_tcp_resolve_spin_ns(), 200000u);
+    assert_int_equal(gdr_tcp_resolve_proxy_io(), 0);
+  } else {
+    assert_int_equal(n, 16);
+  }
   unsetenv("OMPI_COMM_WORLD_LOCAL_SIZE");
   setenv("GDRNET_TCP_IO_THREADS", "0", 1); /* out of range: named */
   assert_int_not_equal(reload(), 0);
@@ -274,10 +323,8 @@ static void test_pool_size(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_pool_size),
-      cmocka_unit_test(test_bounded_threads),
-      cmocka_unit_test(test_idle_cpu),
-      cmocka_unit_test(test_fork_child),
+      cmocka_unit_test(test_pool_size), cmocka_unit_test(test_bounded_threads), cmocka_unit_test(test_proxy_io),
+      cmocka_unit_test(test_idle_cpu),  cmocka_unit_test(test_fork_child),
   };
   return cmocka_run_group_tests_name("unit_tcp_pool", tests, NULL, NULL);
 }
