@@ -1051,7 +1051,8 @@ ncclResult_t gdr_tcp_test(void *request, int *done, size_t *sizes) {
     bytes = r->size;
     if (atomic_load_explicit(&r->done, memory_order_acquire) != bytes) {
       if (c->tx_head != c->tx_tail) GDR_CHECK(tx_flush(c));
-      if (c->proxy_io) (void)gdr_tcp_pool_help(c);
+      /* the control stream drained and bytes still missing: they are chunks on the send lanes */
+      if (c->proxy_io && c->tx_head == c->tx_tail) (void)gdr_tcp_pool_help(c);
       if (atomic_load_explicit(&r->done, memory_order_acquire) != bytes) {
         GDR_CHECK(comm_error(c));
         goto out;
@@ -1063,7 +1064,9 @@ ncclResult_t gdr_tcp_test(void *request, int *done, size_t *sizes) {
     if (recv_pending(c, r, &err) != NULL) {
       if (c->tx_head != c->tx_tail) GDR_CHECK(tx_flush(c));
       GDR_CHECK(rx_progress(c));
-      if (c->proxy_io) (void)gdr_tcp_pool_help(c);
+      /* only while a receive waits for chunks on the data streams (its CTS went out): an inline or eager message
+       * comes on the control stream, which rx_progress reads, and the pass would only add system calls */
+      if (c->proxy_io && atomic_load_explicit(&c->rx_expect, memory_order_relaxed) > 0) (void)gdr_tcp_pool_help(c);
       /* The streams' EOF count first, then the bytes: a helper adds its last chunk to done before it reads the EOF
        * that follows it, so every byte that arrived before the EOFs counted here is visible below (reading them in
        * the other order could see the chunk missing and then the EOF, and fail a message that is complete). done
