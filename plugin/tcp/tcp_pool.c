@@ -21,6 +21,13 @@
  * One fairness bound: a lane or stream moves at most TCP_IO_BUDGET bytes per turn, then the thread serves the others
  * before coming back to it.
  *
+ * Where the rank has fewer than 8 cores, NCCL's two busy threads (its proxy and the application's) share them with
+ * the I/O threads, and the kernel's scheduler gives a core per runnable thread: the pool is then 16 blocking threads
+ * (no polling), and NCCL's proxy thread helps (GDRNET_TCP_PROXY_IO): a test() whose request waits for chunks runs one
+ * bounded pass of the I/O threads serving its comm (gdr_tcp_pool_help: only a thread not at work, by trylock of its
+ * io->mu; the kicked lanes, TCP_HELP_TURNS of the again list and of epoll's events, TCP_HELP_BUDGET per lane or
+ * stream), then wakes the thread for what it left. docs/PERFORMANCE.md section 9 has the measurements.
+ *
  * Locking: everything an I/O thread does to a comm happens under its io->mu, which it drops only around epoll_wait.
  * Detach (close) takes io->mu, removes the comm's fds from the epoll set and frees their slots (the generation in
  * each epoll event's data makes an event fetched before the removal harmless): once it returns, no I/O thread
