@@ -22,11 +22,6 @@
 
 static ncclNet_v8_t *net;
 
-struct pconn {
-  void *s, *r, *l, *smh, *rmh;
-  char *sbuf, *rbuf;
-};
-
 #define MAXT 512
 struct tcpu {
   int tid;
@@ -64,25 +59,6 @@ static int threads_cpu(struct tcpu *t) {
   }
   closedir(d);
   return n;
-}
-
-static void open_conn(int ctl, size_t size, struct pconn *p) {
-  char mine[NCCL_NET_HANDLE_MAXSIZE], peer[NCCL_NET_HANDLE_MAXSIZE];
-  ncclNetDeviceHandle_v8_t *dh = NULL;
-  memset(p, 0, sizeof *p);
-  if (net->listen(0, mine, &p->l) != ncclSuccess) die("listen failed");
-  xfer_all(ctl, mine, sizeof mine, 1);
-  xfer_all(ctl, peer, sizeof peer, 0);
-  while (p->s == NULL || p->r == NULL) {
-    if (p->s == NULL && net->connect(0, peer, &p->s, &dh) != ncclSuccess) die("connect failed");
-    if (p->r == NULL && net->accept(p->l, &p->r, &dh) != ncclSuccess) die("accept failed");
-  }
-  if (posix_memalign((void **)&p->sbuf, 4096, size) != 0 || posix_memalign((void **)&p->rbuf, 4096, size) != 0)
-    die("out of memory");
-  memset(p->sbuf, role, size);
-  if (net->regMr(p->s, p->sbuf, size, NCCL_PTR_HOST, &p->smh) != ncclSuccess ||
-      net->regMr(p->r, p->rbuf, size, NCCL_PTR_HOST, &p->rmh) != ncclSuccess)
-    die("regMr failed");
 }
 
 static void wait_done(void *req, int *got) {
@@ -133,7 +109,7 @@ static void side(const char *so, int ctl, int ncomms, int size, int warm, double
   net = (ncclNet_v8_t *)dlsym(dl, "ncclNetPlugin_v8");
   if (!net) die("no ncclNetPlugin_v8 in %s", so);
   if (net->init(logger) != ncclSuccess) die("init failed");
-  for (int i = 0; i < ncomms; i++) open_conn(ctl, (size_t)size, &c[i]);
+  for (int i = 0; i < ncomms; i++) pconn_open(net, ctl, (size_t)size, (size_t)size, &c[i]);
   for (int k = 0; k < warm; k++) exchange(c, ncomms, size, NULL);
   if (pending) post_recvs(c, ncomms, size, pre);
   xfer_all(ctl, &sync, 1, 1); /* both sides are done with the traffic */

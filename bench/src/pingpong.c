@@ -85,34 +85,13 @@ static void raw_pair(int ctl, int *fd) {
 
 /* ------------------------------------------------------------------------------------------------ plugin -- */
 
-struct pconn {
-  void *s, *r, *l, *smh, *rmh;
-  char *sbuf, *rbuf;
-};
-
 static void plugin_open(const char *so, int ctl, size_t size, size_t rsize, struct pconn *p) {
   void *dl = dlopen(so, RTLD_NOW | RTLD_LOCAL);
   if (!dl) die("dlopen: %s", dlerror());
   net = (ncclNet_v8_t *)dlsym(dl, "ncclNetPlugin_v8");
   if (!net) die("no ncclNetPlugin_v8 in %s", so);
   if (net->init(logger) != ncclSuccess) die("init failed");
-  char mine[NCCL_NET_HANDLE_MAXSIZE], peer[NCCL_NET_HANDLE_MAXSIZE];
-  ncclNetDeviceHandle_v8_t *dh = NULL;
-  memset(p, 0, sizeof *p);
-  if (net->listen(0, mine, &p->l) != ncclSuccess) die("listen failed");
-  xfer_all(ctl, mine, sizeof mine, 1);
-  xfer_all(ctl, peer, sizeof peer, 0);
-  while (p->s == NULL || p->r == NULL) {
-    if (p->s == NULL && net->connect(0, peer, &p->s, &dh) != ncclSuccess) die("connect failed");
-    if (p->r == NULL && net->accept(p->l, &p->r, &dh) != ncclSuccess) die("accept failed");
-  }
-  if (posix_memalign((void **)&p->sbuf, 4096, size ? size : 1) != 0 ||
-      posix_memalign((void **)&p->rbuf, 4096, rsize ? rsize : 1) != 0)
-    die("out of memory");
-  memset(p->sbuf, role, size ? size : 1);
-  if (net->regMr(p->s, p->sbuf, size ? size : 1, NCCL_PTR_HOST, &p->smh) != ncclSuccess ||
-      net->regMr(p->r, p->rbuf, rsize ? rsize : 1, NCCL_PTR_HOST, &p->rmh) != ncclSuccess)
-    die("regMr failed");
+  pconn_open(net, ctl, size, rsize, p);
 }
 
 static void plugin_close(struct pconn *p) {
@@ -153,13 +132,20 @@ int main(int argc, char **argv) {
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     if (!v) die("%s needs a value", a);
-    if (!strcmp(a, "--mode")) mode = v;
-    else if (!strcmp(a, "--plugin")) plugin = v;
-    else if (!strcmp(a, "--size")) size = atol(v);
-    else if (!strcmp(a, "--recv-size")) rsize = atol(v);
-    else if (!strcmp(a, "--iters")) iters = atol(v);
-    else if (!strcmp(a, "--warmup")) warmup = atol(v);
-    else die("unknown option %s", a);
+    if (!strcmp(a, "--mode"))
+      mode = v;
+    else if (!strcmp(a, "--plugin"))
+      plugin = v;
+    else if (!strcmp(a, "--size"))
+      size = atol(v);
+    else if (!strcmp(a, "--recv-size"))
+      rsize = atol(v);
+    else if (!strcmp(a, "--iters"))
+      iters = atol(v);
+    else if (!strcmp(a, "--warmup"))
+      warmup = atol(v);
+    else
+      die("unknown option %s", a);
     i++;
   }
   if (rsize < 0) rsize = size;
@@ -204,8 +190,10 @@ int main(int argc, char **argv) {
     }
   }
   char go = 'g';
-  if (role == 'A') xfer_all(ctl, &go, 1, 0);
-  else xfer_all(ctl, &go, 1, 1);
+  if (role == 'A')
+    xfer_all(ctl, &go, 1, 0);
+  else
+    xfer_all(ctl, &go, 1, 1);
 
   void *rreq = is_plugin ? post_recv(&p, (int)rsize) : NULL; /* posted ahead, as NCCL does */
   for (long i = 0; i < warmup + iters; i++) {
@@ -219,8 +207,10 @@ int main(int argc, char **argv) {
         rreq = post_recv(&p, (int)rsize);
       } else {
         xfer_all(ofd, buf, (size_t)size, 1);
-        if (spin) recv_spin(fd, buf, (size_t)size);
-        else xfer_all(fd, buf, (size_t)size, 0);
+        if (spin)
+          recv_spin(fd, buf, (size_t)size);
+        else
+          xfer_all(fd, buf, (size_t)size, 0);
       }
       if (i >= warmup) rtt[i - warmup] = now_ns() - t0;
     } else {
@@ -231,8 +221,10 @@ int main(int argc, char **argv) {
         rreq = post_recv(&p, (int)rsize);
         send_msg(&p, (int)size);
       } else {
-        if (spin) recv_spin(fd, buf, (size_t)size);
-        else xfer_all(fd, buf, (size_t)size, 0);
+        if (spin)
+          recv_spin(fd, buf, (size_t)size);
+        else
+          xfer_all(fd, buf, (size_t)size, 0);
         xfer_all(ofd, buf, (size_t)size, 1);
       }
     }
@@ -258,8 +250,8 @@ int main(int argc, char **argv) {
   double sum = 0;
   for (long i = 0; i < iters; i++) sum += (double)rtt[i];
   long i99 = (long)((double)iters * 0.99);
-  printf("pingpong mode=%s size=%ld recv_size=%ld iters=%ld p50_us=%.2f avg_us=%.2f p99_us=%.2f\n", mode, size,
-         rsize, iters, (double)rtt[(iters - 1) / 2] / 2e3, sum / (double)iters / 2e3,
+  printf("pingpong mode=%s size=%ld recv_size=%ld iters=%ld p50_us=%.2f avg_us=%.2f p99_us=%.2f\n", mode, size, rsize,
+         iters, (double)rtt[(iters - 1) / 2] / 2e3, sum / (double)iters / 2e3,
          (double)rtt[i99 > 0 ? i99 - 1 : 0] / 2e3);
   free(rtt);
   free(buf);
