@@ -244,6 +244,31 @@ class Summarize(unittest.TestCase):
             self.assertEqual(rc, 1)
             self.assertIn("truncated", err)
 
+    def test_row_cut_by_log_lines(self):
+        # NCCL's (or the plugin's) log lines, written by other threads to the same stdout, cut a row in two or three:
+        # on lines of their own (the plugin's fault WARNs) or glued to the row's piece (NCCL_DEBUG_SUBSYS=TUNING, the
+        # row's printf had no newline yet). The pieces are joined: the same table as the uncut log.
+        row = "          16             4     float     sum      -1    24.42    0.00    0.00       0    24.15    0.00    0.00       0"
+        info = "sample-host:48221:48299 [0] NCCL INFO AllReduce: 16 Bytes -> Algo RING proto LL channel{Lo..Hi}={0..1}"
+        warn = "[2026-12-03 16:29:01] sample-host:48221:48299 [0] plugin/rdma/recover.c:220 NCCL WARN NET/GDR : retry"
+        cut = ("          16             4     float     sum      -1\n%s\n\n%s\n   24.42    0.00    0.00       0%s\n%s\n"
+               "    24.15    0.00    0.00       0" % (warn, info, info, info))
+        rc0, out0, err0 = run("plugin/all_reduce.Simple.log")
+        self.assertEqual(rc0, 0, err0)
+        with tempfile.TemporaryDirectory() as d:
+            copy_with(os.path.join("plugin", "all_reduce.Simple.log"), os.path.join(d, "cut.log"), row, cut)
+            rc, out, err = run(os.path.join(d, "cut.log"))
+            self.assertEqual(rc, 0, err)
+            self.assertNotIn("short row", err)
+            self.assertEqual(table_rows(out, "all_reduce.Simple"), table_rows(out0, "all_reduce.Simple"))
+            # a row whose rest never comes (another line that is no log line and no result columns): a short row
+            copy_with(os.path.join("plugin", "all_reduce.Simple.log"), os.path.join(d, "short.log"), row,
+                      "          16             4     float     sum      -1    24.42    0.00    0.00       0\n"
+                      "some other output")
+            rc, out, err = run(os.path.join(d, "short.log"))
+            self.assertEqual(rc, 1, err)
+            self.assertIn("short row (4 of 8 result columns)", err)
+
     def test_shipped_results_folders(self):
         # every folder of docs/results summarizes cleanly with --recursive, or its README says what it holds:
         # each log summarize fails on is named there
