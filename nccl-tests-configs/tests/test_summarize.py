@@ -9,6 +9,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tarfile
 import tempfile
 import unittest
 
@@ -271,7 +272,8 @@ class Summarize(unittest.TestCase):
 
     def test_shipped_results_folders(self):
         # every folder of docs/results summarizes cleanly with --recursive, or its README says what it holds:
-        # each log summarize fails on is named there
+        # each log summarize fails on is named there. The same for the logs inside each tarball of a folder
+        # (extracted, then summarize -r), which the README names too when they fail.
         results = os.path.join(os.path.dirname(os.path.dirname(HERE)), "docs", "results")
         if not os.path.isdir(results):
             self.skipTest("no docs/results next to this copy (an installed nccl-tests-configs)")
@@ -279,25 +281,38 @@ class Summarize(unittest.TestCase):
             folder = os.path.join(results, name)
             if not os.path.isdir(folder):
                 continue
-            p = subprocess.run([PY, SUMMARIZE, "-q", "-r", folder], capture_output=True, text=True)
-            if p.returncode == 0:
+            self._check_summarized(name, folder, folder, "")
+            for sub, _, files in sorted(os.walk(folder)):
+                for tgz in sorted(f for f in files if f.endswith((".tgz", ".tar.gz"))):
+                    rel_tgz = os.path.relpath(os.path.join(sub, tgz), folder)
+                    with tempfile.TemporaryDirectory() as d:
+                        with tarfile.open(os.path.join(sub, tgz)) as t:
+                            if hasattr(tarfile, "data_filter"):
+                                t.extractall(d, filter="data")
+                            else:
+                                t.extractall(d)
+                        self._check_summarized(name, folder, d, rel_tgz + ": ")
+
+    def _check_summarized(self, name, folder, where, what):
+        p = subprocess.run([PY, SUMMARIZE, "-q", "-r", where], capture_output=True, text=True)
+        if p.returncode == 0:
+            return
+        readme = os.path.join(folder, "README.md")
+        self.assertTrue(os.path.isfile(readme), "%s: %ssummarize -r exits %d and there is no README.md: %s"
+                        % (name, what, p.returncode, p.stderr[-400:]))
+        with open(readme) as f:
+            text = f.read()
+        self.assertIn("Summarize", text, "%s/README.md does not say how it summarizes" % name)
+        # named as it is, or by a `pattern` (emu-ib-*.log)
+        pats = [t for q in re.findall(r"`([^`]+)`", text) for t in q.split()]
+        for line in p.stderr.splitlines():
+            if not line.startswith("summarize: " + where) or "skipping" in line:
                 continue
-            readme = os.path.join(folder, "README.md")
-            self.assertTrue(os.path.isfile(readme), "%s: summarize -r exits %d and there is no README.md: %s"
-                            % (name, p.returncode, p.stderr[-400:]))
-            with open(readme) as f:
-                text = f.read()
-            self.assertIn("Summarize", text, "%s/README.md does not say how it summarizes" % name)
-            for line in p.stderr.splitlines():
-                if not line.startswith("summarize: " + folder) or "skipping" in line:
-                    continue
-                rel = os.path.relpath(line[len("summarize: "):].split(":", 1)[0], folder)
-                # named as it is, or by a `pattern` (emu-ib-*.log)
-                pats = [t for q in re.findall(r"`([^`]+)`", text) for t in q.split()]
-                named = rel in text or os.path.basename(rel) in text or any(
-                    fnmatch.fnmatch(rel, t) or fnmatch.fnmatch(os.path.basename(rel), t) for t in pats)
-                self.assertTrue(named,
-                                "%s/README.md does not name %s, which summarize fails on: %s" % (name, rel, line))
+            rel = os.path.relpath(line[len("summarize: "):].split(":", 1)[0], where)
+            named = rel in text or os.path.basename(rel) in text or any(
+                fnmatch.fnmatch(rel, t) or fnmatch.fnmatch(os.path.basename(rel), t) for t in pats)
+            self.assertTrue(named, "%s/README.md does not name %s%s, which summarize fails on: %s"
+                            % (name, what, rel, line))
 
     def test_usage_errors(self):
         rc, out, err = run("does-not-exist.log")
