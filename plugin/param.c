@@ -4,6 +4,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -275,8 +276,21 @@ static char g_src_doc[4096];
 static void find_src_doc(void) {
   Dl_info info;
   char dir[sizeof(g_src_doc) - 64];
-  if (dladdr((void *)&find_src_doc, &info) == 0 || info.dli_fname == NULL || info.dli_fname[0] != '/') return;
-  if (snprintf(dir, sizeof dir, "%s", info.dli_fname) >= (int)sizeof dir) return;
+  if (dladdr((void *)&find_src_doc, &info) == 0 || info.dli_fname == NULL || info.dli_fname[0] == '\0') return;
+  if (info.dli_fname[0] == '/') {
+    if (snprintf(dir, sizeof dir, "%s", info.dli_fname) >= (int)sizeof dir) return;
+  } else {
+    /* Relative: a library dlopened by a relative path (gdrnet-perf --plugin build/lib/...), or the main program,
+     * which glibc names by its argv[0] ("build/bin/gdrnet-doctor", or "gdrnet-doctor" found through PATH). */
+    char real[PATH_MAX];
+    if (strchr(info.dli_fname, '/') != NULL && realpath(info.dli_fname, real) != NULL) {
+      if (snprintf(dir, sizeof dir, "%s", real) >= (int)sizeof dir) return;
+    } else {
+      ssize_t n = readlink("/proc/self/exe", dir, sizeof dir - 1);
+      if (n <= 0 || dir[0] != '/') return;
+      dir[n] = '\0';
+    }
+  }
   for (int up = 0; up < 5; up++) {
     char *slash = strrchr(dir, '/');
     if (slash == NULL || slash == dir) return;

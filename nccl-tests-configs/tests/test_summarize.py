@@ -9,6 +9,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tarfile
 import tempfile
 import unittest
 
@@ -244,9 +245,35 @@ class Summarize(unittest.TestCase):
             self.assertEqual(rc, 1)
             self.assertIn("truncated", err)
 
+    def test_row_cut_by_log_lines(self):
+        # NCCL's (or the plugin's) log lines, written by other threads to the same stdout, cut a row in two or three:
+        # on lines of their own (the plugin's fault WARNs) or glued to the row's piece (NCCL_DEBUG_SUBSYS=TUNING, the
+        # row's printf had no newline yet). The pieces are joined: the same table as the uncut log.
+        row = "          16             4     float     sum      -1    24.42    0.00    0.00       0    24.15    0.00    0.00       0"
+        info = "sample-host:48221:48299 [0] NCCL INFO AllReduce: 16 Bytes -> Algo RING proto LL channel{Lo..Hi}={0..1}"
+        warn = "[2026-12-03 16:29:01] sample-host:48221:48299 [0] plugin/rdma/recover.c:220 NCCL WARN NET/GDR : retry"
+        cut = ("          16             4     float     sum      -1\n%s\n\n%s\n   24.42    0.00    0.00       0%s\n%s\n"
+               "    24.15    0.00    0.00       0" % (warn, info, info, info))
+        rc0, out0, err0 = run("plugin/all_reduce.Simple.log")
+        self.assertEqual(rc0, 0, err0)
+        with tempfile.TemporaryDirectory() as d:
+            copy_with(os.path.join("plugin", "all_reduce.Simple.log"), os.path.join(d, "cut.log"), row, cut)
+            rc, out, err = run(os.path.join(d, "cut.log"))
+            self.assertEqual(rc, 0, err)
+            self.assertNotIn("short row", err)
+            self.assertEqual(table_rows(out, "all_reduce.Simple"), table_rows(out0, "all_reduce.Simple"))
+            # a row whose rest never comes (another line that is no log line and no result columns): a short row
+            copy_with(os.path.join("plugin", "all_reduce.Simple.log"), os.path.join(d, "short.log"), row,
+                      "          16             4     float     sum      -1    24.42    0.00    0.00       0\n"
+                      "some other output")
+            rc, out, err = run(os.path.join(d, "short.log"))
+            self.assertEqual(rc, 1, err)
+            self.assertIn("short row (4 of 8 result columns)", err)
+
     def test_shipped_results_folders(self):
         # every folder of docs/results summarizes cleanly with --recursive, or its README says what it holds:
-        # each log summarize fails on is named there
+        # each log summarize fails on is named there. The same for the logs inside each tarball of a folder
+        # (extracted, then summarize -r), which the README names too when they fail.
         results = os.path.join(os.path.dirname(os.path.dirname(HERE)), "docs", "results")
         if not os.path.isdir(results):
             self.skipTest("no docs/results next to this copy (an installed nccl-tests-configs)")
@@ -254,25 +281,38 @@ class Summarize(unittest.TestCase):
             folder = os.path.join(results, name)
             if not os.path.isdir(folder):
                 continue
-            p = subprocess.run([PY, SUMMARIZE, "-q", "-r", folder], capture_output=True, text=True)
-            if p.returncode == 0:
+            self._check_summarized(name, folder, folder, "")
+            for sub, _, files in sorted(os.walk(folder)):
+                for tgz in sorted(f for f in files if f.endswith((".tgz", ".tar.gz"))):
+                    rel_tgz = os.path.relpath(os.path.join(sub, tgz), folder)
+                    with tempfile.TemporaryDirectory() as d:
+                        with tarfile.open(os.path.join(sub, tgz)) as t:
+                            if hasattr(tarfile, "data_filter"):
+                                t.extractall(d, filter="data")
+                            else:
+                                t.extractall(d)
+                        self._check_summarized(name, folder, d, rel_tgz + ": ")
+
+    def _check_summarized(self, name, folder, where, what):
+        p = subprocess.run([PY, SUMMARIZE, "-q", "-r", where], capture_output=True, text=True)
+        if p.returncode == 0:
+            return
+        readme = os.path.join(folder, "README.md")
+        self.assertTrue(os.path.isfile(readme), "%s: %ssummarize -r exits %d and there is no README.md: %s"
+                        % (name, what, p.returncode, p.stderr[-400:]))
+        with open(readme) as f:
+            text = f.read()
+        self.assertIn("Summarize", text, "%s/README.md does not say how it summarizes" % name)
+        # named as it is, or by a `pattern` (emu-ib-*.log)
+        pats = [t for q in re.findall(r"`([^`]+)`", text) for t in q.split()]
+        for line in p.stderr.splitlines():
+            if not line.startswith("summarize: " + where) or "skipping" in line:
                 continue
-            readme = os.path.join(folder, "README.md")
-            self.assertTrue(os.path.isfile(readme), "%s: summarize -r exits %d and there is no README.md: %s"
-                            % (name, p.returncode, p.stderr[-400:]))
-            with open(readme) as f:
-                text = f.read()
-            self.assertIn("Summarize", text, "%s/README.md does not say how it summarizes" % name)
-            for line in p.stderr.splitlines():
-                if not line.startswith("summarize: " + folder) or "skipping" in line:
-                    continue
-                rel = os.path.relpath(line[len("summarize: "):].split(":", 1)[0], folder)
-                # named as it is, or by a `pattern` (emu-ib-*.log)
-                pats = [t for q in re.findall(r"`([^`]+)`", text) for t in q.split()]
-                named = rel in text or os.path.basename(rel) in text or any(
-                    fnmatch.fnmatch(rel, t) or fnmatch.fnmatch(os.path.basename(rel), t) for t in pats)
-                self.assertTrue(named,
-                                "%s/README.md does not name %s, which summarize fails on: %s" % (name, rel, line))
+            rel = os.path.relpath(line[len("summarize: "):].split(":", 1)[0], where)
+            named = rel in text or os.path.basename(rel) in text or any(
+                fnmatch.fnmatch(rel, t) or fnmatch.fnmatch(os.path.basename(rel), t) for t in pats)
+            self.assertTrue(named, "%s/README.md does not name %s%s, which summarize fails on: %s"
+                            % (name, what, rel, line))
 
     def test_usage_errors(self):
         rc, out, err = run("does-not-exist.log")

@@ -74,6 +74,29 @@ if [ -n "$plugin" ]; then
     fails=$((fails + 1))
   fi
   [ ! -e ./- ] || { echo "FAIL: --json - wrote a file named '-'"; fails=$((fails + 1)); }
+  # something that is not a gdrnet-perf server accepts and closes: the client says so and what to check, at once
+  python3 -c 'import socket
+s = socket.socket()
+s.bind(("127.0.0.1", 0))
+s.listen(1)
+print(s.getsockname()[1], flush=True)
+s.settimeout(20)
+for _ in range(2):
+    c, _ = s.accept()
+    c.close()' >"$tmp/port" &
+  fake=$!
+  i=0
+  while [ ! -s "$tmp/port" ] && [ "$i" -lt 100 ]; do
+    sleep 0.1
+    i=$((i + 1))
+  done
+  fport=$(cat "$tmp/port")
+  expect 1 "bootstrap: the server 127.0.0.1:$fport closed the connection during setup" --plugin "$plugin" \
+    --transport tcp --client 127.0.0.1 --port "$fport" --timeout 5
+  expect 1 "is a gdrnet-perf --server of this version listening on that port, not another program?" --plugin "$plugin" \
+    --transport tcp --client 127.0.0.1 --port "$fport" --timeout 1
+  kill "$fake" 2>/dev/null
+  wait "$fake" 2>/dev/null
   # an error exit (after the plugin's init) leaves no counters file behind
   run --dev 5 >"$tmp/out" 2>&1
   rc=$?

@@ -967,10 +967,19 @@ static int sync_status(int ok_local) {
     snprintf(mine.msg, sizeof mine.msg, "%.255s", P.fatal_msg);
   }
   if (gn_boot_send(P.bootfd, &mine, sizeof mine) != 0 || gn_boot_recv(P.bootfd, &peer, sizeof peer, P.o.timeout) != 0) {
+    int err = errno;
     if (!ok_local)
       perr("%s", P.fatal_msg);
+    else if (P.o.mode == 'c' && err == ETIMEDOUT)
+      perr("bootstrap: the server %s:%d sent nothing for %g s (--timeout) during setup: is a gdrnet-perf --server of "
+           "this version listening on that port, not another program? (its own output says why it stopped)",
+           P.o.host, P.o.port, P.o.timeout);
+    else if (P.o.mode == 'c')
+      perr("bootstrap: the server %s:%d closed the connection during setup (%s): is a gdrnet-perf --server of this "
+           "version listening on that port, not another program? (its own output says why it stopped)",
+           P.o.host, P.o.port, strerror(err));
     else
-      perr("bootstrap: lost the peer during setup: %s", strerror(errno));
+      perr("bootstrap: lost the peer during setup: %s", strerror(err));
     return -1;
   }
   if (!ok_local) {
