@@ -101,8 +101,6 @@ struct gin_req *gin_req_by_cookie(struct gin_comm *c, uint64_t cookie) {
   return &c->pool[idx];
 }
 
-static uint64_t cookie_of(const struct gin_req *r) { return (uint64_t)r->idx | (uint64_t)r->gen << 32; }
-
 /* ---------------------------------------------------------------------------------------------- the mesh -- */
 
 struct ident {
@@ -546,11 +544,10 @@ static ncclResult_t put_common(void *target, int context, uint64_t src_off, void
                                void *dst_mh, uint32_t rank, int signal, uint64_t sig_off, void *sig_mh,
                                uint64_t sig_val, uint32_t sig_op, void **request, const char *what) {
   ncclResult_t res = ncclSuccess;
-  int ncontexts = 1, depth = 1, inl;
+  int ncontexts = 1, depth = 1;
   struct gin_comm *c = resolve(target, &ncontexts, &depth, what);
   struct gin_mr *src, *dst, *sig = NULL;
   struct gin_req *r = NULL;
-  struct gin_hdr h;
   if (request == NULL) return ncclInternalError;
   *request = NULL;
   if (c == NULL) return ncclInvalidArgument;
@@ -579,8 +576,7 @@ static ncclResult_t put_common(void *target, int context, uint64_t src_off, void
     res = ncclInvalidArgument;
     goto out;
   }
-  inl = size > 0 && size <= GDR_GIN_INLINE && src->type == NCCL_PTR_HOST;
-  GDR_CHECK(admit(c, context, depth, rank, size > 0 && !inl ? 2 : 1, size, signal, &r));
+  GDR_CHECK(admit(c, context, depth, rank, gin_os_put_entries(src, size), size, signal, &r));
   if (r == NULL) goto out; /* try again */
   GIN_COUNT(c, puts, 1);
   GIN_COUNT(c, bytes, size);
@@ -591,20 +587,8 @@ static ncclResult_t put_common(void *target, int context, uint64_t src_off, void
     *request = r;
     goto out;
   }
-  memset(&h, 0, sizeof(h));
-  h.magic = GIN_WIRE_MAGIC;
-  h.op = GIN_OP_PUT;
-  h.flags = (uint16_t)((signal ? GIN_F_SIGNAL : 0) | (inl ? GIN_F_INLINE : size > 0 ? GIN_F_DATA : 0));
-  h.mr = dst != NULL ? dst->id : 0;
-  h.off = dst_off;
-  h.size = size;
-  if (signal) {
-    h.sig_mr = sig->id;
-    h.sig_off = sig_off;
-    h.sig_val = sig_op == NCCL_NET_SIGNAL_OP_INC ? 1 : sig_val;
-  }
-  gin_os_queue_hdr(c, (int)rank, r, &h, inl ? src->base + src_off : NULL, inl ? size : 0);
-  if (size > 0 && !inl) gin_os_queue_data(c, (int)rank, r, src->base + src_off, size, src->smh[rank]);
+  gin_os_put(c, r, src, src_off, dst, dst_off, size, sig, sig_off, sig_op == NCCL_NET_SIGNAL_OP_INC ? 1 : sig_val,
+             signal);
   (void)gin_os_progress(c);
   *request = r;
 out:
@@ -631,7 +615,6 @@ ncclResult_t gdr_gin_iget(void *target, int context, uint64_t remote_off, void *
   struct gin_comm *c = resolve(target, &ncontexts, &depth, "iget");
   struct gin_mr *rm, *lm;
   struct gin_req *r = NULL;
-  struct gin_hdr h;
   if (request == NULL) return ncclInternalError;
   *request = NULL;
   if (c == NULL) return ncclInvalidArgument;
@@ -660,17 +643,7 @@ ncclResult_t gdr_gin_iget(void *target, int context, uint64_t remote_off, void *
     *request = r;
     goto out;
   }
-  memset(&h, 0, sizeof(h));
-  h.magic = GIN_WIRE_MAGIC;
-  h.op = GIN_OP_GET;
-  h.mr = rm->id;
-  h.off = remote_off;
-  h.size = size;
-  h.aux_mr = lm->id;
-  h.aux = local_off;
-  h.cookie = cookie_of(r);
-  r->pending++; /* the reply */
-  gin_os_queue_hdr(c, (int)rank, r, &h, NULL, 0);
+  gin_os_get(c, r, rm, remote_off, lm, local_off, size);
   (void)gin_os_progress(c);
   *request = r;
 out:
@@ -683,7 +656,6 @@ ncclResult_t gdr_gin_iflush(void *target, int context, void *mh, uint32_t rank, 
   int ncontexts = 1, depth = 1;
   struct gin_comm *c = resolve(target, &ncontexts, &depth, "iflush");
   struct gin_req *r = NULL;
-  struct gin_hdr h;
   (void)mh; /* a flush covers every window: the target acknowledges once all that came before is applied */
   if (request == NULL) return ncclInternalError;
   *request = NULL;
@@ -705,12 +677,7 @@ ncclResult_t gdr_gin_iflush(void *target, int context, void *mh, uint32_t rank, 
     *request = r;
     goto out;
   }
-  memset(&h, 0, sizeof(h));
-  h.magic = GIN_WIRE_MAGIC;
-  h.op = GIN_OP_FLUSH;
-  h.cookie = cookie_of(r);
-  r->pending++;
-  gin_os_queue_hdr(c, (int)rank, r, &h, NULL, 0);
+  gin_os_flush(c, r);
   (void)gin_os_progress(c);
   *request = r;
 out:

@@ -186,6 +186,15 @@ void gin_req_put(struct gin_comm *c, struct gin_req *r);
 void gin_req_finish(struct gin_comm *c, struct gin_req *r);
 /* A GET_REPLY/FLUSH_ACK cookie -> the request, or NULL (not a live one). */
 struct gin_req *gin_req_by_cookie(struct gin_comm *c, uint64_t cookie);
+static inline uint64_t gin_req_cookie(const struct gin_req *r) { return (uint64_t)r->idx | (uint64_t)r->gen << 32; }
+/* One user operation as messages towards r->peer, behind the peer's others; the caller checked the room
+ * (gin_os_put_entries for a put, 1 for a get or a flush). sig_val is what the target adds. */
+uint32_t gin_os_put_entries(const struct gin_mr *src, size_t size);
+void gin_os_put(struct gin_comm *c, struct gin_req *r, struct gin_mr *src, uint64_t src_off, struct gin_mr *dst,
+                uint64_t dst_off, size_t size, struct gin_mr *sig, uint64_t sig_off, uint64_t sig_val, int signal);
+void gin_os_get(struct gin_comm *c, struct gin_req *r, struct gin_mr *rm, uint64_t roff, struct gin_mr *lm,
+                uint64_t loff, size_t size);
+void gin_os_flush(struct gin_comm *c, struct gin_req *r);
 struct gin_mr *gin_mr_find(struct gin_comm *c, uint32_t id);
 void gin_fail(struct gin_comm *c, ncclResult_t res, const char *what, int peer);
 /* INC/ADD (val) on the 8-byte word at off of window id, after the data it follows (both paths apply it so). */
