@@ -285,9 +285,12 @@ ncclResult_t gdr_gin_close_coll(void *coll_comm) {
     GDR_WARN("GIN closeColl: %p is not a GIN comm of this plugin", coll_comm);
     return ncclInvalidArgument;
   }
-  GDR_INFO(NCCL_NET, "GIN rank %d closes: %llu puts, %llu signals, %llu gets, %llu bytes applied, %llu errors", c->rank,
-           (unsigned long long)c->puts, (unsigned long long)c->signals, (unsigned long long)c->gets,
-           (unsigned long long)c->bytes, (unsigned long long)c->errors);
+  GDR_INFO(NCCL_NET,
+           "GIN rank %d closes: %llu puts, %llu signals, %llu gets, %llu bytes applied, %llu errors, %llu "
+           "recoveries in place, %llu peer(s) moved to the message path",
+           c->rank, (unsigned long long)c->puts, (unsigned long long)c->signals, (unsigned long long)c->gets,
+           (unsigned long long)c->bytes, (unsigned long long)c->errors, (unsigned long long)c->recoveries,
+           (unsigned long long)c->moves);
   while (c->mrs != NULL) (void)gdr_gin_dereg_mr_sym(c, c->mrs);
   comm_free(c);
   return ncclSuccess;
@@ -529,7 +532,8 @@ static ncclResult_t admit(struct gin_comm *c, int context, int depth, uint32_t r
   (void)gin_os_progress(c); /* frees what completed; an error is in c->error */
   if (c->error != ncclSuccess) return c->error;
   if (p->inflight[slotc] >= depth) return ncclSuccess;
-  if (c->rdma != NULL ? !gin_rdma_room(c, (int)rank, size, signal) : gin_os_room(c, (int)rank) < entries)
+  if (gin_rdma_peer_active(c, (int)rank) ? !gin_rdma_room(c, (int)rank, size, signal)
+                                         : gin_os_room(c, (int)rank) < entries)
     return ncclSuccess;
   *out = gin_req_get(c);
   if (*out == NULL) return ncclSuccess;
@@ -581,7 +585,7 @@ static ncclResult_t put_common(void *target, int context, uint64_t src_off, void
   GIN_COUNT(c, puts, 1);
   GIN_COUNT(c, bytes, size);
   if (signal) GIN_COUNT(c, signals, 1);
-  if (c->rdma != NULL) {
+  if (gin_rdma_peer_active(c, (int)rank)) {
     gin_rdma_put(c, r, src, src_off, dst, dst_off, size, sig, sig_off, sig_op == NCCL_NET_SIGNAL_OP_INC ? 1 : sig_val,
                  signal);
     *request = r;
@@ -638,7 +642,7 @@ ncclResult_t gdr_gin_iget(void *target, int context, uint64_t remote_off, void *
   if (r == NULL) goto out;
   GIN_COUNT(c, gets, 1);
   GIN_COUNT(c, bytes, size);
-  if (c->rdma != NULL) {
+  if (gin_rdma_peer_active(c, (int)rank)) {
     gin_rdma_get(c, r, rm, remote_off, lm, local_off, size);
     *request = r;
     goto out;
@@ -672,7 +676,7 @@ ncclResult_t gdr_gin_iflush(void *target, int context, void *mh, uint32_t rank, 
     res = ncclInternalError;
     goto out;
   }
-  if (c->rdma != NULL) {
+  if (gin_rdma_peer_active(c, (int)rank)) {
     gin_rdma_flush(c, r, mr_of(c, mh));
     *request = r;
     goto out;

@@ -367,7 +367,8 @@ static ncclResult_t rx_header(struct gin_comm *c, int peer, int *more, int *stal
     res = ncclRemoteError;
     break;
   case GIN_OP_QP:
-  case GIN_OP_QP_READY: res = gin_rdma_message(c, peer, h, p->rx_buf + sizeof(*h)); break;
+  case GIN_OP_QP_READY:
+  case GIN_OP_MOVE: res = gin_rdma_message(c, peer, h, p->rx_buf + sizeof(*h)); break;
   default: GDR_WARN("GIN rank %d: rank %d sent an unknown operation %u", c->rank, peer, h->op); res = ncclRemoteError;
   }
 out:
