@@ -175,6 +175,9 @@ char *gdr_stats_render(void) {
      offsetof(struct gdr_tp_counters, gin_recoveries), 0},
     {"gdrnet_gin_replayed_total", "counter", "GIN/RMA operations posted again by a recovery",
      offsetof(struct gdr_tp_counters, gin_replayed), 0},
+    {"gdrnet_gin_moves_total", "counter",
+     "GIN/RMA peers moved from the one-sided RDMA path to the message path (recovery failed, GDRNET_FALLBACK=1)",
+     offsetof(struct gdr_tp_counters, gin_moves), 0},
   };
   for (size_t m = 0; m < sizeof(tpm) / sizeof(tpm[0]); m++) {
     head(&b, tpm[m].name, tpm[m].type, tpm[m].help);

@@ -47,6 +47,7 @@ struct gdr_tp_counters {
   _Atomic uint64_t gin_errors;       /* GIN comms failed (a dead peer, a failed completion) */
   _Atomic uint64_t gin_recoveries;   /* one-sided RDMA QPs recovered in place */
   _Atomic uint64_t gin_replayed;     /* operations posted again by those recoveries */
+  _Atomic uint64_t gin_moves;        /* peers moved to the message path (a failed recovery, GDRNET_FALLBACK=1) */
 };
 extern struct gdr_tp_counters gdr_stats_tp[GDR_STATS_NTP];
 static inline int gdr_stats_tp_index(const char *transport_name) {

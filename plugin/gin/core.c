@@ -101,8 +101,6 @@ struct gin_req *gin_req_by_cookie(struct gin_comm *c, uint64_t cookie) {
   return &c->pool[idx];
 }
 
-static uint64_t cookie_of(const struct gin_req *r) { return (uint64_t)r->idx | (uint64_t)r->gen << 32; }
-
 /* ---------------------------------------------------------------------------------------------- the mesh -- */
 
 struct ident {
@@ -287,9 +285,12 @@ ncclResult_t gdr_gin_close_coll(void *coll_comm) {
     GDR_WARN("GIN closeColl: %p is not a GIN comm of this plugin", coll_comm);
     return ncclInvalidArgument;
   }
-  GDR_INFO(NCCL_NET, "GIN rank %d closes: %llu puts, %llu signals, %llu gets, %llu bytes applied, %llu errors", c->rank,
-           (unsigned long long)c->puts, (unsigned long long)c->signals, (unsigned long long)c->gets,
-           (unsigned long long)c->bytes, (unsigned long long)c->errors);
+  GDR_INFO(NCCL_NET,
+           "GIN rank %d closes: %llu puts, %llu signals, %llu gets, %llu bytes applied, %llu errors, %llu "
+           "recoveries in place, %llu peer(s) moved to the message path",
+           c->rank, (unsigned long long)c->puts, (unsigned long long)c->signals, (unsigned long long)c->gets,
+           (unsigned long long)c->bytes, (unsigned long long)c->errors, (unsigned long long)c->recoveries,
+           (unsigned long long)c->moves);
   while (c->mrs != NULL) (void)gdr_gin_dereg_mr_sym(c, c->mrs);
   comm_free(c);
   return ncclSuccess;
@@ -531,7 +532,8 @@ static ncclResult_t admit(struct gin_comm *c, int context, int depth, uint32_t r
   (void)gin_os_progress(c); /* frees what completed; an error is in c->error */
   if (c->error != ncclSuccess) return c->error;
   if (p->inflight[slotc] >= depth) return ncclSuccess;
-  if (c->rdma != NULL ? !gin_rdma_room(c, (int)rank, size, signal) : gin_os_room(c, (int)rank) < entries)
+  if (gin_rdma_peer_active(c, (int)rank) ? !gin_rdma_room(c, (int)rank, size, signal)
+                                         : gin_os_room(c, (int)rank) < entries)
     return ncclSuccess;
   *out = gin_req_get(c);
   if (*out == NULL) return ncclSuccess;
@@ -546,11 +548,10 @@ static ncclResult_t put_common(void *target, int context, uint64_t src_off, void
                                void *dst_mh, uint32_t rank, int signal, uint64_t sig_off, void *sig_mh,
                                uint64_t sig_val, uint32_t sig_op, void **request, const char *what) {
   ncclResult_t res = ncclSuccess;
-  int ncontexts = 1, depth = 1, inl;
+  int ncontexts = 1, depth = 1;
   struct gin_comm *c = resolve(target, &ncontexts, &depth, what);
   struct gin_mr *src, *dst, *sig = NULL;
   struct gin_req *r = NULL;
-  struct gin_hdr h;
   if (request == NULL) return ncclInternalError;
   *request = NULL;
   if (c == NULL) return ncclInvalidArgument;
@@ -579,32 +580,19 @@ static ncclResult_t put_common(void *target, int context, uint64_t src_off, void
     res = ncclInvalidArgument;
     goto out;
   }
-  inl = size > 0 && size <= GDR_GIN_INLINE && src->type == NCCL_PTR_HOST;
-  GDR_CHECK(admit(c, context, depth, rank, size > 0 && !inl ? 2 : 1, size, signal, &r));
+  GDR_CHECK(admit(c, context, depth, rank, gin_os_put_entries(src, size), size, signal, &r));
   if (r == NULL) goto out; /* try again */
   GIN_COUNT(c, puts, 1);
   GIN_COUNT(c, bytes, size);
   if (signal) GIN_COUNT(c, signals, 1);
-  if (c->rdma != NULL) {
+  if (gin_rdma_peer_active(c, (int)rank)) {
     gin_rdma_put(c, r, src, src_off, dst, dst_off, size, sig, sig_off, sig_op == NCCL_NET_SIGNAL_OP_INC ? 1 : sig_val,
                  signal);
     *request = r;
     goto out;
   }
-  memset(&h, 0, sizeof(h));
-  h.magic = GIN_WIRE_MAGIC;
-  h.op = GIN_OP_PUT;
-  h.flags = (uint16_t)((signal ? GIN_F_SIGNAL : 0) | (inl ? GIN_F_INLINE : size > 0 ? GIN_F_DATA : 0));
-  h.mr = dst != NULL ? dst->id : 0;
-  h.off = dst_off;
-  h.size = size;
-  if (signal) {
-    h.sig_mr = sig->id;
-    h.sig_off = sig_off;
-    h.sig_val = sig_op == NCCL_NET_SIGNAL_OP_INC ? 1 : sig_val;
-  }
-  gin_os_queue_hdr(c, (int)rank, r, &h, inl ? src->base + src_off : NULL, inl ? size : 0);
-  if (size > 0 && !inl) gin_os_queue_data(c, (int)rank, r, src->base + src_off, size, src->smh[rank]);
+  gin_os_put(c, r, src, src_off, dst, dst_off, size, sig, sig_off, sig_op == NCCL_NET_SIGNAL_OP_INC ? 1 : sig_val,
+             signal);
   (void)gin_os_progress(c);
   *request = r;
 out:
@@ -631,7 +619,6 @@ ncclResult_t gdr_gin_iget(void *target, int context, uint64_t remote_off, void *
   struct gin_comm *c = resolve(target, &ncontexts, &depth, "iget");
   struct gin_mr *rm, *lm;
   struct gin_req *r = NULL;
-  struct gin_hdr h;
   if (request == NULL) return ncclInternalError;
   *request = NULL;
   if (c == NULL) return ncclInvalidArgument;
@@ -655,22 +642,12 @@ ncclResult_t gdr_gin_iget(void *target, int context, uint64_t remote_off, void *
   if (r == NULL) goto out;
   GIN_COUNT(c, gets, 1);
   GIN_COUNT(c, bytes, size);
-  if (c->rdma != NULL) {
+  if (gin_rdma_peer_active(c, (int)rank)) {
     gin_rdma_get(c, r, rm, remote_off, lm, local_off, size);
     *request = r;
     goto out;
   }
-  memset(&h, 0, sizeof(h));
-  h.magic = GIN_WIRE_MAGIC;
-  h.op = GIN_OP_GET;
-  h.mr = rm->id;
-  h.off = remote_off;
-  h.size = size;
-  h.aux_mr = lm->id;
-  h.aux = local_off;
-  h.cookie = cookie_of(r);
-  r->pending++; /* the reply */
-  gin_os_queue_hdr(c, (int)rank, r, &h, NULL, 0);
+  gin_os_get(c, r, rm, remote_off, lm, local_off, size);
   (void)gin_os_progress(c);
   *request = r;
 out:
@@ -683,7 +660,6 @@ ncclResult_t gdr_gin_iflush(void *target, int context, void *mh, uint32_t rank, 
   int ncontexts = 1, depth = 1;
   struct gin_comm *c = resolve(target, &ncontexts, &depth, "iflush");
   struct gin_req *r = NULL;
-  struct gin_hdr h;
   (void)mh; /* a flush covers every window: the target acknowledges once all that came before is applied */
   if (request == NULL) return ncclInternalError;
   *request = NULL;
@@ -700,17 +676,12 @@ ncclResult_t gdr_gin_iflush(void *target, int context, void *mh, uint32_t rank, 
     res = ncclInternalError;
     goto out;
   }
-  if (c->rdma != NULL) {
+  if (gin_rdma_peer_active(c, (int)rank)) {
     gin_rdma_flush(c, r, mr_of(c, mh));
     *request = r;
     goto out;
   }
-  memset(&h, 0, sizeof(h));
-  h.magic = GIN_WIRE_MAGIC;
-  h.op = GIN_OP_FLUSH;
-  h.cookie = cookie_of(r);
-  r->pending++;
-  gin_os_queue_hdr(c, (int)rank, r, &h, NULL, 0);
+  gin_os_flush(c, r);
   (void)gin_os_progress(c);
   *request = r;
 out:

@@ -34,7 +34,8 @@ enum {
   GIN_OP_FLUSH_ACK,
   GIN_OP_QP,
   GIN_OP_QP_READY,
-  GIN_OP_ABORT /* the sender's comm failed: fail too, at once (not after RDMA retries or a TCP timeout) */
+  GIN_OP_ABORT, /* the sender's comm failed: fail too, at once (not after RDMA retries or a TCP timeout) */
+  GIN_OP_MOVE   /* rdma_os.c: the sender moved to the message path towards the receiver; aux: signals applied */
 };
 #define GIN_F_SIGNAL 0x1u
 #define GIN_F_INLINE 0x2u
@@ -150,7 +151,7 @@ struct gin_comm {
   ncclResult_t error; /* sticky: the first failure (a dead peer, a broken connection) */
   int nctx_live;
   struct gin_rdma *rdma; /* the one-sided RDMA path (rdma_os.c), or NULL: every operation is a message */
-  uint64_t puts, signals, gets, bytes, errors, recoveries, replayed;
+  uint64_t puts, signals, gets, bytes, errors, recoveries, replayed, moves;
   int stats_tp; /* GDR_STATS_TP_*: the transport under it, for the stats file's gdrnet_gin_* counters */
 };
 
@@ -186,11 +187,21 @@ void gin_req_put(struct gin_comm *c, struct gin_req *r);
 void gin_req_finish(struct gin_comm *c, struct gin_req *r);
 /* A GET_REPLY/FLUSH_ACK cookie -> the request, or NULL (not a live one). */
 struct gin_req *gin_req_by_cookie(struct gin_comm *c, uint64_t cookie);
+static inline uint64_t gin_req_cookie(const struct gin_req *r) { return (uint64_t)r->idx | (uint64_t)r->gen << 32; }
+/* One user operation as messages towards r->peer, behind the peer's others; the caller checked the room
+ * (gin_os_put_entries for a put, 1 for a get or a flush). sig_val is what the target adds. */
+uint32_t gin_os_put_entries(const struct gin_mr *src, size_t size);
+void gin_os_put(struct gin_comm *c, struct gin_req *r, struct gin_mr *src, uint64_t src_off, struct gin_mr *dst,
+                uint64_t dst_off, size_t size, struct gin_mr *sig, uint64_t sig_off, uint64_t sig_val, int signal);
+void gin_os_get(struct gin_comm *c, struct gin_req *r, struct gin_mr *rm, uint64_t roff, struct gin_mr *lm,
+                uint64_t loff, size_t size);
+void gin_os_flush(struct gin_comm *c, struct gin_req *r);
 struct gin_mr *gin_mr_find(struct gin_comm *c, uint32_t id);
 void gin_fail(struct gin_comm *c, ncclResult_t res, const char *what, int peer);
 /* INC/ADD (val) on the 8-byte word at off of window id, after the data it follows (both paths apply it so). */
 ncclResult_t gin_apply_signal(struct gin_comm *c, int peer, uint32_t id, uint64_t off, uint64_t val);
-/* A GIN_OP_QP / GIN_OP_QP_READY message (rdma_os.c's bring-up over the message path). */
+/* A GIN_OP_QP / GIN_OP_QP_READY / GIN_OP_MOVE message (rdma_os.c's bring-up, recovery and move over the message
+ * path). */
 ncclResult_t gin_rdma_message(struct gin_comm *c, int peer, const struct gin_hdr *h, const void *payload);
 
 /* rdma_os.c: one RC QP per rank on the comm's device, RDMA WRITE for puts, READ for gets and flushes, a
@@ -201,6 +212,10 @@ void gin_rdma_teardown(struct gin_comm *c);
 ncclResult_t gin_rdma_reg(struct gin_comm *c, struct gin_mr *m, uint64_t offset, int fd);
 void gin_rdma_dereg(struct gin_comm *c, struct gin_mr *m);
 uint32_t gin_rdma_rkey(const struct gin_mr *m); /* 0 without a registration */
+/* Whether operations towards peer go to rdma_os.c (gin_rdma_room/put/get/flush): c->rdma is up, and the peer has
+ * not moved to the message path or operations issued before that still wait in its list to go as messages (the
+ * ones issued now queue behind them). Else they are messages (gin_os_put/get/flush). */
+int gin_rdma_peer_active(struct gin_comm *c, int peer);
 /* Room towards peer for an operation of nwr work requests (signal: it needs an inbox slot too). */
 int gin_rdma_room(struct gin_comm *c, int peer, size_t size, int signal);
 void gin_rdma_put(struct gin_comm *c, struct gin_req *r, struct gin_mr *src, uint64_t src_off, struct gin_mr *dst,

@@ -19,10 +19,20 @@
  * posted again, in order. What the peer's count shows applied is not: a put or flush at or before the last signal
  * it applied is complete (RC placed it before that signal), so no signal is applied twice and no data is written
  * again after a signal the target may have acted on; gets are read again. Operations issued meanwhile wait in the
- * list (a flush is never answered "try again"). Attempts exhausted, the time bound passed, a QP that cannot be
- * made, or an RDMA atomic signal in flight (GDRNET_GIN_SIGNAL=atomic: whether it was applied cannot be known):
- * the comm fails (sticky): test returns the error, queryLastError reports it. Everything runs under the comm's lock
- * and never blocks. */
+ * list (a flush is never answered "try again"). Attempts exhausted, the time bound passed or a QP that cannot be
+ * made: with GDRNET_FALLBACK=1 the peer moves to the message path (below); with GDRNET_FALLBACK=0, or an RDMA atomic
+ * signal in flight (GDRNET_GIN_SIGNAL=atomic: whether it was applied cannot be known), the comm fails (sticky): test
+ * returns the error, queryLastError reports it.
+ * The move to the message path, per peer, once. The side whose recovery failed stops the QP and drains it as an
+ * attempt does (or lets the attempt's drain under way finish), destroys it and sends GIN_OP_MOVE{aux: the count of
+ * the peer's signals it applied} over the message path; a side that gets GIN_OP_MOVE does the same in whatever state
+ * it is (a recovery under way ends: its messages are ignored from then on). Each side sends one GIN_OP_MOVE, so two
+ * that cross need nothing more. With the peer's count in and this side's QP gone, the listed operations follow the
+ * rule of replay (a put or flush at or before the last signal the peer applied is complete, gets are read again)
+ * and the rest go as messages (tcp_os.c), in order, as the FIFO has room. Until the list is empty new operations
+ * towards the peer are listed behind (gin_rdma_peer_active), then they are messages from core.c directly: nothing
+ * passes an operation issued before it, and the messages apply each put's data before its signal. No answer
+ * within GDRNET_RECOVERY_TIMEOUT_MS fails the comm. Everything runs under the comm's lock and never blocks. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -57,8 +67,12 @@ struct rop {
   int next; /* the peer's next operation in issue order, -1 */
 };
 
-/* a peer's QP: running, or an attempt of recovery (drain the old QP, wait for the peer's new one, wait for its READY) */
-enum { RS_OK = 0, RS_DRAIN, RS_WAIT, RS_READY };
+/* a peer's QP: running, or an attempt of recovery (drain the old QP, wait for the peer's new one, wait for its READY),
+ * or gone: the peer moved to the message path */
+enum { RS_OK = 0, RS_DRAIN, RS_WAIT, RS_READY, RS_MOVED };
+/* the move to the message path: the QP stopped and drained (RS_DRAIN), this side's GIN_OP_MOVE to be queued, the
+ * peer's awaited, then on the message path (the listed operations go as messages as the FIFO has room) */
+enum { MV_NONE = 0, MV_STOP, MV_SEND, MV_WAIT, MV_ON };
 
 struct sig_rec {
   uint32_t mr;
@@ -99,7 +113,11 @@ struct rpeer {
   int marks, attempts;
   int episode; /* from a fault until an operation completes on a recovered QP: attempts and the bound count on */
   uint64_t t_fault, drain_until, rec_until;
-  uint64_t remote_consumed; /* the peer's count of this side's signals it applied, from its GIN_OP_QP{RECOVER} */
+  uint64_t remote_consumed; /* the peer's count of this side's signals it applied, from its GIN_OP_QP{RECOVER} or
+                             * GIN_OP_MOVE */
+  int mv;                   /* MV_* */
+  int mv_heard;             /* the peer's GIN_OP_MOVE is in (its count in remote_consumed) */
+  uint64_t mv_until;        /* the peer's GIN_OP_MOVE awaited until then (GDRNET_RECOVERY_TIMEOUT_MS) */
 };
 
 struct gin_rdma {
@@ -399,7 +417,7 @@ int gin_rdma_room(struct gin_comm *c, int peer, size_t size, int signal) {
   struct rpeer *p = &g->p[peer];
   int nwr = nwr_of(g, size) + (signal ? 1 : 0);
   if (p->listed_wr + nwr + 1 > GIN_RDMA_SQ) return 0; /* one kept for the credit write */
-  if (signal && !g->atomic &&
+  if (signal && !g->atomic && p->mv == MV_NONE &&
       p->sig_sent - __atomic_load_n(&g->credits[peer], __ATOMIC_ACQUIRE) >= (uint64_t)GIN_RDMA_RING)
     return 0;
   return 1;
@@ -548,14 +566,27 @@ out:
   if (sge != sge_s) free(sge);
 }
 
-/* lists an operation; posts it unless its peer's QP is being recovered (then the recovery posts it) */
+static void move_pump(struct gin_comm *c, int peer);
+
+/* lists an operation; posts it unless its peer's QP is being recovered (then the recovery posts it) or the peer moves
+ * to the message path (then it goes as messages behind the listed ones) */
 static void issue(struct gin_comm *c, struct gin_req *r, struct rop *o) {
   struct gin_rdma *g = c->rdma;
   struct rpeer *p = &g->p[r->peer];
   o->posted_once = 0;
   g->ops[r->idx] = *o;
   op_link(g, p, (int)r->idx);
-  if (p->rs == RS_OK) post_op(c, r);
+  if (p->rs == RS_OK)
+    post_op(c, r);
+  else if (p->mv == MV_ON)
+    move_pump(c, r->peer);
+}
+
+int gin_rdma_peer_active(struct gin_comm *c, int peer) {
+  const struct rpeer *p;
+  if (c->rdma == NULL) return 0;
+  p = &c->rdma->p[peer];
+  return p->mv != MV_ON || p->head >= 0;
 }
 
 void gin_rdma_put(struct gin_comm *c, struct gin_req *r, struct gin_mr *src, uint64_t src_off, struct gin_mr *dst,
@@ -616,8 +647,23 @@ static ncclResult_t send_ctrl(struct gin_comm *c, int peer, int op, const void *
   return ncclSuccess;
 }
 
+static void move_start(struct gin_comm *c, int peer, const char *why);
+
+/* an RDMA atomic signal posted and not completed: whether the target applied it cannot be known */
+static int atomic_in_flight(const struct gin_rdma *g, const struct rpeer *p) {
+  if (g->atomic)
+    for (int k = p->head; k >= 0; k = g->ops[k].next)
+      if (g->ops[k].signal && g->ops[k].posted_once) return 1;
+  return 0;
+}
+
+/* recovery in place failed: the peer moves to the message path (GDRNET_FALLBACK=1), or the comm fails */
 static void rec_fail(struct gin_comm *c, int peer, const char *why) {
   struct rpeer *p = &c->rdma->p[peer];
+  if (gdr_param_int(GDR_PARAM_FALLBACK) && !atomic_in_flight(c->rdma, p)) {
+    move_start(c, peer, why);
+    return;
+  }
   GDR_WARN("GIN rank %d: the one-sided RDMA QP to rank %d is not recovered: %s (attempt %d of at most %d, %llu ms "
            "after the fault); the GIN connection fails",
            c->rank, peer, why, p->attempts, (int)gdr_param_int(GDR_PARAM_RECOVERY_ATTEMPTS),
@@ -626,15 +672,12 @@ static void rec_fail(struct gin_comm *c, int peer, const char *why) {
 }
 
 static void drain_done(struct gin_comm *c, int peer);
+static void qp_stop(struct gin_comm *c, int peer);
 
 /* an attempt of epoch e: the QP to ERR and drained (what completed still counts), then a new one */
 static void start_attempt(struct gin_comm *c, int peer, uint32_t epoch, const char *why) {
   struct gin_rdma *g = c->rdma;
   struct rpeer *p = &g->p[peer];
-  struct ibv_qp_attr at;
-  struct ibv_send_wr sw, *sbad = NULL;
-  struct ibv_recv_wr rw, *rbad = NULL;
-  struct ibv_sge none = {0, 0, 0};
   uint64_t now = gdr_time_ns();
   int max = (int)gdr_param_int(GDR_PARAM_RECOVERY_ATTEMPTS);
   if (p->rs == RS_OK && !p->episode) {
@@ -650,16 +693,26 @@ static void start_attempt(struct gin_comm *c, int peer, uint32_t epoch, const ch
     rec_fail(c, peer, max > 0 ? "the attempts are used up" : why);
     return;
   }
-  if (g->atomic)
-    for (int k = p->head; k >= 0; k = g->ops[k].next)
-      if (g->ops[k].signal && g->ops[k].posted_once) {
-        rec_fail(c, peer,
-                 "an RDMA atomic signal was in flight: whether the target applied it cannot be known, so it cannot "
-                 "be replayed exactly once (GDRNET_GIN_SIGNAL=imm recovers)");
-        return;
-      }
+  if (atomic_in_flight(g, p)) {
+    rec_fail(c, peer,
+             "an RDMA atomic signal was in flight: whether the target applied it cannot be known, so it cannot "
+             "be replayed exactly once (GDRNET_GIN_SIGNAL=imm recovers)");
+    return;
+  }
   p->epoch = epoch;
   p->have_remote = p->ready = 0;
+  qp_stop(c, peer);
+}
+
+/* the QP to ERR, a marker on its send and receive queues: drain_done once both are back (or after GIN_DRAIN_NS) */
+static void qp_stop(struct gin_comm *c, int peer) {
+  struct gin_rdma *g = c->rdma;
+  struct rpeer *p = &g->p[peer];
+  struct ibv_qp_attr at;
+  struct ibv_send_wr sw, *sbad = NULL;
+  struct ibv_recv_wr rw, *rbad = NULL;
+  struct ibv_sge none = {0, 0, 0};
+  uint64_t now = gdr_time_ns();
   p->rs = RS_DRAIN;
   p->marks = 0;
   p->drain_until = now + GIN_DRAIN_NS;
@@ -699,10 +752,16 @@ static void connect_ready(struct gin_comm *c, int peer) {
 }
 
 /* the old QP drained (or the drain's bound passed): destroyed; a new one, its receives, and its address */
+static void move_drained(struct gin_comm *c, int peer);
+
 static void drain_done(struct gin_comm *c, int peer) {
   struct gin_rdma *g = c->rdma;
   struct rpeer *p = &g->p[peer];
   struct qpinfo q;
+  if (p->mv != MV_NONE) {
+    move_drained(c, peer);
+    return;
+  }
   if (p->qp != NULL) (void)gdr_ibv.destroy_qp(p->qp);
   p->qp = NULL;
   p->sq_used = 0;
@@ -759,10 +818,138 @@ static void replay(struct gin_comm *c, int peer) {
            c->rank, peer, (unsigned long long)((gdr_time_ns() - p->t_fault) / 1000000ull), p->attempts, again, known);
 }
 
+/* ------------------------------------------------------------------------ the move to the message path -- */
+
+/* The peer moves to the message path (recovery failed here, why, GDRNET_FALLBACK=1; or the peer's GIN_OP_MOVE came,
+ * why NULL): the QP stops and drains as a recovery's does (a drain already under way is the one), then
+ * GIN_OP_MOVE{aux: the peer's signals this side applied} goes over the message path. Each side sends one; with the
+ * peer's in, move_agree. */
+static void move_start(struct gin_comm *c, int peer, const char *why) {
+  struct rpeer *p = &c->rdma->p[peer];
+  if (p->mv != MV_NONE) return;
+  if (why != NULL)
+    GDR_INFO(NCCL_NET,
+             "GIN rank %d: the one-sided RDMA QP to rank %d is not recovered in place: %s (attempt %d, %llu ms after "
+             "the fault); the operations towards rank %d move to the message path (GDRNET_FALLBACK=1)",
+             c->rank, peer, why, p->attempts, (unsigned long long)((gdr_time_ns() - p->t_fault) / 1000000ull), peer);
+  else
+    GDR_INFO(NCCL_NET, "GIN rank %d: rank %d moved to the message path: the operations towards it move too", c->rank,
+             peer);
+  p->mv = MV_STOP;
+  p->mv_until = gdr_time_ns() + (uint64_t)gdr_param_int(GDR_PARAM_RECOVERY_TIMEOUT_MS) * 1000000ull;
+  p->episode = 0;
+  if (p->rs != RS_DRAIN || p->marks == 0) qp_stop(c, peer); /* else the drain under way ends in move_drained */
+}
+
+static void move_agree(struct gin_comm *c, int peer);
+
+/* this side's GIN_OP_MOVE, once the FIFO has room (else again at the next progress) */
+static void move_send(struct gin_comm *c, int peer) {
+  struct rpeer *p = &c->rdma->p[peer];
+  struct gin_hdr h;
+  if (gin_os_room(c, peer) < 1) return;
+  memset(&h, 0, sizeof(h));
+  h.magic = GIN_WIRE_MAGIC;
+  h.op = GIN_OP_MOVE;
+  h.aux = p->consumed; /* final: the QP is drained and destroyed */
+  gin_os_queue_hdr(c, peer, NULL, &h, NULL, 0);
+  p->mv = MV_WAIT;
+  if (p->mv_heard) move_agree(c, peer);
+}
+
+/* the old QP drained: nothing more arrives on it, this side's count of the peer's signals is final */
+static void move_drained(struct gin_comm *c, int peer) {
+  struct rpeer *p = &c->rdma->p[peer];
+  if (p->qp != NULL) (void)gdr_ibv.destroy_qp(p->qp);
+  p->qp = NULL;
+  p->sq_used = 0;
+  p->credit_inflight = 0;
+  p->rs = RS_MOVED;
+  p->mv = MV_SEND;
+  move_send(c, peer);
+}
+
+/* Both sides' QPs are drained and both counts known: what the peer shows applied is complete (the rule of replay:
+ * a put or flush at or before the last signal it applied), the rest goes as messages, in order (move_pump). */
+static void move_agree(struct gin_comm *c, int peer) {
+  struct gin_rdma *g = c->rdma;
+  struct rpeer *p = &g->p[peer];
+  int last = -1, known = 0, left = 0;
+  if (atomic_in_flight(g, p)) {
+    GDR_WARN("GIN rank %d: rank %d moved to the message path with an RDMA atomic signal of this rank's in flight: "
+             "whether it was applied cannot be known (GDRNET_GIN_SIGNAL=imm moves exactly)",
+             c->rank, peer);
+    gin_fail(c, ncclRemoteError, "a signal in flight could not be moved", peer);
+    return;
+  }
+  for (int k = p->head; k >= 0; k = g->ops[k].next)
+    if (g->ops[k].signal && g->ops[k].posted_once && g->ops[k].seq < p->remote_consumed) last = k;
+  for (int k = p->head, passed = last < 0; k >= 0;) {
+    int nx = g->ops[k].next;
+    if (!passed && g->ops[k].kind != ROP_GET && g->ops[k].posted_once) {
+      struct gin_req *r = &c->pool[k];
+      op_unlink(g, p, k); /* placed before a signal the peer applied */
+      if (--r->pending == 0) gin_req_finish(c, r);
+      known++;
+    } else {
+      left++;
+    }
+    if (k == last) passed = 1;
+    k = nx;
+  }
+  p->mv = MV_ON;
+  GIN_COUNT(c, moves, 1);
+  GDR_INFO(NCCL_NET,
+           "GIN rank %d: rank %d is on the message path now (%llu of its signals applied here over RDMA, %llu of "
+           "this rank's there): %d operation(s) go again as messages, %d known complete",
+           c->rank, peer, (unsigned long long)p->consumed, (unsigned long long)p->remote_consumed, left, known);
+  move_pump(c, peer);
+}
+
+/* the listed operations as messages, in order, as far as the FIFO has room; the ones issued meanwhile are listed
+ * behind them (gin_rdma_peer_active), so nothing to the peer passes one listed before it */
+static void move_pump(struct gin_comm *c, int peer) {
+  struct gin_rdma *g = c->rdma;
+  struct rpeer *p = &g->p[peer];
+  while (p->head >= 0) {
+    int k = p->head;
+    struct rop *o = &g->ops[k];
+    struct gin_req *r = &c->pool[k];
+    if (gin_os_room(c, peer) < (o->kind == ROP_PUT ? gin_os_put_entries(o->lm, o->size) : 1)) return;
+    op_unlink(g, p, k);
+    if (o->posted_once) r->pending--; /* its completion on the destroyed QP never comes: the messages' do */
+    r->nwr = 0;
+    if (o->kind == ROP_PUT)
+      gin_os_put(c, r, o->lm, o->loff, o->rm, o->roff, o->size, o->sm, o->soff, o->sval, o->signal);
+    else if (o->kind == ROP_GET)
+      gin_os_get(c, r, o->rm, o->roff, o->lm, o->loff, o->size);
+    else
+      gin_os_flush(c, r);
+  }
+}
+
+/* the moves under way: a send that found no room, the operations still listed, the peer's answer's bound */
+static void move_progress(struct gin_comm *c, int peer) {
+  struct rpeer *p = &c->rdma->p[peer];
+  if (p->mv == MV_SEND) move_send(c, peer);
+  if (p->mv == MV_ON) {
+    move_pump(c, peer);
+  } else if (p->rs != RS_DRAIN && gdr_time_ns() > p->mv_until) {
+    GDR_WARN("GIN rank %d: rank %d did not answer the move to the message path within GDRNET_RECOVERY_TIMEOUT_MS=%d",
+             c->rank, peer, (int)gdr_param_int(GDR_PARAM_RECOVERY_TIMEOUT_MS));
+    gin_fail(c, ncclRemoteError, "the move to the message path was not answered", peer);
+  }
+}
+
 static void recovery_timers(struct gin_comm *c) {
   uint64_t now = gdr_time_ns();
   for (int r = 0; r < c->nranks && c->error == ncclSuccess; r++) {
     struct rpeer *p = &c->rdma->p[r];
+    if (p->mv != MV_NONE) {
+      if (p->rs == RS_DRAIN && now > p->drain_until) drain_done(c, r);
+      if (c->error == ncclSuccess) move_progress(c, r);
+      continue;
+    }
     if (p->rs == RS_OK && !p->episode) continue;
     if (now > p->rec_until && p->rs != RS_OK)
       rec_fail(c, r, "not recovered within GDRNET_RECOVERY_TIMEOUT_MS");
@@ -781,9 +968,23 @@ ncclResult_t gin_rdma_message(struct gin_comm *c, int peer, const struct gin_hdr
     return ncclInvalidUsage;
   }
   p = &g->p[peer];
+  if (h->op == GIN_OP_MOVE) {
+    if (p->mv_heard) {
+      GDR_WARN("GIN rank %d: rank %d moved to the message path twice", c->rank, peer);
+      return ncclRemoteError;
+    }
+    p->mv_heard = 1;
+    p->remote_consumed = h->aux;
+    if (p->mv == MV_NONE)
+      move_start(c, peer, NULL);
+    else if (p->mv == MV_WAIT)
+      move_agree(c, peer);
+    return c->error;
+  }
   if (h->op == GIN_OP_QP && h->size != sizeof(struct qpinfo)) return ncclRemoteError;
   if (h->flags & GIN_F_RECOVER) {
     uint32_t e = (uint32_t)h->cookie;
+    if (p->mv != MV_NONE) return ncclSuccess;                                  /* a recovery the move ended */
     if (e < p->epoch || (e == p->epoch && p->rs == RS_OK)) return ncclSuccess; /* an attempt already over */
     if (e > p->epoch) start_attempt(c, peer, e, "the peer recovers the QP between them");
     if (c->error != ncclSuccess || p->epoch != e) return c->error;
@@ -850,7 +1051,7 @@ static ncclResult_t completion(struct gin_comm *c, const struct ibv_wc *wc) {
     if (p->rs == RS_DRAIN) return c->error; /* flushed with the QP this attempt drains */
     snprintf(why, sizeof why, "a completion failed: %s (vendor error %u)", gdr_ibv_wc_status_str(wc->status),
              wc->vendor_err);
-    if (gdr_param_int(GDR_PARAM_RECOVERY_ATTEMPTS) == 0) {
+    if (gdr_param_int(GDR_PARAM_RECOVERY_ATTEMPTS) == 0 && !gdr_param_int(GDR_PARAM_FALLBACK)) {
       GDR_WARN("GIN rank %d: a completion towards rank %d failed: %s (vendor error %u)", c->rank, peer,
                gdr_ibv_wc_status_str(wc->status), wc->vendor_err);
       gin_fail(c, ncclRemoteError, "an RDMA operation failed", peer);
@@ -954,6 +1155,10 @@ void gin_rdma_get(struct gin_comm *c, struct gin_req *r, struct gin_mr *rm, uint
   (void)c, (void)r, (void)rm, (void)roff, (void)lm, (void)loff, (void)size;
 }
 void gin_rdma_flush(struct gin_comm *c, struct gin_req *r, struct gin_mr *m) { (void)c, (void)r, (void)m; }
+int gin_rdma_peer_active(struct gin_comm *c, int peer) {
+  (void)c, (void)peer;
+  return 0;
+}
 ncclResult_t gin_rdma_progress(struct gin_comm *c) { return c->error; }
 
 #endif

@@ -98,6 +98,56 @@ void gin_os_queue_data(struct gin_comm *c, int peer, struct gin_req *owner, char
   p->tail++;
 }
 
+uint32_t gin_os_put_entries(const struct gin_mr *src, size_t size) {
+  return size > 0 && !(size <= GDR_GIN_INLINE && src->type == NCCL_PTR_HOST) ? 2 : 1;
+}
+
+void gin_os_put(struct gin_comm *c, struct gin_req *r, struct gin_mr *src, uint64_t src_off, struct gin_mr *dst,
+                uint64_t dst_off, size_t size, struct gin_mr *sig, uint64_t sig_off, uint64_t sig_val, int signal) {
+  const int inl = size > 0 && gin_os_put_entries(src, size) == 1;
+  struct gin_hdr h;
+  memset(&h, 0, sizeof(h));
+  h.magic = GIN_WIRE_MAGIC;
+  h.op = GIN_OP_PUT;
+  h.flags = (uint16_t)((signal ? GIN_F_SIGNAL : 0) | (inl ? GIN_F_INLINE : size > 0 ? GIN_F_DATA : 0));
+  h.mr = dst != NULL ? dst->id : 0;
+  h.off = dst_off;
+  h.size = size;
+  if (signal) {
+    h.sig_mr = sig->id;
+    h.sig_off = sig_off;
+    h.sig_val = sig_val;
+  }
+  gin_os_queue_hdr(c, r->peer, r, &h, inl ? src->base + src_off : NULL, inl ? size : 0);
+  if (size > 0 && !inl) gin_os_queue_data(c, r->peer, r, src->base + src_off, size, src->smh[r->peer]);
+}
+
+void gin_os_get(struct gin_comm *c, struct gin_req *r, struct gin_mr *rm, uint64_t roff, struct gin_mr *lm,
+                uint64_t loff, size_t size) {
+  struct gin_hdr h;
+  memset(&h, 0, sizeof(h));
+  h.magic = GIN_WIRE_MAGIC;
+  h.op = GIN_OP_GET;
+  h.mr = rm->id;
+  h.off = roff;
+  h.size = size;
+  h.aux_mr = lm->id;
+  h.aux = loff;
+  h.cookie = gin_req_cookie(r);
+  r->pending++; /* the reply */
+  gin_os_queue_hdr(c, r->peer, r, &h, NULL, 0);
+}
+
+void gin_os_flush(struct gin_comm *c, struct gin_req *r) {
+  struct gin_hdr h;
+  memset(&h, 0, sizeof(h));
+  h.magic = GIN_WIRE_MAGIC;
+  h.op = GIN_OP_FLUSH;
+  h.cookie = gin_req_cookie(r);
+  r->pending++; /* the acknowledgement */
+  gin_os_queue_hdr(c, r->peer, r, &h, NULL, 0);
+}
+
 static ncclResult_t send_progress(struct gin_comm *c, int peer);
 
 void gin_fail(struct gin_comm *c, ncclResult_t res, const char *what, int peer) {
@@ -317,7 +367,8 @@ static ncclResult_t rx_header(struct gin_comm *c, int peer, int *more, int *stal
     res = ncclRemoteError;
     break;
   case GIN_OP_QP:
-  case GIN_OP_QP_READY: res = gin_rdma_message(c, peer, h, p->rx_buf + sizeof(*h)); break;
+  case GIN_OP_QP_READY:
+  case GIN_OP_MOVE: res = gin_rdma_message(c, peer, h, p->rx_buf + sizeof(*h)); break;
   default: GDR_WARN("GIN rank %d: rank %d sent an unknown operation %u", c->rank, peer, h->op); res = ncclRemoteError;
   }
 out:

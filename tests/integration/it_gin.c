@@ -572,6 +572,18 @@ static void check_stats(void) {
            (unsigned long long)stat_of(q, "gdrnet_gin_recoveries_total"),
            (unsigned long long)stat_of(q, "gdrnet_gin_replayed_total"));
   }
+  /* GNIT_GIN_EXPECT_MOVE=N: at least N peers of this process moved from the one-sided RDMA path to the message path
+   * (a failed recovery, GDRNET_FALLBACK=1); every check above passed over the move */
+  if (getenv("GNIT_GIN_EXPECT_MOVE") != NULL) {
+    uint64_t want = strtoull(getenv("GNIT_GIN_EXPECT_MOVE"), NULL, 10);
+    IT_CHECK(stat_of(q, "gdrnet_gin_moves_total") >= want,
+             "gin moves %llu, %llu expected: the test did not take the path it names",
+             (unsigned long long)stat_of(q, "gdrnet_gin_moves_total"), (unsigned long long)want);
+    it_log("%llu peer(s) moved to the message path, %llu recovery(ies) in place, %llu error(s)",
+           (unsigned long long)stat_of(q, "gdrnet_gin_moves_total"),
+           (unsigned long long)stat_of(q, "gdrnet_gin_recoveries_total"),
+           (unsigned long long)stat_of(q, "gdrnet_gin_errors_total"));
+  }
 }
 
 /* VEMU_FAULTS makes one of this process's RDMA READs fail (GNIT_GIN_MODE=fault, RMA v14 on the one-sided RDMA path):
