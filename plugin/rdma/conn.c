@@ -584,6 +584,7 @@ static void comm_free(struct gdr_rdma_comm *c) {
   gdr_tcp_connect_abort(&c->fb.tcp_handle);
   if (c->stage > 0 && c->kind == GDR_RCOMM_SEND && c->fd < 0) gdr_connector_abort(&c->connector);
   if (c->fd >= 0) gdr_sock_close_graceful(c->fd, c->desc);
+  pthread_mutex_destroy(&c->svc_mu);
   free(c);
 }
 
@@ -591,6 +592,7 @@ static void comm_free(struct gdr_rdma_comm *c) {
 static struct gdr_rdma_comm *comm_alloc(const int *devs, int ndevs, int kind) {
   struct gdr_rdma_comm *c = calloc(1, sizeof(*c));
   if (c == NULL) return NULL;
+  pthread_mutex_init(&c->svc_mu, NULL); /* (service.c) */
   c->kind = kind;
   c->ndevs = ndevs;
   for (int i = 0; i < ndevs; i++) {
