@@ -183,6 +183,15 @@ out:
 
 /* ------------------------------------------------------------------------------------------- QPs -- */
 
+/* The port's MTU as it is now: a recovery's refresh (gdr_rdma_dev_refresh) writes it under the device's lock, maybe
+ * on another connection's thread (several NCCL threads, or the idle-peer service of service.c). */
+static int dev_mtu(struct gdr_rdma_dev *d) {
+  pthread_mutex_lock(&d->lock);
+  int mtu = d->active_mtu;
+  pthread_mutex_unlock(&d->lock);
+  return mtu;
+}
+
 /* QP i of the connection lives on its device i % ndevs; a device's QPs share its CQ (cqs[k]). */
 static inline int qp_member(const struct gdr_rdma_comm *c, int i) { return i % c->ndevs; }
 
@@ -341,7 +350,7 @@ ncclResult_t gdr_rdma_qpset_create(struct gdr_rdma_comm *c, struct gdr_rdma_qpse
     }
     if (qp_to_init(m, qs->flush_qp[k], IBV_ACCESS_REMOTE_READ) ||
         qp_to_rtr_rts(c, m, qs->flush_qp[k], qs->flush_qp[k]->qp_num, 0, 0, m->lid, m->gid.raw,
-                      (enum ibv_mtu)m->dev->active_mtu)) {
+                      (enum ibv_mtu)dev_mtu(m->dev))) {
       res = ncclSystemError;
       goto out;
     }
@@ -435,7 +444,7 @@ static void fill_addrs(struct gdr_rdma_comm *c, struct gdr_rdma_addr *a) {
   for (int i = 0; i < c->ndevs; i++) {
     const struct gdr_rdma_member *m = &c->m[i];
     const struct ibv_mr *own = c->kind == GDR_RCOMM_SEND ? m->fifo_mr : m->sizes_mr;
-    int mtu = m->dev->active_mtu;
+    int mtu = dev_mtu(m->dev);
     memset(&a[i], 0, sizeof(a[i]));
     if (cap > 0 && cap < mtu) mtu = cap;
     a[i].link_layer = (uint8_t)m->dev->link_layer;
@@ -584,6 +593,7 @@ static void comm_free(struct gdr_rdma_comm *c) {
   gdr_tcp_connect_abort(&c->fb.tcp_handle);
   if (c->stage > 0 && c->kind == GDR_RCOMM_SEND && c->fd < 0) gdr_connector_abort(&c->connector);
   if (c->fd >= 0) gdr_sock_close_graceful(c->fd, c->desc);
+  pthread_mutex_destroy(&c->svc_mu);
   free(c);
 }
 
@@ -591,6 +601,7 @@ static void comm_free(struct gdr_rdma_comm *c) {
 static struct gdr_rdma_comm *comm_alloc(const int *devs, int ndevs, int kind) {
   struct gdr_rdma_comm *c = calloc(1, sizeof(*c));
   if (c == NULL) return NULL;
+  pthread_mutex_init(&c->svc_mu, NULL); /* (service.c) */
   c->kind = kind;
   c->ndevs = ndevs;
   for (int i = 0; i < ndevs; i++) {

@@ -444,6 +444,15 @@ struct gdr_rdma_comm {
   int nreqs_alloc;
   struct gdr_rdma_req *reqs;
   int nreqs_pool;
+
+  /* service.c: the owner's calls (every entry of the table, under svc_mu) and the idle-peer service's view */
+  pthread_mutex_t svc_mu;
+  uint64_t svc_calls;  /* entries of the owner so far (under svc_mu) */
+  uint64_t svc_seen;   /* svc_calls at the service's last look (under svc_mu) */
+  uint64_t svc_id;     /* 0: not attached; else its key in the service's epoll set */
+  int svc_watch;       /* a record arrived, or a recovery or move runs: looked at every tick (under the list lock) */
+  int svc_fresh;       /* watched since this tick: its owner gets one tick to read the record itself */
+  int svc_acted;       /* the service progressed it in this watch (one INFO line per watch) */
 };
 
 struct gdr_rdma_listen {
@@ -601,5 +610,17 @@ ncclResult_t gdr_rdma_progress(struct gdr_rdma_comm *c, int *busy);
 ncclResult_t gdr_rdma_rec_message(struct gdr_rdma_comm *c, const struct gdr_rdma_ctrl *m, const void *payload);
 /* One INFO line with the connection's counters, when anything happened (close). */
 void gdr_rdma_rec_report(struct gdr_rdma_comm *c);
+
+/* service.c (the top: called by transport.c's table only) */
+/* The connection joins the service (connect/accept returned it) / leaves it (before close: waits for a pass of the
+ * service in progress on it; the last one joins the thread). */
+ncclResult_t gdr_rdma_svc_attach(struct gdr_rdma_comm *c);
+void gdr_rdma_svc_detach(struct gdr_rdma_comm *c);
+/* Around every isend/irecv/iflush/test of the connection's owner. */
+static inline void gdr_rdma_svc_enter(struct gdr_rdma_comm *c) {
+  pthread_mutex_lock(&c->svc_mu);
+  c->svc_calls++;
+}
+static inline void gdr_rdma_svc_leave(struct gdr_rdma_comm *c) { pthread_mutex_unlock(&c->svc_mu); }
 
 #endif /* GDRNET_RDMA_RDMA_H */

@@ -7,7 +7,8 @@
  *   connect_timeout  the connect's last stage, the TCP connection, past GDRNET_CONNECT_TIMEOUT_MS (the receiver
  *                    stopped accepting): connect fails, and its comm, control socket and TCP connect in flight go
  *   move             a move to TCP that fails (GDRNET_RECOVERY_TIMEOUT_MS) with the sender's TCP connect in flight
- *                    (the receiver stopped): closeSend releases every socket of it, the TCP connect's too
+ *                    (the receiver stopped: its thread stuck in a call, the comm's lock held): closeSend releases
+ *                    every socket of it, the TCP connect's too
  * Every case ends with the TCP socket count where it was before the first listen. XT_SOCKETS=1 lists the sockets
  * at each count, XT_VERBOSE=1 prints the plugin's INFO lines. */
 #include <setjmp.h>
@@ -16,6 +17,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 #include <dirent.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -229,6 +231,9 @@ static void case_move(void) {
     assert_int_equal(T->test(rq, &done, got), ncclSuccess);
     assert_true(now_s() < dl);
   }
+  /* the receiver stops: its thread is stuck in a call (holding the comm's lock, so the idle-peer service,
+   * service.c, cannot answer for it either) */
+  pthread_mutex_lock(&r->svc_mu);
   int s1 = sockets(NULL);
   /* the sender's move: its TCP connect starts and cannot finish; the move's bound fails the connection */
   ncclResult_t res = ncclSuccess;
@@ -251,6 +256,7 @@ static void case_move(void) {
             "control socket)\n",
             s2, s1);
   assert_int_equal(s2, s1 - 1);
+  pthread_mutex_unlock(&r->svc_mu);
   assert_int_equal(T->dereg_mr(rc, rmh), ncclSuccess);
   assert_int_equal(T->close_recv(rc), ncclSuccess);
   assert_int_equal(sockets(NULL), s0);

@@ -616,9 +616,11 @@ static int conn_write_locked(struct vconn *c)
 					stop = 1;
 					break;
 				}
-				if (vemu_seg_dead(sg)) {
-					/* deregistered under a queued request: zeros, one bounded piece at a time, and the
-					 * frame is void (its trailer) */
+				if (f->voided || vemu_seg_dead(sg)) {
+					/* deregistered under a queued request, or its QP went to error or away mid-frame:
+					 * zeros, one bounded piece at a time, and the frame is void (its trailer). A NIC reads
+					 * nothing more of a stopped QP's buffers: the application may have them back (the
+					 * plugin completes such a send over TCP, and the buffer is reused at once) */
 					f->voided = 1;
 					iov[n].iov_base = (void *)vemu_zeros;
 					iov[n].iov_len = sg->len - so < sizeof(vemu_zeros) ? sg->len - so : sizeof(vemu_zeros);

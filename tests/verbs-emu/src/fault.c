@@ -33,7 +33,7 @@ static struct rule rules[MAX_RULES];
 static int nrules;
 static pthread_mutex_t fmu = PTHREAD_MUTEX_INITIALIZER;
 static uint64_t moved_bytes;
-static volatile int lost;
+static int lost; /* peer_loss fired: read by every thread without fmu (__atomic) */
 
 static int bad(const char *rule, const char *why)
 {
@@ -244,7 +244,7 @@ int vemu_faults_parse(const char *spec)
 {
 	nrules = 0;
 	moved_bytes = 0;
-	lost = 0;
+	__atomic_store_n(&lost, 0, __ATOMIC_RELAXED);
 	if (!spec || !*spec)
 		return 0;
 	char *buf = strdup(spec);
@@ -339,16 +339,17 @@ int vemu_fault_peer_lost(uint64_t add)
 	pthread_mutex_lock(&fmu);
 	moved_bytes += add;
 	for (int i = 0; i < nrules; i++)
-		if (rules[i].kind == R_PEER_LOSS && moved_bytes >= rules[i].after_bytes && !lost) {
-			lost = 1;
+		if (rules[i].kind == R_PEER_LOSS && moved_bytes >= rules[i].after_bytes &&
+		    !__atomic_load_n(&lost, __ATOMIC_RELAXED)) {
+			__atomic_store_n(&lost, 1, __ATOMIC_RELEASE);
 		}
 	pthread_mutex_unlock(&fmu);
-	return lost;
+	return __atomic_load_n(&lost, __ATOMIC_ACQUIRE);
 }
 
 int vemu_fault_is_lost(void)
 {
-	return lost;
+	return __atomic_load_n(&lost, __ATOMIC_ACQUIRE);
 }
 
 void vemu_fault_port_timers(uint64_t now, uint64_t *next)
