@@ -141,6 +141,8 @@ static ncclResult_t start_locked(void) {
     GDR_WARN("RDMA idle-peer service: cannot start its thread: %s", strerror(rc));
     goto fail;
   }
+  /* named by its creator (what top -H and /proc show); a name is a convenience: no failure to report */
+  (void)pthread_setname_np(g_svc.thread, "gdr-rdma-svc");
   g_svc.running = 1;
   return ncclSuccess;
 fail:
