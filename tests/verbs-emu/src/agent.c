@@ -351,6 +351,13 @@ static void tune_socket(int fd)
 	fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
 }
 
+/* c->dead: set under g.mu by any thread (conn_mark_dead: an application thread's direct write can fail), read
+ * without g.mu by the agent's reader (conn_read runs under g.memlock only): loaded and stored atomically */
+static inline int conn_dead(struct vconn *c)
+{
+	return __atomic_load_n(&c->dead, __ATOMIC_ACQUIRE);
+}
+
 static struct vconn *conn_new(int fd, uint64_t peer)
 {
 	struct vconn *c = calloc(1, sizeof(*c));
@@ -383,16 +390,16 @@ static void frame_free(struct oframe *f)
 /* mark a connection lost (g.mu held, any thread); the agent reaps it when nobody is writing on it */
 static void conn_mark_dead(struct vconn *c)
 {
-	if (c->dead)
+	if (conn_dead(c))
 		return;
 	VTRACE("conn lost peer=%016llx\n", (unsigned long long)c->peer);
-	c->dead = 1;
+	__atomic_store_n(&c->dead, 1, __ATOMIC_RELEASE);
 }
 
 /* agent thread, g.mu held: close a dead connection and drop what it carried */
 static void conn_reap(struct vconn *c)
 {
-	if (!c->dead || c->writing || c->fd < 0)
+	if (!conn_dead(c) || c->writing || c->fd < 0)
 		return;
 	epoll_ctl(ep, EPOLL_CTL_DEL, c->fd, NULL);
 	close(c->fd);
@@ -473,7 +480,7 @@ static socklen_t agent_addr(uint64_t id, struct sockaddr_un *a)
 static struct vconn *conn_to(uint64_t id)
 {
 	for (struct vconn *c = conns; c; c = c->next)
-		if (c->peer == id && (c->fd >= 0 || c->dead))
+		if (c->peer == id && (c->fd >= 0 || conn_dead(c)))
 			return c;
 	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	struct sockaddr_un a;
@@ -488,7 +495,7 @@ static struct vconn *conn_to(uint64_t id)
 
 static void enqueue(struct vconn *c, struct oframe *f)
 {
-	if (c->dead) {
+	if (conn_dead(c)) {
 		frame_free(f);
 		return;
 	}
@@ -543,11 +550,11 @@ static ssize_t conn_sendmsg(struct vconn *c, const struct msghdr *mh, int flags)
 
 static int conn_write_locked(struct vconn *c)
 {
-	if (c->writing || c->dead || c->fd < 0 || vemu_fault_is_lost())
+	if (c->writing || conn_dead(c) || c->fd < 0 || vemu_fault_is_lost())
 		return 0;
 	c->writing = 1;
 	int rc = 0;
-	while (c->oq_head && !c->dead) {
+	while (c->oq_head && !conn_dead(c)) {
 		struct oframe *snap[62];
 		int ns = 0;
 		/* requests of a QP in error or gone: not started, not sent (a NIC stops its send queue); started, void */
@@ -703,7 +710,7 @@ static int conn_write_locked(struct vconn *c)
 			}
 		}
 	}
-	if (!c->oq_head && c->want_out && !c->dead)
+	if (!c->oq_head && c->want_out && !conn_dead(c))
 		conn_epoll(c, 0);
 	c->writing = 0;
 	return rc;
@@ -903,7 +910,7 @@ static void send_request(struct vqp *q, struct vwr *w)
 				f->segs[i].lazy = 0;
 		}
 	}
-	if (!q->conn->dead)
+	if (!conn_dead(q->conn))
 		q->unsent++;
 	enqueue(q->conn, f);
 }
@@ -911,7 +918,7 @@ static void send_request(struct vqp *q, struct vwr *w)
 /* the retry timer fired with requests outstanding: ask the responder where it stands (g.mu held) */
 static void send_probe(struct vqp *q)
 {
-	if (!q->conn || q->conn->dead)
+	if (!q->conn || conn_dead(q->conn))
 		return;
 	VTRACE("probe qp=0x%x try=%d first_psn=%u\n", q->qp.qp_num, q->retries, q->if_head ? q->if_head->seq : 0);
 	struct oframe *f = frame_new(F_PROBE, q->dest_qpn, q->qp.qp_num, 0);
@@ -1849,9 +1856,9 @@ static inline void conn_read_acquire(struct vconn *c, ssize_t r)
 
 static int conn_read_locked(struct vconn *c)
 {
-	if (vemu_fault_is_lost() || c->dead || c->fd < 0)
+	if (vemu_fault_is_lost() || conn_dead(c) || c->fd < 0)
 		return 0;
-	for (int rounds = 0; !c->dead; rounds++) {
+	for (int rounds = 0; !conn_dead(c); rounds++) {
 		/* consume buffered input (always before leaving, or bytes would wait for the next epoll event) */
 		while (c->ibuf_off < c->ibuf_len) {
 			size_t avail = c->ibuf_len - c->ibuf_off;
@@ -2005,7 +2012,7 @@ int vemu_try_direct(struct vqp *q)
 	struct vconn *c = q->conn;
 	/* only when the QP has nothing in flight: a latency-bound exchange. A running stream of requests is left
 	 * to the agent, which batches them into fewer system calls. */
-	if (!enabled || agent_thread || q->dirty || q->if_head || q->qp.state != IBV_QPS_RTS || !c || c->dead ||
+	if (!enabled || agent_thread || q->dirty || q->if_head || q->qp.state != IBV_QPS_RTS || !c || conn_dead(c) ||
 	    c->writing ||
 	    c->oq_head || c->fd < 0 || vemu_port_state(q->ctx->dev) != IBV_PORT_ACTIVE || vemu_fault_is_lost())
 		return 0;
@@ -2046,7 +2053,7 @@ static void go_dark(void)
 	applied = 1;
 	VTRACE("fault peer_loss: this process stops answering\n");
 	for (struct vconn *c = conns; c; c = c->next)
-		if (!c->dead)
+		if (!conn_dead(c))
 			epoll_ctl(ep, EPOLL_CTL_DEL, c->fd, NULL);
 	epoll_ctl(ep, EPOLL_CTL_DEL, g.listen_fd, NULL);
 }
@@ -2102,7 +2109,7 @@ static void *agent_main(void *arg)
 			struct vconn *c = p;
 			if (evs[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR))
 				conn_read(c);
-			if (!c->dead && (evs[i].events & EPOLLOUT))
+			if (!conn_dead(c) && (evs[i].events & EPOLLOUT))
 				conn_write(c);
 		}
 		process_dirty();
@@ -2117,9 +2124,9 @@ static void *agent_main(void *arg)
 		pthread_mutex_lock(&g.mu);
 		lazy_drain_serve();
 		for (struct vconn *c = conns; c; c = c->next) {
-			if (c->oq_head && !c->dead)
+			if (c->oq_head && !conn_dead(c))
 				conn_write_locked(c);
-			if (c->dead)
+			if (conn_dead(c))
 				conn_reap(c);
 		}
 		pthread_mutex_unlock(&g.mu);
