@@ -445,6 +445,8 @@ uint64_t gdr_tcp_pool_help_passes(void); /* help passes that moved bytes, proces
 int gdr_tcp_pool_size(char *why, size_t whylen);
 /* I/O threads running now (tests) */
 int gdr_tcp_pool_running(void);
+/* I/O threads that entered their loop, past their start-up (tests: a fork under ASan must not catch one starting) */
+int gdr_tcp_pool_entered(void);
 void gdr_tcp_comm_fail(struct tcp_comm *c, ncclResult_t res, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /* tcp_p2p.c */

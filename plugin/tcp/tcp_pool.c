@@ -84,6 +84,7 @@ struct tcp_io {
   struct tcp_thread *ready;
   _Atomic int has_ready;
   _Atomic int sleeping; /* in a blocking epoll_wait: a kick must write evfd */
+  _Atomic int entered;  /* the thread runs io_thread (tests: past its start-up, see gdr_tcp_pool_entered) */
   uint64_t spin_ns, spin_max_ns;
   size_t budget; /* bytes per lane or stream per turn (under mu): TCP_IO_BUDGET, TCP_HELP_BUDGET in a helper's pass */
 };
@@ -158,6 +159,14 @@ int gdr_tcp_pool_running(void) {
   int n;
   pthread_mutex_lock(&g_pool.mu);
   n = g_pool.n;
+  pthread_mutex_unlock(&g_pool.mu);
+  return n;
+}
+
+int gdr_tcp_pool_entered(void) {
+  int n = 0;
+  pthread_mutex_lock(&g_pool.mu);
+  for (int i = 0; i < g_pool.n; i++) n += atomic_load(&g_pool.io[i].entered);
   pthread_mutex_unlock(&g_pool.mu);
   return n;
 }
@@ -430,6 +439,7 @@ static void *io_thread(void *arg) {
   struct tcp_io *io = arg;
   struct epoll_event ev[TCP_IO_EVENTS];
   uint64_t since = 0; /* last progress */
+  atomic_store(&io->entered, 1);
   pthread_mutex_lock(&io->mu);
   while (!io->stop) {
     int prog = 0, timeout = -1, n, werr;
