@@ -311,6 +311,16 @@ static void test_fork(struct vt_dev *d)
 {
 	vt_name = "fork";
 	static char buf[4096];
+#if defined(__SANITIZE_ADDRESS__)
+	/* GCC 12's ASan takes no lock around fork (upstream added one in LLVM 18): its allocator's locks can be copied
+	 * held into the child of this two-thread process, and the child's first thread start (its agent) then hangs on
+	 * one. Seen about 1 run in 170 under load, with the emulator's agent held out of its work across the fork, so
+	 * not from our threads. The release build runs this case. */
+	(void)d;
+	(void)buf;
+	printf("fork: skipped under ASan (its allocator is not fork-safe in a multi-threaded process)\n");
+	return;
+#endif
 	pid_t p = fork();
 	CHECK(p >= 0);
 	if (p == 0) {
