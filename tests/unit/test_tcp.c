@@ -13,11 +13,7 @@
 #include "param.h"
 #include "tcp/tcp.h"
 #include "unit_common.h"
-
-struct pair {
-  void *l, *s, *r;
-  char handle[NCCL_NET_HANDLE_MAXSIZE];
-};
+#include "unit_pair.h"
 
 static void init_plugin(void) {
   ut_warn_reset();
@@ -25,29 +21,6 @@ static void init_plugin(void) {
 }
 
 static void fini_plugin(void) { gdr_core_fini(); }
-
-static void pair_open(struct pair *p) {
-  double t0 = ut_now();
-  char h[NCCL_NET_HANDLE_MAXSIZE];
-  memset(p, 0, sizeof(*p));
-  assert_int_equal(gdr_core_listen(NULL, 0, p->handle, &p->l), ncclSuccess);
-  assert_non_null(p->l);
-  memcpy(h, p->handle, sizeof(h)); /* what NCCL ships to the peer */
-  while (p->s == NULL || p->r == NULL) {
-    if (p->s == NULL) assert_int_equal(gdr_core_connect(NULL, 0, -1, h, &p->s), ncclSuccess);
-    if (p->r == NULL) assert_int_equal(gdr_core_accept(p->l, &p->r), ncclSuccess);
-    assert_true(ut_now() - t0 < 20.0);
-  }
-  assert_int_equal(gdr_core_close_listen(p->l), ncclSuccess);
-  p->l = NULL;
-}
-
-static void pair_close(struct pair *p) {
-  if (p->s) assert_int_equal(gdr_core_close_send(p->s), ncclSuccess);
-  if (p->r) assert_int_equal(gdr_core_close_recv(p->r), ncclSuccess);
-  memset(p, 0, sizeof(*p));
-}
-
 
 /* The eager path is off by default (GDRNET_TCP_EAGER_CREDITS=0); these tests turn it on. */
 static void eager_on(const char *credits) { setenv("GDRNET_TCP_EAGER_CREDITS", credits, 1); }

@@ -15,32 +15,7 @@
 #include "param.h"
 #include "tcp/tcp.h"
 #include "unit_common.h"
-
-struct pair {
-  void *l, *s, *r;
-  char handle[NCCL_NET_HANDLE_MAXSIZE];
-};
-
-static void pair_open(struct pair *p) {
-  double t0 = ut_now();
-  char h[NCCL_NET_HANDLE_MAXSIZE];
-  memset(p, 0, sizeof(*p));
-  assert_int_equal(gdr_core_listen(NULL, 0, p->handle, &p->l), ncclSuccess);
-  memcpy(h, p->handle, sizeof(h));
-  while (p->s == NULL || p->r == NULL) {
-    if (p->s == NULL) assert_int_equal(gdr_core_connect(NULL, 0, -1, h, &p->s), ncclSuccess);
-    if (p->r == NULL) assert_int_equal(gdr_core_accept(p->l, &p->r), ncclSuccess);
-    assert_true(ut_now() - t0 < 20.0);
-  }
-  assert_int_equal(gdr_core_close_listen(p->l), ncclSuccess);
-  p->l = NULL;
-}
-
-static void pair_close(struct pair *p) {
-  assert_int_equal(gdr_core_close_send(p->s), ncclSuccess);
-  assert_int_equal(gdr_core_close_recv(p->r), ncclSuccess);
-  memset(p, 0, sizeof(*p));
-}
+#include "unit_pair.h"
 
 /* Threads of this process whose name starts with prefix; their tids in tids[] (up to max). */
 static int threads_named(const char *prefix, pid_t *tids, int max) {
