@@ -144,9 +144,11 @@ static void test_bounded_threads(void **state) {
   unsetenv("GDRNET_TCP_IO_THREADS");
 }
 
+#define PROXY_IO_MAX_ROUNDS 64 /* traffic rounds that may pass before a help pass must have moved bytes */
+
 /* GDRNET_TCP_PROXY_IO: the thread calling test() runs passes of the I/O thread serving its comm when that thread is
  * not at work (1 thread for 8 connections here); off, it never does. Every byte checked either way. */
-static void proxy_io_round(const char *knob, int max_rounds, uint64_t *passes) {
+static void proxy_io_round(const char *knob, uint64_t *passes) {
   struct pair p[NPAIRS];
   uint64_t before;
   setenv("GDRNET_TCP_NSOCKS", "2", 1);
@@ -158,8 +160,9 @@ static void proxy_io_round(const char *knob, int max_rounds, uint64_t *passes) {
   for (int i = 0; i < NPAIRS; i++) pair_open(&p[i]);
   before = gdr_tcp_pool_help_passes();
   /* A pass runs only where the I/O thread is not at work when test() looks: on a loaded host that may take more than
-   * a few rounds, so on, the rounds go on until one pass moved bytes (at most max_rounds); off gets as many */
-  for (int round = 0; round < 4 || (round < max_rounds && gdr_tcp_pool_help_passes() == before); round++)
+   * a few rounds, so on, the rounds go on until one pass moved bytes (at most PROXY_IO_MAX_ROUNDS); off gets as
+   * many */
+  for (int round = 0; round < 4 || (round < PROXY_IO_MAX_ROUNDS && gdr_tcp_pool_help_passes() == before); round++)
     traffic_all(p, NPAIRS, round);
   *passes = gdr_tcp_pool_help_passes() - before;
   for (int i = 0; i < NPAIRS; i++) pair_close(&p[i]);
@@ -172,9 +175,9 @@ static void proxy_io_round(const char *knob, int max_rounds, uint64_t *passes) {
 static void test_proxy_io(void **state) {
   uint64_t off = 0, on = 0;
   (void)state;
-  proxy_io_round("0", 64, &off);
+  proxy_io_round("0", &off);
   assert_int_equal(off, 0);
-  proxy_io_round("1", 64, &on);
+  proxy_io_round("1", &on);
   print_message("help passes that moved bytes: %llu with GDRNET_TCP_PROXY_IO=1, %llu with 0\n", (unsigned long long)on,
                 (unsigned long long)off);
   assert_true(on > 0);
