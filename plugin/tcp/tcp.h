@@ -111,6 +111,8 @@ uint64_t gdr_tcp_resolve_spin_ns(void);
 /* The longer polling window while traffic is expected (GDRNET_TCP_SPIN_MAX_US; auto: TCP_SPIN_MAX_AUTO_US where
  * helpers poll at all, else 0), in ns. */
 uint64_t gdr_tcp_resolve_spin_max_ns(void);
+/* GDRNET_TCP_SPIN_THREADS resolved for a pool of nthreads: how many of them may poll at once (at most nthreads). */
+int gdr_tcp_resolve_spin_threads(int nthreads);
 /* GDRNET_TCP_PROXY_IO resolved: test() helps the I/O threads (gdr_tcp_pool_help). auto: where they do not poll. */
 int gdr_tcp_resolve_proxy_io(void);
 #define TCP_SPIN_MAX_AUTO_US 1000
@@ -443,6 +445,8 @@ int gdr_tcp_pool_help(struct tcp_comm *c);
 uint64_t gdr_tcp_pool_help_passes(void); /* help passes that moved bytes, process-wide (tests) */
 /* The pool size for this process: GDRNET_TCP_IO_THREADS, auto from the cores (*why: how it was chosen). */
 int gdr_tcp_pool_size(char *why, size_t whylen);
+/* The most I/O threads seen polling at once since the pool started (tests: GDRNET_TCP_SPIN_THREADS holds) */
+int gdr_tcp_pool_spin_peak(void);
 /* I/O threads running now (tests) */
 int gdr_tcp_pool_running(void);
 /* I/O threads that entered their loop, past their start-up (tests: a fork under ASan must not catch one starting) */

@@ -109,6 +109,12 @@ int gdr_tcp_resolve_proxy_io(void) {
   return v == GDR_PARAM_AUTO ? gdr_tcp_resolve_spin_ns() == 0 : v != 0;
 }
 
+int gdr_tcp_resolve_spin_threads(int nthreads) {
+  int64_t v = gdr_param_int(GDR_PARAM_TCP_SPIN_THREADS);
+  if (v == GDR_PARAM_AUTO || v > nthreads) v = nthreads;
+  return v < 1 ? 1 : (int)v;
+}
+
 uint64_t gdr_tcp_resolve_spin_max_ns(void) {
   int64_t us = gdr_param_int(GDR_PARAM_TCP_SPIN_MAX_US);
   if (us == GDR_PARAM_AUTO) us = gdr_tcp_resolve_spin_ns() > 0 ? TCP_SPIN_MAX_AUTO_US : 0;
@@ -198,11 +204,11 @@ static ncclResult_t tcp_init(int *ndev, char *why, size_t whylen) {
     snprintf(why + off, whylen - off,
              "; %d data stream(s) in %d lane(s) per connection, served by %d I/O thread(s) per process (%s), inline "
              "<= %lld B (<= %zu B after a clear-to-send), I/O threads poll %llu us before sleeping (up to %llu us "
-             "while traffic is expected), NCCL's proxy thread %s",
+             "while traffic is expected; at most %d at a time), NCCL's proxy thread %s",
              ns, nt, np, pw, (long long)gdr_param_int(GDR_PARAM_TCP_INLINE),
              gdr_tcp_resolve_cts_inline((size_t)gdr_param_int(GDR_PARAM_TCP_INLINE)),
              (unsigned long long)(gdr_tcp_resolve_spin_ns() / 1000u),
-             (unsigned long long)(gdr_tcp_resolve_spin_max_ns() / 1000u),
+             (unsigned long long)(gdr_tcp_resolve_spin_max_ns() / 1000u), gdr_tcp_resolve_spin_threads(np),
              gdr_tcp_resolve_proxy_io() ? "helps them in test() (GDRNET_TCP_PROXY_IO)" : "does not help them");
   }
 out:

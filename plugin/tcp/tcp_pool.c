@@ -93,6 +93,11 @@ static struct {
   pthread_mutex_t mu;
   int users; /* attached comms */
   int n;     /* threads of the running pool */
+  /* Polling tokens: a thread polls (epoll_wait without a timeout) only while it holds one; spin_cap is set before
+   * the threads start (GDRNET_TCP_SPIN_THREADS) */
+  int spin_cap;
+  _Atomic int spinners;
+  _Atomic int spin_peak; /* the most held at once (tests) */
   struct tcp_io io[TCP_IO_MAX];
 } g_pool = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
@@ -162,6 +167,8 @@ int gdr_tcp_pool_running(void) {
   pthread_mutex_unlock(&g_pool.mu);
   return n;
 }
+
+int gdr_tcp_pool_spin_peak(void) { return atomic_load(&g_pool.spin_peak); }
 
 int gdr_tcp_pool_entered(void) {
   int n = 0;
@@ -422,6 +429,22 @@ static int take_ready(struct tcp_io *io) {
   return prog;
 }
 
+/* A polling token (GDRNET_TCP_SPIN_THREADS): 1 if taken. Without one the thread sleeps until the kernel or a kick
+ * wakes it, so polling costs at most spin_cap cores whatever the pool's size. */
+static int spin_take(void) {
+  int n = atomic_load_explicit(&g_pool.spinners, memory_order_relaxed), peak;
+  do {
+    if (n >= g_pool.spin_cap) return 0;
+  } while (
+      !atomic_compare_exchange_weak_explicit(&g_pool.spinners, &n, n + 1, memory_order_relaxed, memory_order_relaxed));
+  peak = atomic_load_explicit(&g_pool.spin_peak, memory_order_relaxed);
+  while (peak < n + 1 && !atomic_compare_exchange_weak_explicit(&g_pool.spin_peak, &peak, n + 1, memory_order_relaxed,
+                                                                memory_order_relaxed)) {}
+  return 1;
+}
+
+static void spin_put(void) { atomic_fetch_sub_explicit(&g_pool.spinners, 1, memory_order_relaxed); }
+
 /* While one of its comms expects traffic, the thread polls for the longer window. */
 static int io_expecting(const struct tcp_io *io) {
   for (int s = 0; s < io->nslots; s++) {
@@ -439,6 +462,7 @@ static void *io_thread(void *arg) {
   struct tcp_io *io = arg;
   struct epoll_event ev[TCP_IO_EVENTS];
   uint64_t since = 0; /* last progress */
+  int token = 0;      /* holds a polling token (spin_take) */
   atomic_store(&io->entered, 1);
   pthread_mutex_lock(&io->mu);
   while (!io->stop) {
@@ -462,9 +486,11 @@ static void *io_thread(void *arg) {
     } else if (io->spin_ns > 0 && since != 0) {
       uint64_t win = io->spin_ns;
       if (io->spin_max_ns > win && io_expecting(io)) win = io->spin_max_ns;
-      if (gdr_time_ns() - since < win) timeout = 0;
+      if (gdr_time_ns() - since < win && (token || (token = spin_take()))) timeout = 0;
     }
     if (timeout < 0) {
+      if (token) spin_put();
+      token = 0;
       atomic_store(&io->sleeping, 1);
       if (atomic_load(&io->has_ready)) { /* a kick that did not see sleeping: served now */
         atomic_store(&io->sleeping, 0);
@@ -500,6 +526,7 @@ static void *io_thread(void *arg) {
     }
     if (prog) since = gdr_time_ns();
   }
+  if (token) spin_put();
   pthread_mutex_unlock(&io->mu);
   return NULL;
 }
@@ -626,6 +653,9 @@ static ncclResult_t pool_start(void) { /* under g_pool.mu */
   int n = gdr_tcp_pool_size(why, sizeof(why));
   uint64_t spin = gdr_tcp_resolve_spin_ns(), spin_max = gdr_tcp_resolve_spin_max_ns();
   if (n > TCP_IO_MAX) n = TCP_IO_MAX;
+  g_pool.spin_cap = gdr_tcp_resolve_spin_threads(n);
+  atomic_store(&g_pool.spinners, 0);
+  atomic_store(&g_pool.spin_peak, 0);
   for (int i = 0; i < n; i++) {
     struct tcp_io *io = &g_pool.io[i];
     struct epoll_event ev;

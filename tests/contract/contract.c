@@ -828,7 +828,11 @@ static int grep_log(const char *path, const char *needle, char *out, size_t len)
   if (f == NULL) return 0;
   while (fgets(line, sizeof line, f))
     if (strstr(line, needle)) {
-      if (out && hits == 0) snprintf(out, len, "%s", line);
+      if (out && len > 0 && hits == 0) { /* the first hit, cut to fit */
+        size_t k = strnlen(line, len - 1);
+        memcpy(out, line, k);
+        out[k] = '\0';
+      }
       hits++;
     }
   fclose(f);

@@ -218,6 +218,45 @@ static void test_idle_cpu(void **state) {
   unsetenv("GDRNET_TCP_IO_THREADS");
 }
 
+/* GDRNET_TCP_SPIN_THREADS: however many I/O threads the pool has and however long their polling windows, no more
+ * than the cap poll at once (the others sleep between their streams' bytes), and every byte still lands. */
+static int spin_cap_round(const char *cap) {
+  struct pair p[NPAIRS];
+  int peak;
+  setenv("GDRNET_TCP_NSOCKS", "4", 1);
+  setenv("GDRNET_TCP_IO_THREADS", "4", 1);
+  setenv("GDRNET_TCP_SPIN_US", "5000", 1);
+  setenv("GDRNET_TCP_SPIN_MAX_US", "20000", 1);
+  setenv("GDRNET_TCP_SPIN_THREADS", cap, 1);
+  ut_warn_reset();
+  gdr_params_reset();
+  assert_int_equal(gdr_core_init(ut_logger), ncclSuccess);
+  for (int i = 0; i < NPAIRS; i++) pair_open(&p[i]);
+  for (int round = 0; round < 3; round++) traffic_all(p, NPAIRS, round);
+  peak = gdr_tcp_pool_spin_peak();
+  for (int i = 0; i < NPAIRS; i++) pair_close(&p[i]);
+  gdr_core_fini();
+  unsetenv("GDRNET_TCP_NSOCKS");
+  unsetenv("GDRNET_TCP_IO_THREADS");
+  unsetenv("GDRNET_TCP_SPIN_US");
+  unsetenv("GDRNET_TCP_SPIN_MAX_US");
+  unsetenv("GDRNET_TCP_SPIN_THREADS");
+  return peak;
+}
+
+static void test_spin_cap(void **state) {
+  int one, three, all;
+  (void)state;
+  one = spin_cap_round("1");
+  three = spin_cap_round("3");
+  all = spin_cap_round("auto");
+  print_message("most I/O threads polling at once (of 4): %d with GDRNET_TCP_SPIN_THREADS=1, %d with 3, %d with auto\n",
+                one, three, all);
+  assert_int_equal(one, 1); /* they did poll, one at a time */
+  assert_true(three >= 1 && three <= 3);
+  assert_true(all >= 1 && all <= 4);
+}
+
 /* A child forked while the pool runs (the parent's I/O threads do not exist in it) starts its own pool with its first
  * comm and moves data; without the fork handler its lanes would go to threads that are not there and hang. */
 static void test_fork_child(void **state) {
@@ -317,7 +356,7 @@ static void test_pool_size(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_pool_size), cmocka_unit_test(test_bounded_threads), cmocka_unit_test(test_proxy_io),
-      cmocka_unit_test(test_idle_cpu),  cmocka_unit_test(test_fork_child),
+      cmocka_unit_test(test_idle_cpu),  cmocka_unit_test(test_spin_cap),        cmocka_unit_test(test_fork_child),
   };
   return cmocka_run_group_tests_name("unit_tcp_pool", tests, NULL, NULL);
 }
