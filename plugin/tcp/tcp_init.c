@@ -106,12 +106,13 @@ size_t gdr_tcp_resolve_cts_inline(size_t inline_max) {
 
 int gdr_tcp_resolve_proxy_io(void) {
   int64_t v = gdr_param_int(GDR_PARAM_TCP_PROXY_IO);
-  return v == GDR_PARAM_AUTO ? gdr_tcp_resolve_spin_ns() == 0 : v != 0;
+  return v == GDR_PARAM_AUTO ? gdr_tcp_rank_cores(NULL) < TCP_SPIN_AUTO_CORES : v != 0;
 }
 
 int gdr_tcp_resolve_spin_threads(int nthreads) {
   int64_t v = gdr_param_int(GDR_PARAM_TCP_SPIN_THREADS);
-  if (v == GDR_PARAM_AUTO || v > nthreads) v = nthreads;
+  if (v == GDR_PARAM_AUTO) v = TCP_SPIN_THREADS_AUTO;
+  if (v > nthreads) v = nthreads;
   return v < 1 ? 1 : (int)v;
 }
 

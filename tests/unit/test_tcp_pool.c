@@ -245,16 +245,19 @@ static int spin_cap_round(const char *cap) {
 }
 
 static void test_spin_cap(void **state) {
-  int one, three, all;
+  int one, three, all, dflt;
   (void)state;
   one = spin_cap_round("1");
   three = spin_cap_round("3");
-  all = spin_cap_round("auto");
-  print_message("most I/O threads polling at once (of 4): %d with GDRNET_TCP_SPIN_THREADS=1, %d with 3, %d with auto\n",
-                one, three, all);
+  all = spin_cap_round("4");
+  dflt = spin_cap_round("auto");
+  print_message("most I/O threads polling at once (of 4): %d with GDRNET_TCP_SPIN_THREADS=1, %d with 3, %d with 4, "
+                "%d with auto\n",
+                one, three, all, dflt);
   assert_int_equal(one, 1); /* they did poll, one at a time */
   assert_true(three >= 1 && three <= 3);
   assert_true(all >= 1 && all <= 4);
+  assert_int_equal(dflt, 1);
 }
 
 /* A child forked while the pool runs (the parent's I/O threads do not exist in it) starts its own pool with its first
@@ -343,10 +346,25 @@ static void test_pool_size(void **state) {
     assert_int_equal(n, c - 2 < 16 ? c - 2 : 16);
     assert_int_equal(gdr_tcp_resolve_spin_ns(), 200000u);
     assert_int_equal(gdr_tcp_resolve_proxy_io(), 0);
+    assert_int_equal(gdr_tcp_resolve_spin_threads(n), 1); /* one thread polls at a time */
+    /* polling off does not bring the proxy's help where the rank has cores of its own (it delays NCCL's steps) */
+    setenv("GDRNET_TCP_SPIN_US", "0", 1);
+    assert_int_equal(reload(), 0);
+    assert_int_equal(gdr_tcp_resolve_spin_ns(), 0);
+    assert_int_equal(gdr_tcp_resolve_proxy_io(), 0);
+    unsetenv("GDRNET_TCP_SPIN_US");
+    assert_int_equal(reload(), 0);
   } else {
     assert_int_equal(n, 16);
   }
   unsetenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+  setenv("GDRNET_TCP_SPIN_THREADS", "3", 1);
+  assert_int_equal(reload(), 0);
+  assert_int_equal(gdr_tcp_resolve_spin_threads(8), 3);
+  assert_int_equal(gdr_tcp_resolve_spin_threads(2), 2); /* never more than the pool has */
+  setenv("GDRNET_TCP_SPIN_THREADS", "0", 1);            /* out of range: named */
+  assert_int_not_equal(reload(), 0);
+  unsetenv("GDRNET_TCP_SPIN_THREADS");
   setenv("GDRNET_TCP_IO_THREADS", "0", 1); /* out of range: named */
   assert_int_not_equal(reload(), 0);
   unsetenv("GDRNET_TCP_IO_THREADS");
