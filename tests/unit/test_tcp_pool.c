@@ -232,7 +232,7 @@ static int spin_cap_round(const char *cap) {
   gdr_params_reset();
   assert_int_equal(gdr_core_init(ut_logger), ncclSuccess);
   for (int i = 0; i < NPAIRS; i++) pair_open(&p[i]);
-  for (int round = 0; round < 3; round++) traffic_all(p, NPAIRS, round);
+  for (int round = 0; round < 2; round++) traffic_all(p, NPAIRS, round);
   peak = gdr_tcp_pool_spin_peak();
   for (int i = 0; i < NPAIRS; i++) pair_close(&p[i]);
   gdr_core_fini();
