@@ -1,0 +1,58 @@
+"""Shared by bench/cpu-per-gb and bench/kv-tail: the env presets and the --variant syntax (Python 3 standard library).
+
+A bench that compares the plugin against NCCL's Socket transport runs Socket with
+nccl-tests-configs/baseline-socket.env and each plugin variant with nccl-tests-configs/tcp.env, the plugin given by
+its path, plus the variant's own K=V settings."""
+import os
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def read_env_file(path):
+    """K=V lines of an env preset (comments and blank lines skipped); LD_LIBRARY_PATH is left to the caller."""
+    env = {}
+    for line in open(path):
+        line = line.split("#", 1)[0].strip()
+        if "=" not in line:
+            continue
+        k, v = line.split("=", 1)
+        if k == "LD_LIBRARY_PATH":
+            continue  # set by the caller
+        env[k.strip()] = v.strip().strip('"')
+    return env
+
+
+def parse_variants(prog, variants, plugin=None, plugin_env=()):
+    """[(name, plugin .so, [K=V])]: each NAME,SO[,K=V...] of variants, else ("GDR", plugin, plugin_env)."""
+    if not variants:
+        return [("GDR", plugin, list(plugin_env))]
+    out = []
+    for v in variants:
+        f = v.split(",")
+        if len(f) < 2 or not f[0] or f[0] == "Socket" or any("=" not in kv for kv in f[2:]):
+            sys.exit("%s: --variant NAME,PLUGIN.so[,K=V...] (NAME not Socket): %r" % (prog, v))
+        if not os.path.exists(f[1]):
+            sys.exit("%s: --variant %s: no plugin library %s" % (prog, f[0], f[1]))
+        out.append((f[0], f[1], f[2:]))
+    if len({n for n, _, _ in out}) != len(out):
+        sys.exit("%s: --variant names must differ" % prog)
+    return out
+
+
+def transport_env(variant, extra=()):
+    """The environment a run adds: Socket's preset (variant None) or tcp.env, the plugin's path and the variant's
+    K=V, then extra K=V (for every run)."""
+    envs = {}
+    if variant:
+        envs.update(read_env_file(os.path.join(ROOT, "nccl-tests-configs", "tcp.env")))
+        envs["NCCL_NET_PLUGIN"] = os.path.abspath(variant[1])
+        for kv in variant[2]:
+            k, v = kv.split("=", 1)
+            envs[k] = v
+    else:
+        envs.update(read_env_file(os.path.join(ROOT, "nccl-tests-configs", "baseline-socket.env")))
+    for kv in extra:
+        k, v = kv.split("=", 1)
+        envs[k] = v
+    return envs
