@@ -40,9 +40,9 @@ def parse_variants(prog, variants, plugin=None, plugin_env=()):
     return out
 
 
-def transport_env(variant, extra=()):
+def transport_env(variant, extra=(), nccl_lib=None):
     """The environment a run adds: Socket's preset (variant None) or tcp.env, the plugin's path and the variant's
-    K=V, then extra K=V (for every run)."""
+    K=V, then extra K=V (for every run); LD_LIBRARY_PATH: nccl_lib, the plugin's directory, then the caller's."""
     envs = {}
     if variant:
         envs.update(read_env_file(os.path.join(ROOT, "nccl-tests-configs", "tcp.env")))
@@ -55,4 +55,7 @@ def transport_env(variant, extra=()):
     for kv in extra:
         k, v = kv.split("=", 1)
         envs[k] = v
+    ld = [x for x in [nccl_lib, os.path.dirname(os.path.abspath(variant[1])) if variant else None,
+                      os.environ.get("LD_LIBRARY_PATH")] if x]
+    envs["LD_LIBRARY_PATH"] = ":".join(ld)
     return envs
