@@ -1,6 +1,6 @@
 # cmake -DLIB=path/to/libnccl-net-gdr.so -P check_exports.cmake
 # Fails unless the library's dynamic symbol table defines exactly the tables ncclNetPlugin_v6 .. ncclNetPlugin_v12,
-# ncclGinPlugin_v11 .. v13 and ncclRmaPlugin_v13, v14 and nothing else, and it has no DT_NEEDED on libibverbs, libcuda or libcudart (docs/design.md section 1).
+# ncclGinPlugin_v11 .. v13 and ncclRmaPlugin_v13 .. v16 and nothing else, and it has no DT_NEEDED on libibverbs, libcuda or libcudart (docs/design.md section 1).
 cmake_policy(SET CMP0057 NEW) # if(... IN_LIST ...)
 if(NOT LIB OR NOT EXISTS "${LIB}")
   message(FATAL_ERROR "LIB=${LIB} does not exist")
@@ -11,7 +11,8 @@ if(NOT rc EQUAL 0)
 endif()
 string(REPLACE "\n" ";" lines "${syms}")
 set(expected ncclNetPlugin_v6 ncclNetPlugin_v7 ncclNetPlugin_v8 ncclNetPlugin_v9 ncclNetPlugin_v10 ncclNetPlugin_v11
-    ncclNetPlugin_v12 ncclGinPlugin_v11 ncclGinPlugin_v12 ncclGinPlugin_v13 ncclRmaPlugin_v13 ncclRmaPlugin_v14)
+    ncclNetPlugin_v12 ncclGinPlugin_v11 ncclGinPlugin_v12 ncclGinPlugin_v13 ncclRmaPlugin_v13 ncclRmaPlugin_v14
+    ncclRmaPlugin_v15 ncclRmaPlugin_v16)
 set(bad "")
 set(found "")
 foreach(line ${lines})

@@ -3,8 +3,8 @@
  * plugin/gin/gin_v12.h at v2.29.7-1), ncclGin_v13 (2.30.0..2.30.6, plugin/gin/gin_v13.h at v2.30.7-1; also the v13
  * RMA table, plugin/rma/rma_v13.h: typedef ncclGin_v13_t ncclRma_v13_t) and the RMA table ncclRma_v14 (2.30.7+,
  * plugin/rma/rma_v14.h). gin_v14 exists in the headers but NCCL 2.30.7 skips an external GIN that reports
- * GIN_PROXY, so a proxy backend is the RMA table there. v15..v17 have no readable header (none up to master):
- * not typed, not exported.
+ * GIN_PROXY, so a proxy backend is the RMA table there. RMA v15 and v16 (NCCL 2.31.2+) are in gdrnet/rma.h; RMA
+ * v17 and GIN v15 are read by no NCCL release: not typed, not exported.
  *
  * Field order is the ABI: never reorder. The _Static_asserts pin the x86_64 sizes and every field offset. */
 #ifndef GDRNET_GIN_H

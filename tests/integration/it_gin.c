@@ -1,5 +1,5 @@
-/* The GIN/RMA tables (ncclGinPlugin_v11/v12/v13, ncclRmaPlugin_v13/v14), one harness for all: GNIT_GIN_TABLE=
- * gin11|gin12|gin13|rma13|rma14 picks the table, GNIT_GIN_RANKS (default 2) the processes (a full mesh), GNIT_GIN_MODE
+/* The GIN/RMA tables (ncclGinPlugin_v11/v12/v13, ncclRmaPlugin_v13/v14/v15/v16), one harness for all:
+ * GNIT_GIN_TABLE=gin11|gin12|gin13|rma13|rma14|rma15|rma16 picks the table, GNIT_GIN_RANKS (default 2) the processes (a full mesh), GNIT_GIN_MODE
  * the scenario: "all" (every check below), "peerdeath" (the last rank dies mid-run: the others get an error from
  * test and queryLastError within the timeout, never a hang) or "fault" (an RDMA READ made to fail by VEMU_FAULTS:
  * the same).
@@ -9,9 +9,13 @@
  * Checks: symmetric registration (mhandle == ginHandle, a put past the peer's window refused); puts of every size
  * class, inline, chunked (past the 4 MiB pieces) and zero-byte, with INC and ADD signals; signal-only puts; gets
  * (v13+); flush (v13+: the data is at the target once the flush is done); a full queue answers NULL ("try again")
- * and takes again once a request is returned; several contexts; close with operations in flight. */
+ * and takes again once a request is returned; several contexts; close with operations in flight. RMA v15/v16: the
+ * operations' optFlags cycle through none, AggregateRequests, and AggregateRequests with a bit no NCCL defines (each
+ * is taken and completes on its own, with the same data); v16: getRmaProperties says flushesAllPutsOnAnySignal false
+ * and refuses a NULL collComm or properties. */
 #include <dlfcn.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +24,7 @@
 #include <unistd.h>
 
 #include "gdrnet/gin.h"
+#include "gdrnet/rma.h"
 #include "it.h"
 
 #define MAXR 4
@@ -28,7 +33,7 @@
 
 /* ---- the table, in one shape ---- */
 typedef struct {
-  int v; /* 11, 12, 13, 14 */
+  int v; /* 11, 12, 13, 14, 15, 16 */
   int rma;
   const void *t;
 } tbl_t;
@@ -37,17 +42,41 @@ static tbl_t T;
 #define G12 ((const ncclGin_v12_t *)T.t)
 #define G13 ((const ncclGin_v13_t *)T.t)
 #define R14 ((const ncclRma_v14_t *)T.t)
-/* the entry points whose signature every table shares; CALL_NO12: all but v12's; CALL_V13: v13 and v14's */
+#define R15 ((const ncclRma_v15_t *)T.t)
+#define R16 ((const ncclRma_v16_t *)T.t)
+/* the RMA tables' entry points of one signature from v14 on (v15/v16: those without optFlags) */
+#define CALL_R14(f, ...) (T.v == 14 ? R14->f(__VA_ARGS__) : T.v == 15 ? R15->f(__VA_ARGS__) : R16->f(__VA_ARGS__))
+/* the entry points whose signature every table shares; CALL_NO12: all but v12's; CALL_V13: v13's and later */
 #define CALL(f, ...)                                                                                                   \
   (T.v == 11   ? G11->f(__VA_ARGS__)                                                                                   \
    : T.v == 12 ? G12->f(__VA_ARGS__)                                                                                   \
    : T.v == 13 ? G13->f(__VA_ARGS__)                                                                                   \
-               : R14->f(__VA_ARGS__))
-#define CALL_NO12(f, ...) (T.v == 11 ? G11->f(__VA_ARGS__) : T.v == 13 ? G13->f(__VA_ARGS__) : R14->f(__VA_ARGS__))
-#define CALL_V13(f, ...) (T.v == 13 ? G13->f(__VA_ARGS__) : R14->f(__VA_ARGS__))
+               : CALL_R14(f, __VA_ARGS__))
+#define CALL_NO12(f, ...) (T.v == 11 ? G11->f(__VA_ARGS__) : T.v == 13 ? G13->f(__VA_ARGS__) : CALL_R14(f, __VA_ARGS__))
+#define CALL_V13(f, ...) (T.v == 13 ? G13->f(__VA_ARGS__) : CALL_R14(f, __VA_ARGS__))
+
+/* v15/v16 optFlags, one per operation in turn: none, the aggregation hint, the hint with a bit no NCCL defines */
+static atomic_uint g_nops;
+static uint32_t next_opt_flags(void) {
+  static const uint32_t k_flags[] = {NCCL_RMA_OPT_FLAGS_DEFAULT, NCCL_RMA_OPT_FLAG_AGGREGATE_REQUESTS,
+                                     NCCL_RMA_OPT_FLAG_AGGREGATE_REQUESTS | 0x80000000u};
+  return k_flags[atomic_fetch_add(&g_nops, 1) % 3];
+}
+
+/* set when the plugin's INFO at init names the table this process loaded ("GIN/RMA table vN: ...") */
+static atomic_int g_table_logged;
 
 static void logger(ncclDebugLogLevel level, unsigned long flags, const char *file, int line, const char *fmt, ...) {
   (void)flags;
+  if (level == NCCL_LOG_INFO) {
+    char msg[256], want[32];
+    va_list aq;
+    va_start(aq, fmt);
+    vsnprintf(msg, sizeof msg, fmt, aq);
+    va_end(aq);
+    snprintf(want, sizeof want, "table v%d:", T.v);
+    if (strstr(msg, want) != NULL) atomic_store(&g_table_logged, 1);
+  }
   if (level > NCCL_LOG_INFO && getenv("GNIT_GIN_VERBOSE") == NULL) return;
   if (level == NCCL_LOG_INFO && getenv("GNIT_GIN_VERBOSE") == NULL) return;
   va_list ap;
@@ -74,7 +103,11 @@ static void *load_table(void) {
     T.v = 13, T.rma = 1, sym = "ncclRmaPlugin_v13";
   else if (!strcmp(name, "rma14"))
     T.v = 14, T.rma = 1, sym = "ncclRmaPlugin_v14";
-  IT_CHECK(sym != NULL, "GNIT_GIN_TABLE=%s: gin11|gin12|gin13|rma13|rma14", name);
+  else if (!strcmp(name, "rma15"))
+    T.v = 15, T.rma = 1, sym = "ncclRmaPlugin_v15";
+  else if (!strcmp(name, "rma16"))
+    T.v = 16, T.rma = 1, sym = "ncclRmaPlugin_v16";
+  IT_CHECK(sym != NULL, "GNIT_GIN_TABLE=%s: gin11|gin12|gin13|rma13|rma14|rma15|rma16", name);
   T.t = dlsym(lib, sym);
   IT_CHECK(T.t != NULL, "%s not exported", sym);
   return lib;
@@ -110,7 +143,7 @@ static void allgather_handles(char all[][NCCL_NET_HANDLE_MAXSIZE]) {
 /* ---- one connection (collComm + context) with its progress thread ---- */
 typedef struct {
   void *inst, *cc, *ctx; /* ctx: the operations' target (the collComm for v11/v12) */
-  void *gctx;            /* v13/v14: createContext's */
+  void *gctx;            /* v13+: createContext's */
   unsigned char *win, *loc;
   uint64_t *sig;
   void *wmh, *lmh, *smh;
@@ -127,7 +160,7 @@ static void *progress_main(void *arg) {
     ncclResult_t r = T.v == 11   ? G11->ginProgress(c->ctx)
                      : T.v == 12 ? G12->ginProgress(c->ctx)
                      : T.v == 13 ? G13->ginProgress(c->ctx)
-                                 : R14->rmaProgress(c->ctx);
+                                 : CALL_R14(rmaProgress, c->ctx);
     pthread_mutex_unlock(&c->pmu);
     if (r != ncclSuccess) {
       atomic_store(&c->prog_err, (int)r);
@@ -140,8 +173,8 @@ static void *progress_main(void *arg) {
 
 static void reg(conn_t *c, void *data, size_t size, void **mh) {
   void *gh = NULL;
-  if (T.v == 14) {
-    IT_OK(R14->regMrSym(c->cc, data, size, NCCL_PTR_HOST, 0, mh));
+  if (T.v >= 14) {
+    IT_OK(CALL_R14(regMrSym, c->cc, data, size, NCCL_PTR_HOST, 0, mh));
   } else {
     IT_OK(T.v == 11   ? G11->regMrSym(c->cc, data, size, NCCL_PTR_HOST, 0, mh, &gh)
           : T.v == 12 ? G12->regMrSym(c->cc, data, size, NCCL_PTR_HOST, 0, mh, &gh)
@@ -158,6 +191,7 @@ static void conn_open(conn_t *c, int ncontexts, int depth) {
   memset(c, 0, sizeof(*c));
   memset(all, 0, sizeof(all));
   IT_OK(CALL(init, &c->inst, 0x1234, logger));
+  IT_CHECK(atomic_load(&g_table_logged), "init through the v%d table: no \"GIN/RMA table v%d:\" line", T.v, T.v);
   IT_OK(CALL(devices, &ndev));
   IT_CHECK(ndev >= 1, "%d devices", ndev);
   if (T.v <= 12) {
@@ -186,10 +220,19 @@ static void conn_open(conn_t *c, int ncontexts, int depth) {
     ncclGinConfig_v13_t cfg = {NSIG, 16, ncontexts, depth, -1};
     IT_OK(G13->createContext(c->cc, &cfg, &c->gctx, NULL));
     c->ctx = c->gctx;
-  } else if (T.v == 14) {
+  } else if (T.v >= 14) {
     ncclRmaConfig_v14_t cfg = {ncontexts, -1, 1};
-    IT_OK(R14->createContext(c->cc, &cfg, &c->gctx));
+    IT_OK(CALL_R14(createContext, c->cc, &cfg, &c->gctx));
     c->ctx = c->gctx;
+  }
+  if (T.v == 16) {
+    /* a signal orders only its own initiator's earlier puts here: NCCL must keep its per-peer flush */
+    ncclRmaProperties_v16_t rp;
+    memset(&rp, 0xff, sizeof(rp));
+    IT_OK(R16->getRmaProperties(c->cc, &rp));
+    IT_CHECK(!rp.flushesAllPutsOnAnySignal, "getRmaProperties: flushesAllPutsOnAnySignal is true");
+    IT_CHECK(R16->getRmaProperties(NULL, &rp) == ncclInvalidArgument, "getRmaProperties took a NULL collComm");
+    IT_CHECK(R16->getRmaProperties(c->cc, NULL) == ncclInvalidArgument, "getRmaProperties took NULL properties");
   }
   c->win = calloc(1, WIN);
   c->loc = calloc(1, WIN);
@@ -257,7 +300,10 @@ static ncclResult_t op_put(conn_t *c, int context, uint64_t so, void *smh, size_
                            void **req) {
   if (T.v == 11) return G11->iput(c->ctx, so, smh, size, d, dmh, (uint32_t)rank, req);
   if (T.v == 12) return G12->iput(c->ctx, so, smh, size, d, dmh, (uint32_t)rank, context, req);
-  return CALL_V13(iput, c->ctx, context, so, smh, size, d, dmh, (uint32_t)rank, req);
+  if (T.v == 15) return R15->iput(c->ctx, context, so, smh, size, d, dmh, (uint32_t)rank, next_opt_flags(), req);
+  if (T.v == 16) return R16->iput(c->ctx, context, so, smh, size, d, dmh, (uint32_t)rank, next_opt_flags(), req);
+  return T.v == 13 ? G13->iput(c->ctx, context, so, smh, size, d, dmh, (uint32_t)rank, req)
+                   : R14->iput(c->ctx, context, so, smh, size, d, dmh, (uint32_t)rank, req);
 }
 static ncclResult_t op_put_signal(conn_t *c, int context, uint64_t so, size_t size, uint64_t d, int rank, int slot,
                                   uint64_t val, uint32_t op, void **req) {
@@ -268,7 +314,20 @@ static ncclResult_t op_put_signal(conn_t *c, int context, uint64_t so, size_t si
     return G12->iputSignal(c->ctx, so, smh, size, d, dmh, (uint32_t)rank, sigoff, c->smh, val, op, context, req);
   if (T.v == 13)
     return G13->iputSignal(c->ctx, context, so, smh, size, d, dmh, (uint32_t)rank, sigoff, c->smh, val, op, req);
+  if (T.v == 15)
+    return R15->iputSignal(c->ctx, context, so, smh, size, d, dmh, (uint32_t)rank, sigoff, c->smh, val, op, true,
+                           next_opt_flags(), req);
+  if (T.v == 16)
+    return R16->iputSignal(c->ctx, context, so, smh, size, d, dmh, (uint32_t)rank, sigoff, c->smh, val, op, true,
+                           next_opt_flags(), req);
   return R14->iputSignal(c->ctx, context, so, smh, size, d, dmh, (uint32_t)rank, sigoff, c->smh, val, op, true, req);
+}
+/* v13+ */
+static ncclResult_t op_get(conn_t *c, int context, uint64_t ro, size_t size, uint64_t lo, int rank, void **req) {
+  if (T.v == 15) return R15->iget(c->ctx, context, ro, c->wmh, size, lo, c->lmh, (uint32_t)rank, next_opt_flags(), req);
+  if (T.v == 16) return R16->iget(c->ctx, context, ro, c->wmh, size, lo, c->lmh, (uint32_t)rank, next_opt_flags(), req);
+  return T.v == 13 ? G13->iget(c->ctx, context, ro, c->wmh, size, lo, c->lmh, (uint32_t)rank, req)
+                   : R14->iget(c->ctx, context, ro, c->wmh, size, lo, c->lmh, (uint32_t)rank, req);
 }
 
 static void wait_req(conn_t *c, void *req, const char *what) {
@@ -405,7 +464,7 @@ static void check_gets_flush(conn_t *c) {
   it_step("getting every size from rank %d", to);
   for (int i = 0; i < NSIZES; i++) {
     reqs[i] = NULL;
-    IT_OK(CALL_V13(iget, c->ctx, i % 2, region(i), c->wmh, k_sizes[i], region(i), c->lmh, (uint32_t)to, &reqs[i]));
+    IT_OK(op_get(c, i % 2, region(i), k_sizes[i], region(i), to, &reqs[i]));
     IT_CHECK(reqs[i] != NULL, "get %d refused", i);
   }
   for (int i = 0; i < NSIZES; i++) wait_req(c, reqs[i], "get");
@@ -598,7 +657,7 @@ static void fault_run(conn_t *c) {
     void *r = NULL;
     int done = 0;
     IT_CHECK(i < 10000, "no error after 10000 gets");
-    res = CALL_V13(iget, c->ctx, 0, 0, c->wmh, 4096, 0, c->lmh, (uint32_t)to, &r);
+    res = op_get(c, 0, 0, 4096, 0, to, &r);
     while (res == ncclSuccess && r != NULL && !done) res = CALL(test, c->cc, r, &done);
   }
   IT_OK(CALL(queryLastError, c->ctx, &err));
@@ -621,7 +680,7 @@ static int rank_main(int rank) {
   g_rank = rank;
   lib = load_table();
   ncontexts = T.v == 11 ? 1 : 4;
-  depth = T.v == 11 || T.v == 14 ? 0 : 16; /* v14: no depth in the config */
+  depth = T.v == 11 || T.v >= 14 ? 0 : 16; /* v14+: no depth in the config */
   conn_open(&c, ncontexts, depth);
   if (depth == 0) depth = NCCL_NET_MAX_REQUESTS * g_max_recvs; /* the default: NCCL's own GIN proxy queue size */
   if (mode != NULL && !strcmp(mode, "fault")) {
