@@ -21,7 +21,9 @@ bdir=${FUZZ_BUILD_DIR:-build-fuzz}
 
 ./scripts/install-deps.sh
 echo "== build ($bdir: clang, libFuzzer, ASan+UBSan) =="
-CC=${FUZZ_CC:-clang} cmake -S . -B "$bdir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGDRNET_FUZZ=ON >/dev/null
+# warnings are errors here (GDRNET_TEST_WERROR=OFF keeps them warnings)
+CC=${FUZZ_CC:-clang} cmake -S . -B "$bdir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGDRNET_FUZZ=ON \
+  -DGDRNET_WERROR="${GDRNET_TEST_WERROR:-ON}" >/dev/null
 cmake --build "$bdir" -j"$jobs" --target gdrnet_fuzz
 
 targets=("$@")

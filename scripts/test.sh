@@ -3,6 +3,8 @@
 # order. Exit status 0 only when everything passed.
 #   release   build (RelWithDebInfo), the whole CTest suite: unit, integration over TCP and over the verbs emulator,
 #             the emulator's self-tests, every fuzz corpus replayed, the two-host tests in network namespaces
+#   compilers the plugin, the tools and the tests built with a newer compiler than Debian 12's gcc 12 (clang-19 from
+#             Debian 12's archive; COMPILERS_CC), warnings as errors, nothing run (build-clang)
 #   asan      the same in an ASan+UBSan build (build-asan), without the tests labelled nosanitize (the ABI matrix's
 #             v7/v9/v10 and the RDMA 2 GiB message: the release pass) or configs (the scripts' own tests: no
 #             sanitized code in them), nor the two perf-demo runs (a benchmark's worth of traffic the other
@@ -18,12 +20,14 @@
 #   packages  build, install, test and remove the .deb
 #   ./scripts/test.sh tsan fuzz   (or GDRNET_TEST_STAGES="tsan fuzz") runs only the stages named.
 # GDRNET_SKIP_SANITIZE=1 skips asan and tsan, GDRNET_SKIP_PACKAGES=1 the packages.
+# Every stage that builds configures with -DGDRNET_WERROR=ON (a warning fails the run); GDRNET_TEST_WERROR=OFF keeps
+# warnings as warnings (a compiler newer than the ones above).
 # With CI=true (.ci/run sets it) a missing test dependency fails the run; otherwise the tests left out, and why, are
 # listed at the end (tests/deps.cmake).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=$(nproc 2>/dev/null || echo 2)
-all="release asan tsan fuzz soak packages"
+all="release compilers asan tsan fuzz soak packages"
 extra="tsan-faults" # accepted by name, not run by default
 read -r -a stages <<<"${*:-${GDRNET_TEST_STAGES:-$all}}"
 for s in "${stages[@]}"; do
@@ -70,20 +74,29 @@ trap skipped_report EXIT
 
 ./scripts/install-deps.sh
 
+werror=${GDRNET_TEST_WERROR:-ON}
 times=()
 # CPU seconds (user + system) of the stages' finished processes: on a shared machine the wall time says little about
 # what two dedicated cores would take (about CPU / 2 for the parallel stages)
 cpu_s() { awk '{ printf "%d", ($16 + $17) / 100 }' "/proc/$$/stat"; }
 stage_release() {
   echo "== build (RelWithDebInfo) =="
-  cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+  cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGDRNET_WERROR="$werror" >/dev/null
   cmake --build build -j"$jobs"
   echo "== tests (RelWithDebInfo) =="
   run_ctest build --output-on-failure -j"$jobs"
 }
+# a newer compiler's warnings: every target, unoptimized (its warnings are the front end's; -DNDEBUG as users build)
+stage_compilers() {
+  local cc=${COMPILERS_CC:-clang-19}
+  echo "== build ($cc, warnings as errors: build-clang) =="
+  CC=$cc cmake -S . -B build-clang -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O0 -DNDEBUG" \
+    -DGDRNET_WERROR="$werror" >/dev/null
+  cmake --build build-clang -j"$jobs"
+}
 stage_asan() {
   echo "== build (ASan+UBSan) =="
-  cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DGDRNET_SANITIZE=ON >/dev/null
+  cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DGDRNET_SANITIZE=ON -DGDRNET_WERROR="$werror" >/dev/null
   cmake --build build-asan -j"$jobs"
   echo "== tests (ASan+UBSan) =="
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:strict_string_checks=1 \
@@ -96,7 +109,8 @@ stage_asan() {
 tsan_long='^integration\.(tcp\.closetail|(tcp|rdma)\.large|(tcp|rdma)\.perf-demo|rdma\..*-qps4-split[01])$'
 stage_tsan_build() {
   echo "== build (ThreadSanitizer) =="
-  cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGDRNET_SANITIZE=thread >/dev/null
+  cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGDRNET_SANITIZE=thread -DGDRNET_WERROR="$werror" \
+    >/dev/null
   cmake --build build-tsan -j"$jobs"
 }
 stage_tsan() {
@@ -117,11 +131,17 @@ stage_tsan_faults() {
     run_ctest build-tsan --output-on-failure -j"$jobs" -L integration -LE "faultmatrix|abimatrix" \
     -R "$tsan_long"
 }
-stage_fuzz() { ./scripts/fuzz.sh "${FUZZ_SECONDS:-20}"; }
-stage_soak() { ./scripts/soak.sh "${SOAK_MINUTES:-1}"; }
+stage_fuzz() { GDRNET_TEST_WERROR=$werror ./scripts/fuzz.sh "${FUZZ_SECONDS:-20}"; }
+stage_soak() {
+  cmake -S . -B "${SOAK_BUILD_DIR:-build}" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGDRNET_WERROR="$werror" >/dev/null
+  ./scripts/soak.sh "${SOAK_MINUTES:-1}"
+}
 stage_packages() {
   [ -x packaging/test-packages.sh ] || return 0
   echo "== packages =="
+  # the package's build as the README's Install section configures it, with the tests test-packages.sh runs
+  cmake -S . -B build-pkg -DCMAKE_INSTALL_PREFIX=/usr -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGDRNET_WERROR="$werror" \
+    >/dev/null
   packaging/test-packages.sh build-pkg
 }
 

@@ -119,17 +119,24 @@ void gn_log_tool_env(const char *name, const char *tool) {
   pthread_mutex_unlock(&g_mu);
 }
 
-/* "NET/GDR : NAME set by environment to V" for a NAME the tool set: "... set by <tool> to V" (msg rewritten). */
+/* "NET/GDR : NAME set by environment to V" for a NAME the tool set: "... set by <tool> to V" (msg, a string in a
+ * buffer of cap bytes, rewritten in place). A line the rewrite would not fit is left as it is, never cut. */
 static void note_tool_env_locked(char *msg, size_t cap) {
-  static const char pre[] = "NET/GDR : ", mid[] = " set by environment to ";
+  static const char pre[] = "NET/GDR : ", mid[] = " set by environment to ", by[] = " set by ", to[] = " to ";
   if (strncmp(msg, pre, sizeof(pre) - 1) != 0) return;
   char *name = msg + sizeof(pre) - 1;
   for (size_t i = 0; i < sizeof g_tool_env / sizeof g_tool_env[0] && g_tool_env[i][0]; i++) {
     size_t nl = strlen(g_tool_env[i]);
     if (strncmp(name, g_tool_env[i], nl) != 0 || strncmp(name + nl, mid, sizeof(mid) - 1) != 0) continue;
-    char val[2048];
-    snprintf(val, sizeof val, "%s", name + nl + sizeof(mid) - 1);
-    snprintf(name + nl, cap - (size_t)(name + nl - msg), " set by %s to %s", g_tool, val);
+    char *at = name + nl; /* where " set by environment to V" starts */
+    const char *val = at + sizeof(mid) - 1;
+    size_t vl = strlen(val), tl = strlen(g_tool);
+    size_t head = (sizeof(by) - 1) + tl + (sizeof(to) - 1); /* " set by <tool> to " */
+    if ((size_t)(at - msg) + head + vl + 1 > cap) return;
+    memmove(at + head, val, vl + 1); /* V and its NUL, first: the two spans may overlap */
+    memcpy(at, by, sizeof(by) - 1);
+    memcpy(at + sizeof(by) - 1, g_tool, tl);
+    memcpy(at + sizeof(by) - 1 + tl, to, sizeof(to) - 1);
     return;
   }
 }
@@ -189,7 +196,8 @@ void gn_logger(ncclDebugLogLevel level, unsigned long flags, const char *file, i
   char msg[2048];
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(msg, sizeof msg, fmt ? fmt : "", ap);
+  msg[0] = '\0';
+  if (fmt != NULL) vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
   size_t ml = strlen(msg);
   while (ml > 0 && msg[ml - 1] == '\n') msg[--ml] = '\0';

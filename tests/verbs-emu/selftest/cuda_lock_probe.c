@@ -85,18 +85,18 @@ static void body(int v, int with_copier) {
   switch (v) {
   case 1: case 2: case 3: step = "cuMemcpyHtoDAsync(pinned) enqueue"; CU(cu.cuMemcpyHtoDAsync(dbuf, pin, n, s));
     if (v == 1) { step = "cuStreamSynchronize"; CU(cu.cuStreamSynchronize(s)); }
-    if (v == 2) { step = "cuStreamQuery poll"; while (cu.cuStreamQuery(s)) ; }
-    if (v == 3) { step = "cuEventRecord"; CU(cu.cuEventRecord(ev, s)); step = "cuEventQuery poll"; while (cu.cuEventQuery(ev)) ; }
+    if (v == 2) { step = "cuStreamQuery poll"; while (cu.cuStreamQuery(s)) {} }
+    if (v == 3) { step = "cuEventRecord"; CU(cu.cuEventRecord(ev, s)); step = "cuEventQuery poll"; while (cu.cuEventQuery(ev)) {} }
     break;
-  case 4: step = "cuMemcpyDtoHAsync(pinned) enqueue"; CU(cu.cuMemcpyDtoHAsync(pin, dbuf, n, s)); step = "cuStreamQuery poll"; while (cu.cuStreamQuery(s)) ; break;
+  case 4: step = "cuMemcpyDtoHAsync(pinned) enqueue"; CU(cu.cuMemcpyDtoHAsync(pin, dbuf, n, s)); step = "cuStreamQuery poll"; while (cu.cuStreamQuery(s)) {} break;
   case 5: { step = "cuLaunchKernel copy8 (mapped pinned -> device)"; void *a[] = { &dbuf, &dpin, &n }; CU(cu.cuLaunchKernel(copy8, 1, 1, 1, 1, 1, 1, 0, s, a, NULL));
-    step = "cuStreamQuery poll (kernel)"; while (cu.cuStreamQuery(s)) ; break; }
+    step = "cuStreamQuery poll (kernel)"; while (cu.cuStreamQuery(s)) {} break; }
   case 6: step = "cuMemcpyHtoD(pinned) sync API"; CU(cu.cuMemcpyHtoD(dbuf, pin, n)); break;
   case 7: step = "cuPointerGetAttribute"; { CUcontext c; CU(cu.cuPointerGetAttribute(&c, 1, dbuf)); } break;
-  case 8: step = "cuMemcpyDtoDAsync enqueue"; CU(cu.cuMemcpyDtoDAsync(dbuf, dsrc, n, s)); step = "cuStreamQuery poll"; while (cu.cuStreamQuery(s)) ; break;
-  case 10: step = "ctx2: HtoDAsync into ctx2's own memory"; CU(cu.cuMemcpyHtoDAsync(d2, pin2, n, s2)); step = "ctx2 StreamQuery poll"; while (cu.cuStreamQuery(s2)) ; break;
-  case 11: step = "ctx2: DtoDAsync ctx2 mem -> primary cuMemAlloc mem"; CU(cu.cuMemcpyDtoDAsync(dbuf, d2, n, s2)); step = "ctx2 StreamQuery poll"; while (cu.cuStreamQuery(s2)) ; break;
-  case 12: step = "ctx2: HtoDAsync into primary's VMM memory"; CU(cu.cuMemcpyHtoDAsync(vmm, pin2, n, s2)); step = "ctx2 StreamQuery poll"; while (cu.cuStreamQuery(s2)) ; break;
+  case 8: step = "cuMemcpyDtoDAsync enqueue"; CU(cu.cuMemcpyDtoDAsync(dbuf, dsrc, n, s)); step = "cuStreamQuery poll"; while (cu.cuStreamQuery(s)) {} break;
+  case 10: step = "ctx2: HtoDAsync into ctx2's own memory"; CU(cu.cuMemcpyHtoDAsync(d2, pin2, n, s2)); step = "ctx2 StreamQuery poll"; while (cu.cuStreamQuery(s2)) {} break;
+  case 11: step = "ctx2: DtoDAsync ctx2 mem -> primary cuMemAlloc mem"; CU(cu.cuMemcpyDtoDAsync(dbuf, d2, n, s2)); step = "ctx2 StreamQuery poll"; while (cu.cuStreamQuery(s2)) {} break;
+  case 12: step = "ctx2: HtoDAsync into primary's VMM memory"; CU(cu.cuMemcpyHtoDAsync(vmm, pin2, n, s2)); step = "ctx2 StreamQuery poll"; while (cu.cuStreamQuery(s2)) {} break;
   case 9: { step = "cuMemHostRegister(new pageable)"; void *p = aligned_alloc(4096, n); CU(cu.cuMemHostRegister(p, n, 1)); break; }
   }
   done = 1; CU(cu.cuCtxPopCurrent(NULL)); alarm(0);

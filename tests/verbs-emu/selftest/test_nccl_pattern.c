@@ -77,7 +77,6 @@ static void sender(int fd)
 	char c;
 	vt_send(fd, "r", 1);
 	vt_recv(fd, &c, 1);
-	int outstanding = 0;
 	for (int m = 0; m < NMSG; m++) {
 		uint32_t size = msg_size(m);
 		for (uint32_t i = 0; i < size; i++)
@@ -116,7 +115,6 @@ static void sender(int fd)
 			wr[1].imm_data = htonl(size);
 			wr[1].send_flags = IBV_SEND_SIGNALED;
 			CHECK_EQ(ibv_post_send(qp[q], wr, &bad), 0);
-			outstanding++;
 		}
 		/* NCCL waits for its send completions before reusing the buffer */
 		struct ibv_wc wc[NQP];
@@ -125,7 +123,6 @@ static void sender(int fd)
 			CHECK_EQ(wc[q].status, IBV_WC_SUCCESS);
 			CHECK_EQ(wc[q].wr_id, (uint64_t)m);
 		}
-		outstanding -= NQP;
 	}
 	vt_recv(fd, &c, 1);
 	for (int i = 0; i < NQP; i++)

@@ -1,13 +1,19 @@
 /* End-to-end tests: run the real gdrnet-doctor against fabricated /sys, /proc, /dev trees and assert on
  * its --json output and exit status, every finding both ways.
  * usage: test_doctor_cli <gdrnet-doctor> <fake libibverbs.so.1.14.99.0> <dir with fake libcuda.so.1>
- *        <libnccl-net-gdr.so> */
+ *        <libnccl-net-gdr.so>
+ *        test_doctor_cli --dlopen NAME   (what the loader finds for NAME: see probe_dlopen)
+ * What the doctor reports for a plugin NAME depends on the host (an installed libnccl-net-gdr puts
+ * libnccl-net-gdr.so on the loader's path): the tests ask the loader what it finds, with the doctor's environment,
+ * and expect that; the "not found" cases use names no host has. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
+#include <link.h>
 #include <poll.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -25,6 +31,7 @@
 #include "json_mini.h"
 
 static const char *g_doctor, *g_fakeverbs, *g_fakecuda_dir, *g_plugin;
+static char g_self[4096];       /* this program, for probe_dlopen */
 static char g_plugin_dir[4096]; /* LD_LIBRARY_PATH=<the plugin's directory> */
 
 struct res {
@@ -50,14 +57,14 @@ static int append(char **buf, size_t *len, const char *data, size_t n) {
   return 0;
 }
 
-/* Run the doctor with argv tail `args` (NULL-terminated) and exactly the environment `env` (plus
- * PATH and any sanitizer options). */
-static struct res run_raw(const char *const *args, const char *const *env) {
+/* Run `exe` (the doctor, or this program) with argv tail `args` (NULL-terminated) and exactly the environment
+ * `env` (plus PATH and any sanitizer options). */
+static struct res run_exe(const char *exe, const char *const *args, const char *const *env) {
   struct res r = {.rc = -1};
   const char *argv[64];
   const char *envp[64];
   size_t na = 0, ne = 0;
-  argv[na++] = g_doctor;
+  argv[na++] = exe;
   for (size_t i = 0; args && args[i] && na < 62; i++) argv[na++] = args[i];
   argv[na] = NULL;
   envp[ne++] = "PATH=/usr/bin:/bin";
@@ -81,7 +88,7 @@ static struct res run_raw(const char *const *args, const char *const *env) {
   if (pid == 0) {
     dup2(po[1], 1);
     dup2(pe[1], 2);
-    execve(g_doctor, (char *const *)argv, (char *const *)envp);
+    execve(exe, (char *const *)argv, (char *const *)envp);
     _exit(127);
   }
   close(po[1]);
@@ -111,6 +118,54 @@ static struct res run_raw(const char *const *args, const char *const *env) {
   assert_int_equal(waitpid(pid, &st, 0), pid);
   r.rc = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
   return r;
+}
+
+static struct res run_raw(const char *const *args, const char *const *env) { return run_exe(g_doctor, args, env); }
+
+/* "--dlopen NAME": dlopen(NAME) as the doctor does it; prints "<file>\t<name of its newest ncclNetPlugin_v11..v6
+ * table, or ->" and exits 0, or exits 1 if nothing loads. */
+static int dlopen_main(const char *name) {
+  void *h = dlopen(name, RTLD_NOW | RTLD_LOCAL);
+  if (h == NULL) return 1;
+  struct link_map *lm = NULL;
+  const char *file = dlinfo(h, RTLD_DI_LINKMAP, &lm) == 0 && lm != NULL && lm->l_name != NULL ? lm->l_name : name;
+  const char *tname = "-";
+  for (int v = 11; v >= 6; v--) {
+    char sym[32];
+    snprintf(sym, sizeof sym, "ncclNetPlugin_v%d", v);
+    const char *const *tab = dlsym(h, sym);
+    if (tab != NULL) {
+      tname = *tab != NULL ? *tab : "(null)";
+      break;
+    }
+  }
+  printf("%s\t%s\n", file, tname);
+  fflush(stdout);
+  dlclose(h);
+  return 0;
+}
+
+/* What the loader finds for dlopen(name) in a process with the environment the doctor gets for `env`: this program
+ * run again with --dlopen (a process of its own: the loader reads LD_LIBRARY_PATH once, at start). Returns 1 with
+ * the file and the plugin table's name ("-" if none), 0 if nothing loads. */
+static int probe_dlopen(const char *name, const char *const *env, char *file, size_t filelen, char *tname,
+                        size_t tlen) {
+  const char *a[] = {"--dlopen", name, NULL};
+  struct res r = run_exe(g_self, a, env);
+  int found = 0;
+  file[0] = tname[0] = '\0';
+  if (r.rc == 0) {
+    char *tab = strchr(r.out, '\t'), *nl = strchr(r.out, '\n');
+    if (tab == NULL || nl == NULL || nl < tab) fail_msg("--dlopen %s: unexpected output \"%s\"", name, r.out);
+    *tab = *nl = '\0';
+    snprintf(file, filelen, "%s", r.out);
+    snprintf(tname, tlen, "%s", tab + 1);
+    found = 1;
+  } else if (r.rc != 1) {
+    fail_msg("--dlopen %s: exit status %d: %s", name, r.rc, r.err);
+  }
+  res_free(&r);
+  return found;
 }
 
 /* --json --sysfs-root <fx> [args...]; the output must be one well-formed JSON document. */
@@ -240,7 +295,11 @@ static void healthy_host_is_ready(void **state) {
   expect_has(&r, "acs/mlx5_0/" GPU, "evidence", "0000:02:00.0: ACS Control 0x0000");
   expect_has(&r, "acs/mlx5_0/" GPU, "evidence", "0000:01:00.0: no ACS capability");
   expect(&r, "relaxed-ordering/mlx5_0", "OK");
-  expect(&r, "env/NCCL_NET_PLUGIN", "INFO");
+  /* NCCL_NET_PLUGIN unset: libnccl-net.so, this plugin only where its default link is installed */
+  char file[PATH_MAX], tname[64];
+  int ours =
+      probe_dlopen("libnccl-net.so", NULL, file, sizeof file, tname, sizeof tname) && strcasecmp(tname, "GDR") == 0;
+  expect(&r, "env/NCCL_NET_PLUGIN", ours ? "OK" : "INFO");
   const struct jv *sum = json_get(r.doc, "summary");
   assert_non_null(sum);
   assert_int_equal((int)json_get(sum, "fail")->num, 0);
@@ -806,9 +865,11 @@ static void nccl_environment(void **state) {
   struct fx *f = *state;
   const char *good[] = {"NCCL_NET=gdr", "NCCL_NET_PLUGIN=gdr", "NCCL_NET_GDR_LEVEL=SYS", g_plugin_dir, NULL};
   struct res r = run_json(f, NULL, good);
+  char want[4200];
+  snprintf(want, sizeof want, "NCCL loads this plugin from %s (", g_plugin); /* LD_LIBRARY_PATH's, not another */
   expect(&r, "env/NCCL_NET", "OK");
   expect(&r, "env/NCCL_NET_PLUGIN", "OK");
-  expect_has(&r, "env/NCCL_NET_PLUGIN", "title", "NCCL loads this plugin from /");
+  expect_has(&r, "env/NCCL_NET_PLUGIN", "title", want);
   expect(&r, "env/NCCL_NET_GDR_LEVEL", "OK");
   assert_int_equal(r.rc, 0);
   res_free(&r);
@@ -980,19 +1041,50 @@ static void net_plugin_loading(void **state) {
   assert_false(field_has(finding(&r, "env/NCCL_NET_PLUGIN"), "evidence", "libnccl-net-/")); /* a path: as given */
   assert_int_equal(r.rc, 1);
   res_free(&r);
-  /* by name, from a build tree without build/lib on LD_LIBRARY_PATH: both names fail; the fix names the path */
-  const char *e2[] = {"NCCL_NET_PLUGIN=gdr", NULL};
+  /* by a name no library has, without build/lib on LD_LIBRARY_PATH: both names fail; the fix names this build's
+   * plugin and its directory */
+  char file[PATH_MAX], tname[64], real[PATH_MAX], want[2 * PATH_MAX + 64];
+  assert_int_equal(probe_dlopen("gdr-doctor-test-absent", NULL, file, sizeof file, tname, sizeof tname), 0);
+  assert_int_equal(probe_dlopen("libnccl-net-gdr-doctor-test-absent.so", NULL, file, sizeof file, tname, sizeof tname),
+                   0);
+  const char *e2[] = {"NCCL_NET_PLUGIN=gdr-doctor-test-absent", NULL};
   r = run_json(f, NULL, e2);
   expect(&r, "env/NCCL_NET_PLUGIN", "FAIL");
-  expect_has(&r, "env/NCCL_NET_PLUGIN", "evidence", "dlopen(\"gdr\", RTLD_NOW|RTLD_LOCAL)");
-  expect_has(&r, "env/NCCL_NET_PLUGIN", "evidence", "dlopen(\"libnccl-net-gdr.so\", RTLD_NOW|RTLD_LOCAL)");
-  expect_has(&r, "env/NCCL_NET_PLUGIN", "fix", "LD_LIBRARY_PATH=");
+  expect_has(&r, "env/NCCL_NET_PLUGIN", "evidence", "dlopen(\"gdr-doctor-test-absent\", RTLD_NOW|RTLD_LOCAL)");
+  expect_has(&r, "env/NCCL_NET_PLUGIN", "evidence",
+             "dlopen(\"libnccl-net-gdr-doctor-test-absent.so\", RTLD_NOW|RTLD_LOCAL)");
+  assert_non_null(realpath(g_plugin, real));
+  snprintf(want, sizeof want, "export NCCL_NET_PLUGIN=%s ", real);
+  expect_has(&r, "env/NCCL_NET_PLUGIN", "fix", want);
+  *strrchr(real, '/') = '\0';
+  snprintf(want, sizeof want, "export LD_LIBRARY_PATH=%s${LD_LIBRARY_PATH", real);
+  expect_has(&r, "env/NCCL_NET_PLUGIN", "fix", want);
   res_free(&r);
-  /* ... and with it: OK, naming the file that loaded */
+  /* "gdr" without build/lib on LD_LIBRARY_PATH: whatever the loader finds on this host (an installed package's
+   * plugin, or nothing), the doctor says it */
+  const char *e2g[] = {"NCCL_NET_PLUGIN=gdr", NULL};
+  assert_int_equal(probe_dlopen("gdr", e2g, file, sizeof file, tname, sizeof tname), 0);
+  int sys = probe_dlopen("libnccl-net-gdr.so", e2g, file, sizeof file, tname, sizeof tname);
+  r = run_json(f, NULL, e2g);
+  expect_has(&r, "env/NCCL_NET_PLUGIN", "evidence", "dlopen(\"gdr\", RTLD_NOW|RTLD_LOCAL)");
+  snprintf(want, sizeof want, "dlopen(\"libnccl-net-gdr.so\", RTLD_NOW|RTLD_LOCAL): %s%s", sys ? "loaded " : "",
+           sys ? file : "");
+  expect_has(&r, "env/NCCL_NET_PLUGIN", "evidence", want);
+  if (sys && strcasecmp(tname, "GDR") == 0) {
+    snprintf(want, sizeof want, "NCCL loads this plugin from %s (", file);
+    expect(&r, "env/NCCL_NET_PLUGIN", "OK");
+    expect_has(&r, "env/NCCL_NET_PLUGIN", "title", want);
+  } else {
+    expect(&r, "env/NCCL_NET_PLUGIN", "FAIL");
+    expect_has(&r, "env/NCCL_NET_PLUGIN", "fix", "LD_LIBRARY_PATH=");
+  }
+  res_free(&r);
+  /* ... and with build/lib on it: OK, naming that file (before any installed one) */
   const char *e3[] = {"NCCL_NET_PLUGIN=gdr", g_plugin_dir, NULL};
   r = run_json(f, NULL, e3);
   expect(&r, "env/NCCL_NET_PLUGIN", "OK");
-  expect_has(&r, "env/NCCL_NET_PLUGIN", "title", "/libnccl-net-gdr.so (ncclNetPlugin_v");
+  snprintf(want, sizeof want, "NCCL loads this plugin from %s (ncclNetPlugin_v", g_plugin);
+  expect_has(&r, "env/NCCL_NET_PLUGIN", "title", want);
   assert_int_equal(r.rc, 0);
   res_free(&r);
   /* the full path */
@@ -1016,16 +1108,13 @@ static void net_plugin_loading(void **state) {
   res_free(&r);
   /* unset: libnccl-net.so, which is this plugin only if its default link is installed; with NCCL_NET=GDR, NCCL's
    * init then fails (checkable where the host has no libnccl-net.so) */
-  void *h = dlopen("libnccl-net.so", RTLD_NOW | RTLD_LOCAL);
-  if (h == NULL) {
-    const char *e7[] = {"NCCL_NET=GDR", NULL};
+  const char *e7[] = {"NCCL_NET=GDR", NULL};
+  if (!probe_dlopen("libnccl-net.so", e7, file, sizeof file, tname, sizeof tname)) {
     r = run_json(f, NULL, e7);
     expect(&r, "env/NCCL_NET_PLUGIN", "FAIL");
     expect_has(&r, "env/NCCL_NET_PLUGIN", "title", "Failed to initialize any NET plugin");
     expect_has(&r, "env/NCCL_NET_PLUGIN", "evidence", "dlopen(\"libnccl-net.so\"");
     res_free(&r);
-  } else {
-    dlclose(h);
   }
 }
 
@@ -1188,6 +1277,7 @@ static void hostile_files(void **state) {
 }
 
 int main(int argc, char **argv) {
+  if (argc == 3 && strcmp(argv[1], "--dlopen") == 0) return dlopen_main(argv[2]);
   if (argc != 5) {
     fprintf(stderr, "usage: %s <gdrnet-doctor> <fake libibverbs> <fake libcuda dir> <libnccl-net-gdr.so>\n", argv[0]);
     return 2;
@@ -1196,6 +1286,9 @@ int main(int argc, char **argv) {
   g_fakeverbs = argv[2];
   g_fakecuda_dir = argv[3];
   g_plugin = argv[4];
+  ssize_t n = readlink("/proc/self/exe", g_self, sizeof g_self - 1);
+  if (n <= 0) return 2;
+  g_self[n] = '\0';
   snprintf(g_plugin_dir, sizeof g_plugin_dir, "LD_LIBRARY_PATH=%s", g_plugin);
   char *slash = strrchr(g_plugin_dir, '/');
   if (slash == NULL) return 2;
