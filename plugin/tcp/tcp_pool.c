@@ -41,7 +41,10 @@
  * there would change what the parent's threads watch). The child handler forgets the pool (the child's copies of its
  * fds closed) and starts a new fork generation: the child's first comm starts a pool of its own, and a comm of an
  * older generation (the parent's, gdr_tcp_comm_inherited) is never served, kicked or helped here; its close only
- * forgets it, leaving the pool's counts and every epoll set alone. */
+ * forgets it, leaving the pool's counts and every epoll set alone.
+ *
+ * Unload: the running pool pins the library (gdr_core_pin, transport.h) from before its first thread starts until its
+ * last is joined, so a dlclose with comms still open cannot unmap the code its threads run. */
 #include <errno.h>
 #include <sched.h>
 #include <stdio.h>
@@ -108,6 +111,8 @@ static struct {
   _Atomic int spinners;
   _Atomic int spin_peak; /* the most held at once (tests) */
   _Atomic unsigned gen;  /* fork generation: +1 in each child (the comms attached before are the parent's) */
+  int pinned;            /* holds a gdr_core_pin: from pool_start until pool_stop joined the threads (inherited by a
+                          * fork child with the loader's reference it stands for) */
   struct tcp_io io[TCP_IO_MAX];
 } g_pool = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
@@ -655,6 +660,10 @@ static void pool_stop(void) { /* under g_pool.mu */
     memset(io, 0, sizeof(*io));
   }
   g_pool.n = 0;
+  if (g_pool.pinned) { /* every thread joined: the code may go */
+    g_pool.pinned = 0;
+    gdr_core_unpin();
+  }
 }
 
 static ncclResult_t pool_start(void) { /* under g_pool.mu */
@@ -664,6 +673,10 @@ static ncclResult_t pool_start(void) { /* under g_pool.mu */
   uint64_t spin = gdr_tcp_resolve_spin_ns(), spin_max = gdr_tcp_resolve_spin_max_ns();
   if (n > TCP_IO_MAX) n = TCP_IO_MAX;
   g_pool.spin_cap = gdr_tcp_resolve_spin_threads(n);
+  if (!g_pool.pinned) {
+    gdr_core_pin();
+    g_pool.pinned = 1;
+  }
   atomic_store(&g_pool.spinners, 0);
   atomic_store(&g_pool.spin_peak, 0);
   for (int i = 0; i < n; i++) {
