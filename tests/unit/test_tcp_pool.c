@@ -313,7 +313,8 @@ static void test_fork_child(void **state) {
  * one of its own, which goes again with the child's last comm), and closing them in the child touches nothing of the
  * parent's (no shutdown of the shared sockets, no epoll_ctl on the parent's epoll sets): the parent's pair still moves
  * data once the child is gone. Before: the child's close took the pool's user count below 0, and its next connect
- * failed (epoll_ctl(ADD) on an epoll fd the fork handler had forgotten: EINVAL). */
+ * failed (epoll_ctl(ADD) on an epoll fd the fork handler had forgotten: EINVAL). With GDRNET_STATS_FILE the parent
+ * runs the counters' writer thread; the child's fini must not wait for it (it is not the child's). */
 static void test_fork_child_closes_inherited(void **state) {
   struct pair p[1];
   pid_t pid;
@@ -322,7 +323,10 @@ static void test_fork_child_closes_inherited(void **state) {
 #if defined(__SANITIZE_THREAD__)
   skip(); /* ThreadSanitizer cannot start threads in the child of a multi-threaded process */
 #endif
+  char stats[64];
+  snprintf(stats, sizeof(stats), "/tmp/gdrnet-ut-fork-%d.prom", (int)getpid());
   setenv("GDRNET_TCP_IO_THREADS", "2", 1);
+  setenv("GDRNET_STATS_FILE", stats, 1);
   ut_warn_reset();
   gdr_params_reset(); /* this test's knobs */
   assert_int_equal(gdr_core_init(ut_logger), ncclSuccess);
@@ -352,6 +356,7 @@ static void test_fork_child_closes_inherited(void **state) {
       pair_close(&q[0]);
       assert_int_equal(gdr_tcp_pool_running(), 0); /* its user count came back to 0: the last close stopped it */
     }
+    gdr_core_fini(); /* (the stats writer is the parent's) */
     _exit(0);
   }
   assert_int_equal(waitpid(pid, &st, 0), pid);
@@ -363,6 +368,8 @@ static void test_fork_child_closes_inherited(void **state) {
   pair_close(&p[0]);
   assert_int_equal(gdr_tcp_pool_running(), 0);
   gdr_core_fini();
+  assert_int_equal(unlink(stats), 0); /* the parent's writer wrote it */
+  unsetenv("GDRNET_STATS_FILE");
   unsetenv("GDRNET_TCP_IO_THREADS");
 }
 
