@@ -330,7 +330,9 @@ static void test_fork_child_closes_inherited(void **state) {
   ut_warn_reset();
   gdr_params_reset(); /* this test's knobs */
   assert_int_equal(gdr_core_init(ut_logger), ncclSuccess);
+  assert_int_equal(gdr_core_pins(), 0);
   pair_open(&p[0]);
+  assert_int_equal(gdr_core_pins(), 1); /* the running pool holds the library loaded (transport.h) */
   traffic_all(p, 1, 4);
   { /* forked once the threads are past their start-up: see test_fork_child */
     double t0 = ut_now();
@@ -348,13 +350,16 @@ static void test_fork_child_closes_inherited(void **state) {
     alarm(60); /* a hang ends the child */
     pair_close(&p[0]); /* the parent's comms, inherited */
     assert_int_equal(gdr_tcp_pool_running(), 0);
+    assert_int_equal(gdr_core_pins(), 1); /* the parent's pool's, inherited with the loader's reference it stands for */
     for (int k = 0; k < 2; k++) { /* the child's own pool, started and stopped twice */
       pair_open(&q[0]);
+      assert_int_equal(gdr_core_pins(), 1);
       assert_int_equal(gdr_tcp_pool_running(), 2);
       assert_int_equal(threads_named("gdr-tcp-io/", tids, 8), 2);
       traffic_all(q, 1, 5 + k);
       pair_close(&q[0]);
       assert_int_equal(gdr_tcp_pool_running(), 0); /* its user count came back to 0: the last close stopped it */
+      assert_int_equal(gdr_core_pins(), 0);        /* and gave the pin back */
     }
     gdr_core_fini(); /* (the stats writer is the parent's) */
     _exit(0);
@@ -367,6 +372,7 @@ static void test_fork_child_closes_inherited(void **state) {
   traffic_all(p, 1, 7);
   pair_close(&p[0]);
   assert_int_equal(gdr_tcp_pool_running(), 0);
+  assert_int_equal(gdr_core_pins(), 0); /* given back with the last thread */
   gdr_core_fini();
   assert_int_equal(unlink(stats), 0); /* the parent's writer wrote it */
   unsetenv("GDRNET_STATS_FILE");
