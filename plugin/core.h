@@ -120,7 +120,8 @@ ncclResult_t gdr_core_get_properties(int dev, struct gdr_props *props);
 /* Forgets the chosen transport and the parsed knobs; the next init starts from scratch. For tests; NCCL never
  * calls it (a v8 plugin has no finalize: it is dlclosed). */
 void gdr_core_fini(void);
-/* gdr_core_fini() when no comm is open (library unload); otherwise nothing: other threads may still be inside. */
+/* gdr_core_fini() when no comm is open (library unload); otherwise only the stats writer thread stops: other threads
+ * may still be inside (the threads that serve open comms keep the library pinned, transport.h). */
 void gdr_core_unload(void);
 /* Comm accounting (core lock held): a comm of a v11+ context is linked into it when opened, and detached from it
  * when claimed for closing; when the last comm of the process has closed, the transport is told to stop its

@@ -1,7 +1,9 @@
 /* init, devices, properties: which transport serves this process, and the devices NCCL sees (the transport's
  * physical ones, then the fused ones of core_ctx.c). */
+#include <dlfcn.h>
 #include <limits.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -328,11 +330,62 @@ void gdr_core_fini(void) {
   pthread_mutex_unlock(&g_lock);
 }
 
+/* Pins (transport.h): the library holds a reference on itself while any of its threads runs, so that NCCL's dlclose
+ * with comms still open (an abort that skipped a close) leaves the code mapped under those threads; the last unpin
+ * gives the reference back and a later dlclose unloads. The handle comes from dlopen(RTLD_NOLOAD) of the file that
+ * holds this code: never a second copy. A program that links the plugin statically has no such file to pin (its
+ * NOLOAD open names the program, which is never unloaded anyway). */
+static pthread_mutex_t g_pin_mu = PTHREAD_MUTEX_INITIALIZER;
+static int g_pins;           /* thread groups running (under g_pin_mu) */
+static void *g_pin_handle;   /* the reference they hold, NULL when none could be taken (under g_pin_mu) */
+static _Atomic int g_unloading; /* the destructor runs: the process exits (an unpin then gives nothing back) */
+
+void gdr_core_pin(void) {
+  Dl_info info;
+  pthread_mutex_lock(&g_pin_mu);
+  if (g_pins++ == 0 && dladdr((void *)&gdr_core_pin, &info) != 0 && info.dli_fname != NULL &&
+      info.dli_fname[0] != '\0') {
+    g_pin_handle = dlopen(info.dli_fname, RTLD_NOW | RTLD_NOLOAD);
+    if (g_pin_handle == NULL)
+      GDR_TRACE(NCCL_INIT, "cannot hold %s loaded while the plugin's threads run: %s", info.dli_fname, dlerror());
+  }
+  pthread_mutex_unlock(&g_pin_mu);
+}
+
+void gdr_core_unpin(void) {
+  void *h = NULL;
+  pthread_mutex_lock(&g_pin_mu);
+  if (g_pins > 0 && --g_pins == 0) {
+    h = g_pin_handle;
+    g_pin_handle = NULL;
+  }
+  pthread_mutex_unlock(&g_pin_mu);
+  /* never the last reference here: the caller runs this library's code for someone who holds one (NCCL's handle),
+   * or is the exit-time destructor, which leaves the reference to the exiting process */
+  if (h != NULL && !atomic_load(&g_unloading) && dlclose(h) != 0) GDR_TRACE(NCCL_INIT, "dlclose: %s", dlerror());
+}
+
+int gdr_core_pins(void) {
+  int n;
+  pthread_mutex_lock(&g_pin_mu);
+  n = g_pins;
+  pthread_mutex_unlock(&g_pin_mu);
+  return n;
+}
+
+/* The destructor: at dlclose (no pin is held then: no TCP I/O or RDMA thread runs) or at exit (pins may be held).
+ * With comms still open only the GDRNET_STATS_FILE writer stops: it lives from init to fini, and a v6..v10 table's
+ * fini is this destructor, so it pins nothing; a comm left open without a thread of its own (a listen comm) must
+ * not leave it running on unmapped code. */
 void gdr_core_unload(void) {
+  atomic_store(&g_unloading, 1);
   pthread_mutex_lock(&g_lock);
   int idle = g_ncomms == 0;
   pthread_mutex_unlock(&g_lock);
-  if (idle) gdr_core_fini();
+  if (idle)
+    gdr_core_fini();
+  else
+    gdr_stats_stop();
 }
 
 /* Caller holds g_lock: after the last v11+ context, forget everything unless a v6..v10 init (which gets no

@@ -36,6 +36,19 @@ struct lingering {
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct lingering g_l[LINGER_MAX];
 static int g_n;
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+
+/* A fork child inherits the list: the parent's streams, which the parent still watches. The child closes its copies
+ * of their fds (the parent's stay open) and forgets them: it neither reads nor waits on a socket of the parent. */
+static void linger_atfork_child(void) {
+  for (int i = 0; i < g_n; i++) close(g_l[i].fd);
+  g_n = 0;
+  pthread_mutex_init(&g_mu, NULL);
+}
+
+static void linger_atfork_register(void) {
+  if (pthread_atfork(NULL, NULL, linger_atfork_child) != 0) GDR_WARN("lingering streams: pthread_atfork failed");
+}
 
 /* Bytes of fd's send queue the peer has not acknowledged, or -1 when the socket is gone (error, reset, peer
  * closed and nothing left). */
@@ -90,6 +103,7 @@ void gdr_sock_close_graceful(int fd, const char *what) {
   int64_t ms = gdr_param_int(GDR_PARAM_TCP_LINGER_MS);
   uint64_t now = gdr_time_ns();
   if (fd < 0) return;
+  pthread_once(&g_once, linger_atfork_register); /* before the first entry a child could inherit */
   (void)shutdown(fd, SHUT_WR); /* FIN after the data; fails harmlessly on a socket already reset */
   pthread_mutex_lock(&g_mu);
   (void)sweep_locked(now);

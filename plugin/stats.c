@@ -35,6 +35,19 @@ static pthread_t g_thread;
 static int g_running, g_stop, g_poked, g_warned;
 static char g_path[PATH_MAX];
 static long long g_interval_s;
+static pthread_once_t g_fork_once = PTHREAD_ONCE_INIT;
+
+/* A fork child has no writer thread (the parent's, which a join in gdr_stats_stop would wait for forever): it writes
+ * no file, and its fini has nothing to stop. */
+static void stats_atfork_child(void) {
+  g_running = 0;
+  g_stop = 0;
+  pthread_mutex_init(&g_mu, NULL);
+}
+
+static void stats_atfork_register(void) {
+  if (pthread_atfork(NULL, NULL, stats_atfork_child) != 0) GDR_WARN("GDRNET_STATS_FILE: pthread_atfork failed");
+}
 
 int gdr_stats_register(const char *transport, const char *device, int port, const struct gdr_dev_counters *ctr) {
   int rc = -1;
@@ -333,6 +346,7 @@ ncclResult_t gdr_stats_start(void) {
   g_stop = 0;
   g_poked = 1; /* a first file at once: the collector sees the process from its start */
   g_warned = 0;
+  pthread_once(&g_fork_once, stats_atfork_register);
   int rc = pthread_create(&g_thread, NULL, writer, NULL);
   if (rc != 0) { /* the job runs without the file */
     GDR_WARN("GDRNET_STATS_FILE: cannot start the writer thread (%s): no counters are written", strerror(rc));

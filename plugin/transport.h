@@ -37,6 +37,14 @@
 #include "gdrnet/net_v8.h"
 #include "sock.h"
 
+/* Unload safety (core_init.c): every part of the plugin that starts a thread calls gdr_core_pin() before it runs
+ * and gdr_core_unpin() once it is joined. While any is pinned the library holds a reference on itself, so that
+ * NCCL's dlclose of a plugin with comms still open (an abort path that skipped a close) cannot unmap code those
+ * threads run; the library stays loaded, with its state, until they end (a later dlopen finds it as it was). */
+void gdr_core_pin(void);
+void gdr_core_unpin(void);
+int gdr_core_pins(void); /* thread groups pinning the library now (tests) */
+
 #define GDR_MAX_RECVS 8 /* largest grouped receive any transport may announce (NIB: 8) */
 #define GDR_MAX_FUSED 8 /* physical devices of one fused device (makeVDevice): v12's 8 (v9..v11: 4) */
 

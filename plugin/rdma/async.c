@@ -222,6 +222,7 @@ static int hand_thread_over_locked(struct gdr_rdma_dev *d, pthread_t *t, int *st
 static void join_thread(pthread_t t, int stop_fd) {
   pthread_join(t, NULL);
   close(stop_fd);
+  gdr_core_unpin(); /* taken by start_thread_locked */
 }
 
 /* d->lock held: the thread that reads d->ctx's events */
@@ -240,8 +241,12 @@ static ncclResult_t start_thread_locked(struct gdr_rdma_dev *d) {
   if (arg) {
     arg->d = d;
     arg->stop_fd = d->stop_fd;
+    gdr_core_pin(); /* the library stays mapped while the thread runs (transport.h); join_thread gives it back */
     rc = pthread_create(&d->thread, NULL, async_main, arg);
-    if (rc) free(arg);
+    if (rc) {
+      gdr_core_unpin();
+      free(arg);
+    }
   }
   if (rc) {
     GDR_WARN("%s: cannot start the async event thread: %s", d->name, strerror(rc));

@@ -136,8 +136,10 @@ static ncclResult_t start_locked(void) {
     GDR_WARN("RDMA idle-peer service: epoll/eventfd failed: %s", strerror(errno));
     goto fail;
   }
+  gdr_core_pin(); /* the library stays mapped while the thread runs (transport.h) */
   int rc = pthread_create(&g_svc.thread, NULL, svc_main, (void *)(intptr_t)g_svc.ep);
   if (rc) {
+    gdr_core_unpin();
     GDR_WARN("RDMA idle-peer service: cannot start its thread: %s", strerror(rc));
     goto fail;
   }
@@ -216,5 +218,6 @@ void gdr_rdma_svc_detach(struct gdr_rdma_comm *c) {
     pthread_join(t, NULL);
     close(ep);
     close(stop_fd);
+    gdr_core_unpin();
   }
 }

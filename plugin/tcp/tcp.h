@@ -348,6 +348,7 @@ struct tcp_comm {
   struct tcp_thread *threads; /* is_send: nthreads send lanes */
   struct tcp_stream *streams; /* receiver: nsocks receiving streams */
   int attached;               /* its lanes/streams are served by the I/O pool (tcp_pool.c) */
+  unsigned pool_gen;          /* the process (fork generation) whose pool serves it (tcp_pool.c, under its lock) */
   union gdr_sockaddr peer;
   char peer_str[GDR_ADDR_STRLEN];
   size_t inline_max, min_chunk, max_chunk;
@@ -438,6 +439,10 @@ ncclResult_t gdr_tcp_comm_start(struct tcp_comm *c); /* hands its data streams t
 /* tcp_pool.c: the per-process I/O threads (design there) */
 ncclResult_t gdr_tcp_pool_attach(struct tcp_comm *c);
 void gdr_tcp_pool_detach(struct tcp_comm *c); /* when it returns, no I/O thread touches c any more */
+/* 1 when c was made by the process this one was forked from: its sockets are shared with that process, which still
+ * uses them. A fork child may only close such a comm: its fds are closed, nothing is shut down or sent on them, and
+ * neither that process's pool (epoll sets) nor the child's own is touched. */
+int gdr_tcp_comm_inherited(const struct tcp_comm *c);
 /* The cores this rank may use: its CPU affinity; when that is every online core, the host's cores divided by the
  * ranks on the host that the launcher names (*from: that variable, else NULL). At least 1. */
 int gdr_tcp_rank_cores(const char **from);

@@ -250,6 +250,12 @@ out:
 
 /* Takes the comm's data streams back from the I/O pool: once it returns, no I/O thread touches the comm. */
 static void comm_stop_threads(struct tcp_comm *c) {
+  if (gdr_tcp_comm_inherited(c)) {
+    /* the parent's, before a fork: no thread here serves it, and its sockets are the parent's too (a shutdown would
+     * end the parent's connection): the pool forgets it, then only this process's fds are closed */
+    gdr_tcp_pool_detach(c);
+    return;
+  }
   atomic_store(&c->stopping, 1); /* an I/O thread's error from here on is not reported */
   for (int t = 0; c->is_send && t < c->nthreads; t++) {
     struct tcp_thread *th = &c->threads[t];
@@ -617,7 +623,7 @@ out:
 static ncclResult_t close_comm(struct tcp_comm *c) {
   if (c == NULL) return ncclSuccess;
   comm_stop_threads(c);
-  if (c->is_send) {
+  if (c->is_send && !gdr_tcp_comm_inherited(c)) {
     /* Every send NCCL saw complete is in a send queue here but maybe not at the peer yet: shut the write sides
      * (FIN after the data) and keep a stream the peer has not acknowledged open until it has (linger.c); a plain
      * close() would answer the receiver's next credit or CTS with a reset that drops that tail. */

@@ -35,7 +35,16 @@
  * Detach (close) takes io->mu, removes the comm's fds from the epoll set and frees their slots (the generation in
  * each epoll event's data makes an event fetched before the removal harmless): once it returns, no I/O thread
  * touches the comm. Lane kicks take only io->rmu (short), never io->mu, so the progress thread never waits for an
- * I/O thread's batch. Order: lane->mu, then io->rmu; io->mu before either. */
+ * I/O thread's batch. Order: lane->mu, then io->rmu; io->mu before either.
+ *
+ * Fork: a child has none of the parent's threads, and the epoll sets it inherits are the parent's own (an epoll_ctl
+ * there would change what the parent's threads watch). The child handler forgets the pool (the child's copies of its
+ * fds closed) and starts a new fork generation: the child's first comm starts a pool of its own, and a comm of an
+ * older generation (the parent's, gdr_tcp_comm_inherited) is never served, kicked or helped here; its close only
+ * forgets it, leaving the pool's counts and every epoll set alone.
+ *
+ * Unload: the running pool pins the library (gdr_core_pin, transport.h) from before its first thread starts until its
+ * last is joined, so a dlclose with comms still open cannot unmap the code its threads run. */
 #include <errno.h>
 #include <sched.h>
 #include <stdio.h>
@@ -101,6 +110,9 @@ static struct {
   int spin_cap;
   _Atomic int spinners;
   _Atomic int spin_peak; /* the most held at once (tests) */
+  _Atomic unsigned gen;  /* fork generation: +1 in each child (the comms attached before are the parent's) */
+  int pinned;            /* holds a gdr_core_pin: from pool_start until pool_stop joined the threads (inherited by a
+                          * fork child with the loader's reference it stands for) */
   struct tcp_io io[TCP_IO_MAX];
 } g_pool = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
@@ -537,7 +549,7 @@ static void *io_thread(void *arg) {
 void gdr_tcp_lane_kick(struct tcp_thread *th) {
   struct tcp_io *io = th->io;
   int wake = 0;
-  if (io == NULL) return;
+  if (io == NULL || gdr_tcp_comm_inherited(th->comm)) return; /* the parent's thread, absent here */
   pthread_mutex_lock(&io->rmu);
   if (!th->in_ready) {
     th->in_ready = 1;
@@ -614,7 +626,7 @@ static int help_one(struct tcp_io *io, struct tcp_io **seen, int *nseen) {
 int gdr_tcp_pool_help(struct tcp_comm *c) {
   struct tcp_io *seen[TCP_MAX_STREAMS];
   int nseen = 0, prog = 0;
-  if (!c->attached) return 0;
+  if (!c->attached || gdr_tcp_comm_inherited(c)) return 0;
   if (c->is_send) {
     for (int i = 0; i < c->nthreads; i++)
       if (c->threads[i].io != NULL && help_one(c->threads[i].io, seen, &nseen)) prog = 1;
@@ -648,6 +660,10 @@ static void pool_stop(void) { /* under g_pool.mu */
     memset(io, 0, sizeof(*io));
   }
   g_pool.n = 0;
+  if (g_pool.pinned) { /* every thread joined: the code may go */
+    g_pool.pinned = 0;
+    gdr_core_unpin();
+  }
 }
 
 static ncclResult_t pool_start(void) { /* under g_pool.mu */
@@ -657,6 +673,10 @@ static ncclResult_t pool_start(void) { /* under g_pool.mu */
   uint64_t spin = gdr_tcp_resolve_spin_ns(), spin_max = gdr_tcp_resolve_spin_max_ns();
   if (n > TCP_IO_MAX) n = TCP_IO_MAX;
   g_pool.spin_cap = gdr_tcp_resolve_spin_threads(n);
+  if (!g_pool.pinned) {
+    gdr_core_pin();
+    g_pool.pinned = 1;
+  }
   atomic_store(&g_pool.spinners, 0);
   atomic_store(&g_pool.spin_peak, 0);
   for (int i = 0; i < n; i++) {
@@ -812,8 +832,10 @@ static void detach_locked(struct tcp_comm *c) { /* under g_pool.mu */
 }
 
 /* A child forked while the pool runs has none of its threads: it forgets the parent's pool (whose comms it cannot use
- * either) and starts its own with its first comm. */
+ * either) and starts its own with its first comm. Only the child's copies of the epoll and event fds are closed: the
+ * parent's sets stay as they are. */
 static void pool_atfork_child(void) {
+  atomic_fetch_add(&g_pool.gen, 1);
   for (int i = 0; i < g_pool.n; i++) {
     struct tcp_io *io = &g_pool.io[i];
     if (io->ep >= 0) close(io->ep);
@@ -824,7 +846,12 @@ static void pool_atfork_child(void) {
   }
   g_pool.n = 0;
   g_pool.users = 0;
+  atomic_store(&g_pool.spinners, 0);
   pthread_mutex_init(&g_pool.mu, NULL);
+}
+
+int gdr_tcp_comm_inherited(const struct tcp_comm *c) {
+  return c->pool_gen != atomic_load_explicit(&g_pool.gen, memory_order_relaxed);
 }
 
 static void pool_atfork_register(void) {
@@ -837,6 +864,7 @@ ncclResult_t gdr_tcp_pool_attach(struct tcp_comm *c) {
   int n = c->is_send ? c->nthreads : c->nsocks;
   pthread_once(&once, pool_atfork_register);
   pthread_mutex_lock(&g_pool.mu);
+  c->pool_gen = atomic_load(&g_pool.gen);
   if (g_pool.users == 0 && g_pool.n == 0) {
     res = pool_start();
     if (res != ncclSuccess) goto out;
@@ -875,8 +903,23 @@ out:
   return res;
 }
 
+/* A comm of an older fork generation: its lanes and streams name the parent's threads, absent here; nothing of this
+ * process's pool is its. */
+static void forget_inherited(struct tcp_comm *c) {
+  if (c->is_send) {
+    for (int t = 0; t < c->nthreads; t++) c->threads[t].io = NULL;
+  } else if (c->streams != NULL) {
+    for (int s = 0; s < c->nsocks; s++) c->streams[s].io = NULL;
+  }
+  c->attached = 0;
+}
+
 void gdr_tcp_pool_detach(struct tcp_comm *c) {
   if (!c->attached) return;
+  if (gdr_tcp_comm_inherited(c)) {
+    forget_inherited(c);
+    return;
+  }
   pthread_mutex_lock(&g_pool.mu);
   detach_locked(c);
   c->attached = 0;

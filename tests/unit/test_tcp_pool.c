@@ -309,6 +309,76 @@ static void test_fork_child(void **state) {
   unsetenv("GDRNET_TCP_IO_THREADS");
 }
 
+/* A child closes the comms it inherited, then connects anew. The inherited comms count nothing in its pool (it starts
+ * one of its own, which goes again with the child's last comm), and closing them in the child touches nothing of the
+ * parent's (no shutdown of the shared sockets, no epoll_ctl on the parent's epoll sets): the parent's pair still moves
+ * data once the child is gone. Before: the child's close took the pool's user count below 0, and its next connect
+ * failed (epoll_ctl(ADD) on an epoll fd the fork handler had forgotten: EINVAL). With GDRNET_STATS_FILE the parent
+ * runs the counters' writer thread; the child's fini must not wait for it (it is not the child's). */
+static void test_fork_child_closes_inherited(void **state) {
+  struct pair p[1];
+  pid_t pid;
+  int st = 0;
+  (void)state;
+#if defined(__SANITIZE_THREAD__)
+  skip(); /* ThreadSanitizer cannot start threads in the child of a multi-threaded process */
+#endif
+  char stats[64];
+  snprintf(stats, sizeof(stats), "/tmp/gdrnet-ut-fork-%d.prom", (int)getpid());
+  setenv("GDRNET_TCP_IO_THREADS", "2", 1);
+  setenv("GDRNET_STATS_FILE", stats, 1);
+  ut_warn_reset();
+  gdr_params_reset(); /* this test's knobs */
+  assert_int_equal(gdr_core_init(ut_logger), ncclSuccess);
+  assert_int_equal(gdr_core_pins(), 0);
+  pair_open(&p[0]);
+  assert_int_equal(gdr_core_pins(), 1); /* the running pool holds the library loaded (transport.h) */
+  traffic_all(p, 1, 4);
+  { /* forked once the threads are past their start-up: see test_fork_child */
+    double t0 = ut_now();
+    while (gdr_tcp_pool_entered() < 2) {
+      assert_true(ut_now() - t0 < 20.0);
+      sched_yield();
+    }
+  }
+  fflush(NULL);
+  pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    struct pair q[1];
+    pid_t tids[8];
+    alarm(60); /* a hang ends the child */
+    pair_close(&p[0]); /* the parent's comms, inherited */
+    assert_int_equal(gdr_tcp_pool_running(), 0);
+    assert_int_equal(gdr_core_pins(), 1); /* the parent's pool's, inherited with the loader's reference it stands for */
+    for (int k = 0; k < 2; k++) { /* the child's own pool, started and stopped twice */
+      pair_open(&q[0]);
+      assert_int_equal(gdr_core_pins(), 1);
+      assert_int_equal(gdr_tcp_pool_running(), 2);
+      assert_int_equal(threads_named("gdr-tcp-io/", tids, 8), 2);
+      traffic_all(q, 1, 5 + k);
+      pair_close(&q[0]);
+      assert_int_equal(gdr_tcp_pool_running(), 0); /* its user count came back to 0: the last close stopped it */
+      assert_int_equal(gdr_core_pins(), 0);        /* and gave the pin back */
+    }
+    gdr_core_fini(); /* (the stats writer is the parent's) */
+    _exit(0);
+  }
+  assert_int_equal(waitpid(pid, &st, 0), pid);
+  assert_true(WIFEXITED(st));
+  assert_int_equal(WEXITSTATUS(st), 0);
+  assert_int_equal(gdr_tcp_pool_running(), 2);
+  traffic_all(p, 1, 6); /* the parent's connection and pool are as they were */
+  traffic_all(p, 1, 7);
+  pair_close(&p[0]);
+  assert_int_equal(gdr_tcp_pool_running(), 0);
+  assert_int_equal(gdr_core_pins(), 0); /* given back with the last thread */
+  gdr_core_fini();
+  assert_int_equal(unlink(stats), 0); /* the parent's writer wrote it */
+  unsetenv("GDRNET_STATS_FILE");
+  unsetenv("GDRNET_TCP_IO_THREADS");
+}
+
 /* The pool's size: the knob, or auto from the cores and the ranks on the host; named with how it was chosen. */
 static int reload(void) {
   gdr_params_reset();
@@ -375,6 +445,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_pool_size), cmocka_unit_test(test_bounded_threads), cmocka_unit_test(test_proxy_io),
       cmocka_unit_test(test_idle_cpu),  cmocka_unit_test(test_spin_cap),        cmocka_unit_test(test_fork_child),
+      cmocka_unit_test(test_fork_child_closes_inherited),
   };
   return cmocka_run_group_tests_name("unit_tcp_pool", tests, NULL, NULL);
 }
