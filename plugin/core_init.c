@@ -336,8 +336,8 @@ void gdr_core_fini(void) {
  * holds this code: never a second copy. A program that links the plugin statically has no such file to pin (its
  * NOLOAD open names the program, which is never unloaded anyway). */
 static pthread_mutex_t g_pin_mu = PTHREAD_MUTEX_INITIALIZER;
-static int g_pins;           /* thread groups running (under g_pin_mu) */
-static void *g_pin_handle;   /* the reference they hold, NULL when none could be taken (under g_pin_mu) */
+static int g_pins;              /* thread groups running (under g_pin_mu) */
+static void *g_pin_handle;      /* the reference they hold, NULL when none could be taken (under g_pin_mu) */
 static _Atomic int g_unloading; /* the destructor runs: the process exits (an unpin then gives nothing back) */
 
 void gdr_core_pin(void) {

@@ -347,11 +347,11 @@ static void test_fork_child_closes_inherited(void **state) {
   if (pid == 0) {
     struct pair q[1];
     pid_t tids[8];
-    alarm(60); /* a hang ends the child */
+    alarm(60);         /* a hang ends the child */
     pair_close(&p[0]); /* the parent's comms, inherited */
     assert_int_equal(gdr_tcp_pool_running(), 0);
     assert_int_equal(gdr_core_pins(), 1); /* the parent's pool's, inherited with the loader's reference it stands for */
-    for (int k = 0; k < 2; k++) { /* the child's own pool, started and stopped twice */
+    for (int k = 0; k < 2; k++) {         /* the child's own pool, started and stopped twice */
       pair_open(&q[0]);
       assert_int_equal(gdr_core_pins(), 1);
       assert_int_equal(gdr_tcp_pool_running(), 2);
@@ -443,8 +443,12 @@ static void test_pool_size(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_pool_size), cmocka_unit_test(test_bounded_threads), cmocka_unit_test(test_proxy_io),
-      cmocka_unit_test(test_idle_cpu),  cmocka_unit_test(test_spin_cap),        cmocka_unit_test(test_fork_child),
+      cmocka_unit_test(test_pool_size),
+      cmocka_unit_test(test_bounded_threads),
+      cmocka_unit_test(test_proxy_io),
+      cmocka_unit_test(test_idle_cpu),
+      cmocka_unit_test(test_spin_cap),
+      cmocka_unit_test(test_fork_child),
       cmocka_unit_test(test_fork_child_closes_inherited),
   };
   return cmocka_run_group_tests_name("unit_tcp_pool", tests, NULL, NULL);

@@ -144,7 +144,8 @@ static long long ctxt_switches(const char *prefix, int *nthreads) {
     if ((f = fopen(path, "r")) == NULL) continue;
     while (fgets(line, sizeof(line), f) != NULL) {
       long long v;
-      if (sscanf(line, "voluntary_ctxt_switches: %lld", &v) == 1 || sscanf(line, "nonvoluntary_ctxt_switches: %lld", &v) == 1)
+      if (sscanf(line, "voluntary_ctxt_switches: %lld", &v) == 1 ||
+          sscanf(line, "nonvoluntary_ctxt_switches: %lld", &v) == 1)
         sum += v;
     }
     fclose(f);
