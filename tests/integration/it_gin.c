@@ -619,6 +619,13 @@ static int rank_main(int rank) {
   int ncontexts, depth;
   void *lib;
   g_rank = rank;
+  /* GNIT_GIN_NORDMA_RANK=k: rank k has no usable RDMA device (GDRNET_HCA selects none): every rank runs
+   * GDRNET_TRANSPORT=auto, so rank k runs TCP and the others RDMA, with the message path to rank k */
+  if (getenv("GNIT_GIN_NORDMA_RANK") != NULL) {
+    IT_CHECK(setenv("GDRNET_TRANSPORT", "auto", 1) == 0, "setenv");
+    if (rank == (int)it_env_double("GNIT_GIN_NORDMA_RANK", -1))
+      IT_CHECK(setenv("GDRNET_HCA", "nomatch0", 1) == 0, "setenv");
+  }
   lib = load_table();
   ncontexts = T.v == 11 ? 1 : 4;
   depth = T.v == 11 || T.v == 14 ? 0 : 16; /* v14: no depth in the config */
