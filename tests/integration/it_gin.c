@@ -572,6 +572,19 @@ static void check_stats(void) {
            (unsigned long long)stat_of(q, "gdrnet_gin_recoveries_total"),
            (unsigned long long)stat_of(q, "gdrnet_gin_replayed_total"));
   }
+  /* GNIT_GIN_NORDMA_RANK=k: the ranks with RDMA ran exactly their two connections with rank k (a send, a receive)
+   * over TCP from the start and kept RDMA for the others; rank k ran none (it has no RDMA device) */
+  if (getenv("GNIT_GIN_NORDMA_RANK") != NULL) {
+    int k = (int)it_env_double("GNIT_GIN_NORDMA_RANK", -1);
+    uint64_t tcp_only = stat_of(q, "gdrnet_tcp_only_connections_total");
+    uint64_t conns = stat_of(q, "gdrnet_connections_total");
+    IT_CHECK(tcp_only == (g_rank == k ? 0u : 2u), "rank %d: %llu connection(s) over TCP from the start", g_rank,
+             (unsigned long long)tcp_only);
+    IT_CHECK(conns >= tcp_only + 2 * (uint64_t)(g_n - 1), "rank %d: %llu connection(s), %llu over TCP from the start",
+             g_rank, (unsigned long long)conns, (unsigned long long)tcp_only);
+    it_log("rank %d: %llu connection(s), %llu over TCP from the start", g_rank, (unsigned long long)conns,
+           (unsigned long long)tcp_only);
+  }
   /* GNIT_GIN_EXPECT_MOVE=N: at least N peers of this process moved from the one-sided RDMA path to the message path
    * (a failed recovery, GDRNET_FALLBACK=1); every check above passed over the move */
   if (getenv("GNIT_GIN_EXPECT_MOVE") != NULL) {
