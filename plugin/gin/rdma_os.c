@@ -328,8 +328,10 @@ ncclResult_t gin_rdma_setup(struct gin_comm *c) {
       p->rs = RS_MOVED;
       p->mv = MV_ON;
       p->have_remote = p->ready = 1;
-      GDR_INFO(NCCL_INIT | NCCL_NET, "GIN rank %d: rank %d's connections run over TCP: one-sided operations to it as "
-               "messages", c->rank, r);
+      GDR_INFO(NCCL_INIT | NCCL_NET,
+               "GIN rank %d: rank %d's connections run over TCP: one-sided operations to it as "
+               "messages",
+               c->rank, r);
       continue;
     }
     GDR_CHECK(qp_create(c, g, p));
