@@ -6,7 +6,8 @@
  *              (magic, version, transport, listen nonce, connection id, stream index/count), wait for ACK.
  *   listener:  accept every pending connection, read its HELLO within a bounded time, check magic, version,
  *              transport and nonce; a bad or slow peer is closed with a WARN and the listener keeps working; a good
- *              one gets an ACK and is handed to the transport as a gdr_stream.
+ *              one gets an ACK and is handed to the transport as a gdr_stream. A peer with the nonce that speaks the
+ *              other transport cannot meet this one (mixed pairs, below): it gets GDR_ACK_MISMATCH, accept fails.
  * The transport groups streams by conn_id (a TCP connection = 1 control stream + N data streams; an RDMA
  * connection = 1 control stream), and keeps the control stream open as the connection's control channel.
  *
@@ -77,7 +78,7 @@ ncclResult_t gdr_if_find(const char *spec, int family, struct gdr_if *out, int m
 /* The capabilities this process announces (GDR_CAP_*), from GDRNET_TRANSPORT; rdma_tcp: an RDMA process can also
  * speak TCP to a peer (its TCP transport is up). */
 uint32_t gdr_caps_local(uint8_t transport, int rdma_tcp);
-/* "GDRNET_TRANSPORT=auto (RDMA or TCP)", "GDRNET_TRANSPORT=auto (TCP only: no usable RDMA device)", ... Returns buf. */
+/* "GDRNET_TRANSPORT=auto (RDMA, TCP)", "GDRNET_TRANSPORT=auto (TCP only: no usable RDMA device)", ... Returns buf. */
 const char *gdr_caps_str(uint32_t caps, char *buf, size_t len);
 
 struct gdr_wire_addr {

@@ -9,7 +9,10 @@
  * The receiver's QPs reach RTS before it answers; the sender's before READY.  The stream then stays
  * open as the control channel (keepalive and TCP_USER_TIMEOUT as the TCP transport's streams, so a
  * silent peer host is an error within GDRNET_TCP_TIMEOUT_MS): size errors, the recovery protocol
- * (recover.c) and BYE travel on it, and its EOF tells a peer that closed. */
+ * (recover.c) and BYE travel on it, and its EOF tells a peer that closed.
+ * A peer without RDMA (sock.h, mixed pairs): a listen also opens a TCP door where such a peer connects with its
+ * TCP transport, and a connect to a TCP listener uses this process's TCP transport; either way the TCP comm runs
+ * inside an RDMA comm that runs over TCP from the start (tcp_only, no control stream of its own). */
 #include <errno.h>
 #include <sched.h>
 #include <stdarg.h>

@@ -1,5 +1,6 @@
 /* TCP transport: listen, connect, accept (non-blocking state machines over sock.h), comm set-up and teardown,
- * their data streams handed to the I/O thread pool (tcp_pool.c) and taken back. */
+ * their data streams handed to the I/O thread pool (tcp_pool.c) and taken back. A handle of an RDMA listener
+ * (a peer with RDMA, sock.h's mixed pairs) is connected to through its TCP door, or refused on both sides. */
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
