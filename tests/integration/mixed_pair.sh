@@ -4,7 +4,7 @@
 #   auto/auto, either one listening: both exit 0 with every byte checked (--check), the connections run over TCP from
 #     the start, and each side logs the one INFO line of its connections naming both sides' capabilities;
 #   an explicit mismatch (GDRNET_TRANSPORT=rdma against a TCP-only process, tcp against rdma), either way: both
-#     processes fail within 2 s of the client's start (not after the 30 s connect timeout), and each one's WARN names
+#     processes fail within 2 s of the client's plugin init (not after the 30 s connect timeout), and each one's WARN names
 #     both settings in words and the knob to change.
 # The TCP-only process is made as on a real host: the RDMA library loads but no port is usable (GDRNET_HCA selects
 # none), or the RDMA transport is off (GDRNET_IB_DISABLE=1). The server's first line names its port; reading it
@@ -23,7 +23,9 @@ emu="GDRNET_IBVERBS_LIB=$vemu"
 
 now_ms() { echo $(($(date +%s%N) / 1000000)); }
 
-# run NAME "SERVER ENV" "CLIENT ENV" [client options]: sets $src, $crc and $ms (client start to both exits)
+# run NAME "SERVER ENV" "CLIENT ENV" [client options]: sets $src, $crc and $ms: from the client's plugin init (its
+# "NCCL called" line; gdrnet-perf then waits for the server's, and both connect) to both processes' exits, so that
+# neither process start nor plugin init (slow under sanitizers) counts
 run() {
   name=$1 senv=$2 cenv=$3
   shift 3
@@ -42,14 +44,21 @@ run() {
   [ -n "$port" ] || { echo "mixed_pair: $name: no port in '$line'" >&2; kill "$spid"; exit 1; }
   cat <&3 >"$dir/$name.server.out" &
   cpid=$!
-  t0=$(now_ms)
+  rm -f "$dir/cout" "$dir/t-init"
+  mkfifo "$dir/cout" || exit 1
   # shellcheck disable=SC2086 # $cenv: likewise
-  env $cenv "$perf" --client 127.0.0.1 --port "$port" --timeout 60 -v --plugin "$plugin" "$@" \
-    >"$dir/$name.client.out" 2>&1
+  env $cenv "$perf" --client 127.0.0.1 --port "$port" --timeout 60 -v --plugin "$plugin" "$@" >"$dir/cout" 2>&1 &
+  ccpid=$!
+  while IFS= read -r l; do
+    case $l in *"NCCL called ncclNetPlugin"*) [ -s "$dir/t-init" ] || now_ms >"$dir/t-init" ;; esac
+    printf '%s\n' "$l"
+  done <"$dir/cout" >"$dir/$name.client.out"
+  wait "$ccpid"
   crc=$?
   wait "$spid"
   src=$?
-  ms=$(($(now_ms) - t0))
+  [ -s "$dir/t-init" ] || { echo "mixed_pair: $name: no init line from the client" >&2; cat "$dir/$name.client.out"; exit 1; }
+  ms=$(($(now_ms) - $(cat "$dir/t-init")))
   wait "$cpid"
   exec 3<&-
   cat "$dir/$name.server.out" "$dir/$name.server.err" >"$dir/$name.server"
