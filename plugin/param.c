@@ -422,6 +422,30 @@ static int md_cell(FILE *f, const char *s) {
   return 0;
 }
 
+/* docs/configuration.md's section on mixed clusters (what each connection of a mixed pair gets: sock.h) */
+static const char mixed_doc[] =
+    "\n"
+    "## Mixed clusters: hosts with and without RDMA\n\n"
+    "With `GDRNET_TRANSPORT=auto` (the default) on every rank, each connection takes the transport both\n"
+    "of its ends can speak, decided in its handshake:\n\n"
+    "- both ends have a usable RDMA device: RDMA;\n"
+    "- either end has none (its RDMA driver did not load, its pod got no RDMA resource,\n"
+    "  `GDRNET_IB_DISABLE=1`, `GDRNET_HCA` selects no port): TCP from the start, over the interface of\n"
+    "  the handshake. The rank with RDMA keeps RDMA for every other peer; GPU buffers on its side are\n"
+    "  staged through host memory, as on a connection that fell back to TCP. GIN/RMA (docs/abi.md): the\n"
+    "  ranks with RDMA keep one-sided RDMA between them and use the message path to a rank without it.\n\n"
+    "Each side logs one INFO line (`NCCL_DEBUG_SUBSYS=NET`) per such connection: the peer, both sides'\n"
+    "setting and capabilities, and the decision, e.g. `TCP connection to 10.0.0.2:40111 (an RDMA\n"
+    "listener's TCP door): mixed pair: this rank GDRNET_TRANSPORT=auto (TCP only: no usable RDMA\n"
+    "device), the peer GDRNET_TRANSPORT=auto (RDMA, TCP): TCP from the start`.\n\n"
+    "An explicit setting is not negotiated: `GDRNET_TRANSPORT=rdma` against a rank without RDMA (or\n"
+    "against `GDRNET_TRANSPORT=tcp`) fails that connection at once on both sides, each with a WARN\n"
+    "naming both settings (`here GDRNET_TRANSPORT=rdma (RDMA only), there GDRNET_TRANSPORT=auto (TCP\n"
+    "only: no usable RDMA device); set GDRNET_TRANSPORT=auto where it is forced`). A rank with RDMA\n"
+    "whose TCP transport is off (`GDRNET_FALLBACK=0`) cannot take peers without RDMA either, and says\n"
+    "so the same way. `GDRNET_TRANSPORT=tcp` against `auto` works (TCP). Both ends must run this\n"
+    "version of the plugin; an older peer refuses the other transport.\n";
+
 int gdr_params_markdown(FILE *f) {
   int rc = 0;
   rc |=
@@ -449,6 +473,7 @@ int gdr_params_markdown(FILE *f) {
           "- Sizes accept K, M and G suffixes (binary: `64K` = 65536).\n\n",
           f) < 0;
   if (rc == 0) rc = gdr_params_markdown_table(f);
+  if (rc == 0) rc = fputs(mixed_doc, f) < 0;
   return rc ? -1 : 0;
 }
 

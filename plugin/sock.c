@@ -336,6 +336,62 @@ ncclResult_t gdr_handle_check(const struct gdr_handle *h, union gdr_sockaddr *pe
   return ncclSuccess;
 }
 
+/* ---------------------------------------------------------------------------------------- mixed pairs -- */
+
+uint32_t gdr_caps_local(uint8_t transport, int rdma_tcp) {
+  int forced = gdr_param_int(GDR_PARAM_TRANSPORT) != GDR_TRANSPORT_AUTO;
+  if (transport == GDR_TP_TCP) return GDR_CAP_TCP | (forced ? GDR_CAP_FORCED : 0);
+  return GDR_CAP_RDMA | (forced ? GDR_CAP_FORCED : rdma_tcp ? GDR_CAP_TCP : 0);
+}
+
+const char *gdr_caps_str(uint32_t caps, char *buf, size_t len) {
+  int forced = (caps & GDR_CAP_FORCED) != 0, rdma = (caps & GDR_CAP_RDMA) != 0, tcp = (caps & GDR_CAP_TCP) != 0;
+  snprintf(buf, len, "GDRNET_TRANSPORT=%s (%s)", !forced ? "auto" : rdma ? "rdma" : "tcp",
+           rdma && tcp ? "RDMA, TCP"
+           : rdma      ? (forced ? "RDMA only" : "RDMA only: no TCP transport")
+           : tcp       ? (forced ? "TCP only" : "TCP only: no usable RDMA device")
+                       : "neither RDMA nor TCP");
+  return buf;
+}
+
+const char *gdr_mixed_str(uint32_t mine, uint32_t theirs, char *buf, size_t len) {
+  char a[80], b[80];
+  snprintf(buf, len, "mixed pair: this rank %s, the peer %s", gdr_caps_str(mine, a, sizeof(a)),
+           gdr_caps_str(theirs, b, sizeof(b)));
+  return buf;
+}
+
+/* What to change when two settings cannot meet. */
+static const char *mismatch_advice(uint32_t a, uint32_t b) {
+  if ((a | b) & GDR_CAP_FORCED)
+    return "set GDRNET_TRANSPORT=auto where it is forced";
+  return "the RDMA rank needs its TCP transport (GDRNET_FALLBACK=1, an IP interface)";
+}
+
+void gdr_handle_door_set(struct gdr_handle *h, const struct gdr_handle *tcp) {
+  struct gdr_handle_door d;
+  memset(&d, 0, sizeof(d));
+  d.nonce = tcp->nonce;
+  d.port = tcp->addr.port;
+  memcpy(h->spare, &d, sizeof(d));
+  h->nstreams = tcp->nstreams;
+  h->nthreads = tcp->nthreads;
+  memcpy(h->tp_data, tcp->tp_data, sizeof(h->tp_data));
+  h->caps |= GDR_CAP_TCP;
+}
+
+int gdr_handle_door_get(const struct gdr_handle *h, struct gdr_handle *tcp) {
+  struct gdr_handle_door d;
+  memcpy(&d, h->spare, sizeof(d));
+  if (h->transport != GDR_TP_RDMA || !(h->caps & GDR_CAP_TCP) || d.port == 0) return -1;
+  *tcp = *h;
+  tcp->transport = GDR_TP_TCP;
+  tcp->nonce = d.nonce;
+  tcp->addr.port = d.port;
+  memset(tcp->spare, 0, sizeof(tcp->spare));
+  return 0;
+}
+
 /* -------------------------------------------------------------------------------------------------- hello -- */
 
 int gdr_hello_verify(const struct gdr_hello *h, uint64_t nonce, uint8_t transport, char *why, size_t whylen) {
@@ -613,6 +669,24 @@ static void pending_reject(struct gdr_listener *l, struct gdr_pending_conn *p, c
   pending_drop(p);
 }
 
+/* The peer got this listen's handle (its nonce) but speaks another transport: the pair cannot meet. It is told so
+ * (GDR_ACK_MISMATCH, best effort: 16 bytes into a fresh socket) and this listener's accept fails at once. */
+static ncclResult_t listener_mismatch(struct gdr_listener *l, struct gdr_pending_conn *p) {
+  char a[GDR_ADDR_STRLEN], mine[80], theirs[80];
+  size_t off = 0;
+  GDR_WARN("accept: peer %s cannot meet this rank: here %s, there %s; %s", gdr_sockaddr_str(&p->peer, a, sizeof(a)),
+           gdr_caps_str(l->caps, mine, sizeof(mine)), gdr_caps_str(p->hello.caps, theirs, sizeof(theirs)),
+           mismatch_advice(l->caps, p->hello.caps));
+  memset(&p->ack, 0, sizeof(p->ack));
+  p->ack.magic = GDR_ACK_MAGIC;
+  p->ack.version = GDR_HANDLE_VERSION;
+  p->ack.status = GDR_ACK_MISMATCH;
+  p->ack.caps = l->caps;
+  (void)gdr_sock_send_nb(p->fd, &p->ack, sizeof(p->ack), &off);
+  pending_drop(p); /* the peer sent its hello and waits: nothing unread here, so the close sends FIN after the ack */
+  return ncclInvalidUsage;
+}
+
 ncclResult_t gdr_listener_poll(struct gdr_listener *l, struct gdr_stream *out, int *got) {
   ncclResult_t res = ncclSuccess;
   uint64_t now = gdr_time_ns();
@@ -677,6 +751,11 @@ ncclResult_t gdr_listener_poll(struct gdr_listener *l, struct gdr_stream *out, i
           pending_reject(l, p, why);
         }
         continue;
+      }
+      if (p->hello.magic == GDR_HELLO_MAGIC && p->hello.version == GDR_HANDLE_VERSION && p->hello.nonce == l->nonce &&
+          p->hello.transport != l->transport && (p->hello.transport == GDR_TP_TCP || p->hello.transport == GDR_TP_RDMA)) {
+        res = listener_mismatch(l, p);
+        goto out;
       }
       if (gdr_hello_verify(&p->hello, l->nonce, l->transport, why, sizeof(why)) != 0) {
         pending_reject(l, p, why);
@@ -860,6 +939,14 @@ ncclResult_t gdr_connector_poll(struct gdr_connector *c, int *done) {
       goto out;
     }
     if (c->off < sizeof(c->ack)) return ncclSuccess;
+    if (c->ack.magic == GDR_ACK_MAGIC && c->ack.status == GDR_ACK_MISMATCH) {
+      char mine[80], theirs[80];
+      GDR_WARN("connect: peer %s cannot meet this rank: here %s, there %s; %s",
+               gdr_sockaddr_str(&c->peer, a, sizeof(a)), gdr_caps_str(c->hello.caps, mine, sizeof(mine)),
+               gdr_caps_str(c->ack.caps, theirs, sizeof(theirs)), mismatch_advice(c->hello.caps, c->ack.caps));
+      res = ncclInvalidUsage;
+      goto out;
+    }
     if (c->ack.magic != GDR_ACK_MAGIC || c->ack.status != 0) {
       GDR_WARN("connect to %s: bad acknowledgement (magic 0x%08x status %u)",
                gdr_sockaddr_str(&c->peer, a, sizeof(a)), c->ack.magic, c->ack.status);
@@ -882,4 +969,46 @@ void gdr_connector_abort(struct gdr_connector *c) {
   if (c->stage != CONN_DONE && c->fd >= 0) close(c->fd);
   c->fd = -1;
   c->stage = CONN_FAILED;
+}
+
+#define GDR_REFUSE_MS 1000 /* a refusal waits this long at most for the listener's answer */
+
+ncclResult_t gdr_connect_refuse(struct gdr_handle *h, uint8_t transport, uint32_t caps) {
+  ncclResult_t res = ncclSuccess;
+  struct gdr_connector *c = gdr_handle_state_get(h);
+  int done = 0;
+  if (c == NULL) {
+    struct gdr_handle x = *h;
+    uint64_t conn_id = 0;
+    c = calloc(1, sizeof(*c));
+    if (c == NULL) {
+      GDR_WARN("connect: out of memory");
+      return ncclSystemError;
+    }
+    x.transport = transport;
+    res = gdr_random_bytes(&conn_id, sizeof(conn_id));
+    if (res == ncclSuccess) res = gdr_connector_start(c, &x, GDR_STREAM_CTRL, 0, 0, conn_id, caps, NULL);
+    if (res == ncclSuccess && c->deadline_ns > c->start_ns + GDR_REFUSE_MS * 1000000ull)
+      c->deadline_ns = c->start_ns + GDR_REFUSE_MS * 1000000ull;
+    if (res == ncclSuccess) res = gdr_handle_state_set(h, c);
+    if (res != ncclSuccess) {
+      gdr_connector_abort(c);
+      free(c);
+      return res;
+    }
+  }
+  res = gdr_connector_poll(c, &done);
+  if (res == ncclSuccess && !done) return ncclSuccess;
+  if (!(c->ack.magic == GDR_ACK_MAGIC && c->ack.status == GDR_ACK_MISMATCH)) {
+    /* the listener did not say it (an older plugin, or gone): this side knows enough to say it */
+    char a[GDR_ADDR_STRLEN], mine[80], theirs[80];
+    GDR_WARN("connect: peer %s cannot meet this rank: here %s, there %s; %s",
+             gdr_sockaddr_str(&c->peer, a, sizeof(a)), gdr_caps_str(caps, mine, sizeof(mine)),
+             gdr_caps_str(h->caps, theirs, sizeof(theirs)), mismatch_advice(caps, h->caps));
+  }
+  if (done && c->fd >= 0) close(c->fd);
+  gdr_connector_abort(c);
+  free(c);
+  gdr_handle_state_set(h, NULL);
+  return ncclInvalidUsage;
 }

@@ -6,7 +6,8 @@
  *              (magic, version, transport, listen nonce, connection id, stream index/count), wait for ACK.
  *   listener:  accept every pending connection, read its HELLO within a bounded time, check magic, version,
  *              transport and nonce; a bad or slow peer is closed with a WARN and the listener keeps working; a good
- *              one gets an ACK and is handed to the transport as a gdr_stream.
+ *              one gets an ACK and is handed to the transport as a gdr_stream. A peer with the nonce that speaks the
+ *              other transport cannot meet this one (mixed pairs, below): it gets GDR_ACK_MISMATCH, accept fails.
  * The transport groups streams by conn_id (a TCP connection = 1 control stream + N data streams; an RDMA
  * connection = 1 control stream), and keeps the control stream open as the connection's control channel.
  *
@@ -66,6 +67,19 @@ ncclResult_t gdr_if_find(const char *spec, int family, struct gdr_if *out, int m
 #define GDR_CAP_TCP 0x1u
 #define GDR_CAP_RDMA 0x2u
 #define GDR_CAP_FALLBACK 0x4u
+#define GDR_CAP_FORCED 0x8u /* GDRNET_TRANSPORT names this side's transport (rdma, tcp): no per-connection choice */
+
+/* Mixed pairs (one side without RDMA). Each connection takes the transport both sides can speak: an RDMA listener
+ * whose process may use TCP (GDRNET_TRANSPORT=auto and a TCP transport) announces GDR_CAP_TCP and opens a "TCP door"
+ * (struct gdr_handle_door) where a peer without RDMA connects with the TCP transport; an RDMA process connects to a
+ * TCP listener with its TCP transport. A pair that cannot meet (an explicit GDRNET_TRANSPORT against a peer that
+ * cannot speak it) fails at once on both sides: the connector says HELLO with its own transport, and a listener of
+ * another transport that finds the handle's nonce in it answers GDR_ACK_MISMATCH and fails its accept. */
+/* The capabilities this process announces (GDR_CAP_*), from GDRNET_TRANSPORT; rdma_tcp: an RDMA process can also
+ * speak TCP to a peer (its TCP transport is up). */
+uint32_t gdr_caps_local(uint8_t transport, int rdma_tcp);
+/* "GDRNET_TRANSPORT=auto (RDMA, TCP)", "GDRNET_TRANSPORT=auto (TCP only: no usable RDMA device)", ... Returns buf. */
+const char *gdr_caps_str(uint32_t caps, char *buf, size_t len);
 
 struct gdr_wire_addr {
   uint16_t family; /* AF_INET / AF_INET6 */
@@ -91,6 +105,20 @@ struct gdr_handle {
   uint8_t state[32];         /*  96 connect-side progress; zero as the listener wrote it */
 };
 _Static_assert(sizeof(struct gdr_handle) == NCCL_NET_HANDLE_MAXSIZE, "handle is NCCL's 128 bytes");
+
+/* The TCP door of an RDMA listener with GDR_CAP_TCP, in handle.spare: a TCP listener on the handle's address, with
+ * its own nonce and port; handle.nstreams, nthreads and tp_data are its TCP handle's (an RDMA handle uses none). */
+struct gdr_handle_door {
+  uint64_t nonce;
+  uint16_t port; /* network byte order; 0: no door */
+  uint8_t pad[6];
+};
+_Static_assert(sizeof(struct gdr_handle_door) == 16, "the door fills handle.spare");
+/* Writes the door (the TCP handle tcp, whose address must be h's but for the port) into the RDMA handle h. */
+void gdr_handle_door_set(struct gdr_handle *h, const struct gdr_handle *tcp);
+/* The TCP handle of h's door, state[] included (a connect keeps its progress there: copy it back into h after each
+ * call). -1 when h names no door. */
+int gdr_handle_door_get(const struct gdr_handle *h, struct gdr_handle *tcp);
 
 /* Checks magic, version and address family of a handle received from NCCL (the connect side): ncclInvalidUsage
  * with a WARN otherwise (e.g. a handle from another plugin/version). Fills peer from handle->addr. */
@@ -128,11 +156,12 @@ _Static_assert(sizeof(struct gdr_hello) == 64, "hello is 64 bytes");
 struct gdr_hello_ack {
   uint32_t magic;   /* GDR_ACK_MAGIC */
   uint16_t version;
-  uint16_t status;  /* 0 ok */
+  uint16_t status;  /* 0 ok, GDR_ACK_MISMATCH */
   uint32_t caps;    /* of the acceptor */
   uint32_t pad;
 };
 _Static_assert(sizeof(struct gdr_hello_ack) == 16, "ack is 16 bytes");
+#define GDR_ACK_MISMATCH 1 /* the connector's transport is not the listener's: both fail (caps: the listener's) */
 
 /* Verifies a received HELLO against the listener's nonce and transport. 0 if good, else -1 and why says which
  * check failed (magic, version, transport, nonce). Pure function (unit-tested). */
@@ -176,7 +205,9 @@ ncclResult_t gdr_listener_open(struct gdr_listener *l, const union gdr_sockaddr 
 /* Writes the handle that lets a peer connect (transport-specific fields left zero for the caller to fill). */
 void gdr_listener_handle(const struct gdr_listener *l, uint32_t dev, struct gdr_handle *h);
 /* Non-blocking: accepts pending connections, progresses HELLO/ACK, rejects bad peers (WARN, close). Returns at
- * most one verified stream per call in *out with *got = 1. Errors only for a broken listening socket. */
+ * most one verified stream per call in *out with *got = 1. Errors for a broken listening socket, and
+ * (ncclInvalidUsage, WARN naming both settings) for a peer with this listen's nonce whose transport is not the
+ * listener's: it is answered GDR_ACK_MISMATCH first. */
 ncclResult_t gdr_listener_poll(struct gdr_listener *l, struct gdr_stream *out, int *got);
 void gdr_listener_close(struct gdr_listener *l); /* closes the socket and every pending connection */
 
@@ -202,6 +233,13 @@ ncclResult_t gdr_connector_start(struct gdr_connector *c, const struct gdr_handl
  * it and the connector is spent). An error (timeout, rejected, reset) has been WARNed with the peer address. */
 ncclResult_t gdr_connector_poll(struct gdr_connector *c, int *done);
 void gdr_connector_abort(struct gdr_connector *c); /* closes the fd if still owned */
+
+/* This process (transport, caps) cannot meet the handle's listener. Non-blocking, its state in the handle: says
+ * HELLO with its own transport so that the listener's accept fails at once too, then fails: ncclInvalidUsage with a
+ * WARN naming both settings and the knob (ncclSuccess while in progress; at most ~1 s). */
+ncclResult_t gdr_connect_refuse(struct gdr_handle *h, uint8_t transport, uint32_t caps);
+/* For the one INFO line of a mixed pair's connection: "mixed pair: this rank <setting>, the peer <setting>". */
+const char *gdr_mixed_str(uint32_t mine, uint32_t theirs, char *buf, size_t len);
 
 /* -------------------------------------------------------------------------------------------------- I/O -- */
 

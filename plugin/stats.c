@@ -139,7 +139,7 @@ static const struct dev_metric dev_metrics[] = {
   DM("gdrnet_fallback_handed_bytes_total", "counter", "bytes handed over to TCP when connections moved", 0,
      handed_bytes, 0),
   DM("gdrnet_tcp_only_connections_total", "counter", "connections that ran over TCP from the start (their RDMA "
-     "set-up failed)", 0, tcp_only, 0),
+     "set-up failed, or the peer has no RDMA)", 0, tcp_only, 0),
   DM("gdrnet_connections_on_tcp", "gauge", "connections of the device over TCP now", 0, on_tcp, 1),
   DM("gdrnet_device_lost", "gauge", "1 while the device is lost (DEVICE_FATAL, not back yet): its connections run over "
      "TCP", 0, lost, 1),

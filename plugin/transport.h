@@ -86,10 +86,12 @@ struct gdr_conn_opts {
   int devs[GDR_MAX_FUSED];
   int traffic_class;
   int min_flows, max_flows;
+  uint32_t caps; /* GDR_CAP_* this process announces in its handles and HELLOs; 0: the transport's own
+                  * (gdr_caps_local): an RDMA process's nested TCP connections announce the RDMA process's */
 };
 /* A connection on one physical device with nothing else asked (tests, tools). */
 static inline struct gdr_conn_opts gdr_conn_opts_one(int dev) {
-  struct gdr_conn_opts o = {1, {dev}, -1, -1, -1};
+  struct gdr_conn_opts o = {1, {dev}, -1, -1, -1, 0};
   return o;
 }
 

@@ -247,6 +247,14 @@ static struct ibv_mr *reg(struct gin_rdma *g, void *buf, size_t len, int access)
   return gdr_rdma_reg_internal(g->d, buf, len, access);
 }
 
+/* A peer whose net-core connections run over TCP from the start (a rank without RDMA, or a pair whose RDMA part could
+ * not be set up; both ends of a connection see the same) has no QP: it is on the message path from the start. */
+static int peer_tcp_only(const struct gin_comm *c, int r) {
+  const struct gdr_comm *s = c->peers[r].send, *v = c->peers[r].recv;
+  return (s != NULL && ((const struct gdr_rdma_comm *)s->tcomm)->tcp_only) ||
+         (v != NULL && ((const struct gdr_rdma_comm *)v->tcomm)->tcp_only);
+}
+
 ncclResult_t gin_rdma_setup(struct gin_comm *c) {
   ncclResult_t res = ncclSuccess;
   const struct gdr_transport *tp = gdr_core_transport();
@@ -316,6 +324,16 @@ ncclResult_t gin_rdma_setup(struct gin_comm *c) {
     struct rpeer *p = &g->p[r];
     struct gin_hdr h;
     struct qpinfo q;
+    if (peer_tcp_only(c, r)) {
+      p->rs = RS_MOVED;
+      p->mv = MV_ON;
+      p->have_remote = p->ready = 1;
+      GDR_INFO(NCCL_INIT | NCCL_NET,
+               "GIN rank %d: rank %d's connections run over TCP: one-sided operations to it as "
+               "messages",
+               c->rank, r);
+      continue;
+    }
     GDR_CHECK(qp_create(c, g, p));
     for (int k = 0; k < GIN_RDMA_RING; k++) {
       int rc = post_recv(p);
@@ -350,6 +368,7 @@ ncclResult_t gin_rdma_setup(struct gin_comm *c) {
     if (phase == 0) {
       for (int r = 0; r < n; r++) {
         struct gin_hdr h;
+        if (g->p[r].qp == NULL) continue; /* on the message path from the start */
         GDR_CHECK(qp_connect(g, &g->p[r]));
         memset(&h, 0, sizeof(h));
         h.magic = GIN_WIRE_MAGIC;

@@ -9,7 +9,10 @@
  * The receiver's QPs reach RTS before it answers; the sender's before READY.  The stream then stays
  * open as the control channel (keepalive and TCP_USER_TIMEOUT as the TCP transport's streams, so a
  * silent peer host is an error within GDRNET_TCP_TIMEOUT_MS): size errors, the recovery protocol
- * (recover.c) and BYE travel on it, and its EOF tells a peer that closed. */
+ * (recover.c) and BYE travel on it, and its EOF tells a peer that closed.
+ * A peer without RDMA (sock.h, mixed pairs): a listen also opens a TCP door where such a peer connects with its
+ * TCP transport, and a connect to a TCP listener uses this process's TCP transport; either way the TCP comm runs
+ * inside an RDMA comm that runs over TCP from the start (tcp_only, no control stream of its own). */
 #include <errno.h>
 #include <sched.h>
 #include <stdarg.h>
@@ -827,6 +830,23 @@ static ncclResult_t devs_check(int dev, const struct gdr_conn_opts *opts) {
   return ncclSuccess;
 }
 
+/* The TCP door of a listen, on the TCP device of the handshake's address (a peer reaches it where it reaches the
+ * listener). Without one (no TCP device there, or its listen failed) the listener does not announce GDR_CAP_TCP:
+ * a peer without RDMA is then refused at once, on both sides. */
+static void open_door(struct gdr_rdma_listen *l) {
+  struct gdr_conn_opts to = gdr_rdma_tcp_opts(l->tc);
+  struct gdr_handle *h = &l->door_handle;
+  union gdr_sockaddr a;
+  memset(h, 0, sizeof(*h));
+  if (gdr_tcp_dev_addr(gdr_rdma.tcp_dev, &a) != ncclSuccess || a.sa.sa_family != gdr_rdma.if_addr.sa.sa_family ||
+      (a.sa.sa_family == AF_INET && a.sin.sin_addr.s_addr != gdr_rdma.if_addr.sin.sin_addr.s_addr) ||
+      (a.sa.sa_family == AF_INET6 && memcmp(&a.sin6.sin6_addr, &gdr_rdma.if_addr.sin6.sin6_addr, 16) != 0) ||
+      gdr_transport_tcp.listen(gdr_rdma.tcp_dev, &to, h, &l->door) != ncclSuccess) {
+    l->door = NULL;
+    l->l.caps &= ~GDR_CAP_TCP;
+  }
+}
+
 ncclResult_t gdr_rdma_listen(int dev, const struct gdr_conn_opts *opts, struct gdr_handle *handle,
                              void **listen_comm) {
   *listen_comm = NULL;
@@ -837,12 +857,14 @@ ncclResult_t gdr_rdma_listen(int dev, const struct gdr_conn_opts *opts, struct g
   l->tc = opts->traffic_class;
   l->ndevs = opts->ndevs;
   memcpy(l->devs, opts->devs, sizeof(int) * (size_t)opts->ndevs);
-  ncclResult_t res = gdr_listener_open(&l->l, &gdr_rdma.if_addr, GDR_TP_RDMA, GDR_CAP_RDMA);
+  ncclResult_t res = gdr_listener_open(&l->l, &gdr_rdma.if_addr, GDR_TP_RDMA, gdr_rdma_caps());
   if (res != ncclSuccess) {
     free(l);
     return res;
   }
+  if (l->l.caps & GDR_CAP_TCP) open_door(l);
   gdr_listener_handle(&l->l, (uint32_t)dev, handle);
+  if (l->door != NULL) gdr_handle_door_set(handle, &l->door_handle);
   *listen_comm = l;
   return ncclSuccess;
 }
@@ -851,6 +873,7 @@ ncclResult_t gdr_rdma_close_listen(void *listen_comm) {
   struct gdr_rdma_listen *l = listen_comm;
   if (l == NULL) return ncclSuccess;
   comm_free(l->pending);
+  if (l->door != NULL) (void)gdr_transport_tcp.close_listen(l->door);
   gdr_listener_close(&l->l);
   free(l);
   return ncclSuccess;
@@ -913,7 +936,22 @@ static ncclResult_t hs_recv(struct gdr_rdma_comm *c, uint32_t type, void *data, 
 
 enum { CS_TCP = 1, CS_SEND_HS, CS_RECV_HS, CS_SEND_READY, CS_RECV_TCPH, CS_TCP_CONNECT, CS_TCP_DIRECT };
 
-/* A peer without RDMA listens with a TCP handle: the connection is a TCP one inside this RDMA comm. */
+/* A TCP comm of a mixed pair inside an RDMA comm of this side (TCP from the start): its one INFO line. */
+static struct gdr_rdma_comm *wrap_tcp_peer(const int *devs, int ndevs, int kind, void *tc) {
+  struct gdr_rdma_comm *c = comm_alloc(devs, ndevs, kind);
+  char m[200];
+  if (c == NULL) return NULL;
+  snprintf(c->peer, sizeof(c->peer), "%s", ((struct tcp_comm *)tc)->peer_str);
+  set_desc(c);
+  c->tcp_only = 1;
+  snprintf(c->fb.reason, sizeof(c->fb.reason), "%s",
+           gdr_mixed_str(gdr_rdma_caps(), ((struct tcp_comm *)tc)->peer_caps, m, sizeof(m)));
+  tcp_only_done(c, tc);
+  return c;
+}
+
+/* A peer without RDMA listens with a TCP handle: the connection is a TCP one inside this RDMA comm, unless this
+ * process cannot speak TCP to it (GDRNET_TRANSPORT=rdma, no TCP transport): then both sides fail at once. */
 static ncclResult_t connect_tcp_peer(int dev, const struct gdr_conn_opts *opts, struct gdr_handle *handle,
                                      void **send_comm) {
   ncclResult_t res = ncclSuccess;
@@ -921,23 +959,14 @@ static ncclResult_t connect_tcp_peer(int dev, const struct gdr_conn_opts *opts, 
   struct gdr_conn_opts to = gdr_rdma_tcp_opts(opts->traffic_class);
   struct gdr_rdma_comm *c;
   if (devs_check(dev, opts) != ncclSuccess) return ncclInvalidArgument;
-  if (!gdr_rdma.tcp_ok) {
-    GDR_WARN("connect: the peer listens with the TCP transport (it has no usable RDMA device) and this process has "
-             "no TCP transport to meet it (GDRNET_FALLBACK=0?)");
-    return ncclInvalidUsage;
-  }
+  if (!(gdr_rdma_caps() & GDR_CAP_TCP)) return gdr_connect_refuse(handle, GDR_TP_RDMA, gdr_rdma_caps());
   GDR_CHECK(gdr_transport_tcp.connect(gdr_rdma.tcp_dev, &to, handle, &tc));
   if (tc == NULL) return ncclSuccess; /* in progress (its state is in the handle) */
-  c = comm_alloc(opts->devs, opts->ndevs, GDR_RCOMM_SEND);
+  c = wrap_tcp_peer(opts->devs, opts->ndevs, GDR_RCOMM_SEND, tc);
   if (c == NULL) {
     (void)gdr_transport_tcp.close_send(tc);
     return ncclSystemError;
   }
-  snprintf(c->peer, sizeof(c->peer), "%s", ((struct tcp_comm *)tc)->peer_str);
-  set_desc(c);
-  c->tcp_only = 1;
-  snprintf(c->fb.reason, sizeof(c->fb.reason), "the peer has no RDMA device: it listens with the TCP transport");
-  tcp_only_done(c, tc);
   *send_comm = c;
 out:
   return res;
@@ -978,7 +1007,7 @@ ncclResult_t gdr_rdma_connect(int dev, const struct gdr_conn_opts *opts, struct 
       res = ncclSystemError;
       goto out;
     }
-    GDR_CHECK(gdr_connector_start(&c->connector, handle, GDR_STREAM_CTRL, 0, 0, conn_id, GDR_CAP_RDMA, NULL));
+    GDR_CHECK(gdr_connector_start(&c->connector, handle, GDR_STREAM_CTRL, 0, 0, conn_id, gdr_rdma_caps(), NULL));
     c->stage = CS_TCP;
     GDR_CHECK(gdr_handle_state_set(handle, c));
   }
@@ -1075,6 +1104,19 @@ ncclResult_t gdr_rdma_accept(void *listen_comm, void **recv_comm) {
   struct gdr_rdma_listen *l = listen_comm;
   ncclResult_t res = ncclSuccess;
   struct gdr_rdma_comm *c = l->pending;
+  if (c == NULL && l->door != NULL) { /* a peer without RDMA, through the TCP door */
+    void *tc = NULL;
+    GDR_CHECK(gdr_transport_tcp.accept(l->door, &tc));
+    if (tc != NULL) {
+      c = wrap_tcp_peer(l->devs, l->ndevs, GDR_RCOMM_RECV, tc);
+      if (c == NULL) {
+        (void)gdr_transport_tcp.close_recv(tc);
+        return ncclSystemError;
+      }
+      *recv_comm = c;
+      return ncclSuccess;
+    }
+  }
   if (c == NULL) {
     struct gdr_stream s;
     int got = 0;

@@ -960,5 +960,8 @@ void gdr_rdma_fb_report(struct gdr_rdma_comm *c) {
            c->desc, (unsigned long long)fb->fallbacks, (unsigned long long)fb->returns,
            (unsigned long long)(fb->tcp_ns / 1000000ull), (unsigned long long)fb->tcp_bytes,
            (unsigned long long)fb->replayed_msgs, (unsigned long long)fb->replayed_bytes,
-           fb->pinned ? "pinned to TCP (flapping)" : fb->path == GDR_PATH_TCP ? "on TCP at close" : "on RDMA at close");
+           c->tcp_only   ? "over TCP from the start"
+           : fb->pinned  ? "pinned to TCP (flapping)"
+           : fb->path == GDR_PATH_TCP ? "on TCP at close"
+                                      : "on RDMA at close");
 }

@@ -461,6 +461,8 @@ struct gdr_rdma_listen {
   int ndevs, devs[GDR_RDMA_MAX_CONN_DEVS]; /* the devices of the accepted comms */
   struct gdr_listener l;
   struct gdr_rdma_comm *pending; /* the connection being accepted */
+  void *door; /* the TCP door (sock.h): a TCP listen comm where peers without RDMA connect, or NULL */
+  struct gdr_handle door_handle; /* its TCP handle */
 };
 
 /* Key recovery: whose own buffers (sender: CTS FIFO, sizes rows; receiver: sizes array, CTS staging, flush byte)
@@ -490,9 +492,13 @@ static inline int gdr_rdma_traffic_class(int comm_tc) {
 
 /* The TCP transport's options for a connection this RDMA comm carries over TCP: the communicator's traffic class
  * (-1 undefined) is kept. */
+/* GDR_CAP_* of this process: RDMA, and TCP for peers without RDMA unless GDRNET_TRANSPORT=rdma or no TCP transport */
+static inline uint32_t gdr_rdma_caps(void) { return gdr_caps_local(GDR_TP_RDMA, gdr_rdma.tcp_ok); }
+
 static inline struct gdr_conn_opts gdr_rdma_tcp_opts(int tc) {
   struct gdr_conn_opts o = gdr_conn_opts_one(gdr_rdma.tcp_dev);
   o.traffic_class = tc;
+  o.caps = gdr_rdma_caps();
   return o;
 }
 

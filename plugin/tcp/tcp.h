@@ -383,6 +383,7 @@ struct tcp_comm {
   int ctrl_eof;
   unsigned peer_version;  /* the peer's TCP_PROTO_VERSION (1: an older plugin) */
   uint32_t peer_features; /* its TCP_FEAT_* */
+  uint32_t peer_caps;     /* GDR_CAP_* of its HELLO (accepted) or handle (connected) */
   int tx_dead;            /* receiver: the sender is gone, nothing more is sent */
   int warned;
 

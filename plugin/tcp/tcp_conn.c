@@ -1,5 +1,6 @@
 /* TCP transport: listen, connect, accept (non-blocking state machines over sock.h), comm set-up and teardown,
- * their data streams handed to the I/O thread pool (tcp_pool.c) and taken back. */
+ * their data streams handed to the I/O thread pool (tcp_pool.c) and taken back. A handle of an RDMA listener
+ * (a peer with RDMA, sock.h's mixed pairs) is connected to through its TCP door, or refused on both sides. */
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -22,6 +23,7 @@ struct tcp_group { /* streams of one incoming connection, gathered by conn_id */
   int ctrl_fd;
   unsigned peer_version; /* from the control stream's HELLO */
   uint32_t peer_features;
+  uint32_t peer_caps; /* GDR_CAP_* of the control stream's HELLO */
   int addrs_pending; /* fused listener: its addresses still to be sent on ctrl_fd */
   struct gdr_blob_io addrs_io;
   int nfds;
@@ -33,6 +35,7 @@ struct tcp_listen {
   struct gdr_listener *l; /* nl of them, one nonce */
   struct gdr_wire_addr addrs[GDR_MAX_FUSED];
   int dev;
+  uint32_t caps; /* GDR_CAP_* announced */
   int tc; /* traffic class of the accepted comms' sockets, -1 none */
   int nsocks, nthreads;
   struct tcp_group groups[TCP_MAX_GROUPS];
@@ -42,6 +45,7 @@ struct tcp_connecting { /* lives in the handle's state while connect() is re-ent
   uint64_t conn_id;
   unsigned peer_version; /* from the handle */
   uint32_t peer_features;
+  uint32_t caps; /* GDR_CAP_* announced in the HELLOs */
   int nsocks, nthreads;
   int naddrs;       /* fused listener: its addresses, read from the control stream before the data streams */
   int data_started; /* the data stream connectors are started */
@@ -295,6 +299,7 @@ ncclResult_t gdr_tcp_listen(int dev, const struct gdr_conn_opts *opts, struct gd
   }
   for (int g = 0; g < TCP_MAX_GROUPS; g++) group_init(&lc->groups[g]);
   lc->dev = dev;
+  lc->caps = opts->caps ? opts->caps : gdr_caps_local(GDR_TP_TCP, 0);
   lc->tc = opts->traffic_class;
   gdr_tcp_streams_for(opts, &lc->nsocks, &lc->nthreads);
   /* one listening socket per address; the others take the first one's nonce (the handle carries one) */
@@ -302,7 +307,7 @@ ncclResult_t gdr_tcp_listen(int dev, const struct gdr_conn_opts *opts, struct gd
     union gdr_sockaddr addr;
     struct gdr_handle h;
     GDR_CHECK(gdr_tcp_dev_addr(opts->devs[lc->nl], &addr));
-    GDR_CHECK(gdr_listener_open(&lc->l[lc->nl], &addr, GDR_TP_TCP, GDR_CAP_TCP));
+    GDR_CHECK(gdr_listener_open(&lc->l[lc->nl], &addr, GDR_TP_TCP, lc->caps));
     if (lc->nl > 0) lc->l[lc->nl].nonce = lc->l[0].nonce;
     gdr_listener_handle(&lc->l[lc->nl], (uint32_t)dev, &h);
     lc->addrs[lc->nl] = h.addr;
@@ -356,7 +361,7 @@ static ncclResult_t start_data(struct tcp_connecting *st, const struct gdr_handl
     struct gdr_handle h = *handle;
     if (st->naddrs > 1) h.addr = st->addrs[(i - 1) % st->naddrs];
     GDR_CHECK(gdr_connector_start(&st->conn[i], &h, GDR_STREAM_DATA, (uint16_t)i, (uint16_t)st->nsocks, st->conn_id,
-                                  GDR_CAP_TCP, &me));
+                                  st->caps, &me));
   }
   st->data_started = 1;
 out:
@@ -391,7 +396,38 @@ out:
   return res;
 }
 
+static ncclResult_t tcp_connect(int dev, const struct gdr_conn_opts *opts, struct gdr_handle *handle,
+                                void **send_comm);
+
+/* A peer that listens with RDMA: through its TCP door if it has one (its process may use TCP), else the pair cannot
+ * meet (it forces RDMA, or has no TCP transport) and both sides are told at once. */
+static ncclResult_t connect_rdma_peer(int dev, const struct gdr_conn_opts *opts, struct gdr_handle *handle,
+                                      void **send_comm) {
+  ncclResult_t res = ncclSuccess;
+  uint32_t caps = opts->caps ? opts->caps : gdr_caps_local(GDR_TP_TCP, 0);
+  struct gdr_handle door;
+  if (gdr_handle_door_get(handle, &door) != 0) return gdr_connect_refuse(handle, GDR_TP_TCP, caps);
+  res = tcp_connect(dev, opts, &door, send_comm);
+  memcpy(handle->state, door.state, sizeof(handle->state)); /* the progress of a connect in progress */
+  if (res == ncclSuccess && *send_comm != NULL) {
+    struct tcp_comm *c = *send_comm;
+    char m[200];
+    c->peer_caps = handle->caps;
+    GDR_INFO(NCCL_NET, "TCP connection to %s (an RDMA listener's TCP door): %s: TCP from the start", c->peer_str,
+             gdr_mixed_str(caps, handle->caps, m, sizeof(m)));
+  }
+  return res;
+}
+
 ncclResult_t gdr_tcp_connect(int dev, const struct gdr_conn_opts *opts, struct gdr_handle *handle, void **send_comm) {
+  *send_comm = NULL;
+  if (handle->magic == GDR_HANDLE_MAGIC && handle->version == GDR_HANDLE_VERSION && handle->transport == GDR_TP_RDMA)
+    return connect_rdma_peer(dev, opts, handle, send_comm);
+  return tcp_connect(dev, opts, handle, send_comm);
+}
+
+static ncclResult_t tcp_connect(int dev, const struct gdr_conn_opts *opts, struct gdr_handle *handle,
+                                void **send_comm) {
   ncclResult_t res = ncclSuccess;
   struct tcp_connecting *st = gdr_handle_state_get(handle);
   union gdr_sockaddr peer;
@@ -406,8 +442,7 @@ ncclResult_t gdr_tcp_connect(int dev, const struct gdr_conn_opts *opts, struct g
     char why[160];
     GDR_CHECK(gdr_handle_check(handle, &peer));
     if (handle->transport != GDR_TP_TCP) {
-      GDR_WARN("connect: the peer listens with transport %u but this process uses TCP; set the same "
-               "GDRNET_TRANSPORT on every rank",
+      GDR_WARN("connect: the peer's handle names transport %u (neither TCP nor RDMA): is it this plugin's?",
                handle->transport);
       res = ncclInvalidUsage;
       goto out;
@@ -434,6 +469,7 @@ ncclResult_t gdr_tcp_connect(int dev, const struct gdr_conn_opts *opts, struct g
     }
     st->peer_version = pver;
     st->peer_features = pfeat;
+    st->caps = opts->caps ? opts->caps : gdr_caps_local(GDR_TP_TCP, 0);
     gdr_tcp_proto_local(&me);
     st->nsocks = handle->nstreams;
     st->nthreads = handle->nthreads;
@@ -442,7 +478,7 @@ ncclResult_t gdr_tcp_connect(int dev, const struct gdr_conn_opts *opts, struct g
     res = gdr_random_bytes(&st->conn_id, sizeof(st->conn_id));
     if (res == ncclSuccess)
       res = gdr_connector_start(&st->conn[0], handle, GDR_STREAM_CTRL, 0, (uint16_t)st->nsocks, st->conn_id,
-                                GDR_CAP_TCP, &me);
+                                st->caps, &me);
     /* a fused listener's data streams wait for its addresses, which come on the control stream */
     if (res == ncclSuccess && naddrs == 1) res = start_data(st, handle);
     if (res == ncclSuccess) res = gdr_handle_state_set(handle, st);
@@ -487,6 +523,7 @@ ncclResult_t gdr_tcp_connect(int dev, const struct gdr_conn_opts *opts, struct g
     st = NULL;
     gdr_handle_state_set(handle, NULL);
     GDR_CHECK(comm_create(1, dev, ctrl, fds, ns, nt, &peer, pver, pfeat, opts->traffic_class, &c));
+    c->peer_caps = handle->caps;
     GDR_INFO(NCCL_NET, "TCP: connected to %s with %d data stream(s)%s in %d send lane(s)%s", c->peer_str, ns,
              naddrs > 1 ? " over the listener's fused addresses" : "", nt,
              opts->traffic_class >= 0 ? ", traffic class set" : "");
@@ -576,6 +613,7 @@ ncclResult_t gdr_tcp_accept(void *listen_comm, void **recv_comm) {
       }
       g->ctrl_fd = s.fd;
       g->peer = s.peer;
+      g->peer_caps = s.hello.caps;
       g->addrs_pending = lc->nl > 1 && (g->peer_features & TCP_FEAT_FUSED);
     } else if (s.hello.kind == GDR_STREAM_DATA && s.hello.stream >= 1 && g->fds[s.hello.stream - 1] < 0) {
       g->fds[s.hello.stream - 1] = s.fd;
@@ -592,6 +630,7 @@ ncclResult_t gdr_tcp_accept(void *listen_comm, void **recv_comm) {
       union gdr_sockaddr peer = g->peer;
       unsigned pver = g->peer_version;
       uint32_t pfeat = g->peer_features;
+      uint32_t pcaps = g->peer_caps;
       for (int i = 0; i < lc->nsocks; i++) {
         fds[i] = g->fds[i];
         g->fds[i] = -1;
@@ -599,7 +638,13 @@ ncclResult_t gdr_tcp_accept(void *listen_comm, void **recv_comm) {
       g->ctrl_fd = -1;
       group_clear(g);
       GDR_CHECK(comm_create(0, lc->dev, ctrl, fds, lc->nsocks, lc->nthreads, &peer, pver, pfeat, lc->tc, &c));
+      c->peer_caps = pcaps;
       GDR_INFO(NCCL_NET, "TCP: accepted %s with %d data stream(s), %d lane(s)", c->peer_str, lc->nsocks, lc->nthreads);
+      if ((pcaps & GDR_CAP_RDMA) && !(lc->caps & GDR_CAP_RDMA)) {
+        char m[200];
+        GDR_INFO(NCCL_NET, "TCP connection from %s: %s: TCP from the start", c->peer_str,
+                 gdr_mixed_str(lc->caps, pcaps, m, sizeof(m)));
+      }
       *recv_comm = c;
       goto out;
     }

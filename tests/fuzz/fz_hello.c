@@ -3,8 +3,10 @@
  *     sending fuzzed bytes (optionally patched with the right magic/version/transport, nonce, TCP protocol data),
  *     driven through the real accept(): gdr_listener_poll's HELLO checks, then the TCP transport's grouping of
  *     streams by connection id and its protocol-data check. Oracle: a HELLO that is well-formed by the rules of
- *     sock.h (magic, version, nonce, transport, kind, stream <= nstreams) is ACKed, any other is closed unACKed;
- *     every connection is answered or closed within 5 s.
+ *     sock.h (magic, version, nonce, transport, kind, stream <= nstreams) is ACKed, one with the right magic,
+ *     version and nonce but the RDMA transport is a peer that cannot meet this one (sock.h, mixed pairs): answered
+ *     GDR_ACK_MISMATCH or closed, and that accept() call fails (ncclInvalidUsage; the only accept error allowed);
+ *     any other is closed unACKed; every connection is answered or closed within 5 s.
  *   mode 1, the connector reads the ACK: the real connect() towards a raw listener of the harness, which answers
  *     each stream's HELLO with fuzzed ACK bytes. Oracle: connect succeeds if and only if every stream got a whole
  *     ACK with the right magic and status 0; it ends either way within 5 s.
@@ -34,12 +36,20 @@ static int hello_ok(const struct gdr_hello *h, size_t len, uint64_t nonce) {
          h->stream <= h->nstreams;
 }
 
+/* a listener of this transport (TCP) refuses it and fails its accept */
+static int hello_mismatch(const struct gdr_hello *h, size_t len, uint64_t nonce) {
+  return len >= sizeof(*h) && h->magic == GDR_HELLO_MAGIC && h->version == GDR_HANDLE_VERSION && h->nonce == nonce &&
+         h->transport == GDR_TP_RDMA;
+}
+
 static void listener_side(struct fz_in *in) {
   char hbuf[NCCL_NET_HANDLE_MAXSIZE];
   struct gdr_handle lh;
   union gdr_sockaddr to;
   void *l = NULL;
-  int fd[NCONN], expect_ack[NCONN], state[NCONN]; /* state: 0 waiting, 1 ACKed, 2 closed */
+  int fd[NCONN], expect_ack[NCONN], expect_mm[NCONN], state[NCONN]; /* state: 0 waiting, 1 ACKed, 2 closed,
+                                                                        * 3 refused (GDR_ACK_MISMATCH) */
+  int mismatches = 0, accept_errors = 0;
   size_t got[NCONN];
   int n = 1 + fz_u8(in) % NCONN, pending = n;
   double end;
@@ -70,6 +80,8 @@ static void listener_side(struct fz_in *in) {
       if (len < sizeof(h)) len = sizeof(h);
     }
     expect_ack[i] = hello_ok(&h, len, lh.nonce);
+    expect_mm[i] = hello_mismatch(&h, len, lh.nonce);
+    mismatches += expect_mm[i];
     state[i] = 0;
     got[i] = 0;
     fd[i] = fz_socket_connect(&to);
@@ -80,7 +92,9 @@ static void listener_side(struct fz_in *in) {
   end = fz_now() + 5.0;
   while (pending > 0) {
     void *r = NULL;
-    if (gdr_core_accept(l, &r) != ncclSuccess) fz_fail("accept failed on a working listener");
+    ncclResult_t ar = gdr_core_accept(l, &r);
+    if (ar != ncclSuccess && (ar != ncclInvalidUsage || ++accept_errors > mismatches))
+      fz_fail("accept failed on a working listener (%d error(s), %d mismatched HELLO(s))", accept_errors, mismatches);
     if (r != NULL && gdr_core_close_recv(r) != ncclSuccess) fz_fail("closeRecv failed");
     for (int i = 0; i < n; i++) {
       struct gdr_hello_ack ack;
@@ -89,14 +103,19 @@ static void listener_side(struct fz_in *in) {
       k = recv(fd[i], (char *)&ack + got[i], sizeof(ack) - got[i], MSG_DONTWAIT);
       if (k > 0) got[i] += (size_t)k;
       if (got[i] == sizeof(ack)) {
-        if (ack.magic != GDR_ACK_MAGIC || ack.status != 0) fz_fail("connection %d: a malformed ACK", i);
-        state[i] = 1;
+        if (ack.magic == GDR_ACK_MAGIC && ack.status == GDR_ACK_MISMATCH && expect_mm[i])
+          state[i] = 3;
+        else if (ack.magic != GDR_ACK_MAGIC || ack.status != 0)
+          fz_fail("connection %d: a malformed ACK", i);
+        else
+          state[i] = 1;
       } else if (k == 0 || (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
         state[i] = 2;
       }
       if (state[i] != 0) {
         pending--;
-        if ((state[i] == 1) != expect_ack[i])
+        if (expect_mm[i] && state[i] == 1) fz_fail("connection %d: a HELLO of the other transport was ACKed", i);
+        if (!expect_mm[i] && (state[i] == 1) != expect_ack[i])
           fz_fail("connection %d: a HELLO the rules %s was %s", i, expect_ack[i] ? "accept" : "reject",
                   state[i] == 1 ? "ACKed" : "closed unACKed");
       }

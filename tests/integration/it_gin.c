@@ -631,6 +631,19 @@ static void check_stats(void) {
            (unsigned long long)stat_of(q, "gdrnet_gin_recoveries_total"),
            (unsigned long long)stat_of(q, "gdrnet_gin_replayed_total"));
   }
+  /* GNIT_GIN_NORDMA_RANK=k: the ranks with RDMA ran exactly their two connections with rank k (a send, a receive)
+   * over TCP from the start and kept RDMA for the others; rank k ran none (it has no RDMA device) */
+  if (getenv("GNIT_GIN_NORDMA_RANK") != NULL) {
+    int k = (int)it_env_double("GNIT_GIN_NORDMA_RANK", -1);
+    uint64_t tcp_only = stat_of(q, "gdrnet_tcp_only_connections_total");
+    uint64_t conns = stat_of(q, "gdrnet_connections_total");
+    IT_CHECK(tcp_only == (g_rank == k ? 0u : 2u), "rank %d: %llu connection(s) over TCP from the start", g_rank,
+             (unsigned long long)tcp_only);
+    IT_CHECK(conns >= tcp_only + 2 * (uint64_t)(g_n - 1), "rank %d: %llu connection(s), %llu over TCP from the start",
+             g_rank, (unsigned long long)conns, (unsigned long long)tcp_only);
+    it_log("rank %d: %llu connection(s), %llu over TCP from the start", g_rank, (unsigned long long)conns,
+           (unsigned long long)tcp_only);
+  }
   /* GNIT_GIN_EXPECT_MOVE=N: at least N peers of this process moved from the one-sided RDMA path to the message path
    * (a failed recovery, GDRNET_FALLBACK=1); every check above passed over the move */
   if (getenv("GNIT_GIN_EXPECT_MOVE") != NULL) {
@@ -678,6 +691,13 @@ static int rank_main(int rank) {
   int ncontexts, depth;
   void *lib;
   g_rank = rank;
+  /* GNIT_GIN_NORDMA_RANK=k: rank k has no usable RDMA device (GDRNET_HCA selects none): every rank runs
+   * GDRNET_TRANSPORT=auto, so rank k runs TCP and the others RDMA, with the message path to rank k */
+  if (getenv("GNIT_GIN_NORDMA_RANK") != NULL) {
+    IT_CHECK(setenv("GDRNET_TRANSPORT", "auto", 1) == 0, "setenv");
+    if (rank == (int)it_env_double("GNIT_GIN_NORDMA_RANK", -1))
+      IT_CHECK(setenv("GDRNET_HCA", "nomatch0", 1) == 0, "setenv");
+  }
   lib = load_table();
   ncontexts = T.v == 11 ? 1 : 4;
   depth = T.v == 11 || T.v >= 14 ? 0 : 16; /* v14+: no depth in the config */

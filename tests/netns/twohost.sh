@@ -16,6 +16,10 @@
 #                   byte checked (docs/recovery.md)
 #   linkdown-all    as linkdown-rdma, and the veth goes down too (the host's whole network): both ends fail within
 #                   GDRNET_RECOVERY_TIMEOUT_MS + GDRNET_CONNECT_TIMEOUT_MS plus slack
+#   mixed           a host without a usable RDMA device (GDRNET_TRANSPORT=auto picks TCP: GDRNET_HCA selects no port)
+#                   and one with RDMA on the emulator, both auto, either one the server: the connections run over TCP
+#                   from the start across the veth (the RDMA host's TCP door on its control address), every byte
+#                   checked, and each side logs its connections' mixed-pair INFO line naming both settings
 #   ipv6            an IPv6-only network (no IPv4 on the veth; lo keeps 127.0.0.1, as on any host), then no IPv4
 #                   at all; GDRNET_SOCKET_IFNAME unset: the plugin takes the veth's IPv6 address; TCP and RDMA across
 #   ipv6-linklocal  only link-local IPv6 addresses on the veth (as ipv6): the connector must use its own interface's
@@ -233,6 +237,27 @@ linkdown-rdma | linkdown-all)
     [ $((t1 - t0)) -le "$bound" ] && [ $((t2 - t0)) -le "$bound" ] || fail "no error within $bound ms"
     grep -q "NET/GDR.*failed" "$work/client.err" || fail "no connection error from the client's plugin"
   fi
+  ;;
+mixed)
+  # (--transport auto goes from the client to the server: both are auto; each host's RDMA is its own environment)
+  tcp_only=("${rdma_env[@]}" GDRNET_HCA=nomatch0)
+  for order in rdma-serves tcp-serves; do
+    if [ "$order" = rdma-serves ]; then
+      senv=("${rdma_env[@]}") cenv=("${tcp_only[@]}") rdma_log=server.err tcp_log=client.err
+    else
+      senv=("${tcp_only[@]}") cenv=("${rdma_env[@]}") rdma_log=client.err tcp_log=server.err
+    fi
+    rm -f "$work/server.fifo"
+    run_pair auto "${senv[@]}" -- "${checked[@]}"
+    [ "$crc" = 0 ] && [ "$src" = 0 ] || fail "$order: client exit $crc, server exit $src"
+    grep -q "using the rdma transport" "$work/$rdma_log" || fail "$order: the RDMA host did not use RDMA"
+    grep -q "using the tcp transport (no usable RDMA device" "$work/$tcp_log" || fail "$order: the other host has RDMA"
+    [ "$(grep -c "runs over TCP (mixed pair: this rank GDRNET_TRANSPORT=auto (RDMA, TCP), the peer GDRNET_TRANSPORT=auto (TCP only" "$work/$rdma_log")" -eq 2 ] ||
+      fail "$order: the RDMA host's INFO lines (one per connection)"
+    [ "$(grep -c "mixed pair: this rank GDRNET_TRANSPORT=auto (TCP only: no usable RDMA device), the peer GDRNET_TRANSPORT=auto (RDMA, TCP): TCP from the start" "$work/$tcp_log")" -eq 2 ] ||
+      fail "$order: the TCP host's INFO lines (one per connection)"
+    log "$order: ok"
+  done
   ;;
 ipv6 | ipv6-linklocal)
   # an IPv6-only network (lo keeps 127.0.0.1, as on any host), then no IPv4 at all

@@ -146,7 +146,7 @@ static void case_listen(void) {
   assert_int_equal(T->listen(0, &o, &h, &lc), ncclSuccess);
   until_tcp_accept(lc, &h, &sc);
   sockets(&l1);
-  assert_int_equal(l1, l0 + 2); /* the RDMA listener and the pending accept's TCP listener */
+  assert_int_equal(l1, l0 + 3); /* the RDMA listener, its TCP door (sock.h) and the pending accept's TCP listener */
   assert_int_equal(T->close_listen(lc), ncclSuccess);
   sockets(&l2);
   if (l2 != l0) fprintf(stderr, "[listen] %d listening socket(s) left after closeListen, %d before listen\n", l2, l0);

@@ -447,6 +447,93 @@ static void test_rejects_garbage_and_strays(void **state) {
   gdr_listener_close(&l);
 }
 
+/* Mixed pairs (sock.h): the TCP door in an RDMA handle round-trips and is absent elsewhere; a connector of another
+ * transport with the handle's nonce makes both ends fail at once, each naming both settings, and the listener still
+ * takes a good peer after it; the same HELLO with a wrong nonce is only a stray (closed, no error). */
+static void test_mixed_door_and_mismatch(void **state) {
+  struct gdr_listener l, t;
+  union gdr_sockaddr a;
+  struct gdr_handle h, th, d;
+  (void)state;
+  loopback(&a);
+  assert_int_equal(gdr_listener_open(&l, &a, GDR_TP_RDMA, GDR_CAP_RDMA | GDR_CAP_FORCED), ncclSuccess);
+  assert_int_equal(gdr_listener_open(&t, &a, GDR_TP_TCP, GDR_CAP_TCP), ncclSuccess);
+  gdr_listener_handle(&l, 0, &h);
+  gdr_listener_handle(&t, 0, &th);
+  th.nstreams = 3;
+  th.nthreads = 2;
+  memset(th.tp_data, 0x5a, sizeof(th.tp_data));
+  assert_int_equal(gdr_handle_door_get(&h, &d), -1); /* no GDR_CAP_TCP: no door */
+  assert_int_equal(gdr_handle_door_get(&th, &d), -1); /* a TCP handle has none */
+  gdr_handle_door_set(&h, &th);
+  assert_true(h.caps & GDR_CAP_TCP);
+  assert_int_equal(h.transport, GDR_TP_RDMA);
+  assert_int_equal(gdr_handle_door_get(&h, &d), 0);
+  assert_int_equal(d.transport, GDR_TP_TCP);
+  assert_true(d.nonce == th.nonce);
+  assert_memory_equal(&d.addr, &th.addr, sizeof(d.addr));
+  assert_int_equal(d.nstreams, 3);
+  assert_int_equal(d.nthreads, 2);
+  assert_memory_equal(d.tp_data, th.tp_data, sizeof(d.tp_data));
+  gdr_listener_close(&t);
+
+  /* a TCP-only process against this RDMA listener (GDRNET_TRANSPORT=rdma: no door) */
+  {
+    struct gdr_handle x;
+    struct gdr_stream s;
+    ncclResult_t rc = ncclSuccess, rl = ncclSuccess;
+    int got = 0;
+    double t0 = ut_now();
+    gdr_listener_handle(&l, 0, &x);
+    ut_warn_reset();
+    while (rc == ncclSuccess || rl == ncclSuccess) {
+      if (rc == ncclSuccess) rc = gdr_connect_refuse(&x, GDR_TP_TCP, GDR_CAP_TCP);
+      if (rl == ncclSuccess) rl = gdr_listener_poll(&l, &s, &got);
+      assert_false(got);
+      assert_true(ut_now() - t0 < 2.0);
+    }
+    assert_int_equal(rc, ncclInvalidUsage);
+    assert_int_equal(rl, ncclInvalidUsage);
+    assert_null(gdr_handle_state_get(&x));
+    assert_true(ut_warned("accept: peer"));
+    assert_true(ut_warned("here GDRNET_TRANSPORT=rdma (RDMA only), there GDRNET_TRANSPORT=auto (TCP only: no usable "
+                          "RDMA device)"));
+    assert_true(ut_warned("connect: peer"));
+    assert_true(ut_warned("here GDRNET_TRANSPORT=auto (TCP only: no usable RDMA device), there GDRNET_TRANSPORT=rdma "
+                          "(RDMA only); set GDRNET_TRANSPORT=auto where it is forced"));
+  }
+  /* the listener still serves a peer of its transport; a wrong nonce with another transport is only a stray */
+  {
+    struct gdr_connector c;
+    struct gdr_stream s;
+    struct gdr_handle stale = h;
+    stale.nonce ^= 0x77;
+    stale.transport = GDR_TP_TCP;
+    assert_int_equal(gdr_connector_start(&c, &stale, GDR_STREAM_CTRL, 0, 0, 1, GDR_CAP_TCP, NULL), ncclSuccess);
+    {
+      int done = 0;
+      ncclResult_t r = ncclSuccess;
+      double t0 = ut_now();
+      while (r == ncclSuccess && !done) {
+        struct gdr_stream ss;
+        int got = 0;
+        r = gdr_connector_poll(&c, &done);
+        assert_int_equal(gdr_listener_poll(&l, &ss, &got), ncclSuccess);
+        assert_false(got);
+        assert_true(ut_now() - t0 < 10.0);
+      }
+      assert_int_equal(r, ncclRemoteError);
+    }
+    gdr_connector_abort(&c);
+    assert_int_equal(gdr_connector_start(&c, &h, GDR_STREAM_CTRL, 0, 0, 2, GDR_CAP_RDMA, NULL), ncclSuccess);
+    handshake(&l, &c, &s);
+    assert_int_equal(s.hello.conn_id, 2);
+    close(s.fd);
+    close(c.fd);
+  }
+  gdr_listener_close(&l);
+}
+
 static void test_connect_timeout_bounded(void **state) {
   struct gdr_listener l;
   union gdr_sockaddr a;
@@ -576,6 +663,7 @@ int main(void) {
       cmocka_unit_test_setup(test_hello_verify, setup),
       cmocka_unit_test_setup(test_connect_accept_blob, setup),
       cmocka_unit_test_setup(test_rejects_garbage_and_strays, setup),
+      cmocka_unit_test_setup(test_mixed_door_and_mismatch, setup),
       cmocka_unit_test_setup(test_connect_timeout_bounded, setup),
       cmocka_unit_test_setup(test_tune_and_io, setup),
       cmocka_unit_test_setup(test_exact_blocking_io, setup),
