@@ -79,6 +79,7 @@ struct gin_req *gin_req_get(struct gin_comm *c) {
   r->gen++;
   r->pending = 0;
   r->done = 0;
+  r->await = 0;
   return r;
 }
 

@@ -94,6 +94,17 @@ struct qpinfo {
   uint32_t credit_rkey;
   uint32_t pad;
 };
+_Static_assert(sizeof(struct qpinfo) == GIN_QPINFO_BYTES, "GIN_QPINFO_BYTES is struct qpinfo's size");
+
+const char *gin_rdma_qpinfo_check(const void *payload) {
+  struct qpinfo q;
+  memcpy(&q, payload, sizeof(q));
+  if (q.qpn == 0 || q.qpn > 0xffffffu) return "a QP number outside 24 bits";
+  if (q.psn > 0xffffffu) return "a PSN outside 24 bits";
+  if (q.mtu < IBV_MTU_256 || q.mtu > IBV_MTU_4096) return "an MTU that is not 1..5";
+  if (q.link_layer != IBV_LINK_LAYER_INFINIBAND && q.link_layer != IBV_LINK_LAYER_ETHERNET) return "no link layer";
+  return NULL;
+}
 
 struct rpeer {
   struct ibv_qp *qp;
@@ -981,7 +992,7 @@ ncclResult_t gin_rdma_message(struct gin_comm *c, int peer, const struct gin_hdr
       move_agree(c, peer);
     return c->error;
   }
-  if (h->op == GIN_OP_QP && h->size != sizeof(struct qpinfo)) return ncclRemoteError;
+  if (h->op == GIN_OP_QP && h->size != sizeof(struct qpinfo)) return ncclRemoteError; /* tcp_os.c checked it */
   if (h->flags & GIN_F_RECOVER) {
     uint32_t e = (uint32_t)h->cookie;
     if (p->mv != MV_NONE) return ncclSuccess;                                  /* a recovery the move ended */
@@ -1126,6 +1137,10 @@ ncclResult_t gin_rdma_setup(struct gin_comm *c) {
   return ncclSuccess;
 }
 void gin_rdma_teardown(struct gin_comm *c) { (void)c; }
+const char *gin_rdma_qpinfo_check(const void *payload) {
+  (void)payload;
+  return NULL;
+}
 ncclResult_t gin_rdma_message(struct gin_comm *c, int peer, const struct gin_hdr *h, const void *payload) {
   (void)h;
   (void)payload;
