@@ -259,16 +259,19 @@ static ncclResult_t op_put(conn_t *c, int context, uint64_t so, void *smh, size_
   if (T.v == 12) return G12->iput(c->ctx, so, smh, size, d, dmh, (uint32_t)rank, context, req);
   return CALL_V13(iput, c->ctx, context, so, smh, size, d, dmh, (uint32_t)rank, req);
 }
-static ncclResult_t op_put_signal(conn_t *c, int context, uint64_t so, size_t size, uint64_t d, int rank, int slot,
-                                  uint64_t val, uint32_t op, void **req) {
+static ncclResult_t op_put_signal_at(conn_t *c, int context, uint64_t so, size_t size, uint64_t d, int rank,
+                                     uint64_t sigoff, uint64_t val, uint32_t op, void **req) {
   void *smh = size > 0 ? c->wmh : NULL, *dmh = size > 0 ? c->wmh : NULL;
-  uint64_t sigoff = (uint64_t)slot * 8;
   if (T.v == 11) return G11->iputSignal(c->ctx, so, smh, size, d, dmh, (uint32_t)rank, sigoff, c->smh, val, op, req);
   if (T.v == 12)
     return G12->iputSignal(c->ctx, so, smh, size, d, dmh, (uint32_t)rank, sigoff, c->smh, val, op, context, req);
   if (T.v == 13)
     return G13->iputSignal(c->ctx, context, so, smh, size, d, dmh, (uint32_t)rank, sigoff, c->smh, val, op, req);
   return R14->iputSignal(c->ctx, context, so, smh, size, d, dmh, (uint32_t)rank, sigoff, c->smh, val, op, true, req);
+}
+static ncclResult_t op_put_signal(conn_t *c, int context, uint64_t so, size_t size, uint64_t d, int rank, int slot,
+                                  uint64_t val, uint32_t op, void **req) {
+  return op_put_signal_at(c, context, so, size, d, rank, (uint64_t)slot * 8, val, op, req);
 }
 
 static void wait_req(conn_t *c, void *req, const char *what) {
@@ -390,6 +393,30 @@ static void check_puts(conn_t *c) {
     IT_CHECK(op_put_signal(c, 0, 0, 8, 0, to, NSIG, 1, NCCL_NET_SIGNAL_OP_INC, &r) != ncclSuccess && r == NULL,
              "a signal past the peer's signal window was accepted");
     IT_CHECK(op_put_signal(c, 0, 0, 8, 0, to, 0, 1, 9, &r) != ncclSuccess && r == NULL, "signal op 9 was accepted");
+    /* offset + length sums that wrap: refused with ncclInvalidArgument, nothing sent (the peer would fail the comm,
+     * and every check after this one with it) */
+    IT_CHECK(op_put_signal_at(c, 0, 0, 0, 0, to, UINT64_MAX - 7, 1, NCCL_NET_SIGNAL_OP_INC, &r) ==
+                     ncclInvalidArgument &&
+                 r == NULL,
+             "a signal at offset 2^64-8 was not refused with ncclInvalidArgument");
+    IT_CHECK(op_put_signal_at(c, 0, 0, 8, 0, to, UINT64_MAX - 7, 1, NCCL_NET_SIGNAL_OP_INC, &r) ==
+                     ncclInvalidArgument &&
+                 r == NULL,
+             "a put with a signal at offset 2^64-8 was not refused with ncclInvalidArgument");
+    IT_CHECK(op_put(c, 0, 16, c->wmh, SIZE_MAX - 7, 0, c->wmh, to, &r) == ncclInvalidArgument && r == NULL,
+             "a put whose source range wraps was accepted");
+    IT_CHECK(op_put(c, 0, 0, c->wmh, 16, UINT64_MAX - 7, c->wmh, to, &r) == ncclInvalidArgument && r == NULL,
+             "a put whose target range wraps was accepted");
+    if (T.v >= 13) {
+      IT_CHECK(CALL_V13(iget, c->ctx, 0, UINT64_MAX - 7, c->wmh, 16, 0, c->lmh, (uint32_t)to, &r) ==
+                       ncclInvalidArgument &&
+                   r == NULL,
+               "a get whose remote range wraps was accepted");
+      IT_CHECK(CALL_V13(iget, c->ctx, 0, 0, c->wmh, 16, UINT64_MAX - 7, c->lmh, (uint32_t)to, &r) ==
+                       ncclInvalidArgument &&
+                   r == NULL,
+               "a get whose local range wraps was accepted");
+    }
   }
 }
 
