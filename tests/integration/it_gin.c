@@ -46,16 +46,21 @@ static tbl_t T;
 #define CALL_NO12(f, ...) (T.v == 11 ? G11->f(__VA_ARGS__) : T.v == 13 ? G13->f(__VA_ARGS__) : R14->f(__VA_ARGS__))
 #define CALL_V13(f, ...) (T.v == 13 ? G13->f(__VA_ARGS__) : R14->f(__VA_ARGS__))
 
+/* GNIT_GIN_EXPECT_LOG: a line of the plugin's log that every rank must see by the end of conn_open (the path a test
+ * names was taken: e.g. which signal path the one-sided RDMA path chose) */
+static atomic_int g_expect_seen;
+
 static void logger(ncclDebugLogLevel level, unsigned long flags, const char *file, int line, const char *fmt, ...) {
-  (void)flags;
-  if (level > NCCL_LOG_INFO && getenv("GNIT_GIN_VERBOSE") == NULL) return;
-  if (level == NCCL_LOG_INFO && getenv("GNIT_GIN_VERBOSE") == NULL) return;
+  const char *want = getenv("GNIT_GIN_EXPECT_LOG");
+  char msg[1024];
   va_list ap;
+  (void)flags;
   va_start(ap, fmt);
-  fprintf(stderr, "[gin %d] %s:%d ", (int)getpid(), file, line);
-  vfprintf(stderr, fmt, ap);
-  fprintf(stderr, "\n");
+  vsnprintf(msg, sizeof(msg), fmt, ap);
   va_end(ap);
+  if (want != NULL && strstr(msg, want) != NULL) atomic_store(&g_expect_seen, 1);
+  if (level >= NCCL_LOG_INFO && getenv("GNIT_GIN_VERBOSE") == NULL) return;
+  fprintf(stderr, "[gin %d] %s:%d %s\n", (int)getpid(), file, line, msg);
 }
 
 static void *load_table(void) {
@@ -201,6 +206,8 @@ static void conn_open(conn_t *c, int ncontexts, int depth) {
   reg(c, c->loc, WIN, &c->lmh);
   IT_CHECK(pthread_mutex_init(&c->pmu, NULL) == 0, "mutex");
   IT_CHECK(pthread_create(&c->prog, NULL, progress_main, c) == 0, "pthread_create");
+  IT_CHECK(getenv("GNIT_GIN_EXPECT_LOG") == NULL || atomic_load(&g_expect_seen),
+           "the plugin never logged \"%s\": the test did not take the path it names", getenv("GNIT_GIN_EXPECT_LOG"));
 }
 
 /* The ranks order their steps by barriers over sockets, which ThreadSanitizer does not see as synchronisation. Window
