@@ -1,7 +1,10 @@
 /* The host-staged one-sided path (gin/gin.h): messages over the net core's send/receive comms of a GIN collComm,
  * in order per target. Used on every transport the net core runs (TCP, and the RDMA transport's two-sided
  * messages, with its RDMA -> TCP fallback underneath). Everything here runs under the comm's lock, from the
- * initiating calls and from progress/test, and never blocks. */
+ * initiating calls and from progress/test, and never blocks. A peer's message is checked field by field before
+ * anything of it is applied (rx_check, then its operation's handler: "receiving" below); a malformed one is a
+ * protocol error of that peer (a WARN naming it, ncclRemoteError for the comm), never a crash, a write outside a
+ * window, or memory kept without bound. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
