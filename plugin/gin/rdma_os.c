@@ -979,6 +979,11 @@ ncclResult_t gin_rdma_message(struct gin_comm *c, int peer, const struct gin_hdr
     return ncclInvalidUsage;
   }
   p = &g->p[peer];
+  if ((h->op == GIN_OP_MOVE || (h->op == GIN_OP_QP && (h->flags & GIN_F_RECOVER))) && h->aux > p->sig_sent) {
+    GDR_WARN("GIN rank %d: a malformed %s message from rank %d: %llu signal records applied of %llu sent", c->rank,
+             h->op == GIN_OP_MOVE ? "MOVE" : "QP", peer, (unsigned long long)h->aux, (unsigned long long)p->sig_sent);
+    return ncclRemoteError;
+  }
   if (h->op == GIN_OP_MOVE) {
     if (p->mv_heard) {
       GDR_WARN("GIN rank %d: rank %d moved to the message path twice", c->rank, peer);
@@ -1126,7 +1131,17 @@ ncclResult_t gin_rdma_progress(struct gin_comm *c) {
     return c->error;
   }
   if (c->error == ncclSuccess) recovery_timers(c);
-  for (int r = 0; r < c->nranks && c->error == ncclSuccess; r++) credit(c, r);
+  for (int r = 0; r < c->nranks && c->error == ncclSuccess; r++) {
+    /* the peer's NIC writes its count of this side's records it applied: never more than were written */
+    uint64_t applied = __atomic_load_n(&g->credits[r], __ATOMIC_ACQUIRE);
+    if (applied > g->p[r].sig_sent) {
+      GDR_WARN("GIN rank %d: rank %d says it applied %llu signal records of %llu sent", c->rank, r,
+               (unsigned long long)applied, (unsigned long long)g->p[r].sig_sent);
+      gin_fail(c, ncclRemoteError, "a bad credit count", r);
+      break;
+    }
+    credit(c, r);
+  }
   return c->error;
 }
 

@@ -27,6 +27,7 @@ enum { OP_REG = 1, OP_PUT, OP_GET, OP_GET_REPLY, OP_FLUSH, OP_FLUSH_ACK, OP_QP, 
 #define F_SIGNAL 0x1u
 #define F_INLINE 0x2u
 #define F_DATA 0x4u
+#define F_RECOVER 0x8u
 #define WIRE_MAGIC 0x47524447u
 #define MR_NONE 0xffffffffu
 struct hdr {
@@ -121,6 +122,25 @@ static int b_qp(unsigned char *o, int k, uint16_t flags, uint64_t size, size_t e
 static int b_qp_size(unsigned char *o, int k) { return b_qp(o, k, F_INLINE, 8, 8, 0x100); }
 static int b_qp_noinline(unsigned char *o, int k) { return b_qp(o, k, 0, 56, 0, 0x100); }
 static int b_qp_fields(unsigned char *o, int k) { return b_qp(o, k, F_INLINE, 56, 56, 0x100); }
+/* a recovery's QP address (a valid one) or a move, each saying the peer applied 2^40 of this rank's signal records,
+ * of which none was sent */
+static int b_qp_recover_count(unsigned char *o, int k) {
+  unsigned char q[56];
+  struct hdr h = H(OP_QP, F_INLINE | F_RECOVER, 0, 0, 56);
+  uint32_t qpn = 0x100, psn = 0x10;
+  memset(q, 0, sizeof(q));
+  memcpy(q, &qpn, 4);
+  memcpy(q + 4, &psn, 4);
+  q[10] = 5, q[11] = 2; /* MTU 4096, Ethernet */
+  h.cookie = 1, h.aux = 1ull << 40;
+  memcpy(o + put(o, h, 0), q, sizeof(q));
+  ONE((int)(sizeof(h) + sizeof(q)));
+}
+static int b_move_count(unsigned char *o, int k) {
+  struct hdr h = H(OP_MOVE, 0, 0, 0, 0);
+  h.aux = 1ull << 40;
+  ONE(put(o, h, 0));
+}
 
 static const hcase_t k_msg_cases[] = {
     {"0-byte inline put, no such window", PH_WINDOW, b_put0_inline_nowin},
@@ -153,6 +173,8 @@ static const hcase_t k_qp_cases[] = {
     {"QP address of 8 bytes", PH_QP, b_qp_size},
     {"QP address not inline", PH_QP, b_qp_noinline},
     {"QP address out of range", PH_QP, b_qp_fields},
+    {"recovery claiming records never sent", PH_QP, b_qp_recover_count},
+    {"move claiming records never sent", PH_QP, b_move_count},
 };
 
 static const ncclGin_v11_t *G;
