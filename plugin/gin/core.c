@@ -79,6 +79,7 @@ struct gin_req *gin_req_get(struct gin_comm *c) {
   r->gen++;
   r->pending = 0;
   r->done = 0;
+  r->await = 0;
   return r;
 }
 
@@ -574,7 +575,7 @@ static ncclResult_t put_common(void *target, int context, uint64_t src_off, void
     res = ncclInvalidArgument;
     goto out;
   }
-  if (signal && (sig_off % 8 != 0 || sig_off + 8 > sig->peer_size[rank])) {
+  if (signal && (sig_off % 8 != 0 || sig_off > sig->peer_size[rank] || sig->peer_size[rank] - sig_off < 8)) {
     GDR_WARN("GIN %s: signal offset %llu is not an aligned word of rank %u's window %u", what,
              (unsigned long long)sig_off, rank, sig->id);
     res = ncclInvalidArgument;

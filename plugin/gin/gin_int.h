@@ -42,6 +42,13 @@ enum {
 #define GIN_F_DATA 0x4u            /* a data message follows the header */
 #define GIN_F_RECOVER 0x8u         /* a recovery's GIN_OP_QP/QP_READY (rdma_os.c): cookie epoch, aux signals applied */
 #define GIN_WIRE_MAGIC 0x47524447u /* "GDRG" */
+#define GIN_MR_NONE UINT32_MAX     /* PUT of 0 bytes: no target window (off 0) */
+/* How far a peer's GIN_OP_REG may name windows ahead of this rank's next id. Registration is collective and in
+ * order: regMrSym returns only once every rank's REG for that window is in, so a peer registers window k + 1 only
+ * after this rank sent its REG for k (next id >= k + 1): a peer is at most one window ahead. 8 leaves slack; the
+ * early list then holds at most 8 entries per peer (duplicates refused), and a REG past that is a protocol error. */
+#define GIN_EARLY_AHEAD 8u
+#define GIN_QPINFO_BYTES 56 /* GIN_OP_QP's inline payload (rdma_os.c's struct qpinfo) */
 
 struct gin_hdr {
   uint32_t magic;
@@ -91,6 +98,7 @@ struct gin_req {
   int pending; /* net-core sends not yet complete, + 1 while a reply (GET, FLUSH) is awaited */
   int nwr;     /* one-sided RDMA path: the work requests it posted (freed from the send queue at its completion) */
   int done;
+  uint16_t await; /* the reply it waits for (GIN_OP_GET_REPLY, GIN_OP_FLUSH_ACK on the message path), or 0 */
   struct gin_req *next_free;
 };
 
@@ -171,6 +179,14 @@ enum { GDR_GIN_SIGNAL_IMM = 0, GDR_GIN_SIGNAL_ATOMIC = 1 };
 /* tcp_os.c */
 /* The pool (size from the comm's contexts and depth), the FIFOs and the receive buffers; registered on every comm. */
 ncclResult_t gin_os_setup(struct gin_comm *c);
+/* gin_os_setup's memory alone (no registration): the pool, the FIFOs and the receive buffers (gin_os_teardown). */
+ncclResult_t gin_os_alloc(struct gin_comm *c);
+/* A message of len bytes from peer is in its receive buffer: checks every field (a malformed one is a protocol
+ * error: a WARN naming the peer, ncclRemoteError) and applies it, or leaves its data to be received into
+ * peers[peer].rx_dst (*more: rx_hdr.size bytes, then gin_os_rx_data_done), or finds no room for its reply yet
+ * (*stall: applied again at the next progress). */
+ncclResult_t gin_os_rx_msg(struct gin_comm *c, int peer, size_t len, int *more, int *stall);
+ncclResult_t gin_os_rx_data_done(struct gin_comm *c, int peer);
 void gin_os_teardown(struct gin_comm *c);
 /* Free FIFO entries towards peer. */
 uint32_t gin_os_room(struct gin_comm *c, int peer);
@@ -203,6 +219,8 @@ ncclResult_t gin_apply_signal(struct gin_comm *c, int peer, uint32_t id, uint64_
 /* A GIN_OP_QP / GIN_OP_QP_READY / GIN_OP_MOVE message (rdma_os.c's bring-up, recovery and move over the message
  * path). */
 ncclResult_t gin_rdma_message(struct gin_comm *c, int peer, const struct gin_hdr *h, const void *payload);
+/* What is wrong with a GIN_OP_QP payload (GIN_QPINFO_BYTES), or NULL (rdma_os.c) */
+const char *gin_rdma_qpinfo_check(const void *payload);
 
 /* rdma_os.c: one RC QP per rank on the comm's device, RDMA WRITE for puts, READ for gets and flushes, a
  * WRITE_WITH_IMM of a signal record that the target's progress applies after the data. */

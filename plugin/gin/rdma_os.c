@@ -94,6 +94,17 @@ struct qpinfo {
   uint32_t credit_rkey;
   uint32_t pad;
 };
+_Static_assert(sizeof(struct qpinfo) == GIN_QPINFO_BYTES, "GIN_QPINFO_BYTES is struct qpinfo's size");
+
+const char *gin_rdma_qpinfo_check(const void *payload) {
+  struct qpinfo q;
+  memcpy(&q, payload, sizeof(q));
+  if (q.qpn == 0 || q.qpn > 0xffffffu) return "a QP number outside 24 bits";
+  if (q.psn > 0xffffffu) return "a PSN outside 24 bits";
+  if (q.mtu < IBV_MTU_256 || q.mtu > IBV_MTU_4096) return "an MTU that is not 1..5";
+  if (q.link_layer != IBV_LINK_LAYER_INFINIBAND && q.link_layer != IBV_LINK_LAYER_ETHERNET) return "no link layer";
+  return NULL;
+}
 
 struct rpeer {
   struct ibv_qp *qp;
@@ -987,6 +998,11 @@ ncclResult_t gin_rdma_message(struct gin_comm *c, int peer, const struct gin_hdr
     return ncclInvalidUsage;
   }
   p = &g->p[peer];
+  if ((h->op == GIN_OP_MOVE || (h->op == GIN_OP_QP && (h->flags & GIN_F_RECOVER))) && h->aux > p->sig_sent) {
+    GDR_WARN("GIN rank %d: a malformed %s message from rank %d: %llu signal records applied of %llu sent", c->rank,
+             h->op == GIN_OP_MOVE ? "MOVE" : "QP", peer, (unsigned long long)h->aux, (unsigned long long)p->sig_sent);
+    return ncclRemoteError;
+  }
   if (h->op == GIN_OP_MOVE) {
     if (p->mv_heard) {
       GDR_WARN("GIN rank %d: rank %d moved to the message path twice", c->rank, peer);
@@ -1000,7 +1016,7 @@ ncclResult_t gin_rdma_message(struct gin_comm *c, int peer, const struct gin_hdr
       move_agree(c, peer);
     return c->error;
   }
-  if (h->op == GIN_OP_QP && h->size != sizeof(struct qpinfo)) return ncclRemoteError;
+  if (h->op == GIN_OP_QP && h->size != sizeof(struct qpinfo)) return ncclRemoteError; /* tcp_os.c checked it */
   if (h->flags & GIN_F_RECOVER) {
     uint32_t e = (uint32_t)h->cookie;
     if (p->mv != MV_NONE) return ncclSuccess;                                  /* a recovery the move ended */
@@ -1134,7 +1150,17 @@ ncclResult_t gin_rdma_progress(struct gin_comm *c) {
     return c->error;
   }
   if (c->error == ncclSuccess) recovery_timers(c);
-  for (int r = 0; r < c->nranks && c->error == ncclSuccess; r++) credit(c, r);
+  for (int r = 0; r < c->nranks && c->error == ncclSuccess; r++) {
+    /* the peer's NIC writes its count of this side's records it applied: never more than were written */
+    uint64_t applied = __atomic_load_n(&g->credits[r], __ATOMIC_ACQUIRE);
+    if (applied > g->p[r].sig_sent) {
+      GDR_WARN("GIN rank %d: rank %d says it applied %llu signal records of %llu sent", c->rank, r,
+               (unsigned long long)applied, (unsigned long long)g->p[r].sig_sent);
+      gin_fail(c, ncclRemoteError, "a bad credit count", r);
+      break;
+    }
+    credit(c, r);
+  }
   return c->error;
 }
 
@@ -1145,6 +1171,10 @@ ncclResult_t gin_rdma_setup(struct gin_comm *c) {
   return ncclSuccess;
 }
 void gin_rdma_teardown(struct gin_comm *c) { (void)c; }
+const char *gin_rdma_qpinfo_check(const void *payload) {
+  (void)payload;
+  return NULL;
+}
 ncclResult_t gin_rdma_message(struct gin_comm *c, int peer, const struct gin_hdr *h, const void *payload) {
   (void)h;
   (void)payload;

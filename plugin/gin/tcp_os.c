@@ -1,7 +1,12 @@
 /* The host-staged one-sided path (gin/gin.h): messages over the net core's send/receive comms of a GIN collComm,
  * in order per target. Used on every transport the net core runs (TCP, and the RDMA transport's two-sided
  * messages, with its RDMA -> TCP fallback underneath). Everything here runs under the comm's lock, from the
- * initiating calls and from progress/test, and never blocks. */
+ * initiating calls and from progress/test, and never blocks. A peer's message is checked field by field before
+ * anything of it is applied (rx_check, then its operation's handler: "receiving" below); a malformed one is a
+ * protocol error of that peer (a WARN naming it, ncclRemoteError for the comm), never a crash, a write outside a
+ * window, or memory kept without bound. */
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -12,7 +17,7 @@
 
 static struct gin_send *slot(struct gin_peer *p, uint32_t pos) { return &p->q[pos % p->qcap]; }
 
-ncclResult_t gin_os_setup(struct gin_comm *c) {
+ncclResult_t gin_os_alloc(struct gin_comm *c) {
   ncclResult_t res = ncclSuccess;
   uint32_t qcap = (uint32_t)(2 * c->depth * (GDR_GIN_MAX_CONTEXTS + 1) + 8);
   c->npool = (uint32_t)c->nranks * (uint32_t)c->depth * GDR_GIN_MAX_CONTEXTS;
@@ -37,7 +42,17 @@ ncclResult_t gin_os_setup(struct gin_comm *c) {
       res = ncclSystemError;
       goto out;
     }
-    GDR_CHECK(gdr_core_reg_mr(p->send, p->tx, (size_t)qcap * GIN_MSG_MAX, NCCL_PTR_HOST, &p->tx_smh));
+  }
+out:
+  return res;
+}
+
+ncclResult_t gin_os_setup(struct gin_comm *c) {
+  ncclResult_t res = ncclSuccess;
+  GDR_CHECK(gin_os_alloc(c));
+  for (int r = 0; r < c->nranks; r++) {
+    struct gin_peer *p = &c->peers[r];
+    GDR_CHECK(gdr_core_reg_mr(p->send, p->tx, (size_t)p->qcap * GIN_MSG_MAX, NCCL_PTR_HOST, &p->tx_smh));
     GDR_CHECK(gdr_core_reg_mr(p->recv, p->rx_buf, GIN_MSG_MAX, NCCL_PTR_HOST, &p->rx_rmh));
   }
 out:
@@ -110,8 +125,8 @@ void gin_os_put(struct gin_comm *c, struct gin_req *r, struct gin_mr *src, uint6
   h.magic = GIN_WIRE_MAGIC;
   h.op = GIN_OP_PUT;
   h.flags = (uint16_t)((signal ? GIN_F_SIGNAL : 0) | (inl ? GIN_F_INLINE : size > 0 ? GIN_F_DATA : 0));
-  h.mr = dst != NULL ? dst->id : 0;
-  h.off = dst_off;
+  h.mr = size > 0 ? dst->id : GIN_MR_NONE; /* 0 bytes move nothing: no window, whatever the caller named */
+  h.off = size > 0 ? dst_off : 0;
   h.size = size;
   if (signal) {
     h.sig_mr = sig->id;
@@ -135,6 +150,7 @@ void gin_os_get(struct gin_comm *c, struct gin_req *r, struct gin_mr *rm, uint64
   h.aux = loff;
   h.cookie = gin_req_cookie(r);
   r->pending++; /* the reply */
+  r->await = GIN_OP_GET_REPLY;
   gin_os_queue_hdr(c, r->peer, r, &h, NULL, 0);
 }
 
@@ -145,6 +161,7 @@ void gin_os_flush(struct gin_comm *c, struct gin_req *r) {
   h.op = GIN_OP_FLUSH;
   h.cookie = gin_req_cookie(r);
   r->pending++; /* the acknowledgement */
+  r->await = GIN_OP_FLUSH_ACK;
   gin_os_queue_hdr(c, r->peer, r, &h, NULL, 0);
 }
 
@@ -217,6 +234,30 @@ out:
   return res;
 }
 
+/* ------------------------------------------------------------------------------------------- receiving -- */
+/* Every message a peer sends is checked before anything is applied: a field out of its range is a protocol error
+ * for that peer (proto_err: a WARN naming it, ncclRemoteError, the comm fails), never a crash and never memory
+ * kept without bound. What each operation may carry (struct rule): its flags, whether its size counts inline or
+ * data bytes; the handlers then check the windows, offsets, sizes, cookies and signal words they name. */
+
+static const char *op_name(unsigned op) {
+  static const char *const names[] = {"?",         "REG", "PUT",      "GET",   "GET_REPLY", "FLUSH",
+                                      "FLUSH_ACK", "QP",  "QP_READY", "ABORT", "MOVE"};
+  return op < sizeof(names) / sizeof(names[0]) ? names[op] : "unknown";
+}
+
+static ncclResult_t proto_err(struct gin_comm *c, int peer, const struct gin_hdr *h, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static ncclResult_t proto_err(struct gin_comm *c, int peer, const struct gin_hdr *h, const char *fmt, ...) {
+  char why[160];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(why, sizeof(why), fmt, ap);
+  va_end(ap);
+  GDR_WARN("GIN rank %d: a malformed %s message (op %u) from rank %d: %s", c->rank, op_name(h->op), h->op, peer, why);
+  return ncclRemoteError;
+}
+
 static ncclResult_t win_copy(struct gin_mr *m, char *dst, const void *src, size_t n) {
   if (m->type == NCCL_PTR_CUDA) return gdr_cuda_copy(m->cuda_ctx, dst, src, n, 1);
   memcpy(dst, src, n);
@@ -248,150 +289,240 @@ static ncclResult_t apply_signal(struct gin_comm *c, int peer, const struct gin_
   return gin_apply_signal(c, peer, h->sig_mr, h->sig_off, h->sig_val);
 }
 
-static ncclResult_t bad_range(struct gin_comm *c, int peer, const char *what, uint32_t id, uint64_t off,
-                              uint64_t size) {
-  GDR_WARN("GIN rank %d: %s from rank %d names window %u bytes [%llu, +%llu): outside every window", c->rank, what,
-           peer, id, (unsigned long long)off, (unsigned long long)size);
-  return ncclRemoteError;
-}
-
 static int in_range(const struct gin_mr *m, uint64_t off, uint64_t size) {
   return m != NULL && off <= m->size && size <= m->size - off;
 }
 
-/* A header received: apply it, or start receiving its data (*more = 1). *stall = 1: no room for a reply yet. */
-static ncclResult_t rx_header(struct gin_comm *c, int peer, int *more, int *stall) {
+/* the window [off, off + size) of id names, or NULL after a WARN (*res: the protocol error) */
+static struct gin_mr *window(struct gin_comm *c, int peer, const struct gin_hdr *h, uint32_t id, uint64_t off,
+                             uint64_t size, ncclResult_t *res) {
+  struct gin_mr *m = gin_mr_find(c, id);
+  if (m == NULL)
+    *res = proto_err(c, peer, h, "it names window %u: no such window", id);
+  else if (!in_range(m, off, size))
+    *res = proto_err(c, peer, h, "bytes [%llu, +%llu) are outside window %u (%zu bytes)", (unsigned long long)off,
+                     (unsigned long long)size, id, m->size);
+  return *res == ncclSuccess ? m : NULL;
+}
+
+/* the user operation a GET_REPLY / FLUSH_ACK answers: a live one towards peer waiting for that reply */
+static struct gin_req *reply_req(struct gin_comm *c, int peer, const struct gin_hdr *h) {
+  struct gin_req *r = gin_req_by_cookie(c, h->cookie);
+  return r != NULL && r->peer == peer && r->await == h->op ? r : NULL;
+}
+
+static ncclResult_t reply_done(struct gin_comm *c, int peer, const struct gin_hdr *h) {
+  struct gin_req *r = reply_req(c, peer, h);
+  if (r == NULL)
+    return proto_err(c, peer, h, "cookie 0x%llx names no operation waiting for it", (unsigned long long)h->cookie);
+  r->await = 0;
+  if (--r->pending == 0) gin_req_finish(c, r);
+  return ncclSuccess;
+}
+
+static ncclResult_t rx_reg(struct gin_comm *c, int peer, const struct gin_hdr *h, int *more, int *stall) {
+  struct gin_mr *m = gin_mr_find(c, h->mr);
+  struct gin_early *e;
+  uint32_t nearly = 0;
+  (void)more, (void)stall;
+  if (m != NULL) {
+    if (m->peer_size[peer] != UINT64_MAX) return proto_err(c, peer, h, "window %u registered twice", h->mr);
+    m->peer_size[peer] = h->size;
+    m->peer_va[peer] = h->aux;
+    m->peer_rkey[peer] = h->rkey;
+    return ncclSuccess;
+  }
+  if (h->mr - c->next_mr_id >= GIN_EARLY_AHEAD)
+    return proto_err(c, peer, h, "window %u is not among the next %u this rank registers (from %u)", h->mr,
+                     GIN_EARLY_AHEAD, c->next_mr_id);
+  for (e = c->early; e != NULL; e = e->next) {
+    if (e->peer != peer) continue;
+    if (e->id == h->mr) return proto_err(c, peer, h, "window %u registered twice", h->mr);
+    nearly++;
+  }
+  if (nearly >= GIN_EARLY_AHEAD) /* not reached while ids are distinct and within the bound; kept as the bound */
+    return proto_err(c, peer, h, "%u windows registered ahead of this rank", nearly);
+  e = calloc(1, sizeof(*e));
+  if (e == NULL) return ncclSystemError;
+  e->id = h->mr;
+  e->peer = peer;
+  e->size = h->size;
+  e->va = h->aux;
+  e->rkey = h->rkey;
+  e->next = c->early;
+  c->early = e;
+  return ncclSuccess;
+}
+
+static ncclResult_t rx_put(struct gin_comm *c, int peer, const struct gin_hdr *h, int *more, int *stall) {
   ncclResult_t res = ncclSuccess;
   struct gin_peer *p = &c->peers[peer];
-  const struct gin_hdr *h = &p->rx_hdr;
   struct gin_mr *m = NULL;
+  (void)stall;
+  if (h->size == 0 && h->mr == GIN_MR_NONE) {
+    if (h->off != 0) return proto_err(c, peer, h, "no window, but offset %llu", (unsigned long long)h->off);
+  } else {
+    m = window(c, peer, h, h->mr, h->off, h->size, &res);
+    if (m == NULL) return res;
+  }
+  if (h->flags & GIN_F_SIGNAL) { /* checked before its data lands: nothing of a bad message is applied */
+    struct gin_mr *s = gin_mr_find(c, h->sig_mr);
+    if (s == NULL || h->sig_off % 8 != 0 || h->sig_off > s->size || s->size - h->sig_off < 8)
+      return proto_err(c, peer, h, "its signal names window %u offset %llu: %s", h->sig_mr,
+                       (unsigned long long)h->sig_off, s == NULL ? "no such window" : "not an aligned word inside it");
+  } else if (h->sig_mr != 0 || h->sig_off != 0 || h->sig_val != 0) {
+    return proto_err(c, peer, h, "a signal word without the signal flag");
+  }
+  if (h->flags & GIN_F_DATA) {
+    p->rx_dst = m->base + h->off;
+    *more = 1;
+    return ncclSuccess;
+  }
+  if (h->flags & GIN_F_INLINE) GDR_CHECK(win_copy(m, m->base + h->off, p->rx_buf + sizeof(*h), h->size));
+  if (h->flags & GIN_F_SIGNAL) GDR_CHECK(apply_signal(c, peer, h));
+out:
+  return res;
+}
+
+static ncclResult_t rx_get(struct gin_comm *c, int peer, const struct gin_hdr *h, int *more, int *stall) {
+  ncclResult_t res = ncclSuccess;
+  struct gin_mr *m = window(c, peer, h, h->mr, h->off, h->size, &res);
+  struct gin_hdr r;
+  (void)more;
+  if (m == NULL) return res;
+  if (gin_os_room(c, peer) < 2) {
+    *stall = 1;
+    return ncclSuccess;
+  }
+  memset(&r, 0, sizeof(r));
+  r.magic = GIN_WIRE_MAGIC;
+  r.op = GIN_OP_GET_REPLY;
+  r.flags = h->size > 0 ? GIN_F_DATA : 0;
+  r.mr = h->aux_mr;
+  r.off = h->aux;
+  r.size = h->size;
+  r.cookie = h->cookie;
+  gin_os_queue_hdr(c, peer, NULL, &r, NULL, 0);
+  if (h->size > 0) gin_os_queue_data(c, peer, NULL, m->base + h->off, h->size, m->smh[peer]);
+  return ncclSuccess;
+}
+
+static ncclResult_t rx_get_reply(struct gin_comm *c, int peer, const struct gin_hdr *h, int *more, int *stall) {
+  ncclResult_t res = ncclSuccess;
+  struct gin_mr *m;
+  (void)stall;
+  if (reply_req(c, peer, h) == NULL)
+    return proto_err(c, peer, h, "cookie 0x%llx names no get waiting for it", (unsigned long long)h->cookie);
+  if (h->size == 0) return reply_done(c, peer, h); /* an empty get is done with its reply */
+  m = window(c, peer, h, h->mr, h->off, h->size, &res);
+  if (m == NULL) return res;
+  c->peers[peer].rx_dst = m->base + h->off;
+  *more = 1;
+  return ncclSuccess;
+}
+
+static ncclResult_t rx_flush(struct gin_comm *c, int peer, const struct gin_hdr *h, int *more, int *stall) {
+  struct gin_hdr r;
+  (void)more;
+  if (gin_os_room(c, peer) < 1) {
+    *stall = 1;
+    return ncclSuccess;
+  }
+  memset(&r, 0, sizeof(r));
+  r.magic = GIN_WIRE_MAGIC;
+  r.op = GIN_OP_FLUSH_ACK;
+  r.cookie = h->cookie;
+  gin_os_queue_hdr(c, peer, NULL, &r, NULL, 0);
+  return ncclSuccess;
+}
+
+static ncclResult_t rx_flush_ack(struct gin_comm *c, int peer, const struct gin_hdr *h, int *more, int *stall) {
+  (void)more, (void)stall;
+  return reply_done(c, peer, h);
+}
+
+static ncclResult_t rx_abort(struct gin_comm *c, int peer, const struct gin_hdr *h, int *more, int *stall) {
+  (void)h, (void)more, (void)stall;
+  GDR_WARN("GIN rank %d: rank %d failed its GIN connection", c->rank, peer);
+  return ncclRemoteError;
+}
+
+static ncclResult_t rx_rdma(struct gin_comm *c, int peer, const struct gin_hdr *h, int *more, int *stall) {
+  const void *payload = c->peers[peer].rx_buf + sizeof(*h);
+  const char *bad = h->op == GIN_OP_QP ? gin_rdma_qpinfo_check(payload) : NULL;
+  (void)more, (void)stall;
+  if (bad != NULL) return proto_err(c, peer, h, "%s", bad);
+  return gin_rdma_message(c, peer, h, payload);
+}
+
+/* What each operation may carry. flags: those allowed; inl: INLINE is required (1) or optional (0); bytes: its size
+ * counts bytes it moves (a window's, inline or as a data message), else it must be `size` exactly. */
+struct rule {
+  ncclResult_t (*fn)(struct gin_comm *c, int peer, const struct gin_hdr *h, int *more, int *stall);
+  uint16_t flags;
+  uint8_t inl, bytes;
+  uint64_t size;
+};
+static const struct rule rules[] = {
+    [GIN_OP_REG] = {rx_reg, 0, 0, 1, 0},
+    [GIN_OP_PUT] = {rx_put, GIN_F_SIGNAL | GIN_F_INLINE | GIN_F_DATA, 0, 1, 0},
+    [GIN_OP_GET] = {rx_get, 0, 0, 1, 0},
+    [GIN_OP_GET_REPLY] = {rx_get_reply, GIN_F_DATA, 0, 1, 0},
+    [GIN_OP_FLUSH] = {rx_flush, 0, 0, 0, 0},
+    [GIN_OP_FLUSH_ACK] = {rx_flush_ack, 0, 0, 0, 0},
+    [GIN_OP_QP] = {rx_rdma, GIN_F_INLINE | GIN_F_RECOVER, 1, 0, GIN_QPINFO_BYTES},
+    [GIN_OP_QP_READY] = {rx_rdma, GIN_F_RECOVER, 0, 0, 0},
+    [GIN_OP_ABORT] = {rx_abort, 0, 0, 0, 0},
+    [GIN_OP_MOVE] = {rx_rdma, 0, 0, 0, 0},
+};
+
+/* the header as the handlers may take it, or a protocol error */
+static ncclResult_t rx_check(struct gin_comm *c, int peer, const struct gin_hdr *h, size_t len) {
+  const struct rule *u;
+  if (len < sizeof(*h) || h->magic != GIN_WIRE_MAGIC)
+    return proto_err(c, peer, h, "%zu bytes, magic 0x%x", len, len < sizeof(*h) ? 0 : h->magic);
+  if (h->op >= sizeof(rules) / sizeof(rules[0]) || rules[h->op].fn == NULL)
+    return proto_err(c, peer, h, "an unknown operation");
+  u = &rules[h->op];
+  if (h->flags & ~u->flags) return proto_err(c, peer, h, "flags 0x%x (allowed: 0x%x)", h->flags, u->flags);
+  if ((h->flags & GIN_F_INLINE) && (h->flags & GIN_F_DATA)) return proto_err(c, peer, h, "both inline and data");
+  if (u->inl && !(h->flags & GIN_F_INLINE)) return proto_err(c, peer, h, "its payload is not inline");
+  if (!u->bytes && h->size != u->size)
+    return proto_err(c, peer, h, "size %llu, not %llu", (unsigned long long)h->size, (unsigned long long)u->size);
+  if (len != sizeof(*h) + ((h->flags & GIN_F_INLINE) ? h->size : 0))
+    return proto_err(c, peer, h, "%zu bytes with size %llu%s", len, (unsigned long long)h->size,
+                     (h->flags & GIN_F_INLINE) ? " inline" : "");
+  /* a PUT or GET_REPLY moves bytes exactly when it says how (inline or a data message) */
+  if ((h->op == GIN_OP_PUT || h->op == GIN_OP_GET_REPLY) &&
+      (h->size > 0) != ((h->flags & (GIN_F_INLINE | GIN_F_DATA)) != 0))
+    return proto_err(c, peer, h, "size %llu with flags 0x%x", (unsigned long long)h->size, h->flags);
+  return ncclSuccess;
+}
+
+/* the checked header in rx_hdr: apply it (again after a stall) */
+static ncclResult_t rx_header(struct gin_comm *c, int peer, int *more, int *stall) {
+  const struct gin_hdr *h = &c->peers[peer].rx_hdr;
   *more = *stall = 0;
-  switch (h->op) {
-  case GIN_OP_REG: {
-    m = gin_mr_find(c, h->mr);
-    if (m != NULL) {
-      m->peer_size[peer] = h->size;
-      m->peer_va[peer] = h->aux;
-      m->peer_rkey[peer] = h->rkey;
-    } else {
-      struct gin_early *e = calloc(1, sizeof(*e));
-      if (e == NULL) {
-        res = ncclSystemError;
-        goto out;
-      }
-      e->id = h->mr;
-      e->peer = peer;
-      e->size = h->size;
-      e->va = h->aux;
-      e->rkey = h->rkey;
-      e->next = c->early;
-      c->early = e;
-    }
-    break;
-  }
-  case GIN_OP_PUT:
-    m = gin_mr_find(c, h->mr);
-    if (h->size > 0 && !in_range(m, h->off, h->size)) {
-      res = bad_range(c, peer, "a put", h->mr, h->off, h->size);
-      goto out;
-    }
-    if (h->flags & GIN_F_INLINE) {
-      GDR_CHECK(win_copy(m, m->base + h->off, p->rx_buf + sizeof(*h), h->size));
-    } else if (h->flags & GIN_F_DATA) {
-      p->rx_dst = m->base + h->off;
-      *more = 1;
-      goto out;
-    }
-    if (h->flags & GIN_F_SIGNAL) GDR_CHECK(apply_signal(c, peer, h));
-    break;
-  case GIN_OP_GET: {
-    struct gin_hdr r;
-    m = gin_mr_find(c, h->mr);
-    if (!in_range(m, h->off, h->size)) {
-      res = bad_range(c, peer, "a get", h->mr, h->off, h->size);
-      goto out;
-    }
-    if (gin_os_room(c, peer) < 2) {
-      *stall = 1;
-      goto out;
-    }
-    memset(&r, 0, sizeof(r));
-    r.magic = GIN_WIRE_MAGIC;
-    r.op = GIN_OP_GET_REPLY;
-    r.flags = h->size > 0 ? GIN_F_DATA : 0;
-    r.mr = h->aux_mr;
-    r.off = h->aux;
-    r.size = h->size;
-    r.cookie = h->cookie;
-    gin_os_queue_hdr(c, peer, NULL, &r, NULL, 0);
-    if (h->size > 0) gin_os_queue_data(c, peer, NULL, m->base + h->off, h->size, m->smh[peer]);
-    break;
-  }
-  case GIN_OP_GET_REPLY:
-    m = gin_mr_find(c, h->mr);
-    if (h->size > 0) {
-      if (!in_range(m, h->off, h->size)) {
-        res = bad_range(c, peer, "a get reply", h->mr, h->off, h->size);
-        goto out;
-      }
-      p->rx_dst = m->base + h->off;
-      *more = 1;
-      goto out;
-    }
-    __attribute__((fallthrough)); /* an empty get is done with its reply */
-  case GIN_OP_FLUSH_ACK: {
-    struct gin_req *r = gin_req_by_cookie(c, h->cookie);
-    if (r == NULL) {
-      GDR_WARN("GIN rank %d: a reply from rank %d names no operation in flight", c->rank, peer);
-      res = ncclRemoteError;
-      goto out;
-    }
-    if (--r->pending == 0) gin_req_finish(c, r);
-    break;
-  }
-  case GIN_OP_FLUSH: {
-    struct gin_hdr r;
-    if (gin_os_room(c, peer) < 1) {
-      *stall = 1;
-      goto out;
-    }
-    memset(&r, 0, sizeof(r));
-    r.magic = GIN_WIRE_MAGIC;
-    r.op = GIN_OP_FLUSH_ACK;
-    r.cookie = h->cookie;
-    gin_os_queue_hdr(c, peer, NULL, &r, NULL, 0);
-    break;
-  }
-  case GIN_OP_ABORT:
-    GDR_WARN("GIN rank %d: rank %d failed its GIN connection", c->rank, peer);
-    res = ncclRemoteError;
-    break;
-  case GIN_OP_QP:
-  case GIN_OP_QP_READY:
-  case GIN_OP_MOVE: res = gin_rdma_message(c, peer, h, p->rx_buf + sizeof(*h)); break;
-  default: GDR_WARN("GIN rank %d: rank %d sent an unknown operation %u", c->rank, peer, h->op); res = ncclRemoteError;
-  }
+  return rules[h->op].fn(c, peer, h, more, stall);
+}
+
+ncclResult_t gin_os_rx_msg(struct gin_comm *c, int peer, size_t len, int *more, int *stall) {
+  ncclResult_t res = ncclSuccess;
+  struct gin_peer *p = &c->peers[peer];
+  *more = *stall = 0;
+  memset(&p->rx_hdr, 0, sizeof(p->rx_hdr));
+  memcpy(&p->rx_hdr, p->rx_buf, len < sizeof(p->rx_hdr) ? len : sizeof(p->rx_hdr));
+  GDR_CHECK(rx_check(c, peer, &p->rx_hdr, len));
+  res = rx_header(c, peer, more, stall);
 out:
   return res;
 }
 
 /* The data of a PUT or GET_REPLY is all in. */
-static ncclResult_t rx_data_done(struct gin_comm *c, int peer) {
-  ncclResult_t res = ncclSuccess;
-  struct gin_peer *p = &c->peers[peer];
-  const struct gin_hdr *h = &p->rx_hdr;
-  if (h->op == GIN_OP_PUT) {
-    if (h->flags & GIN_F_SIGNAL) res = apply_signal(c, peer, h);
-  } else {
-    struct gin_req *r = gin_req_by_cookie(c, h->cookie);
-    if (r == NULL) {
-      GDR_WARN("GIN rank %d: a get reply from rank %d names no operation in flight", c->rank, peer);
-      res = ncclRemoteError;
-    } else if (--r->pending == 0) {
-      gin_req_finish(c, r);
-    }
-  }
-  return res;
+ncclResult_t gin_os_rx_data_done(struct gin_comm *c, int peer) {
+  const struct gin_hdr *h = &c->peers[peer].rx_hdr;
+  if (h->op == GIN_OP_PUT) return (h->flags & GIN_F_SIGNAL) ? apply_signal(c, peer, h) : ncclSuccess;
+  return reply_done(c, peer, h);
 }
 
 static ncclResult_t recv_progress(struct gin_comm *c, int peer) {
@@ -432,14 +563,7 @@ static ncclResult_t recv_progress(struct gin_comm *c, int peer) {
       if (!done) goto out;
       p->rx_req = NULL;
       p->rx = GIN_RX_IDLE;
-      memcpy(&p->rx_hdr, p->rx_buf, sizeof(p->rx_hdr));
-      if (sizes[0] < sizeof(struct gin_hdr) || p->rx_hdr.magic != GIN_WIRE_MAGIC ||
-          ((p->rx_hdr.flags & GIN_F_INLINE) && sizes[0] != sizeof(struct gin_hdr) + p->rx_hdr.size)) {
-        GDR_WARN("GIN rank %d: a malformed message (%zu bytes) from rank %d", c->rank, sizes[0], peer);
-        res = ncclRemoteError;
-        goto out;
-      }
-      GDR_CHECK(rx_header(c, peer, &more, &stall));
+      GDR_CHECK(gin_os_rx_msg(c, peer, sizes[0], &more, &stall));
       if (stall) {
         p->rx_stalled = 1;
         goto out;
@@ -451,6 +575,12 @@ static ncclResult_t recv_progress(struct gin_comm *c, int peer) {
     }
     if (p->rx == GIN_RX_DATA) {
       struct gin_mr *m = gin_mr_find(c, p->rx_hdr.mr);
+      if (m == NULL) { /* deregistered here while its data comes: the user's error, still no crash */
+        GDR_WARN("GIN rank %d: window %u was deregistered while rank %d's data for it came", c->rank, p->rx_hdr.mr,
+                 peer);
+        res = ncclInvalidUsage;
+        goto out;
+      }
       if (p->rx_req != NULL) {
         res = gdr_core_test(p->rx_req, &done, NULL, NULL);
         if (res != ncclSuccess) {
@@ -463,7 +593,7 @@ static ncclResult_t recv_progress(struct gin_comm *c, int peer) {
       }
       if (p->rx_got == p->rx_hdr.size) {
         p->rx = GIN_RX_IDLE;
-        GDR_CHECK(rx_data_done(c, peer));
+        GDR_CHECK(gin_os_rx_data_done(c, peer));
         continue;
       }
       {

@@ -134,6 +134,27 @@ def rec_state(nqps=1, head=0, incomplete=0, ndevs=1):
     return st
 
 
+GIN_MAGIC, GIN_MR_NONE = 0x47524447, 0xffffffff
+GIN_REG, GIN_PUT, GIN_GET, GIN_GET_REPLY, GIN_FLUSH, GIN_FLUSH_ACK, GIN_QP, GIN_QP_READY, GIN_ABORT, GIN_MOVE = range(1, 11)
+F_SIGNAL, F_INLINE, F_DATA, F_RECOVER = 1, 2, 4, 8
+
+
+def gin_hdr(op, flags=0, mr=0, sig_mr=0, off=0, size=0, sig_off=0, sig_val=0, cookie=0, aux=0, aux_mr=0, rkey=0):
+    # plugin/gin/gin_int.h struct gin_hdr: 72 bytes
+    return struct.pack('<IHHIIQQQQQQII', GIN_MAGIC, op, flags, mr, sig_mr, off, size, sig_off, sig_val, cookie, aux,
+                       aux_mr, rkey)
+
+
+def gin_qpinfo(qpn=0x123, psn=0x4567, mtu=5, link=2):
+    # rdma_os.c struct qpinfo: 56 bytes
+    return struct.pack('<IIHBBI16sQQII', qpn, psn, 0, mtu, link, 0x99, bytes(range(16)), 0x7f0000001000,
+                       0x7f0000002000, 0x98, 0)
+
+
+def gin_msg(peer, msg):
+    return bytes([peer]) + u16(len(msg)) + msg
+
+
 def fb_sent(seq, n, placed, sizes):
     return struct.pack('<QBBHI8Q', seq, n, placed, 0, 0, *(sizes + [0] * (8 - len(sizes))))
 
@@ -296,6 +317,28 @@ def seeds():
         'split2': b'\x05' + irecv_op([4096]) + bytes([1, 2, 0]) + u32(2048) + bytes([1, 2, 0]) + u32(2048) + b'\x03',
         'error-wc': b'\x00' + irecv_op([64]) + bytes([1, 8, 0]) + u32(10) + bytes([5]) + b'\x03',
         'size-err-ctrl': b'\x00' + irecv_op([64]) + b'\x04\x20' + rctrl(1, 0, 100, 64) + b'\x03',
+    }
+    # gin_msg: flags (bits 0-1: the next window id is 2 + them), then messages {peer & 1, u16 length, the bytes}
+    s['gin_msg'] = {
+        'reg': b'\x00' + gin_msg(1, gin_hdr(GIN_REG, mr=2, size=4096, aux=0x10000)) +
+        gin_msg(1, gin_hdr(GIN_REG, mr=0, size=256, aux=0x20000, rkey=9)) + gin_msg(0, gin_hdr(GIN_REG, mr=1, size=64)),
+        'reg-ahead': b'\x00' + b''.join(gin_msg(1, gin_hdr(GIN_REG, mr=2 + k, size=64)) for k in range(12)),
+        'put-inline': b'\x00' + gin_msg(1, gin_hdr(GIN_PUT, F_INLINE, mr=0, off=10, size=16) + pattern[:16]),
+        'put-data-signal': b'\x00' + gin_msg(1, gin_hdr(GIN_PUT, F_DATA | F_SIGNAL, mr=0, size=200, sig_mr=1,
+                                                         sig_off=8, sig_val=3)),
+        'put-signal-only': b'\x00' + gin_msg(0, gin_hdr(GIN_PUT, F_SIGNAL, mr=GIN_MR_NONE, sig_mr=1, sig_off=56,
+                                                         sig_val=1)),
+        'get': b'\x00' + gin_msg(1, gin_hdr(GIN_GET, mr=0, off=16, size=100, aux_mr=1, aux=0, cookie=77)) +
+        gin_msg(1, gin_hdr(GIN_GET, mr=1, size=0, cookie=78)),
+        'get-reply': b'\x00' + gin_msg(1, gin_hdr(GIN_GET_REPLY, F_DATA, mr=0, off=0, size=64, cookie=1 << 32)) +
+        gin_msg(0, gin_hdr(GIN_GET_REPLY, cookie=1 << 32 | 2)),
+        'flush': b'\x00' + gin_msg(1, gin_hdr(GIN_FLUSH, cookie=5)) +
+        gin_msg(1, gin_hdr(GIN_FLUSH_ACK, cookie=1 << 32 | 1)),
+        'qp': b'\x00' + gin_msg(1, gin_hdr(GIN_QP, F_INLINE, size=56) + gin_qpinfo()) +
+        gin_msg(1, gin_hdr(GIN_QP_READY)) + gin_msg(1, gin_hdr(GIN_MOVE, aux=3)),
+        'qp-recover': b'\x00' + gin_msg(1, gin_hdr(GIN_QP, F_INLINE | F_RECOVER, size=56, cookie=1, aux=2) +
+                                         gin_qpinfo(mtu=3, link=1)),
+        'abort': b'\x00' + gin_msg(1, gin_hdr(GIN_ABORT)),
     }
     return s
 

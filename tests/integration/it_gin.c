@@ -66,25 +66,25 @@ static uint32_t next_opt_flags(void) {
 /* set when the plugin's INFO at init names the table this process loaded ("GIN/RMA table vN: ...") */
 static atomic_int g_table_logged;
 
+/* GNIT_GIN_EXPECT_LOG: a line of the plugin's log that every rank must see by the end of conn_open (the path a test
+ * names was taken: e.g. which signal path the one-sided RDMA path chose) */
+static atomic_int g_expect_seen;
+
 static void logger(ncclDebugLogLevel level, unsigned long flags, const char *file, int line, const char *fmt, ...) {
-  (void)flags;
-  if (level == NCCL_LOG_INFO) {
-    char msg[256], want[32];
-    va_list aq;
-    va_start(aq, fmt);
-    vsnprintf(msg, sizeof msg, fmt, aq);
-    va_end(aq);
-    snprintf(want, sizeof want, "table v%d:", T.v);
-    if (strstr(msg, want) != NULL) atomic_store(&g_table_logged, 1);
-  }
-  if (level > NCCL_LOG_INFO && getenv("GNIT_GIN_VERBOSE") == NULL) return;
-  if (level == NCCL_LOG_INFO && getenv("GNIT_GIN_VERBOSE") == NULL) return;
+  const char *want = getenv("GNIT_GIN_EXPECT_LOG");
+  char msg[1024], tv[32];
   va_list ap;
+  (void)flags;
   va_start(ap, fmt);
-  fprintf(stderr, "[gin %d] %s:%d ", (int)getpid(), file, line);
-  vfprintf(stderr, fmt, ap);
-  fprintf(stderr, "\n");
+  vsnprintf(msg, sizeof(msg), fmt, ap);
   va_end(ap);
+  if (want != NULL && strstr(msg, want) != NULL) atomic_store(&g_expect_seen, 1);
+  if (level == NCCL_LOG_INFO) {
+    snprintf(tv, sizeof tv, "table v%d:", T.v);
+    if (strstr(msg, tv) != NULL) atomic_store(&g_table_logged, 1);
+  }
+  if (level >= NCCL_LOG_INFO && getenv("GNIT_GIN_VERBOSE") == NULL) return;
+  fprintf(stderr, "[gin %d] %s:%d %s\n", (int)getpid(), file, line, msg);
 }
 
 static void *load_table(void) {
@@ -244,6 +244,8 @@ static void conn_open(conn_t *c, int ncontexts, int depth) {
   reg(c, c->loc, WIN, &c->lmh);
   IT_CHECK(pthread_mutex_init(&c->pmu, NULL) == 0, "mutex");
   IT_CHECK(pthread_create(&c->prog, NULL, progress_main, c) == 0, "pthread_create");
+  IT_CHECK(getenv("GNIT_GIN_EXPECT_LOG") == NULL || atomic_load(&g_expect_seen),
+           "the plugin never logged \"%s\": the test did not take the path it names", getenv("GNIT_GIN_EXPECT_LOG"));
 }
 
 /* The ranks order their steps by barriers over sockets, which ThreadSanitizer does not see as synchronisation. Window
@@ -305,10 +307,9 @@ static ncclResult_t op_put(conn_t *c, int context, uint64_t so, void *smh, size_
   return T.v == 13 ? G13->iput(c->ctx, context, so, smh, size, d, dmh, (uint32_t)rank, req)
                    : R14->iput(c->ctx, context, so, smh, size, d, dmh, (uint32_t)rank, req);
 }
-static ncclResult_t op_put_signal(conn_t *c, int context, uint64_t so, size_t size, uint64_t d, int rank, int slot,
-                                  uint64_t val, uint32_t op, void **req) {
+static ncclResult_t op_put_signal_at(conn_t *c, int context, uint64_t so, size_t size, uint64_t d, int rank,
+                                     uint64_t sigoff, uint64_t val, uint32_t op, void **req) {
   void *smh = size > 0 ? c->wmh : NULL, *dmh = size > 0 ? c->wmh : NULL;
-  uint64_t sigoff = (uint64_t)slot * 8;
   if (T.v == 11) return G11->iputSignal(c->ctx, so, smh, size, d, dmh, (uint32_t)rank, sigoff, c->smh, val, op, req);
   if (T.v == 12)
     return G12->iputSignal(c->ctx, so, smh, size, d, dmh, (uint32_t)rank, sigoff, c->smh, val, op, context, req);
@@ -328,6 +329,10 @@ static ncclResult_t op_get(conn_t *c, int context, uint64_t ro, size_t size, uin
   if (T.v == 16) return R16->iget(c->ctx, context, ro, c->wmh, size, lo, c->lmh, (uint32_t)rank, next_opt_flags(), req);
   return T.v == 13 ? G13->iget(c->ctx, context, ro, c->wmh, size, lo, c->lmh, (uint32_t)rank, req)
                    : R14->iget(c->ctx, context, ro, c->wmh, size, lo, c->lmh, (uint32_t)rank, req);
+}
+static ncclResult_t op_put_signal(conn_t *c, int context, uint64_t so, size_t size, uint64_t d, int rank, int slot,
+                                  uint64_t val, uint32_t op, void **req) {
+  return op_put_signal_at(c, context, so, size, d, rank, (uint64_t)slot * 8, val, op, req);
 }
 
 static void wait_req(conn_t *c, void *req, const char *what) {
@@ -449,6 +454,26 @@ static void check_puts(conn_t *c) {
     IT_CHECK(op_put_signal(c, 0, 0, 8, 0, to, NSIG, 1, NCCL_NET_SIGNAL_OP_INC, &r) != ncclSuccess && r == NULL,
              "a signal past the peer's signal window was accepted");
     IT_CHECK(op_put_signal(c, 0, 0, 8, 0, to, 0, 1, 9, &r) != ncclSuccess && r == NULL, "signal op 9 was accepted");
+    /* offset + length sums that wrap: refused with ncclInvalidArgument, nothing sent (the peer would fail the comm,
+     * and every check after this one with it) */
+    IT_CHECK(op_put_signal_at(c, 0, 0, 0, 0, to, UINT64_MAX - 7, 1, NCCL_NET_SIGNAL_OP_INC, &r) ==
+                     ncclInvalidArgument &&
+                 r == NULL,
+             "a signal at offset 2^64-8 was not refused with ncclInvalidArgument");
+    IT_CHECK(op_put_signal_at(c, 0, 0, 8, 0, to, UINT64_MAX - 7, 1, NCCL_NET_SIGNAL_OP_INC, &r) ==
+                     ncclInvalidArgument &&
+                 r == NULL,
+             "a put with a signal at offset 2^64-8 was not refused with ncclInvalidArgument");
+    IT_CHECK(op_put(c, 0, 16, c->wmh, SIZE_MAX - 7, 0, c->wmh, to, &r) == ncclInvalidArgument && r == NULL,
+             "a put whose source range wraps was accepted");
+    IT_CHECK(op_put(c, 0, 0, c->wmh, 16, UINT64_MAX - 7, c->wmh, to, &r) == ncclInvalidArgument && r == NULL,
+             "a put whose target range wraps was accepted");
+    if (T.v >= 13) {
+      IT_CHECK(op_get(c, 0, UINT64_MAX - 7, 16, 0, to, &r) == ncclInvalidArgument && r == NULL,
+               "a get whose remote range wraps was accepted");
+      IT_CHECK(op_get(c, 0, 0, 16, UINT64_MAX - 7, to, &r) == ncclInvalidArgument && r == NULL,
+               "a get whose local range wraps was accepted");
+    }
   }
 }
 

@@ -7,6 +7,7 @@
  *                      max_rd_atomic 0 / larger than the responder's max_dest_rd_atomic, the device's atomic_cap,
  *                      READ of every size class, IBV_SEND_FENCE after a READ, and (with VEMU_TRACE) the trace lines of the new opcodes and the
  *                      one-at-a-time issue of READs and atomics under max_rd_atomic = 1
+ *   test_atomic none   VEMU_ATOMIC_CAP=none: atomic_cap NONE, atomics refused at post (EOPNOTSUPP), WRITEs still work
  *   test_atomic procs  several processes: two target processes register one MAP_SHARED word each (the same page),
  *                      initiator processes FETCH_AND_ADD and CAS-increment it through both targets while a target's
  *                      own thread adds to it with an atomic instruction: the final value is the sum, every fetched
@@ -570,6 +571,41 @@ static void test_fault(void)
 	printf("test_atomic fault: OK\n");
 }
 
+/* VEMU_ATOMIC_CAP=none: the device reports atomic_cap NONE and refuses atomics at post (EOPNOTSUPP), nothing sent
+ * (the word is untouched, no completion), while a WRITE on the same QP still works */
+static void test_none(void)
+{
+	vt_name = "none";
+	vt_open(&d, 0, 256);
+	struct ibv_device_attr da;
+	CHECK_EQ(ibv_query_device(d.ctx, &da), 0);
+	CHECK_EQ(da.atomic_cap, IBV_ATOMIC_NONE);
+	uint64_t *words = aligned_alloc(4096, 4096), *res = aligned_alloc(4096, 4096);
+	memset(words, 0, 4096);
+	struct ibv_mr *mw = vt_mr(&d, words, 4096, ALL_ACCESS), *mres = vt_mr(&d, res, 4096, IBV_ACCESS_LOCAL_WRITE);
+	struct rdspec std = { 1, 1, ALL_ACCESS };
+	struct ibv_qp *a, *b;
+	pair(&a, &b, std, std);
+	struct ibv_wc wc;
+	CHECK_EQ(post_atomic(a, IBV_WR_ATOMIC_FETCH_AND_ADD, res, mres->lkey, 8, (uintptr_t)words, mw->rkey, 3, 0, 5,
+			     IBV_SEND_SIGNALED),
+		 EOPNOTSUPP);
+	CHECK_EQ(post_atomic(a, IBV_WR_ATOMIC_CMP_AND_SWP, res, mres->lkey, 8, (uintptr_t)words, mw->rkey, 0, 9, 6,
+			     IBV_SEND_SIGNALED),
+		 EOPNOTSUPP);
+	res[8] = 0x1122334455667788ull;
+	CHECK_EQ(vt_post_write(a, IBV_WR_RDMA_WRITE, res + 8, 8, mres->lkey, (uintptr_t)(words + 1), mw->rkey, 7,
+			       IBV_SEND_SIGNALED, 0),
+		 0);
+	vt_wait(&d, d.cq, &wc, 1, 10000);
+	CHECK_EQ(wc.wr_id, 7);
+	CHECK_EQ(wc.status, IBV_WC_SUCCESS);
+	CHECK_EQ(words[0], 0);
+	CHECK_EQ(words[1], 0x1122334455667788ull);
+	unpair(a, b);
+	printf("test_atomic none: OK\n");
+}
+
 /* ------------------------------------------------------------ procs */
 #define NTGT 2
 #define NINI 3
@@ -790,7 +826,7 @@ int main(int argc, char **argv)
 {
 	setvbuf(stdout, NULL, _IONBF, 0);
 	if (argc < 2) {
-		fprintf(stderr, "usage: test_atomic ops|procs|fault\n");
+		fprintf(stderr, "usage: test_atomic ops|procs|fault|none\n");
 		return 2;
 	}
 	const char *tr = getenv("VEMU_TRACE");
@@ -804,6 +840,8 @@ int main(int argc, char **argv)
 		test_fault();
 	else if (!strcmp(argv[1], "procs"))
 		test_procs();
+	else if (!strcmp(argv[1], "none"))
+		test_none();
 	else
 		return 2;
 	return 0;

@@ -332,6 +332,14 @@ int vemu_ensure_init(void)
 		}
 		g.ack_wait_s = v;
 	}
+	const char *ac = getenv("VEMU_ATOMIC_CAP");
+	if (ac && *ac) {
+		if (strcmp(ac, "hca") && strcmp(ac, "none")) {
+			fprintf(stderr, "vemu: VEMU_ATOMIC_CAP='%s' is not hca or none\n", ac);
+			goto fail;
+		}
+		g.no_atomics = !strcmp(ac, "none");
+	}
 	const char *lazy = getenv("VEMU_GDR_LAZY");
 	g.gdr_lazy = lazy && !strcmp(lazy, "1");
 	const char *pci = getenv("VEMU_PCI_PATH");
@@ -528,7 +536,8 @@ static void fill_dev_attr(struct vdev *d, struct ibv_device_attr *a)
 	a->max_qp_rd_atom = 16;
 	a->max_res_rd_atom = 1 << 20;
 	a->max_qp_init_rd_atom = 16;
-	a->atomic_cap = IBV_ATOMIC_HCA; /* atomic against each other, on every QP of the device (agent.c: atomic_exec) */
+	/* atomic against each other, on every QP of the device (agent.c: atomic_exec); VEMU_ATOMIC_CAP=none: none */
+	a->atomic_cap = g.no_atomics ? IBV_ATOMIC_NONE : IBV_ATOMIC_HCA;
 	a->max_pkeys = 1;
 	a->local_ca_ack_delay = 16;
 	a->phys_port_cnt = 1;
@@ -1880,6 +1889,10 @@ static int vemu_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_
 			break;
 		if (wr->num_sge < 0 || (uint32_t)wr->num_sge > q->cap.max_send_sge) {
 			err = EINVAL;
+			break;
+		}
+		if (vemu_is_atomic(wr->opcode) && g.no_atomics) { /* a device reporting atomic_cap NONE */
+			err = EOPNOTSUPP;
 			break;
 		}
 		/* an atomic's result goes to one 8-byte local sge; no inline (as rxe checks at post time; the remote

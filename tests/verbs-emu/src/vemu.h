@@ -293,6 +293,7 @@ struct vglobal {
 	uint64_t obj_serial;                /* last serial given to a QP or CQ (g.mu) */
 	pthread_cond_t ev_acked_cond;       /* an async event was acked (g.mu) */
 	long ack_wait_s;                    /* VEMU_ACK_WAIT_S: destroy's wait for an unacked event before it aborts */
+	int no_atomics;                     /* VEMU_ATOMIC_CAP=none: atomic_cap NONE, atomics refused at post */
 	struct vqp *dirty_head;
 	int nqp_rts;                        /* counts QPs that reached RTS (qp_fatal rule) */
 	uint32_t qp_gone_gen;               /* bumped by ibv_destroy_qp under g.mu (atomic: read by the agent without it) */
