@@ -101,6 +101,21 @@ class Manifests(unittest.TestCase):
                     self.assertNotEqual(v.get("hostPath", {}).get("path"), "/dev/infiniband", where)
                 self.assertIn(c.get("imagePullPolicy"), ("IfNotPresent", "Always"))
 
+    def test_guaranteed_qos(self):
+        """Every container, init containers included, has cpu and memory limits equal to its requests: the pod's QoS
+        class is Guaranteed (a missing cpu limit makes it Burstable)."""
+        for fname, pname, spec in pod_specs():
+            for c in spec.get("initContainers", []) + spec["containers"]:
+                where = "%s/%s/%s" % (fname, pname, c["name"])
+                res = c.get("resources", {})
+                limits, requests = res.get("limits", {}), res.get("requests", {})
+                for r in ("cpu", "memory"):
+                    self.assertIn(r, limits, "%s: no %s limit (QoS would be Burstable)" % (where, r))
+                    self.assertEqual(str(requests.get(r, limits[r])), str(limits[r]),
+                                     "%s: %s request != limit (QoS would be Burstable)" % (where, r))
+                for r, v in requests.items():
+                    self.assertEqual(str(limits.get(r, v)), str(v), "%s: %s request != limit" % (where, r))
+
     def test_hostpath_alternative_documented(self):
         for f in FILES:
             with open(f) as fh:
