@@ -78,10 +78,16 @@ class InstallTree(unittest.TestCase):
         if os.path.exists(os.path.join(ARGS.source, "README.md")):
             self.expect(doc + "/README.md")
         docs_dir = os.path.join(ARGS.source, "docs")
-        for d, _, fs in os.walk(docs_dir):
-            for f in fs:
-                if f.endswith((".md", ".png", ".svg")):
-                    self.expect(doc + "/docs/" + os.path.relpath(os.path.join(d, f), docs_dir))
+        for f in os.listdir(docs_dir):
+            if f.endswith(".md"):
+                self.expect(doc + "/docs/" + f)
+        plots = os.path.join(docs_dir, "plots")
+        for f in (os.listdir(plots) if os.path.isdir(plots) else []):
+            if f.endswith((".png", ".svg")):
+                self.expect(doc + "/docs/plots/" + f)
+        # the dated lab archive stays in the source tree
+        self.assertFalse([f for f in self.files if f.startswith(doc + "/docs/results")],
+                         "docs/results (the lab archive) is installed")
         for f in ("pod.yaml", "ddp-job.yaml", "README.md"):
             self.expect(doc + "/examples/k8s/" + f)
         for f in ("Dockerfile", "README.md"):
