@@ -151,6 +151,9 @@ for d in "$SRC"/docs/*.md; do
   [ -e "$d" ] || continue
   check "deb contains docs/$(basename "$d")" has "usr/share/doc/$PKG/docs/$(basename "$d")"
 done
+for s in run-matrix summarize; do
+  check "deb links /usr/bin/gdrnet-$s to the installed $s" has "usr/bin/gdrnet-$s -> ../share/$PKG/nccl-tests-configs/$s"
+done
 check "deb has the current docs only, not the lab archive docs/results/" \
   bash -c '! grep -q "^usr/share/doc/$1/docs/results" "$2"' _ "$PKG" "$WORK/deb-files.txt"
 if link_on; then
@@ -277,6 +280,11 @@ if [ "$INSTALLED" -eq 1 ]; then
   fi
   check "installed summarize runs on its own (--help)" bash -c '"$1" --help >/dev/null' _ /usr/share/$PKG/nccl-tests-configs/summarize
   check "installed run-matrix runs on its own (--help)" bash -c '"$1" --help >/dev/null' _ /usr/share/$PKG/nccl-tests-configs/run-matrix
+  check "gdrnet-run-matrix and gdrnet-summarize on PATH (--help)" \
+    bash -c 'cd / && env PATH=/usr/bin:/bin gdrnet-run-matrix --help >/dev/null && env PATH=/usr/bin:/bin gdrnet-summarize --help >/dev/null'
+  check "gdrnet-run-matrix run from the installed tree writes its results under \$HOME, not there" \
+    bash -c 'cd "$1" && HOME="$2" gdrnet-run-matrix --dry-run --collectives all_reduce --protos LL /nonexistent tcp,single-host 2>/dev/null |
+             tail -n 1 | grep -q "would go to $2/nccl-tests-results/"' _ /usr/share/$PKG/nccl-tests-configs "$WORK"
   check "installed run-matrix --dry-run with an installed preset" bash -c '"$1" --dry-run --collectives all_reduce --protos LL /nonexistent tcp | grep -q "NCCL_NET=GDR"' _ /usr/share/$PKG/nccl-tests-configs/run-matrix
 
   section "remove with dpkg"

@@ -104,11 +104,20 @@ class InstallTree(unittest.TestCase):
         for f in ("README.md", "ddp_step.py", "allreduce_bench.py", "kv_transfer.py"):
             self.expect(base + "pytorch/" + f)
         self.assertFalse([f for f in self.files if f.startswith(base + "tests")], "test logs are not installed")
+        # on PATH: relative links to the installed scripts
+        for s in ("run-matrix", "summarize"):
+            link = os.path.join(self.prefix, "bin", "gdrnet-" + s)
+            self.assertTrue(os.path.islink(link), "bin/gdrnet-%s is not installed as a link" % s)
+            self.assertFalse(os.path.isabs(os.readlink(link)), "bin/gdrnet-%s: absolute link" % s)
+            self.assertEqual(os.path.realpath(link), os.path.realpath(self.files[base + s]))
+            p = subprocess.run([link, "--help"], capture_output=True, text=True)
+            self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+            self.assertIn("gdrnet-" + s, p.stdout)
 
     def test_nothing_else(self):
         allowed = [
             r"^%s/libnccl-net-gdr\.so(\.\d+)*$" % re.escape(self.libdir),
-            r"^bin/gdrnet-(perf|doctor)$",
+            r"^bin/gdrnet-(perf|doctor|run-matrix|summarize)$",
             r"^share/doc/libnccl-net-gdr/",
             r"^share/libnccl-net-gdr/nccl-tests-configs/(run-matrix|summarize|bench-tcp-vs-socket\.sh|README\.md|[a-z-]+\.env|"
             r"pytorch/[\w.]+)$",
