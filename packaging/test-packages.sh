@@ -151,6 +151,12 @@ for d in "$SRC"/docs/*.md; do
   [ -e "$d" ] || continue
   check "deb contains docs/$(basename "$d")" has "usr/share/doc/$PKG/docs/$(basename "$d")"
 done
+for t in gdrnet-perf gdrnet-doctor; do
+  check "deb contains the man page /usr/share/man/man1/$t.1" has "usr/share/man/man1/$t.1"
+done
+for t in gdrnet-perf gdrnet-doctor gdrnet-run-matrix gdrnet-summarize; do
+  check "deb contains bash completion for $t" has "usr/share/bash-completion/completions/$t"
+done
 for s in run-matrix summarize; do
   check "deb links /usr/bin/gdrnet-$s to the installed $s" has "usr/bin/gdrnet-$s -> ../share/$PKG/nccl-tests-configs/$s"
 done

@@ -114,6 +114,15 @@ class InstallTree(unittest.TestCase):
             self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
             self.assertIn("gdrnet-" + s, p.stdout)
 
+    def test_man_pages_and_completion(self):
+        for tool in ("gdrnet-perf", "gdrnet-doctor"):
+            self.expect("share/man/man1/%s.1" % tool)
+        for cmd in ("gdrnet-perf", "gdrnet-doctor", "gdrnet-run-matrix", "gdrnet-summarize"):
+            rel = "share/bash-completion/completions/" + cmd
+            self.expect(rel)
+            with open(self.files[rel]) as fh:
+                self.assertIn("complete -F _gdrnet_", fh.read())
+
     def test_nothing_else(self):
         allowed = [
             r"^%s/libnccl-net-gdr\.so(\.\d+)*$" % re.escape(self.libdir),
@@ -122,6 +131,7 @@ class InstallTree(unittest.TestCase):
             r"^share/libnccl-net-gdr/nccl-tests-configs/(run-matrix|summarize|bench-tcp-vs-socket\.sh|README\.md|[a-z-]+\.env|"
             r"pytorch/[\w.]+)$",
             r"^share/man/man\d/gdrnet-[\w-]+\.\d(\.gz)?$",
+            r"^share/bash-completion/completions/gdrnet-(perf|doctor|run-matrix|summarize)$",
         ]
         if self.link_on:
             allowed.append(r"^%s/libnccl-net\.so$" % re.escape(self.libdir))
