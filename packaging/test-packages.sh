@@ -139,6 +139,8 @@ has() { grep -qxF "$1" "$WORK/deb-files.txt"; }
 for f in "$PLUGIN_REL" usr/bin/gdrnet-perf usr/bin/gdrnet-doctor \
          usr/share/doc/$PKG/changelog \
          usr/share/doc/$PKG/examples/k8s/pod.yaml usr/share/doc/$PKG/examples/k8s/ddp-job.yaml \
+         usr/share/doc/$PKG/examples/k8s/doctor-daemonset.yaml usr/share/doc/$PKG/examples/k8s/collect-doctor.py \
+         usr/share/doc/$PKG/examples/k8s/nccl-tests-mpijob.yaml \
          usr/share/doc/$PKG/examples/container/Dockerfile \
          usr/share/$PKG/nccl-tests-configs/run-matrix usr/share/$PKG/nccl-tests-configs/summarize \
          usr/share/$PKG/nccl-tests-configs/README.md usr/share/$PKG/nccl-tests-configs/rdma-gdr.env \

@@ -88,8 +88,9 @@ class InstallTree(unittest.TestCase):
         # the dated lab archive stays in the source tree
         self.assertFalse([f for f in self.files if f.startswith(doc + "/docs/results")],
                          "docs/results (the lab archive) is installed")
-        for f in ("pod.yaml", "ddp-job.yaml", "README.md"):
+        for f in ("pod.yaml", "ddp-job.yaml", "doctor-daemonset.yaml", "nccl-tests-mpijob.yaml", "README.md"):
             self.expect(doc + "/examples/k8s/" + f)
+        self.expect(doc + "/examples/k8s/collect-doctor.py", executable=True)
         for f in ("Dockerfile", "README.md"):
             self.expect(doc + "/examples/container/" + f)
 
