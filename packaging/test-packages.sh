@@ -4,8 +4,11 @@
 #
 # Usage: packaging/test-packages.sh [options] [BUILD_DIR]
 #   BUILD_DIR      a configured build of this project (default: build-pkg under the source tree). If it has no
-#                  CMakeCache.txt it is configured here with -DCMAKE_INSTALL_PREFIX=/usr (the distribution's
-#                  library directory, multiarch on Debian). It is built (cmake --build) before packaging.
+#                  CMakeCache.txt it is configured here as the README builds the package: -DCMAKE_INSTALL_PREFIX=/usr
+#                  (the distribution's library directory, multiarch on Debian) -DGDRNET_BUILD_TESTS=OFF (the
+#                  package is the same, the build half the time). It is built (cmake --build) before packaging.
+#   --tests-from DIR  run the integration tests of this build (configured with tests, e.g. build/ of the release
+#                  stage) against the installed plugin (default: BUILD_DIR's own, if it has any)
 #   --keep         leave the package installed at the end
 #   --no-install   only build and inspect the packages (no root needed)
 #   --require-integration  fail (instead of warn) when no registered integration test loads the plugin
@@ -23,12 +26,15 @@ BUILD=""
 KEEP=0
 INSTALL=1
 REQUIRE_IT=0
+TESTS_FROM=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --keep) KEEP=1 ;;
+    --tests-from) [ $# -ge 2 ] || { echo "test-packages.sh: --tests-from needs a build directory" >&2; exit 2; }
+                  TESTS_FROM="$2"; shift ;;
     --no-install) INSTALL=0 ;;
     --require-integration) REQUIRE_IT=1 ;;
-    -h|--help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) echo "test-packages.sh: unknown option $1" >&2; exit 2 ;;
     *) [ -z "$BUILD" ] || { echo "test-packages.sh: one BUILD_DIR only" >&2; exit 2; }; BUILD="$1" ;;
   esac
@@ -75,8 +81,9 @@ trap cleanup EXIT
 # ---- build ---------------------------------------------------------------------------------------------------
 section "build ($BUILD)"
 if [ ! -f "$BUILD/CMakeCache.txt" ]; then
-  echo "configuring $BUILD with -DCMAKE_INSTALL_PREFIX=/usr"
-  if ! cmake -S "$SRC" -B "$BUILD" -DCMAKE_INSTALL_PREFIX=/usr -DCMAKE_BUILD_TYPE=RelWithDebInfo >"$WORK/configure.log" 2>&1; then
+  echo "configuring $BUILD with -DCMAKE_INSTALL_PREFIX=/usr -DGDRNET_BUILD_TESTS=OFF"
+  if ! cmake -S "$SRC" -B "$BUILD" -DCMAKE_INSTALL_PREFIX=/usr -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+       -DGDRNET_BUILD_TESTS=OFF >"$WORK/configure.log" 2>&1; then
     tail -n 30 "$WORK/configure.log"; fail "configure $BUILD"; finish
   fi
 fi
@@ -132,6 +139,8 @@ has() { grep -qxF "$1" "$WORK/deb-files.txt"; }
 for f in "$PLUGIN_REL" usr/bin/gdrnet-perf usr/bin/gdrnet-doctor \
          usr/share/doc/$PKG/changelog \
          usr/share/doc/$PKG/examples/k8s/pod.yaml usr/share/doc/$PKG/examples/k8s/ddp-job.yaml \
+         usr/share/doc/$PKG/examples/k8s/doctor-daemonset.yaml usr/share/doc/$PKG/examples/k8s/collect-doctor.py \
+         usr/share/doc/$PKG/examples/k8s/nccl-tests-mpijob.yaml \
          usr/share/doc/$PKG/examples/container/Dockerfile \
          usr/share/$PKG/nccl-tests-configs/run-matrix usr/share/$PKG/nccl-tests-configs/summarize \
          usr/share/$PKG/nccl-tests-configs/README.md usr/share/$PKG/nccl-tests-configs/rdma-gdr.env \
@@ -144,6 +153,17 @@ for d in "$SRC"/docs/*.md; do
   [ -e "$d" ] || continue
   check "deb contains docs/$(basename "$d")" has "usr/share/doc/$PKG/docs/$(basename "$d")"
 done
+for t in gdrnet-perf gdrnet-doctor; do
+  check "deb contains the man page /usr/share/man/man1/$t.1" has "usr/share/man/man1/$t.1"
+done
+for t in gdrnet-perf gdrnet-doctor gdrnet-run-matrix gdrnet-summarize; do
+  check "deb contains bash completion for $t" has "usr/share/bash-completion/completions/$t"
+done
+for s in run-matrix summarize; do
+  check "deb links /usr/bin/gdrnet-$s to the installed $s" has "usr/bin/gdrnet-$s -> ../share/$PKG/nccl-tests-configs/$s"
+done
+check "deb has the current docs only, not the lab archive docs/results/" \
+  bash -c '! grep -q "^usr/share/doc/$1/docs/results" "$2"' _ "$PKG" "$WORK/deb-files.txt"
 if link_on; then
   check "deb has libnccl-net.so -> libnccl-net-gdr.so (option ON)" has "usr/$LIBDIR/libnccl-net.so -> libnccl-net-gdr.so"
 else
@@ -211,10 +231,12 @@ if [ "$INSTALLED" -eq 1 ]; then
   # installed plugin's business, so they are left out here; so is the ABI matrix ("abimatrix": the suite again
   # through every other table of the same library, which the build's own pass runs), and so is the fault matrix
   # ("faultmatrix": recovery under injected faults, the same code whichever file it is loaded from).
-  NIT="$(cd "$BUILD" && ctest -N -L integration -LE 'selfcheck|abimatrix|faultmatrix' 2>/dev/null | sed -n 's/^Total Tests: *//p')"
+  TBUILD="${TESTS_FROM:-$BUILD}"
+  [ ! -d "$TBUILD" ] || TBUILD="$(cd "$TBUILD" && pwd)"
+  NIT="$(cd "$TBUILD" && ctest -N -L integration -LE 'selfcheck|abimatrix|faultmatrix' 2>/dev/null | sed -n 's/^Total Tests: *//p')"
   if [ -n "$NIT" ] && [ "$NIT" -gt 0 ]; then
     echo "running $NIT integration test(s) with GDRNET_TEST_PLUGIN=$IPLUGIN"
-    if (cd "$BUILD" && GDRNET_TEST_PLUGIN="$IPLUGIN" ctest -L integration -LE 'selfcheck|abimatrix|faultmatrix' --output-on-failure -V -j"$(nproc 2>/dev/null || echo 2)") >"$WORK/it.log" 2>&1; then
+    if (cd "$TBUILD" && GDRNET_TEST_PLUGIN="$IPLUGIN" ctest -L integration -LE 'selfcheck|abimatrix|faultmatrix' --output-on-failure -V -j"$(nproc 2>/dev/null || echo 2)") >"$WORK/it.log" 2>&1; then
       pass "ctest -L integration ($NIT tests) against $IPLUGIN"
     else
       grep -E "Test +#|FAIL|tests passed|tests failed" "$WORK/it.log" | tail -n 40
@@ -234,12 +256,12 @@ if [ "$INSTALLED" -eq 1 ]; then
       echo "         gdrnet-perf below. Use --require-integration to make this a failure."
       skip "integration tests against the installed plugin: none registered that load it"
     fi
-  elif [ -x "$BUILD/bin/gdrnet-it-tcp" ]; then
-    check "gdrnet-it-tcp against $IPLUGIN" env GDRNET_TEST_PLUGIN="$IPLUGIN" "$BUILD/bin/gdrnet-it-tcp"
-  elif [ "$REQUIRE_IT" -eq 1 ]; then
-    fail "no integration tests in $BUILD (ctest -L integration is empty: configure with GDRNET_BUILD_TESTS=ON)"
+  elif [ -x "$TBUILD/bin/gdrnet-it-tcp" ]; then
+    check "gdrnet-it-tcp against $IPLUGIN" env GDRNET_TEST_PLUGIN="$IPLUGIN" "$TBUILD/bin/gdrnet-it-tcp"
+  elif [ "$REQUIRE_IT" -eq 1 ] || [ -n "$TESTS_FROM" ]; then
+    fail "no integration tests in $TBUILD (ctest -L integration is empty: build it with GDRNET_BUILD_TESTS=ON first)"
   else
-    echo "WARNING: no integration tests in $BUILD (ctest -L integration is empty: GDRNET_BUILD_TESTS=OFF?)"
+    echo "WARNING: no integration tests in $TBUILD (ctest -L integration is empty: GDRNET_BUILD_TESTS=OFF?)"
     skip "integration tests against the installed plugin: none built"
   fi
 
@@ -266,6 +288,11 @@ if [ "$INSTALLED" -eq 1 ]; then
   fi
   check "installed summarize runs on its own (--help)" bash -c '"$1" --help >/dev/null' _ /usr/share/$PKG/nccl-tests-configs/summarize
   check "installed run-matrix runs on its own (--help)" bash -c '"$1" --help >/dev/null' _ /usr/share/$PKG/nccl-tests-configs/run-matrix
+  check "gdrnet-run-matrix and gdrnet-summarize on PATH (--help)" \
+    bash -c 'cd / && env PATH=/usr/bin:/bin gdrnet-run-matrix --help >/dev/null && env PATH=/usr/bin:/bin gdrnet-summarize --help >/dev/null'
+  check "gdrnet-run-matrix run from the installed tree writes its results under \$HOME, not there" \
+    bash -c 'cd "$1" && HOME="$2" gdrnet-run-matrix --dry-run --collectives all_reduce --protos LL /nonexistent tcp,single-host 2>/dev/null |
+             tail -n 1 | grep -q "would go to $2/nccl-tests-results/"' _ /usr/share/$PKG/nccl-tests-configs "$WORK"
   check "installed run-matrix --dry-run with an installed preset" bash -c '"$1" --dry-run --collectives all_reduce --protos LL /nonexistent tcp | grep -q "NCCL_NET=GDR"' _ /usr/share/$PKG/nccl-tests-configs/run-matrix
 
   section "remove with dpkg"

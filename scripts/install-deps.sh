@@ -5,6 +5,7 @@ set -euo pipefail
 pkgs=(build-essential cmake pkg-config libibverbs-dev libcmocka-dev ibverbs-utils
       python3 python3-yaml python3-matplotlib valgrind dpkg-dev rpm file binutils procps iproute2 shellcheck
       clang-format-14 clang libclang-rt-dev clang-19)
+pkgs+=(python3-jsonschema) # packaging.k8s-schema: the Kubernetes manifests against packaging/k8s/schemas
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -131,6 +131,62 @@ class DryRun(unittest.TestCase):
         self.assertIn("rdma-gdr.env", out)
         self.assertIn("-g 1 -c 1", out)
 
+    def test_srun_example_needs_no_local_nccl_tests(self):
+        """The path is the one on the cluster's nodes: printing the example must not need it here."""
+        missing = os.path.join(self.tmp, "not-here", "build")
+        rc, out, err = rm("--srun-example", missing, "rdma-gdr")
+        self.assertEqual(rc, 0, err)
+        self.assertIn(os.path.join(missing, "all_reduce_perf") + " -b 8", out)
+
+    def test_local_gpus_without_single_host_warn(self):
+        """-g N > 1 in one process: NCCL uses NVLink/P2P/SHM between the GPUs unless single-host turns them off."""
+        warn = "-g 2 on one host without single-host: NCCL uses NVLink/P2P, not the plugin"
+        base = ["--dry-run", "--collectives", "all_reduce", "--protos", "LL", "-o", os.path.join(self.tmp, "o")]
+        rc, out, err = rm(*(base + ["-g", "2", self.nt, "rdma-gdr"]))
+        self.assertEqual(rc, 0, err)
+        self.assertIn("preset 'rdma-gdr': " + warn, err)
+        rc, out, err = rm(*(base + [self.nt, "tcp", "--baseline", "baseline-socket,single-host"]))
+        self.assertIn("preset 'tcp': " + warn, err)          # default -g 2
+        self.assertNotIn("baseline-socket,single-host': -g", err)
+        for args in (["-g", "2", self.nt, "rdma-gdr,single-host"], ["-g", "1", self.nt, "rdma-gdr"],
+                     ["--mpirun", "2", self.nt, "rdma-gdr"]):
+            rc, out, err = rm(*(base + args))
+            self.assertEqual(rc, 0, err)
+            self.assertNotIn("without single-host", err, args)
+
+    def test_default_results_dir(self):
+        """Under the current directory; under $HOME when that is the scripts' own tree or not writable."""
+        home = os.path.join(self.tmp, "home")
+        work = os.path.join(self.tmp, "work")
+        os.makedirs(home)
+        os.makedirs(work)
+        args = ["--dry-run", "--collectives", "all_reduce", "--protos", "LL", self.nt, "tcp,single-host"]
+        rc, out, err = rm(*args, env_extra={"HOME": home}, cwd=work)
+        self.assertEqual(rc, 0, err)
+        self.assertRegex(out, r"logs would go to %s/nccl-tests-results/\d{8}T\d{6}Z$" % re.escape(work))
+        for cwd in (CONFIGS, os.path.join(CONFIGS, "pytorch")):    # the tree the package installs
+            rc, out, err = rm(*args, env_extra={"HOME": home}, cwd=cwd)
+            self.assertEqual(rc, 0, err)
+            self.assertRegex(out, r"logs would go to %s/nccl-tests-results/" % re.escape(home))
+            self.assertNotIn(CONFIGS, out.splitlines()[-1])
+        if os.geteuid() != 0:                                     # root writes anywhere
+            os.chmod(work, 0o555)
+            rc, out, err = rm(*args, env_extra={"HOME": home}, cwd=work)
+            os.chmod(work, 0o755)
+            self.assertRegex(out, r"logs would go to %s/" % re.escape(home))
+
+    def test_runs_through_a_link_on_path(self):
+        """The package links /usr/bin/gdrnet-run-matrix to the installed script: presets resolve beside the target."""
+        bindir = os.path.join(self.tmp, "bin")
+        os.makedirs(bindir)
+        link = os.path.join(bindir, "gdrnet-run-matrix")
+        os.symlink(os.path.relpath(RUN_MATRIX, bindir), link)
+        p = subprocess.run([link, "--dry-run", "--collectives", "all_reduce", "--protos", "LL",
+                            "-o", os.path.join(self.tmp, "o"), self.nt, "tcp,single-host"],
+                           capture_output=True, text=True)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn(". %s;" % os.path.join(CONFIGS, "tcp.env"), p.stdout)
+
     def test_extra_env(self):
         rc, out, err = rm("--dry-run", "--collectives", "all_reduce", "--protos", "LL",
                           "--env", "GDRNET_TCP_NSOCKS=8", self.nt, "tcp")
@@ -207,11 +263,11 @@ class DryRun(unittest.TestCase):
         p = subprocess.run(["bash", RUN_MATRIX, "--dry-run", self.nt, "tcp"], capture_output=True, text=True,
                            env=env)
         self.assertEqual(p.returncode, 0, p.stderr)
-        self.assertNotIn("warning: preset", p.stderr)
+        self.assertNotIn("no library NCCL would try", p.stderr)
         # the baseline's NCCL Socket needs no plugin
         p = subprocess.run(["bash", RUN_MATRIX, "--dry-run", self.nt, "baseline-socket"], capture_output=True,
                            text=True, env=env)
-        self.assertNotIn("warning: preset", p.stderr)
+        self.assertNotIn("no library NCCL would try", p.stderr)
 
     def test_usage_errors(self):
         self.assertEqual(rm(self.nt)[0], 2)                                  # no preset

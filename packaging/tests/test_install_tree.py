@@ -78,12 +78,19 @@ class InstallTree(unittest.TestCase):
         if os.path.exists(os.path.join(ARGS.source, "README.md")):
             self.expect(doc + "/README.md")
         docs_dir = os.path.join(ARGS.source, "docs")
-        for d, _, fs in os.walk(docs_dir):
-            for f in fs:
-                if f.endswith((".md", ".png", ".svg")):
-                    self.expect(doc + "/docs/" + os.path.relpath(os.path.join(d, f), docs_dir))
-        for f in ("pod.yaml", "ddp-job.yaml", "README.md"):
+        for f in os.listdir(docs_dir):
+            if f.endswith(".md"):
+                self.expect(doc + "/docs/" + f)
+        plots = os.path.join(docs_dir, "plots")
+        for f in (os.listdir(plots) if os.path.isdir(plots) else []):
+            if f.endswith((".png", ".svg")):
+                self.expect(doc + "/docs/plots/" + f)
+        # the dated lab archive stays in the source tree
+        self.assertFalse([f for f in self.files if f.startswith(doc + "/docs/results")],
+                         "docs/results (the lab archive) is installed")
+        for f in ("pod.yaml", "ddp-job.yaml", "doctor-daemonset.yaml", "nccl-tests-mpijob.yaml", "README.md"):
             self.expect(doc + "/examples/k8s/" + f)
+        self.expect(doc + "/examples/k8s/collect-doctor.py", executable=True)
         for f in ("Dockerfile", "README.md"):
             self.expect(doc + "/examples/container/" + f)
 
@@ -98,15 +105,34 @@ class InstallTree(unittest.TestCase):
         for f in ("README.md", "ddp_step.py", "allreduce_bench.py", "kv_transfer.py"):
             self.expect(base + "pytorch/" + f)
         self.assertFalse([f for f in self.files if f.startswith(base + "tests")], "test logs are not installed")
+        # on PATH: relative links to the installed scripts
+        for s in ("run-matrix", "summarize"):
+            link = os.path.join(self.prefix, "bin", "gdrnet-" + s)
+            self.assertTrue(os.path.islink(link), "bin/gdrnet-%s is not installed as a link" % s)
+            self.assertFalse(os.path.isabs(os.readlink(link)), "bin/gdrnet-%s: absolute link" % s)
+            self.assertEqual(os.path.realpath(link), os.path.realpath(self.files[base + s]))
+            p = subprocess.run([link, "--help"], capture_output=True, text=True)
+            self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+            self.assertIn("gdrnet-" + s, p.stdout)
+
+    def test_man_pages_and_completion(self):
+        for tool in ("gdrnet-perf", "gdrnet-doctor"):
+            self.expect("share/man/man1/%s.1" % tool)
+        for cmd in ("gdrnet-perf", "gdrnet-doctor", "gdrnet-run-matrix", "gdrnet-summarize"):
+            rel = "share/bash-completion/completions/" + cmd
+            self.expect(rel)
+            with open(self.files[rel]) as fh:
+                self.assertIn("complete -F _gdrnet_", fh.read())
 
     def test_nothing_else(self):
         allowed = [
             r"^%s/libnccl-net-gdr\.so(\.\d+)*$" % re.escape(self.libdir),
-            r"^bin/gdrnet-(perf|doctor)$",
+            r"^bin/gdrnet-(perf|doctor|run-matrix|summarize)$",
             r"^share/doc/libnccl-net-gdr/",
             r"^share/libnccl-net-gdr/nccl-tests-configs/(run-matrix|summarize|bench-tcp-vs-socket\.sh|README\.md|[a-z-]+\.env|"
             r"pytorch/[\w.]+)$",
             r"^share/man/man\d/gdrnet-[\w-]+\.\d(\.gz)?$",
+            r"^share/bash-completion/completions/gdrnet-(perf|doctor|run-matrix|summarize)$",
         ]
         if self.link_on:
             allowed.append(r"^%s/libnccl-net\.so$" % re.escape(self.libdir))

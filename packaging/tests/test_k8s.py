@@ -35,12 +35,23 @@ def docs():
     return out
 
 
-def pod_specs():
+def all_pod_specs():
+    """Every pod spec: (file, name, spec, role); role "launcher" for an MPIJob's launcher (it runs mpirun only)."""
     for name, d in docs():
         if d["kind"] == "Pod":
-            yield name, d["metadata"]["name"], d["spec"]
+            yield name, d["metadata"]["name"], d["spec"], "pod"
         elif d["kind"] in ("Job", "Deployment", "StatefulSet", "DaemonSet"):
-            yield name, d["metadata"]["name"], d["spec"]["template"]["spec"]
+            yield name, d["metadata"]["name"], d["spec"]["template"]["spec"], "pod"
+        elif d["kind"] == "MPIJob":
+            for role, r in sorted(d["spec"]["mpiReplicaSpecs"].items()):
+                yield name, "%s/%s" % (d["metadata"]["name"], role), r["template"]["spec"], role.lower()
+
+
+def pod_specs():
+    """The pod specs that move data through the plugin (or check that it can): all but MPI launchers."""
+    for name, pname, spec, role in all_pod_specs():
+        if role != "launcher":
+            yield name, pname, spec
 
 
 def env_of(c):
@@ -85,12 +96,16 @@ class Manifests(unittest.TestCase):
                 rdma = [k for k in limits if k.startswith("rdma/")]
                 self.assertEqual(len(rdma), 1, "%s: one rdma/ device-plugin resource" % where)
                 self.assertGreaterEqual(int(limits[rdma[0]]), 1)
-                self.assertGreaterEqual(int(limits.get("nvidia.com/gpu", 0)), 1, where)
+                env = env_of(c)
+                # a GPU allocated, or (the doctor, holding none) every GPU shown by the NVIDIA runtime
+                self.assertTrue(int(limits.get("nvidia.com/gpu", 0)) >= 1 or env.get("NVIDIA_VISIBLE_DEVICES") == "all",
+                                where)
                 self.assertFalse([k for k in limits if k.startswith("hugepages-")], "%s: no hugepages" % where)
                 env = env_of(c)
                 self.assertEqual(env.get("NCCL_NET_PLUGIN"), "gdr", where)
                 self.assertEqual(env.get("NCCL_NET"), "GDR", where)
-                self.assertTrue(all(k.startswith(("NCCL_", "GDRNET_", "OMP_")) for k in env), where)
+                self.assertTrue(all(k.startswith(("NCCL_", "GDRNET_", "OMP_", "NVIDIA_")) or k == "NODE_NAME"
+                                    for k in env), where)
                 mounts = {m["mountPath"]: m["name"] for m in c.get("volumeMounts", [])}
                 self.assertIn("/dev/shm", mounts, where)
                 shm = vols[mounts["/dev/shm"]]
@@ -100,6 +115,21 @@ class Manifests(unittest.TestCase):
                 for v in vols.values():
                     self.assertNotEqual(v.get("hostPath", {}).get("path"), "/dev/infiniband", where)
                 self.assertIn(c.get("imagePullPolicy"), ("IfNotPresent", "Always"))
+
+    def test_guaranteed_qos(self):
+        """Every container, init containers included, has cpu and memory limits equal to its requests: the pod's QoS
+        class is Guaranteed (a missing cpu limit makes it Burstable)."""
+        for fname, pname, spec, _ in all_pod_specs():
+            for c in spec.get("initContainers", []) + spec["containers"]:
+                where = "%s/%s/%s" % (fname, pname, c["name"])
+                res = c.get("resources", {})
+                limits, requests = res.get("limits", {}), res.get("requests", {})
+                for r in ("cpu", "memory"):
+                    self.assertIn(r, limits, "%s: no %s limit (QoS would be Burstable)" % (where, r))
+                    self.assertEqual(str(requests.get(r, limits[r])), str(limits[r]),
+                                     "%s: %s request != limit (QoS would be Burstable)" % (where, r))
+                for r, v in requests.items():
+                    self.assertEqual(str(limits.get(r, v)), str(v), "%s: %s request != limit" % (where, r))
 
     def test_hostpath_alternative_documented(self):
         for f in FILES:
@@ -139,6 +169,51 @@ class Manifests(unittest.TestCase):
         self.assertIn("Using network GDR", script)
         anti = pod["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][0]
         self.assertEqual(anti["topologyKey"], "kubernetes.io/hostname")
+
+    def test_doctor_daemonset(self):
+        ds = [d for n, d in docs() if n == "doctor-daemonset.yaml"][0]
+        self.assertEqual(ds["kind"], "DaemonSet")
+        tmpl = ds["spec"]["template"]
+        for k, v in ds["spec"]["selector"]["matchLabels"].items():
+            self.assertEqual(tmpl["metadata"]["labels"].get(k), v)
+        self.assertEqual(tmpl["metadata"]["labels"]["app.kubernetes.io/component"], "doctor")  # collect-doctor.py's
+        c = tmpl["spec"]["containers"][0]
+        script = c["args"][0]
+        self.assertIn("gdrnet-doctor --json", script)
+        self.assertIn('echo "gdrnet-doctor-report node=${NODE_NAME} exit=${rc} ', script)
+        self.assertRegex(script, r"exec sleep infinity")
+        node = [e for e in c["env"] if e["name"] == "NODE_NAME"][0]
+        self.assertEqual(node["valueFrom"]["fieldRef"]["fieldPath"], "spec.nodeName")
+        self.assertNotIn("nvidia.com/gpu", c["resources"]["limits"], "the doctor must not hold a GPU")
+        with open(os.path.join(K8S, "README.md")) as fh:
+            readme = fh.read()
+        self.assertIn("kubectl logs -l app.kubernetes.io/component=doctor --prefix --tail=-1 | ./collect-doctor.py",
+                      readme)
+
+    def test_mpijob_ranks_and_env(self):
+        job = [d for n, d in docs() if n == "nccl-tests-mpijob.yaml"][0]
+        self.assertEqual((job["apiVersion"], job["kind"]), ("kubeflow.org/v2beta1", "MPIJob"))
+        spec = job["spec"]
+        launcher = spec["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]
+        worker = spec["mpiReplicaSpecs"]["Worker"]
+        script = launcher["args"][0]
+        np_ = int(re.search(r"-np (\d+)", script).group(1))
+        self.assertEqual(np_, spec["slotsPerWorker"] * worker["replicas"])
+        self.assertEqual(spec["slotsPerWorker"],
+                         int(worker["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"]))
+        self.assertIn(" -g 1 -c 1", script)
+        env = env_of(launcher)
+        self.assertEqual(env.get("NCCL_NET_PLUGIN"), "gdr")
+        self.assertEqual(env.get("NCCL_NET"), "GDR")
+        mpirun = [l for l in script.splitlines() if l.startswith("mpirun ")][0].split(" # ")[0]
+        passed = re.findall(r" -x (\w+)", mpirun)
+        self.assertEqual(sorted(passed), sorted(env), "every launcher variable, and only those, goes to the ranks")
+        wenv = env_of(worker["template"]["spec"]["containers"][0])
+        for k, v in wenv.items():
+            self.assertEqual(env.get(k), v, "worker and launcher disagree on %s" % k)
+        self.assertIn("Using network GDR", script)
+        anti = worker["template"]["spec"]["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][0]
+        self.assertEqual(anti["labelSelector"]["matchLabels"]["training.kubeflow.org/job-name"], job["metadata"]["name"])
 
     def test_check_pod_runs_the_tools(self):
         pod = [d for n, d in docs() if n == "pod.yaml"][0]
