@@ -97,15 +97,16 @@ for _ in range(2):
     --transport tcp --client 127.0.0.1 --port "$fport" --timeout 1
   kill "$fake" 2>/dev/null
   wait "$fake" 2>/dev/null
-  # an error exit (after the plugin's init) leaves no counters file behind
+  # a setup error (after the plugin's init): the error alone, no zero "# counters" lines, no counters file behind
   run --dev 5 >"$tmp/out" 2>&1
   rc=$?
   left=$(ls "$tmp/stats")
-  if [ "$rc" -ne 1 ] || ! grep -qF -- "--dev 5: the plugin has" "$tmp/out" || [ -n "$left" ]; then
+  if [ "$rc" -ne 1 ] || ! grep -qF -- "--dev 5: the plugin has" "$tmp/out" || [ -n "$left" ] ||
+    grep -q "# counters" "$tmp/out" || [ "$(wc -l <"$tmp/out")" -ne 1 ]; then
     echo "FAIL: --local --dev 5: exit $rc, left in TMPDIR: '$left'; output: $(cat "$tmp/out")"
     fails=$((fails + 1))
   else
-    echo "ok: --local --dev 5 -> 1, no counters file left"
+    echo "ok: --local --dev 5 -> 1, the error alone, no counters file left"
   fi
   # the plugin's init fails: no "# counters" lines (there is nothing to count), no file left
   GDRNET_SOCKET_IFNAME=nosuchif run >"$tmp/out" 2>&1

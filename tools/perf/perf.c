@@ -119,7 +119,7 @@ typedef struct {
   uint64_t mismatches;
   char first_err[256];
   int fatal;
-  int init_ok; /* the plugin's init() succeeded (there are counters to show) */
+  int setup_ok; /* both ends loaded the plugin and connected: the counters are worth a line even when zero */
   int json_fd; /* --json -: the JSON goes to the original stdout (fd), the human lines to stderr */
   char fatal_msg[512];
   uint64_t polls;
@@ -847,8 +847,8 @@ static double stats_sum(const char *text, const char *metric) {
 }
 
 /* One "# counters" line for process pid (after its plugin was unloaded): faults, recoveries, fallbacks and returns.
- * show = 0 (the plugin's init failed: there is nothing to count) prints nothing; a file of ours is removed either
- * way, so no run leaves one behind. */
+ * show = 0 (a usage or setup error: the run never started) prints the line only when something was counted, so that
+ * the error stands alone; a file of ours is removed either way, so no run leaves one behind. */
 static void print_counters(pid_t pid, const char *who, int show) {
   char path[600], text[16384];
   if (g_stats_pattern[0] == '\0') return;
@@ -862,16 +862,28 @@ static void print_counters(pid_t pid, const char *who, int show) {
   size_t n = fread(text, 1, sizeof text - 1, f);
   text[n] = '\0';
   (void)fclose(f);
-  if (show) {
+  static const char *const metrics[] = {"gdrnet_faults_total",
+                                        "gdrnet_recoveries_total",
+                                        "gdrnet_recovery_replayed_messages_total",
+                                        "gdrnet_fallbacks_total",
+                                        "gdrnet_returns_total",
+                                        "gdrnet_tcp_seconds_total",
+                                        "gdrnet_tcp_only_connections_total",
+                                        "gdrnet_device_lost",
+                                        "gdrnet_failed_connections_total",
+                                        "gdrnet_failed_requests_total"};
+  double v[sizeof metrics / sizeof metrics[0]];
+  int any = 0;
+  for (size_t i = 0; i < sizeof metrics / sizeof metrics[0]; i++) {
+    v[i] = stats_sum(text, metrics[i]);
+    if (v[i] != 0) any = 1;
+  }
+  if (show || any) {
     printf("# counters (%s): %.0f fault(s), %.0f recovery(ies) (%.0f message(s) replayed), %.0f fallback(s) to TCP, "
            "%.0f return(s) to RDMA (%.2f s on TCP), %.0f TCP-only connection(s), %.0f device(s) lost, %.0f failed "
            "connection(s), %.0f failed request(s)%s%s\n",
-           who, stats_sum(text, "gdrnet_faults_total"), stats_sum(text, "gdrnet_recoveries_total"),
-           stats_sum(text, "gdrnet_recovery_replayed_messages_total"), stats_sum(text, "gdrnet_fallbacks_total"),
-           stats_sum(text, "gdrnet_returns_total"), stats_sum(text, "gdrnet_tcp_seconds_total"),
-           stats_sum(text, "gdrnet_tcp_only_connections_total"), stats_sum(text, "gdrnet_device_lost"),
-           stats_sum(text, "gdrnet_failed_connections_total"), stats_sum(text, "gdrnet_failed_requests_total"),
-           g_stats_own ? "" : "; in ", g_stats_own ? "" : path);
+           who, v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[9], g_stats_own ? "" : "; in ",
+           g_stats_own ? "" : path);
     fflush(stdout);
   }
   if (g_stats_own && unlink(path) != 0 && errno != ENOENT) perr("removing %s: %s", path, strerror(errno));
@@ -897,7 +909,6 @@ static int setup_plugin(void) {
   ncclResult_t r = P.net->init(gn_logger);
   if (r != ncclSuccess)
     return fatal("plugin %s: init() returned %s (its WARN lines above say why)", P.net->name, gn_result_str(r));
-  P.init_ok = 1;
   int ndev = 0;
   r = P.net->devices(&ndev);
   if (r != ncclSuccess) return fatal("devices() returned %s", gn_result_str(r));
@@ -998,6 +1009,7 @@ static int sync_status(int ok_local) {
 static int setup_all(uint64_t max_size, int inflight) {
   if (sync_status(setup_plugin() == 0) != 0) return -1;
   if (sync_status(setup_comms(max_size, inflight) == 0) != 0) return -1;
+  P.setup_ok = 1;
   return 0;
 }
 
@@ -1354,8 +1366,8 @@ int main(int argc, char **argv) {
       fprintf(stderr, "gdrnet-perf: error: peer process B died of signal %d\n", WTERMSIG(st));
       return 1;
     }
-    print_counters(getpid(), "process A", P.init_ok);
-    print_counters(pid, "process B", P.init_ok);
+    print_counters(getpid(), "process A", P.setup_ok);
+    print_counters(pid, "process B", P.setup_ok);
     if (WEXITSTATUS(st) != 0) {
       if (rc == 0) fprintf(stderr, "gdrnet-perf: error: peer process B exited with status %d\n", WEXITSTATUS(st));
       return 1;
@@ -1380,7 +1392,7 @@ int main(int argc, char **argv) {
     P.role = 'B';
     int rc = run_b();
     close(P.bootfd);
-    print_counters(getpid(), "this server", P.init_ok);
+    print_counters(getpid(), "this server", P.setup_ok);
     if (rc == 0) printf("# gdrnet-perf server: run complete\n");
     return rc;
   }
@@ -1393,6 +1405,6 @@ int main(int argc, char **argv) {
   P.role = 'A';
   int rc = run_a();
   close(P.bootfd);
-  print_counters(getpid(), "this client", P.init_ok);
+  print_counters(getpid(), "this client", P.setup_ok);
   return rc;
 }
