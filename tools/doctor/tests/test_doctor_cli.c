@@ -1029,6 +1029,37 @@ static void net_plugin_loading(void **state) {
   }
 }
 
+/* The fix for an unset or wrong NCCL_NET_PLUGIN, shortest first: NCCL_NET_PLUGIN=gdr NCCL_NET=GDR where the loader finds
+ * the plugin by name (an installed package; here LD_LIBRARY_PATH stands in for the system path), the full path of a
+ * build tree's plugin otherwise; never "keep NCCL_NET_PLUGIN=gdr" when it is not gdr. */
+static void net_plugin_fix(void **state) {
+  struct fx *f = *state;
+  char real[4096], first[4200];
+  assert_non_null(realpath(g_plugin, real));
+  const char *e1[] = {"NCCL_NET_PLUGIN=nosuch", g_plugin_dir, NULL};
+  struct res r = run_json(f, NULL, e1);
+  expect(&r, "env/NCCL_NET_PLUGIN", "FAIL");
+  const char *fix = json_str(json_get(finding(&r, "env/NCCL_NET_PLUGIN"), "fix"));
+  assert_non_null(fix);
+  if (strncmp(fix, "export NCCL_NET_PLUGIN=gdr NCCL_NET=GDR (NCCL then loads ", 57) != 0 ||
+      strstr(fix, "LD_LIBRARY_PATH") != NULL || strstr(fix, "keep") != NULL)
+    fail_msg("plugin found by name: fix \"%s\"", fix);
+  res_free(&r);
+  /* a build tree's plugin, not on the loader's path: its full path first */
+  snprintf(first, sizeof first, "export NCCL_NET_PLUGIN=%s NCCL_NET=GDR ", real);
+  const char *e2[] = {"NCCL_NET_PLUGIN=nosuch", NULL};
+  const char *e3[] = {NULL};
+  const char *const *envs[] = {e2, e3};
+  for (int i = 0; i < 2; i++) {
+    r = run_json(f, NULL, envs[i]);
+    fix = json_str(json_get(finding(&r, "env/NCCL_NET_PLUGIN"), "fix"));
+    assert_non_null(fix);
+    if (strncmp(fix, first, strlen(first)) != 0 || strstr(fix, "keep") != NULL)
+      fail_msg("build tree, NCCL_NET_PLUGIN %s: fix \"%s\"", i ? "unset" : "=nosuch", fix);
+    res_free(&r);
+  }
+}
+
 /* GDRNET_SOCKET_IFNAME / NCCL_SOCKET_IFNAME go through the plugin's own interface selection: one that selects nothing
  * fails the plugin's init, and the finding names the interfaces that exist (this host's: lo at least). */
 static void socket_ifname(void **state) {
@@ -1220,6 +1251,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test_setup_teardown(verbs_lib_without_sysfs, setup_empty, teardown),
       cmocka_unit_test_setup_teardown(json_escaping, setup, teardown),
       cmocka_unit_test_setup_teardown(net_plugin_loading, setup, teardown),
+      cmocka_unit_test_setup_teardown(net_plugin_fix, setup, teardown),
       cmocka_unit_test_setup_teardown(socket_ifname, setup, teardown),
       cmocka_unit_test(usage_errors),
       cmocka_unit_test_setup_teardown(library_probes, setup, teardown),
