@@ -205,6 +205,7 @@ static void check_net_plugin(struct dr_ctx *c) {
 
   if (found >= 0) {
     enum dr_status st = DR_OK;
+    c->plugin_ver = t[found].ver;
     if (other >= 0 && !want_gdr) st = DR_WARN;
     f = dr_add(r, "env/NCCL_NET_PLUGIN", st, "%s%s: NCCL loads this plugin from %s (ncclNetPlugin_v%d)",
                val ? "NCCL_NET_PLUGIN=" : "NCCL_NET_PLUGIN unset, ", val ? val : "libnccl-net.so", t[found].path,
@@ -337,6 +338,8 @@ int dr_check_socket_ifname(struct dr_ctx *c) {
     if (w < 0) break;
     off += (size_t)w;
   }
+  for (int i = 0; i < n; i++)
+    if (dr_append(&c->tcp_ifs, "%s", ifs[i].name) < 0) r->oom = true;
   /* only loopback addresses: fine for ranks of one host, unreachable for every other host */
   int all_lo = 1;
   for (int i = 0; i < n; i++) {
@@ -344,14 +347,16 @@ int dr_check_socket_ifname(struct dr_ctx *c) {
     all_lo &= (ad->sa.sa_family == AF_INET && (ntohl(ad->sin.sin_addr.s_addr) >> 24) == 127) ||
               (ad->sa.sa_family == AF_INET6 && IN6_IS_ADDR_LOOPBACK(&ad->sin6.sin6_addr));
   }
-  f = dr_add(r, "socket-ifname", all_lo ? DR_WARN : spec[0] ? DR_OK : DR_INFO,
-             "%s%s%s%s: the plugin's handshake and TCP use %s%s", spec[0] ? knob : "GDRNET_SOCKET_IFNAME unset",
-             spec[0] ? "=\"" : "", spec, spec[0] ? "\"" : "", chosen,
+  enum dr_status st = spec[0] ? DR_OK : DR_INFO;
+  if (all_lo) st = DR_WARN;
+  f = dr_add(r, "socket-ifname", st, "%s%s%s%s: the plugin's handshake and TCP use %s%s",
+             spec[0] ? knob : "GDRNET_SOCKET_IFNAME unset", spec[0] ? "=\"" : "", spec, spec[0] ? "\"" : "", chosen,
              all_lo ? ", loopback only: ranks on other hosts cannot reach this one" : "");
   dr_evidence(r, f, "interfaces up with an address here: %s", usable);
   if (all_lo) {
-    dr_evidence(r, f, "a peer on another host connects to the loopback address this rank advertises and fails after "
-                      "GDRNET_CONNECT_TIMEOUT_MS (\"the peer advertised a loopback address\")");
+    dr_evidence(r, f,
+                "a peer on another host connects to the loopback address this rank advertises and fails after "
+                "GDRNET_CONNECT_TIMEOUT_MS (\"the peer advertised a loopback address\")");
     dr_fix(r, f,
            "set %s to an interface that other hosts reach (up here: %s), or unset it; loopback suits single-host "
            "runs only",

@@ -26,6 +26,9 @@ void dr_ctx_free(struct dr_ctx *c) {
   free(c->gpus);
   free(c->pci_nics);
   free(c->net_ifaces);
+  free(c->rdma_ports);
+  free(c->tcp_ifs);
+  c->rdma_ports = c->tcp_ifs = NULL;
   c->devs = NULL;
   c->gpus = NULL;
   c->pci_nics = c->net_ifaces = NULL;

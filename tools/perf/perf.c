@@ -120,7 +120,7 @@ typedef struct {
   char first_err[256];
   int fatal;
   int setup_ok; /* both ends loaded the plugin and connected: the counters are worth a line even when zero */
-  int json_fd; /* --json -: the JSON goes to the original stdout (fd), the human lines to stderr */
+  int json_fd;  /* --json -: the JSON goes to the original stdout (fd), the human lines to stderr */
   char fatal_msg[512];
   uint64_t polls;
   /* progress */
