@@ -43,6 +43,7 @@ expect 2 "bad --timeout 'x' (expected seconds, more than 0 and at most 86400" --
 expect 2 "bad --timeout '0'" --local --timeout 0
 expect 2 "bad --duration '5000' (expected seconds, more than 0 and at most 3600" --local --duration 5000
 expect 2 "bad --inflight '99' (expected 1..32)" --local --inflight 99
+expect 2 "bad --reps '0' (expected 1..1000)" --local --reps 0
 expect 2 "bad --port '70000' (expected 0..65535)" --local --port 70000
 expect 2 "one of --local, --server or --client HOST is required" --sizes 8:8
 expect 1 "dlopen(/nonexistent/libx.so)" --local --plugin /nonexistent/libx.so
