@@ -12,6 +12,7 @@ void dr_run_all(struct dr_ctx *c) {
   dr_scan_pci(c);
   dr_check_verbs_lib(c);
   dr_check_rdma_devices(c);
+  dr_check_hca_verbs(c);
   dr_check_limits(c);
   dr_check_gpus(c);
   dr_check_gdr(c);

@@ -157,6 +157,7 @@ void dr_fmt_bytes(unsigned long long v, char *buf, size_t len);
 /* ---- checks, in the order main() runs them ---- */
 void dr_check_verbs_lib(struct dr_ctx *c);    /* rdma-core via dlopen */
 void dr_check_rdma_devices(struct dr_ctx *c); /* /sys/class/infiniband: devices, ports, GIDs */
+void dr_check_hca_verbs(struct dr_ctx *c);    /* the ports the plugin's own verbs loader opens, GDRNET_HCA applied */
 void dr_check_limits(struct dr_ctx *c);       /* memlock, CAP_IPC_LOCK, /dev/infiniband */
 void dr_check_gpus(struct dr_ctx *c);         /* GPUs on the PCI bus */
 void dr_check_gdr(struct dr_ctx *c);          /* nvidia driver, peermem, DMA-BUF, CUDA */
