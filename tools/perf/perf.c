@@ -11,6 +11,7 @@
  * re-entered while NULL, closeListen after accept, regMr per buffer, isend/irecv on sub-ranges with up
  * to --inflight outstanding, test() until done, iflush for GPUDirect receives, deregMr, close. */
 #include <errno.h>
+#include <ftw.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <math.h>
@@ -153,7 +154,8 @@ static void usage(FILE *f) {
           "exactly as NCCL does. Latency comes from a ping-pong phase (half round trip), bandwidth from a\n"
           "streaming phase (one direction, or both with --bidir).\n"
           "\n"
-          "  --local              fork both ends on this host\n"
+          "  --local              fork both ends on this host (over the verbs emulator: a private VEMU_DIR under\n"
+          "                       TMPDIR, removed at the end, unless VEMU_DIR is set)\n"
           "  --server             wait for a client (bootstrap on TCP port P)\n"
           "  --client HOST        connect to a server; the client's run options are used by both ends\n"
           "  --port P             bootstrap TCP port (default %d; --server --port 0 picks a free one and prints it)\n"
@@ -1442,6 +1444,90 @@ static int run_a(void) {
 }
 
 /* ------------------------------------------------------------------------------------------ */
+/* --local and the verbs emulator: both processes of the run meet in VEMU_DIR. Unless the user set it, the run gets a
+ * private one under TMPDIR, removed at the end, so that no --local run leaves the emulator's sockets and fake sysfs
+ * in /tmp/vemu-<uid> (its default, shared by every run of the user). Harmless with a real libibverbs. */
+static char g_vemu_dir[600];
+
+static void setup_vemu_dir(void) {
+  const char *user = getenv("VEMU_DIR"), *tmp = getenv("TMPDIR");
+  if (user != NULL && user[0] != '\0') return;
+  snprintf(g_vemu_dir, sizeof g_vemu_dir, "%s/gdrnet-perf-vemu.XXXXXX", tmp && *tmp ? tmp : "/tmp");
+  if (mkdtemp(g_vemu_dir) == NULL || setenv("VEMU_DIR", g_vemu_dir, 1) != 0) {
+    perr("creating a VEMU_DIR for the run (%s): %s", g_vemu_dir, strerror(errno));
+    (void)rmdir(g_vemu_dir);
+    g_vemu_dir[0] = '\0';
+    return;
+  }
+  if (P.o.verbose)
+    printf("# VEMU_DIR=%s (the verbs emulator's rendezvous for this run, removed at the end)\n", g_vemu_dir);
+}
+
+static int rm_entry(const char *path, const struct stat *st, int type, struct FTW *ftw) {
+  (void)st;
+  (void)ftw;
+  if ((type == FTW_DP ? rmdir(path) : unlink(path)) != 0 && errno != ENOENT)
+    perr("removing %s: %s", path, strerror(errno));
+  return 0;
+}
+
+static void remove_vemu_dir(void) {
+  if (g_vemu_dir[0] == '\0') return;
+  (void)nftw(g_vemu_dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+  g_vemu_dir[0] = '\0';
+}
+
+static int run_local(void) {
+  int sv[2];
+  if (gn_boot_socketpair(sv) != 0) {
+    perror("gdrnet-perf: socketpair");
+    return 1;
+  }
+  fflush(stdout);
+  fflush(stderr);
+  pid_t pid = fork();
+  if (pid < 0) {
+    perror("gdrnet-perf: fork");
+    return 1;
+  }
+  if (pid == 0) {
+    (void)prctl(PR_SET_PDEATHSIG, SIGKILL);
+    close(sv[0]);
+    P.role = 'B';
+    P.bootfd = sv[1];
+    P.tty = 0;
+    g_vemu_dir[0] = '\0'; /* A removes it */
+    gn_log_set_prefix("1");
+    int rc = run_b();
+    fflush(stdout);
+    fflush(stderr);
+    _exit(rc);
+  }
+  g_child = pid;
+  close(sv[1]);
+  P.role = 'A';
+  P.bootfd = sv[0];
+  gn_log_set_prefix("0");
+  int rc = run_a();
+  close(P.bootfd);
+  int st = 0;
+  if (waitpid(pid, &st, 0) < 0) {
+    perror("gdrnet-perf: waitpid");
+    return 1;
+  }
+  g_child = -1;
+  if (WIFSIGNALED(st)) {
+    fprintf(stderr, "gdrnet-perf: error: peer process B died of signal %d\n", WTERMSIG(st));
+    return 1;
+  }
+  print_counters(getpid(), "process A", P.setup_ok);
+  print_counters(pid, "process B", P.setup_ok);
+  if (WEXITSTATUS(st) != 0) {
+    if (rc == 0) fprintf(stderr, "gdrnet-perf: error: peer process B exited with status %d\n", WEXITSTATUS(st));
+    return 1;
+  }
+  return rc;
+}
 
 int main(int argc, char **argv) {
   memset(&P, 0, sizeof P);
@@ -1461,53 +1547,9 @@ int main(int argc, char **argv) {
   signal(SIGPIPE, SIG_IGN);
 
   if (P.o.mode == 'l') {
-    int sv[2];
-    if (gn_boot_socketpair(sv) != 0) {
-      perror("gdrnet-perf: socketpair");
-      return 1;
-    }
-    fflush(stdout);
-    fflush(stderr);
-    pid_t pid = fork();
-    if (pid < 0) {
-      perror("gdrnet-perf: fork");
-      return 1;
-    }
-    if (pid == 0) {
-      (void)prctl(PR_SET_PDEATHSIG, SIGKILL);
-      close(sv[0]);
-      P.role = 'B';
-      P.bootfd = sv[1];
-      P.tty = 0;
-      gn_log_set_prefix("1");
-      int rc = run_b();
-      fflush(stdout);
-      fflush(stderr);
-      _exit(rc);
-    }
-    g_child = pid;
-    close(sv[1]);
-    P.role = 'A';
-    P.bootfd = sv[0];
-    gn_log_set_prefix("0");
-    int rc = run_a();
-    close(P.bootfd);
-    int st = 0;
-    if (waitpid(pid, &st, 0) < 0) {
-      perror("gdrnet-perf: waitpid");
-      return 1;
-    }
-    g_child = -1;
-    if (WIFSIGNALED(st)) {
-      fprintf(stderr, "gdrnet-perf: error: peer process B died of signal %d\n", WTERMSIG(st));
-      return 1;
-    }
-    print_counters(getpid(), "process A", P.setup_ok);
-    print_counters(pid, "process B", P.setup_ok);
-    if (WEXITSTATUS(st) != 0) {
-      if (rc == 0) fprintf(stderr, "gdrnet-perf: error: peer process B exited with status %d\n", WEXITSTATUS(st));
-      return 1;
-    }
+    setup_vemu_dir();
+    int rc = run_local();
+    remove_vemu_dir();
     return rc;
   }
   if (P.o.mode == 's') {
