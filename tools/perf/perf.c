@@ -1048,6 +1048,10 @@ static int b_row(row_t **rows, int *nrows, int *cap) {
     perr("bootstrap: no row from the client: %s", strerror(errno));
     return -1;
   }
+  if (*nrows >= 128) { /* the client sends one row per size, at most 128 sizes */
+    perr("protocol: the client sent more than 128 rows");
+    return -1;
+  }
   if (*nrows == *cap) {
     int ncap = *cap ? 2 * *cap : 16;
     row_t *n = realloc(*rows, (size_t)ncap * sizeof *n);
