@@ -89,15 +89,19 @@ static const char *init_fail_consequence(char *buf, size_t len) {
 }
 
 /* Appends "name (extra)" of each device to buf. */
-static void describe_devices(const struct gdr_transport *tp, int ndev, char *buf, size_t len) {
-  size_t off = 0;
+/* buf: every device with its speed and PCI path (the INFO(NET) detail); names: "eth0, eth1" (the decision line). */
+static void describe_devices(const struct gdr_transport *tp, int ndev, char *buf, size_t len, char *names,
+                             size_t nlen) {
+  size_t off = 0, noff = 0;
   buf[0] = '\0';
+  names[0] = '\0';
   for (int d = 0; d < ndev && off < len; d++) {
     struct gdr_props p;
     memset(&p, 0, sizeof(p));
     if (tp->get_properties(d, &p) != ncclSuccess) continue;
     off += (size_t)snprintf(buf + off, len - off, "%s[%d]%s %d Mbps%s%s", d ? ", " : "", d, p.name ? p.name : "?",
                             p.speed, p.pci_path ? " pci " : "", p.pci_path ? p.pci_path : "");
+    if (noff < nlen) noff += (size_t)snprintf(names + noff, nlen - noff, "%s%s", d ? ", " : "", p.name ? p.name : "?");
   }
 }
 
@@ -106,7 +110,7 @@ static ncclResult_t choose_transport(void) {
   int64_t want = gdr_param_int(GDR_PARAM_TRANSPORT);
   char rdma_why[512] = "";
   char tcp_why[512] = "";
-  char devs[1024];
+  char devs[1024], names[96];
   int ndev = 0;
   const struct gdr_transport *tp = NULL;
   const char *reason = "";
@@ -151,12 +155,14 @@ static ncclResult_t choose_transport(void) {
   }
   g_tp = tp;
   g_ndev = ndev;
-  describe_devices(tp, ndev, devs, sizeof(devs));
+  describe_devices(tp, ndev, devs, sizeof(devs), names, sizeof(names));
   {
+    /* one short line for the decision (kubectl logs), the devices and the transport's own summary at INFO(NET) */
     const char *tpwhy = tp == &gdr_transport_tcp ? tcp_why : rdma_why;
     int auto_tcp = tp == &gdr_transport_tcp && want == GDR_TRANSPORT_AUTO;
-    GDR_INFO(NCCL_INIT | NCCL_NET, "using the %s transport (%s%s%s); %d device(s): %s%s%s", tp->name, reason,
-             auto_tcp ? ": " : "", auto_tcp ? rdma_why : "", ndev, devs, tpwhy[0] ? "; " : "", tpwhy);
+    GDR_INFO(NCCL_INIT | NCCL_NET, "using the %s transport (%s%s%.120s); %d device(s): %s", tp->name, reason,
+             auto_tcp ? ": " : "", auto_tcp ? rdma_why : "", ndev, names);
+    GDR_INFO(NCCL_NET, "devices: %s%s%s", devs, tpwhy[0] ? "; " : "", tpwhy);
   }
 out:
   return res;

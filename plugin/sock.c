@@ -844,6 +844,16 @@ out:
   return res;
 }
 
+/* The connect WARNs' hint: a peer that advertised a loopback address (its interface selection found only lo) cannot
+ * be reached from another host, which is why a connect to it times out there. */
+static const char *peer_hint(const union gdr_sockaddr *peer) {
+  int lo = (peer->sa.sa_family == AF_INET && (ntohl(peer->sin.sin_addr.s_addr) >> 24) == 127) ||
+           (peer->sa.sa_family == AF_INET6 && IN6_IS_ADDR_LOOPBACK(&peer->sin6.sin6_addr));
+  return lo ? "the peer advertised a loopback address (its GDRNET_SOCKET_IFNAME selects lo?): other hosts cannot "
+              "reach it"
+            : "is the peer alive and reachable?";
+}
+
 static int retryable_connect_error(int err) {
   return err == ECONNREFUSED || err == ETIMEDOUT || err == ENETUNREACH || err == EHOSTUNREACH || err == EAGAIN ||
          err == ECONNRESET;
@@ -858,8 +868,8 @@ static ncclResult_t connector_retry(struct gdr_connector *c, int err, uint64_t n
   c->attempts++;
   c->last_err = err;
   if (!retryable_connect_error(err) || now >= c->deadline_ns) {
-    GDR_WARN("connect to %s failed after %d attempt(s) in %llu ms: %s", gdr_sockaddr_str(&c->peer, a, sizeof(a)),
-             c->attempts, (unsigned long long)((now - c->start_ns) / 1000000ull), strerror(err));
+    GDR_WARN("connect to %s failed after %d attempt(s) in %llu ms: %s; %s", gdr_sockaddr_str(&c->peer, a, sizeof(a)),
+             c->attempts, (unsigned long long)((now - c->start_ns) / 1000000ull), strerror(err), peer_hint(&c->peer));
     c->stage = CONN_FAILED;
     return ncclRemoteError;
   }
@@ -882,10 +892,9 @@ ncclResult_t gdr_connector_poll(struct gdr_connector *c, int *done) {
   }
   if (now > c->deadline_ns) {
     if (c->stage <= CONN_CONNECTING) {
-      GDR_WARN("connect to %s failed: no connection within %lld ms (%d attempt(s), last error: %s); is the peer "
-               "alive and reachable?",
+      GDR_WARN("connect to %s failed: no connection within %lld ms (%d attempt(s), last error: %s); %s",
                gdr_sockaddr_str(&c->peer, a, sizeof(a)), (long long)gdr_param_int(GDR_PARAM_CONNECT_TIMEOUT_MS),
-               c->attempts, c->last_err ? strerror(c->last_err) : "still in progress");
+               c->attempts, c->last_err ? strerror(c->last_err) : "still in progress", peer_hint(&c->peer));
     } else {
       GDR_WARN("connect to %s: connected, but no answer to our hello within %lld ms; is the peer's plugin stuck, or "
                "is something else listening there?",

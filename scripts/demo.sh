@@ -13,7 +13,9 @@ checked:
   build/bin/gdrnet-perf --local --transport tcp --check
   GDRNET_IBVERBS_LIB=build/lib/verbs-emu/libibverbs.so.1 build/bin/gdrnet-perf --local --transport rdma --check
 (the second over the project's verbs emulator: no RDMA NIC needed). Takes no other argument.
-Exit status: 0 when both runs passed; non-zero on a build or data error.
+The last line is the verdict: "TCP and RDMA (emulator): every byte verified, OK", or which run failed.
+Exit status: 0 when both runs passed (or TCP passed and the emulator was not built); non-zero on a build or data
+error.
 EOF
 }
 case "${1-}" in
@@ -27,16 +29,39 @@ jobs=$(nproc 2>/dev/null || echo 2)
 cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build build -j"$jobs"
 
+# Each run's exit status is kept so that the demo ends on one verdict line naming the run that failed.
 echo
 echo "== TCP transport: build/bin/gdrnet-perf --local --transport tcp --check =="
-build/bin/gdrnet-perf --local --transport tcp --check
+tcp_rc=0
+build/bin/gdrnet-perf --local --transport tcp --check || tcp_rc=$?
 
+rdma_rc=skipped
 if [ -e build/lib/verbs-emu/libibverbs.so.1 ]; then
   vemu_dir=$(mktemp -d /tmp/gdrnet-demo-vemu.XXXXXX)
   trap 'rm -rf "$vemu_dir"' EXIT
   echo
   echo "== RDMA transport on the verbs emulator: GDRNET_IBVERBS_LIB=build/lib/verbs-emu/libibverbs.so.1 \
 build/bin/gdrnet-perf --local --transport rdma --check =="
+  rdma_rc=0
   VEMU_DIR="$vemu_dir" GDRNET_IBVERBS_LIB="$PWD/build/lib/verbs-emu/libibverbs.so.1" \
-    build/bin/gdrnet-perf --local --transport rdma --check
+    build/bin/gdrnet-perf --local --transport rdma --check || rdma_rc=$?
 fi
+
+echo
+if [ "$tcp_rc" = 0 ] && [ "$rdma_rc" = 0 ]; then
+  echo "TCP and RDMA (emulator): every byte verified, OK"
+  exit 0
+fi
+if [ "$tcp_rc" = 0 ] && [ "$rdma_rc" = skipped ]; then
+  echo "TCP: every byte verified, OK; RDMA (emulator) not run: build/lib/verbs-emu/libibverbs.so.1 was not built"
+  exit 0
+fi
+verdict() { # <name> <status>
+  case "$2" in
+  0) echo "$1 OK" ;;
+  skipped) echo "$1 not run" ;;
+  *) echo "$1 FAILED (gdrnet-perf exit $2, see above)" ;;
+  esac
+}
+echo "$(verdict TCP "$tcp_rc"); $(verdict "RDMA (emulator)" "$rdma_rc")"
+exit 1

@@ -436,5 +436,30 @@ class Summarize(unittest.TestCase):
         self.assertEqual(p.returncode, 0, p.stderr)
 
 
+class EmulatedLabel(unittest.TestCase):
+    """--plot's legend marks a run over the verbs emulator "(emulated)": checked on summarize's own legend_label (no
+    matplotlib needed) for a log recorded with the emulator preset, one with a VEMU_ variable, and a real one."""
+
+    def label(self, header_env, preset="rdma-gdr"):
+        import importlib.machinery
+        import importlib.util
+        loader = importlib.machinery.SourceFileLoader("summarize_mod", SUMMARIZE)
+        spec = importlib.util.spec_from_loader("summarize_mod", loader)
+        mod = importlib.util.module_from_spec(spec)
+        loader.exec_module(mod)
+        log = mod.Log("x.log", "plugin")
+        log.parse("# run-matrix: case=all_reduce.Simple collective=all_reduce proto=Simple algo=RING preset=%s "
+                  "role=plugin host=h date=2026-12-06T00:00:00Z env: NCCL_NET=GDR GDRNET_TRANSPORT=rdma %s\n"
+                  % (preset, header_env))
+        log.network = ["GDR"]
+        return mod.legend_label(log, "plugin")
+
+    def test_emulated_mark(self):
+        self.assertEqual(self.label("VEMU_DEVICES=vemu0:roce", "emulator"), "GDR over RDMA (emulated)")
+        self.assertEqual(self.label("VEMU_DEVICES=vemu0:roce"), "GDR over RDMA (emulated)")
+        self.assertEqual(self.label("LD_LIBRARY_PATH=/b/lib/verbs-emu:/b/lib"), "GDR over RDMA (emulated)")
+        self.assertEqual(self.label("NCCL_IB_HCA=mlx5_0"), "GDR over RDMA")
+
+
 if __name__ == "__main__":
     unittest.main(verbosity=2)

@@ -181,7 +181,11 @@ void gdr_rdma_fb_begin(struct gdr_rdma_comm *c, const char *why) {
   }
   gdr_rdma_addr_str(c, 0, lg, sizeof(lg));
   gdr_rdma_addr_str(c, 1, rg, sizeof(rg));
-  GDR_WARN("%s (local %s, remote %s) moves to TCP: %s", c->desc, lg, rg, why);
+  /* the decision in one short WARN (its reason up to the first fault's detail); the whole reason at INFO(NET) */
+  const char *ff = strstr(why, "; first fault: ");
+  int head = ff ? (int)(ff - why) : (int)strlen(why);
+  GDR_WARN("%s moves to TCP: %.*s%s", c->desc, head < 120 ? head : 117, why, head < 120 ? "" : "...");
+  GDR_INFO(NCCL_NET, "%s (local %s, remote %s) moves to TCP: %s", c->desc, lg, rg, why);
   snprintf(fb->reason, sizeof(fb->reason), "%.255s", why);
   c->rec.phase = GDR_REC_IDLE; /* a recovery in progress is abandoned */
   gdr_health_set_state(&c->health, GDR_HEALTH_RECOVERING);
@@ -357,8 +361,8 @@ static void tcp_connect_step(struct gdr_rdma_comm *c) {
   fb->probe_ns = fb->since_ns + PROBE_MIN_NS;
   if (fb->nflaps < (int)(sizeof(fb->flap_ns) / sizeof(fb->flap_ns[0]))) fb->flap_ns[fb->nflaps++] = fb->since_ns;
   gdr_health_set_state(&c->health, GDR_HEALTH_ON_TCP);
-  GDR_WARN("%s now runs over TCP (fallback %llu: %s); %llu message(s) / %llu bytes go over TCP again", c->desc,
-           (unsigned long long)fb->fallbacks, fb->reason, (unsigned long long)(fb->replayed_msgs - fb->move_msgs0),
+  GDR_WARN("%s now runs over TCP (fallback %llu); %llu message(s) / %llu bytes go over TCP again", c->desc,
+           (unsigned long long)fb->fallbacks, (unsigned long long)(fb->replayed_msgs - fb->move_msgs0),
            (unsigned long long)(fb->replayed_bytes - fb->move_bytes0));
 }
 

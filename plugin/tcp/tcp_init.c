@@ -199,16 +199,16 @@ static ncclResult_t tcp_init(int *ndev, char *why, size_t whylen) {
     off += (size_t)snprintf(why + off, whylen - off, "%s%s=%s", i ? ", " : "", g_devs[i].name,
                             gdr_sockaddr_str(&g_devs[i].addr, a, sizeof(a)));
   }
-  if (off < whylen) {
-    char pw[128];
+  /* the sizing, one short INFO(NET) line per decision; why keeps the addresses (the init line's detail) */
+  {
+    char pw[200];
     int np = gdr_tcp_pool_size(pw, sizeof(pw));
-    snprintf(why + off, whylen - off,
-             "; %d data stream(s) in %d lane(s) per connection, served by %d I/O thread(s) per process (%s), inline "
-             "<= %lld B (<= %zu B after a clear-to-send), I/O threads poll %llu us before sleeping (up to %llu us "
-             "while traffic is expected; at most %d at a time), NCCL's proxy thread %s",
-             ns, nt, np, pw, (long long)gdr_param_int(GDR_PARAM_TCP_INLINE),
-             gdr_tcp_resolve_cts_inline((size_t)gdr_param_int(GDR_PARAM_TCP_INLINE)),
-             (unsigned long long)(gdr_tcp_resolve_spin_ns() / 1000u),
+    GDR_INFO(NCCL_NET, "TCP: %d data stream(s) in %d lane(s) per connection, inline <= %lld B (<= %zu B after a "
+             "clear-to-send)", ns, nt, (long long)gdr_param_int(GDR_PARAM_TCP_INLINE),
+             gdr_tcp_resolve_cts_inline((size_t)gdr_param_int(GDR_PARAM_TCP_INLINE)));
+    GDR_INFO(NCCL_NET, "TCP: %d I/O thread(s) per process: %s", np, pw);
+    GDR_INFO(NCCL_NET, "TCP: I/O threads poll %llu us before sleeping (up to %llu us while traffic is expected; at "
+             "most %d at a time), NCCL's proxy thread %s", (unsigned long long)(gdr_tcp_resolve_spin_ns() / 1000u),
              (unsigned long long)(gdr_tcp_resolve_spin_max_ns() / 1000u), gdr_tcp_resolve_spin_threads(np),
              gdr_tcp_resolve_proxy_io() ? "helps them in test() (GDRNET_TCP_PROXY_IO)" : "does not help them");
   }

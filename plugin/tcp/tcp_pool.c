@@ -167,11 +167,14 @@ int gdr_tcp_pool_size(char *why, size_t whylen) {
      * all_reduce: 2 threads 2.09 GB/s, 4 2.82, 8 2.69, 16 3.31; docs/PERFORMANCE.md section 9) */
     n = TCP_IO_MAX_AUTO;
   }
-  if (why)
-    snprintf(why, whylen, "auto: %d core(s) for this rank%s%s%s, %s", cores, from ? " (" : "", from ? from : "",
-             from ? " ranks on the host)" : "",
-             cores >= TCP_SPIN_AUTO_CORES ? "2 for NCCL's threads"
-                                          : "fewer than 8: blocking threads sharing the cores with NCCL's");
+  if (why && cores >= TCP_SPIN_AUTO_CORES)
+    snprintf(why, whylen, "auto: %d core(s) for this rank%s%s%s, 2 for NCCL's threads, one polling thread per other",
+             cores, from ? " (per " : "", from ? from : "", from ? ")" : "");
+  else if (why)
+    snprintf(why, whylen,
+             "auto: %d core(s) for this rank%s%s%s, fewer than 8: the most, as blocking threads sharing cores get more "
+             "CPU time (GDRNET_TCP_IO_THREADS)",
+             cores, from ? " (per " : "", from ? from : "", from ? ")" : "");
   return n;
 }
 
@@ -668,8 +671,7 @@ static void pool_stop(void) { /* under g_pool.mu */
 
 static ncclResult_t pool_start(void) { /* under g_pool.mu */
   ncclResult_t res = ncclSuccess;
-  char why[160];
-  int n = gdr_tcp_pool_size(why, sizeof(why));
+  int n = gdr_tcp_pool_size(NULL, 0); /* its reason is in tcp_init's INFO line */
   uint64_t spin = gdr_tcp_resolve_spin_ns(), spin_max = gdr_tcp_resolve_spin_max_ns();
   if (n > TCP_IO_MAX) n = TCP_IO_MAX;
   g_pool.spin_cap = gdr_tcp_resolve_spin_threads(n);
@@ -721,7 +723,7 @@ static ncclResult_t pool_start(void) { /* under g_pool.mu */
       (void)pthread_setname_np(io->tid, name); /* a name is a convenience: no failure to report */
     }
   }
-  GDR_INFO(NCCL_NET, "TCP: %d I/O thread(s) for the data streams of every connection of this process (%s)", n, why);
+  GDR_INFO(NCCL_NET, "TCP: %d I/O thread(s) started for the data streams of every connection of this process", n);
 out:
   if (res != ncclSuccess) pool_stop();
   return res;

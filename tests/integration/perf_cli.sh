@@ -43,6 +43,7 @@ expect 2 "bad --timeout 'x' (expected seconds, more than 0 and at most 86400" --
 expect 2 "bad --timeout '0'" --local --timeout 0
 expect 2 "bad --duration '5000' (expected seconds, more than 0 and at most 3600" --local --duration 5000
 expect 2 "bad --inflight '99' (expected 1..32)" --local --inflight 99
+expect 2 "bad --reps '0' (expected 1..1000)" --local --reps 0
 expect 2 "bad --port '70000' (expected 0..65535)" --local --port 70000
 expect 2 "one of --local, --server or --client HOST is required" --sizes 8:8
 expect 1 "dlopen(/nonexistent/libx.so)" --local --plugin /nonexistent/libx.so
@@ -97,15 +98,16 @@ for _ in range(2):
     --transport tcp --client 127.0.0.1 --port "$fport" --timeout 1
   kill "$fake" 2>/dev/null
   wait "$fake" 2>/dev/null
-  # an error exit (after the plugin's init) leaves no counters file behind
+  # a setup error (after the plugin's init): the error alone, no zero "# counters" lines, no counters file behind
   run --dev 5 >"$tmp/out" 2>&1
   rc=$?
   left=$(ls "$tmp/stats")
-  if [ "$rc" -ne 1 ] || ! grep -qF -- "--dev 5: the plugin has" "$tmp/out" || [ -n "$left" ]; then
+  if [ "$rc" -ne 1 ] || ! grep -qF -- "--dev 5: the plugin has" "$tmp/out" || [ -n "$left" ] ||
+    grep -q "# counters" "$tmp/out" || [ "$(wc -l <"$tmp/out")" -ne 1 ]; then
     echo "FAIL: --local --dev 5: exit $rc, left in TMPDIR: '$left'; output: $(cat "$tmp/out")"
     fails=$((fails + 1))
   else
-    echo "ok: --local --dev 5 -> 1, no counters file left"
+    echo "ok: --local --dev 5 -> 1, the error alone, no counters file left"
   fi
   # the plugin's init fails: no "# counters" lines (there is nothing to count), no file left
   GDRNET_SOCKET_IFNAME=nosuchif run >"$tmp/out" 2>&1

@@ -1,7 +1,8 @@
 #!/bin/sh
 # perf_remote.sh PERF PLUGIN [client options...]: gdrnet-perf --server on a free port and gdrnet-perf
 # --client against it on this host (their own TCP bootstrap carries the handle). Both must exit 0. The
-# server's first line names its port; reading it through a FIFO is the synchronisation (no sleeps).
+# server's first line names its port; reading it through a FIFO is the synchronisation (no sleeps). The server then
+# names the client and its transport and prints the client's table.
 # Plugin: $GDRNET_TEST_PLUGIN when set, else PLUGIN.
 set -u
 perf=$1
@@ -27,8 +28,9 @@ if [ -z "$port" ]; then
 fi
 cat <&3 >"$dir/server.out" &
 cpid=$!
-"$perf" --client 127.0.0.1 --port "$port" --plugin "$plugin" "$@"
+"$perf" --client 127.0.0.1 --port "$port" --plugin "$plugin" "$@" >"$dir/client.out"
 crc=$?
+cat "$dir/client.out"
 # a client that failed may have left the server waiting for it
 [ "$crc" -eq 0 ] || kill "$spid" 2>/dev/null
 wait "$spid"
@@ -37,4 +39,12 @@ wait "$cpid" # the rest of the server's output is in server.out once cat has see
 echo "--- server output:"
 cat "$dir/server.out" "$dir/server.err"
 echo "client exit $crc, server exit $src"
-[ "$crc" -eq 0 ] && [ "$src" -eq 0 ] && grep -q "run complete" "$dir/server.out"
+[ "$crc" -eq 0 ] && [ "$src" -eq 0 ] && grep -q "run complete" "$dir/server.out" || exit 1
+# as perftest does, the server prints the client, the transport it chose and the same result table as the client
+rows() { grep '^  *[0-9]' "$1"; }
+if ! grep -q '^# gdrnet-perf server: client 127\.0\.0\.1 port [0-9]* connected' "$dir/server.out" ||
+  ! grep -q '^# transport \(tcp\|rdma\), chosen by the plugin: ' "$dir/server.out" ||
+  [ -z "$(rows "$dir/client.out")" ] || [ "$(rows "$dir/client.out")" != "$(rows "$dir/server.out")" ]; then
+  echo "perf_remote: the server did not print the client, its transport and the client's table" >&2
+  exit 1
+fi

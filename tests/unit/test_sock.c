@@ -587,6 +587,49 @@ static void test_connect_timeout_bounded(void **state) {
   }
 }
 
+/* A connect that fails names a loopback address the peer advertised (a peer on another host whose interface selection
+ * found only lo); any other address keeps the plain "is the peer alive and reachable?". */
+static void test_connect_loopback_hint(void **state) {
+  struct gdr_listener l;
+  union gdr_sockaddr a;
+  struct gdr_handle h;
+  struct gdr_connector c;
+  (void)state;
+  setenv("GDRNET_CONNECT_TIMEOUT_MS", "200", 1);
+  gdr_params_reset();
+  for (int i = 0; i < 2; i++) {
+    int done = 0;
+    ncclResult_t r = ncclSuccess;
+    loopback(&a);
+    assert_int_equal(gdr_listener_open(&l, &a, GDR_TP_TCP, GDR_CAP_TCP), ncclSuccess);
+    gdr_listener_handle(&l, 0, &h);
+    gdr_listener_close(&l); /* nobody listens there any more */
+    if (i == 1) {
+      static const uint8_t testnet[4] = {192, 0, 2, 1}; /* TEST-NET-1: not loopback, never answers */
+      memcpy(h.addr.addr, testnet, sizeof(testnet));
+      h.addr.port = htons(9);
+    }
+    ut_warn_reset();
+    assert_int_equal(gdr_connector_start(&c, &h, GDR_STREAM_CTRL, 0, 0, 1, GDR_CAP_TCP, NULL), ncclSuccess);
+    double t0 = ut_now();
+    while (r == ncclSuccess && !done) {
+      r = gdr_connector_poll(&c, &done);
+      usleep(500);
+      assert_true(ut_now() - t0 < 5.0);
+    }
+    assert_int_equal(r, ncclRemoteError);
+    if (i == 0) {
+      assert_true(ut_warned("connect to 127.0.0.1:"));
+      assert_true(ut_warned("the peer advertised a loopback address"));
+    } else {
+      assert_true(ut_warned("connect to 192.0.2.1:9"));
+      assert_false(ut_warned("loopback"));
+      assert_true(ut_warned("is the peer alive and reachable?"));
+    }
+    gdr_connector_abort(&c);
+  }
+}
+
 struct blob_arg {
   int fd;
   size_t len;
@@ -665,6 +708,7 @@ int main(void) {
       cmocka_unit_test_setup(test_rejects_garbage_and_strays, setup),
       cmocka_unit_test_setup(test_mixed_door_and_mismatch, setup),
       cmocka_unit_test_setup(test_connect_timeout_bounded, setup),
+      cmocka_unit_test_setup(test_connect_loopback_hint, setup),
       cmocka_unit_test_setup(test_tune_and_io, setup),
       cmocka_unit_test_setup(test_exact_blocking_io, setup),
   };

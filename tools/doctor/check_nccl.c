@@ -113,8 +113,33 @@ static void find_plugin_near(char *out, size_t len) {
   }
 }
 
-/* The fix when no entry loads this plugin. */
+/* A directory the dynamic loader searches by default (/lib, /usr/lib, /usr/local/lib, their lib64/lib32 and multiarch
+ * forms): putting one on LD_LIBRARY_PATH changes nothing for it and can shadow a container's own libraries. */
+static int system_libdir(const char *dir) {
+  const char *p = dir;
+  if (strncmp(p, "/usr/local/", 11) == 0)
+    p += 10;
+  else if (strncmp(p, "/usr/", 5) == 0)
+    p += 4;
+  if (strncmp(p, "/lib", 4) != 0) return 0;
+  p += 4;
+  if (strncmp(p, "64", 2) == 0 || strncmp(p, "32", 2) == 0) p += 2;
+  if (*p == '\0') return 1;
+  if (*p != '/') return 0;
+  p++;
+  return strchr(p, '/') == NULL && strstr(p, "-linux-") != NULL; /* x86_64-linux-gnu, aarch64-linux-gnu, ... */
+}
+
+/* The fix when no entry loads this plugin, the shortest correct one first: NCCL_NET_PLUGIN=gdr where the loader
+ * finds libnccl-net-gdr.so by name (an installed package); else the full path of the one next to the doctor (a build
+ * tree; LD_LIBRARY_PATH only for a directory the loader does not search anyway); else install it. NCCL_NET=GDR in
+ * each, so that NCCL fails rather than silently using its own transports when the plugin does not load. */
 static void fix_not_found(struct dr_report *r, struct dr_finding *f, const char *val) {
+  struct tried byname;
+  if (try_lib(PLUGIN_SONAME, &byname) == 1) {
+    dr_fix(r, f, "export NCCL_NET_PLUGIN=gdr NCCL_NET=GDR (NCCL then loads %s)", byname.path);
+    return;
+  }
   char near[PATH_MAX];
   find_plugin_near(near, sizeof near);
   if (near[0]) {
@@ -122,16 +147,22 @@ static void fix_not_found(struct dr_report *r, struct dr_finding *f, const char 
     snprintf(dir, sizeof dir, "%s", near);
     char *slash = strrchr(dir, '/');
     if (slash) *slash = '\0';
-    dr_fix(r, f,
-           "export NCCL_NET_PLUGIN=%s (a full path works from NCCL 2.27.5), or keep NCCL_NET_PLUGIN=gdr and put its "
-           "directory on the loader's path: export LD_LIBRARY_PATH=%s${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}",
-           near, dir);
-  } else {
-    dr_fix(r, f,
-           "install libnccl-net-gdr (or build it: build/lib/%s), then export NCCL_NET_PLUGIN=gdr with its directory "
-           "on LD_LIBRARY_PATH, or NCCL_NET_PLUGIN=<full path of %s>%s%s%s",
-           PLUGIN_SONAME, PLUGIN_SONAME, val ? " (now \"" : "", val ? val : "", val ? "\")" : "");
+    if (system_libdir(dir))
+      dr_fix(r, f,
+             "export NCCL_NET_PLUGIN=%s NCCL_NET=GDR (a full path: NCCL 2.27.5 and newer); or run ldconfig (as root) "
+             "so that the loader finds %s by name, then export NCCL_NET_PLUGIN=gdr NCCL_NET=GDR",
+             near, PLUGIN_SONAME);
+    else
+      dr_fix(r, f,
+             "export NCCL_NET_PLUGIN=%s NCCL_NET=GDR (a full path: NCCL 2.27.5 and newer); with an older NCCL: "
+             "export NCCL_NET_PLUGIN=gdr NCCL_NET=GDR LD_LIBRARY_PATH=%s${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}",
+             near, dir);
+    return;
   }
+  dr_fix(r, f,
+         "install libnccl-net-gdr, then export NCCL_NET_PLUGIN=gdr NCCL_NET=GDR; or build it and export "
+         "NCCL_NET_PLUGIN=<build>/lib/%s NCCL_NET=GDR%s%s%s",
+         PLUGIN_SONAME, val ? " (now \"" : "", val ? val : "", val ? "\")" : "");
 }
 
 static void check_net_plugin(struct dr_ctx *c) {
@@ -174,6 +205,7 @@ static void check_net_plugin(struct dr_ctx *c) {
 
   if (found >= 0) {
     enum dr_status st = DR_OK;
+    c->plugin_ver = t[found].ver;
     if (other >= 0 && !want_gdr) st = DR_WARN;
     f = dr_add(r, "env/NCCL_NET_PLUGIN", st, "%s%s: NCCL loads this plugin from %s (ncclNetPlugin_v%d)",
                val ? "NCCL_NET_PLUGIN=" : "NCCL_NET_PLUGIN unset, ", val ? val : "libnccl-net.so", t[found].path,
@@ -306,9 +338,30 @@ int dr_check_socket_ifname(struct dr_ctx *c) {
     if (w < 0) break;
     off += (size_t)w;
   }
-  f = dr_add(r, "socket-ifname", spec[0] ? DR_OK : DR_INFO, "%s%s%s%s: the plugin's handshake and TCP use %s",
-             spec[0] ? knob : "GDRNET_SOCKET_IFNAME unset", spec[0] ? "=\"" : "", spec, spec[0] ? "\"" : "", chosen);
+  for (int i = 0; i < n; i++)
+    if (dr_append(&c->tcp_ifs, "%s", ifs[i].name) < 0) r->oom = true;
+  /* only loopback addresses: fine for ranks of one host, unreachable for every other host */
+  int all_lo = 1;
+  for (int i = 0; i < n; i++) {
+    const union gdr_sockaddr *ad = &ifs[i].addr;
+    all_lo &= (ad->sa.sa_family == AF_INET && (ntohl(ad->sin.sin_addr.s_addr) >> 24) == 127) ||
+              (ad->sa.sa_family == AF_INET6 && IN6_IS_ADDR_LOOPBACK(&ad->sin6.sin6_addr));
+  }
+  enum dr_status st = spec[0] ? DR_OK : DR_INFO;
+  if (all_lo) st = DR_WARN;
+  f = dr_add(r, "socket-ifname", st, "%s%s%s%s: the plugin's handshake and TCP use %s%s",
+             spec[0] ? knob : "GDRNET_SOCKET_IFNAME unset", spec[0] ? "=\"" : "", spec, spec[0] ? "\"" : "", chosen,
+             all_lo ? ", loopback only: ranks on other hosts cannot reach this one" : "");
   dr_evidence(r, f, "interfaces up with an address here: %s", usable);
+  if (all_lo) {
+    dr_evidence(r, f,
+                "a peer on another host connects to the loopback address this rank advertises and fails after "
+                "GDRNET_CONNECT_TIMEOUT_MS (\"the peer advertised a loopback address\")");
+    dr_fix(r, f,
+           "set %s to an interface that other hosts reach (up here: %s), or unset it; loopback suits single-host "
+           "runs only",
+           knob, usable);
+  }
   return 0;
 }
 

@@ -396,5 +396,5 @@ void dr_check_rdma_devices(struct dr_ctx *c) {
     }
     if (strcmp(hwhich, "NCCL_IB_HCA") == 0) dr_evidence(r, f, "GDRNET_HCA unset: the plugin honours NCCL_IB_HCA");
   }
-  free(sel_list);
+  c->rdma_ports = sel_list; /* the outcome line's; freed with the context */
 }

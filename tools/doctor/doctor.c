@@ -12,6 +12,7 @@ void dr_run_all(struct dr_ctx *c) {
   dr_scan_pci(c);
   dr_check_verbs_lib(c);
   dr_check_rdma_devices(c);
+  dr_check_hca_verbs(c);
   dr_check_limits(c);
   dr_check_gpus(c);
   dr_check_gdr(c);
@@ -26,6 +27,9 @@ void dr_ctx_free(struct dr_ctx *c) {
   free(c->gpus);
   free(c->pci_nics);
   free(c->net_ifaces);
+  free(c->rdma_ports);
+  free(c->tcp_ifs);
+  c->rdma_ports = c->tcp_ifs = NULL;
   c->devs = NULL;
   c->gpus = NULL;
   c->pci_nics = c->net_ifaces = NULL;

@@ -93,6 +93,11 @@ struct dr_ctx {
   char *net_ifaces; /* "eth0 (virtio_net), ..." from /sys/class/net */
   size_t npci;      /* PCI functions seen */
   size_t npci_nics; /* of which network class (0x02xxxx) */
+  /* for the outcome line (dr_outcome) */
+  int plugin_ver;   /* the ncclNetPlugin_vN NCCL would take from this plugin; 0: NCCL would not load it */
+  char *rdma_ports; /* "mlx5_0:1, mlx5_1:1": the ACTIVE ports the plugin would use; NULL: none */
+  char *tcp_ifs;    /* "eth0": the interfaces of the plugin's handshake and TCP transport; NULL: not checked */
+  bool quiet;       /* --quiet: WARN and FAIL findings only */
 };
 
 /* Append ", text" (or text) to a malloc'd string; returns 0 or -1. */
@@ -116,6 +121,9 @@ const struct dr_finding *dr_find(const struct dr_report *r, const char *id);
 size_t dr_count(const struct dr_report *r, enum dr_status st);
 const char *dr_status_tag(enum dr_status st);  /* "[ OK ]" ... */
 const char *dr_status_name(enum dr_status st); /* "OK" ... */
+/* One line: what NCCL would do on this host with this environment, e.g. "NCCL would load GDR v11 and run over TCP on
+ * eth0, GDR off: no RDMA device". */
+void dr_outcome(const struct dr_report *r, const struct dr_ctx *c, char *buf, size_t len);
 int dr_print_human(const struct dr_report *r, const struct dr_ctx *c, FILE *out);
 int dr_print_json(const struct dr_report *r, const struct dr_ctx *c, FILE *out);
 /* JSON string literal (with quotes) of s, escaped per RFC 8259. */
@@ -149,6 +157,7 @@ void dr_fmt_bytes(unsigned long long v, char *buf, size_t len);
 /* ---- checks, in the order main() runs them ---- */
 void dr_check_verbs_lib(struct dr_ctx *c);    /* rdma-core via dlopen */
 void dr_check_rdma_devices(struct dr_ctx *c); /* /sys/class/infiniband: devices, ports, GIDs */
+void dr_check_hca_verbs(struct dr_ctx *c);    /* the ports the plugin's own verbs loader opens, GDRNET_HCA applied */
 void dr_check_limits(struct dr_ctx *c);       /* memlock, CAP_IPC_LOCK, /dev/infiniband */
 void dr_check_gpus(struct dr_ctx *c);         /* GPUs on the PCI bus */
 void dr_check_gdr(struct dr_ctx *c);          /* nvidia driver, peermem, DMA-BUF, CUDA */

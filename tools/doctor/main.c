@@ -8,34 +8,39 @@
 #include "doctor.h"
 
 static void usage(FILE *out) {
-  fprintf(
-      out,
-      "usage: gdrnet-doctor [--json] [--sysfs-root DIR] [--no-verbs] [--no-cuda] [--probe-libs] [--version] [--help]\n"
-      "\n"
-      "Checks whether GPUDirect RDMA can work on this host for libnccl-net-gdr and says what to fix:\n"
-      "rdma-core, RDMA devices/ports/RoCE GIDs, RLIMIT_MEMLOCK, CAP_IPC_LOCK, /dev/infiniband,\n"
-      "nvidia-peermem, DMA-BUF, IOMMU, GPU<->NIC PCIe distance, ACS, relaxed ordering, NCCL_* variables.\n"
-      "\n"
-      "  --json            one JSON object (findings with id, status, title, evidence, fix; verdict)\n"
-      "  --sysfs-root DIR  read DIR/sys, DIR/proc, DIR/dev instead of the live host (tests, or a copy\n"
-      "                    taken elsewhere); implies --no-verbs --no-cuda unless --probe-libs\n"
-      "  --no-verbs        do not dlopen libibverbs.so.1 ($GDRNET_IBVERBS_LIB)\n"
-      "  --no-cuda         do not dlopen libcuda.so.1\n"
-      "  --probe-libs      load libibverbs and libcuda even with --sysfs-root\n"
-      "  --version         print the version and exit\n"
-      "  --help            this text\n"
-      "\n"
-      "Each finding is OK, INFO, WARN (works, but slower or fragile) or FAIL (GPUDirect RDMA will not work).\n"
-      "Exit status: 0 ready (no FAIL), 1 not ready, 2 usage error.\n");
+  fprintf(out,
+          "usage: gdrnet-doctor [--json] [--quiet] [--sysfs-root DIR] [--no-verbs] [--no-cuda] [--probe-libs] "
+          "[--version] [--help]\n"
+          "\n"
+          "Checks whether GPUDirect RDMA can work on this host for libnccl-net-gdr and says what to fix:\n"
+          "rdma-core, RDMA devices/ports/RoCE GIDs, RLIMIT_MEMLOCK, CAP_IPC_LOCK, /dev/infiniband,\n"
+          "nvidia-peermem, DMA-BUF, IOMMU, GPU<->NIC PCIe distance, ACS, relaxed ordering, NCCL_* variables.\n"
+          "\n"
+          "  --json            one JSON object (findings with id, status, title, evidence, fix; verdict, outcome)\n"
+          "  --quiet           problems only: the WARN and FAIL findings, then the verdict and the outcome\n"
+          "  --sysfs-root DIR  read DIR/sys, DIR/proc, DIR/dev instead of the live host (tests, or a copy\n"
+          "                    taken elsewhere); implies --no-verbs --no-cuda unless --probe-libs\n"
+          "  --no-verbs        do not dlopen libibverbs.so.1 ($GDRNET_IBVERBS_LIB)\n"
+          "  --no-cuda         do not dlopen libcuda.so.1\n"
+          "  --probe-libs      load libibverbs and libcuda even with --sysfs-root\n"
+          "  --version         print the version and exit\n"
+          "  --help            this text\n"
+          "\n"
+          "Each finding is OK, INFO, WARN (works, but slower or fragile) or FAIL (GPUDirect RDMA will not work).\n"
+          "The last line is the outcome: what NCCL would load and run over, and whether GPUDirect RDMA is on, e.g.\n"
+          "\"NCCL would load GDR v11 and run over TCP on eth0, GDR off: no RDMA device\".\n"
+          "Exit status: 0 ready (no FAIL), 1 not ready, 2 usage error.\n");
 }
 
 int main(int argc, char **argv) {
-  bool json = false, no_verbs = false, no_cuda = false, probe_libs = false;
+  bool json = false, quiet = false, no_verbs = false, no_cuda = false, probe_libs = false;
   const char *root = NULL;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     if (strcmp(a, "--json") == 0) {
       json = true;
+    } else if (strcmp(a, "--quiet") == 0 || strcmp(a, "-q") == 0) {
+      quiet = true;
     } else if (strcmp(a, "--no-verbs") == 0) {
       no_verbs = true;
     } else if (strcmp(a, "--no-cuda") == 0) {
@@ -74,6 +79,7 @@ int main(int argc, char **argv) {
   struct dr_ctx ctx;
   memset(&ctx, 0, sizeof ctx);
   ctx.rep = &rep;
+  ctx.quiet = quiet;
   if (root) {
     struct stat st;
     if (stat(root, &st) != 0 || !S_ISDIR(st.st_mode)) {

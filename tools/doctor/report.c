@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "doctor.h"
 
@@ -146,12 +147,87 @@ static int put_indented(FILE *out, const char *lead, const char *text) {
   return 0;
 }
 
+static bool failed(const struct dr_report *r, const char *id) {
+  const struct dr_finding *f = dr_find(r, id);
+  return f != NULL && f->status == DR_FAIL;
+}
+
+/* Why the plugin would not use RDMA (NULL: it would), from the findings of the checks, in the plugin's own order:
+ * forced off, no library, no device, no port. */
+static const char *why_tcp(const struct dr_report *r, const struct dr_ctx *c, char *buf, size_t len) {
+  const char *v;
+  if ((v = getenv("GDRNET_TRANSPORT")) && strcasecmp(v, "tcp") == 0) return "GDRNET_TRANSPORT=tcp";
+  if (failed(r, "env/GDRNET_IB_DISABLE")) return "GDRNET_IB_DISABLE=1";
+  if (failed(r, "env/NCCL_IB_DISABLE")) return "NCCL_IB_DISABLE=1";
+  if (failed(r, "rdma-core")) return "libibverbs cannot be loaded";
+  if (c->rdma_ports != NULL) return NULL;
+  const struct dr_finding *h = dr_find(r, "hca");
+  if (h != NULL && h->status == DR_FAIL) {
+    snprintf(buf, len, "%.*s", (int)strcspn(h->title, " "), h->title); /* "NCCL_IB_HCA=mlx5_9" */
+    snprintf(buf + strlen(buf), len - strlen(buf), " selects no ACTIVE RDMA port");
+    return buf;
+  }
+  if (c->ndevs == 0 && c->verbs_devices <= 0) return "no RDMA device";
+  return "no ACTIVE RDMA port";
+}
+
+void dr_outcome(const struct dr_report *r, const struct dr_ctx *c, char *buf, size_t len) {
+  char tcpwhy[256], gdr[256];
+  const char *net = getenv("NCCL_NET");
+  const char *tw = why_tcp(r, c, tcpwhy, sizeof tcpwhy);
+  const char *v;
+  size_t o = 0;
+#define PUT(...)                                                                                                       \
+  do {                                                                                                                 \
+    int w_ = snprintf(buf + o, len > o ? len - o : 0, __VA_ARGS__);                                                    \
+    if (w_ > 0) o = o + (size_t)w_ < len ? o + (size_t)w_ : (len ? len - 1 : 0);                                       \
+  } while (0)
+  if (len == 0) return;
+  buf[0] = '\0';
+  if (c->plugin_ver > 0 && net != NULL && *net && strcasecmp(net, "GDR") != 0) {
+    PUT("NCCL would load GDR v%d but use NCCL_NET=%s, not this plugin", c->plugin_ver, net);
+    return;
+  }
+  if (c->plugin_ver > 0)
+    PUT("NCCL would load GDR v%d and run over ", c->plugin_ver);
+  else
+    PUT("NCCL would not load GDR (see env/NCCL_NET_PLUGIN); loaded, it would run over ");
+  if (tw != NULL)
+    PUT("TCP%s%s", c->tcp_ifs ? " on " : "", c->tcp_ifs ? c->tcp_ifs : "");
+  else
+    PUT("RDMA on %s", c->rdma_ports);
+  /* GPUDirect RDMA: the first reason it is off */
+  const struct dr_finding *g = dr_find(r, "gdr");
+  if (tw != NULL)
+    snprintf(gdr, sizeof gdr, "GDR off: %s", tw);
+  else if (c->ngpus == 0)
+    snprintf(gdr, sizeof gdr, "GDR off: no NVIDIA GPU on the PCI bus");
+  else if ((v = getenv("GDRNET_GDR")) && strcmp(v, "0") == 0)
+    snprintf(gdr, sizeof gdr, "GDR off: GDRNET_GDR=0");
+  else if (failed(r, "env/NCCL_NET_GDR_LEVEL"))
+    snprintf(gdr, sizeof gdr, "GDR off: NCCL_NET_GDR_LEVEL=%s", getenv("NCCL_NET_GDR_LEVEL"));
+  else if (c->ndevs == 0)
+    snprintf(gdr, sizeof gdr, "GDR off: no kernel RDMA device (libibverbs lists %d without sysfs: an emulator?)",
+             c->verbs_devices);
+  else if (g == NULL)
+    snprintf(gdr, sizeof gdr, "GDR not checked");
+  else if (g->status == DR_OK)
+    snprintf(gdr, sizeof gdr, "GDR on (%s)", strstr(g->title, " via ") ? strstr(g->title, " via ") + 5 : "");
+  else if (g->status == DR_WARN)
+    snprintf(gdr, sizeof gdr, "GDR unconfirmed: no nvidia-peermem, DMA-BUF unconfirmed");
+  else
+    snprintf(gdr, sizeof gdr, "GDR off: nvidia-peermem not loaded and DMA-BUF not usable");
+  PUT(", %s", gdr);
+#undef PUT
+}
+
 int dr_print_human(const struct dr_report *r, const struct dr_ctx *c, FILE *out) {
-  if (fprintf(out, "gdrnet-doctor %s  (root: %s%s)\n", DR_VERSION, c->root[0] ? c->root : "/",
-              c->fabricated ? ", fabricated tree" : "") < 0)
+  if (!c->quiet && fprintf(out, "gdrnet-doctor %s  (root: %s%s)\n", DR_VERSION, c->root[0] ? c->root : "/",
+                           c->fabricated ? ", fabricated tree" : "") < 0)
     return -1;
   for (size_t i = 0; i < r->n; i++) {
     const struct dr_finding *f = &r->f[i];
+    if (c->quiet && f->status != DR_WARN && f->status != DR_FAIL) continue;
     if (fprintf(out, "%s %s: %s\n", dr_status_tag(f->status), f->id, f->title ? f->title : "(out of memory)") < 0)
       return -1;
     for (size_t j = 0; j < f->nevidence; j++)
@@ -167,7 +243,9 @@ int dr_print_human(const struct dr_report *r, const struct dr_ctx *c, FILE *out)
     if (fprintf(out, "GPUDirect RDMA: NOT READY: %zu problem%s", nfail, nfail == 1 ? "" : "s") < 0) return -1;
     if (nwarn && fprintf(out, " (and %zu warning%s)", nwarn, nwarn == 1 ? "" : "s") < 0) return -1;
   }
-  return fputc('\n', out) == EOF ? -1 : 0;
+  char outcome[1024];
+  dr_outcome(r, c, outcome, sizeof outcome);
+  return fprintf(out, "\n%s\n", outcome) < 0 ? -1 : 0;
 }
 
 int dr_json_string(FILE *out, const char *s) {
@@ -212,9 +290,11 @@ int dr_print_json(const struct dr_report *r, const struct dr_ctx *c, FILE *out) 
   if (fprintf(out, "{\"tool\":\"gdrnet-doctor\",\"version\":\"%s\",\"root\":", DR_VERSION) < 0) return -1;
   if (dr_json_string(out, c->root[0] ? c->root : "/") < 0) return -1;
   if (fprintf(out, ",\"fabricated\":%s,\"findings\":[", c->fabricated ? "true" : "false") < 0) return -1;
+  size_t shown = 0;
   for (size_t i = 0; i < r->n; i++) {
     const struct dr_finding *f = &r->f[i];
-    if (fprintf(out, "%s\n{\"id\":", i ? "," : "") < 0 || dr_json_string(out, f->id) < 0) return -1;
+    if (c->quiet && f->status != DR_WARN && f->status != DR_FAIL) continue;
+    if (fprintf(out, "%s\n{\"id\":", shown++ ? "," : "") < 0 || dr_json_string(out, f->id) < 0) return -1;
     if (fprintf(out, ",\"status\":\"%s\",\"title\":", dr_status_name(f->status)) < 0) return -1;
     if (dr_json_string(out, f->title) < 0 || fputs(",\"evidence\":[", out) == EOF) return -1;
     for (size_t j = 0; j < f->nevidence; j++)
@@ -233,5 +313,8 @@ int dr_print_json(const struct dr_report *r, const struct dr_ctx *c, FILE *out) 
   else
     snprintf(verdict, sizeof verdict, "READY");
   if (dr_json_string(out, verdict) < 0) return -1;
+  char outcome[1024];
+  dr_outcome(r, c, outcome, sizeof outcome);
+  if (fputs(",\"outcome\":", out) == EOF || dr_json_string(out, outcome) < 0) return -1;
   return fputs("}\n", out) == EOF ? -1 : 0;
 }

@@ -11,6 +11,7 @@
  * re-entered while NULL, closeListen after accept, regMr per buffer, isend/irecv on sub-ranges with up
  * to --inflight outstanding, test() until done, iflush for GPUDirect receives, deregMr, close. */
 #include <errno.h>
+#include <ftw.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <math.h>
@@ -20,7 +21,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <netdb.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -41,7 +44,9 @@
 #define SALT_A2B 0xa2bull
 #define SALT_B2A 0xb2aull
 
-enum { OP_RUN = 1, OP_DONE = 2 };
+/* OP_ROW (client to server only): A's result row for the size just measured follows as a row_t, so that the server
+ * prints the same table as the client. */
+enum { OP_RUN = 1, OP_DONE = 2, OP_ROW = 3 };
 
 /* What A tells B: the run parameters (once) and then one command per measurement. */
 typedef struct {
@@ -50,7 +55,7 @@ typedef struct {
   uint32_t inflight;
   uint32_t check;
   uint32_t bidir;
-  uint32_t pad;
+  uint32_t reps; /* the client's --reps: the server's table header says what its rows are */
 } params_t;
 
 typedef struct {
@@ -70,7 +75,7 @@ typedef struct {
   char msg[256];
 } result_t;
 
-#define PARAMS_MAGIC 0x6764726e70657266ull /* "gdrnperf" */
+#define PARAMS_MAGIC 0x6764726e70657232ull /* "gdrnper2": with OP_ROW */
 
 typedef struct {
   /* command line */
@@ -92,11 +97,15 @@ typedef struct {
   int verbose;
   int dev;
   double timeout;
+  int reps; /* measurements per size; the row shows their median and spread */
 } opts_t;
 
+/* One size's result: with --reps N, the median of N measurements (gbps, avg/p50/p99, msgs) and their range. */
 typedef struct {
   uint64_t size, lat_iters, bw_iters;
   double gbps, avg_us, p50_us, p99_us, msgs;
+  uint64_t reps;
+  double gbps_min, gbps_max, p50_min, p50_max;
 } row_t;
 
 typedef struct {
@@ -119,14 +128,15 @@ typedef struct {
   uint64_t mismatches;
   char first_err[256];
   int fatal;
-  int init_ok; /* the plugin's init() succeeded (there are counters to show) */
-  int json_fd; /* --json -: the JSON goes to the original stdout (fd), the human lines to stderr */
+  int setup_ok; /* both ends loaded the plugin and connected: the counters are worth a line even when zero */
+  int json_fd;  /* --json -: the JSON goes to the original stdout (fd), the human lines to stderr */
   char fatal_msg[512];
   uint64_t polls;
   /* progress */
   int tty;
   uint64_t cmd_start_ns, last_progress_ns;
   int progress_shown;
+  int rep; /* the repetition running (1-based), for the progress line */
 } perf_t;
 
 static perf_t P;
@@ -144,14 +154,18 @@ static void usage(FILE *f) {
           "exactly as NCCL does. Latency comes from a ping-pong phase (half round trip), bandwidth from a\n"
           "streaming phase (one direction, or both with --bidir).\n"
           "\n"
-          "  --local              fork both ends on this host\n"
+          "  --local              fork both ends on this host (over the verbs emulator: a private VEMU_DIR under\n"
+          "                       TMPDIR, removed at the end, unless VEMU_DIR is set)\n"
           "  --server             wait for a client (bootstrap on TCP port P)\n"
           "  --client HOST        connect to a server; the client's run options are used by both ends\n"
           "  --port P             bootstrap TCP port (default %d; --server --port 0 picks a free one and prints it)\n"
+          "                       (the server prints the client, the transport and the client's table too)\n"
           "  --transport T        rdma|tcp|auto: sets GDRNET_TRANSPORT for the plugin\n"
           "  --sizes MIN:MAX[:F]  message sizes MIN, MIN*F, ... and MAX (default 8:64M:4; K/M/G suffixes)\n"
           "  --iters N            messages per size in each phase (default: 1000, fewer for large sizes)\n"
           "  --duration S         instead of --iters: about S seconds per size and phase\n"
+          "  --reps N             measure each size N times (1..1000, default 1): the row shows the median, and\n"
+          "                       the spread ((max - min) / median, %%) of GB/s and p50 in two more columns\n"
           "  --inflight N         requests in flight per direction, 1..%d (default 8)\n"
           "  --qps N              QPs per connection: sets GDRNET_QPS_PER_CONN\n"
           "  --cuda DEV           CUDA device memory on GPU DEV (needs libcuda.so.1 and a GDR-capable plugin)\n"
@@ -311,6 +325,7 @@ enum {
   O_PLUGIN,
   O_DEV,
   O_TIMEOUT,
+  O_REPS,
   O_VERSION
 };
 
@@ -331,6 +346,7 @@ static const char *value_hint(int opt) {
   case O_PLUGIN: return "the path of the plugin's .so";
   case O_DEV: return "a plugin device index, 0..1023";
   case O_TIMEOUT: return "seconds, more than 0 and at most 86400";
+  case O_REPS: return "an integer in 1..1000";
   default: return "see --help";
   }
 }
@@ -344,6 +360,7 @@ static void parse_args(int argc, char **argv, opts_t *o) {
   o->inflight = 8;
   o->cuda_dev = -1;
   o->timeout = 120;
+  o->reps = 1;
   static const struct option lo[] = {{"local", no_argument, NULL, O_LOCAL},
                                      {"server", no_argument, NULL, O_SERVER},
                                      {"client", required_argument, NULL, O_CLIENT},
@@ -362,6 +379,7 @@ static void parse_args(int argc, char **argv, opts_t *o) {
                                      {"plugin", required_argument, NULL, O_PLUGIN},
                                      {"dev", required_argument, NULL, O_DEV},
                                      {"timeout", required_argument, NULL, O_TIMEOUT},
+                                     {"reps", required_argument, NULL, O_REPS},
                                      {"version", no_argument, NULL, O_VERSION},
                                      {"verbose", no_argument, NULL, 'v'},
                                      {"help", no_argument, NULL, 'h'},
@@ -396,6 +414,7 @@ static void parse_args(int argc, char **argv, opts_t *o) {
     case O_PLUGIN: o->plugin = optarg; break;
     case O_DEV: o->dev = parse_int(optarg, 0, 1023, "--dev"); break;
     case O_TIMEOUT: o->timeout = parse_seconds(optarg, "--timeout", 86400); break;
+    case O_REPS: o->reps = parse_int(optarg, 1, 1000, "--reps"); break;
     case O_VERSION: printf("gdrnet-perf %s\n", GDRNET_VERSION); exit(0);
     case 'v': o->verbose = 1; break;
     case 'h': usage(stdout); exit(0);
@@ -437,7 +456,9 @@ static void progress(const char *phase, uint64_t size, uint64_t done, uint64_t t
   P.last_progress_ns = now;
   char sz[32];
   gn_fmt_size(size, sz, sizeof sz);
-  printf("\r\033[K  ... %s B: %s %" PRIu64 "/%" PRIu64, sz, phase, done, total);
+  char rp[48] = "";
+  if (P.o.reps > 1) snprintf(rp, sizeof rp, " (rep %d/%d)", P.rep, P.o.reps);
+  printf("\r\033[K  ... %s B: %s %" PRIu64 "/%" PRIu64 "%s", sz, phase, done, total, rp);
   fflush(stdout);
   P.progress_shown = 1;
 }
@@ -847,8 +868,8 @@ static double stats_sum(const char *text, const char *metric) {
 }
 
 /* One "# counters" line for process pid (after its plugin was unloaded): faults, recoveries, fallbacks and returns.
- * show = 0 (the plugin's init failed: there is nothing to count) prints nothing; a file of ours is removed either
- * way, so no run leaves one behind. */
+ * show = 0 (a usage or setup error: the run never started) prints the line only when something was counted, so that
+ * the error stands alone; a file of ours is removed either way, so no run leaves one behind. */
 static void print_counters(pid_t pid, const char *who, int show) {
   char path[600], text[16384];
   if (g_stats_pattern[0] == '\0') return;
@@ -862,16 +883,28 @@ static void print_counters(pid_t pid, const char *who, int show) {
   size_t n = fread(text, 1, sizeof text - 1, f);
   text[n] = '\0';
   (void)fclose(f);
-  if (show) {
+  static const char *const metrics[] = {"gdrnet_faults_total",
+                                        "gdrnet_recoveries_total",
+                                        "gdrnet_recovery_replayed_messages_total",
+                                        "gdrnet_fallbacks_total",
+                                        "gdrnet_returns_total",
+                                        "gdrnet_tcp_seconds_total",
+                                        "gdrnet_tcp_only_connections_total",
+                                        "gdrnet_device_lost",
+                                        "gdrnet_failed_connections_total",
+                                        "gdrnet_failed_requests_total"};
+  double v[sizeof metrics / sizeof metrics[0]];
+  int any = 0;
+  for (size_t i = 0; i < sizeof metrics / sizeof metrics[0]; i++) {
+    v[i] = stats_sum(text, metrics[i]);
+    if (v[i] != 0) any = 1;
+  }
+  if (show || any) {
     printf("# counters (%s): %.0f fault(s), %.0f recovery(ies) (%.0f message(s) replayed), %.0f fallback(s) to TCP, "
            "%.0f return(s) to RDMA (%.2f s on TCP), %.0f TCP-only connection(s), %.0f device(s) lost, %.0f failed "
            "connection(s), %.0f failed request(s)%s%s\n",
-           who, stats_sum(text, "gdrnet_faults_total"), stats_sum(text, "gdrnet_recoveries_total"),
-           stats_sum(text, "gdrnet_recovery_replayed_messages_total"), stats_sum(text, "gdrnet_fallbacks_total"),
-           stats_sum(text, "gdrnet_returns_total"), stats_sum(text, "gdrnet_tcp_seconds_total"),
-           stats_sum(text, "gdrnet_tcp_only_connections_total"), stats_sum(text, "gdrnet_device_lost"),
-           stats_sum(text, "gdrnet_failed_connections_total"), stats_sum(text, "gdrnet_failed_requests_total"),
-           g_stats_own ? "" : "; in ", g_stats_own ? "" : path);
+           who, v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[9], g_stats_own ? "" : "; in ",
+           g_stats_own ? "" : path);
     fflush(stdout);
   }
   if (g_stats_own && unlink(path) != 0 && errno != ENOENT) perr("removing %s: %s", path, strerror(errno));
@@ -897,7 +930,6 @@ static int setup_plugin(void) {
   ncclResult_t r = P.net->init(gn_logger);
   if (r != ncclSuccess)
     return fatal("plugin %s: init() returned %s (its WARN lines above say why)", P.net->name, gn_result_str(r));
-  P.init_ok = 1;
   int ndev = 0;
   r = P.net->devices(&ndev);
   if (r != ncclSuccess) return fatal("devices() returned %s", gn_result_str(r));
@@ -998,34 +1030,73 @@ static int sync_status(int ok_local) {
 static int setup_all(uint64_t max_size, int inflight) {
   if (sync_status(setup_plugin() == 0) != 0) return -1;
   if (sync_status(setup_comms(max_size, inflight) == 0) != 0) return -1;
+  P.setup_ok = 1;
   return 0;
 }
 
 /* ------------------------------------------------------------------------------------------ */
 /* Role B: follow A's commands. */
 
+static int write_outputs(const row_t *rows, int nrows);
+static void print_header(void);
+static void print_row(const row_t *r);
+
+/* The server's copy of the client's table (OP_ROW): printed as it comes, written to its own --json/--csv at the end. */
+static int b_row(row_t **rows, int *nrows, int *cap) {
+  row_t r;
+  if (gn_boot_recv(P.bootfd, &r, sizeof r, P.o.timeout) != 0) {
+    perr("bootstrap: no row from the client: %s", strerror(errno));
+    return -1;
+  }
+  if (*nrows >= 128) { /* the client sends one row per size, at most 128 sizes */
+    perr("protocol: the client sent more than 128 rows");
+    return -1;
+  }
+  if (*nrows == *cap) {
+    int ncap = *cap ? 2 * *cap : 16;
+    row_t *n = realloc(*rows, (size_t)ncap * sizeof *n);
+    if (n == NULL) {
+      perr("out of memory");
+      return -1;
+    }
+    *rows = n;
+    *cap = ncap;
+  }
+  (*rows)[(*nrows)++] = r;
+  print_row(&r);
+  return 0;
+}
+
 static int run_b(void) {
   params_t prm;
+  row_t *rows = NULL;
+  int nrows = 0, cap = 0, rc = 1;
   if (gn_boot_recv(P.bootfd, &prm, sizeof prm, P.o.timeout) != 0 || prm.magic != PARAMS_MAGIC) {
-    perr("did not get the run parameters from the client: %s", strerror(errno ? errno : EPROTO));
+    perr("did not get the run parameters from the client (a gdrnet-perf --client of this version?): %s",
+         strerror(errno ? errno : EPROTO));
     return 1;
   }
   P.o.inflight = (int)prm.inflight;
   P.o.check = (int)prm.check;
   P.o.bidir = (int)prm.bidir;
   P.o.max_size = prm.max_size;
+  P.o.reps = prm.reps >= 1 && prm.reps <= 1000 ? (int)prm.reps : 1; /* the rows come summarised: for the header */
   if (setup_all(prm.max_size, (int)prm.inflight) != 0) {
     (void)teardown(); /* unloads the plugin: its last counters file is written now, not at exit */
     return 1;
   }
+  if (P.o.mode == 's') print_header();
   for (;;) {
     cmd_t c;
     if (gn_boot_recv(P.bootfd, &c, sizeof c, 3600) != 0) {
       perr("lost the bootstrap connection to A: %s", strerror(errno));
-      (void)teardown();
-      return 1;
+      goto out;
     }
     if (c.op == OP_DONE) break;
+    if (c.op == OP_ROW) {
+      if (b_row(&rows, &nrows, &cap) != 0) goto out;
+      continue;
+    }
     result_t res;
     memset(&res, 0, sizeof res);
     if (run_cmd(&c, NULL, &res.bw_ns) != 0) {
@@ -1033,21 +1104,24 @@ static int run_b(void) {
       snprintf(res.msg, sizeof res.msg, "%.255s", P.fatal_msg);
       perr("%s", P.fatal_msg);
       (void)gn_boot_send(P.bootfd, &res, sizeof res);
-      (void)teardown();
-      return 1;
+      goto out;
     }
     res.mismatches = P.mismatches;
     snprintf(res.msg, sizeof res.msg, "%s", P.first_err);
-    if (gn_boot_send(P.bootfd, &res, sizeof res) != 0) {
-      (void)teardown();
-      return 1;
-    }
+    if (gn_boot_send(P.bootfd, &res, sizeof res) != 0) goto out;
   }
-  if (teardown() != 0) {
+  if (P.o.mode == 's' && write_outputs(rows, nrows) != 0) {
     perr("%s", P.fatal_msg);
-    return 1;
+    goto out;
   }
-  return 0;
+  rc = 0;
+out:
+  free(rows);
+  if (teardown() != 0) {
+    if (rc == 0) perr("%s", P.fatal_msg);
+    rc = 1;
+  }
+  return rc;
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -1104,14 +1178,20 @@ static void print_header(void) {
   printf("# latency: ping-pong, half round trip per message; bandwidth: %s streaming, up to %d in flight, "
          "timed to the receiver's ack\n",
          P.o.bidir ? "bidirectional (sum of both directions)" : "one-way", P.o.inflight);
-  printf("# %10s %8s %10s %10s %10s %10s %12s\n", "bytes", "iters", "GB/s", "avg_us", "p50_us", "p99_us", "msgs/s");
+  if (P.o.reps > 1) printf("# each row: the median of %d measurements; spread = (max - min) / median\n", P.o.reps);
+  printf("# %10s %8s %10s %10s %10s %10s %12s%s\n", "bytes", "iters", "GB/s", "avg_us", "p50_us", "p99_us", "msgs/s",
+         P.o.reps > 1 ? "  GB/s_spread%  p50_spread%" : "");
   fflush(stdout);
 }
 
 static void print_row(const row_t *r) {
   progress_clear();
-  printf("  %10" PRIu64 " %8" PRIu64 " %10.3f %10.2f %10.2f %10.2f %12.0f\n", r->size, r->bw_iters, r->gbps, r->avg_us,
+  printf("  %10" PRIu64 " %8" PRIu64 " %10.3f %10.2f %10.2f %10.2f %12.0f", r->size, r->bw_iters, r->gbps, r->avg_us,
          r->p50_us, r->p99_us, r->msgs);
+  if (r->reps > 1)
+    printf("  %12.1f %12.1f", r->gbps > 0 ? 100 * (r->gbps_max - r->gbps_min) / r->gbps : 0,
+           r->p50_us > 0 ? 100 * (r->p50_max - r->p50_min) / r->p50_us : 0);
+  printf("\n");
   fflush(stdout);
 }
 
@@ -1137,9 +1217,12 @@ static int write_outputs(const row_t *rows, int nrows) {
     for (int i = 0; i < nrows; i++)
       fprintf(f,
               "    {\"bytes\": %" PRIu64 ", \"iters\": %" PRIu64 ", \"lat_iters\": %" PRIu64
-              ", \"gbps\": %.6f, \"avg_us\": %.3f, \"p50_us\": %.3f, \"p99_us\": %.3f, \"msgs_per_s\": %.1f}%s\n",
+              ", \"gbps\": %.6f, \"avg_us\": %.3f, \"p50_us\": %.3f, \"p99_us\": %.3f, \"msgs_per_s\": %.1f, "
+              "\"reps\": %" PRIu64 ", \"gbps_min\": %.6f, \"gbps_max\": %.6f, \"p50_us_min\": %.3f, "
+              "\"p50_us_max\": %.3f}%s\n",
               rows[i].size, rows[i].bw_iters, rows[i].lat_iters, rows[i].gbps, rows[i].avg_us, rows[i].p50_us,
-              rows[i].p99_us, rows[i].msgs, i + 1 < nrows ? "," : "");
+              rows[i].p99_us, rows[i].msgs, rows[i].reps, rows[i].gbps_min, rows[i].gbps_max, rows[i].p50_min,
+              rows[i].p50_max, i + 1 < nrows ? "," : "");
     fprintf(f, "  ]\n}\n");
     if (fclose(f) != 0) return fatal("--json %s: %s", P.o.json, strerror(errno));
   }
@@ -1155,12 +1238,112 @@ static int write_outputs(const row_t *rows, int nrows) {
   return 0;
 }
 
+/* One measurement of a size: the latency and bandwidth phases on both ends, summarised into r (reps = 1). Prints the
+ * error and returns -1 on failure. */
+static int measure_once(uint64_t size, uint64_t lat_n, uint64_t bw_n, uint64_t iter_base, row_t *r) {
+  cmd_t c = {.op = OP_RUN, .size = size, .lat_iters = lat_n, .bw_iters = bw_n, .iter_base = iter_base};
+  result_t pr;
+  double *lat = calloc(lat_n ? lat_n : 1, sizeof *lat);
+  if (lat == NULL) {
+    perr("out of memory");
+    return -1;
+  }
+  uint64_t bw_ns = 0;
+  if (a_exchange(&c, lat, &bw_ns, &pr) != 0) {
+    perr("size %" PRIu64 ": %s", size, P.fatal_msg);
+    free(lat);
+    return -1;
+  }
+  if (P.mismatches || pr.mismatches) {
+    perr("size %" PRIu64 ": data check failed: %" PRIu64 " bad message(s) seen by A, %" PRIu64 " by B; first: %s", size,
+         P.mismatches, pr.mismatches, P.mismatches ? P.first_err : pr.msg);
+    free(lat);
+    return -1;
+  }
+  memset(r, 0, sizeof *r);
+  r->size = size;
+  r->lat_iters = lat_n;
+  r->bw_iters = bw_n;
+  r->reps = 1;
+  double sum = 0;
+  for (uint64_t i = 0; i < lat_n; i++) sum += lat[i];
+  r->avg_us = sum / (double)lat_n;
+  qsort(lat, lat_n, sizeof *lat, cmp_double);
+  r->p50_us = lat[(lat_n - 1) / 2];
+  uint64_t i99 = (uint64_t)ceil(0.99 * (double)lat_n);
+  r->p99_us = lat[i99 ? i99 - 1 : 0];
+  free(lat);
+  double secs = (double)bw_ns / 1e9;
+  double msgs = (double)bw_n;
+  if (P.o.bidir) {
+    double peer_s = (double)pr.bw_ns / 1e9;
+    if (peer_s > secs) secs = peer_s;
+    msgs *= 2;
+  }
+  if (secs <= 0) secs = 1e-9;
+  r->gbps = msgs * (double)size / secs / 1e9;
+  r->msgs = msgs / secs;
+  r->gbps_min = r->gbps_max = r->gbps;
+  r->p50_min = r->p50_max = r->p50_us;
+  return 0;
+}
+
+/* The median of n values (sorts them). */
+static double median_of(double *v, int n) {
+  qsort(v, (size_t)n, sizeof *v, cmp_double);
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+/* --reps N measurements of one size; r gets the median of each column and the range of GB/s and p50. */
+static int measure_reps(uint64_t size, uint64_t lat_n, uint64_t bw_n, uint64_t *iter_base, row_t *r) {
+  int n = P.o.reps, rc = 0;
+  row_t *s = calloc((size_t)n, sizeof *s);
+  double *v = calloc((size_t)n, sizeof *v);
+  if (s == NULL || v == NULL) {
+    perr("out of memory");
+    rc = -1;
+    goto out;
+  }
+  for (int k = 0; k < n; k++) {
+    P.rep = k + 1;
+    if (measure_once(size, lat_n, bw_n, *iter_base, &s[k]) != 0) {
+      rc = -1;
+      goto out;
+    }
+    *iter_base += lat_n + bw_n;
+  }
+  *r = s[0];
+  r->reps = (uint64_t)n;
+  for (int k = 0; k < n; k++) {
+    if (s[k].gbps < r->gbps_min) r->gbps_min = s[k].gbps;
+    if (s[k].gbps > r->gbps_max) r->gbps_max = s[k].gbps;
+    if (s[k].p50_us < r->p50_min) r->p50_min = s[k].p50_us;
+    if (s[k].p50_us > r->p50_max) r->p50_max = s[k].p50_us;
+  }
+#define MEDIAN(field)                                                                                                  \
+  do {                                                                                                                 \
+    for (int k = 0; k < n; k++) v[k] = s[k].field;                                                                     \
+    r->field = median_of(v, n);                                                                                        \
+  } while (0)
+  MEDIAN(gbps);
+  MEDIAN(avg_us);
+  MEDIAN(p50_us);
+  MEDIAN(p99_us);
+  MEDIAN(msgs);
+#undef MEDIAN
+out:
+  free(s);
+  free(v);
+  return rc;
+}
+
 static int run_a(void) {
   params_t prm = {.magic = PARAMS_MAGIC,
                   .max_size = P.o.max_size,
                   .inflight = (uint32_t)P.o.inflight,
                   .check = (uint32_t)P.o.check,
-                  .bidir = (uint32_t)P.o.bidir};
+                  .bidir = (uint32_t)P.o.bidir,
+                  .reps = (uint32_t)P.o.reps};
   if (gn_boot_send(P.bootfd, &prm, sizeof prm) != 0) {
     perr("bootstrap: %s", strerror(errno));
     return 1;
@@ -1194,6 +1377,7 @@ static int run_a(void) {
     uint64_t lat_n = P.o.iters ? P.o.iters : auto_lat_iters(size);
     uint64_t bw_n = P.o.iters ? P.o.iters : auto_bw_iters(size);
     /* warm-up (also the calibration for --duration) */
+    P.rep = 1;
     cmd_t w = {.op = OP_RUN,
                .size = size,
                .lat_iters = lat_n < 4 ? lat_n : 4,
@@ -1230,51 +1414,21 @@ static int run_a(void) {
       if (lat_n > 10000000) lat_n = 10000000;
       if (bw_n > 10000000) bw_n = 10000000;
     }
-    cmd_t c = {.op = OP_RUN, .size = size, .lat_iters = lat_n, .bw_iters = bw_n, .iter_base = iter_base};
-    iter_base += lat_n + bw_n;
-    double *lat = calloc(lat_n ? lat_n : 1, sizeof *lat);
-    if (lat == NULL) {
-      perr("out of memory");
+    row_t *r = &rows[nrows];
+    if (measure_reps(size, lat_n, bw_n, &iter_base, r) != 0) {
       status = 1;
       break;
     }
-    uint64_t bw_ns = 0;
-    if (a_exchange(&c, lat, &bw_ns, &pr) != 0) {
-      perr("size %" PRIu64 ": %s", size, P.fatal_msg);
-      free(lat);
-      status = 1;
-      break;
-    }
-    if (P.mismatches || pr.mismatches) {
-      perr("size %" PRIu64 ": data check failed: %" PRIu64 " bad message(s) seen by A, %" PRIu64 " by B; first: %s",
-           size, P.mismatches, pr.mismatches, P.mismatches ? P.first_err : pr.msg);
-      free(lat);
-      status = 1;
-      break;
-    }
-    row_t *r = &rows[nrows++];
-    r->size = size;
-    r->lat_iters = lat_n;
-    r->bw_iters = bw_n;
-    double sum = 0;
-    for (uint64_t i = 0; i < lat_n; i++) sum += lat[i];
-    r->avg_us = sum / (double)lat_n;
-    qsort(lat, lat_n, sizeof *lat, cmp_double);
-    r->p50_us = lat[(lat_n - 1) / 2];
-    uint64_t i99 = (uint64_t)ceil(0.99 * (double)lat_n);
-    r->p99_us = lat[i99 ? i99 - 1 : 0];
-    free(lat);
-    double secs = (double)bw_ns / 1e9;
-    double msgs = (double)bw_n;
-    if (P.o.bidir) {
-      double peer_s = (double)pr.bw_ns / 1e9;
-      if (peer_s > secs) secs = peer_s;
-      msgs *= 2;
-    }
-    if (secs <= 0) secs = 1e-9;
-    r->gbps = msgs * (double)size / secs / 1e9;
-    r->msgs = msgs / secs;
+    nrows++;
     print_row(r);
+    if (P.o.mode == 'c') { /* the server prints the table too */
+      cmd_t rc = {.op = OP_ROW};
+      if (gn_boot_send(P.bootfd, &rc, sizeof rc) != 0 || gn_boot_send(P.bootfd, r, sizeof *r) != 0) {
+        perr("bootstrap: sending the row to the server: %s", strerror(errno));
+        status = 1;
+        break;
+      }
+    }
   }
   cmd_t done = {.op = OP_DONE};
   if (gn_boot_send(P.bootfd, &done, sizeof done) != 0 && status == 0) {
@@ -1294,6 +1448,90 @@ static int run_a(void) {
 }
 
 /* ------------------------------------------------------------------------------------------ */
+/* --local and the verbs emulator: both processes of the run meet in VEMU_DIR. Unless the user set it, the run gets a
+ * private one under TMPDIR, removed at the end, so that no --local run leaves the emulator's sockets and fake sysfs
+ * in /tmp/vemu-<uid> (its default, shared by every run of the user). Harmless with a real libibverbs. */
+static char g_vemu_dir[600];
+
+static void setup_vemu_dir(void) {
+  const char *user = getenv("VEMU_DIR"), *tmp = getenv("TMPDIR");
+  if (user != NULL && user[0] != '\0') return;
+  snprintf(g_vemu_dir, sizeof g_vemu_dir, "%s/gdrnet-perf-vemu.XXXXXX", tmp && *tmp ? tmp : "/tmp");
+  if (mkdtemp(g_vemu_dir) == NULL || setenv("VEMU_DIR", g_vemu_dir, 1) != 0) {
+    perr("creating a VEMU_DIR for the run (%s): %s", g_vemu_dir, strerror(errno));
+    (void)rmdir(g_vemu_dir);
+    g_vemu_dir[0] = '\0';
+    return;
+  }
+  if (P.o.verbose)
+    printf("# VEMU_DIR=%s (the verbs emulator's rendezvous for this run, removed at the end)\n", g_vemu_dir);
+}
+
+static int rm_entry(const char *path, const struct stat *st, int type, struct FTW *ftw) {
+  (void)st;
+  (void)ftw;
+  if ((type == FTW_DP ? rmdir(path) : unlink(path)) != 0 && errno != ENOENT)
+    perr("removing %s: %s", path, strerror(errno));
+  return 0;
+}
+
+static void remove_vemu_dir(void) {
+  if (g_vemu_dir[0] == '\0') return;
+  (void)nftw(g_vemu_dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+  g_vemu_dir[0] = '\0';
+}
+
+static int run_local(void) {
+  int sv[2];
+  if (gn_boot_socketpair(sv) != 0) {
+    perror("gdrnet-perf: socketpair");
+    return 1;
+  }
+  fflush(stdout);
+  fflush(stderr);
+  pid_t pid = fork();
+  if (pid < 0) {
+    perror("gdrnet-perf: fork");
+    return 1;
+  }
+  if (pid == 0) {
+    (void)prctl(PR_SET_PDEATHSIG, SIGKILL);
+    close(sv[0]);
+    P.role = 'B';
+    P.bootfd = sv[1];
+    P.tty = 0;
+    g_vemu_dir[0] = '\0'; /* A removes it */
+    gn_log_set_prefix("1");
+    int rc = run_b();
+    fflush(stdout);
+    fflush(stderr);
+    _exit(rc);
+  }
+  g_child = pid;
+  close(sv[1]);
+  P.role = 'A';
+  P.bootfd = sv[0];
+  gn_log_set_prefix("0");
+  int rc = run_a();
+  close(P.bootfd);
+  int st = 0;
+  if (waitpid(pid, &st, 0) < 0) {
+    perror("gdrnet-perf: waitpid");
+    return 1;
+  }
+  g_child = -1;
+  if (WIFSIGNALED(st)) {
+    fprintf(stderr, "gdrnet-perf: error: peer process B died of signal %d\n", WTERMSIG(st));
+    return 1;
+  }
+  print_counters(getpid(), "process A", P.setup_ok);
+  print_counters(pid, "process B", P.setup_ok);
+  if (WEXITSTATUS(st) != 0) {
+    if (rc == 0) fprintf(stderr, "gdrnet-perf: error: peer process B exited with status %d\n", WEXITSTATUS(st));
+    return 1;
+  }
+  return rc;
+}
 
 int main(int argc, char **argv) {
   memset(&P, 0, sizeof P);
@@ -1313,53 +1551,9 @@ int main(int argc, char **argv) {
   signal(SIGPIPE, SIG_IGN);
 
   if (P.o.mode == 'l') {
-    int sv[2];
-    if (gn_boot_socketpair(sv) != 0) {
-      perror("gdrnet-perf: socketpair");
-      return 1;
-    }
-    fflush(stdout);
-    fflush(stderr);
-    pid_t pid = fork();
-    if (pid < 0) {
-      perror("gdrnet-perf: fork");
-      return 1;
-    }
-    if (pid == 0) {
-      (void)prctl(PR_SET_PDEATHSIG, SIGKILL);
-      close(sv[0]);
-      P.role = 'B';
-      P.bootfd = sv[1];
-      P.tty = 0;
-      gn_log_set_prefix("1");
-      int rc = run_b();
-      fflush(stdout);
-      fflush(stderr);
-      _exit(rc);
-    }
-    g_child = pid;
-    close(sv[1]);
-    P.role = 'A';
-    P.bootfd = sv[0];
-    gn_log_set_prefix("0");
-    int rc = run_a();
-    close(P.bootfd);
-    int st = 0;
-    if (waitpid(pid, &st, 0) < 0) {
-      perror("gdrnet-perf: waitpid");
-      return 1;
-    }
-    g_child = -1;
-    if (WIFSIGNALED(st)) {
-      fprintf(stderr, "gdrnet-perf: error: peer process B died of signal %d\n", WTERMSIG(st));
-      return 1;
-    }
-    print_counters(getpid(), "process A", P.init_ok);
-    print_counters(pid, "process B", P.init_ok);
-    if (WEXITSTATUS(st) != 0) {
-      if (rc == 0) fprintf(stderr, "gdrnet-perf: error: peer process B exited with status %d\n", WEXITSTATUS(st));
-      return 1;
-    }
+    setup_vemu_dir();
+    int rc = run_local();
+    remove_vemu_dir();
     return rc;
   }
   if (P.o.mode == 's') {
@@ -1378,9 +1572,21 @@ int main(int argc, char **argv) {
       return 1;
     }
     P.role = 'B';
+    union {
+      struct sockaddr sa;
+      struct sockaddr_storage ss;
+    } peer;
+    socklen_t plen = sizeof peer;
+    char host[NI_MAXHOST] = "?", serv[NI_MAXSERV] = "?";
+    if (getpeername(P.bootfd, &peer.sa, &plen) != 0 ||
+        getnameinfo(&peer.sa, plen, host, sizeof host, serv, sizeof serv, NI_NUMERICHOST | NI_NUMERICSERV) != 0)
+      snprintf(host, sizeof host, "(unknown: %s)", strerror(errno));
+    printf("# gdrnet-perf server: client %s port %s connected\n",
+           strncmp(host, "::ffff:", 7) == 0 && strchr(host, '.') ? host + 7 : host, serv);
+    fflush(stdout);
     int rc = run_b();
     close(P.bootfd);
-    print_counters(getpid(), "this server", P.init_ok);
+    print_counters(getpid(), "this server", P.setup_ok);
     if (rc == 0) printf("# gdrnet-perf server: run complete\n");
     return rc;
   }
@@ -1393,6 +1599,6 @@ int main(int argc, char **argv) {
   P.role = 'A';
   int rc = run_a();
   close(P.bootfd);
-  print_counters(getpid(), "this client", P.init_ok);
+  print_counters(getpid(), "this client", P.setup_ok);
   return rc;
 }

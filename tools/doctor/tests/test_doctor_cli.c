@@ -1118,6 +1118,96 @@ static void net_plugin_loading(void **state) {
   }
 }
 
+/* The fix for an unset or wrong NCCL_NET_PLUGIN, shortest first: NCCL_NET_PLUGIN=gdr NCCL_NET=GDR where the loader finds
+ * the plugin by name (an installed package; here LD_LIBRARY_PATH stands in for the system path), the full path of a
+ * build tree's plugin otherwise; never "keep NCCL_NET_PLUGIN=gdr" when it is not gdr. */
+static void net_plugin_fix(void **state) {
+  struct fx *f = *state;
+  char real[4096], first[4200];
+  assert_non_null(realpath(g_plugin, real));
+  const char *e1[] = {"NCCL_NET_PLUGIN=nosuch", g_plugin_dir, NULL};
+  struct res r = run_json(f, NULL, e1);
+  expect(&r, "env/NCCL_NET_PLUGIN", "FAIL");
+  const char *fix = json_str(json_get(finding(&r, "env/NCCL_NET_PLUGIN"), "fix"));
+  assert_non_null(fix);
+  if (strncmp(fix, "export NCCL_NET_PLUGIN=gdr NCCL_NET=GDR (NCCL then loads ", 57) != 0 ||
+      strstr(fix, "LD_LIBRARY_PATH") != NULL || strstr(fix, "keep") != NULL)
+    fail_msg("plugin found by name: fix \"%s\"", fix);
+  res_free(&r);
+  /* a build tree's plugin, not on the loader's path: its full path first */
+  snprintf(first, sizeof first, "export NCCL_NET_PLUGIN=%s NCCL_NET=GDR ", real);
+  const char *e2[] = {"NCCL_NET_PLUGIN=nosuch", NULL};
+  const char *e3[] = {NULL};
+  const char *const *envs[] = {e2, e3};
+  for (int i = 0; i < 2; i++) {
+    r = run_json(f, NULL, envs[i]);
+    fix = json_str(json_get(finding(&r, "env/NCCL_NET_PLUGIN"), "fix"));
+    assert_non_null(fix);
+    if (strncmp(fix, first, strlen(first)) != 0 || strstr(fix, "keep") != NULL)
+      fail_msg("build tree, NCCL_NET_PLUGIN %s: fix \"%s\"", i ? "unset" : "=nosuch", fix);
+    res_free(&r);
+  }
+}
+
+/* The outcome line (human: the last line; JSON: "outcome") says what NCCL would load and run over, and why GPUDirect
+ * RDMA is off; --quiet keeps only the WARN and FAIL findings (JSON too), the verdict and the outcome. */
+static void outcome_and_quiet(void **state) {
+  struct fx *f = *state;
+  char full[4200];
+  snprintf(full, sizeof full, "NCCL_NET_PLUGIN=%s", g_plugin);
+  const char *e1[] = {full, "NCCL_NET=GDR", NULL};
+  struct res r = run_json(f, NULL, e1);
+  assert_string_equal(json_str(json_get(r.doc, "outcome")),
+                      "NCCL would load GDR v11 and run over RDMA on mlx5_0:1, GDR on (nvidia-peermem and DMA-BUF)");
+  res_free(&r);
+  const char *e2[] = {full, "GDRNET_TRANSPORT=tcp", NULL};
+  r = run_json(f, NULL, e2);
+  assert_string_equal(json_str(json_get(r.doc, "outcome")),
+                      "NCCL would load GDR v11 and run over TCP, GDR off: GDRNET_TRANSPORT=tcp");
+  res_free(&r);
+  const char *e3[] = {"NCCL_NET_PLUGIN=nosuch", NULL};
+  r = run_json(f, NULL, e3);
+  const char *o = json_str(json_get(r.doc, "outcome"));
+  assert_non_null(o);
+  assert_non_null(strstr(o, "NCCL would not load GDR (see env/NCCL_NET_PLUGIN)"));
+  res_free(&r);
+  const char *e4[] = {full, "NCCL_NET=IB", NULL};
+  r = run_json(f, NULL, e4);
+  assert_string_equal(json_str(json_get(r.doc, "outcome")),
+                      "NCCL would load GDR v11 but use NCCL_NET=IB, not this plugin");
+  res_free(&r);
+  /* --json --quiet: the WARN/FAIL findings only, the summary still counts all */
+  const char *q[] = {"--quiet", NULL};
+  r = run_json(f, q, e2);
+  const struct jv *fs = json_get(r.doc, "findings");
+  assert_non_null(fs);
+  assert_int_equal(fs->n, 1);
+  expect(&r, "env/GDRNET_TRANSPORT", "FAIL");
+  assert_true(json_get(json_get(r.doc, "summary"), "ok")->num > 0);
+  res_free(&r);
+  /* human --quiet: no OK/INFO line, no header; the verdict, then the outcome last */
+  const char *a[] = {"--sysfs-root", f->root, "--quiet", NULL};
+  r = run_raw(a, e2);
+  assert_int_equal(r.rc, 1);
+  assert_null(strstr(r.out, "[ OK ]"));
+  assert_null(strstr(r.out, "[INFO]"));
+  assert_null(strstr(r.out, "gdrnet-doctor "));
+  assert_non_null(strstr(r.out, "[FAIL] env/GDRNET_TRANSPORT: "));
+  assert_non_null(strstr(r.out, "\nGPUDirect RDMA: NOT READY: 1 problem\nNCCL would load GDR v11 and run over TCP, GDR "
+                                "off: GDRNET_TRANSPORT=tcp\n"));
+  assert_int_equal(r.out[strlen(r.out) - 1], '\n');
+  res_free(&r);
+  /* without --quiet the OK findings are there, and the outcome is still the last line */
+  const char *b[] = {"--sysfs-root", f->root, NULL};
+  r = run_raw(b, e1);
+  assert_int_equal(r.rc, 0);
+  assert_non_null(strstr(r.out, "[ OK ]"));
+  const char *last = "\nNCCL would load GDR v11 and run over RDMA on mlx5_0:1, GDR on (nvidia-peermem and DMA-BUF)\n";
+  assert_true(strlen(r.out) > strlen(last));
+  assert_string_equal(r.out + strlen(r.out) - strlen(last), last);
+  res_free(&r);
+}
+
 /* GDRNET_SOCKET_IFNAME / NCCL_SOCKET_IFNAME go through the plugin's own interface selection: one that selects nothing
  * fails the plugin's init, and the finding names the interfaces that exist (this host's: lo at least). */
 static void socket_ifname(void **state) {
@@ -1138,10 +1228,13 @@ static void socket_ifname(void **state) {
   expect(&r, "socket-ifname", "FAIL");
   expect_has(&r, "socket-ifname", "title", "NCCL_SOCKET_IFNAME=\"nosuchif\"");
   res_free(&r);
+  /* loopback only: works on one host, but ranks on other hosts cannot connect: a WARN (still ready) */
   const char *e3[] = {"GDRNET_SOCKET_IFNAME=lo", NULL};
   r = run_json(f, NULL, e3);
-  expect(&r, "socket-ifname", "OK");
+  expect(&r, "socket-ifname", "WARN");
   expect_has(&r, "socket-ifname", "title", "use lo (127.0.0.1)");
+  expect_has(&r, "socket-ifname", "title", "ranks on other hosts cannot reach this one");
+  expect_has(&r, "socket-ifname", "fix", "an interface that other hosts reach");
   expect_has(&r, "env/knobs", "title", "every value valid for the plugin");
   assert_int_equal(r.rc, 0);
   res_free(&r);
@@ -1172,7 +1265,7 @@ static void usage_errors(void **state) {
   const char *a5[] = {"--help", NULL};
   r = run_raw(a5, NULL);
   assert_int_equal(r.rc, 0);
-  assert_non_null(strstr(r.out, "usage: gdrnet-doctor [--json] [--sysfs-root DIR]"));
+  assert_non_null(strstr(r.out, "usage: gdrnet-doctor [--json] [--quiet] [--sysfs-root DIR]"));
   assert_non_null(strstr(r.out, "Exit status: 0 ready"));
   assert_non_null(strstr(r.out, "--version"));
   res_free(&r);
@@ -1313,6 +1406,8 @@ int main(int argc, char **argv) {
       cmocka_unit_test_setup_teardown(verbs_lib_without_sysfs, setup_empty, teardown),
       cmocka_unit_test_setup_teardown(json_escaping, setup, teardown),
       cmocka_unit_test_setup_teardown(net_plugin_loading, setup, teardown),
+      cmocka_unit_test_setup_teardown(net_plugin_fix, setup, teardown),
+      cmocka_unit_test_setup_teardown(outcome_and_quiet, setup, teardown),
       cmocka_unit_test_setup_teardown(socket_ifname, setup, teardown),
       cmocka_unit_test(usage_errors),
       cmocka_unit_test_setup_teardown(library_probes, setup, teardown),
