@@ -621,6 +621,14 @@ void gin_rdma_flush(struct gin_comm *c, struct gin_req *r, struct gin_mr *m) {
   issue(c, r, &o);
 }
 
+void gin_rdma_peer_gone(struct gin_comm *c, int peer) {
+  struct rpeer *p;
+  if (c->rdma == NULL) return;
+  p = &c->rdma->p[peer];
+  p->head = p->tail = -1; /* core.c failed those requests: their pool slots are free for others */
+  p->listed_wr = 0;
+}
+
 static int peer_of_qp(struct gin_comm *c, uint32_t qpn) {
   for (int r = 0; r < c->nranks; r++)
     if (c->rdma->p[r].qp != NULL && c->rdma->p[r].qp->qp_num == qpn) return r;
@@ -945,6 +953,7 @@ static void recovery_timers(struct gin_comm *c) {
   uint64_t now = gdr_time_ns();
   for (int r = 0; r < c->nranks && c->error == ncclSuccess; r++) {
     struct rpeer *p = &c->rdma->p[r];
+    if (c->peers[r].gone) continue;
     if (p->mv != MV_NONE) {
       if (p->rs == RS_DRAIN && now > p->drain_until) drain_done(c, r);
       if (c->error == ncclSuccess) move_progress(c, r);
@@ -1015,7 +1024,7 @@ static void credit(struct gin_comm *c, int peer) {
   struct ibv_send_wr wr, *bad = NULL;
   struct ibv_sge sge;
   int rc;
-  if (p->rs != RS_OK || p->credit_inflight || p->consumed - p->credit_sent < (uint64_t)GIN_RDMA_RING / 8 ||
+  if (c->peers[peer].gone || p->rs != RS_OK || p->credit_inflight || p->consumed - p->credit_sent < (uint64_t)GIN_RDMA_RING / 8 ||
       p->sq_used + 1 > GIN_RDMA_SQ)
     return;
   g->credit_src[peer] = p->consumed;
@@ -1041,6 +1050,9 @@ static ncclResult_t completion(struct gin_comm *c, const struct ibv_wc *wc) {
   unsigned kind = (unsigned)(wc->wr_id >> 60);
   struct rpeer *p;
   if (peer < 0) return c->error; /* a QP already destroyed (its completions were drained) */
+  /* it closed: what was towards it already failed; its signals that still arrive are applied */
+  if (c->peers[peer].gone && (wc->status != IBV_WC_SUCCESS || wc->opcode != IBV_WC_RECV_RDMA_WITH_IMM))
+    return c->error;
   p = &g->p[peer];
   if (kind == WR_MARK && wc->wr_id == ((uint64_t)WR_MARK << 60 | (uint32_t)peer)) {
     if (p->rs == RS_DRAIN && --p->marks == 0) drain_done(c, peer);
@@ -1155,6 +1167,7 @@ void gin_rdma_get(struct gin_comm *c, struct gin_req *r, struct gin_mr *rm, uint
   (void)c, (void)r, (void)rm, (void)roff, (void)lm, (void)loff, (void)size;
 }
 void gin_rdma_flush(struct gin_comm *c, struct gin_req *r, struct gin_mr *m) { (void)c, (void)r, (void)m; }
+void gin_rdma_peer_gone(struct gin_comm *c, int peer) { (void)c, (void)peer; }
 int gin_rdma_peer_active(struct gin_comm *c, int peer) {
   (void)c, (void)peer;
   return 0;

@@ -149,6 +149,7 @@ void gin_os_flush(struct gin_comm *c, struct gin_req *r) {
 }
 
 static ncclResult_t send_progress(struct gin_comm *c, int peer);
+static ncclResult_t recv_progress(struct gin_comm *c, int peer);
 
 void gin_fail(struct gin_comm *c, ncclResult_t res, const char *what, int peer) {
   if (c->error == ncclSuccess) {
@@ -160,7 +161,7 @@ void gin_fail(struct gin_comm *c, ncclResult_t res, const char *what, int peer) 
      * or the peer's TCP timeout otherwise) */
     for (int r = 0; c->peers != NULL && r < c->nranks; r++) {
       struct gin_hdr h;
-      if (r == c->rank || c->peers[r].q == NULL || gin_os_room(c, r) < 1) continue;
+      if (r == c->rank || c->peers[r].q == NULL || c->peers[r].gone || gin_os_room(c, r) < 1) continue;
       memset(&h, 0, sizeof(h));
       h.magic = GIN_WIRE_MAGIC;
       h.op = GIN_OP_ABORT;
@@ -168,6 +169,16 @@ void gin_fail(struct gin_comm *c, ncclResult_t res, const char *what, int peer) 
       (void)send_progress(c, r);
     }
   }
+}
+
+/* A send towards peer failed: a peer that closed cleanly (its GIN_OP_BYE, maybe still unread) is no failure, what
+ * was queued to it is dropped; else the error stands. */
+static ncclResult_t send_lost(struct gin_comm *c, int peer, ncclResult_t res) {
+  struct gin_peer *p = &c->peers[peer];
+  if (!p->gone) (void)recv_progress(c, peer);
+  if (!p->gone) return res;
+  p->head = p->tail;
+  return ncclSuccess;
 }
 
 /* Posts and tests the peer's sends; frees the done ones from the head. */
@@ -182,7 +193,7 @@ static ncclResult_t send_progress(struct gin_comm *c, int peer) {
       res = gdr_core_test(e->nreq, &done, NULL, NULL);
       if (res != ncclSuccess) {
         e->nreq = NULL;
-        gin_fail(c, res, "a send failed", peer);
+        if ((res = send_lost(c, peer, res)) != ncclSuccess) gin_fail(c, res, "a send failed", peer);
         goto out;
       }
       if (done) {
@@ -196,7 +207,7 @@ static ncclResult_t send_progress(struct gin_comm *c, int peer) {
       void *nreq = NULL;
       res = gdr_core_isend(p->send, e->data + e->posted, n, 0, e->mh, NULL, &nreq);
       if (res != ncclSuccess) {
-        gin_fail(c, res, "a send could not be posted", peer);
+        if ((res = send_lost(c, peer, res)) != ncclSuccess) gin_fail(c, res, "a send could not be posted", peer);
         goto out;
       }
       if (nreq != NULL) {
@@ -399,6 +410,7 @@ static ncclResult_t recv_progress(struct gin_comm *c, int peer) {
   struct gin_peer *p = &c->peers[peer];
   for (int rounds = 0; rounds < 16; rounds++) {
     int done = 0;
+    if (p->gone) goto out; /* nothing follows its GIN_OP_BYE */
     if (p->rx == GIN_RX_IDLE) {
       if (p->rx_stalled) {
         int more = 0, stall = 0;
@@ -437,6 +449,10 @@ static ncclResult_t recv_progress(struct gin_comm *c, int peer) {
           ((p->rx_hdr.flags & GIN_F_INLINE) && sizes[0] != sizeof(struct gin_hdr) + p->rx_hdr.size)) {
         GDR_WARN("GIN rank %d: a malformed message (%zu bytes) from rank %d", c->rank, sizes[0], peer);
         res = ncclRemoteError;
+        goto out;
+      }
+      if (p->rx_hdr.op == GIN_OP_BYE) {
+        gin_peer_bye(c, peer);
         goto out;
       }
       GDR_CHECK(rx_header(c, peer, &more, &stall));
