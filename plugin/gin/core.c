@@ -310,12 +310,31 @@ void gin_peer_bye(struct gin_comm *c, int peer) {
            c->rank, peer, failed);
 }
 
+/* Nothing of this rank's in flight: no operation, every queued message wholly posted (what is left only awaits its
+ * completion), no data being received: a close now is clean, and progress touches no window (they may be gone). */
+static int quiescent(const struct gin_comm *c) {
+  for (uint32_t i = 0; i < c->npool; i++)
+    if (c->pool[i].kind == GIN_RQ_USER && !c->pool[i].done) return 0;
+  for (int r = 0; r < c->nranks; r++) {
+    const struct gin_peer *p = &c->peers[r];
+    if (p->rx == GIN_RX_DATA) return 0;
+    for (uint32_t k = p->head; k != p->tail; k++)
+      if (p->q[k % p->qcap].posted != p->q[k % p->qcap].size) return 0;
+  }
+  return 1;
+}
+
 /* A clean close: GIN_OP_BYE to every peer that understands it, behind what is queued to it, and the sends given
  * GDRNET_CONNECT_TIMEOUT_MS to go out (a peer that left meanwhile is skipped); then nothing more is received. A
- * failed comm says nothing more (its peers had GIN_OP_ABORT). */
+ * failed comm, or one with operations in flight, says nothing (its peers had GIN_OP_ABORT, or see the connection
+ * end). */
 static void say_bye(struct gin_comm *c) {
   uint64_t deadline = gdr_time_ns() + (uint64_t)gdr_param_int(GDR_PARAM_CONNECT_TIMEOUT_MS) * 1000000ull;
   pthread_mutex_lock(&c->lock);
+  if (c->error == ncclSuccess && !quiescent(c)) {
+    GDR_INFO(NCCL_NET, "GIN rank %d closes with operations in flight: the peers see its connections end", c->rank);
+    goto out;
+  }
   for (int r = 0; r < c->nranks && c->error == ncclSuccess; r++) {
     struct gin_hdr h;
     if (r == c->rank || c->peers[r].gone || !(c->peers[r].caps & GIN_CAP_BYE)) continue;
@@ -342,6 +361,7 @@ static void say_bye(struct gin_comm *c) {
     sched_yield();
     pthread_mutex_lock(&c->lock);
   }
+out:
   pthread_mutex_unlock(&c->lock);
 }
 
