@@ -45,12 +45,18 @@
 #include "rdma/gid.h"
 #include "rdma/rdma.h"
 
-/* Send queue, receive queue and signal ring per QP: 8192 (or the device's max_qp_wr), room for every context's
- * queue (GDR_GIN_MAX_CONTEXTS x NCCL's 256 per rank: NCCL never retries an operation answered "try again"), two
- * work requests each (a put and its signal), and the credits' lag (a quarter of the ring at most). */
+/* Send queue per QP: 8192 (or the device's max_qp_wr), room for every context's queue (GDR_GIN_MAX_CONTEXTS x
+ * NCCL's 256 per rank), two work requests each (a put and its signal), and the credits' lag (a quarter of the ring
+ * at most). Signal ring per peer (= the QP's receive queue): as deep, within GIN_RDMA_RING_BUDGET slots over all
+ * peers (inbox + outbox: 64 bytes a slot). One CQ takes every QP's both queues: past the device's max_cqe the send
+ * queues, then the rings, shrink (n x (sq + ring) + 64 <= max_cqe); below GIN_RDMA_MIN_Q either, the comm's
+ * operations are messages (tcp_os.c), said in a WARN. A full send queue or ring answers "try again". Every rank
+ * computes the same sizes from n and the device; the ring goes in the QP address and a peer with another fails. */
 #define GIN_RDMA_QDEPTH 8192
+#define GIN_RDMA_RING_BUDGET (1 << 18)
+#define GIN_RDMA_MIN_Q 64
 #define GIN_RDMA_RING (c->rdma->ring)
-#define GIN_RDMA_SQ (c->rdma->ring)
+#define GIN_RDMA_SQ (c->rdma->sq)
 #define GIN_REC_MAGIC 0x53524447u
 
 enum { WR_USER = 1, WR_CREDIT = 2, WR_MARK = 3 };
@@ -92,7 +98,7 @@ struct qpinfo {
   uint64_t inbox_va;
   uint64_t credit_va;
   uint32_t credit_rkey;
-  uint32_t pad;
+  uint32_t ring; /* the sender's signal ring (0: an older plugin's, min(max_qp_wr, GIN_RDMA_QDEPTH)) */
 };
 
 struct rpeer {
@@ -104,6 +110,7 @@ struct rpeer {
   uint64_t credit_sent;
   int credit_inflight;
   int have_remote, ready;
+  int remote_off; /* bring-up: its GIN_OP_QP came empty, it cannot */
   struct qpinfo remote;
   /* recovery */
   int head, tail; /* its operations in issue order (struct rop indices), -1: none */
@@ -130,7 +137,9 @@ struct gin_rdma {
   uint64_t scratch;
   struct ibv_mr *inbox_mr, *outbox_mr, *credits_mr, *credit_src_mr, *scratch_mr;
   size_t max_wr;
-  int ring;        /* = send queue = receive queue */
+  int ring;        /* signal slots per peer = the receive queue */
+  int sq;          /* send queue per QP */
+  int off;         /* bring-up: this rank cannot (the peers' answers are still collected, then it is torn down) */
   int atomic;      /* signals are RDMA FETCH_AND_ADDs (GDRNET_GIN_SIGNAL=atomic on a device with atomic_cap) */
   struct rop *ops; /* [c->npool] */
 };
@@ -241,6 +250,22 @@ static void my_qpinfo(const struct gin_rdma *g, const struct rpeer *p, struct qp
   q->inbox_rkey = g->inbox_mr->rkey;
   q->credit_va = (uint64_t)(uintptr_t)g->credits;
   q->credit_rkey = g->credits_mr->rkey;
+  q->ring = (uint32_t)g->ring;
+}
+
+/* the queues' sizes (above); 0: they do not fit the device */
+static int size_queues(struct gin_comm *c, struct gin_rdma *g, int max_cqe) {
+  long n = c->nranks, per = max_cqe > 64 ? ((long)max_cqe - 64) / n : 0;
+  long sq = g->d->max_qp_wr > 0 && g->d->max_qp_wr < GIN_RDMA_QDEPTH ? g->d->max_qp_wr : GIN_RDMA_QDEPTH;
+  long ring = GIN_RDMA_RING_BUDGET / n < sq ? GIN_RDMA_RING_BUDGET / n : sq;
+  if (ring < GIN_RDMA_MIN_Q) ring = GIN_RDMA_MIN_Q;
+  if (sq + ring > per) {
+    if (ring > per / 2) ring = per / 2;
+    sq = per - ring < sq ? per - ring : sq;
+  }
+  g->sq = (int)sq;
+  g->ring = (int)ring;
+  return sq >= GIN_RDMA_MIN_Q && ring >= GIN_RDMA_MIN_Q;
 }
 
 static struct ibv_mr *reg(struct gin_rdma *g, void *buf, size_t len, int access) {
@@ -255,6 +280,8 @@ ncclResult_t gin_rdma_setup(struct gin_comm *c) {
   int n = c->nranks, pdev;
   uint64_t deadline = gdr_time_ns() + (uint64_t)gdr_param_int(GDR_PARAM_CONNECT_TIMEOUT_MS) * 1000000ull;
   const int rw = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+  struct ibv_device_attr da;
+  char why[192] = "";
   if (tp == NULL || strcmp(tp->name, "rdma") != 0 || gdr_param_int(GDR_PARAM_GIN_PATH) == GDR_GIN_PATH_MESSAGES) {
     GDR_INFO(NCCL_INIT | NCCL_NET, "GIN rank %d: one-sided operations as messages over the %s transport%s", c->rank,
              tp != NULL ? tp->name : "?", tp != NULL && !strcmp(tp->name, "rdma") ? " (GDRNET_GIN_PATH=messages)" : "");
@@ -273,10 +300,24 @@ ncclResult_t gin_rdma_setup(struct gin_comm *c) {
   }
   c->rdma = g;
   g->d = &gdr_rdma.devs[pdev];
+  g->p = calloc((size_t)n, sizeof(*g->p));
+  if (g->p == NULL) {
+    res = ncclSystemError;
+    goto out;
+  }
+  for (int r = 0; r < n; r++) g->p[r].head = g->p[r].tail = -1;
+  memset(&da, 0, sizeof(da));
+  if (gdr_ibv.query_device(g->d->ctx, &da) != 0) {
+    snprintf(why, sizeof(why), "ibv_query_device failed: %s", strerror(errno));
+    goto agree;
+  }
+  if (!size_queues(c, g, da.max_cqe)) {
+    snprintf(why, sizeof(why), "%d ranks do not fit one CQ (max_cqe %d, max_qp_wr %d)", n, da.max_cqe,
+             g->d->max_qp_wr);
+    goto agree;
+  }
   if (gdr_param_int(GDR_PARAM_GIN_SIGNAL) == GDR_GIN_SIGNAL_ATOMIC) {
-    struct ibv_device_attr da;
-    memset(&da, 0, sizeof(da));
-    if (gdr_ibv.query_device(g->d->ctx, &da) == 0 && da.atomic_cap != IBV_ATOMIC_NONE)
+    if (da.atomic_cap != IBV_ATOMIC_NONE)
       g->atomic = 1;
     else
       GDR_INFO(NCCL_INIT | NCCL_NET,
@@ -284,23 +325,21 @@ ncclResult_t gin_rdma_setup(struct gin_comm *c) {
                "(atomic_cap NONE): signals by WRITE_WITH_IMM",
                c->rank, g->d->name);
   }
-  g->ring = g->d->max_qp_wr > 0 && g->d->max_qp_wr < GIN_RDMA_QDEPTH ? g->d->max_qp_wr : GIN_RDMA_QDEPTH;
   g->max_wr = g->d->max_msg > 0 && g->d->max_msg < ((size_t)1 << 30) ? g->d->max_msg : ((size_t)1 << 30);
-  g->p = calloc((size_t)n, sizeof(*g->p));
   g->inbox = calloc((size_t)n * GIN_RDMA_RING, sizeof(struct sig_rec));
   g->outbox = calloc((size_t)n * GIN_RDMA_RING, sizeof(struct sig_rec));
   g->credits = calloc((size_t)n, sizeof(uint64_t));
   g->credit_src = calloc((size_t)n, sizeof(uint64_t));
   g->ops = calloc(c->npool > 0 ? c->npool : 1, sizeof(*g->ops));
-  if (!g->p || !g->inbox || !g->outbox || !g->credits || !g->credit_src || !g->ops) {
-    res = ncclSystemError;
-    goto out;
+  if (!g->inbox || !g->outbox || !g->credits || !g->credit_src || !g->ops) {
+    snprintf(why, sizeof(why), "out of memory for the signal rings of %d ranks", n);
+    goto agree;
   }
   g->cq = gdr_ibv.create_cq(g->d->ctx, n * (GIN_RDMA_SQ + GIN_RDMA_RING) + 64, NULL, NULL, 0);
   if (g->cq == NULL) {
-    GDR_WARN("GIN %s: ibv_create_cq failed: %s", g->d->name, strerror(errno));
-    res = ncclSystemError;
-    goto out;
+    snprintf(why, sizeof(why), "ibv_create_cq(%d) failed: %s", n * (GIN_RDMA_SQ + GIN_RDMA_RING) + 64,
+             strerror(errno));
+    goto agree;
   }
   g->inbox_mr = reg(g, g->inbox, (size_t)n * GIN_RDMA_RING * sizeof(struct sig_rec), rw);
   g->outbox_mr = reg(g, g->outbox, (size_t)n * GIN_RDMA_RING * sizeof(struct sig_rec), IBV_ACCESS_LOCAL_WRITE);
@@ -308,30 +347,39 @@ ncclResult_t gin_rdma_setup(struct gin_comm *c) {
   g->credit_src_mr = reg(g, g->credit_src, (size_t)n * sizeof(uint64_t), IBV_ACCESS_LOCAL_WRITE);
   g->scratch_mr = reg(g, &g->scratch, sizeof(g->scratch), IBV_ACCESS_LOCAL_WRITE);
   if (!g->inbox_mr || !g->outbox_mr || !g->credits_mr || !g->credit_src_mr || !g->scratch_mr) {
-    res = ncclSystemError;
-    goto out;
+    snprintf(why, sizeof(why), "the signal rings could not be registered");
+    goto agree;
   }
-  for (int r = 0; r < n; r++) g->p[r].head = g->p[r].tail = -1;
   for (int r = 0; r < n; r++) {
     struct rpeer *p = &g->p[r];
-    struct gin_hdr h;
-    struct qpinfo q;
-    GDR_CHECK(qp_create(c, g, p));
+    if (qp_create(c, g, p) != ncclSuccess) {
+      snprintf(why, sizeof(why), "a QP could not be made");
+      goto agree;
+    }
     for (int k = 0; k < GIN_RDMA_RING; k++) {
       int rc = post_recv(p);
       if (rc) {
-        GDR_WARN("GIN %s: ibv_post_recv failed: %s", g->d->name, strerror(rc));
-        res = ncclSystemError;
-        goto out;
+        snprintf(why, sizeof(why), "ibv_post_recv failed: %s", strerror(rc));
+        goto agree;
       }
     }
-    my_qpinfo(g, p, &q);
+  }
+agree:
+  /* every rank learns whether every rank brought its end up: a GIN_OP_QP with the QP's address, or an empty one
+   * (this rank cannot); any empty one and every rank leaves the one-sided path alike */
+  g->off = why[0] != 0;
+  for (int r = 0; r < n; r++) {
+    struct gin_hdr h;
+    struct qpinfo q;
     memset(&h, 0, sizeof(h));
     h.magic = GIN_WIRE_MAGIC;
     h.op = GIN_OP_QP;
-    h.flags = GIN_F_INLINE;
-    h.size = sizeof(q);
-    gin_os_queue_hdr(c, r, NULL, &h, &q, sizeof(q));
+    if (!g->off) {
+      my_qpinfo(g, &g->p[r], &q);
+      h.flags = GIN_F_INLINE;
+      h.size = sizeof(q);
+    }
+    gin_os_queue_hdr(c, r, NULL, &h, &q, g->off ? 0 : sizeof(q));
   }
   /* every rank's QP address, then every QP ready on both ends before anything is written */
   for (int phase = 0; phase < 2; phase++) {
@@ -348,6 +396,18 @@ ncclResult_t gin_rdma_setup(struct gin_comm *c) {
       }
     }
     if (phase == 0) {
+      for (int r = 0; r < n && !g->off; r++)
+        if (g->p[r].remote_off) {
+          snprintf(why, sizeof(why), "rank %d cannot bring its end up", r);
+          g->off = 1;
+        }
+      if (g->off) {
+        GDR_WARN("GIN rank %d: no one-sided RDMA on %s: %s; one-sided operations go as messages over the rdma "
+                 "transport",
+                 c->rank, g->d->name, why);
+        gin_rdma_teardown(c);
+        goto out;
+      }
       for (int r = 0; r < n; r++) {
         struct gin_hdr h;
         GDR_CHECK(qp_connect(g, &g->p[r]));
@@ -358,8 +418,10 @@ ncclResult_t gin_rdma_setup(struct gin_comm *c) {
       }
     }
   }
-  GDR_INFO(NCCL_INIT | NCCL_NET, "GIN rank %d: one-sided RDMA on %s (port %d): RDMA WRITE puts, READ gets, %s", c->rank,
-           g->d->name, g->d->port,
+  GDR_INFO(NCCL_INIT | NCCL_NET,
+           "GIN rank %d: one-sided RDMA on %s (port %d): %d-deep send queues, %d-slot signal rings, a CQ of %d; "
+           "RDMA WRITE puts, READ gets, %s",
+           c->rank, g->d->name, g->d->port, g->sq, g->ring, n * (g->sq + g->ring) + 64,
            g->atomic ? "FETCH_AND_ADD signals after the data"
                      : "WRITE_WITH_IMM signals applied by the target's progress");
 out:
@@ -990,7 +1052,24 @@ ncclResult_t gin_rdma_message(struct gin_comm *c, int peer, const struct gin_hdr
       move_agree(c, peer);
     return c->error;
   }
+  if (h->op == GIN_OP_QP && h->size == 0 && !(h->flags & GIN_F_RECOVER) && !p->have_remote) {
+    p->remote_off = p->have_remote = 1; /* the peer cannot bring its end up: every rank leaves the path */
+    return ncclSuccess;
+  }
   if (h->op == GIN_OP_QP && h->size != sizeof(struct qpinfo)) return ncclRemoteError;
+  if (h->op == GIN_OP_QP && !g->off) { /* its signals land in this rank's ring for it: the same size on both sides */
+    struct qpinfo q;
+    uint32_t ring;
+    memcpy(&q, payload, sizeof(q));
+    ring = q.ring != 0 ? q.ring
+           : g->d->max_qp_wr > 0 && g->d->max_qp_wr < GIN_RDMA_QDEPTH ? (uint32_t)g->d->max_qp_wr
+                                                                     : GIN_RDMA_QDEPTH;
+    if (ring != (uint32_t)g->ring) {
+      GDR_WARN("GIN rank %d: rank %d's signal ring has %u slots, this rank's %d (another plugin version or device)",
+               c->rank, peer, ring, g->ring);
+      return ncclRemoteError;
+    }
+  }
   if (h->flags & GIN_F_RECOVER) {
     uint32_t e = (uint32_t)h->cookie;
     if (p->mv != MV_NONE) return ncclSuccess;                                  /* a recovery the move ended */
@@ -1120,6 +1199,7 @@ ncclResult_t gin_rdma_progress(struct gin_comm *c) {
   struct gin_rdma *g = c->rdma;
   struct ibv_wc wc[16];
   int n = 0;
+  if (g->off) return c->error; /* a bring-up that failed here: nothing was posted */
   while (c->error == ncclSuccess && (n = gdr_ibv_poll_cq(g->cq, 16, wc)) > 0)
     for (int i = 0; i < n && c->error == ncclSuccess; i++) (void)completion(c, &wc[i]);
   if (c->error == ncclSuccess && n < 0) {

@@ -12,10 +12,24 @@
 
 static struct gin_send *slot(struct gin_peer *p, uint32_t pos) { return &p->q[pos % p->qcap]; }
 
+/* The FIFO towards a peer holds every context's operations (2 entries each) and the replies; the pool every
+ * operation of every peer. Past GIN_OS_BUDGET FIFO entries (x GIN_MSG_MAX bytes of ring) or GIN_OS_POOL_MAX
+ * requests over all peers they shrink with the ranks (at least GIN_OS_MIN_QCAP, and one peer's full depth): a full
+ * FIFO or pool answers "try again", a reply that finds no room waits for the next progress. */
+#define GIN_OS_BUDGET (1u << 16)
+#define GIN_OS_MIN_QCAP 64u
+#define GIN_OS_POOL_MAX (1u << 16)
+
 ncclResult_t gin_os_setup(struct gin_comm *c) {
   ncclResult_t res = ncclSuccess;
   uint32_t qcap = (uint32_t)(2 * c->depth * (GDR_GIN_MAX_CONTEXTS + 1) + 8);
-  c->npool = (uint32_t)c->nranks * (uint32_t)c->depth * GDR_GIN_MAX_CONTEXTS;
+  uint32_t full_pool = (uint32_t)c->depth * GDR_GIN_MAX_CONTEXTS;
+  if ((uint64_t)qcap * (uint32_t)c->nranks > GIN_OS_BUDGET)
+    qcap = GIN_OS_BUDGET / (uint32_t)c->nranks > GIN_OS_MIN_QCAP ? GIN_OS_BUDGET / (uint32_t)c->nranks
+                                                                 : GIN_OS_MIN_QCAP;
+  c->npool = (uint32_t)c->nranks * full_pool;
+  if ((uint64_t)full_pool * (uint32_t)c->nranks > GIN_OS_POOL_MAX)
+    c->npool = GIN_OS_POOL_MAX > full_pool ? GIN_OS_POOL_MAX : full_pool;
   c->pool = calloc(c->npool, sizeof(*c->pool));
   if (c->pool == NULL) {
     res = ncclSystemError;

@@ -48,8 +48,18 @@ static tbl_t T;
 #define CALL_NO12(f, ...) (T.v == 11 ? G11->f(__VA_ARGS__) : T.v == 13 ? G13->f(__VA_ARGS__) : R14->f(__VA_ARGS__))
 #define CALL_V13(f, ...) (T.v == 13 ? G13->f(__VA_ARGS__) : R14->f(__VA_ARGS__))
 
+static atomic_int g_fallback_warns; /* WARNs that the one-sided RDMA path is not brought up (GNIT_GIN_EXPECT_FALLBACK) */
+
 static void logger(ncclDebugLogLevel level, unsigned long flags, const char *file, int line, const char *fmt, ...) {
   (void)flags;
+  if (level == NCCL_LOG_WARN) {
+    char msg[512];
+    va_list aq;
+    va_start(aq, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, aq);
+    va_end(aq);
+    if (strstr(msg, "one-sided operations go as messages") != NULL) atomic_fetch_add(&g_fallback_warns, 1);
+  }
   if (level > NCCL_LOG_INFO && getenv("GNIT_GIN_VERBOSE") == NULL) return;
   if (level == NCCL_LOG_INFO && getenv("GNIT_GIN_VERBOSE") == NULL) return;
   va_list ap;
@@ -666,6 +676,8 @@ static int rank_main(int rank) {
   int ncontexts, depth;
   void *lib;
   g_rank = rank;
+  /* GNIT_GIN_FAULT_RANK=r: only rank r keeps VEMU_FAULTS (the emulator reads it when the plugin loads it) */
+  if (getenv("GNIT_GIN_FAULT_RANK") != NULL && atoi(getenv("GNIT_GIN_FAULT_RANK")) != rank) unsetenv("VEMU_FAULTS");
   lib = load_table();
   ncontexts = T.v == 11 ? 1 : 4;
   depth = T.v == 11 || T.v == 14 ? 0 : 16; /* v14: no depth in the config */
@@ -706,6 +718,14 @@ static int rank_main(int rank) {
     hub_barrier();
     unload(lib);
     return 0;
+  }
+  /* GNIT_GIN_EXPECT_FALLBACK=1: the one-sided RDMA path could not be brought up, said in a WARN, and every check
+   * below runs over the message path; =0: it was brought up (no such WARN) */
+  if (getenv("GNIT_GIN_EXPECT_FALLBACK") != NULL) {
+    int want = atoi(getenv("GNIT_GIN_EXPECT_FALLBACK"));
+    IT_CHECK(want ? atomic_load(&g_fallback_warns) >= 1 : atomic_load(&g_fallback_warns) == 0,
+             "%d WARN(s) that the one-sided RDMA path fell back to messages, GNIT_GIN_EXPECT_FALLBACK=%d",
+             atomic_load(&g_fallback_warns), want);
   }
   check_puts(&c);
   check_gets_flush(&c);
