@@ -347,6 +347,7 @@ static void say_bye(struct gin_comm *c) {
     h.op = GIN_OP_BYE;
     gin_os_queue_hdr(c, r, NULL, &h, NULL, 0);
   }
+  c->closing = 1;
   while (c->error == ncclSuccess && gin_os_progress(c) == ncclSuccess) {
     int left = 0;
     for (int r = 0; r < c->nranks; r++)

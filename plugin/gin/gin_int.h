@@ -156,6 +156,7 @@ struct gin_comm {
   struct gin_early *early; /* peers' registrations heard before this rank made the window */
   uint32_t next_mr_id;
   ncclResult_t error; /* sticky: the first failure (a dead peer, a broken connection) */
+  int closing;        /* a clean close has said GIN_OP_BYE: a failure now is this rank's alone (no GIN_OP_ABORT) */
   int nctx_live;
   struct gin_rdma *rdma; /* the one-sided RDMA path (rdma_os.c), or NULL: every operation is a message */
   uint64_t puts, signals, gets, bytes, errors, recoveries, replayed, moves;

@@ -172,8 +172,8 @@ void gin_fail(struct gin_comm *c, ncclResult_t res, const char *what, int peer) 
     __atomic_store_n(&c->error, res, __ATOMIC_RELAXED); /* gdr_gin_progress reads it without the lock */
     GIN_COUNT(c, errors, 1);
     /* best effort: the other ranks fail now too (their operations towards this rank would wait for RDMA retries
-     * or the peer's TCP timeout otherwise) */
-    for (int r = 0; c->peers != NULL && r < c->nranks; r++) {
+     * or the peer's TCP timeout otherwise); not after this rank's GIN_OP_BYE: it has left them already */
+    for (int r = 0; c->peers != NULL && r < c->nranks && !c->closing; r++) {
       struct gin_hdr h;
       if (r == c->rank || c->peers[r].q == NULL || c->peers[r].gone || gin_os_room(c, r) < 1) continue;
       memset(&h, 0, sizeof(h));
