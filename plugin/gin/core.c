@@ -80,6 +80,7 @@ struct gin_req *gin_req_get(struct gin_comm *c) {
   r->pending = 0;
   r->done = 0;
   r->await = 0;
+  r->err = ncclSuccess;
   return r;
 }
 
@@ -104,8 +105,9 @@ struct gin_req *gin_req_by_cookie(struct gin_comm *c, uint64_t cookie) {
 
 /* ---------------------------------------------------------------------------------------------- the mesh -- */
 
+/* caps: GIN_CAP_* (an older plugin sends 0 there and does not read it) */
 struct ident {
-  uint32_t magic, rank, nranks, pad;
+  uint32_t magic, rank, nranks, caps;
 };
 
 static void comm_free(struct gin_comm *c) {
@@ -169,6 +171,7 @@ static ncclResult_t mesh(struct gin_comm *c, void *netctx, void *handles[], void
     ids[r].magic = GIN_WIRE_MAGIC;
     ids[r].rank = (uint32_t)c->rank;
     ids[r].nranks = (uint32_t)n;
+    ids[r].caps = GIN_CAP_BYE;
     GDR_CHECK(gdr_core_reg_mr(c->peers[r].send, &ids[r], sizeof(ids[r]), NCCL_PTR_HOST, &smh[r]));
     GDR_CHECK(gdr_core_reg_mr(acc[r], &ids[n + r], sizeof(ids[r]), NCCL_PTR_HOST, &rmh[r]));
   }
@@ -207,6 +210,7 @@ static ncclResult_t mesh(struct gin_comm *c, void *netctx, void *handles[], void
       goto out;
     }
     c->peers[id->rank].recv = acc[i];
+    c->peers[id->rank].caps = id->caps;
     acc[i] = NULL;
   }
 out:
@@ -279,6 +283,92 @@ out:
   return res;
 }
 
+void gin_peer_bye(struct gin_comm *c, int peer) {
+  struct gin_peer *p = &c->peers[peer];
+  int failed = 0;
+  if (p->gone) return;
+  p->gone = 1;
+  /* the sends already posted finish (or fail, unheeded); the rest are dropped; no entry names a request now */
+  for (uint32_t i = p->head; i != p->tail; i++) {
+    struct gin_send *e = &p->q[i % p->qcap];
+    e->owner = NULL;
+    if (e->posted == 0) {
+      p->tail = i;
+      break;
+    }
+    e->size = e->posted;
+  }
+  for (uint32_t i = 0; i < c->npool; i++) {
+    struct gin_req *r = &c->pool[i];
+    if (r->kind == GIN_RQ_USER && r->peer == peer && !r->done) {
+      r->err = ncclRemoteError;
+      r->done = 1;
+      failed++;
+    }
+  }
+  gin_rdma_peer_gone(c, peer);
+  GDR_INFO(NCCL_NET, "GIN rank %d: rank %d closed its comm; %d operation(s) towards it failed, later ones fail too",
+           c->rank, peer, failed);
+}
+
+/* Nothing of this rank's in flight: no operation, every queued message wholly posted (what is left only awaits its
+ * completion), no data being received: a close now is clean, and progress touches no window (they may be gone). */
+static int quiescent(const struct gin_comm *c) {
+  for (uint32_t i = 0; i < c->npool; i++)
+    if (c->pool[i].kind == GIN_RQ_USER && !c->pool[i].done) return 0;
+  for (int r = 0; r < c->nranks; r++) {
+    const struct gin_peer *p = &c->peers[r];
+    if (p->rx == GIN_RX_DATA) return 0;
+    for (uint32_t k = p->head; k != p->tail; k++)
+      if (p->q[k % p->qcap].posted != p->q[k % p->qcap].size) return 0;
+  }
+  return 1;
+}
+
+/* A clean close: GIN_OP_BYE to every peer that understands it, behind what is queued to it, and the sends given
+ * GDRNET_CONNECT_TIMEOUT_MS to go out (a peer that left meanwhile is skipped); then nothing more is received. A
+ * failed comm, or one with operations in flight, says nothing (its peers had GIN_OP_ABORT, or see the connection
+ * end). */
+static void say_bye(struct gin_comm *c) {
+  uint64_t deadline = gdr_time_ns() + (uint64_t)gdr_param_int(GDR_PARAM_CONNECT_TIMEOUT_MS) * 1000000ull;
+  pthread_mutex_lock(&c->lock);
+  if (c->error == ncclSuccess && !quiescent(c)) {
+    GDR_INFO(NCCL_NET, "GIN rank %d closes with operations in flight: the peers see its connections end", c->rank);
+    goto out;
+  }
+  for (int r = 0; r < c->nranks && c->error == ncclSuccess; r++) {
+    struct gin_hdr h;
+    if (r == c->rank || c->peers[r].gone || !(c->peers[r].caps & GIN_CAP_BYE)) continue;
+    if (gin_os_room(c, r) < 1) {
+      GDR_INFO(NCCL_NET, "GIN rank %d closes: the queue towards rank %d is full, it is not told", c->rank, r);
+      continue;
+    }
+    memset(&h, 0, sizeof(h));
+    h.magic = GIN_WIRE_MAGIC;
+    h.op = GIN_OP_BYE;
+    gin_os_queue_hdr(c, r, NULL, &h, NULL, 0);
+  }
+  c->closing = 1;
+  while (c->error == ncclSuccess && gin_os_progress(c) == ncclSuccess) {
+    int left = 0;
+    for (int r = 0; r < c->nranks; r++)
+      if (r != c->rank && !c->peers[r].gone && c->peers[r].head != c->peers[r].tail) left++;
+    if (left == 0) break;
+    if (gdr_time_ns() > deadline) {
+      GDR_INFO(NCCL_NET,
+               "GIN rank %d closes: %d rank(s) did not take its last messages within "
+               "GDRNET_CONNECT_TIMEOUT_MS",
+               c->rank, left);
+      break;
+    }
+    pthread_mutex_unlock(&c->lock);
+    sched_yield();
+    pthread_mutex_lock(&c->lock);
+  }
+out:
+  pthread_mutex_unlock(&c->lock);
+}
+
 ncclResult_t gdr_gin_close_coll(void *coll_comm) {
   struct gin_comm *c = coll_comm;
   if (c == NULL) return ncclSuccess;
@@ -286,6 +376,7 @@ ncclResult_t gdr_gin_close_coll(void *coll_comm) {
     GDR_WARN("GIN closeColl: %p is not a GIN comm of this plugin", coll_comm);
     return ncclInvalidArgument;
   }
+  say_bye(c);
   GDR_INFO(NCCL_NET,
            "GIN rank %d closes: %llu puts, %llu signals, %llu gets, %llu bytes applied, %llu errors, %llu "
            "recoveries in place, %llu peer(s) moved to the message path",
@@ -444,6 +535,7 @@ ncclResult_t gdr_gin_reg_mr_sym(void *coll_comm, void *data, size_t size, int ty
   }
   for (int p = 0; p < c->nranks; p++) {
     struct gin_hdr h;
+    if (c->peers[p].gone) continue; /* it closed: its registrations are not awaited either */
     if (gin_os_room(c, p) < 1) {
       GDR_WARN("GIN regMrSym: the queue towards rank %d is full (register with no operation in flight)", p);
       res = ncclInvalidUsage;
@@ -463,7 +555,7 @@ ncclResult_t gdr_gin_reg_mr_sym(void *coll_comm, void *data, size_t size, int ty
     GDR_CHECK(gin_os_progress(c));
     heard = 1;
     for (int p = 0; p < c->nranks; p++)
-      if (m->peer_size[p] == UINT64_MAX) heard = 0;
+      if (m->peer_size[p] == UINT64_MAX && !c->peers[p].gone) heard = 0;
     if (!heard && gdr_time_ns() > deadline) {
       GDR_WARN("GIN regMrSym: rank %d: not every rank registered window %u within GDRNET_CONNECT_TIMEOUT_MS", c->rank,
                m->id);
@@ -532,6 +624,10 @@ static ncclResult_t admit(struct gin_comm *c, int context, int depth, uint32_t r
   if (c->error != ncclSuccess) return c->error;
   (void)gin_os_progress(c); /* frees what completed; an error is in c->error */
   if (c->error != ncclSuccess) return c->error;
+  if (p->gone) {
+    GDR_WARN("GIN rank %d: an operation towards rank %u, which closed its comm", c->rank, rank);
+    return ncclRemoteError;
+  }
   if (p->inflight[slotc] >= depth) return ncclSuccess;
   if (gin_rdma_peer_active(c, (int)rank) ? !gin_rdma_room(c, (int)rank, size, signal)
                                          : gin_os_room(c, (int)rank) < entries)
@@ -706,6 +802,7 @@ ncclResult_t gdr_gin_test(void *coll_comm, void *request, int *done) {
   if (!r->done) (void)gin_os_progress(c);
   if (r->done) {
     *done = 1;
+    res = r->err;
     gin_req_put(c, r);
   } else if (c->error != ncclSuccess) {
     res = c->error;

@@ -7,6 +7,9 @@
  *   collComm  connect(handles[], nranks, rank): a full mesh of the net core's send and receive comms, one pair per
  *             rank (this rank included, as NCCL IB's GIN connects to itself), so the chosen transport (RDMA or TCP)
  *             and its RDMA -> TCP fallback (GDRNET_FALLBACK) carry the one-sided traffic.
+ *             closeColl with nothing in flight tells the peers (GIN_OP_BYE, to peers that announced GIN_CAP_BYE):
+ *             for them that rank is gone (operations towards it: ncclRemoteError), their comm stays healthy. A peer
+ *             lost without it (a crash, a protocol error) fails the comm, and GIN_OP_ABORT fails the others'.
  *   context   createContext (v13/v14) or the collComm's implicit one (v11/v12: ops on the collComm): a set of
  *             nContexts queues, each at most `depth` operations in flight per target rank (one more is refused:
  *             *request = NULL, "try again").

@@ -35,8 +35,11 @@ enum {
   GIN_OP_QP,
   GIN_OP_QP_READY,
   GIN_OP_ABORT, /* the sender's comm failed: fail too, at once (not after RDMA retries or a TCP timeout) */
-  GIN_OP_MOVE   /* rdma_os.c: the sender moved to the message path towards the receiver; aux: signals applied */
+  GIN_OP_MOVE,  /* rdma_os.c: the sender moved to the message path towards the receiver; aux: signals applied */
+  GIN_OP_BYE    /* the sender closes its comm cleanly: nothing follows it; sent only to peers with GIN_CAP_BYE */
 };
+/* capability bits in the connect-time introduction (core.c's struct ident; older plugins send 0 and ignore them) */
+#define GIN_CAP_BYE 0x1u /* understands GIN_OP_BYE: a clean close is said, not seen as a connection failure */
 #define GIN_F_SIGNAL 0x1u
 #define GIN_F_INLINE 0x2u
 #define GIN_F_DATA 0x4u            /* a data message follows the header */
@@ -98,7 +101,8 @@ struct gin_req {
   int pending; /* net-core sends not yet complete, + 1 while a reply (GET, FLUSH) is awaited */
   int nwr;     /* one-sided RDMA path: the work requests it posted (freed from the send queue at its completion) */
   int done;
-  uint16_t await; /* the reply it waits for (GIN_OP_GET_REPLY, GIN_OP_FLUSH_ACK on the message path), or 0 */
+  uint16_t await;   /* the reply it waits for (GIN_OP_GET_REPLY, GIN_OP_FLUSH_ACK on the message path), or 0 */
+  ncclResult_t err; /* with done: what test() returns (its peer left: ncclRemoteError) */
   struct gin_req *next_free;
 };
 
@@ -132,6 +136,9 @@ struct gin_peer {
   unsigned char *rx_buf; /* GIN_MSG_MAX, host */
   int rx_stalled;        /* a reply found the FIFO full: the header is applied again at the next progress */
   int inflight[GDR_GIN_MAX_CONTEXTS]; /* user operations in flight to this peer, per context (mod the max) */
+  uint32_t caps;                      /* GIN_CAP_* from its introduction */
+  int gone; /* it closed cleanly (GIN_OP_BYE): nothing more is received from it, operations towards it fail with
+             * ncclRemoteError, the comm stays healthy for the other peers */
 };
 
 struct gin_early {
@@ -157,6 +164,7 @@ struct gin_comm {
   struct gin_early *early; /* peers' registrations heard before this rank made the window */
   uint32_t next_mr_id;
   ncclResult_t error; /* sticky: the first failure (a dead peer, a broken connection) */
+  int closing;        /* a clean close has said GIN_OP_BYE: a failure now is this rank's alone (no GIN_OP_ABORT) */
   int nctx_live;
   struct gin_rdma *rdma; /* the one-sided RDMA path (rdma_os.c), or NULL: every operation is a message */
   uint64_t puts, signals, gets, bytes, errors, recoveries, replayed, moves;
@@ -214,6 +222,8 @@ void gin_os_get(struct gin_comm *c, struct gin_req *r, struct gin_mr *rm, uint64
 void gin_os_flush(struct gin_comm *c, struct gin_req *r);
 struct gin_mr *gin_mr_find(struct gin_comm *c, uint32_t id);
 void gin_fail(struct gin_comm *c, ncclResult_t res, const char *what, int peer);
+/* core.c: peer's GIN_OP_BYE came: it is gone (its sends not yet posted dropped, its operations in flight failed) */
+void gin_peer_bye(struct gin_comm *c, int peer);
 /* INC/ADD (val) on the 8-byte word at off of window id, after the data it follows (both paths apply it so). */
 ncclResult_t gin_apply_signal(struct gin_comm *c, int peer, uint32_t id, uint64_t off, uint64_t val);
 /* A GIN_OP_QP / GIN_OP_QP_READY / GIN_OP_MOVE message (rdma_os.c's bring-up, recovery and move over the message
@@ -242,5 +252,7 @@ void gin_rdma_get(struct gin_comm *c, struct gin_req *r, struct gin_mr *rm, uint
                   uint64_t loff, size_t size);
 void gin_rdma_flush(struct gin_comm *c, struct gin_req *r, struct gin_mr *m);
 ncclResult_t gin_rdma_progress(struct gin_comm *c);
+/* peer left cleanly: its listed operations are forgotten (core.c failed them) and its QP's completions ignored */
+void gin_rdma_peer_gone(struct gin_comm *c, int peer);
 
 #endif /* GDRNET_GIN_INT_H */

@@ -45,12 +45,18 @@
 #include "rdma/gid.h"
 #include "rdma/rdma.h"
 
-/* Send queue, receive queue and signal ring per QP: 8192 (or the device's max_qp_wr), room for every context's
- * queue (GDR_GIN_MAX_CONTEXTS x NCCL's 256 per rank: NCCL never retries an operation answered "try again"), two
- * work requests each (a put and its signal), and the credits' lag (a quarter of the ring at most). */
+/* Send queue per QP: 8192 (or the device's max_qp_wr), room for every context's queue (GDR_GIN_MAX_CONTEXTS x
+ * NCCL's 256 per rank), two work requests each (a put and its signal), and the credits' lag (a quarter of the ring
+ * at most). Signal ring per peer (= the QP's receive queue): as deep, within GIN_RDMA_RING_BUDGET slots over all
+ * peers (inbox + outbox: 64 bytes a slot). One CQ takes every QP's both queues: past the device's max_cqe the send
+ * queues, then the rings, shrink (n x (sq + ring) + 64 <= max_cqe); below GIN_RDMA_MIN_Q either, the comm's
+ * operations are messages (tcp_os.c), said in a WARN. A full send queue or ring answers "try again". Every rank
+ * computes the same sizes from n and the device; the ring goes in the QP address and a peer with another fails. */
 #define GIN_RDMA_QDEPTH 8192
+#define GIN_RDMA_RING_BUDGET (1 << 18)
+#define GIN_RDMA_MIN_Q 64
 #define GIN_RDMA_RING (c->rdma->ring)
-#define GIN_RDMA_SQ (c->rdma->ring)
+#define GIN_RDMA_SQ (c->rdma->sq)
 #define GIN_REC_MAGIC 0x53524447u
 
 enum { WR_USER = 1, WR_CREDIT = 2, WR_MARK = 3 };
@@ -92,7 +98,7 @@ struct qpinfo {
   uint64_t inbox_va;
   uint64_t credit_va;
   uint32_t credit_rkey;
-  uint32_t pad;
+  uint32_t ring; /* the sender's signal ring (0: an older plugin's, min(max_qp_wr, GIN_RDMA_QDEPTH)) */
 };
 _Static_assert(sizeof(struct qpinfo) == GIN_QPINFO_BYTES, "GIN_QPINFO_BYTES is struct qpinfo's size");
 
@@ -115,6 +121,7 @@ struct rpeer {
   uint64_t credit_sent;
   int credit_inflight;
   int have_remote, ready;
+  int remote_off; /* bring-up: its GIN_OP_QP came empty, it cannot */
   struct qpinfo remote;
   /* recovery */
   int head, tail; /* its operations in issue order (struct rop indices), -1: none */
@@ -141,7 +148,9 @@ struct gin_rdma {
   uint64_t scratch;
   struct ibv_mr *inbox_mr, *outbox_mr, *credits_mr, *credit_src_mr, *scratch_mr;
   size_t max_wr;
-  int ring;        /* = send queue = receive queue */
+  int ring;        /* signal slots per peer = the receive queue */
+  int sq;          /* send queue per QP */
+  int off;         /* bring-up: this rank cannot (the peers' answers are still collected, then it is torn down) */
   int atomic;      /* signals are RDMA FETCH_AND_ADDs (GDRNET_GIN_SIGNAL=atomic on a device with atomic_cap) */
   struct rop *ops; /* [c->npool] */
 };
@@ -252,6 +261,22 @@ static void my_qpinfo(const struct gin_rdma *g, const struct rpeer *p, struct qp
   q->inbox_rkey = g->inbox_mr->rkey;
   q->credit_va = (uint64_t)(uintptr_t)g->credits;
   q->credit_rkey = g->credits_mr->rkey;
+  q->ring = (uint32_t)g->ring;
+}
+
+/* the queues' sizes (above); 0: they do not fit the device */
+static int size_queues(struct gin_comm *c, struct gin_rdma *g, int max_cqe) {
+  long n = c->nranks, per = max_cqe > 64 ? ((long)max_cqe - 64) / n : 0;
+  long sq = g->d->max_qp_wr > 0 && g->d->max_qp_wr < GIN_RDMA_QDEPTH ? g->d->max_qp_wr : GIN_RDMA_QDEPTH;
+  long ring = GIN_RDMA_RING_BUDGET / n < sq ? GIN_RDMA_RING_BUDGET / n : sq;
+  if (ring < GIN_RDMA_MIN_Q) ring = GIN_RDMA_MIN_Q;
+  if (sq + ring > per) {
+    if (ring > per / 2) ring = per / 2;
+    sq = per - ring < sq ? per - ring : sq;
+  }
+  g->sq = (int)sq;
+  g->ring = (int)ring;
+  return sq >= GIN_RDMA_MIN_Q && ring >= GIN_RDMA_MIN_Q;
 }
 
 static struct ibv_mr *reg(struct gin_rdma *g, void *buf, size_t len, int access) {
@@ -274,6 +299,8 @@ ncclResult_t gin_rdma_setup(struct gin_comm *c) {
   int n = c->nranks, pdev;
   uint64_t deadline = gdr_time_ns() + (uint64_t)gdr_param_int(GDR_PARAM_CONNECT_TIMEOUT_MS) * 1000000ull;
   const int rw = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+  struct ibv_device_attr da;
+  char why[192] = "";
   if (tp == NULL || strcmp(tp->name, "rdma") != 0 || gdr_param_int(GDR_PARAM_GIN_PATH) == GDR_GIN_PATH_MESSAGES) {
     GDR_INFO(NCCL_INIT | NCCL_NET, "GIN rank %d: one-sided operations as messages over the %s transport%s", c->rank,
              tp != NULL ? tp->name : "?", tp != NULL && !strcmp(tp->name, "rdma") ? " (GDRNET_GIN_PATH=messages)" : "");
@@ -292,10 +319,33 @@ ncclResult_t gin_rdma_setup(struct gin_comm *c) {
   }
   c->rdma = g;
   g->d = &gdr_rdma.devs[pdev];
+  g->p = calloc((size_t)n, sizeof(*g->p));
+  if (g->p == NULL) {
+    res = ncclSystemError;
+    goto out;
+  }
+  for (int r = 0; r < n; r++) {
+    struct rpeer *p = &g->p[r];
+    p->head = p->tail = -1;
+    if (peer_tcp_only(c, r)) { /* a peer without RDMA: no QP, no GIN_OP_QP, the message path from the start */
+      p->rs = RS_MOVED;
+      p->mv = MV_ON;
+      p->have_remote = p->ready = 1;
+      GDR_INFO(NCCL_INIT | NCCL_NET,
+               "GIN rank %d: rank %d's connections run over TCP: one-sided operations to it as messages", c->rank, r);
+    }
+  }
+  memset(&da, 0, sizeof(da));
+  if (gdr_ibv.query_device(g->d->ctx, &da) != 0) {
+    snprintf(why, sizeof(why), "ibv_query_device failed: %s", strerror(errno));
+    goto agree;
+  }
+  if (!size_queues(c, g, da.max_cqe)) {
+    snprintf(why, sizeof(why), "%d ranks do not fit one CQ (max_cqe %d, max_qp_wr %d)", n, da.max_cqe, g->d->max_qp_wr);
+    goto agree;
+  }
   if (gdr_param_int(GDR_PARAM_GIN_SIGNAL) == GDR_GIN_SIGNAL_ATOMIC) {
-    struct ibv_device_attr da;
-    memset(&da, 0, sizeof(da));
-    if (gdr_ibv.query_device(g->d->ctx, &da) == 0 && da.atomic_cap != IBV_ATOMIC_NONE)
+    if (da.atomic_cap != IBV_ATOMIC_NONE)
       g->atomic = 1;
     else
       GDR_INFO(NCCL_INIT | NCCL_NET,
@@ -303,23 +353,20 @@ ncclResult_t gin_rdma_setup(struct gin_comm *c) {
                "(atomic_cap NONE): signals by WRITE_WITH_IMM",
                c->rank, g->d->name);
   }
-  g->ring = g->d->max_qp_wr > 0 && g->d->max_qp_wr < GIN_RDMA_QDEPTH ? g->d->max_qp_wr : GIN_RDMA_QDEPTH;
   g->max_wr = g->d->max_msg > 0 && g->d->max_msg < ((size_t)1 << 30) ? g->d->max_msg : ((size_t)1 << 30);
-  g->p = calloc((size_t)n, sizeof(*g->p));
   g->inbox = calloc((size_t)n * GIN_RDMA_RING, sizeof(struct sig_rec));
   g->outbox = calloc((size_t)n * GIN_RDMA_RING, sizeof(struct sig_rec));
   g->credits = calloc((size_t)n, sizeof(uint64_t));
   g->credit_src = calloc((size_t)n, sizeof(uint64_t));
   g->ops = calloc(c->npool > 0 ? c->npool : 1, sizeof(*g->ops));
-  if (!g->p || !g->inbox || !g->outbox || !g->credits || !g->credit_src || !g->ops) {
-    res = ncclSystemError;
-    goto out;
+  if (!g->inbox || !g->outbox || !g->credits || !g->credit_src || !g->ops) {
+    snprintf(why, sizeof(why), "out of memory for the signal rings of %d ranks", n);
+    goto agree;
   }
   g->cq = gdr_ibv.create_cq(g->d->ctx, n * (GIN_RDMA_SQ + GIN_RDMA_RING) + 64, NULL, NULL, 0);
   if (g->cq == NULL) {
-    GDR_WARN("GIN %s: ibv_create_cq failed: %s", g->d->name, strerror(errno));
-    res = ncclSystemError;
-    goto out;
+    snprintf(why, sizeof(why), "ibv_create_cq(%d) failed: %s", n * (GIN_RDMA_SQ + GIN_RDMA_RING) + 64, strerror(errno));
+    goto agree;
   }
   g->inbox_mr = reg(g, g->inbox, (size_t)n * GIN_RDMA_RING * sizeof(struct sig_rec), rw);
   g->outbox_mr = reg(g, g->outbox, (size_t)n * GIN_RDMA_RING * sizeof(struct sig_rec), IBV_ACCESS_LOCAL_WRITE);
@@ -327,40 +374,41 @@ ncclResult_t gin_rdma_setup(struct gin_comm *c) {
   g->credit_src_mr = reg(g, g->credit_src, (size_t)n * sizeof(uint64_t), IBV_ACCESS_LOCAL_WRITE);
   g->scratch_mr = reg(g, &g->scratch, sizeof(g->scratch), IBV_ACCESS_LOCAL_WRITE);
   if (!g->inbox_mr || !g->outbox_mr || !g->credits_mr || !g->credit_src_mr || !g->scratch_mr) {
-    res = ncclSystemError;
-    goto out;
+    snprintf(why, sizeof(why), "the signal rings could not be registered");
+    goto agree;
   }
-  for (int r = 0; r < n; r++) g->p[r].head = g->p[r].tail = -1;
   for (int r = 0; r < n; r++) {
     struct rpeer *p = &g->p[r];
-    struct gin_hdr h;
-    struct qpinfo q;
-    if (peer_tcp_only(c, r)) {
-      p->rs = RS_MOVED;
-      p->mv = MV_ON;
-      p->have_remote = p->ready = 1;
-      GDR_INFO(NCCL_INIT | NCCL_NET,
-               "GIN rank %d: rank %d's connections run over TCP: one-sided operations to it as "
-               "messages",
-               c->rank, r);
-      continue;
+    if (peer_tcp_only(c, r)) continue; /* on the message path from the start (marked above) */
+    if (qp_create(c, g, p) != ncclSuccess) {
+      snprintf(why, sizeof(why), "a QP could not be made");
+      goto agree;
     }
-    GDR_CHECK(qp_create(c, g, p));
     for (int k = 0; k < GIN_RDMA_RING; k++) {
       int rc = post_recv(p);
       if (rc) {
-        GDR_WARN("GIN %s: ibv_post_recv failed: %s", g->d->name, strerror(rc));
-        res = ncclSystemError;
-        goto out;
+        snprintf(why, sizeof(why), "ibv_post_recv failed: %s", strerror(rc));
+        goto agree;
       }
     }
-    my_qpinfo(g, p, &q);
+  }
+agree:
+  /* every rank learns whether every rank brought its end up: a GIN_OP_QP with the QP's address, or an empty one
+   * (this rank cannot); any empty one and every rank leaves the one-sided path alike */
+  g->off = why[0] != 0;
+  for (int r = 0; r < n; r++) {
+    struct gin_hdr h;
+    struct qpinfo q;
+    if (peer_tcp_only(c, r)) continue; /* it runs no one-sided RDMA: it expects no GIN_OP_QP */
     memset(&h, 0, sizeof(h));
     h.magic = GIN_WIRE_MAGIC;
     h.op = GIN_OP_QP;
-    h.flags = GIN_F_INLINE;
-    h.size = sizeof(q);
-    gin_os_queue_hdr(c, r, NULL, &h, &q, sizeof(q));
+    if (!g->off) {
+      my_qpinfo(g, &g->p[r], &q);
+      h.flags = GIN_F_INLINE;
+      h.size = sizeof(q);
+    }
+    gin_os_queue_hdr(c, r, NULL, &h, &q, g->off ? 0 : sizeof(q));
   }
   /* every rank's QP address, then every QP ready on both ends before anything is written */
   for (int phase = 0; phase < 2; phase++) {
@@ -377,6 +425,18 @@ ncclResult_t gin_rdma_setup(struct gin_comm *c) {
       }
     }
     if (phase == 0) {
+      for (int r = 0; r < n && !g->off; r++)
+        if (g->p[r].remote_off) {
+          snprintf(why, sizeof(why), "rank %d cannot bring its end up", r);
+          g->off = 1;
+        }
+      if (g->off) {
+        GDR_WARN("GIN rank %d: no one-sided RDMA on %s: %s; one-sided operations go as messages over the rdma "
+                 "transport",
+                 c->rank, g->d->name, why);
+        gin_rdma_teardown(c);
+        goto out;
+      }
       for (int r = 0; r < n; r++) {
         struct gin_hdr h;
         if (g->p[r].qp == NULL) continue; /* on the message path from the start */
@@ -388,8 +448,10 @@ ncclResult_t gin_rdma_setup(struct gin_comm *c) {
       }
     }
   }
-  GDR_INFO(NCCL_INIT | NCCL_NET, "GIN rank %d: one-sided RDMA on %s (port %d): RDMA WRITE puts, READ gets, %s", c->rank,
-           g->d->name, g->d->port,
+  GDR_INFO(NCCL_INIT | NCCL_NET,
+           "GIN rank %d: one-sided RDMA on %s (port %d): %d-deep send queues, %d-slot signal rings, a CQ of %d; "
+           "RDMA WRITE puts, READ gets, %s",
+           c->rank, g->d->name, g->d->port, g->sq, g->ring, n * (g->sq + g->ring) + 64,
            g->atomic ? "FETCH_AND_ADD signals after the data"
                      : "WRITE_WITH_IMM signals applied by the target's progress");
 out:
@@ -649,6 +711,14 @@ void gin_rdma_flush(struct gin_comm *c, struct gin_req *r, struct gin_mr *m) {
   o.kind = ROP_FLUSH;
   o.nwr = 1;
   issue(c, r, &o);
+}
+
+void gin_rdma_peer_gone(struct gin_comm *c, int peer) {
+  struct rpeer *p;
+  if (c->rdma == NULL) return;
+  p = &c->rdma->p[peer];
+  p->head = p->tail = -1; /* core.c failed those requests: their pool slots are free for others */
+  p->listed_wr = 0;
 }
 
 static int peer_of_qp(struct gin_comm *c, uint32_t qpn) {
@@ -975,6 +1045,7 @@ static void recovery_timers(struct gin_comm *c) {
   uint64_t now = gdr_time_ns();
   for (int r = 0; r < c->nranks && c->error == ncclSuccess; r++) {
     struct rpeer *p = &c->rdma->p[r];
+    if (c->peers[r].gone) continue;
     if (p->mv != MV_NONE) {
       if (p->rs == RS_DRAIN && now > p->drain_until) drain_done(c, r);
       if (c->error == ncclSuccess) move_progress(c, r);
@@ -1016,7 +1087,28 @@ ncclResult_t gin_rdma_message(struct gin_comm *c, int peer, const struct gin_hdr
       move_agree(c, peer);
     return c->error;
   }
-  if (h->op == GIN_OP_QP && h->size != sizeof(struct qpinfo)) return ncclRemoteError; /* tcp_os.c checked it */
+  if (h->op == GIN_OP_QP && h->size == 0 && !(h->flags & GIN_F_RECOVER) && !p->have_remote) {
+    p->remote_off = p->have_remote = 1; /* the peer cannot bring its end up: every rank leaves the path */
+    return ncclSuccess;
+  }
+  if (h->op == GIN_OP_QP && h->size != sizeof(struct qpinfo)) {
+    GDR_WARN("GIN rank %d: a malformed QP message from rank %d (%llu bytes)", c->rank, peer,
+             (unsigned long long)h->size);
+    return ncclRemoteError;
+  }
+  if (h->op == GIN_OP_QP && !g->off) { /* its signals land in this rank's ring for it: the same size on both sides */
+    struct qpinfo q;
+    uint32_t ring;
+    memcpy(&q, payload, sizeof(q));
+    ring = q.ring != 0                                                ? q.ring
+           : g->d->max_qp_wr > 0 && g->d->max_qp_wr < GIN_RDMA_QDEPTH ? (uint32_t)g->d->max_qp_wr
+                                                                      : GIN_RDMA_QDEPTH;
+    if (ring != (uint32_t)g->ring) {
+      GDR_WARN("GIN rank %d: rank %d's signal ring has %u slots, this rank's %d (another plugin version or device)",
+               c->rank, peer, ring, g->ring);
+      return ncclRemoteError;
+    }
+  }
   if (h->flags & GIN_F_RECOVER) {
     uint32_t e = (uint32_t)h->cookie;
     if (p->mv != MV_NONE) return ncclSuccess;                                  /* a recovery the move ended */
@@ -1050,8 +1142,8 @@ static void credit(struct gin_comm *c, int peer) {
   struct ibv_send_wr wr, *bad = NULL;
   struct ibv_sge sge;
   int rc;
-  if (p->rs != RS_OK || p->credit_inflight || p->consumed - p->credit_sent < (uint64_t)GIN_RDMA_RING / 8 ||
-      p->sq_used + 1 > GIN_RDMA_SQ)
+  if (c->peers[peer].gone || p->rs != RS_OK || p->credit_inflight ||
+      p->consumed - p->credit_sent < (uint64_t)GIN_RDMA_RING / 8 || p->sq_used + 1 > GIN_RDMA_SQ)
     return;
   g->credit_src[peer] = p->consumed;
   (void)span(g, &wr, &sge, IBV_WR_RDMA_WRITE, (char *)&g->credit_src[peer], g->credit_src_mr->lkey,
@@ -1076,6 +1168,8 @@ static ncclResult_t completion(struct gin_comm *c, const struct ibv_wc *wc) {
   unsigned kind = (unsigned)(wc->wr_id >> 60);
   struct rpeer *p;
   if (peer < 0) return c->error; /* a QP already destroyed (its completions were drained) */
+  /* it closed: what was towards it already failed; its signals that still arrive are applied */
+  if (c->peers[peer].gone && (wc->status != IBV_WC_SUCCESS || wc->opcode != IBV_WC_RECV_RDMA_WITH_IMM)) return c->error;
   p = &g->p[peer];
   if (kind == WR_MARK && wc->wr_id == ((uint64_t)WR_MARK << 60 | (uint32_t)peer)) {
     if (p->rs == RS_DRAIN && --p->marks == 0) drain_done(c, peer);
@@ -1143,6 +1237,7 @@ ncclResult_t gin_rdma_progress(struct gin_comm *c) {
   struct gin_rdma *g = c->rdma;
   struct ibv_wc wc[16];
   int n = 0;
+  if (g->off) return c->error; /* a bring-up that failed here: nothing was posted */
   while (c->error == ncclSuccess && (n = gdr_ibv_poll_cq(g->cq, 16, wc)) > 0)
     for (int i = 0; i < n && c->error == ncclSuccess; i++) (void)completion(c, &wc[i]);
   if (c->error == ncclSuccess && n < 0) {
@@ -1204,6 +1299,7 @@ void gin_rdma_get(struct gin_comm *c, struct gin_req *r, struct gin_mr *rm, uint
   (void)c, (void)r, (void)rm, (void)roff, (void)lm, (void)loff, (void)size;
 }
 void gin_rdma_flush(struct gin_comm *c, struct gin_req *r, struct gin_mr *m) { (void)c, (void)r, (void)m; }
+void gin_rdma_peer_gone(struct gin_comm *c, int peer) { (void)c, (void)peer; }
 int gin_rdma_peer_active(struct gin_comm *c, int peer) {
   (void)c, (void)peer;
   return 0;

@@ -17,10 +17,24 @@
 
 static struct gin_send *slot(struct gin_peer *p, uint32_t pos) { return &p->q[pos % p->qcap]; }
 
+/* The FIFO towards a peer holds every context's operations (2 entries each) and the replies; the pool every
+ * operation of every peer. Past GIN_OS_BUDGET FIFO entries (x GIN_MSG_MAX bytes of ring) or GIN_OS_POOL_MAX
+ * requests over all peers they shrink with the ranks (at least GIN_OS_MIN_QCAP, and one peer's full depth): a full
+ * FIFO or pool answers "try again", a reply that finds no room waits for the next progress. */
+#define GIN_OS_BUDGET (1u << 16)
+#define GIN_OS_MIN_QCAP 64u
+#define GIN_OS_POOL_MAX (1u << 16)
+
 ncclResult_t gin_os_alloc(struct gin_comm *c) {
   ncclResult_t res = ncclSuccess;
   uint32_t qcap = (uint32_t)(2 * c->depth * (GDR_GIN_MAX_CONTEXTS + 1) + 8);
-  c->npool = (uint32_t)c->nranks * (uint32_t)c->depth * GDR_GIN_MAX_CONTEXTS;
+  uint32_t full_pool = (uint32_t)c->depth * GDR_GIN_MAX_CONTEXTS;
+  if ((uint64_t)qcap * (uint32_t)c->nranks > GIN_OS_BUDGET)
+    qcap =
+        GIN_OS_BUDGET / (uint32_t)c->nranks > GIN_OS_MIN_QCAP ? GIN_OS_BUDGET / (uint32_t)c->nranks : GIN_OS_MIN_QCAP;
+  c->npool = (uint32_t)c->nranks * full_pool;
+  if ((uint64_t)full_pool * (uint32_t)c->nranks > GIN_OS_POOL_MAX)
+    c->npool = GIN_OS_POOL_MAX > full_pool ? GIN_OS_POOL_MAX : full_pool;
   c->pool = calloc(c->npool, sizeof(*c->pool));
   if (c->pool == NULL) {
     res = ncclSystemError;
@@ -166,6 +180,7 @@ void gin_os_flush(struct gin_comm *c, struct gin_req *r) {
 }
 
 static ncclResult_t send_progress(struct gin_comm *c, int peer);
+static ncclResult_t recv_progress(struct gin_comm *c, int peer);
 
 void gin_fail(struct gin_comm *c, ncclResult_t res, const char *what, int peer) {
   if (c->error == ncclSuccess) {
@@ -174,10 +189,10 @@ void gin_fail(struct gin_comm *c, ncclResult_t res, const char *what, int peer) 
     __atomic_store_n(&c->error, res, __ATOMIC_RELAXED); /* gdr_gin_progress reads it without the lock */
     GIN_COUNT(c, errors, 1);
     /* best effort: the other ranks fail now too (their operations towards this rank would wait for RDMA retries
-     * or the peer's TCP timeout otherwise) */
-    for (int r = 0; c->peers != NULL && r < c->nranks; r++) {
+     * or the peer's TCP timeout otherwise); not after this rank's GIN_OP_BYE: it has left them already */
+    for (int r = 0; c->peers != NULL && r < c->nranks && !c->closing; r++) {
       struct gin_hdr h;
-      if (r == c->rank || c->peers[r].q == NULL || gin_os_room(c, r) < 1) continue;
+      if (r == c->rank || c->peers[r].q == NULL || c->peers[r].gone || gin_os_room(c, r) < 1) continue;
       memset(&h, 0, sizeof(h));
       h.magic = GIN_WIRE_MAGIC;
       h.op = GIN_OP_ABORT;
@@ -185,6 +200,16 @@ void gin_fail(struct gin_comm *c, ncclResult_t res, const char *what, int peer) 
       (void)send_progress(c, r);
     }
   }
+}
+
+/* A send towards peer failed: a peer that closed cleanly (its GIN_OP_BYE, maybe still unread) is no failure, what
+ * was queued to it is dropped; else the error stands. */
+static ncclResult_t send_lost(struct gin_comm *c, int peer, ncclResult_t res) {
+  struct gin_peer *p = &c->peers[peer];
+  if (!p->gone) (void)recv_progress(c, peer);
+  if (!p->gone) return res;
+  p->head = p->tail;
+  return ncclSuccess;
 }
 
 /* Posts and tests the peer's sends; frees the done ones from the head. */
@@ -199,7 +224,7 @@ static ncclResult_t send_progress(struct gin_comm *c, int peer) {
       res = gdr_core_test(e->nreq, &done, NULL, NULL);
       if (res != ncclSuccess) {
         e->nreq = NULL;
-        gin_fail(c, res, "a send failed", peer);
+        if ((res = send_lost(c, peer, res)) != ncclSuccess) gin_fail(c, res, "a send failed", peer);
         goto out;
       }
       if (done) {
@@ -213,7 +238,7 @@ static ncclResult_t send_progress(struct gin_comm *c, int peer) {
       void *nreq = NULL;
       res = gdr_core_isend(p->send, e->data + e->posted, n, 0, e->mh, NULL, &nreq);
       if (res != ncclSuccess) {
-        gin_fail(c, res, "a send could not be posted", peer);
+        if ((res = send_lost(c, peer, res)) != ncclSuccess) gin_fail(c, res, "a send could not be posted", peer);
         goto out;
       }
       if (nreq != NULL) {
@@ -447,9 +472,16 @@ static ncclResult_t rx_abort(struct gin_comm *c, int peer, const struct gin_hdr 
   return ncclRemoteError;
 }
 
+/* The peer closes cleanly (sent only by peers that said GIN_CAP_BYE): it is gone for this rank alone. */
+static ncclResult_t rx_bye(struct gin_comm *c, int peer, const struct gin_hdr *h, int *more, int *stall) {
+  (void)h, (void)more, (void)stall;
+  gin_peer_bye(c, peer);
+  return ncclSuccess;
+}
+
 static ncclResult_t rx_rdma(struct gin_comm *c, int peer, const struct gin_hdr *h, int *more, int *stall) {
   const void *payload = c->peers[peer].rx_buf + sizeof(*h);
-  const char *bad = h->op == GIN_OP_QP ? gin_rdma_qpinfo_check(payload) : NULL;
+  const char *bad = h->op == GIN_OP_QP && h->size > 0 ? gin_rdma_qpinfo_check(payload) : NULL;
   (void)more, (void)stall;
   if (bad != NULL) return proto_err(c, peer, h, "%s", bad);
   return gin_rdma_message(c, peer, h, payload);
@@ -474,6 +506,7 @@ static const struct rule rules[] = {
     [GIN_OP_QP_READY] = {rx_rdma, GIN_F_RECOVER, 0, 0, 0},
     [GIN_OP_ABORT] = {rx_abort, 0, 0, 0, 0},
     [GIN_OP_MOVE] = {rx_rdma, 0, 0, 0, 0},
+    [GIN_OP_BYE] = {rx_bye, 0, 0, 0, 0},
 };
 
 /* the header as the handlers may take it, or a protocol error */
@@ -484,6 +517,8 @@ static ncclResult_t rx_check(struct gin_comm *c, int peer, const struct gin_hdr 
   if (h->op >= sizeof(rules) / sizeof(rules[0]) || rules[h->op].fn == NULL)
     return proto_err(c, peer, h, "an unknown operation");
   u = &rules[h->op];
+  if (h->op == GIN_OP_QP && h->size == 0 && h->flags == 0 && len == sizeof(*h))
+    return ncclSuccess; /* an empty GIN_OP_QP: the sender cannot bring its one-sided RDMA end up (rdma_os.c) */
   if (h->flags & ~u->flags) return proto_err(c, peer, h, "flags 0x%x (allowed: 0x%x)", h->flags, u->flags);
   if ((h->flags & GIN_F_INLINE) && (h->flags & GIN_F_DATA)) return proto_err(c, peer, h, "both inline and data");
   if (u->inl && !(h->flags & GIN_F_INLINE)) return proto_err(c, peer, h, "its payload is not inline");
@@ -530,6 +565,7 @@ static ncclResult_t recv_progress(struct gin_comm *c, int peer) {
   struct gin_peer *p = &c->peers[peer];
   for (int rounds = 0; rounds < 16; rounds++) {
     int done = 0;
+    if (p->gone) goto out; /* nothing follows its GIN_OP_BYE */
     if (p->rx == GIN_RX_IDLE) {
       if (p->rx_stalled) {
         int more = 0, stall = 0;
@@ -564,6 +600,7 @@ static ncclResult_t recv_progress(struct gin_comm *c, int peer) {
       p->rx_req = NULL;
       p->rx = GIN_RX_IDLE;
       GDR_CHECK(gin_os_rx_msg(c, peer, sizes[0], &more, &stall));
+      if (p->gone) goto out; /* its GIN_OP_BYE: nothing follows it, no receive is posted again */
       if (stall) {
         p->rx_stalled = 1;
         goto out;

@@ -1,8 +1,10 @@
 /* The GIN/RMA tables (ncclGinPlugin_v11/v12/v13, ncclRmaPlugin_v13/v14/v15/v16), one harness for all:
  * GNIT_GIN_TABLE=gin11|gin12|gin13|rma13|rma14|rma15|rma16 picks the table, GNIT_GIN_RANKS (default 2) the processes (a full mesh), GNIT_GIN_MODE
  * the scenario: "all" (every check below), "peerdeath" (the last rank dies mid-run: the others get an error from
- * test and queryLastError within the timeout, never a hang) or "fault" (an RDMA READ made to fail by VEMU_FAULTS:
- * the same).
+ * test and queryLastError within the timeout, never a hang), "fault" (an RDMA READ made to fail by VEMU_FAULTS:
+ * the same) or "bye" (3+ ranks: the last rank closes cleanly with nothing in flight; the others go on with puts and
+ * signals between them, every byte checked, their comm healthy; an operation towards the rank that left fails with
+ * ncclRemoteError).
  * Every rank runs a progress thread (ginProgress/rmaProgress in a loop, as NCCL's GIN proxy thread does) beside
  * the thread that issues and tests operations, and a reader thread races every signal: it waits for the signal
  * word to reach its value and then checks every byte of the put it follows (a signal seen before its data fails).
@@ -70,6 +72,9 @@ static atomic_int g_table_logged;
  * names was taken: e.g. which signal path the one-sided RDMA path chose) */
 static atomic_int g_expect_seen;
 
+static atomic_int
+    g_fallback_warns; /* WARNs that the one-sided RDMA path is not brought up (GNIT_GIN_EXPECT_FALLBACK) */
+
 static void logger(ncclDebugLogLevel level, unsigned long flags, const char *file, int line, const char *fmt, ...) {
   const char *want = getenv("GNIT_GIN_EXPECT_LOG");
   char msg[1024], tv[32];
@@ -79,6 +84,8 @@ static void logger(ncclDebugLogLevel level, unsigned long flags, const char *fil
   vsnprintf(msg, sizeof(msg), fmt, ap);
   va_end(ap);
   if (want != NULL && strstr(msg, want) != NULL) atomic_store(&g_expect_seen, 1);
+  if (level == NCCL_LOG_WARN && strstr(msg, "one-sided operations go as messages") != NULL)
+    atomic_fetch_add(&g_fallback_warns, 1);
   if (level == NCCL_LOG_INFO) {
     snprintf(tv, sizeof tv, "table v%d:", T.v);
     if (strstr(msg, tv) != NULL) atomic_store(&g_table_logged, 1);
@@ -115,13 +122,14 @@ static void *load_table(void) {
 
 /* ---- ranks: the parent is rank 0, children 1..n-1; the parent relays ---- */
 static int g_n, g_rank;
+static int g_live;     /* the ranks in the barriers: ranks [0, g_live) (mode "bye": the last one leaves) */
 static int g_fd[MAXR]; /* parent: to each child; child: g_fd[0] to the parent */
 static int g_max_recvs;
 
 static void hub_barrier(void) {
   for (int round = 0; round < 2; round++) {
     if (g_rank == 0) {
-      for (int r = 1; r < g_n; r++) IT_CHECK(gn_boot_barrier(g_fd[r], 120) == 0, "barrier with rank %d", r);
+      for (int r = 1; r < g_live; r++) IT_CHECK(gn_boot_barrier(g_fd[r], 120) == 0, "barrier with rank %d", r);
     } else {
       IT_CHECK(gn_boot_barrier(g_fd[0], 120) == 0, "barrier with rank 0");
     }
@@ -703,6 +711,50 @@ static void fault_run(conn_t *c) {
   hub_barrier();
 }
 
+/* GNIT_GIN_MODE=bye, on the ranks that stay after the last one closed cleanly: rounds of a put with a signal to the
+ * next live rank (sizes from inline to chunked), each checked byte by byte at the target; then an operation towards
+ * the rank that left fails with ncclRemoteError, and the comm reports no error. */
+static void bye_run(conn_t *c) {
+  int live = g_n - 1, to = (g_rank + 1) % live, from = (g_rank - 1 + live) % live, leaver = g_n - 1;
+  const size_t sizes[] = {0, 8, 256, 257, 65537, ((size_t)4 << 20) + 3};
+  const int nsz = (int)(sizeof sizes / sizeof sizes[0]);
+  bool err = true;
+  for (int i = 0; i < 4 * nsz; i++) {
+    size_t size = sizes[i % nsz];
+    void *r = NULL;
+    for (size_t k = 0; k < size; k++) c->win[WIN / 2 + k] = pat(g_rank + 40, i, k);
+    publish(c);
+    hub_barrier();
+    it_step("round %d: %zu bytes and a signal to rank %d after rank %d left", i, size, to, leaver);
+    IT_OK(op_put_signal(c, i % 2, WIN / 2, size, 0, to, 200, 1, NCCL_NET_SIGNAL_OP_ADD, &r));
+    wait_req(c, r, "put after a rank left");
+    for (uint64_t t0 = now_ns(); __atomic_load_n(&c->sig[200], __ATOMIC_ACQUIRE) < (uint64_t)i + 1;)
+      IT_CHECK(now_ns() - t0 < 60ull * 1000000000ull, "round %d: signal %llu", i, (unsigned long long)c->sig[200]);
+    sync_progress(c);
+    for (size_t k = 0; k < size; k++)
+      IT_CHECK(c->win[k] == pat(from + 40, i, k), "round %d: %zu bytes from rank %d, byte %zu is %u, not %u", i, size,
+               from, k, c->win[k], pat(from + 40, i, k));
+    publish(c); /* these reads before the plugin's next writes there */
+    hub_barrier();
+  }
+  IT_CHECK(c->sig[200] == (uint64_t)4 * nsz, "signal %llu, not %d", (unsigned long long)c->sig[200], 4 * nsz);
+  it_step("an operation towards rank %d, which left", leaver);
+  {
+    void *r = NULL;
+    int done = 0;
+    ncclResult_t res = op_put(c, 0, WIN / 2, c->wmh, 4096, 0, c->wmh, leaver, &r);
+    for (uint64_t t0 = now_ns(); res == ncclSuccess && r != NULL && !done;) {
+      res = CALL(test, c->cc, r, &done);
+      IT_CHECK(now_ns() - t0 < 60ull * 1000000000ull, "a put towards the rank that left is not failed in 60 s");
+    }
+    IT_CHECK(res == ncclRemoteError, "a put towards the rank that left gave %d (request %p), not ncclRemoteError",
+             (int)res, r);
+  }
+  IT_OK(CALL(queryLastError, c->ctx, &err));
+  IT_CHECK(!err, "queryLastError reports an error after a rank closed cleanly");
+  hub_barrier();
+}
+
 /* as NCCL >= 2.28 after the last finalize; the dl error state of a failed lookup (the verbs loader's optional symbols)
  * is released with it (LeakSanitizer does not scan TLS here) */
 static void unload(void *lib) {
@@ -723,6 +775,8 @@ static int rank_main(int rank) {
     if (rank == (int)it_env_double("GNIT_GIN_NORDMA_RANK", -1))
       IT_CHECK(setenv("GDRNET_HCA", "nomatch0", 1) == 0, "setenv");
   }
+  /* GNIT_GIN_FAULT_RANK=r: only rank r keeps VEMU_FAULTS (the emulator reads it when the plugin loads it) */
+  if (getenv("GNIT_GIN_FAULT_RANK") != NULL && atoi(getenv("GNIT_GIN_FAULT_RANK")) != rank) unsetenv("VEMU_FAULTS");
   lib = load_table();
   ncontexts = T.v == 11 ? 1 : 4;
   depth = T.v == 11 || T.v >= 14 ? 0 : 16; /* v14+: no depth in the config */
@@ -748,6 +802,30 @@ static int rank_main(int rank) {
     unload(lib);
     return 0;
   }
+  if (mode != NULL && !strcmp(mode, "bye")) {
+    hub_barrier();
+    if (g_rank == g_n - 1) { /* leaves: nothing in flight */
+      conn_close(&c, 1);
+      hub_barrier();
+      unload(lib);
+      return 0;
+    }
+    hub_barrier(); /* the last rank has closed */
+    g_live = g_n - 1;
+    bye_run(&c);
+    conn_close(&c, 1);
+    hub_barrier();
+    unload(lib);
+    return 0;
+  }
+  /* GNIT_GIN_EXPECT_FALLBACK=1: the one-sided RDMA path could not be brought up, said in a WARN, and every check
+   * below runs over the message path; =0: it was brought up (no such WARN) */
+  if (getenv("GNIT_GIN_EXPECT_FALLBACK") != NULL) {
+    int want = atoi(getenv("GNIT_GIN_EXPECT_FALLBACK"));
+    IT_CHECK(want ? atomic_load(&g_fallback_warns) >= 1 : atomic_load(&g_fallback_warns) == 0,
+             "%d WARN(s) that the one-sided RDMA path fell back to messages, GNIT_GIN_EXPECT_FALLBACK=%d",
+             atomic_load(&g_fallback_warns), want);
+  }
   check_puts(&c);
   check_gets_flush(&c);
   check_queue(&c, ncontexts, depth);
@@ -767,9 +845,11 @@ static int child_main(int fd, void *arg) {
 int main(void) {
   it_child_t ch[MAXR];
   g_n = (int)it_env_double("GNIT_GIN_RANKS", 2);
+  g_live = g_n;
   const char *mode = getenv("GNIT_GIN_MODE");
   it_init("gin", 240);
   IT_CHECK(g_n >= 2 && g_n <= MAXR, "GNIT_GIN_RANKS=%d: 2..%d", g_n, MAXR);
+  IT_CHECK(mode == NULL || strcmp(mode, "bye") != 0 || g_n >= 3, "GNIT_GIN_MODE=bye needs GNIT_GIN_RANKS >= 3");
   for (int r = 1; r < g_n; r++) {
     it_fork(&ch[r], child_main, (void *)(intptr_t)r);
     g_fd[r] = ch[r].fd;

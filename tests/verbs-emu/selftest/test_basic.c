@@ -38,6 +38,19 @@ static void test_devices(void)
 		CHECK_EQ(da.phys_port_cnt, 1);
 		CHECK(da.max_qp_wr >= 1024);
 		CHECK(da.sys_image_guid == ibv_get_device_guid(l[i]));
+		{
+			/* max_cqe: 2^22 as mlx5, or VEMU_MAX_CQE; a larger CQ is refused */
+			const char *mc = getenv("VEMU_MAX_CQE");
+			int want = mc && *mc ? atoi(mc) : 1 << 22;
+			CHECK_EQ(da.max_cqe, want);
+			struct ibv_cq *cq = ibv_create_cq(c, da.max_cqe + 1, NULL, NULL, 0);
+			CHECK(cq == NULL && errno == EINVAL);
+			if (want <= 4096) {
+				cq = ibv_create_cq(c, da.max_cqe, NULL, NULL, 0);
+				CHECK(cq);
+				CHECK_EQ(ibv_destroy_cq(cq), 0);
+			}
+		}
 		struct ibv_port_attr pa;
 		CHECK_EQ(ibv_query_port(c, 1, &pa), 0);
 		CHECK_EQ(pa.state, IBV_PORT_ACTIVE);

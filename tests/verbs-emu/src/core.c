@@ -321,6 +321,17 @@ int vemu_ensure_init(void)
 		}
 		g.max_msg_sz = v;
 	}
+	const char *mc = getenv("VEMU_MAX_CQE");
+	g.max_cqe = VEMU_MAX_CQE;
+	if (mc && *mc) {
+		char *end;
+		unsigned long long v = strtoull(mc, &end, 0);
+		if (*end || v < 1 || v > VEMU_MAX_CQE) {
+			fprintf(stderr, "vemu: VEMU_MAX_CQE='%s' is not a CQ size in 1..%d\n", mc, VEMU_MAX_CQE);
+			goto fail;
+		}
+		g.max_cqe = (int)v;
+	}
 	const char *aw = getenv("VEMU_ACK_WAIT_S");
 	g.ack_wait_s = 20;
 	if (aw && *aw) {
@@ -530,7 +541,7 @@ static void fill_dev_attr(struct vdev *d, struct ibv_device_attr *a)
 	a->max_sge = VEMU_MAX_SGE;
 	a->max_sge_rd = VEMU_MAX_SGE;
 	a->max_cq = 1 << 16;
-	a->max_cqe = VEMU_MAX_CQE;
+	a->max_cqe = g.max_cqe;
 	a->max_mr = 1 << 20;
 	a->max_pd = 1 << 16;
 	a->max_qp_rd_atom = 16;
@@ -1109,7 +1120,7 @@ VEMU_EXPORT struct ibv_cq *ibv_create_cq(struct ibv_context *c, int cqe, void *c
 		errno = e;
 		return NULL;
 	}
-	if (cqe < 1 || cqe > VEMU_MAX_CQE || comp_vector < 0 || comp_vector >= c->num_comp_vectors) {
+	if (cqe < 1 || cqe > g.max_cqe || comp_vector < 0 || comp_vector >= c->num_comp_vectors) {
 		errno = EINVAL;
 		return NULL;
 	}

@@ -276,6 +276,7 @@ struct vglobal {
 	uint64_t run_id;                    /* random id of this process's emulator (agent socket, QPN owner) */
 	double time_scale;
 	uint64_t max_msg_sz;                /* the ports' max_msg_sz (VEMU_MAX_MSG_SZ): a longer WR ends in LOC_LEN_ERR */
+	int max_cqe;                        /* the devices' max_cqe (VEMU_MAX_CQE): a larger CQ is refused (EINVAL) */
 	int gdr_lazy;
 	char pci_path[512];
 	int ndev;
