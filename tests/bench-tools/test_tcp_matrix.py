@@ -114,9 +114,12 @@ while [ $# -gt 0 ]; do
   case "$1" in --node_rank=*) node=${1#*=}; shift ;; --json) json=$2; shift 2 ;; *) shift ;; esac
 done
 [ "$NCCL_HOSTID" = host$([ "$node" = 0 ] && echo A || echo B) ] || { echo "NCCL_HOSTID $NCCL_HOSTID"; exit 3; }
-echo "NCCL INFO Using network $NCCL_NET"
-[ "$node" = 0 ] || exit 0
 prof=socket; [ "$NCCL_NET" = Socket ] || prof=${FAKE_PROFILE:-good}
+net=$NCCL_NET; [ "$prof" = wrongnet ] && net=Socket
+echo "NCCL INFO Using network $net"
+if [ "$prof" = hang ]; then sleep 30 & echo $! >>"$FAKE_DIR/hung"; wait; fi  # a worker that hangs
+[ "$prof" = crash ] && exit 1
+[ "$node" = 0 ] || exit 0
 rep=${json##*-rep}; rep=${rep%.json}
 echo "kv $NCCL_NET $prof $rep" >>"$FAKE_DIR/calls"
 case "$prof" in
@@ -125,8 +128,9 @@ case "$prof" in
   *) p50=800; p99=1400; gb=8.0 ;;
 esac
 p50=$((p50 + (rep - 1) * 20))
-printf '{"results": [{"phase": "block", "p50_us": %s, "p99_us": %s, "gbps": 4.0}, %s], "wrong": 0}\n' $p50 $p99 \
-  "{\"phase\": \"request\", \"p50_us\": 1, \"p99_us\": 1, \"gbps\": $gb}" >"$json"
+printf '{"results": [{"phase": "block", "p50_us": %s, "p99_us": %s, "gbps": 4.0}, %s], "wrong": %d}\n' $p50 $p99 \
+  "{\"phase\": \"request\", \"p50_us\": 1, \"p99_us\": 1, \"gbps\": $gb}" $([ "$prof" = corrupt ] && echo 3 || echo 0) \
+  >"$json"
 '''
 
 ROWS = ["ar8", "ar4k", "ar64k", "ar512k", "sr1m", "sr8m", "sr64m", "a2a1m", "a2a8m", "a2a64m", "kv", "ar128m",
@@ -228,31 +232,39 @@ class TcpMatrix(unittest.TestCase):
         self.assertIn(["all_reduce", "8", "4", "Socket", "socket", "1000"], self.calls())
 
     def test_failed_runs_reported(self):
-        p = self.run_matrix("--rows", "ar8", "--reps", "1", "--timeout", "2", "--variant", "hang,%s,FAKE_PROFILE=hang"
-                            % self.so, "--variant", "crash,%s,FAKE_PROFILE=crash" % self.so, "--variant",
-                            "wrongnet,%s,FAKE_PROFILE=wrongnet" % self.so, "--variant",
-                            "corrupt,%s,FAKE_PROFILE=corrupt" % self.so)
+        variants = []
+        for n in ("hang", "crash", "wrongnet", "corrupt"):
+            variants += ["--variant", "%s,%s,FAKE_PROFILE=%s" % (n, self.so, n)]
+        p = self.run_matrix("--rows", "ar8,kv", "--reps", "1", "--timeout", "1.5", *variants)
         self.assertEqual(p.returncode, 1, p.stdout + p.stderr)
         out = p.stdout
-        self.assertRegex(self.row(out, "ar8", "hang")[4], r"^FAIL: 1 run\(s\) failed: hang rep 1: timeout after 2 s ")
+        self.assertRegex(self.row(out, "ar8", "hang")[4],
+                         r"^FAIL: 1 run\(s\) failed: hang rep 1: timeout after 1.5 s ")
         self.assertRegex(self.row(out, "ar8", "crash")[4], r"^FAIL: 1 run\(s\) failed: crash rep 1: exit 1, no 8-byte")
         self.assertRegex(self.row(out, "ar8", "wrongnet")[4], r"NCCL used network Socket, not GDR")
         self.assertRegex(self.row(out, "ar8", "corrupt")[4], r"#wrong 3/0")
         self.assertEqual(self.row(out, "ar8", "hang")[:2], ["20.0 [20.0..20.0]", "-"])
+        for key in ("kv-p50", "kv-p99", "kv-req"):
+            self.assertRegex(self.row(out, key, "hang")[4], r"^FAIL: 1 run\(s\) failed: hang rep 1: no results "
+                                                            r"\(exit timeout/timeout")
+            self.assertRegex(self.row(out, key, "crash")[4], r"^FAIL: 1 run\(s\) failed: crash rep 1: no results "
+                                                             r"\(exit 1/1")
+            self.assertRegex(self.row(out, key, "wrongnet")[4], r"wrongnet rep 1: NCCL used network Socket, not GDR")
+            self.assertRegex(self.row(out, key, "corrupt")[4], r"corrupt rep 1: 3 block\(s\) WRONG")
         lines = out.strip().splitlines()
-        self.assertEqual(lines[-4:], ["tcp-matrix: %s: 0 of 1 rows PASS; goals 1..4: FAIL n/a n/a n/a" % n
+        self.assertEqual(lines[-4:], ["tcp-matrix: %s: 0 of 4 rows PASS; goals 1..4: FAIL FAIL n/a n/a" % n
                                       for n in ("hang", "crash", "wrongnet", "corrupt")])
-        # the hung ranks were killed with their run
+        # the hung ranks and torchrun nodes were killed with their run
         with open(os.path.join(self.d, "hung")) as f:
             pids = [int(x) for x in f.read().split()]
-        self.assertEqual(len(pids), 2)
+        self.assertEqual(len(pids), 4)
         for pid in pids:
             try:
                 with open("/proc/%d/stat" % pid) as f:
                     state = f.read().rsplit(")", 1)[1].split()[0]
             except OSError:
                 continue
-            self.assertIn(state, ("Z", "X"), "rank %d still runs" % pid)
+            self.assertIn(state, ("Z", "X"), "process %d still runs" % pid)
 
     def test_dry_run_prints_the_commands(self):
         p = self.run_matrix("--variant", "one,%s" % self.so, "--variant", "all,%s,GDRNET_TCP_SPIN_THREADS=64" % self.so,
