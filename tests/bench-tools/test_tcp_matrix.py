@@ -4,7 +4,7 @@ stdout), stand-in nccl-tests binaries and a stand-in torchrun (written here, bas
 gets and print nccl-tests' output (or write kv_transfer.py's --json) with figures chosen by the transport, the
 variant's FAKE_PROFILE knob and the rep; the 128 MB all_reduce burns CPU for bench/cpu-per-gb's sampling. The table's
 medians, spreads, ratios, PASS/FAIL per row and goal, the summary line, the order of the runs (Socket and the plugin
-alternated), failed runs and --dry-run must follow from them."""
+alternated), failed runs and --dry-run must follow from them. Needs bash 5 (EPOCHREALTIME) and awk."""
 import os
 import re
 import shutil
