@@ -1,9 +1,11 @@
-"""Shared by bench/cpu-per-gb and bench/kv-tail: the env presets and the --variant syntax (Python 3 standard library).
+"""Shared by bench/cpu-per-gb, bench/kv-tail and bench/tcp-matrix: the env presets, the --variant syntax and the
+nccl-tests command of ranks as hosts on one GPU (Python 3 standard library).
 
 A bench that compares the plugin against NCCL's Socket transport runs Socket with
 nccl-tests-configs/baseline-socket.env and each plugin variant with nccl-tests-configs/tcp.env, the plugin given by
 its path, plus the variant's own K=V settings."""
 import os
+import shutil
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -59,3 +61,24 @@ def transport_env(variant, extra=(), nccl_lib=None):
                       os.environ.get("LD_LIBRARY_PATH")] if x]
     envs["LD_LIBRARY_PATH"] = ":".join(ld)
     return envs
+
+
+def nccl_tests_env(variant, extra=(), nccl_lib=None):
+    """transport_env for an nccl-tests run of ranks on GPU 0 (the one-GPU bench), NVLS off."""
+    envs = {"NCCL_NVLS_ENABLE": "0", "NCCL_TESTS_DEVICE": "0"}
+    envs.update(transport_env(variant, extra, nccl_lib))
+    return envs
+
+
+def mpirun_cmd(mpirun, np, envs, bin_path, args):
+    """The mpirun command of np ranks, each its own host (NCCL_HOSTID=host0..), every rank unbound (OpenMPI binds each
+    of two ranks to one core by default: the plugin's threads would share NCCL's core), the environment envs given on
+    each rank's command line, its output line-buffered (stdbuf, where there is one)."""
+    envpairs = ["%s=%s" % kv for kv in sorted(envs.items())]
+    stdbuf = ["stdbuf", "-oL"] if shutil.which("stdbuf") else []
+    cmd = mpirun.split() + ["--bind-to", "none"]
+    for r in range(np):
+        if r:
+            cmd.append(":")
+        cmd += ["-np", "1", "env", "NCCL_HOSTID=host%d" % r] + envpairs + stdbuf + [bin_path] + list(args)
+    return cmd
