@@ -1,7 +1,8 @@
 /* Prints docs/configuration.md from the parameter table (params.def), and the fault classification of
  * docs/recovery.md from the plugin's own tables (health.c, rdma/classify.c).
  *   build/plugin/gdrnet-gen-config-doc > docs/configuration.md
- *   build/plugin/gdrnet-gen-config-doc --table      only the knob table (for the README)
+ *   build/plugin/gdrnet-gen-config-doc --table      only the knob table, every knob
+ *   build/plugin/gdrnet-gen-config-doc --readme     the README's table: the knobs a user actually sets (readme_knobs)
  *   build/plugin/gdrnet-gen-config-doc --faults     the fault table (between the markers of docs/recovery.md) */
 #include <stdio.h>
 #include <string.h>
@@ -47,16 +48,30 @@ static int print_faults(void) {
   return print_rows("socket", rows, n);
 }
 
+/* The README's knobs (between its knobs markers, checked by tests/readme/check_readme_table.cmake): the few a user
+ * sets; docs/configuration.md has every knob. A name that leaves params.def makes --readme fail. */
+static const char *const readme_knobs[] = {"GDRNET_TRANSPORT", "GDRNET_SOCKET_IFNAME", "GDRNET_HCA",
+                                           "GDRNET_FALLBACK",  "GDRNET_STATS_FILE",    NULL};
+
 int main(int argc, char **argv) {
   int table = argc > 1 && strcmp(argv[1], "--table") == 0;
+  int readme = argc > 1 && strcmp(argv[1], "--readme") == 0;
   int faults = argc > 1 && strcmp(argv[1], "--faults") == 0;
-  if (argc > 2 || (argc == 2 && !table && !faults)) {
-    fprintf(stderr, "usage: %s [--table | --faults]\n", argv[0]);
+  int rc;
+  if (argc > 2 || (argc == 2 && !table && !readme && !faults)) {
+    fprintf(stderr, "usage: %s [--table | --readme | --faults]\n", argv[0]);
     return 2;
   }
-  if ((faults ? print_faults() : table ? gdr_params_markdown_table(stdout) : gdr_params_markdown(stdout)) != 0 ||
-      fflush(stdout) != 0) {
-    perror("gdrnet-gen-config-doc");
+  if (faults)
+    rc = print_faults();
+  else if (readme)
+    rc = gdr_params_markdown_table_of(stdout, readme_knobs);
+  else if (table)
+    rc = gdr_params_markdown_table(stdout);
+  else
+    rc = gdr_params_markdown(stdout);
+  if (rc != 0 || fflush(stdout) != 0) {
+    fprintf(stderr, "gdrnet-gen-config-doc: the text could not be written (or a knob list names no knob)\n");
     return 1;
   }
   return 0;

@@ -477,20 +477,37 @@ int gdr_params_markdown(FILE *f) {
   return rc ? -1 : 0;
 }
 
-int gdr_params_markdown_table(FILE *f) {
+static int md_row(FILE *f, const struct gdr_param_info *p) {
   char acc[256];
+  int rc = 0;
+  gdr_param_accepted(p, acc, sizeof(acc));
+  rc |= fprintf(f, "| `%s` | %s%s%s | ", p->name, p->def[0] ? "`" : "", p->def[0] ? p->def : "(unset)",
+                p->def[0] ? "`" : "") < 0;
+  rc |= md_cell(f, acc);
+  rc |= fprintf(f, " | %s%s%s | ", p->alias ? "`" : "", p->alias ? p->alias : "", p->alias ? "`" : "") < 0;
+  rc |= md_cell(f, p->doc);
+  rc |= fputs(" |\n", f) < 0;
+  return rc;
+}
+
+int gdr_params_markdown_table_of(FILE *f, const char *const *names) {
   int rc = fputs("| knob | default | accepted values | NCCL alias | meaning |\n"
                  "|---|---|---|---|---|\n",
                  f) < 0;
-  for (int i = 0; i < GDR_PARAM_COUNT && rc == 0; i++) {
-    const struct gdr_param_info *p = &g_info[i];
-    gdr_param_accepted(p, acc, sizeof(acc));
-    rc |= fprintf(f, "| `%s` | %s%s%s | ", p->name, p->def[0] ? "`" : "", p->def[0] ? p->def : "(unset)",
-                  p->def[0] ? "`" : "") < 0;
-    rc |= md_cell(f, acc);
-    rc |= fprintf(f, " | %s%s%s | ", p->alias ? "`" : "", p->alias ? p->alias : "", p->alias ? "`" : "") < 0;
-    rc |= md_cell(f, p->doc);
-    rc |= fputs(" |\n", f) < 0;
+  if (names == NULL) {
+    for (int i = 0; i < GDR_PARAM_COUNT && rc == 0; i++) rc |= md_row(f, &g_info[i]);
+    return rc ? -1 : 0;
+  }
+  for (const char *const *n = names; *n != NULL && rc == 0; n++) {
+    int i = 0;
+    while (i < GDR_PARAM_COUNT && strcmp(g_info[i].name, *n) != 0) i++;
+    if (i == GDR_PARAM_COUNT) {
+      fprintf(stderr, "gdr_params_markdown_table_of: %s is not a knob of params.def\n", *n);
+      return -1;
+    }
+    rc |= md_row(f, &g_info[i]);
   }
   return rc ? -1 : 0;
 }
+
+int gdr_params_markdown_table(FILE *f) { return gdr_params_markdown_table_of(f, NULL); }

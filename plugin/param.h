@@ -75,7 +75,10 @@ const char *gdr_param_suggest(const char *name);
 void gdr_param_accepted(const struct gdr_param_info *p, char *buf, size_t len);
 /* Writes docs/configuration.md's text. Returns 0, or -1 on a write error. */
 int gdr_params_markdown(FILE *f);
-/* Just the knob table (header row included), e.g. for the README. */
+/* Just the knob table (header row included), every knob in params.def order. */
 int gdr_params_markdown_table(FILE *f);
+/* The knob table of the knobs in names (a NULL-terminated list, in that order; NULL: every knob). Returns -1 on a
+ * write error or a name that is not a knob (said on stderr), so a list cannot outlive a renamed knob. */
+int gdr_params_markdown_table_of(FILE *f, const char *const *names);
 
 #endif /* GDRNET_PARAM_H */

@@ -1,4 +1,4 @@
-/* idle: what an idle communicator costs (issue 26, goal 3: under 1 % of a core per process).
+/* idle: what an idle communicator costs (the bound: under 1 % of a core per process).
  *
  * Two processes (A and B, forked) load the plugin with dlopen as NCCL does (ncclNetPlugin_v8), open --comms
  * connections each way, move --warm messages of --size bytes on each in lock step (so the helpers have run and

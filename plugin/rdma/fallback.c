@@ -1,4 +1,4 @@
-/* RDMA transport: a connection that RDMA cannot carry moves to TCP, and back (issue 12). Protocol and what each side
+/* RDMA transport: a connection that RDMA cannot carry moves to TCP, and back. Protocol and what each side
  * keeps: plugin/rdma/README.md, "Fallback to TCP and back".
  *
  * The connection stays the same object for NCCL (comm, requests, memory handles): once moved, its isend/irecv/test

@@ -1,4 +1,4 @@
-/* RDMA transport: recovery of a connection on its own device (issue 11). Protocol and what each side keeps:
+/* RDMA transport: recovery of a connection on its own device. Protocol and what each side keeps:
  * plugin/rdma/README.md, "Recovery".
  *
  * Everything runs on the thread that drives the connection (NCCL's progress thread), as a non-blocking state

@@ -1,4 +1,4 @@
-/* The model-based tester of the matching contract (issue 23; docs/design.md "Contract: matching"; model.h).
+/* The model-based tester of the matching contract (docs/design.md "Contract: matching"; model.h).
  *
  * Each seed makes one schedule, shaped like NCCL's proxy over one connection: the receiver posts receives in slot
  * order (plain ones and grouped ones of 2..8 buffers whose tags repeat), at most `window` ahead; the sender has

@@ -1,4 +1,4 @@
-/* The reference model of NCCL IB's matching rule (issue 23; docs/design.md "Contract: matching"), per connection:
+/* The reference model of NCCL IB's matching rule (docs/design.md "Contract: matching"), per connection:
  *
  *   - receives are posted in order: slot 0, 1, ...; a grouped receive is one slot of n <= 8 buffers whose tags may
  *     repeat;

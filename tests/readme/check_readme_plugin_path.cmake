@@ -1,6 +1,6 @@
 # cmake -DREADME=README.md -P check_readme_plugin_path.cmake
 # The README's first NCCL_NET_PLUGIN=gdr block must say what a build tree needs: NCCL dlopens libnccl-net-gdr.so
-# from the loader's path, and build/lib is on none (issue 24: a new user's "Could not find" otherwise).
+# from the loader's path, and build/lib is on none (a new user otherwise meets NCCL's "Could not find").
 file(READ ${README} readme)
 string(FIND "${readme}" "export NCCL_NET_PLUGIN=gdr" at)
 if(at EQUAL -1)

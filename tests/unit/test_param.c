@@ -366,6 +366,35 @@ static void test_markdown(void **state) {
   free(buf);
 }
 
+/* The README's table: only the knobs named, in that order; a name that is no knob fails instead of vanishing. */
+static void test_markdown_table_of(void **state) {
+  static const char *const two[] = {"GDRNET_HCA", "GDRNET_TRANSPORT", NULL};
+  static const char *const bad[] = {"GDRNET_TRANSPORT", "GDRNET_NO_SUCH_KNOB", NULL};
+  char *buf = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&buf, &len);
+  (void)state;
+  assert_non_null(f);
+  assert_int_equal(gdr_params_markdown_table_of(f, two), 0);
+  fclose(f);
+  const char *hca = strstr(buf, "| `GDRNET_HCA` |");
+  const char *tp = strstr(buf, "| `GDRNET_TRANSPORT` |");
+  assert_non_null(hca);
+  assert_non_null(tp);
+  assert_true(hca < tp);
+  assert_null(strstr(buf, "| `GDRNET_FALLBACK` |"));
+  int rows = 0;
+  for (const char *c = buf; (c = strstr(c, "\n| `")) != NULL; c++) rows++;
+  assert_int_equal(rows, 2);
+  free(buf);
+  buf = NULL;
+  f = open_memstream(&buf, &len);
+  assert_non_null(f);
+  assert_int_equal(gdr_params_markdown_table_of(f, bad), -1);
+  fclose(f);
+  free(buf);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_defaults_parse, setup, teardown),
@@ -379,6 +408,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_alias_precedence, setup, teardown),
       cmocka_unit_test_setup_teardown(test_unknown_knob_suggestion, setup, teardown),
       cmocka_unit_test_setup_teardown(test_markdown, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_markdown_table_of, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -73,8 +73,8 @@ struct oframe {
  * completes nothing: no receive completion, no ACK; a void request is answered with a NAK (LOC_PROT_ERR, which a
  * QP already in error ignores), a void READ response fails the READ (REM_ACCESS_ERR). Frames of such a QP not yet
  * started are not sent at all. Without this a device loss let queued writes of the dead device land, zeros in
- * place of the deregistered source, and complete at the target (issue 23: contract seed 20, a receive complete
- * with zeros from byte 536994). */
+ * place of the deregistered source, and complete at the target (contract seed 20: a receive complete with zeros
+ * from byte 536994). */
 #define TAIL_OK 0x4c494154454d4556ull   /* "VEMETAIL" */
 #define TAIL_VOID 0x44494f56554d4556ull /* "VEMUVOID" */
 
