@@ -143,14 +143,14 @@ tcp)
   cenv=(GDRNET_SOCKET_IFNAME="=$vB")
   run_pair tcp GDRNET_SOCKET_IFNAME="=$vA" -- "${checked[@]}"
   [ "$crc" = 0 ] && [ "$src" = 0 ] || fail "client exit $crc, server exit $src"
-  grep -q "device(s): \[0\]$vA " "$work/server.err" || fail "the server did not use $vA"
+  grep -q "devices: \[0\]$vA " "$work/server.err" || fail "the server did not use $vA"
   grep -q "accepted $addrB:" "$work/server.err" || fail "the server did not accept from $addrB"
   ;;
 ifname)
   cenv=(GDRNET_SOCKET_IFNAME="=$vB")
   run_pair tcp GDRNET_SOCKET_IFNAME="=$vA" -- "${checked[@]}"
   [ "$crc" = 0 ] && [ "$src" = 0 ] || fail "with =$vA: client exit $crc, server exit $src"
-  grep -q "device(s): \[0\]$vA .*$vA=$addrA" "$work/server.err" || fail "the server did not announce $vA's address"
+  grep -q "devices: \[0\]$vA .*$vA=$addrA" "$work/server.err" || fail "the server did not announce $vA's address"
   rm -f "$work/server.fifo"
   # (the client gives up after GDRNET_CONNECT_TIMEOUT_MS; the server, left waiting for it, is stopped)
   server_timeout=5 start_server server GDRNET_SOCKET_IFNAME="=$vC" GDRNET_TRANSPORT=tcp
@@ -161,7 +161,7 @@ ifname)
   kill "$spid" 2>/dev/null
   wait "$spid"
   [ "$crc" != 0 ] || fail "with =$vC (unreachable from the client) the run passed: the knob did not choose the interface"
-  grep -q "device(s): \[0\]$vC " "$work/server.err" || fail "the server did not use $vC"
+  grep -q "devices: \[0\]$vC " "$work/server.err" || fail "the server did not use $vC"
   grep -q "connect to 10.232.0.1:" "$work/client.err" || fail "the client did not try $vC's address"
   ;;
 rdma)
