@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
-"""test_plugin_version_samples.py PLUGIN DOCTOR README [SAMPLE_DOC...]
+"""test_plugin_version_samples.py PLUGIN DOCTOR ABI_DOC [SAMPLE_DOC...]
 
 The sample NCCL lines the documents show, "NET/Plugin: Loaded net plugin GDR (vN)", are NCCL 2.28's: N must be the
 table NCCL 2.28 takes from this plugin. Three sources have to agree with every sample:
   - the plugin itself: the newest ncclNetPlugin_vN it exports that NCCL 2.28 knows (v11 down to v6, NCCL's
     src/plugin/net.cc),
   - gdrnet-doctor --json with NCCL_NET_PLUGIN=PLUGIN (it tries the same dlopen and dlsym NCCL 2.28 does),
-  - the README's table "| NCCL | loads |", its row for 2.28.
+  - docs/abi.md's table "| NCCL | looks for | loads |", its row for 2.28.
 """
 
 import ctypes
@@ -37,18 +37,20 @@ def exported_tables(path):
 
 
 def readme_table_version(path, minor):
-    """The 'loads' column of README's '| NCCL | loads |' table for 2.<minor>."""
+    """The 'loads' column of the '| NCCL | ... | loads |' table (docs/abi.md) for 2.<minor>."""
     with open(path) as fh:
         text = fh.read()
-    m = re.search(r"^\| NCCL \| loads \|.*\n\|[-| ]+\|\n((?:\|.*\n)+)", text, re.M)
+    m = re.search(r"^(\| NCCL \|.*\| loads \|.*)\n\|[-| ]+\|\n((?:\|.*\n)+)", text, re.M)
     if not m:
-        raise AssertionError("%s: no '| NCCL | loads |' table" % path)
-    for row in m.group(1).splitlines():
+        raise AssertionError("%s: no '| NCCL | ... | loads |' table" % path)
+    head = [c.strip() for c in m.group(1).strip().strip("|").split("|")]
+    col = head.index("loads")
+    for row in m.group(2).splitlines():
         cells = [c.strip() for c in row.strip("|").split("|")]
         nums = [int(x) for x in re.findall(r"2\.(\d+)", cells[0])]
         lo, hi = nums[0], (nums[1] if len(nums) > 1 else (99 if "+" in cells[0] else nums[0]))
         if lo <= minor <= hi:
-            return int(re.findall(r"v(\d+)", cells[1])[0])
+            return int(re.findall(r"v(\d+)", cells[col])[0])
     raise AssertionError("%s: no row for NCCL 2.%d" % (path, minor))
 
 
@@ -78,7 +80,7 @@ class Samples(unittest.TestCase):
     def test_sources_agree(self):
         self.assertGreater(self.plugin_v, 0, "the plugin exports no table NCCL 2.%d knows" % NCCL_MINOR)
         self.assertEqual(self.doctor_v, self.plugin_v, "gdrnet-doctor and the plugin's exports disagree")
-        self.assertEqual(self.readme_v, self.plugin_v, "README's NCCL table, row 2.%d" % NCCL_MINOR)
+        self.assertEqual(self.readme_v, self.plugin_v, "docs/abi.md's NCCL table, row 2.%d" % NCCL_MINOR)
 
     def test_samples_match(self):
         seen = 0
