@@ -48,7 +48,19 @@
 #include "it.h"
 
 /* plugin/gin/gin_int.h's wire format, as a peer sees it */
-enum { OP_REG = 1, OP_PUT, OP_GET, OP_GET_REPLY, OP_FLUSH, OP_FLUSH_ACK, OP_QP, OP_QP_READY, OP_ABORT, OP_MOVE, OP_BYE };
+enum {
+  OP_REG = 1,
+  OP_PUT,
+  OP_GET,
+  OP_GET_REPLY,
+  OP_FLUSH,
+  OP_FLUSH_ACK,
+  OP_QP,
+  OP_QP_READY,
+  OP_ABORT,
+  OP_MOVE,
+  OP_BYE
+};
 #define F_SIGNAL 0x1u
 #define F_INLINE 0x2u
 #define WIRE_MAGIC 0x47524447u
@@ -93,9 +105,7 @@ struct sig_rec {
 
 static int g_n;
 static int g_empty;
-static void targets(int t[NTARGETS]) {
-  t[0] = 1, t[1] = 2, t[2] = g_n / 2, t[3] = g_n - 2, t[4] = g_n - 1;
-}
+static void targets(int t[NTARGETS]) { t[0] = 1, t[1] = 2, t[2] = g_n / 2, t[3] = g_n - 2, t[4] = g_n - 1; }
 static uint8_t pat(int target, int j) { return (uint8_t)(target * 7 + j + 1); }
 
 static uint64_t now_ns(void) {
@@ -355,7 +365,8 @@ static struct hdr H(uint16_t op) {
 }
 
 /* the device rank 0 runs on: the one whose port has its link layer and GID; with it the fake ranks' objects */
-static void helper_verbs(helper_t *x, const struct qpinfo *q) {
+static void
+helper_verbs(helper_t *x, const struct qpinfo *q) {
   int nd = 0;
   struct ibv_device **l = V.get_list(&nd);
   IT_CHECK(l != NULL && nd > 0, "the verbs library shows no device");
