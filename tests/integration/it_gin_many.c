@@ -16,18 +16,26 @@
  * GNIT_MANY_MODE=empty: every fake rank answers with an empty GIN_OP_QP (it cannot bring its end up): rank 0 must
  * connect anyway, with one WARN "one-sided operations go as messages", and the same five iputSignal go as messages
  * (the fake ranks check the inline PUT: bytes, window, signal).
- * Both modes: no other WARN; connect returns ncclSuccess within GNIT_MANY_CONNECT_S (default 60 s); rank 0's memory
- * growth over the connect (VmHWM after minus VmRSS before, /proc/self/status) stays under GNIT_MANY_MAX_MB (default
- * 300 MB); deregMrSym, destroyContext and closeColl return ncclSuccess and every fake rank gets its GIN_OP_BYE (the
- * clean close said to all n - 1).
- * The memory bound, at 512 ranks: the net core's 2 x 511 RDMA connections (QPs, CQ and buffers each, on the
- * emulator) take about 205 MB (measured with GDRNET_GIN_PATH=messages: 209 MB); GIN's own part is bounded by its
- * budgets: at most 2^16 message FIFO entries over all peers (a 328-byte header slot and its entry each: ~26 MB), the
- * request pool and the one-sided path's operations (2^16 each, ~10 MB), the signal inbox and outbox (2 x n x 512 x
- * 32 bytes: 16.8 MB), of which little is touched; measured in all: 216-220 MB on either path. Per-peer rings of
- * 1.5 MB (what the message path took before its budget) would add 768 MB. What it does not prove: that n real processes, or n real HCAs, scale (the fake
- * ranks share one process, one verbs context and one CQ), nor traffic between fake ranks. The test raises
- * RLIMIT_NOFILE's soft limit to the hard one (at most 65536): rank 0 holds about 2n sockets. */
+ * Both modes: no other WARN; connect returns ncclSuccess within GNIT_MANY_CONNECT_S (default 60 s); deregMrSym,
+ * destroyContext and closeColl return ncclSuccess and every fake rank gets its GIN_OP_BYE (the clean close said to
+ * all n - 1); and three memory bounds on rank 0's connect (/proc/self/status, after minus before):
+ *   resident (VmHWM - VmRSS) < GNIT_MANY_MAX_MB (default 300 MB). At 512 ranks it is mostly the net core's 2 x 512
+ *     RDMA connections (struct gdr_rdma_comm and its request pool in the plugin, QPs and CQ rings in the emulator:
+ *     ~190 KB each): 216-220 MB measured on either path;
+ *   GIN's own resident part < GNIT_MANY_GIN_MB (default 64 MB): rank 0's growth minus the helper's over its 2 x 511
+ *     net-core connections (the same connections without a GIN comm: 195 MB measured). Expected from GIN's budgets:
+ *     at most 2^16 message FIFO entries over all peers (a 328-byte header slot and a 72-byte entry each: ~26 MB),
+ *     the request pool and the one-sided path's operations (2^16 each: ~11 MB), the signal inbox and outbox
+ *     (2 x n x 512 slots x 32 bytes: 16.8 MB), less where untouched: 21 MB measured;
+ *   mapped (VmPeak - VmSize) < GNIT_MANY_MAX_VM_MB (default 1000 MB). The emulator touches no page at registration,
+ *     where an HCA pins every registered byte: memory allocated and registered but unwritten shows only here. 688 MB
+ *     measured: the net core's connections with their threads' malloc arenas (the helper: 309-437 MB), the CQ of
+ *     4193856 entries (64 bytes each in the emulator: 268 MB; mlx5's CQEs are 64 bytes too), GIN's budgets. The
+ *     message path's per-peer rings before its budget (1.5 MB each: 768 MB) fail it (1567 MB measured).
+ * The sanitizer builds check no bound (shadow memory); ThreadSanitizer's runs 128 ranks.
+ * What it does not prove: that n real processes or n real HCAs scale (the fake ranks share one process, one verbs
+ * context and one CQ), nor any traffic between fake ranks. The test raises RLIMIT_NOFILE's soft limit towards the
+ * hard one (at most 65536): rank 0 holds about 2n sockets. */
 #include <dlfcn.h>
 #include <endian.h>
 #include <errno.h>
@@ -242,7 +250,10 @@ static void rank0(int fd) {
   void *lib, *inst = NULL, *lc = NULL, *cc = NULL, *ctx = NULL, *mh = NULL;
   unsigned char *win = calloc(1, WIN);
   int t[NTARGETS], max_cqe = g_empty ? 0 : device_max_cqe(), ndev = 0;
-  long rss0, hwm0, rss1, hwm1, max_mb = (long)it_env_double("GNIT_MANY_MAX_MB", 300);
+  long rss0, hwm0, rss1, hwm1, gin_kb, max_mb = (long)it_env_double("GNIT_MANY_MAX_MB", 300);
+  long gin_mb = (long)it_env_double("GNIT_MANY_GIN_MB", 64);
+  long vm0, vm1, max_vm_mb = (long)it_env_double("GNIT_MANY_MAX_VM_MB", 1000);
+  uint64_t net_kb = 0, net_vm_kb = 0;
   double connect_s, max_s = it_env_double("GNIT_MANY_CONNECT_S", 60);
   uint64_t t0;
   char rep;
@@ -260,19 +271,22 @@ static void rank0(int fd) {
   IT_CHECK(gn_boot_recv(fd, hs[1], (size_t)(g_n - 1) * NCCL_NET_HANDLE_MAXSIZE, 120) == 0, "handles of the fakes");
   IT_CHECK(gn_boot_send(fd, hs[0], NCCL_NET_HANDLE_MAXSIZE) == 0, "rank 0's handle");
   for (int r = 0; r < g_n; r++) handles[r] = hs[r];
-  rss0 = status_kb("VmRSS"), hwm0 = status_kb("VmHWM");
+  rss0 = status_kb("VmRSS"), hwm0 = status_kb("VmHWM"), vm0 = status_kb("VmSize");
   it_step("connecting %d ranks", g_n);
   t0 = now_ns();
   IT_OK(R->connect(inst, handles, g_n, 0, lc, &cc));
   connect_s = (now_ns() - t0) / 1e9;
-  rss1 = status_kb("VmRSS"), hwm1 = status_kb("VmHWM");
+  rss1 = status_kb("VmRSS"), hwm1 = status_kb("VmHWM"), vm1 = status_kb("VmPeak");
   IT_CHECK(cc != NULL, "no collComm");
   IT_OK(R->closeListen(lc));
-  it_log("rank 0 of %d connected in %.2f s; VmRSS %ld -> %ld MB, VmHWM %ld -> %ld MB (bound: %ld MB of growth)", g_n,
-         connect_s, rss0 / 1024, rss1 / 1024, hwm0 / 1024, hwm1 / 1024, max_mb);
+  it_log("rank 0 of %d connected in %.2f s; VmRSS %ld -> %ld MB, VmHWM %ld -> %ld MB (bound: %ld MB of growth), "
+         "VmSize %ld -> VmPeak %ld MB (bound: %ld MB of growth)",
+         g_n, connect_s, rss0 / 1024, rss1 / 1024, hwm0 / 1024, hwm1 / 1024, max_mb, vm0 / 1024, vm1 / 1024, max_vm_mb);
   IT_CHECK(connect_s < max_s, "the connect took %.1f s (GNIT_MANY_CONNECT_S=%.0f)", connect_s, max_s);
   IT_CHECK(hwm1 - rss0 < max_mb * 1024, "the connect grew rank 0 by %ld MB (VmHWM), more than %ld MB",
            (hwm1 - rss0) / 1024, max_mb);
+  IT_CHECK(vm1 - vm0 < max_vm_mb * 1024, "the connect mapped %ld MB more in rank 0 (VmPeak), more than %ld MB",
+           (vm1 - vm0) / 1024, max_vm_mb);
   if (g_empty) {
     IT_CHECK(atomic_load(&g_fallback_warns) == 1 && !atomic_load(&g_rdma_up),
              "every fake rank sent an empty QP address: %d WARN(s) of the fall back to messages, RDMA up %d",
@@ -311,6 +325,14 @@ static void rank0(int fd) {
   it_step("the fake ranks check what landed");
   IT_CHECK(gn_boot_recv(fd, &rep, 1, 60) == 0, "no report from the fake ranks");
   IT_CHECK(rep == 'k', "the fake ranks found the puts or signals wrong (see above)");
+  IT_CHECK(gn_boot_recv_u64(fd, &net_kb, 10) == 0 && gn_boot_recv_u64(fd, &net_vm_kb, 10) == 0, "the helper's memory");
+  gin_kb = hwm1 - rss0 - (long)net_kb;
+  it_log("the helper's %d x 2 net-core connections took %ld MB (%ld MB mapped): rank 0's GIN comm itself about %ld MB "
+         "(bound: %ld MB)",
+         g_n - 1, (long)net_kb / 1024, (long)net_vm_kb / 1024, gin_kb / 1024, gin_mb);
+  IT_CHECK(gin_kb < gin_mb * 1024,
+           "rank 0 grew by %ld MB more than the helper's net-core connections: more than %ld MB", gin_kb / 1024,
+           gin_mb);
   it_step("closing");
   IT_OK(R->deregMrSym(cc, mh));
   IT_OK(R->destroyContext(ctx));
@@ -597,6 +619,7 @@ static void helper(int fd) {
   char h0[NCCL_NET_HANDLE_MAXSIZE];
   helper_t x;
   int nconn = 0, t[NTARGETS], reported = 0, byes = 0;
+  long rss0, vm0, net_kb, net_vm_kb;
   uint64_t t0;
   char c;
   memset(&x, 0, sizeof(x));
@@ -614,6 +637,7 @@ static void helper(int fd) {
   IT_CHECK(gn_boot_send(fd, hs[1], (size_t)(g_n - 1) * NCCL_NET_HANDLE_MAXSIZE) == 0, "handles to rank 0");
   IT_CHECK(gn_boot_recv(fd, h0, sizeof(h0), 60) == 0, "rank 0's handle");
   it_step("%d x 2 connections to rank 0", g_n - 1);
+  rss0 = status_kb("VmRSS"), vm0 = status_kb("VmSize");
   t0 = now_ns();
   while (nconn < 2 * (g_n - 1)) {
     for (int k = 1; k < g_n; k++) {
@@ -637,6 +661,7 @@ static void helper(int fd) {
     IT_OK(x.ip.net->regMr(f->r, f->rb, MSG_MAX, NCCL_PTR_HOST, &f->rmh));
     queue_msg(f, &me, sizeof(me), NULL, 0);
   }
+  net_kb = status_kb("VmHWM") - rss0, net_vm_kb = status_kb("VmPeak") - vm0;
   it_step("the fake ranks' GIN exchange");
   targets(t);
   for (;;) {
@@ -649,7 +674,9 @@ static void helper(int fd) {
         int extra = 0;
         for (int k = 1; k < g_n; k++) extra += x.f[k].signals;
         IT_CHECK(extra == NTARGETS, "%d signals arrived, %d sent", extra, NTARGETS);
-        IT_CHECK(gn_boot_send(fd, "k", 1) == 0, "report to rank 0");
+        IT_CHECK(gn_boot_send(fd, "k", 1) == 0 && gn_boot_send_u64(fd, (uint64_t)net_kb) == 0 &&
+                     gn_boot_send_u64(fd, (uint64_t)net_vm_kb) == 0,
+                 "report to rank 0");
         reported = 1;
       }
     }
