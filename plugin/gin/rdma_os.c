@@ -48,12 +48,16 @@
 /* Send queue per QP: 8192 (or the device's max_qp_wr), room for every context's queue (GDR_GIN_MAX_CONTEXTS x
  * NCCL's 256 per rank), two work requests each (a put and its signal), and the credits' lag (a quarter of the ring
  * at most). Signal ring per peer (= the QP's receive queue): as deep, within GIN_RDMA_RING_BUDGET slots over all
- * peers (inbox + outbox: 64 bytes a slot). One CQ takes every QP's both queues: past the device's max_cqe the send
- * queues, then the rings, shrink (n x (sq + ring) + 64 <= max_cqe); below GIN_RDMA_MIN_Q either, the comm's
- * operations are messages (tcp_os.c), said in a WARN. A full send queue or ring answers "try again". Every rank
- * computes the same sizes from n and the device; the ring goes in the QP address and a peer with another fails. */
+ * peers (inbox + outbox: 64 bytes a slot). One CQ takes every QP's both queues, within the smaller of the device's
+ * max_cqe and GIN_RDMA_CQE_BUDGET (2^20 entries: 64 MiB of pinned CQEs at mlx5's 64 bytes, where a device's 2^22
+ * would pin 256 MiB per rank): past it the send queues, then the rings, shrink (n x (sq + ring) + 64 <= it). The
+ * send queues keep 8192 up to 95 ranks; at 512 a peer gets 1535 and 512 ring slots. Below GIN_RDMA_MIN_Q either,
+ * the comm's operations are messages (tcp_os.c), said in a WARN. A full send queue or ring answers "try again".
+ * Every rank computes the same sizes from n and the device; the ring goes in the QP address and a peer with another
+ * fails. */
 #define GIN_RDMA_QDEPTH 8192
 #define GIN_RDMA_RING_BUDGET (1 << 18)
+#define GIN_RDMA_CQE_BUDGET (1 << 20)
 #define GIN_RDMA_MIN_Q 64
 #define GIN_RDMA_RING (c->rdma->ring)
 #define GIN_RDMA_SQ (c->rdma->sq)
@@ -266,7 +270,8 @@ static void my_qpinfo(const struct gin_rdma *g, const struct rpeer *p, struct qp
 
 /* the queues' sizes (above); 0: they do not fit the device */
 static int size_queues(struct gin_comm *c, struct gin_rdma *g, int max_cqe) {
-  long n = c->nranks, per = max_cqe > 64 ? ((long)max_cqe - 64) / n : 0;
+  long cap = max_cqe < GIN_RDMA_CQE_BUDGET ? max_cqe : GIN_RDMA_CQE_BUDGET;
+  long n = c->nranks, per = cap > 64 ? (cap - 64) / n : 0;
   long sq = g->d->max_qp_wr > 0 && g->d->max_qp_wr < GIN_RDMA_QDEPTH ? g->d->max_qp_wr : GIN_RDMA_QDEPTH;
   long ring = GIN_RDMA_RING_BUDGET / n < sq ? GIN_RDMA_RING_BUDGET / n : sq;
   if (ring < GIN_RDMA_MIN_Q) ring = GIN_RDMA_MIN_Q;

@@ -28,10 +28,11 @@
  *     the request pool and the one-sided path's operations (2^16 each: ~11 MB), the signal inbox and outbox
  *     (2 x n x 512 slots x 32 bytes: 16.8 MB), less where untouched: 21 MB measured;
  *   mapped (VmPeak - VmSize) < GNIT_MANY_MAX_VM_MB (default 1000 MB). The emulator touches no page at registration,
- *     where an HCA pins every registered byte: memory allocated and registered but unwritten shows only here. 688 MB
+ *     where an HCA pins every registered byte: memory allocated and registered but unwritten shows only here. 496 MB
  *     measured: the net core's connections with their threads' malloc arenas (the helper: 309-437 MB), the CQ of
- *     4193856 entries (64 bytes each in the emulator: 268 MB; mlx5's CQEs are 64 bytes too), GIN's budgets. The
- *     message path's per-peer rings before its budget (1.5 MB each: 768 MB) fail it (1567 MB measured).
+ *     1048128 entries (GIN_RDMA_CQE_BUDGET; 64 bytes each in the emulator: 67 MB; mlx5's CQEs are 64 bytes too),
+ *     GIN's budgets. The CQ at the device's max_cqe (4193856 entries) measured 688 MB; the message path's per-peer
+ *     rings before its budget (1.5 MB each: 768 MB) fail it (1567 MB measured).
  * The sanitizer builds check no bound (shadow memory); ThreadSanitizer's runs 128 ranks.
  * What it does not prove: that n real processes or n real HCAs scale (the fake ranks share one process, one verbs
  * context and one CQ), nor any traffic between fake ranks. The test raises RLIMIT_NOFILE's soft limit towards the
