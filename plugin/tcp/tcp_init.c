@@ -109,9 +109,24 @@ int gdr_tcp_resolve_proxy_io(void) {
   return v == GDR_PARAM_AUTO ? gdr_tcp_rank_cores(NULL) < TCP_SPIN_AUTO_CORES : v != 0;
 }
 
+int gdr_tcp_resolve_progress(const char **why) {
+  int64_t v = gdr_param_int(GDR_PARAM_TCP_PROGRESS);
+  int mode = v == TCP_PROGRESS_KNOB_AUTO ? TCP_PROGRESS_AUTO : (int)v;
+  if (why) {
+    if (gdr_tcp_resolve_spin_ns() == 0)
+      *why = "no polling: GDRNET_TCP_SPIN_US is 0";
+    else if (v == TCP_PROGRESS_KNOB_AUTO)
+      *why = "auto";
+    else
+      *why = "GDRNET_TCP_PROGRESS";
+  }
+  return mode;
+}
+
 int gdr_tcp_resolve_spin_threads(int nthreads) {
   int64_t v = gdr_param_int(GDR_PARAM_TCP_SPIN_THREADS);
-  if (v == GDR_PARAM_AUTO) v = TCP_SPIN_THREADS_AUTO;
+  if (v == GDR_PARAM_AUTO)
+    v = gdr_tcp_resolve_progress(NULL) == TCP_PROGRESS_ADAPTIVE ? nthreads : TCP_SPIN_THREADS_AUTO;
   if (v > nthreads) v = nthreads;
   return v < 1 ? 1 : (int)v;
 }
@@ -201,14 +216,16 @@ static ncclResult_t tcp_init(int *ndev, char *why, size_t whylen) {
   }
   if (off < whylen) {
     char pw[128];
+    const char *pwhy;
     int np = gdr_tcp_pool_size(pw, sizeof(pw));
+    int adaptive = gdr_tcp_resolve_progress(&pwhy) == TCP_PROGRESS_ADAPTIVE;
     snprintf(why + off, whylen - off,
              "; %d data stream(s) in %d lane(s) per connection, served by %d I/O thread(s) per process (%s), inline "
-             "<= %lld B (<= %zu B after a clear-to-send), I/O threads poll %llu us before sleeping (up to %llu us "
-             "while traffic is expected; at most %d at a time), NCCL's proxy thread %s",
+             "<= %lld B (<= %zu B after a clear-to-send), progress %s (%s): I/O threads poll %llu us before sleeping "
+             "(up to %llu us while traffic is expected; at most %d at a time), NCCL's proxy thread %s",
              ns, nt, np, pw, (long long)gdr_param_int(GDR_PARAM_TCP_INLINE),
              gdr_tcp_resolve_cts_inline((size_t)gdr_param_int(GDR_PARAM_TCP_INLINE)),
-             (unsigned long long)(gdr_tcp_resolve_spin_ns() / 1000u),
+             adaptive ? "adaptive" : "fixed", pwhy, (unsigned long long)(gdr_tcp_resolve_spin_ns() / 1000u),
              (unsigned long long)(gdr_tcp_resolve_spin_max_ns() / 1000u), gdr_tcp_resolve_spin_threads(np),
              gdr_tcp_resolve_proxy_io() ? "helps them in test() (GDRNET_TCP_PROXY_IO)" : "does not help them");
   }
