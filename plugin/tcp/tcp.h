@@ -112,7 +112,8 @@ uint64_t gdr_tcp_resolve_spin_ns(void);
  * helpers poll at all, else 0), in ns. */
 uint64_t gdr_tcp_resolve_spin_max_ns(void);
 /* GDRNET_TCP_SPIN_THREADS resolved for a pool of nthreads: how many of them may poll at once (at most nthreads);
- * auto: TCP_SPIN_THREADS_AUTO, or every thread with GDRNET_TCP_PROGRESS adaptive (only those with work poll). */
+ * auto: TCP_SPIN_THREADS_AUTO, or with GDRNET_TCP_PROGRESS adaptive the rank's cores less TCP_IO_NCCL_THREADS (at
+ * least 1; only threads with work poll). */
 int gdr_tcp_resolve_spin_threads(int nthreads);
 /* GDRNET_TCP_PROXY_IO resolved: test() helps the I/O threads (gdr_tcp_pool_help). auto: where this rank has fewer
  * than TCP_SPIN_AUTO_CORES cores (its I/O threads then share them with NCCL's busy threads). */
@@ -126,6 +127,7 @@ int gdr_tcp_resolve_progress(const char **why);
 #define TCP_SPIN_AUTO_US 200
 #define TCP_SPIN_AUTO_CORES 8
 #define TCP_SPIN_THREADS_AUTO 1 /* GDRNET_TCP_SPIN_THREADS auto: one polling thread per process */
+#define TCP_IO_NCCL_THREADS 2   /* busy threads of NCCL per rank (proxy progress + the application's), left their cores */
 /* GDRNET_TCP_CTS_INLINE auto: this where TCP_SPIN_AUTO_CORES cores run the helpers beside NCCL, else GDRNET_TCP_INLINE */
 #define TCP_CTS_INLINE_AUTO 32768
 /* Up to how many bytes a message whose clear-to-send came goes inline (GDRNET_TCP_CTS_INLINE, at most inline_max) */

@@ -125,8 +125,11 @@ int gdr_tcp_resolve_progress(const char **why) {
 
 int gdr_tcp_resolve_spin_threads(int nthreads) {
   int64_t v = gdr_param_int(GDR_PARAM_TCP_SPIN_THREADS);
-  if (v == GDR_PARAM_AUTO)
-    v = gdr_tcp_resolve_progress(NULL) == TCP_PROGRESS_ADAPTIVE ? nthreads : TCP_SPIN_THREADS_AUTO;
+  if (v == GDR_PARAM_AUTO) {
+    v = TCP_SPIN_THREADS_AUTO;
+    /* adaptive: as many as the cores NCCL's two busy threads leave this rank (only threads with work poll) */
+    if (gdr_tcp_resolve_progress(NULL) == TCP_PROGRESS_ADAPTIVE) v = gdr_tcp_rank_cores(NULL) - TCP_IO_NCCL_THREADS;
+  }
   if (v > nthreads) v = nthreads;
   return v < 1 ? 1 : (int)v;
 }

@@ -25,8 +25,8 @@
  *     serves has a request outstanding on its streams (io_outstanding: a receive whose clear-to-send went out, a
  *     clear-to-send not used, a lane with chunks) AND its progress comes faster than its window (the longer of the two
  *     spins: no progress for a window, or a moving average of the gaps between its progress of a window or more,
- *     ends it); else it sleeps at once, so an idle comm costs no polling tail. The tokens (auto: one per thread) thus
- *     go to the threads that have work, whichever they are, and a thread gives its token back as soon as its work is
+ *     ends it); else it sleeps at once, so an idle comm costs no polling tail. The tokens (auto: the rank's cores less NCCL's
+ *     two busy threads) thus go to the threads that have work, whichever they are, and a thread gives its token back as soon as its work is
  *     done. Sleeping is always safe: the streams are in the epoll set edge-triggered, so bytes that land after the
  *     thread's last read raise an event even when it arrives between the decision to sleep and epoll_wait, and a
  *     kick that does not see `sleeping` is seen in has_ready before the thread sleeps.
@@ -74,7 +74,6 @@
 #define TCP_IO_EVENTS 64
 #define TCP_HELP_BUDGET (512u << 10) /* a helper's pass (gdr_tcp_pool_help): bytes per lane or stream */
 #define TCP_HELP_TURNS 4             /* ... and the turns it takes from the again list, and from epoll */
-#define TCP_IO_NCCL_THREADS 2 /* busy threads of NCCL per rank (proxy progress + the application's), left their cores */
 #define TCP_IO_MAX_AUTO 16
 
 enum { SLOT_FREE = 0, SLOT_LANE, SLOT_STREAM, SLOT_AGAIN };

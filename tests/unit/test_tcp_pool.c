@@ -703,6 +703,27 @@ static void test_pool_size(void **state) {
   setenv("GDRNET_TCP_IO_THREADS", "0", 1); /* out of range: named */
   assert_int_not_equal(reload(), 0);
   unsetenv("GDRNET_TCP_IO_THREADS");
+  /* GDRNET_TCP_PROGRESS: auto is TCP_PROGRESS_AUTO; adaptive lets up to the rank's free cores poll (at least 1) */
+  {
+    const char *pwhy = NULL;
+    int cores = gdr_tcp_rank_cores(NULL);
+    assert_int_equal(reload(), 0);
+    assert_int_equal(gdr_tcp_resolve_progress(&pwhy), TCP_PROGRESS_AUTO);
+    setenv("GDRNET_TCP_SPIN_US", "100", 1);
+    setenv("GDRNET_TCP_PROGRESS", "adaptive", 1);
+    assert_int_equal(reload(), 0);
+    assert_int_equal(gdr_tcp_resolve_progress(&pwhy), TCP_PROGRESS_ADAPTIVE);
+    assert_string_equal(pwhy, "GDRNET_TCP_PROGRESS");
+    assert_int_equal(gdr_tcp_resolve_spin_threads(64), cores - 2 > 1 ? cores - 2 : 1);
+    setenv("GDRNET_TCP_PROGRESS", "fixed", 1);
+    assert_int_equal(reload(), 0);
+    assert_int_equal(gdr_tcp_resolve_progress(NULL), TCP_PROGRESS_FIXED);
+    assert_int_equal(gdr_tcp_resolve_spin_threads(64), 1);
+    setenv("GDRNET_TCP_PROGRESS", "sometimes", 1); /* not a mode: named */
+    assert_int_not_equal(reload(), 0);
+    unsetenv("GDRNET_TCP_PROGRESS");
+    unsetenv("GDRNET_TCP_SPIN_US");
+  }
   assert_int_equal(reload(), 0);
 }
 
