@@ -512,8 +512,8 @@ static int io_outstanding(const struct tcp_io *io) {
     if (c == NULL || atomic_load_explicit(&c->stopping, memory_order_relaxed) ||
         atomic_load_explicit(&c->failed, memory_order_relaxed))
       continue;
-    if (sl->kind == SLOT_LANE && (sl->lane->busy || sl->lane->head != atomic_load_explicit(&sl->lane->tail,
-                                                                                           memory_order_relaxed)))
+    if (sl->kind == SLOT_LANE &&
+        (sl->lane->busy || sl->lane->head != atomic_load_explicit(&sl->lane->tail, memory_order_relaxed)))
       return 1;
     if (atomic_load_explicit(c->is_send ? &c->tx_expect : &c->rx_expect, memory_order_relaxed) > 0) return 1;
   }

@@ -364,8 +364,7 @@ static void msg_post_recv(struct pair *p, struct msg *m, size_t size, unsigned s
   assert_int_equal(gdr_core_reg_mr(p->r, m->rb, size, NCCL_PTR_HOST, &m->rmr), ncclSuccess);
   data[0] = m->rb;
   mh[0] = m->rmr;
-  while (m->rreq == NULL)
-    assert_int_equal(gdr_core_irecv(p->r, 1, data, sizes, tags, mh, NULL, &m->rreq), ncclSuccess);
+  while (m->rreq == NULL) assert_int_equal(gdr_core_irecv(p->r, 1, data, sizes, tags, mh, NULL, &m->rreq), ncclSuccess);
 }
 
 static void msg_post_send(struct pair *p, struct msg *m) {
