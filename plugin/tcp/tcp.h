@@ -111,15 +111,23 @@ uint64_t gdr_tcp_resolve_spin_ns(void);
 /* The longer polling window while traffic is expected (GDRNET_TCP_SPIN_MAX_US; auto: TCP_SPIN_MAX_AUTO_US where
  * helpers poll at all, else 0), in ns. */
 uint64_t gdr_tcp_resolve_spin_max_ns(void);
-/* GDRNET_TCP_SPIN_THREADS resolved for a pool of nthreads: how many of them may poll at once (at most nthreads). */
+/* GDRNET_TCP_SPIN_THREADS resolved for a pool of nthreads: how many of them may poll at once (at most nthreads);
+ * auto: TCP_SPIN_THREADS_AUTO, or with GDRNET_TCP_PROGRESS adaptive the rank's cores less TCP_IO_NCCL_THREADS (at
+ * least 1; only threads with work poll). */
 int gdr_tcp_resolve_spin_threads(int nthreads);
 /* GDRNET_TCP_PROXY_IO resolved: test() helps the I/O threads (gdr_tcp_pool_help). auto: where this rank has fewer
  * than TCP_SPIN_AUTO_CORES cores (its I/O threads then share them with NCCL's busy threads). */
 int gdr_tcp_resolve_proxy_io(void);
+/* GDRNET_TCP_PROGRESS: when the I/O threads poll (tcp_pool.c has the rules). TCP_PROGRESS_AUTO is what auto means:
+ * switching the default is that one line. *why (may be NULL) gets a short phrase for the INFO line. */
+enum { TCP_PROGRESS_KNOB_AUTO = 0, TCP_PROGRESS_FIXED = 1, TCP_PROGRESS_ADAPTIVE = 2 };
+#define TCP_PROGRESS_AUTO TCP_PROGRESS_FIXED
+int gdr_tcp_resolve_progress(const char **why);
 #define TCP_SPIN_MAX_AUTO_US 1000
 #define TCP_SPIN_AUTO_US 200
 #define TCP_SPIN_AUTO_CORES 8
 #define TCP_SPIN_THREADS_AUTO 1 /* GDRNET_TCP_SPIN_THREADS auto: one polling thread per process */
+#define TCP_IO_NCCL_THREADS 2   /* busy threads of NCCL per rank (proxy progress + the application's), left their cores */
 /* GDRNET_TCP_CTS_INLINE auto: this where TCP_SPIN_AUTO_CORES cores run the helpers beside NCCL, else GDRNET_TCP_INLINE */
 #define TCP_CTS_INLINE_AUTO 32768
 /* Up to how many bytes a message whose clear-to-send came goes inline (GDRNET_TCP_CTS_INLINE, at most inline_max) */
@@ -455,6 +463,17 @@ uint64_t gdr_tcp_pool_help_passes(void); /* help passes that moved bytes, proces
 int gdr_tcp_pool_size(char *why, size_t whylen);
 /* The most I/O threads seen polling at once since the pool started (tests: GDRNET_TCP_SPIN_THREADS holds) */
 int gdr_tcp_pool_spin_peak(void);
+/* Polling (tests, traces). An I/O thread that holds a token and stops polling counts why in gdr_tcp_pool_stops:
+ * IDLE (adaptive: no request of its comms is outstanding), WINDOW (no progress for its window), SLOW (adaptive: its
+ * progress comes further apart than the window). */
+enum { TCP_POLL_ON = 0, TCP_POLL_STOP_IDLE = 1, TCP_POLL_STOP_WINDOW = 2, TCP_POLL_STOP_SLOW = 3 };
+uint64_t gdr_tcp_pool_stops(int why);
+int gdr_tcp_pool_spinning(void); /* polling tokens held now */
+/* The I/O thread serving send lane i (sender) or receiving stream i (receiver) of c; -1 if none (tests). */
+int gdr_tcp_pool_io_of(const struct tcp_comm *c, int i);
+/* Tests: hook(idx, why) runs on I/O thread idx each time it is about to sleep in epoll_wait, after it has let go of
+ * its lock and its token (why: TCP_POLL_*, why it stopped polling; TCP_POLL_ON when it was not polling). NULL: none. */
+void gdr_tcp_pool_set_sleep_hook(void (*hook)(int idx, int why));
 /* I/O threads running now (tests) */
 int gdr_tcp_pool_running(void);
 /* I/O threads that entered their loop, past their start-up (tests: a fork under ASan must not catch one starting) */

@@ -109,9 +109,27 @@ int gdr_tcp_resolve_proxy_io(void) {
   return v == GDR_PARAM_AUTO ? gdr_tcp_rank_cores(NULL) < TCP_SPIN_AUTO_CORES : v != 0;
 }
 
+int gdr_tcp_resolve_progress(const char **why) {
+  int64_t v = gdr_param_int(GDR_PARAM_TCP_PROGRESS);
+  int mode = v == TCP_PROGRESS_KNOB_AUTO ? TCP_PROGRESS_AUTO : (int)v;
+  if (why) {
+    if (gdr_tcp_resolve_spin_ns() == 0)
+      *why = "no polling: GDRNET_TCP_SPIN_US is 0";
+    else if (v == TCP_PROGRESS_KNOB_AUTO)
+      *why = "auto";
+    else
+      *why = "GDRNET_TCP_PROGRESS";
+  }
+  return mode;
+}
+
 int gdr_tcp_resolve_spin_threads(int nthreads) {
   int64_t v = gdr_param_int(GDR_PARAM_TCP_SPIN_THREADS);
-  if (v == GDR_PARAM_AUTO) v = TCP_SPIN_THREADS_AUTO;
+  if (v == GDR_PARAM_AUTO) {
+    v = TCP_SPIN_THREADS_AUTO;
+    /* adaptive: as many as the cores NCCL's two busy threads leave this rank (only threads with work poll) */
+    if (gdr_tcp_resolve_progress(NULL) == TCP_PROGRESS_ADAPTIVE) v = gdr_tcp_rank_cores(NULL) - TCP_IO_NCCL_THREADS;
+  }
   if (v > nthreads) v = nthreads;
   return v < 1 ? 1 : (int)v;
 }
@@ -202,15 +220,20 @@ static ncclResult_t tcp_init(int *ndev, char *why, size_t whylen) {
   /* the sizing, one short INFO(NET) line per decision; why keeps the addresses (the init line's detail) */
   {
     char pw[200];
+    const char *pwhy;
     int np = gdr_tcp_pool_size(pw, sizeof(pw));
+    int adaptive = gdr_tcp_resolve_progress(&pwhy) == TCP_PROGRESS_ADAPTIVE;
     GDR_INFO(NCCL_NET, "TCP: %d data stream(s) in %d lane(s) per connection, inline <= %lld B (<= %zu B after a "
              "clear-to-send)", ns, nt, (long long)gdr_param_int(GDR_PARAM_TCP_INLINE),
              gdr_tcp_resolve_cts_inline((size_t)gdr_param_int(GDR_PARAM_TCP_INLINE)));
     GDR_INFO(NCCL_NET, "TCP: %d I/O thread(s) per process: %s", np, pw);
-    GDR_INFO(NCCL_NET, "TCP: I/O threads poll %llu us before sleeping (up to %llu us while traffic is expected; at "
-             "most %d at a time), NCCL's proxy thread %s", (unsigned long long)(gdr_tcp_resolve_spin_ns() / 1000u),
-             (unsigned long long)(gdr_tcp_resolve_spin_max_ns() / 1000u), gdr_tcp_resolve_spin_threads(np),
-             gdr_tcp_resolve_proxy_io() ? "helps them in test() (GDRNET_TCP_PROXY_IO)" : "does not help them");
+    GDR_INFO(NCCL_NET, "TCP: progress %s (%s): I/O threads poll %llu us before sleeping (up to %llu us while traffic "
+             "is expected; at most %d at a time)", adaptive ? "adaptive" : "fixed", pwhy,
+             (unsigned long long)(gdr_tcp_resolve_spin_ns() / 1000u),
+             (unsigned long long)(gdr_tcp_resolve_spin_max_ns() / 1000u), gdr_tcp_resolve_spin_threads(np));
+    GDR_INFO(NCCL_NET, "TCP: NCCL's proxy thread %s",
+             gdr_tcp_resolve_proxy_io() ? "helps the I/O threads in test() (GDRNET_TCP_PROXY_IO)"
+                                        : "does not help the I/O threads");
   }
 out:
   return res;

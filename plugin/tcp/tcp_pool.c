@@ -20,7 +20,16 @@
  *     then sleeps in epoll_wait: an idle process's I/O threads use no CPU. It polls only while it holds one of the
  *     process's GDRNET_TCP_SPIN_THREADS tokens (auto 1), else it sleeps at once and the kernel wakes it for its
  *     streams: with every thread polling, 2 ranks on 16 cores spent 5.8 cores per process in the pool where the
- *     copies needed 2.8 (docs/PERFORMANCE.md section 10).
+ *     copies needed 2.8 (docs/PERFORMANCE.md section 10);
+ *   - with GDRNET_TCP_PROGRESS adaptive (polling on, GDRNET_TCP_SPIN_US > 0) a thread polls only while a comm it
+ *     serves has a request outstanding on its streams (io_outstanding: a receive whose clear-to-send went out, a
+ *     clear-to-send not used, a lane with chunks) AND its progress comes faster than its window (the longer of the two
+ *     spins: no progress for a window, or a moving average of the gaps between its progress of a window or more,
+ *     ends it); else it sleeps at once, so an idle comm costs no polling tail. The tokens (auto: the rank's cores less NCCL's
+ *     two busy threads) thus go to the threads that have work, whichever they are, and a thread gives its token back as soon as its work is
+ *     done. Sleeping is always safe: the streams are in the epoll set edge-triggered, so bytes that land after the
+ *     thread's last read raise an event even when it arrives between the decision to sleep and epoll_wait, and a
+ *     kick that does not see `sleeping` is seen in has_ready before the thread sleeps.
  * One fairness bound: a lane or stream moves at most TCP_IO_BUDGET bytes per turn, then the thread serves the others
  * before coming back to it.
  *
@@ -65,7 +74,6 @@
 #define TCP_IO_EVENTS 64
 #define TCP_HELP_BUDGET (512u << 10) /* a helper's pass (gdr_tcp_pool_help): bytes per lane or stream */
 #define TCP_HELP_TURNS 4             /* ... and the turns it takes from the again list, and from epoll */
-#define TCP_IO_NCCL_THREADS 2 /* busy threads of NCCL per rank (proxy progress + the application's), left their cores */
 #define TCP_IO_MAX_AUTO 16
 
 enum { SLOT_FREE = 0, SLOT_LANE, SLOT_STREAM, SLOT_AGAIN };
@@ -98,6 +106,8 @@ struct tcp_io {
   _Atomic int sleeping; /* in a blocking epoll_wait: a kick must write evfd */
   _Atomic int entered;  /* the thread runs io_thread (tests: past its start-up, see gdr_tcp_pool_entered) */
   uint64_t spin_ns, spin_max_ns;
+  uint64_t gap_ns;    /* adaptive: moving average of the time between its progress (the thread's own) */
+  uint64_t last_prog; /* adaptive: when it last made progress (the thread's own) */
   size_t budget; /* bytes per lane or stream per turn (under mu): TCP_IO_BUDGET, TCP_HELP_BUDGET in a helper's pass */
 };
 
@@ -108,11 +118,14 @@ static struct {
   /* Polling tokens: a thread polls (epoll_wait without a timeout) only while it holds one; spin_cap is set before
    * the threads start (GDRNET_TCP_SPIN_THREADS) */
   int spin_cap;
+  int adaptive; /* GDRNET_TCP_PROGRESS adaptive (set before the threads start) */
   _Atomic int spinners;
   _Atomic int spin_peak; /* the most held at once (tests) */
   _Atomic unsigned gen;  /* fork generation: +1 in each child (the comms attached before are the parent's) */
   int pinned;            /* holds a gdr_core_pin: from pool_start until pool_stop joined the threads (inherited by a
                           * fork child with the loader's reference it stands for) */
+  /* why polling threads gave their token back (tests, traces): TCP_POLL_* */
+  _Atomic uint64_t stops[4];
   struct tcp_io io[TCP_IO_MAX];
 } g_pool = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
@@ -187,6 +200,23 @@ int gdr_tcp_pool_running(void) {
 }
 
 int gdr_tcp_pool_spin_peak(void) { return atomic_load(&g_pool.spin_peak); }
+
+int gdr_tcp_pool_io_of(const struct tcp_comm *c, int i) {
+  const struct tcp_io *io = NULL;
+  if (c->is_send && i >= 0 && i < c->nthreads) io = c->threads[i].io;
+  if (!c->is_send && c->streams != NULL && i >= 0 && i < c->nsocks) io = c->streams[i].io;
+  return io ? io->idx : -1;
+}
+
+int gdr_tcp_pool_spinning(void) { return atomic_load(&g_pool.spinners); }
+
+uint64_t gdr_tcp_pool_stops(int why) {
+  return why >= 0 && why < 4 ? atomic_load_explicit(&g_pool.stops[why], memory_order_relaxed) : 0;
+}
+
+static void (*_Atomic g_sleep_hook)(int idx, int why); /* tests only: see gdr_tcp_pool_set_sleep_hook */
+
+void gdr_tcp_pool_set_sleep_hook(void (*hook)(int idx, int why)) { atomic_store(&g_sleep_hook, hook); }
 
 int gdr_tcp_pool_entered(void) {
   int n = 0;
@@ -476,6 +506,44 @@ static int io_expecting(const struct tcp_io *io) {
   return 0;
 }
 
+/* Adaptive: a request of a comm it serves is outstanding on its streams: a receive whose clear-to-send went out and
+ * that is not complete, a clear-to-send the sender has not used, a lane with chunks to write (under io->mu). */
+static int io_outstanding(const struct tcp_io *io) {
+  for (int s = 0; s < io->nslots; s++) {
+    const struct tcp_slot *sl = &io->slots[s];
+    const struct tcp_comm *c = sl->kind == SLOT_LANE ? sl->lane->comm : sl->kind == SLOT_STREAM ? sl->st->comm : NULL;
+    if (c == NULL || atomic_load_explicit(&c->stopping, memory_order_relaxed) ||
+        atomic_load_explicit(&c->failed, memory_order_relaxed))
+      continue;
+    if (sl->kind == SLOT_LANE &&
+        (sl->lane->busy || sl->lane->head != atomic_load_explicit(&sl->lane->tail, memory_order_relaxed)))
+      return 1;
+    if (atomic_load_explicit(c->is_send ? &c->tx_expect : &c->rx_expect, memory_order_relaxed) > 0) return 1;
+  }
+  return 0;
+}
+
+/* Adaptive: whether the thread polls now (TCP_POLL_ON) or why not. The window is the longer of the two spins. */
+static int adapt_poll(const struct tcp_io *io, uint64_t now, uint64_t since) {
+  uint64_t win = io->spin_max_ns > io->spin_ns ? io->spin_max_ns : io->spin_ns;
+  if (!io_outstanding(io)) return TCP_POLL_STOP_IDLE;
+  if (now - since >= win) return TCP_POLL_STOP_WINDOW;
+  if (io->gap_ns >= win) return TCP_POLL_STOP_SLOW;
+  return TCP_POLL_ON;
+}
+
+/* Adaptive: one more gap between progress in the moving average (weight 1/4; one long sleep counts as at most two
+ * windows, so a few quick steps bring polling back). */
+static void adapt_progress(struct tcp_io *io, uint64_t now) {
+  uint64_t win = io->spin_max_ns > io->spin_ns ? io->spin_max_ns : io->spin_ns, gap;
+  if (io->last_prog != 0) {
+    gap = now - io->last_prog;
+    if (gap > 2 * win) gap = 2 * win;
+    io->gap_ns = io->gap_ns - io->gap_ns / 4 + gap / 4;
+  }
+  io->last_prog = now;
+}
+
 static void *io_thread(void *arg) {
   struct tcp_io *io = arg;
   struct epoll_event ev[TCP_IO_EVENTS];
@@ -484,7 +552,8 @@ static void *io_thread(void *arg) {
   atomic_store(&io->entered, 1);
   pthread_mutex_lock(&io->mu);
   while (!io->stop) {
-    int prog = 0, timeout = -1, n, werr;
+    int prog = 0, timeout = -1, n, werr, stop = TCP_POLL_ON;
+    void (*hook)(int, int);
     if (atomic_load(&io->has_ready) && take_ready(io)) prog = 1;
     if (io->nagain > 0) {
       int na = io->nagain, *a = io->again;
@@ -498,16 +567,28 @@ static void *io_thread(void *arg) {
       for (int i = 0; i < na; i++)
         if (slot_progress(io, tmp[i])) prog = 1;
     }
-    if (prog) since = gdr_time_ns();
+    if (prog) {
+      since = gdr_time_ns();
+      if (g_pool.adaptive) adapt_progress(io, since);
+    }
     if (io->nagain > 0 || atomic_load(&io->has_ready)) {
       timeout = 0;
     } else if (io->spin_ns > 0 && since != 0) {
-      uint64_t win = io->spin_ns;
-      if (io->spin_max_ns > win && io_expecting(io)) win = io->spin_max_ns;
-      if (gdr_time_ns() - since < win && (token || (token = spin_take()))) timeout = 0;
+      uint64_t now = gdr_time_ns();
+      if (g_pool.adaptive) {
+        stop = adapt_poll(io, now, since);
+      } else {
+        uint64_t win = io->spin_ns;
+        if (io->spin_max_ns > win && io_expecting(io)) win = io->spin_max_ns;
+        if (now - since >= win) stop = TCP_POLL_STOP_WINDOW;
+      }
+      if (stop == TCP_POLL_ON && (token || (token = spin_take()))) timeout = 0;
     }
     if (timeout < 0) {
-      if (token) spin_put();
+      if (token) {
+        spin_put();
+        atomic_fetch_add_explicit(&g_pool.stops[stop], 1, memory_order_relaxed);
+      }
       token = 0;
       atomic_store(&io->sleeping, 1);
       if (atomic_load(&io->has_ready)) { /* a kick that did not see sleeping: served now */
@@ -516,6 +597,7 @@ static void *io_thread(void *arg) {
       }
     }
     pthread_mutex_unlock(&io->mu);
+    if (timeout < 0 && (hook = atomic_load_explicit(&g_sleep_hook, memory_order_acquire)) != NULL) hook(io->idx, stop);
     n = epoll_wait(io->ep, ev, TCP_IO_EVENTS, timeout);
     werr = errno;
     if (timeout < 0) atomic_store(&io->sleeping, 0);
@@ -542,7 +624,10 @@ static void *io_thread(void *arg) {
       if (s >= io->nslots || io->slots[s].gen != (uint32_t)d) continue; /* detached since */
       if (slot_progress(io, s)) prog = 1;
     }
-    if (prog) since = gdr_time_ns();
+    if (prog) {
+      since = gdr_time_ns();
+      if (g_pool.adaptive) adapt_progress(io, since);
+    }
   }
   if (token) spin_put();
   pthread_mutex_unlock(&io->mu);
@@ -675,6 +760,7 @@ static ncclResult_t pool_start(void) { /* under g_pool.mu */
   uint64_t spin = gdr_tcp_resolve_spin_ns(), spin_max = gdr_tcp_resolve_spin_max_ns();
   if (n > TCP_IO_MAX) n = TCP_IO_MAX;
   g_pool.spin_cap = gdr_tcp_resolve_spin_threads(n);
+  g_pool.adaptive = gdr_tcp_resolve_progress(NULL) == TCP_PROGRESS_ADAPTIVE;
   if (!g_pool.pinned) {
     gdr_core_pin();
     g_pool.pinned = 1;

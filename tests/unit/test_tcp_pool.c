@@ -3,10 +3,12 @@
  * CPU, and the threads go away with the last connection. */
 #include <dirent.h>
 #include <errno.h>
+#include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -260,6 +262,268 @@ static void test_spin_cap(void **state) {
   assert_int_equal(dflt, 1);
 }
 
+/* ------------------------------------------------------------------------ GDRNET_TCP_PROGRESS=adaptive -- */
+
+/* The I/O threads' sleeps as the pool's hook reports them: why each last stopped polling, and one thread parked in
+ * its hook (between giving up its token and epoll_wait) on demand. */
+static struct {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  int last_why[64]; /* per I/O thread: TCP_POLL_* of its last stop (TCP_POLL_ON: none yet) */
+  int park_idx;     /* park this thread at its next stop for park_why (-1: none) */
+  int park_why;
+  int parked, release;
+} hk = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER, .park_idx = -1};
+
+static void sleep_hook(int idx, int why) {
+  pthread_mutex_lock(&hk.mu);
+  if (idx >= 0 && idx < 64 && why != TCP_POLL_ON) hk.last_why[idx] = why;
+  if (idx == hk.park_idx && why == hk.park_why) {
+    struct timespec until;
+    hk.park_idx = -1;
+    hk.parked = 1;
+    pthread_cond_broadcast(&hk.cv);
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += 60; /* a bound: the test releases it */
+    while (!hk.release)
+      if (pthread_cond_timedwait(&hk.cv, &hk.mu, &until) == ETIMEDOUT) break;
+  }
+  pthread_cond_broadcast(&hk.cv);
+  pthread_mutex_unlock(&hk.mu);
+}
+
+static void hook_reset(void) {
+  pthread_mutex_lock(&hk.mu);
+  for (int i = 0; i < 64; i++) hk.last_why[i] = TCP_POLL_ON;
+  hk.park_idx = -1;
+  hk.parked = hk.release = 0;
+  pthread_mutex_unlock(&hk.mu);
+}
+
+/* Waits (bounded) until I/O thread idx's last stop was for why. 1 if it was. */
+static int wait_stop(int idx, int why) {
+  struct timespec until;
+  int ok;
+  clock_gettime(CLOCK_REALTIME, &until);
+  until.tv_sec += 30;
+  pthread_mutex_lock(&hk.mu);
+  while (hk.last_why[idx] != why)
+    if (pthread_cond_timedwait(&hk.cv, &hk.mu, &until) == ETIMEDOUT) break;
+  ok = hk.last_why[idx] == why;
+  pthread_mutex_unlock(&hk.mu);
+  return ok;
+}
+
+static void adaptive_env(const char *mode, const char *spin_us, const char *spin_max_us) {
+  setenv("GDRNET_TCP_PROGRESS", mode, 1);
+  setenv("GDRNET_TCP_SPIN_US", spin_us, 1);
+  setenv("GDRNET_TCP_SPIN_MAX_US", spin_max_us, 1);
+  setenv("GDRNET_TCP_IO_THREADS", "2", 1);
+  setenv("GDRNET_TCP_NSOCKS", "1", 1);
+  setenv("GDRNET_TCP_PROXY_IO", "0", 1);     /* only the I/O threads move the streams' bytes */
+  setenv("GDRNET_TCP_SPIN_THREADS", "2", 1); /* fixed: each thread may poll (auto is 1 token) */
+  ut_warn_reset();
+  gdr_params_reset();
+  hook_reset();
+  gdr_tcp_pool_set_sleep_hook(sleep_hook);
+  assert_int_equal(gdr_core_init(ut_logger), ncclSuccess);
+}
+
+static void adaptive_unenv(void) {
+  gdr_core_fini();
+  gdr_tcp_pool_set_sleep_hook(NULL);
+  unsetenv("GDRNET_TCP_PROGRESS");
+  unsetenv("GDRNET_TCP_SPIN_US");
+  unsetenv("GDRNET_TCP_SPIN_MAX_US");
+  unsetenv("GDRNET_TCP_IO_THREADS");
+  unsetenv("GDRNET_TCP_NSOCKS");
+  unsetenv("GDRNET_TCP_PROXY_IO");
+  unsetenv("GDRNET_TCP_SPIN_THREADS");
+}
+
+struct msg {
+  unsigned char *sb, *rb;
+  size_t size;
+  void *smr, *rmr, *sreq, *rreq;
+  int sdone, rdone;
+};
+
+static void msg_post_recv(struct pair *p, struct msg *m, size_t size, unsigned seed) {
+  void *data[1];
+  size_t sizes[1] = {size};
+  int tags[1] = {1};
+  void *mh[1];
+  memset(m, 0, sizeof(*m));
+  m->size = size;
+  m->sb = malloc(size);
+  m->rb = calloc(1, size);
+  assert_non_null(m->sb);
+  assert_non_null(m->rb);
+  ut_fill(m->sb, size, seed);
+  assert_int_equal(gdr_core_reg_mr(p->s, m->sb, size, NCCL_PTR_HOST, &m->smr), ncclSuccess);
+  assert_int_equal(gdr_core_reg_mr(p->r, m->rb, size, NCCL_PTR_HOST, &m->rmr), ncclSuccess);
+  data[0] = m->rb;
+  mh[0] = m->rmr;
+  while (m->rreq == NULL) assert_int_equal(gdr_core_irecv(p->r, 1, data, sizes, tags, mh, NULL, &m->rreq), ncclSuccess);
+}
+
+static void msg_post_send(struct pair *p, struct msg *m) {
+  double t0 = ut_now();
+  while (m->sreq == NULL) {
+    assert_int_equal(gdr_core_isend(p->s, m->sb, m->size, 1, m->smr, NULL, &m->sreq), ncclSuccess);
+    assert_true(ut_now() - t0 < 30.0);
+  }
+}
+
+/* Drives both ends until the message is complete (bounded), checks its bytes and frees it. */
+static void msg_finish(struct pair *p, struct msg *m) {
+  double t0 = ut_now();
+  msg_post_send(p, m);
+  while (!m->sdone || !m->rdone) {
+    if (!m->sdone) assert_int_equal(gdr_core_test(m->sreq, &m->sdone, NULL, NULL), ncclSuccess);
+    if (!m->rdone) {
+      size_t got[GDR_MAX_RECVS] = {0};
+      int n = 0;
+      assert_int_equal(gdr_core_test(m->rreq, &m->rdone, got, &n), ncclSuccess);
+      if (m->rdone) assert_int_equal(got[0], m->size);
+    }
+    assert_true(ut_now() - t0 < 30.0);
+  }
+  assert_memory_equal(m->sb, m->rb, m->size);
+  assert_int_equal(gdr_core_dereg_mr(p->s, m->smr), ncclSuccess);
+  assert_int_equal(gdr_core_dereg_mr(p->r, m->rmr), ncclSuccess);
+  free(m->sb);
+  free(m->rb);
+}
+
+static int recv_io(struct pair *p) {
+  int idx = gdr_tcp_pool_io_of(((struct gdr_comm *)p->r)->tcomm, 0);
+  assert_true(idx >= 0 && idx < 64);
+  return idx;
+}
+
+/* A comm that goes idle stops polling at once, not at the end of its window: the receiving stream's I/O thread
+ * polled while the receive was outstanding, and gave its token back because nothing was outstanding any more (the
+ * window, 100 ms, plays no part). With fixed polling the same thread keeps its token for the window. */
+static int idle_stop_round(const char *mode) {
+  struct pair p;
+  struct msg m;
+  uint64_t idle0, win0;
+  int idx, why;
+  double t0;
+  adaptive_env(mode, "10000", "100000");
+  pair_open(&p);
+  idx = recv_io(&p);
+  idle0 = gdr_tcp_pool_stops(TCP_POLL_STOP_IDLE);
+  win0 = gdr_tcp_pool_stops(TCP_POLL_STOP_WINDOW);
+  msg_post_recv(&p, &m, 4u << 20, 7);
+  msg_finish(&p, &m);
+  assert_true(gdr_tcp_pool_spin_peak() >= 1); /* it polled */
+  t0 = ut_now();
+  assert_true(wait_stop(idx, strcmp(mode, "adaptive") == 0 ? TCP_POLL_STOP_IDLE : TCP_POLL_STOP_WINDOW));
+  print_message("%s: the idle comm's I/O thread stopped polling %.1f ms after the last message\n", mode,
+                (ut_now() - t0) * 1e3);
+  pthread_mutex_lock(&hk.mu);
+  why = hk.last_why[idx];
+  pthread_mutex_unlock(&hk.mu);
+  if (strcmp(mode, "adaptive") == 0) {
+    assert_true(gdr_tcp_pool_stops(TCP_POLL_STOP_IDLE) > idle0);
+  } else {
+    assert_int_equal(gdr_tcp_pool_stops(TCP_POLL_STOP_IDLE), idle0); /* fixed mode never stops for idleness */
+    assert_true(gdr_tcp_pool_stops(TCP_POLL_STOP_WINDOW) > win0);
+  }
+  pair_close(&p);
+  adaptive_unenv();
+  return why;
+}
+
+static void test_adaptive_idle_stops(void **state) {
+  (void)state;
+  assert_int_equal(idle_stop_round("adaptive"), TCP_POLL_STOP_IDLE);
+  assert_int_equal(idle_stop_round("fixed"), TCP_POLL_STOP_WINDOW);
+}
+
+/* No lost wakeup: the receiving stream's I/O thread is held right after it stopped polling (its token given back,
+ * before epoll_wait) while a whole message lands in its socket; released, it sleeps, and must still be woken for
+ * those bytes, with nothing else happening (no further traffic, no help from test()). */
+static void test_adaptive_no_lost_wakeup(void **state) {
+  struct pair p;
+  struct msg a, b;
+  struct tcp_comm *rc;
+  double t0;
+  int idx, avail = 0;
+  (void)state;
+  adaptive_env("adaptive", "10000", "100000");
+  pair_open(&p);
+  rc = ((struct gdr_comm *)p.r)->tcomm;
+  idx = recv_io(&p);
+  assert_int_not_equal(idx, gdr_tcp_pool_io_of(((struct gdr_comm *)p.s)->tcomm, 0)); /* sender's lane elsewhere */
+  msg_post_recv(&p, &a, 1u << 20, 1);
+  pthread_mutex_lock(&hk.mu);
+  hk.park_idx = idx; /* its next stop for idleness: once a's receive is complete */
+  hk.park_why = TCP_POLL_STOP_IDLE;
+  pthread_mutex_unlock(&hk.mu);
+  msg_finish(&p, &a);
+  {
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += 30;
+    pthread_mutex_lock(&hk.mu);
+    while (!hk.parked)
+      if (pthread_cond_timedwait(&hk.cv, &hk.mu, &until) == ETIMEDOUT) break;
+    pthread_mutex_unlock(&hk.mu);
+    assert_true(hk.parked);
+  }
+  /* b (96 KiB: chunked, and it fits the sockets' buffers) lands while the thread is held */
+  msg_post_recv(&p, &b, 96u << 10, 2);
+  msg_post_send(&p, &b);
+  t0 = ut_now();
+  while (avail <= 0) {
+    assert_int_equal(ioctl(rc->streams[0].fd, FIONREAD, &avail), 0);
+    if (avail <= 0) sched_yield();
+    assert_true(ut_now() - t0 < 30.0);
+  }
+  pthread_mutex_lock(&hk.mu);
+  hk.release = 1;
+  pthread_cond_broadcast(&hk.cv);
+  pthread_mutex_unlock(&hk.mu);
+  msg_finish(&p, &b);
+  pair_close(&p);
+  adaptive_unenv();
+}
+
+/* No request is left waiting when polling stops: a receive outstanding with nothing coming keeps its thread polling
+ * only for the window (then it sleeps, token given back), and its message, sent after that, still arrives. */
+static void test_adaptive_window_then_wake(void **state) {
+  struct pair p;
+  struct msg a, c;
+  int idx;
+  (void)state;
+  adaptive_env("adaptive", "200", "1000");
+  pair_open(&p);
+  idx = recv_io(&p);
+  msg_post_recv(&p, &a, 1u << 20, 3);
+  msg_post_recv(&p, &c, 1u << 20, 4); /* outstanding until sent below */
+  msg_finish(&p, &a);
+  {
+    /* every thread sleeps, the receiving one last stopped with c outstanding: its window (or the gaps between its
+     * progress) ended the polling, not idleness */
+    double t0 = ut_now();
+    int why = TCP_POLL_ON;
+    while (gdr_tcp_pool_spinning() != 0 || (why != TCP_POLL_STOP_WINDOW && why != TCP_POLL_STOP_SLOW)) {
+      sched_yield();
+      pthread_mutex_lock(&hk.mu);
+      why = hk.last_why[idx];
+      pthread_mutex_unlock(&hk.mu);
+      assert_true(ut_now() - t0 < 30.0);
+    }
+    assert_int_equal(c.rdone, 0);
+  }
+  msg_finish(&p, &c);
+  pair_close(&p);
+  adaptive_unenv();
+}
+
 /* A child forked while the pool runs (the parent's I/O threads do not exist in it) starts its own pool with its first
  * comm and moves data; without the fork handler its lanes would go to threads that are not there and hang. */
 static void test_fork_child(void **state) {
@@ -438,6 +702,27 @@ static void test_pool_size(void **state) {
   setenv("GDRNET_TCP_IO_THREADS", "0", 1); /* out of range: named */
   assert_int_not_equal(reload(), 0);
   unsetenv("GDRNET_TCP_IO_THREADS");
+  /* GDRNET_TCP_PROGRESS: auto is TCP_PROGRESS_AUTO; adaptive lets up to the rank's free cores poll (at least 1) */
+  {
+    const char *pwhy = NULL;
+    int cores = gdr_tcp_rank_cores(NULL);
+    assert_int_equal(reload(), 0);
+    assert_int_equal(gdr_tcp_resolve_progress(&pwhy), TCP_PROGRESS_AUTO);
+    setenv("GDRNET_TCP_SPIN_US", "100", 1);
+    setenv("GDRNET_TCP_PROGRESS", "adaptive", 1);
+    assert_int_equal(reload(), 0);
+    assert_int_equal(gdr_tcp_resolve_progress(&pwhy), TCP_PROGRESS_ADAPTIVE);
+    assert_string_equal(pwhy, "GDRNET_TCP_PROGRESS");
+    assert_int_equal(gdr_tcp_resolve_spin_threads(64), cores - 2 > 1 ? cores - 2 : 1);
+    setenv("GDRNET_TCP_PROGRESS", "fixed", 1);
+    assert_int_equal(reload(), 0);
+    assert_int_equal(gdr_tcp_resolve_progress(NULL), TCP_PROGRESS_FIXED);
+    assert_int_equal(gdr_tcp_resolve_spin_threads(64), 1);
+    setenv("GDRNET_TCP_PROGRESS", "sometimes", 1); /* not a mode: named */
+    assert_int_not_equal(reload(), 0);
+    unsetenv("GDRNET_TCP_PROGRESS");
+    unsetenv("GDRNET_TCP_SPIN_US");
+  }
   assert_int_equal(reload(), 0);
 }
 
@@ -448,6 +733,9 @@ int main(void) {
       cmocka_unit_test(test_proxy_io),
       cmocka_unit_test(test_idle_cpu),
       cmocka_unit_test(test_spin_cap),
+      cmocka_unit_test(test_adaptive_idle_stops),
+      cmocka_unit_test(test_adaptive_no_lost_wakeup),
+      cmocka_unit_test(test_adaptive_window_then_wake),
       cmocka_unit_test(test_fork_child),
       cmocka_unit_test(test_fork_child_closes_inherited),
   };
