@@ -2,7 +2,8 @@
 # Device run 19 (2026-12-06): (a) the README's build command on gcc 13 after GDRNET_WERROR (default OFF) and the
 # gn_log.c fix; (b) GIN all-to-all (alltoall_perf -R 2 -D 3) through the plugin over the emulator and over TCP,
 # alternated with NCCL IB's GIN proxy on the same emulator, after the GIN hardening; (c) a mixed pair through NCCL:
-# hostA with an (emulated) RDMA device, hostB without one, both GDRNET_TRANSPORT=auto.
+# hostA with an (emulated) RDMA device, hostB without one, both GDRNET_TRANSPORT=auto; (d) bench/tcp-matrix's first
+# rows, the default against GDRNET_TCP_PROGRESS=adaptive, as long as time is left.
 set -u
 R=$PWD; O=${OUT:-/tmp/out}; mkdir -p $O
 W=$(python3 -c "import nvidia.nccl as n; print(list(n.__path__)[0])" 2>/dev/null)
@@ -13,7 +14,7 @@ t0=$(date +%s)
 { date -u +%FT%TZ; nproc; nvidia-smi -L; gcc --version | head -1; cat $R/.device/COMMIT 2>/dev/null; } > $O/machine.txt 2>&1
 cat $O/machine.txt
 NT=$R/.nccl-tests/build-mpi
-( make -C $R/.nccl-tests/src -j8 MPI=1 MPI_HOME=/usr/lib/x86_64-linux-gnu/openmpi NAME_SUFFIX=_mpi NCCL_HOME=/tmp/nccl CUDA_HOME=/usr/local/cuda BUILDDIR=$NT NVCC_GENCODE="-gencode=arch=compute_90,code=sm_90" $NT/all_reduce_perf_mpi $NT/alltoall_perf_mpi ) > $O/nt-build.log 2>&1 &
+( make -C $R/.nccl-tests/src -j8 MPI=1 MPI_HOME=/usr/lib/x86_64-linux-gnu/openmpi NAME_SUFFIX=_mpi NCCL_HOME=/tmp/nccl CUDA_HOME=/usr/local/cuda BUILDDIR=$NT NVCC_GENCODE="-gencode=arch=compute_90,code=sm_90" $NT/all_reduce_perf_mpi $NT/alltoall_perf_mpi $NT/sendrecv_perf_mpi ) > $O/nt-build.log 2>&1 &
 # (a) the README's command exactly, then the same tree with GDRNET_WERROR=ON (every warning gcc 13 finds is an error)
 ( cd $R && cmake -S . -B build && cmake --build build -j ) > $O/readme-build.log 2>&1
 echo "readme build rc=$? warnings=$(grep -c 'warning:' $O/readme-build.log)"
@@ -46,5 +47,14 @@ done
     -np 1 env NCCL_HOSTID=hostB NCCL_TESTS_DEVICE=0 GDRNET_IB_DISABLE=1 $NT/all_reduce_perf_mpi -b 8 -e 64M -f 4 -n 10 -w 2 -c 1 ) > $O/mixed.log 2>&1
 summ $O/mixed.log $?
 grep -h "using the\|TCP door\|TCP from the start\|Using network" $O/mixed.log | cut -c1-260 | sort | uniq -c | head -10
+# (d) while time is left: bench/tcp-matrix on three rows, NCCL Socket against the default (fixed progress) and
+# GDRNET_TCP_PROGRESS=adaptive, alternated, 2 reps
+left=$(( ${BUDGET_S:-420} - ($(date +%s) - t0) ))
+if [ $left -gt 150 ]; then
+  P=/tmp/be/lib/libnccl-net-gdr.so
+  timeout $((left - 10)) python3 $R/bench/tcp-matrix --nccl-lib $W/lib --reps 2 --timeout 60 --out $O/tm \
+    --variant default,$P --variant adaptive,$P,GDRNET_TCP_PROGRESS=adaptive --rows ar8,sr1m,a2a1m $NT > $O/tm.txt 2>&1
+  echo "tcp-matrix rc=$?"; grep -v "^# .* rep" $O/tm.txt | tail -30
+fi
 echo "total $(( $(date +%s) - t0 )) s"
-( cd $O && tar czf logs.tgz *.log 2>/dev/null; rm -f *.log )
+( cd $O && tar czf logs.tgz *.log tm 2>/dev/null; rm -rf *.log tm )
