@@ -16,11 +16,12 @@
 #include "api/api.h"
 #include "gdrnet/rma.h"
 #include "gin/gin.h"
+#include "gin/rma15.h"
 
 static ncclResult_t v15_init(void **ctx, uint64_t comm_id, ncclDebugLogger_t logger) {
   return gdr_gin_init(ctx, comm_id, logger, 15);
 }
-static ncclResult_t v15_props(int dev, ncclNetProperties_v12_t *props) {
+ncclResult_t gdr_rma15_props(int dev, ncclNetProperties_v12_t *props) {
   ncclResult_t res = gdr_api_props_v12(dev, props);
   if (res == ncclSuccess) {
     props->netDeviceType = NCCL_NET_DEVICE_GIN_PROXY;
@@ -28,35 +29,34 @@ static ncclResult_t v15_props(int dev, ncclNetProperties_v12_t *props) {
   }
   return res;
 }
-static ncclResult_t v15_connect(void *ctx, void *handles[], int nranks, int rank, void *listen_comm, void **coll_comm) {
+ncclResult_t gdr_rma15_connect(void *ctx, void *handles[], int nranks, int rank, void *listen_comm, void **coll_comm) {
   return gdr_gin_connect(ctx, handles, nranks, rank, 1, 0, listen_comm, coll_comm);
 }
-static ncclResult_t v15_create_context(void *coll_comm, ncclRmaConfig_v15_t *config, void **rma_ctx) {
+ncclResult_t gdr_rma15_create_context(void *coll_comm, ncclRmaConfig_v15_t *config, void **rma_ctx) {
   return gdr_gin_create_context(coll_comm, config != NULL ? config->nContexts : 1, 0, rma_ctx);
 }
-static ncclResult_t v15_reg(void *coll_comm, void *data, size_t size, int type, uint64_t flags, void **mhandle) {
+ncclResult_t gdr_rma15_reg(void *coll_comm, void *data, size_t size, int type, uint64_t flags, void **mhandle) {
   return gdr_gin_reg_mr_sym(coll_comm, data, size, type, 0, -1, flags, mhandle);
 }
-static ncclResult_t v15_reg_dmabuf(void *coll_comm, void *data, size_t size, int type, uint64_t offset, int fd,
-                                   uint64_t flags, void **mhandle) {
+ncclResult_t gdr_rma15_reg_dmabuf(void *coll_comm, void *data, size_t size, int type, uint64_t offset, int fd,
+                                  uint64_t flags, void **mhandle) {
   return gdr_gin_reg_mr_sym(coll_comm, data, size, type, offset, fd, flags, mhandle);
 }
-static ncclResult_t v15_iput(void *rma_ctx, int context, uint64_t src_off, void *src_mh, size_t size, uint64_t dst_off,
-                             void *dst_mh, uint32_t rank, uint32_t opt_flags, void **request) {
+ncclResult_t gdr_rma15_iput(void *rma_ctx, int context, uint64_t src_off, void *src_mh, size_t size, uint64_t dst_off,
+                            void *dst_mh, uint32_t rank, uint32_t opt_flags, void **request) {
   (void)opt_flags;
   return gdr_gin_iput(rma_ctx, context, src_off, src_mh, size, dst_off, dst_mh, rank, request);
 }
-static ncclResult_t v15_iput_signal(void *rma_ctx, int context, uint64_t src_off, void *src_mh, size_t size,
-                                    uint64_t dst_off, void *dst_mh, uint32_t rank, uint64_t sig_off, void *sig_mh,
-                                    uint64_t sig_val, uint32_t sig_op, bool strong, uint32_t opt_flags,
-                                    void **request) {
+ncclResult_t gdr_rma15_iput_signal(void *rma_ctx, int context, uint64_t src_off, void *src_mh, size_t size,
+                                   uint64_t dst_off, void *dst_mh, uint32_t rank, uint64_t sig_off, void *sig_mh,
+                                   uint64_t sig_val, uint32_t sig_op, bool strong, uint32_t opt_flags, void **request) {
   (void)strong;
   (void)opt_flags;
   return gdr_gin_iput_signal(rma_ctx, context, src_off, src_mh, size, dst_off, dst_mh, rank, sig_off, sig_mh, sig_val,
                              sig_op, request);
 }
-static ncclResult_t v15_iget(void *rma_ctx, int context, uint64_t remote_off, void *remote_mh, size_t size,
-                             uint64_t local_off, void *local_mh, uint32_t rank, uint32_t opt_flags, void **request) {
+ncclResult_t gdr_rma15_iget(void *rma_ctx, int context, uint64_t remote_off, void *remote_mh, size_t size,
+                            uint64_t local_off, void *local_mh, uint32_t rank, uint32_t opt_flags, void **request) {
   (void)opt_flags;
   return gdr_gin_iget(rma_ctx, context, remote_off, remote_mh, size, local_off, local_mh, rank, request);
 }
@@ -65,19 +65,19 @@ GDR_API_EXPORT const ncclRma_v15_t ncclRmaPlugin_v15 = {
     .name = "GDR",
     .init = v15_init,
     .devices = gdr_gin_devices,
-    .getProperties = v15_props,
+    .getProperties = gdr_rma15_props,
     .listen = gdr_gin_listen,
-    .connect = v15_connect,
-    .createContext = v15_create_context,
-    .regMrSym = v15_reg,
-    .regMrSymDmaBuf = v15_reg_dmabuf,
+    .connect = gdr_rma15_connect,
+    .createContext = gdr_rma15_create_context,
+    .regMrSym = gdr_rma15_reg,
+    .regMrSymDmaBuf = gdr_rma15_reg_dmabuf,
     .deregMrSym = gdr_gin_dereg_mr_sym,
     .destroyContext = gdr_gin_destroy_context,
     .closeColl = gdr_gin_close_coll,
     .closeListen = gdr_gin_close_listen,
-    .iput = v15_iput,
-    .iputSignal = v15_iput_signal,
-    .iget = v15_iget,
+    .iput = gdr_rma15_iput,
+    .iputSignal = gdr_rma15_iput_signal,
+    .iget = gdr_rma15_iget,
     .iflush = gdr_gin_iflush,
     .test = gdr_gin_test,
     .rmaProgress = gdr_gin_progress,
