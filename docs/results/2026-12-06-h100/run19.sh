@@ -20,7 +20,7 @@ NT=$R/.nccl-tests/build-mpi
 echo "readme build rc=$? warnings=$(grep -c 'warning:' $O/readme-build.log)"
 ( cd $R && cmake -S . -B build-werror -DGDRNET_WERROR=ON && cmake --build build-werror -j16 ) > $O/werror-build.log 2>&1
 echo "GDRNET_WERROR=ON build rc=$? warnings=$(grep -c 'warning:' $O/werror-build.log)"
-( cmake -S $R -B /tmp/be -DCMAKE_BUILD_TYPE=Release -DGDRNET_BUILD_TESTS=OFF && cmake --build /tmp/be -j16 --target nccl-net-gdr vemu ) > $O/build.log 2>&1
+( cmake -S $R -B /tmp/be -DCMAKE_BUILD_TYPE=Release -DGDRNET_BUILD_TESTS=ON && cmake --build /tmp/be -j16 --target nccl-net-gdr vemu ) > $O/build.log 2>&1
 wait
 for f in /tmp/be/lib/libnccl-net-gdr.so /tmp/be/lib/verbs-emu/libibverbs.so.1 $NT/alltoall_perf_mpi $NT/all_reduce_perf_mpi; do
   [ -f $f ] || { echo "missing $f"; tail -8 $O/build.log $O/nt-build.log; exit 1; }; done
