@@ -67,12 +67,22 @@ echo "host$rank: NCCL INFO Using network $net"
 if [ "$prof" = hang ]; then echo $$ >>"$FAKE_DIR/hung"; exec sleep 30; fi
 [ "$prof" = crash ] && exit 1
 big=0; [ "$size" = 134217728 ] && big=1
-# CPU for bench/cpu-per-gb's window (the 128 MB all_reduce of two ranks): every rank burns 1 s; with FAKE_CPU=light
-# Socket's ranks burn 0.1 s of it in the middle and sleep the rest
-burn() { local end=$(( ${EPOCHREALTIME/./} + $1 )); while (( ${EPOCHREALTIME/./} < end )); do :; done; }
+# CPU for bench/cpu-per-gb's window (the 128 MB all_reduce of two ranks): 0.4 s after its start every rank uses 0.3 s
+# of CPU (30 clock ticks of its own, counted from /proc, not a wall-clock burn), with FAKE_CPU=light Socket's ranks
+# 0.02 s; then each sleeps out 1.5 s from its start. The CPU in the window and the window's length do not depend on the machine's load
+# (a wall-clock burn on a loaded CI machine got a share of a core that varied between runs, and flipped the CPU row)
+burn() { # until this shell has used $1 more clock ticks of CPU
+  local s end
+  read -r -a s </proc/$BASHPID/stat; end=$(( s[13] + s[14] + $1 ))
+  while :; do read -r -a s </proc/$BASHPID/stat; (( s[13] + s[14] >= end )) && break; done
+}
 cpu() {
   [ $big -eq 1 ] && [ "$FAKE_NP" = 2 ] || return 0
-  if [ "$prof" = socket ] && [ "${FAKE_CPU:-}" = light ]; then sleep 0.5; burn 100000; sleep 0.4; else burn 1000000; fi
+  local t0=${EPOCHREALTIME/./} left
+  sleep 0.4 # the burn inside rank 0's timed part, the window
+  if [ "$prof" = socket ] && [ "${FAKE_CPU:-}" = light ]; then burn 2; else burn 30; fi
+  left=$(( t0 + 1500000 - ${EPOCHREALTIME/./} ))
+  if (( left > 0 )); then sleep "$(( left / 1000000 )).$(printf '%06d' $(( left % 1000000 )))"; fi
 }
 [ "$rank" = 0 ] || { cpu; exit 0; }
 key="$coll.$size.$FAKE_NP.$prof"
