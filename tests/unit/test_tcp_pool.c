@@ -449,6 +449,13 @@ static int idle_stop_round(const char *mode) {
 
 static void test_adaptive_idle_stops(void **state) {
   (void)state;
+#if defined(__SANITIZE_THREAD__)
+  /* Under ThreadSanitizer the instrumented reader is the slower end: its I/O thread finds bytes at every turn, never
+   * waits for them and so never polls (20 messages of 4 MiB in the CI's TSan stage, twice), which leaves no stop to
+   * observe. The idle stop is checked in the release and ASan runs; the threads' hand-offs around a stop are checked
+   * here by test_adaptive_no_lost_wakeup and test_adaptive_window_then_wake. */
+  skip();
+#endif
   assert_int_equal(idle_stop_round("adaptive"), TCP_POLL_STOP_IDLE);
   assert_int_equal(idle_stop_round("fixed"), TCP_POLL_STOP_WINDOW);
 }
