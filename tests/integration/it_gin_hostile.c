@@ -20,27 +20,8 @@
 #include <time.h>
 
 #include "gdrnet/gin.h"
+#include "gin_wire.h"
 #include "it.h"
-
-/* plugin/gin/gin_int.h's wire format */
-enum { OP_REG = 1, OP_PUT, OP_GET, OP_GET_REPLY, OP_FLUSH, OP_FLUSH_ACK, OP_QP, OP_QP_READY, OP_ABORT, OP_MOVE };
-#define F_SIGNAL 0x1u
-#define F_INLINE 0x2u
-#define F_DATA 0x4u
-#define F_RECOVER 0x8u
-#define WIRE_MAGIC 0x47524447u
-#define MR_NONE 0xffffffffu
-struct hdr {
-  uint32_t magic;
-  uint16_t op, flags;
-  uint32_t mr, sig_mr;
-  uint64_t off, size, sig_off, sig_val, cookie, aux;
-  uint32_t aux_mr, rkey;
-};
-_Static_assert(sizeof(struct hdr) == 72, "the GIN header is 72 bytes");
-struct ident {
-  uint32_t magic, rank, nranks, pad;
-};
 
 #define WIN 4096
 #define BOUND_NS (15ull * 1000000000ull) /* the error must come within this (the connect timeout is 30 s) */

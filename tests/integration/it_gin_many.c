@@ -54,55 +54,8 @@
 #include <unistd.h>
 
 #include "gdrnet/gin.h"
+#include "gin_wire.h"
 #include "it.h"
-
-/* plugin/gin/gin_int.h's wire format, as a peer sees it */
-enum {
-  OP_REG = 1,
-  OP_PUT,
-  OP_GET,
-  OP_GET_REPLY,
-  OP_FLUSH,
-  OP_FLUSH_ACK,
-  OP_QP,
-  OP_QP_READY,
-  OP_ABORT,
-  OP_MOVE,
-  OP_BYE
-};
-#define F_SIGNAL 0x1u
-#define F_INLINE 0x2u
-#define WIRE_MAGIC 0x47524447u
-#define CAP_BYE 0x1u
-#define REC_MAGIC 0x53524447u
-struct hdr {
-  uint32_t magic;
-  uint16_t op, flags;
-  uint32_t mr, sig_mr;
-  uint64_t off, size, sig_off, sig_val, cookie, aux;
-  uint32_t aux_mr, rkey;
-};
-_Static_assert(sizeof(struct hdr) == 72, "the GIN header is 72 bytes");
-struct ident {
-  uint32_t magic, rank, nranks, caps;
-};
-/* plugin/gin/rdma_os.c's QP address */
-struct qpinfo {
-  uint32_t qpn, psn;
-  uint16_t lid;
-  uint8_t mtu, link_layer;
-  uint32_t inbox_rkey;
-  uint8_t gid[16];
-  uint64_t inbox_va;
-  uint64_t credit_va;
-  uint32_t credit_rkey;
-  uint32_t ring;
-};
-_Static_assert(sizeof(struct qpinfo) == 56, "the QP address is 56 bytes");
-struct sig_rec {
-  uint32_t mr, magic;
-  uint64_t off, val, seq;
-};
 
 #define WIN 4096
 #define PUT_LEN 64
