@@ -18,7 +18,7 @@
  * rank, each sub's isend posted on its own) tag 1 of message m+1 may come before tag 2 of message m: it simply is
  * message (1, m+1).
  *
- * Small messages go EAGER, large ones are receiver-driven like NIB's CTS FIFO:
+ * Small messages go EAGER, large ones are receiver-driven, as NCCL's IB transport posts its receives into a clear-to-send FIFO:
  *   - at connect the receiver sends GRANT{eager size E = its GDRNET_TCP_INLINE, C = GDRNET_TCP_EAGER_CREDITS}
  *     on the control stream (C = 0: no eager path, every message waits for a CTS as below), if the sender
  *     announced the eager feature in its HELLO (struct tcp_proto below; an older plugin gets no GRANT and the
@@ -128,6 +128,7 @@ int gdr_tcp_resolve_progress(const char **why);
 #define TCP_SPIN_AUTO_CORES 8
 #define TCP_SPIN_THREADS_AUTO 1 /* GDRNET_TCP_SPIN_THREADS auto: one polling thread per process */
 #define TCP_IO_NCCL_THREADS 2   /* busy threads of NCCL per rank (proxy progress + the application's), left their cores */
+#define TCP_IO_MAX_AUTO 16      /* GDRNET_TCP_IO_THREADS auto: at most this many I/O threads per process */
 /* GDRNET_TCP_CTS_INLINE auto: this where TCP_SPIN_AUTO_CORES cores run the helpers beside NCCL, else GDRNET_TCP_INLINE */
 #define TCP_CTS_INLINE_AUTO 32768
 /* Up to how many bytes a message whose clear-to-send came goes inline (GDRNET_TCP_CTS_INLINE, at most inline_max) */

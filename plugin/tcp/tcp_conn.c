@@ -57,62 +57,6 @@ struct tcp_connecting { /* lives in the handle's state while connect() is re-ent
   struct gdr_connector conn[1 + TCP_MAX_STREAMS];
 };
 
-void gdr_tcp_comm_fail(struct tcp_comm *c, ncclResult_t res, const char *fmt, ...) {
-  va_list ap;
-  pthread_mutex_lock(&c->fail_mu);
-  if (!atomic_load(&c->failed)) {
-    c->fail_res = res;
-    va_start(ap, fmt);
-    vsnprintf(c->fail_why, sizeof(c->fail_why), fmt, ap);
-    va_end(ap);
-    atomic_store(&c->failed, 1);
-  }
-  pthread_mutex_unlock(&c->fail_mu);
-}
-
-void gdr_tcp_proto_local(struct tcp_proto *p) {
-  memset(p, 0, sizeof(*p));
-  p->magic = TCP_PROTO_MAGIC;
-  p->version = TCP_PROTO_VERSION;
-  p->min_peer = TCP_PROTO_MIN;
-  p->features = TCP_FEAT_EAGER | TCP_FEAT_GROUPS | TCP_FEAT_FUSED;
-}
-
-int gdr_tcp_proto_ndevs(const void *tp_data) {
-  struct tcp_proto p;
-  memcpy(&p, tp_data, sizeof(p));
-  if (p.magic != TCP_PROTO_MAGIC || !(p.features & TCP_FEAT_FUSED) || p.ndevs < 1) return 1;
-  return p.ndevs;
-}
-
-int gdr_tcp_proto_peer(const void *tp_data, unsigned *version, uint32_t *features, char *why, size_t whylen) {
-  struct tcp_proto p;
-  static const struct tcp_proto zero;
-  memcpy(&p, tp_data, sizeof(p));
-  *version = 1;
-  *features = 0;
-  if (memcmp(&p, &zero, sizeof(p)) == 0) return 0; /* a version-1 plugin: CTS protocol only */
-  if (p.magic != TCP_PROTO_MAGIC || p.version < 2) {
-    snprintf(why, whylen, "unknown TCP protocol data (magic 0x%08x, version %u)", p.magic, p.version);
-    return -1;
-  }
-  if (p.min_peer > TCP_PROTO_VERSION) {
-    snprintf(why, whylen, "its TCP protocol version %u needs a peer of version %u or newer; this plugin speaks %u",
-             p.version, p.min_peer, TCP_PROTO_VERSION);
-    return -1;
-  }
-  if (p.version < TCP_PROTO_MATCH) { /* versions 2 and 3 number messages by arrival: not NCCL's rule */
-    snprintf(why, whylen,
-             "it speaks TCP protocol version %u, this plugin version %u (which matches messages to receives by tag "
-             "and ordinal)",
-             p.version, TCP_PROTO_VERSION);
-    return -1;
-  }
-  *version = p.version;
-  *features = p.features;
-  return 0;
-}
-
 static void group_init(struct tcp_group *g) {
   memset(g, 0, sizeof(*g));
   g->ctrl_fd = -1;
@@ -426,67 +370,102 @@ ncclResult_t gdr_tcp_connect(int dev, const struct gdr_conn_opts *opts, struct g
   return tcp_connect(dev, opts, handle, send_comm);
 }
 
+/* The first call of a connect: the handle checked, the connection's state made and stored in the handle, the control
+ * stream's connector started (and the data streams' unless the listener is fused: they wait for its addresses). */
+static ncclResult_t connect_begin(const struct gdr_conn_opts *opts, struct gdr_handle *handle, int naddrs,
+                                  struct tcp_connecting **out_st) {
+  ncclResult_t res = ncclSuccess;
+  struct tcp_connecting *st = NULL;
+  union gdr_sockaddr peer;
+  struct tcp_proto me;
+  unsigned pver = 0;
+  uint32_t pfeat = 0;
+  char why[160];
+  *out_st = NULL;
+  GDR_CHECK(gdr_handle_check(handle, &peer));
+  if (handle->transport != GDR_TP_TCP) {
+    GDR_WARN("connect: the peer's handle names transport %u (neither TCP nor RDMA): is it this plugin's?",
+             handle->transport);
+    res = ncclInvalidUsage;
+    goto out;
+  }
+  if (handle->nstreams < 1 || handle->nstreams > TCP_MAX_STREAMS || handle->nthreads < 1 ||
+      handle->nthreads > handle->nstreams) {
+    GDR_WARN("connect: the handle asks for %u streams and %u threads (1..%d, threads <= streams)", handle->nstreams,
+             handle->nthreads, TCP_MAX_STREAMS);
+    res = ncclInvalidUsage;
+    goto out;
+  }
+  if (gdr_tcp_proto_peer(handle->tp_data, &pver, &pfeat, why, sizeof(why)) != 0) {
+    char a[GDR_ADDR_STRLEN];
+    GDR_WARN("connect: the listener at %s cannot be spoken to: %s; use the same plugin version on every rank",
+             gdr_sockaddr_str(&peer, a, sizeof(a)), why);
+    res = ncclInvalidUsage;
+    goto out;
+  }
+  st = calloc(1, sizeof(*st));
+  if (st == NULL) {
+    GDR_WARN("TCP connect: out of memory");
+    res = ncclSystemError;
+    goto out;
+  }
+  st->peer_version = pver;
+  st->peer_features = pfeat;
+  st->caps = opts->caps ? opts->caps : gdr_caps_local(GDR_TP_TCP, 0);
+  gdr_tcp_proto_local(&me);
+  st->nsocks = handle->nstreams;
+  st->nthreads = handle->nthreads;
+  for (int i = 0; i <= st->nsocks; i++) st->conn[i].fd = -1;
+  st->deadline_ns = gdr_time_ns() + (uint64_t)gdr_param_int(GDR_PARAM_CONNECT_TIMEOUT_MS) * 1000000ull;
+  res = gdr_random_bytes(&st->conn_id, sizeof(st->conn_id));
+  if (res == ncclSuccess)
+    res = gdr_connector_start(&st->conn[0], handle, GDR_STREAM_CTRL, 0, (uint16_t)st->nsocks, st->conn_id, st->caps,
+                              &me);
+  if (res == ncclSuccess && naddrs == 1) res = start_data(st, handle);
+  if (res == ncclSuccess) res = gdr_handle_state_set(handle, st);
+  if (res != ncclSuccess) {
+    connecting_free(st);
+    goto out;
+  }
+  *out_st = st;
+out:
+  return res;
+}
+
+/* Every stream connected: the comm is made (it owns the fds from here, whatever happens); st is freed. */
+static ncclResult_t connect_finish(int dev, const struct gdr_conn_opts *opts, struct gdr_handle *handle,
+                                   struct tcp_connecting *st, int naddrs, void **send_comm) {
+  ncclResult_t res = ncclSuccess;
+  struct tcp_comm *c = NULL;
+  int fds[TCP_MAX_STREAMS];
+  union gdr_sockaddr peer = st->conn[0].peer;
+  int ctrl = st->conn[0].fd;
+  int ns = st->nsocks, nt = st->nthreads;
+  unsigned pver = st->peer_version;
+  uint32_t pfeat = st->peer_features;
+  for (int i = 0; i < ns; i++) fds[i] = st->conn[1 + i].fd;
+  for (int i = 0; i <= ns; i++) st->conn[i].fd = -1;
+  free(st);
+  gdr_handle_state_set(handle, NULL);
+  GDR_CHECK(comm_create(1, dev, ctrl, fds, ns, nt, &peer, pver, pfeat, opts->traffic_class, &c));
+  c->peer_caps = handle->caps;
+  GDR_INFO(NCCL_NET, "TCP: connected to %s with %d data stream(s)%s in %d send lane(s)%s", c->peer_str, ns,
+           naddrs > 1 ? " over the listener's fused addresses" : "", nt,
+           opts->traffic_class >= 0 ? ", traffic class set" : "");
+  *send_comm = c;
+out:
+  return res;
+}
+
 static ncclResult_t tcp_connect(int dev, const struct gdr_conn_opts *opts, struct gdr_handle *handle,
                                 void **send_comm) {
   ncclResult_t res = ncclSuccess;
   struct tcp_connecting *st = gdr_handle_state_get(handle);
-  union gdr_sockaddr peer;
-  int fds[TCP_MAX_STREAMS];
   int naddrs = gdr_tcp_proto_ndevs(handle->tp_data);
 
   *send_comm = NULL;
   if (st == NULL) {
-    struct tcp_proto me;
-    unsigned pver = 0;
-    uint32_t pfeat = 0;
-    char why[160];
-    GDR_CHECK(gdr_handle_check(handle, &peer));
-    if (handle->transport != GDR_TP_TCP) {
-      GDR_WARN("connect: the peer's handle names transport %u (neither TCP nor RDMA): is it this plugin's?",
-               handle->transport);
-      res = ncclInvalidUsage;
-      goto out;
-    }
-    if (handle->nstreams < 1 || handle->nstreams > TCP_MAX_STREAMS || handle->nthreads < 1 ||
-        handle->nthreads > handle->nstreams) {
-      GDR_WARN("connect: the handle asks for %u streams and %u threads (1..%d, threads <= streams)", handle->nstreams,
-               handle->nthreads, TCP_MAX_STREAMS);
-      res = ncclInvalidUsage;
-      goto out;
-    }
-    if (gdr_tcp_proto_peer(handle->tp_data, &pver, &pfeat, why, sizeof(why)) != 0) {
-      char a[GDR_ADDR_STRLEN];
-      GDR_WARN("connect: the listener at %s cannot be spoken to: %s; use the same plugin version on every rank",
-               gdr_sockaddr_str(&peer, a, sizeof(a)), why);
-      res = ncclInvalidUsage;
-      goto out;
-    }
-    st = calloc(1, sizeof(*st));
-    if (st == NULL) {
-      GDR_WARN("TCP connect: out of memory");
-      res = ncclSystemError;
-      goto out;
-    }
-    st->peer_version = pver;
-    st->peer_features = pfeat;
-    st->caps = opts->caps ? opts->caps : gdr_caps_local(GDR_TP_TCP, 0);
-    gdr_tcp_proto_local(&me);
-    st->nsocks = handle->nstreams;
-    st->nthreads = handle->nthreads;
-    for (int i = 0; i <= st->nsocks; i++) st->conn[i].fd = -1;
-    st->deadline_ns = gdr_time_ns() + (uint64_t)gdr_param_int(GDR_PARAM_CONNECT_TIMEOUT_MS) * 1000000ull;
-    res = gdr_random_bytes(&st->conn_id, sizeof(st->conn_id));
-    if (res == ncclSuccess)
-      res = gdr_connector_start(&st->conn[0], handle, GDR_STREAM_CTRL, 0, (uint16_t)st->nsocks, st->conn_id,
-                                st->caps, &me);
-    /* a fused listener's data streams wait for its addresses, which come on the control stream */
-    if (res == ncclSuccess && naddrs == 1) res = start_data(st, handle);
-    if (res == ncclSuccess) res = gdr_handle_state_set(handle, st);
-    if (res != ncclSuccess) {
-      connecting_free(st);
-      st = NULL;
-      goto out;
-    }
+    GDR_CHECK(connect_begin(opts, handle, naddrs, &st));
   }
   for (int i = 0; i <= (st->data_started ? st->nsocks : 0); i++) {
     int done = 0;
@@ -509,26 +488,7 @@ static ncclResult_t tcp_connect(int dev, const struct gdr_conn_opts *opts, struc
     goto out; /* the data streams progress from the next call */
   }
   if (st->ndone <= st->nsocks) goto out; /* not yet: NCCL calls again */
-  for (int i = 0; i < st->nsocks; i++) fds[i] = st->conn[1 + i].fd;
-  peer = st->conn[0].peer;
-  {
-    struct tcp_comm *c = NULL;
-    int ctrl = st->conn[0].fd;
-    int ns = st->nsocks, nt = st->nthreads;
-    unsigned pver = st->peer_version;
-    uint32_t pfeat = st->peer_features;
-    /* comm_create owns the fds from here, whatever happens */
-    for (int i = 0; i <= st->nsocks; i++) st->conn[i].fd = -1;
-    free(st);
-    st = NULL;
-    gdr_handle_state_set(handle, NULL);
-    GDR_CHECK(comm_create(1, dev, ctrl, fds, ns, nt, &peer, pver, pfeat, opts->traffic_class, &c));
-    c->peer_caps = handle->caps;
-    GDR_INFO(NCCL_NET, "TCP: connected to %s with %d data stream(s)%s in %d send lane(s)%s", c->peer_str, ns,
-             naddrs > 1 ? " over the listener's fused addresses" : "", nt,
-             opts->traffic_class >= 0 ? ", traffic class set" : "");
-    *send_comm = c;
-  }
+  res = connect_finish(dev, opts, handle, st, naddrs, send_comm);
   goto out;
 fail:
   connecting_free(st);
@@ -570,85 +530,78 @@ static int send_addrs(struct tcp_listen *lc, struct tcp_group *g) {
   return 0;
 }
 
-ncclResult_t gdr_tcp_accept(void *listen_comm, void **recv_comm) {
-  ncclResult_t res = ncclSuccess;
-  struct tcp_listen *lc = listen_comm;
-  uint64_t now = gdr_time_ns();
-
-  *recv_comm = NULL;
+/* The group of stream s: the one of its connection, or a free one (the deadline of its connection starts); NULL when
+ * every group is taken. */
+static struct tcp_group *group_for(struct tcp_listen *lc, const struct gdr_stream *s, uint64_t now) {
   for (int i = 0; i < TCP_MAX_GROUPS; i++)
-    if (lc->groups[i].used && lc->groups[i].addrs_pending) (void)send_addrs(lc, &lc->groups[i]);
-  for (int li = 0; li < lc->nl; li++) {
-    struct gdr_stream s;
-    struct tcp_group *g = NULL;
-    int got = 0;
-    GDR_CHECK(gdr_listener_poll(&lc->l[li], &s, &got));
-    if (!got) continue;
-    li = -1; /* something came: poll every listener again */
-    if (s.hello.nstreams != lc->nsocks) {
-      group_reject(lc, &s, "its connection has a different stream count than this listener offered");
-      continue;
-    }
-    for (int i = 0; i < TCP_MAX_GROUPS && g == NULL; i++)
-      if (lc->groups[i].used && lc->groups[i].conn_id == s.hello.conn_id) g = &lc->groups[i];
-    for (int i = 0; i < TCP_MAX_GROUPS && g == NULL; i++) {
-      if (!lc->groups[i].used) {
-        g = &lc->groups[i];
-        g->used = 1;
-        g->conn_id = s.hello.conn_id;
-        g->peer = s.peer;
-        g->deadline_ns = now + (uint64_t)gdr_param_int(GDR_PARAM_CONNECT_TIMEOUT_MS) * 1000000ull;
-      }
-    }
-    if (g == NULL) {
-      group_reject(lc, &s, "too many connections being set up on one listener");
-      continue;
-    }
-    if (s.hello.kind == GDR_STREAM_CTRL && s.hello.stream == 0 && g->ctrl_fd < 0) {
-      char why[160], msg[sizeof(why) + 64];
-      if (gdr_tcp_proto_peer(s.hello.tp_data, &g->peer_version, &g->peer_features, why, sizeof(why)) != 0) {
-        snprintf(msg, sizeof(msg), "%s; use the same plugin version on every rank", why);
-        group_reject(lc, &s, msg);
-        continue;
-      }
-      g->ctrl_fd = s.fd;
-      g->peer = s.peer;
-      g->peer_caps = s.hello.caps;
-      g->addrs_pending = lc->nl > 1 && (g->peer_features & TCP_FEAT_FUSED);
-    } else if (s.hello.kind == GDR_STREAM_DATA && s.hello.stream >= 1 && g->fds[s.hello.stream - 1] < 0) {
-      g->fds[s.hello.stream - 1] = s.fd;
-      g->nfds++;
-    } else {
-      group_reject(lc, &s, "duplicate or inconsistent stream");
-      continue;
-    }
-    if (g->addrs_pending && send_addrs(lc, g) != 0) continue;
-    if (g->ctrl_fd >= 0 && !g->addrs_pending && g->nfds == lc->nsocks) {
-      struct tcp_comm *c = NULL;
-      int ctrl = g->ctrl_fd;
-      int fds[TCP_MAX_STREAMS];
-      union gdr_sockaddr peer = g->peer;
-      unsigned pver = g->peer_version;
-      uint32_t pfeat = g->peer_features;
-      uint32_t pcaps = g->peer_caps;
-      for (int i = 0; i < lc->nsocks; i++) {
-        fds[i] = g->fds[i];
-        g->fds[i] = -1;
-      }
-      g->ctrl_fd = -1;
-      group_clear(g);
-      GDR_CHECK(comm_create(0, lc->dev, ctrl, fds, lc->nsocks, lc->nthreads, &peer, pver, pfeat, lc->tc, &c));
-      c->peer_caps = pcaps;
-      GDR_INFO(NCCL_NET, "TCP: accepted %s with %d data stream(s), %d lane(s)", c->peer_str, lc->nsocks, lc->nthreads);
-      if ((pcaps & GDR_CAP_RDMA) && !(lc->caps & GDR_CAP_RDMA)) {
-        char m[200];
-        GDR_INFO(NCCL_NET, "TCP connection from %s: %s: TCP from the start", c->peer_str,
-                 gdr_mixed_str(lc->caps, pcaps, m, sizeof(m)));
-      }
-      *recv_comm = c;
-      goto out;
-    }
+    if (lc->groups[i].used && lc->groups[i].conn_id == s->hello.conn_id) return &lc->groups[i];
+  for (int i = 0; i < TCP_MAX_GROUPS; i++) {
+    struct tcp_group *g = &lc->groups[i];
+    if (g->used) continue;
+    g->used = 1;
+    g->conn_id = s->hello.conn_id;
+    g->peer = s->peer;
+    g->deadline_ns = now + (uint64_t)gdr_param_int(GDR_PARAM_CONNECT_TIMEOUT_MS) * 1000000ull;
+    return g;
   }
+  return NULL;
+}
+
+/* Stream s into its place in group g: the control stream (its protocol checked) or data stream k. -1 when it was
+ * rejected (and closed). */
+static int group_add(struct tcp_listen *lc, struct tcp_group *g, struct gdr_stream *s) {
+  if (s->hello.kind == GDR_STREAM_CTRL && s->hello.stream == 0 && g->ctrl_fd < 0) {
+    char why[160], msg[sizeof(why) + 64];
+    if (gdr_tcp_proto_peer(s->hello.tp_data, &g->peer_version, &g->peer_features, why, sizeof(why)) != 0) {
+      snprintf(msg, sizeof(msg), "%s; use the same plugin version on every rank", why);
+      group_reject(lc, s, msg);
+      return -1;
+    }
+    g->ctrl_fd = s->fd;
+    g->peer = s->peer;
+    g->peer_caps = s->hello.caps;
+    g->addrs_pending = lc->nl > 1 && (g->peer_features & TCP_FEAT_FUSED);
+  } else if (s->hello.kind == GDR_STREAM_DATA && s->hello.stream >= 1 && g->fds[s->hello.stream - 1] < 0) {
+    g->fds[s->hello.stream - 1] = s->fd;
+    g->nfds++;
+  } else {
+    group_reject(lc, s, "duplicate or inconsistent stream");
+    return -1;
+  }
+  return 0;
+}
+
+/* Group g has every stream: its comm is made (it owns the fds from here, whatever happens) and the group is free. */
+static ncclResult_t group_accept(struct tcp_listen *lc, struct tcp_group *g, void **recv_comm) {
+  ncclResult_t res = ncclSuccess;
+  struct tcp_comm *c = NULL;
+  int ctrl = g->ctrl_fd;
+  int fds[TCP_MAX_STREAMS];
+  union gdr_sockaddr peer = g->peer;
+  unsigned pver = g->peer_version;
+  uint32_t pfeat = g->peer_features;
+  uint32_t pcaps = g->peer_caps;
+  for (int i = 0; i < lc->nsocks; i++) {
+    fds[i] = g->fds[i];
+    g->fds[i] = -1;
+  }
+  g->ctrl_fd = -1;
+  group_clear(g);
+  GDR_CHECK(comm_create(0, lc->dev, ctrl, fds, lc->nsocks, lc->nthreads, &peer, pver, pfeat, lc->tc, &c));
+  c->peer_caps = pcaps;
+  GDR_INFO(NCCL_NET, "TCP: accepted %s with %d data stream(s), %d lane(s)", c->peer_str, lc->nsocks, lc->nthreads);
+  if ((pcaps & GDR_CAP_RDMA) && !(lc->caps & GDR_CAP_RDMA)) {
+    char m[200];
+    GDR_INFO(NCCL_NET, "TCP connection from %s: %s: TCP from the start", c->peer_str,
+             gdr_mixed_str(lc->caps, pcaps, m, sizeof(m)));
+  }
+  *recv_comm = c;
+out:
+  return res;
+}
+
+/* Connections still incomplete at their deadline are dropped, with a WARN naming what was missing. */
+static void groups_expire(struct tcp_listen *lc, uint64_t now) {
   for (int i = 0; i < TCP_MAX_GROUPS; i++) {
     struct tcp_group *g = &lc->groups[i];
     if (g->used && now > g->deadline_ns) {
@@ -659,6 +612,40 @@ ncclResult_t gdr_tcp_accept(void *listen_comm, void **recv_comm) {
       group_clear(g);
     }
   }
+}
+
+ncclResult_t gdr_tcp_accept(void *listen_comm, void **recv_comm) {
+  ncclResult_t res = ncclSuccess;
+  struct tcp_listen *lc = listen_comm;
+  uint64_t now = gdr_time_ns();
+
+  *recv_comm = NULL;
+  for (int i = 0; i < TCP_MAX_GROUPS; i++)
+    if (lc->groups[i].used && lc->groups[i].addrs_pending) (void)send_addrs(lc, &lc->groups[i]);
+  for (int li = 0; li < lc->nl; li++) {
+    struct gdr_stream s;
+    struct tcp_group *g;
+    int got = 0;
+    GDR_CHECK(gdr_listener_poll(&lc->l[li], &s, &got));
+    if (!got) continue;
+    li = -1; /* something came: poll every listener again */
+    if (s.hello.nstreams != lc->nsocks) {
+      group_reject(lc, &s, "its connection has a different stream count than this listener offered");
+      continue;
+    }
+    g = group_for(lc, &s, now);
+    if (g == NULL) {
+      group_reject(lc, &s, "too many connections being set up on one listener");
+      continue;
+    }
+    if (group_add(lc, g, &s) != 0) continue;
+    if (g->addrs_pending && send_addrs(lc, g) != 0) continue;
+    if (g->ctrl_fd >= 0 && !g->addrs_pending && g->nfds == lc->nsocks) {
+      res = group_accept(lc, g, recv_comm);
+      goto out;
+    }
+  }
+  groups_expire(lc, now);
 out:
   return res;
 }

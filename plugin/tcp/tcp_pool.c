@@ -20,7 +20,7 @@
  *     then sleeps in epoll_wait: an idle process's I/O threads use no CPU. It polls only while it holds one of the
  *     process's GDRNET_TCP_SPIN_THREADS tokens (auto 1), else it sleeps at once and the kernel wakes it for its
  *     streams: with every thread polling, 2 ranks on 16 cores spent 5.8 cores per process in the pool where the
- *     copies needed 2.8 (docs/PERFORMANCE.md section 10);
+ *     copies needed 2.8 (docs/archive/PERFORMANCE-log.md section 10);
  *   - with GDRNET_TCP_PROGRESS adaptive (polling on, GDRNET_TCP_SPIN_US > 0) a thread polls only while a comm it
  *     serves has a request outstanding on its streams (io_outstanding: a receive whose clear-to-send went out, a
  *     clear-to-send not used, a lane with chunks) AND its progress comes faster than its window (the longer of the two
@@ -38,7 +38,7 @@
  * (no polling), and NCCL's proxy thread helps (GDRNET_TCP_PROXY_IO): a test() whose request waits for chunks runs one
  * bounded pass of the I/O threads serving its comm (gdr_tcp_pool_help: only a thread not at work, by trylock of its
  * io->mu; the kicked lanes, TCP_HELP_TURNS of the again list and of epoll's events, TCP_HELP_BUDGET per lane or
- * stream), then wakes the thread for what it left. docs/PERFORMANCE.md section 9 has the measurements.
+ * stream), then wakes the thread for what it left. docs/archive/PERFORMANCE-log.md section 9 has the measurements.
  *
  * Locking: everything an I/O thread does to a comm happens under its io->mu, which it drops only around epoll_wait.
  * Detach (close) takes io->mu, removes the comm's fds from the epoll set and frees their slots (the generation in
@@ -74,7 +74,6 @@
 #define TCP_IO_EVENTS 64
 #define TCP_HELP_BUDGET (512u << 10) /* a helper's pass (gdr_tcp_pool_help): bytes per lane or stream */
 #define TCP_HELP_TURNS 4             /* ... and the turns it takes from the again list, and from epoll */
-#define TCP_IO_MAX_AUTO 16
 
 enum { SLOT_FREE = 0, SLOT_LANE, SLOT_STREAM, SLOT_AGAIN };
 
@@ -129,67 +128,7 @@ static struct {
   struct tcp_io io[TCP_IO_MAX];
 } g_pool = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
-/* ------------------------------------------------------------------------------------------- pool size -- */
-
-static int env_pos(const char *name) {
-  const char *s = getenv(name);
-  char *end = NULL;
-  long v;
-  if (s == NULL || *s == '\0') return 0;
-  v = strtol(s, &end, 10);
-  return (*end == '\0' && v > 0 && v < 100000) ? (int)v : 0;
-}
-
-int gdr_tcp_rank_cores(const char **from) {
-  long online = sysconf(_SC_NPROCESSORS_ONLN);
-  cpu_set_t set;
-  int cores, local = 0;
-  if (from) *from = NULL;
-  if (online < 1) online = 1;
-  cores = (int)online;
-  if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0) cores = CPU_COUNT(&set);
-  /* A rank bound to its own cores sees them in its affinity; an unbound one shares the host with the other ranks
-   * of the host, which the launchers name */
-  if (cores >= online) {
-    static const char *const names[] = {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "LOCAL_WORLD_SIZE",
-                                        "SLURM_NTASKS_PER_NODE"};
-    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]) && local == 0; i++)
-      if ((local = env_pos(names[i])) > 0 && from) *from = names[i];
-  }
-  if (local > 1) cores /= local;
-  return cores > 0 ? cores : 1;
-}
-
-int gdr_tcp_pool_size(char *why, size_t whylen) {
-  int64_t knob = gdr_param_int(GDR_PARAM_TCP_IO_THREADS);
-  const char *from = NULL;
-  int cores, n;
-  if (knob != GDR_PARAM_AUTO) {
-    n = (int)knob;
-    if (why) snprintf(why, whylen, "GDRNET_TCP_IO_THREADS=%d", n);
-    return n;
-  }
-  cores = gdr_tcp_rank_cores(&from);
-  if (cores >= TCP_SPIN_AUTO_CORES) {
-    /* cores of its own: one thread per core NCCL's two busy threads leave (they poll, GDRNET_TCP_SPIN_US) */
-    n = cores - TCP_IO_NCCL_THREADS;
-    if (n > TCP_IO_MAX_AUTO) n = TCP_IO_MAX_AUTO;
-  } else {
-    /* Few cores, shared with NCCL's busy threads: the threads block (no polling) and the scheduler shares a core
-     * per runnable thread, so more of them get the bytes more of it (8 ranks on the 16-core GPU machine, 128 MB
-     * all_reduce: 2 threads 2.09 GB/s, 4 2.82, 8 2.69, 16 3.31; docs/PERFORMANCE.md section 9) */
-    n = TCP_IO_MAX_AUTO;
-  }
-  if (why && cores >= TCP_SPIN_AUTO_CORES)
-    snprintf(why, whylen, "auto: %d core(s) for this rank%s%s%s, 2 for NCCL's threads, one polling thread per other",
-             cores, from ? " (per " : "", from ? from : "", from ? ")" : "");
-  else if (why)
-    snprintf(why, whylen,
-             "auto: %d core(s) for this rank%s%s%s, fewer than 8: the most, as blocking threads sharing cores get more "
-             "CPU time (GDRNET_TCP_IO_THREADS)",
-             cores, from ? " (per " : "", from ? from : "", from ? ")" : "");
-  return n;
-}
+/* ------------------------------------------------------------------------------------------- counters -- */
 
 int gdr_tcp_pool_running(void) {
   int n;
@@ -544,6 +483,62 @@ static void adapt_progress(struct tcp_io *io, uint64_t now) {
   io->last_prog = now;
 }
 
+/* The again list's slots, served from a copy (a slot may push itself again); 1 if any made progress. */
+static int serve_again(struct tcp_io *io) {
+  int na = io->nagain, prog = 0;
+  int tmp[TCP_IO_EVENTS];
+  if (na > TCP_IO_EVENTS) na = TCP_IO_EVENTS;
+  memcpy(tmp, io->again, (size_t)na * sizeof(int));
+  memmove(io->again, io->again + na, (size_t)(io->nagain - na) * sizeof(int));
+  io->nagain -= na;
+  for (int i = 0; i < na; i++) io->slots[tmp[i]].in_again = 0;
+  for (int i = 0; i < na; i++)
+    if (slot_progress(io, tmp[i])) prog = 1;
+  return prog;
+}
+
+/* What the thread does next, after its last progress at `since`: 0 polls (epoll_wait returns at once), -1 sleeps
+ * until an event or a kick. Polling needs a token (*token, taken here); *stop gets why polling stopped (TCP_POLL_*):
+ * the fixed rule (a window after progress, the longer one while traffic is expected) or the adaptive one. */
+static int next_timeout(struct tcp_io *io, uint64_t since, int *token, int *stop) {
+  uint64_t now;
+  *stop = TCP_POLL_ON;
+  if (io->nagain > 0 || atomic_load(&io->has_ready)) return 0;
+  if (io->spin_ns == 0 || since == 0) return -1;
+  now = gdr_time_ns();
+  if (g_pool.adaptive) {
+    *stop = adapt_poll(io, now, since);
+  } else {
+    uint64_t win = io->spin_ns;
+    if (io->spin_max_ns > win && io_expecting(io)) win = io->spin_max_ns;
+    if (now - since >= win) *stop = TCP_POLL_STOP_WINDOW;
+  }
+  if (*stop == TCP_POLL_ON && (*token || (*token = spin_take()))) return 0;
+  return -1;
+}
+
+/* The events epoll_wait returned: the eventfd's (a kick) drained, the others' slots served; 1 if any made progress. */
+static int serve_events(struct tcp_io *io, const struct epoll_event *ev, int n) {
+  int prog = 0;
+  for (int i = 0; i < n; i++) {
+    uint64_t d = ev[i].data.u64;
+    int s = (int)(d >> 32);
+    if (d == UINT64_MAX) {
+      uint64_t v;
+      if (read(io->evfd, &v, sizeof(v)) < 0 && errno != EAGAIN) GDR_TRACE(NCCL_NET, "TCP I/O eventfd read failed");
+      continue;
+    }
+    if (s >= io->nslots || io->slots[s].gen != (uint32_t)d) continue; /* detached since */
+    if (slot_progress(io, s)) prog = 1;
+  }
+  return prog;
+}
+
+static void note_progress(struct tcp_io *io, uint64_t *since) {
+  *since = gdr_time_ns();
+  if (g_pool.adaptive) adapt_progress(io, *since);
+}
+
 static void *io_thread(void *arg) {
   struct tcp_io *io = arg;
   struct epoll_event ev[TCP_IO_EVENTS];
@@ -552,38 +547,12 @@ static void *io_thread(void *arg) {
   atomic_store(&io->entered, 1);
   pthread_mutex_lock(&io->mu);
   while (!io->stop) {
-    int prog = 0, timeout = -1, n, werr, stop = TCP_POLL_ON;
+    int prog = 0, timeout, n, werr, stop;
     void (*hook)(int, int);
     if (atomic_load(&io->has_ready) && take_ready(io)) prog = 1;
-    if (io->nagain > 0) {
-      int na = io->nagain, *a = io->again;
-      /* served from a copy: a slot may push itself again */
-      int tmp[TCP_IO_EVENTS];
-      if (na > TCP_IO_EVENTS) na = TCP_IO_EVENTS;
-      memcpy(tmp, a, (size_t)na * sizeof(int));
-      memmove(a, a + na, (size_t)(io->nagain - na) * sizeof(int));
-      io->nagain -= na;
-      for (int i = 0; i < na; i++) io->slots[tmp[i]].in_again = 0;
-      for (int i = 0; i < na; i++)
-        if (slot_progress(io, tmp[i])) prog = 1;
-    }
-    if (prog) {
-      since = gdr_time_ns();
-      if (g_pool.adaptive) adapt_progress(io, since);
-    }
-    if (io->nagain > 0 || atomic_load(&io->has_ready)) {
-      timeout = 0;
-    } else if (io->spin_ns > 0 && since != 0) {
-      uint64_t now = gdr_time_ns();
-      if (g_pool.adaptive) {
-        stop = adapt_poll(io, now, since);
-      } else {
-        uint64_t win = io->spin_ns;
-        if (io->spin_max_ns > win && io_expecting(io)) win = io->spin_max_ns;
-        if (now - since >= win) stop = TCP_POLL_STOP_WINDOW;
-      }
-      if (stop == TCP_POLL_ON && (token || (token = spin_take()))) timeout = 0;
-    }
+    if (io->nagain > 0 && serve_again(io)) prog = 1;
+    if (prog) note_progress(io, &since);
+    timeout = next_timeout(io, since, &token, &stop);
     if (timeout < 0) {
       if (token) {
         spin_put();
@@ -613,21 +582,7 @@ static void *io_thread(void *arg) {
       }
       continue;
     }
-    for (int i = 0; i < n; i++) {
-      uint64_t d = ev[i].data.u64;
-      int s = (int)(d >> 32);
-      if (d == UINT64_MAX) {
-        uint64_t v;
-        if (read(io->evfd, &v, sizeof(v)) < 0 && errno != EAGAIN) GDR_TRACE(NCCL_NET, "TCP I/O eventfd read failed");
-        continue;
-      }
-      if (s >= io->nslots || io->slots[s].gen != (uint32_t)d) continue; /* detached since */
-      if (slot_progress(io, s)) prog = 1;
-    }
-    if (prog) {
-      since = gdr_time_ns();
-      if (g_pool.adaptive) adapt_progress(io, since);
-    }
+    if (serve_events(io, ev, n)) note_progress(io, &since);
   }
   if (token) spin_put();
   pthread_mutex_unlock(&io->mu);
