@@ -127,8 +127,8 @@ int gdr_tcp_resolve_progress(const char **why);
 #define TCP_SPIN_AUTO_US 200
 #define TCP_SPIN_AUTO_CORES 8
 #define TCP_SPIN_THREADS_AUTO 1 /* GDRNET_TCP_SPIN_THREADS auto: one polling thread per process */
-#define TCP_IO_NCCL_THREADS 2   /* busy threads of NCCL per rank (proxy progress + the application's), left their cores */
-#define TCP_IO_MAX_AUTO 16      /* GDRNET_TCP_IO_THREADS auto: at most this many I/O threads per process */
+#define TCP_IO_NCCL_THREADS 2 /* busy threads of NCCL per rank (proxy progress + the application's), left their cores */
+#define TCP_IO_MAX_AUTO 16    /* GDRNET_TCP_IO_THREADS auto: at most this many I/O threads per process */
 /* GDRNET_TCP_CTS_INLINE auto: this where TCP_SPIN_AUTO_CORES cores run the helpers beside NCCL, else GDRNET_TCP_INLINE */
 #define TCP_CTS_INLINE_AUTO 32768
 /* Up to how many bytes a message whose clear-to-send came goes inline (GDRNET_TCP_CTS_INLINE, at most inline_max) */

@@ -24,7 +24,7 @@ struct tcp_group { /* streams of one incoming connection, gathered by conn_id */
   unsigned peer_version; /* from the control stream's HELLO */
   uint32_t peer_features;
   uint32_t peer_caps; /* GDR_CAP_* of the control stream's HELLO */
-  int addrs_pending; /* fused listener: its addresses still to be sent on ctrl_fd */
+  int addrs_pending;  /* fused listener: its addresses still to be sent on ctrl_fd */
   struct gdr_blob_io addrs_io;
   int nfds;
   int fds[TCP_MAX_STREAMS];
@@ -36,7 +36,7 @@ struct tcp_listen {
   struct gdr_wire_addr addrs[GDR_MAX_FUSED];
   int dev;
   uint32_t caps; /* GDR_CAP_* announced */
-  int tc; /* traffic class of the accepted comms' sockets, -1 none */
+  int tc;        /* traffic class of the accepted comms' sockets, -1 none */
   int nsocks, nthreads;
   struct tcp_group groups[TCP_MAX_GROUPS];
 };
@@ -340,8 +340,7 @@ out:
   return res;
 }
 
-static ncclResult_t tcp_connect(int dev, const struct gdr_conn_opts *opts, struct gdr_handle *handle,
-                                void **send_comm);
+static ncclResult_t tcp_connect(int dev, const struct gdr_conn_opts *opts, struct gdr_handle *handle, void **send_comm);
 
 /* A peer that listens with RDMA: through its TCP door if it has one (its process may use TCP), else the pair cannot
  * meet (it forces RDMA, or has no TCP transport) and both sides are told at once. */
@@ -419,8 +418,8 @@ static ncclResult_t connect_begin(const struct gdr_conn_opts *opts, struct gdr_h
   st->deadline_ns = gdr_time_ns() + (uint64_t)gdr_param_int(GDR_PARAM_CONNECT_TIMEOUT_MS) * 1000000ull;
   res = gdr_random_bytes(&st->conn_id, sizeof(st->conn_id));
   if (res == ncclSuccess)
-    res = gdr_connector_start(&st->conn[0], handle, GDR_STREAM_CTRL, 0, (uint16_t)st->nsocks, st->conn_id, st->caps,
-                              &me);
+    res =
+        gdr_connector_start(&st->conn[0], handle, GDR_STREAM_CTRL, 0, (uint16_t)st->nsocks, st->conn_id, st->caps, &me);
   if (res == ncclSuccess && naddrs == 1) res = start_data(st, handle);
   if (res == ncclSuccess) res = gdr_handle_state_set(handle, st);
   if (res != ncclSuccess) {

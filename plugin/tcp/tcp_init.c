@@ -150,13 +150,16 @@ static ncclResult_t tcp_init(int *ndev, char *why, size_t whylen) {
     const char *pwhy;
     int np = gdr_tcp_pool_size(pw, sizeof(pw));
     int adaptive = gdr_tcp_resolve_progress(&pwhy) == TCP_PROGRESS_ADAPTIVE;
-    GDR_INFO(NCCL_NET, "TCP: %d data stream(s) in %d lane(s) per connection, inline <= %lld B (<= %zu B after a "
-             "clear-to-send)", ns, nt, (long long)gdr_param_int(GDR_PARAM_TCP_INLINE),
+    GDR_INFO(NCCL_NET,
+             "TCP: %d data stream(s) in %d lane(s) per connection, inline <= %lld B (<= %zu B after a "
+             "clear-to-send)",
+             ns, nt, (long long)gdr_param_int(GDR_PARAM_TCP_INLINE),
              gdr_tcp_resolve_cts_inline((size_t)gdr_param_int(GDR_PARAM_TCP_INLINE)));
     GDR_INFO(NCCL_NET, "TCP: %d I/O thread(s) per process: %s", np, pw);
-    GDR_INFO(NCCL_NET, "TCP: progress %s (%s): I/O threads poll %llu us before sleeping (up to %llu us while traffic "
-             "is expected; at most %d at a time)", adaptive ? "adaptive" : "fixed", pwhy,
-             (unsigned long long)(gdr_tcp_resolve_spin_ns() / 1000u),
+    GDR_INFO(NCCL_NET,
+             "TCP: progress %s (%s): I/O threads poll %llu us before sleeping (up to %llu us while traffic "
+             "is expected; at most %d at a time)",
+             adaptive ? "adaptive" : "fixed", pwhy, (unsigned long long)(gdr_tcp_resolve_spin_ns() / 1000u),
              (unsigned long long)(gdr_tcp_resolve_spin_max_ns() / 1000u), gdr_tcp_resolve_spin_threads(np));
     GDR_INFO(NCCL_NET, "TCP: NCCL's proxy thread %s",
              gdr_tcp_resolve_proxy_io() ? "helps the I/O threads in test() (GDRNET_TCP_PROXY_IO)"
