@@ -100,9 +100,8 @@ ncclResult_t gdr_cuda_ptr_kind(const void *ptr, enum gdr_mem_kind *kind, int *cu
     return ncclSuccess; /* unknown to CUDA: plain host memory */
   if (mtype != GDR_CU_MEMORYTYPE_DEVICE) return ncclSuccess;
   *kind = GDR_MEM_CUDA;
-  if (cuda_dev &&
-      g_cu.cuPointerGetAttribute(&ordinal, GDR_CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, (gdr_CUdeviceptr)(uintptr_t)ptr) ==
-          0)
+  if (cuda_dev && g_cu.cuPointerGetAttribute(&ordinal, GDR_CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+                                             (gdr_CUdeviceptr)(uintptr_t)ptr) == 0)
     *cuda_dev = ordinal;
   return ncclSuccess;
 }
@@ -127,9 +126,7 @@ ncclResult_t gdr_cuda_dmabuf_supported(int dev, int *supported) {
  * on it never waits behind the application's kernels, and a sync of it waits for our copies only. */
 #define GDR_CUDA_MAX_CTX 16
 static pthread_mutex_t g_smu = PTHREAD_MUTEX_INITIALIZER;
-static struct {
-  void *ctx, *stream;
-} g_streams[GDR_CUDA_MAX_CTX];
+static struct { void *ctx, *stream; } g_streams[GDR_CUDA_MAX_CTX];
 
 static int have_staging(void) {
   return g_cu.cuDevicePrimaryCtxRetain && g_cu.cuCtxPushCurrent_v2 && g_cu.cuCtxPopCurrent_v2 && g_cu.cuStreamCreate &&
@@ -152,15 +149,17 @@ static void *private_ctx(int ordinal, gdr_CUdevice d) {
     if (r == 0 && c != NULL) {
       (void)g_cu.cuCtxPopCurrent_v2(&old); /* cuCtxCreate made it current here: the thread gets its own back */
       g_priv[ordinal] = c;
-      GDR_INFO(NCCL_NET, "CUDA device %d: TCP staging copies of cuMem* memory run in a CUDA context of the plugin's "
-               "own (an application thread in a synchronous copy cannot hold them up)", ordinal);
+      GDR_INFO(NCCL_NET,
+               "CUDA device %d: TCP staging copies of cuMem* memory run in a CUDA context of the plugin's "
+               "own (an application thread in a synchronous copy cannot hold them up)",
+               ordinal);
     } else {
       c = NULL;
       g_priv_failed[ordinal] = 1;
       GDR_WARN("CUDA device %d: no CUDA context of the plugin's own (%s): TCP staging copies use the primary "
                "context, where an application thread in a synchronous copy (e.g. PyTorch's .item() right after a "
-               "collective) can hold them up until that collective's timeout", ordinal,
-               g_cu.cuCtxCreate_v2 == NULL ? "libcuda.so.1 lacks cuCtxCreate_v2" : "cuCtxCreate_v2 failed");
+               "collective) can hold them up until that collective's timeout",
+               ordinal, g_cu.cuCtxCreate_v2 == NULL ? "libcuda.so.1 lacks cuCtxCreate_v2" : "cuCtxCreate_v2 failed");
     }
   }
   pthread_mutex_unlock(&g_smu);
@@ -176,8 +175,7 @@ ncclResult_t gdr_cuda_mem_ctx(const void *dptr, void **ctx) {
              g_why[0] ? g_why : "a staging entry point is missing from libcuda.so.1");
     return ncclSystemError;
   }
-  if (g_cu.cuPointerGetAttribute(&c, GDR_CU_POINTER_ATTRIBUTE_CONTEXT, (gdr_CUdeviceptr)(uintptr_t)dptr) != 0)
-    c = NULL;
+  if (g_cu.cuPointerGetAttribute(&c, GDR_CU_POINTER_ATTRIBUTE_CONTEXT, (gdr_CUdeviceptr)(uintptr_t)dptr) != 0) c = NULL;
   if (c == NULL) { /* cuMem* (VMM) memory belongs to the device, not to a context: the plugin's own context there */
     gdr_CUdevice d;
     if (g_cu.cuPointerGetAttribute(&ordinal, GDR_CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,

@@ -30,21 +30,22 @@ const char *gdr_fault_action_str(int action) {
   }
 }
 
-#define ROW(e, act, res, hint) {#e, e, act, res, hint}
+#define ROW(e, act, res, hint)                                                                                         \
+  { #e, e, act, res, hint }
 static const struct gdr_fault_class errno_rows[] = {
-  {"EOF", 0, GDR_FAULT_PEER, ncclRemoteError,
-   "the peer closed the connection: it finished, aborted or its process ended (see the peer's log)"},
-  ROW(ECONNRESET, GDR_FAULT_PEER, ncclRemoteError,
-      "the peer reset the connection: its process died or closed with data unread (see the peer's log)"),
-  ROW(EPIPE, GDR_FAULT_PEER, ncclRemoteError, "the peer closed the connection while this side was still sending"),
-  ROW(ETIMEDOUT, GDR_FAULT_PEER, ncclRemoteError,
-      "no answer from the peer within GDRNET_TCP_TIMEOUT_MS: its host is down, hung, or the network is partitioned"),
-  ROW(EHOSTUNREACH, GDR_FAULT_PEER, ncclRemoteError, "no route to the peer: check the interface and routing"),
-  ROW(ENETUNREACH, GDR_FAULT_PEER, ncclRemoteError, "the network is unreachable: check GDRNET_SOCKET_IFNAME"),
-  ROW(ENETDOWN, GDR_FAULT_PEER, ncclRemoteError, "the local interface went down"),
-  ROW(ECONNREFUSED, GDR_FAULT_PEER, ncclRemoteError, "the peer refused the connection: nothing listens there"),
-  ROW(ENOMEM, GDR_FAULT_BUG, ncclSystemError, "out of memory"),
-  ROW(ENOBUFS, GDR_FAULT_BUG, ncclSystemError, "the kernel is out of socket buffers"),
+    {"EOF", 0, GDR_FAULT_PEER, ncclRemoteError,
+     "the peer closed the connection: it finished, aborted or its process ended (see the peer's log)"},
+    ROW(ECONNRESET, GDR_FAULT_PEER, ncclRemoteError,
+        "the peer reset the connection: its process died or closed with data unread (see the peer's log)"),
+    ROW(EPIPE, GDR_FAULT_PEER, ncclRemoteError, "the peer closed the connection while this side was still sending"),
+    ROW(ETIMEDOUT, GDR_FAULT_PEER, ncclRemoteError,
+        "no answer from the peer within GDRNET_TCP_TIMEOUT_MS: its host is down, hung, or the network is partitioned"),
+    ROW(EHOSTUNREACH, GDR_FAULT_PEER, ncclRemoteError, "no route to the peer: check the interface and routing"),
+    ROW(ENETUNREACH, GDR_FAULT_PEER, ncclRemoteError, "the network is unreachable: check GDRNET_SOCKET_IFNAME"),
+    ROW(ENETDOWN, GDR_FAULT_PEER, ncclRemoteError, "the local interface went down"),
+    ROW(ECONNREFUSED, GDR_FAULT_PEER, ncclRemoteError, "the peer refused the connection: nothing listens there"),
+    ROW(ENOMEM, GDR_FAULT_BUG, ncclSystemError, "out of memory"),
+    ROW(ENOBUFS, GDR_FAULT_BUG, ncclSystemError, "the kernel is out of socket buffers"),
 };
 #undef ROW
 

@@ -29,12 +29,12 @@ static inline void gdr_log_check_format(const char *fmt, ...) { (void)fmt; }
 #ifdef GDRNET_TRACE
 #define GDR_TRACE(flags, ...) gdr_log(NCCL_LOG_TRACE, (flags), __FILE__, __LINE__, __VA_ARGS__)
 #else
-#define GDR_TRACE(flags, ...)                                                                                        \
-  do {                                                                                                               \
-    if (0) {                                                                                                         \
-      (void)(flags);                                                                                                 \
-      gdr_log_check_format(__VA_ARGS__);                                                                             \
-    }                                                                                                                \
+#define GDR_TRACE(flags, ...)                                                                                          \
+  do {                                                                                                                 \
+    if (0) {                                                                                                           \
+      (void)(flags);                                                                                                   \
+      gdr_log_check_format(__VA_ARGS__);                                                                               \
+    }                                                                                                                  \
   } while (0)
 #endif
 
@@ -42,22 +42,22 @@ static inline void gdr_log_check_format(const char *fmt, ...) { (void)fmt; }
  *   GDR_CHECK(call)            ncclResult_t call; on failure store it in `res` and goto out
  *   GDR_SYSCHECK(call, what)   POSIX call returning -1 and errno; WARN with strerror, res = ncclSystemError
  * Both expect `ncclResult_t res` and a label `out` in the calling function. */
-#define GDR_CHECK(call)                                                                                              \
-  do {                                                                                                               \
-    ncclResult_t gdr_check_res_ = (call);                                                                            \
-    if (gdr_check_res_ != ncclSuccess) {                                                                             \
-      res = gdr_check_res_;                                                                                          \
-      goto out;                                                                                                      \
-    }                                                                                                                \
+#define GDR_CHECK(call)                                                                                                \
+  do {                                                                                                                 \
+    ncclResult_t gdr_check_res_ = (call);                                                                              \
+    if (gdr_check_res_ != ncclSuccess) {                                                                               \
+      res = gdr_check_res_;                                                                                            \
+      goto out;                                                                                                        \
+    }                                                                                                                  \
   } while (0)
 
-#define GDR_SYSCHECK(call, what)                                                                                     \
-  do {                                                                                                               \
-    if ((call) == -1) {                                                                                              \
-      GDR_WARN("%s failed: %s", (what), strerror(errno));                                                            \
-      res = ncclSystemError;                                                                                         \
-      goto out;                                                                                                      \
-    }                                                                                                                \
+#define GDR_SYSCHECK(call, what)                                                                                       \
+  do {                                                                                                                 \
+    if ((call) == -1) {                                                                                                \
+      GDR_WARN("%s failed: %s", (what), strerror(errno));                                                              \
+      res = ncclSystemError;                                                                                           \
+      goto out;                                                                                                        \
+    }                                                                                                                  \
   } while (0)
 
 #endif /* GDRNET_LOG_H */
