@@ -687,30 +687,31 @@ static ncclResult_t listener_mismatch(struct gdr_listener *l, struct gdr_pending
   return ncclInvalidUsage;
 }
 
-ncclResult_t gdr_listener_poll(struct gdr_listener *l, struct gdr_stream *out, int *got) {
-  ncclResult_t res = ncclSuccess;
-  uint64_t now = gdr_time_ns();
-  char why[256];
+/* A free slot for the next connection of the backlog, or -1: every slot holds a peer that is saying hello. When
+ * full, a real peer says hello at once: a peer silent for a while is evicted if someone else waits, else the rest
+ * wait in the kernel's backlog until the pending ones are done. */
+static int listener_slot(struct gdr_listener *l, uint64_t now) {
+  int slot = -1, oldest = -1;
+  struct pollfd pfd = {l->fd, POLLIN, 0};
+  for (int i = 0; i < GDR_LISTEN_PENDING && slot < 0; i++) {
+    if (l->pend[i].fd < 0) slot = i;
+    else if (oldest < 0 || l->pend[i].accepted_ns < l->pend[oldest].accepted_ns) oldest = i;
+  }
+  if (slot >= 0) return slot;
+  if (now - l->pend[oldest].accepted_ns < (uint64_t)GDR_LISTEN_EVICT_MS * 1000000ull) return -1;
+  if (poll(&pfd, 1, 0) != 1) return -1; /* nobody else is waiting */
+  pending_reject(l, &l->pend[oldest], "evicted: too many connections waiting to say hello");
+  return oldest;
+}
 
-  *got = 0;
-  /* 1. take the connections waiting in the backlog, as long as there is room to hear their hello */
+/* Takes the connections waiting in the backlog, as long as there is room to hear their hello. */
+static ncclResult_t listener_accept_backlog(struct gdr_listener *l, uint64_t now) {
+  ncclResult_t res = ncclSuccess;
   for (;;) {
     union gdr_sockaddr peer;
     socklen_t plen = sizeof(peer);
-    int slot = -1, oldest = -1, fd;
-    for (int i = 0; i < GDR_LISTEN_PENDING && slot < 0; i++) {
-      if (l->pend[i].fd < 0) slot = i;
-      else if (oldest < 0 || l->pend[i].accepted_ns < l->pend[oldest].accepted_ns) oldest = i;
-    }
-    if (slot < 0) {
-      /* Full. A real peer says hello at once: evict a peer silent for a while, else let the rest wait in the
-       * kernel's backlog until the pending ones are done. */
-      struct pollfd pfd = {l->fd, POLLIN, 0};
-      if (now - l->pend[oldest].accepted_ns < (uint64_t)GDR_LISTEN_EVICT_MS * 1000000ull) break;
-      if (poll(&pfd, 1, 0) != 1) break; /* nobody else is waiting */
-      pending_reject(l, &l->pend[oldest], "evicted: too many connections waiting to say hello");
-      slot = oldest;
-    }
+    int fd, slot = listener_slot(l, now);
+    if (slot < 0) break;
     memset(&peer, 0, sizeof(peer));
     fd = accept4(l->fd, &peer.sa, &plen, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
@@ -722,7 +723,7 @@ ncclResult_t gdr_listener_poll(struct gdr_listener *l, struct gdr_stream *out, i
       }
       GDR_WARN("listener: accept failed: %s", strerror(errno));
       res = ncclSystemError;
-      goto out;
+      break;
     }
     memset(&l->pend[slot], 0, sizeof(l->pend[slot]));
     l->pend[slot].fd = fd;
@@ -730,54 +731,83 @@ ncclResult_t gdr_listener_poll(struct gdr_listener *l, struct gdr_stream *out, i
     l->pend[slot].accepted_ns = now;
     l->pend[slot].deadline_ns = now + hello_timeout_ms() * 1000000ull;
   }
-  /* 2. progress each pending connection; hand out at most one */
+  return res;
+}
+
+/* Where a pending connection stands after a step: nothing more now (still waiting, or rejected and dropped), its
+ * hello verified (the ack is to be sent), the peer speaks another transport, or acked (it is handed out). */
+enum { PEND_WAIT, PEND_ACK, PEND_MISMATCH, PEND_DONE };
+
+/* Reads the hello; once whole and verified, the ack is set up. */
+static int pending_hello(struct gdr_listener *l, struct gdr_pending_conn *p, uint64_t now) {
+  char why[256];
+  const struct gdr_hello *h = &p->hello;
+  if (gdr_sock_recv_nb(p->fd, &p->hello, sizeof(p->hello), &p->off) != ncclSuccess) {
+    snprintf(why, sizeof(why), "%s after %zu of %zu hello bytes", errno ? strerror(errno) : "closed", p->off,
+             sizeof(p->hello));
+    pending_reject(l, p, why);
+    return PEND_WAIT;
+  }
+  if (p->off < sizeof(p->hello)) {
+    if (now > p->deadline_ns) {
+      snprintf(why, sizeof(why), "no hello within %llu ms (%zu of %zu bytes)", (unsigned long long)hello_timeout_ms(),
+               p->off, sizeof(p->hello));
+      pending_reject(l, p, why);
+    }
+    return PEND_WAIT;
+  }
+  if (h->magic == GDR_HELLO_MAGIC && h->version == GDR_HANDLE_VERSION && h->nonce == l->nonce &&
+      h->transport != l->transport && (h->transport == GDR_TP_TCP || h->transport == GDR_TP_RDMA))
+    return PEND_MISMATCH;
+  if (gdr_hello_verify(&p->hello, l->nonce, l->transport, why, sizeof(why)) != 0) {
+    pending_reject(l, p, why);
+    return PEND_WAIT;
+  }
+  p->acking = 1;
+  p->off = 0;
+  p->ack.magic = GDR_ACK_MAGIC;
+  p->ack.version = GDR_HANDLE_VERSION;
+  p->ack.status = 0;
+  p->ack.caps = l->caps;
+  return PEND_ACK;
+}
+
+/* One step of a pending connection: its hello, then its ack. */
+static int pending_step(struct gdr_listener *l, struct gdr_pending_conn *p, uint64_t now) {
+  char why[256];
+  if (!p->acking) {
+    int st = pending_hello(l, p, now);
+    if (st != PEND_ACK) return st;
+  }
+  if (gdr_sock_send_nb(p->fd, &p->ack, sizeof(p->ack), &p->off) != ncclSuccess) {
+    snprintf(why, sizeof(why), "sending the ack failed: %s", errno ? strerror(errno) : "closed");
+    pending_reject(l, p, why);
+    return PEND_WAIT;
+  }
+  if (p->off < sizeof(p->ack)) {
+    if (now > p->deadline_ns) pending_reject(l, p, "ack not taken in time");
+    return PEND_WAIT;
+  }
+  return PEND_DONE;
+}
+
+ncclResult_t gdr_listener_poll(struct gdr_listener *l, struct gdr_stream *out, int *got) {
+  ncclResult_t res = ncclSuccess;
+  uint64_t now = gdr_time_ns();
+
+  *got = 0;
+  GDR_CHECK(listener_accept_backlog(l, now));
+  /* progress each pending connection; hand out at most one */
   for (int i = 0; i < GDR_LISTEN_PENDING; i++) {
     struct gdr_pending_conn *p = &l->pend[i];
-    ncclResult_t r;
+    int st;
     if (p->fd < 0) continue;
-    if (!p->acking) {
-      r = gdr_sock_recv_nb(p->fd, &p->hello, sizeof(p->hello), &p->off);
-      if (r != ncclSuccess) {
-        snprintf(why, sizeof(why), "%s after %zu of %zu hello bytes", errno ? strerror(errno) : "closed", p->off,
-                 sizeof(p->hello));
-        pending_reject(l, p, why);
-        continue;
-      }
-      if (p->off < sizeof(p->hello)) {
-        if (now > p->deadline_ns) {
-          snprintf(why, sizeof(why), "no hello within %llu ms (%zu of %zu bytes)",
-                   (unsigned long long)hello_timeout_ms(), p->off,
-                   sizeof(p->hello));
-          pending_reject(l, p, why);
-        }
-        continue;
-      }
-      if (p->hello.magic == GDR_HELLO_MAGIC && p->hello.version == GDR_HANDLE_VERSION && p->hello.nonce == l->nonce &&
-          p->hello.transport != l->transport && (p->hello.transport == GDR_TP_TCP || p->hello.transport == GDR_TP_RDMA)) {
-        res = listener_mismatch(l, p);
-        goto out;
-      }
-      if (gdr_hello_verify(&p->hello, l->nonce, l->transport, why, sizeof(why)) != 0) {
-        pending_reject(l, p, why);
-        continue;
-      }
-      p->acking = 1;
-      p->off = 0;
-      p->ack.magic = GDR_ACK_MAGIC;
-      p->ack.version = GDR_HANDLE_VERSION;
-      p->ack.status = 0;
-      p->ack.caps = l->caps;
+    st = pending_step(l, p, now);
+    if (st == PEND_MISMATCH) {
+      res = listener_mismatch(l, p);
+      goto out;
     }
-    r = gdr_sock_send_nb(p->fd, &p->ack, sizeof(p->ack), &p->off);
-    if (r != ncclSuccess) {
-      snprintf(why, sizeof(why), "sending the ack failed: %s", errno ? strerror(errno) : "closed");
-      pending_reject(l, p, why);
-      continue;
-    }
-    if (p->off < sizeof(p->ack)) {
-      if (now > p->deadline_ns) pending_reject(l, p, "ack not taken in time");
-      continue;
-    }
+    if (st != PEND_DONE) continue;
     out->fd = p->fd;
     out->peer = p->peer;
     out->hello = p->hello;
