@@ -74,12 +74,15 @@ static int unacked(int fd) {
   return q;
 }
 
+/* GDRNET_TCP_LINGER_MS: how long a closed stream may wait for the peer's acknowledgement; 0: not at all. */
+static int64_t linger_ms(void) { return gdr_param_int(GDR_PARAM_TCP_LINGER_MS); }
+
 /* Closes entry i (lock held); warn: its deadline passed with bytes unacknowledged. */
 static void drop_locked(int i, int warn_bytes) {
   if (warn_bytes > 0)
     GDR_WARN("closing the %s with %d bytes the peer has not acknowledged after GDRNET_TCP_LINGER_MS=%lld: the peer "
              "may miss the end of what this side sent (is it still reading?)",
-             g_l[i].what, warn_bytes, (long long)gdr_param_int(GDR_PARAM_TCP_LINGER_MS));
+             g_l[i].what, warn_bytes, (long long)linger_ms());
   close(g_l[i].fd);
   g_l[i] = g_l[--g_n];
 }
@@ -100,7 +103,7 @@ static int sweep_locked(uint64_t now) {
 }
 
 void gdr_sock_close_graceful(int fd, const char *what) {
-  int64_t ms = gdr_param_int(GDR_PARAM_TCP_LINGER_MS);
+  int64_t ms = linger_ms();
   uint64_t now = gdr_time_ns();
   if (fd < 0) return;
   pthread_once(&g_once, linger_atfork_register); /* before the first entry a child could inherit */

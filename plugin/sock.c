@@ -201,7 +201,7 @@ static void warn_no_interface(struct ifaddrs *list, const char *spec, int family
   if (again) return;
   describe_ifs(list, ifs, sizeof(ifs));
   GDR_WARN("%s=\"%s\" selects no usable interface%s; the interfaces here: %s",
-           gdr_param_source(GDR_PARAM_SOCKET_IFNAME) == GDR_PSRC_ALIAS ? "NCCL_SOCKET_IFNAME" : "GDRNET_SOCKET_IFNAME",
+           gdr_param_set_name(GDR_PARAM_SOCKET_IFNAME),
            spec,
            family == GDR_SOCKET_FAMILY_INET    ? " with an IPv4 address (GDRNET_SOCKET_FAMILY=AF_INET)"
            : family == GDR_SOCKET_FAMILY_INET6 ? " with an IPv6 address (GDRNET_SOCKET_FAMILY=AF_INET6)"
@@ -241,6 +241,11 @@ ncclResult_t gdr_if_find(const char *spec, int family, struct gdr_if *out, int m
 out:
   if (list != NULL) freeifaddrs(list);
   return res;
+}
+
+ncclResult_t gdr_if_find_configured(struct gdr_if *out, int max, int *n) {
+  return gdr_if_find(gdr_param_str(GDR_PARAM_SOCKET_IFNAME), (int)gdr_param_int(GDR_PARAM_SOCKET_FAMILY), out, max,
+                     n);
 }
 
 /* ------------------------------------------------------------------------------------------------- handle -- */
@@ -652,7 +657,7 @@ void gdr_listener_handle(const struct gdr_listener *l, uint32_t dev, struct gdr_
 
 /* A peer gets this long to say hello: GDR_HELLO_TIMEOUT_MS, or less if the connect timeout is shorter. */
 static uint64_t hello_timeout_ms(void) {
-  int64_t ct = gdr_param_int(GDR_PARAM_CONNECT_TIMEOUT_MS);
+  int64_t ct = gdr_connect_timeout_ms();
   return (uint64_t)(ct < GDR_HELLO_TIMEOUT_MS ? ct : GDR_HELLO_TIMEOUT_MS);
 }
 
@@ -839,8 +844,7 @@ static void link_local_scope(union gdr_sockaddr *peer) {
   struct gdr_if ifs[GDR_MAX_IFS];
   int n = 0;
   if (peer->sa.sa_family != AF_INET6 || !IN6_IS_ADDR_LINKLOCAL(&peer->sin6.sin6_addr)) return;
-  if (gdr_if_find(gdr_param_str(GDR_PARAM_SOCKET_IFNAME), (int)gdr_param_int(GDR_PARAM_SOCKET_FAMILY), ifs,
-                  GDR_MAX_IFS, &n) != ncclSuccess)
+  if (gdr_if_find_configured(ifs, GDR_MAX_IFS, &n) != ncclSuccess)
     return;
   for (int i = 0; i < n; i++)
     if (ifs[i].addr.sa.sa_family == AF_INET6 && IN6_IS_ADDR_LINKLOCAL(&ifs[i].addr.sin6.sin6_addr)) {
@@ -858,7 +862,7 @@ ncclResult_t gdr_connector_start(struct gdr_connector *c, const struct gdr_handl
   GDR_CHECK(gdr_handle_check(h, &c->peer));
   link_local_scope(&c->peer);
   c->start_ns = gdr_time_ns();
-  c->deadline_ns = c->start_ns + (uint64_t)gdr_param_int(GDR_PARAM_CONNECT_TIMEOUT_MS) * 1000000ull;
+  c->deadline_ns = c->start_ns + gdr_connect_timeout_ns();
   c->retry_ns = c->start_ns;
   c->hello.magic = GDR_HELLO_MAGIC;
   c->hello.version = GDR_HANDLE_VERSION;
@@ -923,12 +927,12 @@ ncclResult_t gdr_connector_poll(struct gdr_connector *c, int *done) {
   if (now > c->deadline_ns) {
     if (c->stage <= CONN_CONNECTING) {
       GDR_WARN("connect to %s failed: no connection within %lld ms (%d attempt(s), last error: %s); %s",
-               gdr_sockaddr_str(&c->peer, a, sizeof(a)), (long long)gdr_param_int(GDR_PARAM_CONNECT_TIMEOUT_MS),
+               gdr_sockaddr_str(&c->peer, a, sizeof(a)), (long long)gdr_connect_timeout_ms(),
                c->attempts, c->last_err ? strerror(c->last_err) : "still in progress", peer_hint(&c->peer));
     } else {
       GDR_WARN("connect to %s: connected, but no answer to our hello within %lld ms; is the peer's plugin stuck, or "
                "is something else listening there?",
-               gdr_sockaddr_str(&c->peer, a, sizeof(a)), (long long)gdr_param_int(GDR_PARAM_CONNECT_TIMEOUT_MS));
+               gdr_sockaddr_str(&c->peer, a, sizeof(a)), (long long)gdr_connect_timeout_ms());
     }
     res = ncclRemoteError;
     goto out;

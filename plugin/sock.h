@@ -55,6 +55,9 @@ struct gdr_if {
  * GDR_SOCKET_FAMILY_* (param.h).
  * *n = 0 is not an error here. */
 ncclResult_t gdr_if_find(const char *spec, int family, struct gdr_if *out, int max, int *n);
+/* The same for the interfaces the knobs choose (GDRNET_SOCKET_IFNAME, GDRNET_SOCKET_FAMILY): the handshakes' and
+ * the TCP transport's. */
+ncclResult_t gdr_if_find_configured(struct gdr_if *out, int max, int *n);
 
 /* ------------------------------------------------------------------------------------------------- handle -- */
 
