@@ -1,4 +1,4 @@
-/* One failure vocabulary for every connection, whatever its transport (STYLE.md, example 1).
+/* One failure vocabulary for every connection, whatever its transport.
  *
  * A connection's health is one of four named states:
  *   OK          traffic flows; every request completes or waits for its peer

@@ -3,7 +3,7 @@
  * Why not plain close(): a send is complete for NCCL once its bytes are in the kernel. If the peer's kernel then
  * delivers anything to a socket this side has closed (a credit, a CTS written before the peer saw our FIN), our
  * kernel answers with a reset and drops what it had not transmitted yet: the peer loses the tail of the stream
- * (issue 17; reproduced by tests/integration/it_closetail with eager messages). A stream whose send queue is
+ * (tests/integration/it_closetail reproduces it with eager messages). A stream whose send queue is
  * empty (SIOCOUTQ = 0: everything acknowledged) cannot lose anything and is closed at once; the rest stay open
  * here until they are. */
 #include <errno.h>

@@ -12,7 +12,7 @@
  * gdr_mr in core.h) so that a connection can later move to another transport under NCCL's feet (RDMA -> TCP
  * fallback); a transport never sees the core's objects.
  *
- * Threading (as NCCL drives the plugin, NET_ABI.md): init/devices/get_properties on the application thread;
+ * Threading (as NCCL drives the plugin, docs/abi.md): init/devices/get_properties on the application thread;
  * listen/connect/accept/reg_mr/dereg_mr/close_* on NCCL's service thread; isend/irecv/iflush/test on its progress
  * thread. Several comms and GPUs of one process share the transport: global state needs a lock. One comm is used
  * by one thread at a time for the data path.
@@ -45,7 +45,7 @@ void gdr_core_pin(void);
 void gdr_core_unpin(void);
 int gdr_core_pins(void); /* thread groups pinning the library now (tests) */
 
-#define GDR_MAX_RECVS 8 /* largest grouped receive any transport may announce (NIB: 8) */
+#define GDR_MAX_RECVS 8 /* largest grouped receive any transport may announce (as NCCL's IB transport: 8) */
 #define GDR_MAX_FUSED 8 /* physical devices of one fused device (makeVDevice): v12's 8 (v9..v11: 4) */
 
 /* Device properties: every field of ncclNetProperties v8..v12. Strings are owned by the transport and live until

@@ -1,7 +1,7 @@
 /* The NCCL network-plugin ABI, version 8 (NCCL 2.20.3+), as libnccl-net-gdr sees it. The types every version
  * shares are in net_common.h.
  *
- * Typed from shared/NET_ABI.md (NVIDIA/nccl v2.19..v2.30). Field order is the ABI: never reorder.
+ * Typed from NCCL's net plugin headers (NVIDIA/nccl v2.19..v2.30). Field order is the ABI: never reorder.
  * The _Static_asserts below pin the x86_64 sizes and every field offset, so a mistake is a build
  * error rather than a corrupted NCCL. */
 #ifndef GDRNET_NET_V8_H
