@@ -22,8 +22,8 @@
 #include "param.h"
 #include "sock.h"
 
-#define LINGER_MAX 1024        /* more than this lingering at once: the oldest is closed early, with a WARN */
-#define LINGER_POLL_MS 2       /* gdr_linger_drain's poll interval (it is bounded; the sweep never waits) */
+#define LINGER_MAX 1024  /* more than this lingering at once: the oldest is closed early, with a WARN */
+#define LINGER_POLL_MS 2 /* gdr_linger_drain's poll interval (it is bounded; the sweep never waits) */
 
 struct lingering {
   int fd;
@@ -66,8 +66,7 @@ static int unacked(int fd) {
   if (poll(&p, 1, 0) > 0) {
     char buf[4096];
     ssize_t n;
-    while ((n = recv(fd, buf, sizeof(buf), MSG_DONTWAIT)) > 0) {
-    }
+    while ((n = recv(fd, buf, sizeof(buf), MSG_DONTWAIT)) > 0) {}
     if (n == 0 && q == 0) return -1;
     if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) return -1;
   }
@@ -107,7 +106,7 @@ void gdr_sock_close_graceful(int fd, const char *what) {
   uint64_t now = gdr_time_ns();
   if (fd < 0) return;
   pthread_once(&g_once, linger_atfork_register); /* before the first entry a child could inherit */
-  (void)shutdown(fd, SHUT_WR); /* FIN after the data; fails harmlessly on a socket already reset */
+  (void)shutdown(fd, SHUT_WR);                   /* FIN after the data; fails harmlessly on a socket already reset */
   pthread_mutex_lock(&g_mu);
   (void)sweep_locked(now);
   if (ms <= 0 || unacked(fd) <= 0) {

@@ -120,8 +120,7 @@ static int addr_rank(const struct sockaddr *sa, int family) {
   return -1;
 }
 
-static int find_with_filter(struct ifaddrs *list, const struct gdr_filter *f, int family, struct gdr_if *out,
-                            int max) {
+static int find_with_filter(struct ifaddrs *list, const struct gdr_filter *f, int family, struct gdr_if *out, int max) {
   int n = 0;
   int rank[GDR_MAX_IFS];
   for (struct ifaddrs *ifa = list; ifa != NULL; ifa = ifa->ifa_next) {
@@ -177,8 +176,11 @@ static void describe_ifs(struct ifaddrs *list, char *buf, size_t len) {
     if (ifa->ifa_addr != NULL && ifa->ifa_addr->sa_family == AF_INET6) fam[k] |= 2;
   }
   for (int k = 0; k < n && off < len; k++) {
-    const char *what = !up[k] ? "down" : fam[k] == 3 ? "IPv4, IPv6" : fam[k] == 1 ? "IPv4" : fam[k] == 2 ? "IPv6"
-                                                                                                   : "no IP address";
+    const char *what = !up[k]        ? "down"
+                       : fam[k] == 3 ? "IPv4, IPv6"
+                       : fam[k] == 1 ? "IPv4"
+                       : fam[k] == 2 ? "IPv6"
+                                     : "no IP address";
     int w = snprintf(buf + off, len - off, "%s%s (%s)", k ? ", " : "", names[k], what);
     if (w < 0) break;
     off += (size_t)w;
@@ -201,8 +203,7 @@ static void warn_no_interface(struct ifaddrs *list, const char *spec, int family
   if (again) return;
   describe_ifs(list, ifs, sizeof(ifs));
   GDR_WARN("%s=\"%s\" selects no usable interface%s; the interfaces here: %s",
-           gdr_param_set_name(GDR_PARAM_SOCKET_IFNAME),
-           spec,
+           gdr_param_set_name(GDR_PARAM_SOCKET_IFNAME), spec,
            family == GDR_SOCKET_FAMILY_INET    ? " with an IPv4 address (GDRNET_SOCKET_FAMILY=AF_INET)"
            : family == GDR_SOCKET_FAMILY_INET6 ? " with an IPv6 address (GDRNET_SOCKET_FAMILY=AF_INET6)"
                                                : " that is up with an IP address",
@@ -244,8 +245,7 @@ out:
 }
 
 ncclResult_t gdr_if_find_configured(struct gdr_if *out, int max, int *n) {
-  return gdr_if_find(gdr_param_str(GDR_PARAM_SOCKET_IFNAME), (int)gdr_param_int(GDR_PARAM_SOCKET_FAMILY), out, max,
-                     n);
+  return gdr_if_find(gdr_param_str(GDR_PARAM_SOCKET_IFNAME), (int)gdr_param_int(GDR_PARAM_SOCKET_FAMILY), out, max, n);
 }
 
 /* ------------------------------------------------------------------------------------------------- handle -- */
@@ -330,8 +330,8 @@ ncclResult_t gdr_handle_check(const struct gdr_handle *h, union gdr_sockaddr *pe
     return ncclInvalidUsage;
   }
   if (h->version != GDR_HANDLE_VERSION) {
-    GDR_WARN("connect: handle version %u, this plugin speaks %u; use the same plugin version on every rank",
-             h->version, GDR_HANDLE_VERSION);
+    GDR_WARN("connect: handle version %u, this plugin speaks %u; use the same plugin version on every rank", h->version,
+             GDR_HANDLE_VERSION);
     return ncclInvalidUsage;
   }
   if (sockaddr_from_wire(peer, &h->addr) != 0) {
@@ -351,7 +351,10 @@ uint32_t gdr_caps_local(uint8_t transport, int rdma_tcp) {
 
 const char *gdr_caps_str(uint32_t caps, char *buf, size_t len) {
   int forced = (caps & GDR_CAP_FORCED) != 0, rdma = (caps & GDR_CAP_RDMA) != 0, tcp = (caps & GDR_CAP_TCP) != 0;
-  snprintf(buf, len, "GDRNET_TRANSPORT=%s (%s)", !forced ? "auto" : rdma ? "rdma" : "tcp",
+  snprintf(buf, len, "GDRNET_TRANSPORT=%s (%s)",
+           !forced ? "auto"
+           : rdma  ? "rdma"
+                   : "tcp",
            rdma && tcp ? "RDMA, TCP"
            : rdma      ? (forced ? "RDMA only" : "RDMA only: no TCP transport")
            : tcp       ? (forced ? "TCP only" : "TCP only: no usable RDMA device")
@@ -368,8 +371,7 @@ const char *gdr_mixed_str(uint32_t mine, uint32_t theirs, char *buf, size_t len)
 
 /* What to change when two settings cannot meet. */
 static const char *mismatch_advice(uint32_t a, uint32_t b) {
-  if ((a | b) & GDR_CAP_FORCED)
-    return "set GDRNET_TRANSPORT=auto where it is forced";
+  if ((a | b) & GDR_CAP_FORCED) return "set GDRNET_TRANSPORT=auto where it is forced";
   return "the RDMA rank needs its TCP transport (GDRNET_FALLBACK=1, an IP interface)";
 }
 
@@ -438,10 +440,8 @@ static ncclResult_t io_error(int err) {
   case ENETUNREACH:
   case ENETDOWN:
   case ECONNABORTED:
-  case ECONNREFUSED:
-    return ncclRemoteError;
-  default:
-    return ncclSystemError;
+  case ECONNREFUSED: return ncclRemoteError;
+  default: return ncclSystemError;
   }
 }
 
@@ -699,8 +699,10 @@ static int listener_slot(struct gdr_listener *l, uint64_t now) {
   int slot = -1, oldest = -1;
   struct pollfd pfd = {l->fd, POLLIN, 0};
   for (int i = 0; i < GDR_LISTEN_PENDING && slot < 0; i++) {
-    if (l->pend[i].fd < 0) slot = i;
-    else if (oldest < 0 || l->pend[i].accepted_ns < l->pend[oldest].accepted_ns) oldest = i;
+    if (l->pend[i].fd < 0)
+      slot = i;
+    else if (oldest < 0 || l->pend[i].accepted_ns < l->pend[oldest].accepted_ns)
+      oldest = i;
   }
   if (slot >= 0) return slot;
   if (now - l->pend[oldest].accepted_ns < (uint64_t)GDR_LISTEN_EVICT_MS * 1000000ull) return -1;
@@ -844,8 +846,7 @@ static void link_local_scope(union gdr_sockaddr *peer) {
   struct gdr_if ifs[GDR_MAX_IFS];
   int n = 0;
   if (peer->sa.sa_family != AF_INET6 || !IN6_IS_ADDR_LINKLOCAL(&peer->sin6.sin6_addr)) return;
-  if (gdr_if_find_configured(ifs, GDR_MAX_IFS, &n) != ncclSuccess)
-    return;
+  if (gdr_if_find_configured(ifs, GDR_MAX_IFS, &n) != ncclSuccess) return;
   for (int i = 0; i < n; i++)
     if (ifs[i].addr.sa.sa_family == AF_INET6 && IN6_IS_ADDR_LINKLOCAL(&ifs[i].addr.sin6.sin6_addr)) {
       peer->sin6.sin6_scope_id = (uint32_t)ifs[i].index;
@@ -927,8 +928,8 @@ ncclResult_t gdr_connector_poll(struct gdr_connector *c, int *done) {
   if (now > c->deadline_ns) {
     if (c->stage <= CONN_CONNECTING) {
       GDR_WARN("connect to %s failed: no connection within %lld ms (%d attempt(s), last error: %s); %s",
-               gdr_sockaddr_str(&c->peer, a, sizeof(a)), (long long)gdr_connect_timeout_ms(),
-               c->attempts, c->last_err ? strerror(c->last_err) : "still in progress", peer_hint(&c->peer));
+               gdr_sockaddr_str(&c->peer, a, sizeof(a)), (long long)gdr_connect_timeout_ms(), c->attempts,
+               c->last_err ? strerror(c->last_err) : "still in progress", peer_hint(&c->peer));
     } else {
       GDR_WARN("connect to %s: connected, but no answer to our hello within %lld ms; is the peer's plugin stuck, or "
                "is something else listening there?",
@@ -991,8 +992,8 @@ ncclResult_t gdr_connector_poll(struct gdr_connector *c, int *done) {
       goto out;
     }
     if (c->ack.magic != GDR_ACK_MAGIC || c->ack.status != 0) {
-      GDR_WARN("connect to %s: bad acknowledgement (magic 0x%08x status %u)",
-               gdr_sockaddr_str(&c->peer, a, sizeof(a)), c->ack.magic, c->ack.status);
+      GDR_WARN("connect to %s: bad acknowledgement (magic 0x%08x status %u)", gdr_sockaddr_str(&c->peer, a, sizeof(a)),
+               c->ack.magic, c->ack.status);
       res = ncclRemoteError;
       goto out;
     }
@@ -1045,9 +1046,9 @@ ncclResult_t gdr_connect_refuse(struct gdr_handle *h, uint8_t transport, uint32_
   if (!(c->ack.magic == GDR_ACK_MAGIC && c->ack.status == GDR_ACK_MISMATCH)) {
     /* the listener did not say it (an older plugin, or gone): this side knows enough to say it */
     char a[GDR_ADDR_STRLEN], mine[80], theirs[80];
-    GDR_WARN("connect: peer %s cannot meet this rank: here %s, there %s; %s",
-             gdr_sockaddr_str(&c->peer, a, sizeof(a)), gdr_caps_str(caps, mine, sizeof(mine)),
-             gdr_caps_str(h->caps, theirs, sizeof(theirs)), mismatch_advice(caps, h->caps));
+    GDR_WARN("connect: peer %s cannot meet this rank: here %s, there %s; %s", gdr_sockaddr_str(&c->peer, a, sizeof(a)),
+             gdr_caps_str(caps, mine, sizeof(mine)), gdr_caps_str(h->caps, theirs, sizeof(theirs)),
+             mismatch_advice(caps, h->caps));
   }
   if (done && c->fd >= 0) close(c->fd);
   gdr_connector_abort(c);
