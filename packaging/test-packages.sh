@@ -186,7 +186,7 @@ if [ -f "$SO" ]; then
     bash -c '! grep -qiE "ibverbs|cuda|nccl|stdc\+\+" <<<"$1"' _ "$NEEDED"
   check "packaged plugin is stripped" bash -c '! readelf -S "$1" | grep -q "\.debug_info"' _ "$SO"
   EXPORTS="$(readelf --dyn-syms -W "$SO" | awk '$7 != "UND" && ($5 == "GLOBAL" || $5 == "WEAK") && $4 != "NOTYPE" {print $8}' | sed 's/@.*//' | sort -u | tr '\n' ' ')"
-  # the plugin tables only (plugin/exports.map): ncclNet, and the GIN and RMA tables of issue 25
+  # the plugin tables only (plugin/exports.map): ncclNet, and the GIN and RMA tables
   check "packaged plugin exports only the plugin tables (ncclNet/ncclGin/ncclRmaPlugin_v*): $EXPORTS" \
     bash -c 'for s in $1; do case "$s" in ncclNetPlugin_v[0-9]*|ncclGinPlugin_v[0-9]*|ncclRmaPlugin_v[0-9]*) ;; *) exit 1 ;; esac; done; case " $1 " in *" ncclNetPlugin_v"*) ;; *) exit 1 ;; esac' _ "$EXPORTS"
 else

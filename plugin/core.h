@@ -1,9 +1,12 @@
 /* The core: implements the ncclNet semantics once, over the internal transport interface (transport.h), for the
  * per-version adapters (plugin/api/v6.c .. v12.c). Split by lifecycle like NCCL's IB transport:
+ *   core_state.c    the process-wide state and the core lock (transport, comm accounting, contexts, fused devices)
  *   core_init.c     init, devices, properties, transport choice, quiesce/fini
  *   core_ctx.c      v11+ per-communicator contexts (init/finalize, setNetAttr), fused devices (makeVDevice)
  *   core_connect.c  listen, connect, accept, close
  *   core_p2p.c      registration, isend/irecv/iflush/test, profiler events
+ * They call down only: core_ctx.c -> core_connect.c -> core_init.c -> core_state.c (and core_connect.c ->
+ * core_p2p.c for the requests of a closing comm).
  *
  * Every comm, request and memory handle NCCL sees is a core object wrapping the transport's, so a connection can
  * later change transport (RDMA -> TCP fallback) without NCCL noticing: the wrapper keeps its address, the
@@ -56,7 +59,7 @@ struct gdr_ctx {
   int attr_logged;        /* the "hints not used" INFO line was printed */
   struct gdr_comm *comms; /* its open comms (listen, send, recv), for finalize */
   int ncomms;
-  struct gdr_ctx *next; /* the live contexts (core_ctx.c): a pointer is checked against them, never read */
+  struct gdr_ctx *next; /* the live contexts (core_state.c): a pointer is checked against them, never read */
 };
 
 struct gdr_comm {
@@ -107,6 +110,53 @@ struct gdr_mr {
   int type;
 };
 
+/* core_state.c: the process-wide state, every call but gdr_core_lock/unlock and gdr_core_transport under the core
+ * lock (set-up and teardown only, never the data path). */
+/* The core's lock, held around connection set-up and teardown (service thread work, never the data path). */
+void gdr_core_lock(void);
+void gdr_core_unlock(void);
+/* The transport chosen at init, or NULL before. */
+const struct gdr_transport *gdr_core_transport(void);
+/* Same, for callers holding the core lock; *ndev gets the physical device count. */
+const struct gdr_transport *gdr_core_transport_locked(int *ndev);
+/* init's choice: the transport and its physical device count. */
+void gdr_core_set_transport_locked(const struct gdr_transport *tp, int ndev);
+/* Devices NCCL sees (physical + fused); ncclInternalError before init. */
+ncclResult_t gdr_core_devices_locked(int *ndev);
+/* A v6..v10 init happened (no finalize will come for it); profiler: v10's callback, kept unless NULL. */
+void gdr_core_legacy_init_locked(ncclProfilerCallback_t profiler);
+/* The process-wide v10 profiler (NULL when none). */
+ncclProfilerCallback_t gdr_core_profiler_locked(void);
+/* fini: forgets the transport, the comm count, the v6..v10 init, the profiler and the fused devices. */
+void gdr_core_state_reset_locked(void);
+/* Comm accounting: a comm of a v11+ context is linked into it when opened, and detached from it when claimed for
+ * closing; when the last comm of the process has closed, the transport is told to stop its threads. */
+void gdr_core_comm_opened(struct gdr_comm *c);
+void gdr_core_comm_detach_locked(struct gdr_comm *c);
+void gdr_core_comm_closed(const struct gdr_transport *tp);
+/* Open comms of every kind. */
+int gdr_core_ncomms_locked(void);
+/* Nothing needs the loaded state once no v11+ context is left (no comm open, no v6..v10 init, which gets no
+ * finalize). */
+int gdr_core_idle_locked(void);
+/* The context of an ABI call, or NULL with a WARN if ctx is not a live one of ours (it is looked up among the live
+ * contexts, so a finalized or foreign pointer is never dereferenced). */
+struct gdr_ctx *gdr_core_ctx_check(void *ctx, const char *what);
+/* Adds a context to the live ones; returns how many are live now. */
+int gdr_core_ctx_link_locked(struct gdr_ctx *x);
+/* Removes a live context. */
+void gdr_core_ctx_unlink_locked(struct gdr_ctx *x);
+/* Live v11+ contexts. */
+int gdr_core_nctx_locked(void);
+/* Fused device v (dev - physical count), or NULL. */
+struct gdr_vdev *gdr_core_vdev_locked(int v);
+/* The index of the fused device over exactly these devices, or -1. */
+int gdr_core_vdev_find_locked(int ndevs, const int *devs);
+/* Fused devices made so far (at most GDR_MAX_VDEVS). */
+int gdr_core_nvdevs_locked(void);
+/* Keeps a copy of v as the next fused device: its index, or -1 when GDR_MAX_VDEVS are made already. */
+int gdr_core_vdev_add_locked(const struct gdr_vdev *v);
+
 /* core_init.c */
 /* v6..v10 init: once per process (NCCL may call it again: later calls only log). abi: the table NCCL called
  * (6..10), for the log; profiler: v10's callback or NULL. */
@@ -123,38 +173,16 @@ void gdr_core_fini(void);
 /* gdr_core_fini() when no comm is open (library unload); otherwise only the stats writer thread stops: other threads
  * may still be inside (the threads that serve open comms keep the library pinned, transport.h). */
 void gdr_core_unload(void);
-/* Comm accounting (core lock held): a comm of a v11+ context is linked into it when opened, and detached from it
- * when claimed for closing; when the last comm of the process has closed, the transport is told to stop its
- * threads. */
-void gdr_core_comm_opened(struct gdr_comm *c);
-void gdr_core_comm_detach_locked(struct gdr_comm *c);
-void gdr_core_comm_closed(const struct gdr_transport *tp);
-/* Under the core lock: the transport (NULL before init), the device count (fused included) and what it takes to
- * connect on NCCL's device dev: its properties and its physical devices (opts->ndevs capped at the transport's
- * max_fused, saying so once per fused device). ncclInvalidArgument for a device that does not exist. */
+/* Under the core lock: what it takes to connect on NCCL's device dev: its properties and its physical devices
+ * (opts->ndevs capped at the transport's max_fused, saying so once per fused device). ncclInvalidArgument for a
+ * device that does not exist. */
 ncclResult_t gdr_core_resolve_locked(int dev, struct gdr_props *props, struct gdr_conn_opts *opts);
-/* Under the core lock: the process-wide v10 profiler (NULL when none). */
-ncclProfilerCallback_t gdr_core_profiler_locked(void);
-/* Under the core lock: devices NCCL sees (physical + fused); ncclInternalError before init. */
-ncclResult_t gdr_core_devices_locked(int *ndev);
 /* Under the core lock: a physical device's properties, the core's fields filled. */
 ncclResult_t gdr_core_phys_props_locked(int dev, struct gdr_props *props);
 /* Under the core lock: the knobs and the transport, loaded once (until a fini). */
 ncclResult_t gdr_core_load_locked(void);
 /* Under the core lock: gdr_core_fini's work. */
 void gdr_core_fini_locked(void);
-/* Under the core lock: nothing needs the loaded state once no v11+ context is left (no comm open, no v6..v10 init,
- * which gets no finalize). */
-int gdr_core_idle_locked(void);
-/* Under the core lock: live v11+ contexts (core_ctx.c keeps the count). */
-int gdr_core_nctx_locked(void);
-/* The core's lock, held around connection set-up and teardown (service thread work, never the data path). */
-void gdr_core_lock(void);
-void gdr_core_unlock(void);
-/* The transport chosen at init, or NULL before. */
-const struct gdr_transport *gdr_core_transport(void);
-/* Same, for callers holding the core lock; *ndev gets the device count. */
-const struct gdr_transport *gdr_core_transport_locked(int *ndev);
 
 /* core_ctx.c */
 /* v11+ init: one context per communicator over the process-wide state (reference-counted: the first one loads
@@ -170,13 +198,6 @@ ncclResult_t gdr_core_set_net_attr(void *ctx, const struct gdr_net_attr *attr);
 /* A fused device over ndevs (1..max_devs) distinct physical devices; *d is its index (the same index for the
  * same list: NCCL asks again for every communicator). ndevs 1 gives the physical device itself. */
 ncclResult_t gdr_core_make_vdevice(int *d, int ndevs, const int *devs, int max_devs);
-/* Under the core lock: the context of an ABI call, or NULL with a WARN if ctx is not a live one of ours (it is
- * looked up among the live contexts, so a finalized or foreign pointer is never dereferenced). */
-struct gdr_ctx *gdr_core_ctx_check(void *ctx, const char *what);
-/* Under the core lock: forget the fused devices (fini). */
-void gdr_core_vdevs_reset_locked(void);
-/* Under the core lock: fused device v (dev - physical count), or NULL. */
-const struct gdr_vdev *gdr_core_vdev_locked(int v);
 
 /* core_connect.c */
 /* ctx: NULL (v6..v10) or a v11+ context. connect's traffic_class: v10's config value, -1 for the context's. */

@@ -2,13 +2,14 @@
  *
  * Contexts: NCCL >= 2.28 calls init(ctx, commId, config, ...) once per communicator and finalize(ctx) when it is
  * destroyed, then dlcloses the plugin after the last one. The process-wide state (knobs, transport, devices) is
- * loaded by the first context and forgotten with the last (reference count g_nctx); each context remembers its
- * traffic class, profiler callback and setNetAttr hints, and the comms opened through it, so that finalize can
- * release what an aborted communicator left open (its helper threads would otherwise outlive the dlclose).
+ * loaded by the first context and forgotten with the last (core_state.c counts the live ones); each context
+ * remembers its traffic class, profiler callback and setNetAttr hints, and the comms opened through it, so that
+ * finalize can release what an aborted communicator left open (its helper threads would otherwise outlive the
+ * dlclose).
  *
- * Fused devices (makeVDevice, v9+): NCCL merges NICs (NCCL_NET_MERGE_LEVEL) into one device index. The table
- * lives here; core_init.c turns an entry into properties and connection options. Same list, same index: v11+
- * NCCL builds its topology (and asks again) for every communicator.
+ * Fused devices (makeVDevice, v9+): NCCL merges NICs (NCCL_NET_MERGE_LEVEL) into one device index. They are made
+ * here and kept in core_state.c's table; core_init.c turns an entry into properties and connection options. Same
+ * list, same index: v11+ NCCL builds its topology (and asks again) for every communicator.
  *
  * Everything under the core lock. */
 #include <stdio.h>
@@ -18,37 +19,13 @@
 #include "core.h"
 #include "log.h"
 
-static int g_nctx;                             /* live contexts */
-static struct gdr_ctx *g_ctxs;                 /* ... in a list */
-static struct gdr_vdev g_vdevs[GDR_MAX_VDEVS]; /* fused devices, in creation order */
-static int g_nvdevs;
-
-int gdr_core_nctx_locked(void) { return g_nctx; }
-
-void gdr_core_vdevs_reset_locked(void) {
-  memset(g_vdevs, 0, sizeof(g_vdevs));
-  g_nvdevs = 0;
-}
-
-const struct gdr_vdev *gdr_core_vdev_locked(int v) { return v >= 0 && v < g_nvdevs ? &g_vdevs[v] : NULL; }
-
 /* ------------------------------------------------------------------------------------------------ contexts -- */
-
-struct gdr_ctx *gdr_core_ctx_check(void *ctx, const char *what) {
-  struct gdr_ctx *x = g_ctxs;
-  while (x != NULL && (void *)x != ctx) x = x->next;
-  if (x == NULL || x->magic != GDR_CTX_MAGIC) {
-    GDR_WARN("%s: %p is not a context this plugin's init() returned (or it was finalized)", what, ctx);
-    return NULL;
-  }
-  return x;
-}
 
 ncclResult_t gdr_core_ctx_init(void **ctx, uint64_t comm_id, int traffic_class, ncclDebugLogger_t logger,
                                ncclProfilerCallback_t profiler, int abi) {
   ncclResult_t res = ncclSuccess;
   struct gdr_ctx *x = NULL;
-  int ndev = 0;
+  int ndev = 0, nctx = 0;
 
   if (ctx == NULL) {
     GDR_WARN("ncclNetPlugin_v%d init: NULL context pointer", abi);
@@ -76,15 +53,13 @@ ncclResult_t gdr_core_ctx_init(void **ctx, uint64_t comm_id, int traffic_class, 
   gdr_core_lock();
   res = gdr_core_load_locked();
   if (res == ncclSuccess) {
-    x->next = g_ctxs;
-    g_ctxs = x;
-    g_nctx++;
+    nctx = gdr_core_ctx_link_locked(x);
     (void)gdr_core_devices_locked(&ndev);
     GDR_INFO(NCCL_INIT | NCCL_NET,
              "NCCL called ncclNetPlugin_v%d: communicator 0x%llx, context %p, trafficClass %d%s, profiler %s; %d "
              "context(s) open, %d device(s)",
              abi, (unsigned long long)comm_id, (void *)x, traffic_class, traffic_class < 0 ? " (undefined)" : "",
-             profiler != NULL ? "given" : "none", g_nctx, ndev);
+             profiler != NULL ? "given" : "none", nctx, ndev);
   }
   gdr_core_unlock();
   if (res != ncclSuccess) {
@@ -125,12 +100,7 @@ ncclResult_t gdr_core_ctx_finalize(void *ctx) {
     left_open = c;
   }
   x->magic = 0;
-  for (struct gdr_ctx **pp = &g_ctxs; *pp != NULL; pp = &(*pp)->next)
-    if (*pp == x) {
-      *pp = x->next;
-      break;
-    }
-  g_nctx--;
+  gdr_core_ctx_unlink_locked(x);
   comm_id = x->comm_id;
   free(x);
   gdr_core_unlock();
@@ -147,7 +117,7 @@ ncclResult_t gdr_core_ctx_finalize(void *ctx) {
   }
 
   gdr_core_lock();
-  left = g_nctx;
+  left = gdr_core_nctx_locked();
   int last = left == 0 && gdr_core_idle_locked();
   GDR_INFO(NCCL_INIT | NCCL_NET, "finalize: communicator 0x%llx (context %p) done; %d context(s) left%s",
            (unsigned long long)comm_id, ctx, left, last ? ": every thread stopped, devices released" : "");
@@ -194,8 +164,9 @@ out:
 ncclResult_t gdr_core_make_vdevice(int *d, int ndevs, const int *devs, int max_devs) {
   ncclResult_t res = ncclSuccess;
   int nphys = 0, ntotal = 0;
-  struct gdr_vdev *v;
+  struct gdr_vdev v;
   size_t off = 0;
+  int k;
 
   gdr_core_lock();
   if (gdr_core_transport_locked(&nphys) == NULL) {
@@ -225,21 +196,19 @@ ncclResult_t gdr_core_make_vdevice(int *d, int ndevs, const int *devs, int max_d
     *d = devs[0];
     goto out;
   }
-  for (int k = 0; k < g_nvdevs; k++) {
-    if (g_vdevs[k].ndevs == ndevs && memcmp(g_vdevs[k].devs, devs, (size_t)ndevs * sizeof(int)) == 0) {
-      *d = nphys + k;
-      goto out;
-    }
+  k = gdr_core_vdev_find_locked(ndevs, devs);
+  if (k >= 0) {
+    *d = nphys + k;
+    goto out;
   }
-  if (g_nvdevs == GDR_MAX_VDEVS) {
+  if (gdr_core_nvdevs_locked() == GDR_MAX_VDEVS) {
     GDR_WARN("makeVDevice: %d fused devices made already (the most this plugin keeps)", GDR_MAX_VDEVS);
     res = ncclInternalError;
     goto out;
   }
-  v = &g_vdevs[g_nvdevs];
-  memset(v, 0, sizeof(*v));
-  v->ndevs = ndevs;
-  memcpy(v->devs, devs, (size_t)ndevs * sizeof(int));
+  memset(&v, 0, sizeof(v));
+  v.ndevs = ndevs;
+  memcpy(v.devs, devs, (size_t)ndevs * sizeof(int));
   for (int i = 0; i < ndevs; i++) {
     struct gdr_props p;
     if (gdr_core_phys_props_locked(devs[i], &p) != ncclSuccess || p.name == NULL) {
@@ -247,13 +216,13 @@ ncclResult_t gdr_core_make_vdevice(int *d, int ndevs, const int *devs, int max_d
       res = ncclInternalError;
       goto out;
     }
-    off += (size_t)snprintf(v->name + off, sizeof(v->name) - off, "%s%s", i ? "+" : "", p.name);
-    if (off >= sizeof(v->name)) off = sizeof(v->name) - 1;
+    off += (size_t)snprintf(v.name + off, sizeof(v.name) - off, "%s%s", i ? "+" : "", p.name);
+    if (off >= sizeof(v.name)) off = sizeof(v.name) - 1;
   }
-  *d = nphys + g_nvdevs;
-  g_nvdevs++;
-  ntotal = nphys + g_nvdevs;
-  GDR_INFO(NCCL_INIT | NCCL_NET, "made fused device [%d] %s over %d devices (%d device(s) now)", *d, v->name, ndevs,
+  k = gdr_core_vdev_add_locked(&v); /* not full: checked above, under the same lock */
+  *d = nphys + k;
+  ntotal = nphys + gdr_core_nvdevs_locked();
+  GDR_INFO(NCCL_INIT | NCCL_NET, "made fused device [%d] %s over %d devices (%d device(s) now)", *d, v.name, ndevs,
            ntotal);
 out:
   gdr_core_unlock();

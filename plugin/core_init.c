@@ -1,5 +1,5 @@
 /* init, devices, properties: which transport serves this process, and the devices NCCL sees (the transport's
- * physical ones, then the fused ones of core_ctx.c). */
+ * physical ones, then the fused ones of core_ctx.c). The state it sets up lives in core_state.c. */
 #include <dlfcn.h>
 #include <limits.h>
 #include <pthread.h>
@@ -13,60 +13,6 @@
 #include "log.h"
 #include "param.h"
 #include "stats.h"
-
-/* Process-wide plugin state. Global because NCCL's plugin ABI is a set of free functions; every field is
- * protected by g_lock (init and set-up/teardown paths only; the data path never takes it). */
-static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
-static const struct gdr_transport *g_tp;  /* chosen transport, NULL before a successful init */
-static int g_ndev;                        /* physical devices of g_tp */
-static int g_ncomms;                      /* open comms of every kind, for quiesce */
-static int g_legacy;                      /* a v6..v10 init (no finalize will come) happened since the last fini */
-static ncclProfilerCallback_t g_profiler; /* v10's, process-wide (v11+ contexts carry their own) */
-
-void gdr_core_lock(void) { pthread_mutex_lock(&g_lock); }
-void gdr_core_unlock(void) { pthread_mutex_unlock(&g_lock); }
-
-const struct gdr_transport *gdr_core_transport(void) {
-  const struct gdr_transport *tp;
-  pthread_mutex_lock(&g_lock);
-  tp = g_tp;
-  pthread_mutex_unlock(&g_lock);
-  return tp;
-}
-
-/* Called with g_lock held by the connection paths. */
-void gdr_core_comm_opened(struct gdr_comm *c) {
-  struct gdr_ctx *x = c->ctx;
-  g_ncomms++;
-  if (x == NULL) return;
-  c->ctx_prev = NULL;
-  c->ctx_next = x->comms;
-  if (x->comms != NULL) x->comms->ctx_prev = c;
-  x->comms = c;
-  x->ncomms++;
-}
-
-void gdr_core_comm_detach_locked(struct gdr_comm *c) {
-  struct gdr_ctx *x = c->ctx;
-  if (x == NULL) return;
-  if (c->ctx_prev != NULL)
-    c->ctx_prev->ctx_next = c->ctx_next;
-  else
-    x->comms = c->ctx_next;
-  if (c->ctx_next != NULL) c->ctx_next->ctx_prev = c->ctx_prev;
-  c->ctx_prev = c->ctx_next = NULL;
-  c->ctx = NULL;
-  x->ncomms--;
-}
-
-void gdr_core_comm_closed(const struct gdr_transport *tp) {
-  if (g_ncomms > 0) g_ncomms--;
-  if (g_ncomms > 0) return;
-  if (tp != NULL && tp->quiesce != NULL) tp->quiesce();
-  gdr_linger_drain(); /* streams still delivering a closed comm's last bytes: done before NCCL may unload us */
-}
-
-ncclProfilerCallback_t gdr_core_profiler_locked(void) { return g_profiler; }
 
 /* What NCCL does when this plugin's init fails, for the WARN (NCCL 2.28.9 src/plugin/net.cc, ncclNetInit): a failed
  * external plugin is skipped and the next one in the list is tried (NCCL's own IB, then Socket), unless the
@@ -153,8 +99,7 @@ static ncclResult_t choose_transport(void) {
     tp = &gdr_transport_tcp;
     reason = want == GDR_TRANSPORT_TCP ? "GDRNET_TRANSPORT=tcp" : "no usable RDMA device";
   }
-  g_tp = tp;
-  g_ndev = ndev;
+  gdr_core_set_transport_locked(tp, ndev);
   describe_devices(tp, ndev, devs, sizeof(devs), names, sizeof(names));
   {
     /* one short line for the decision (kubectl logs), the devices and the transport's own summary at INFO(NET) */
@@ -168,10 +113,12 @@ out:
   return res;
 }
 
-/* Knobs and transport, once per load (or after a fini): caller holds g_lock. */
+/* Knobs and transport, once per load (or after a fini): caller holds the core lock. */
 ncclResult_t gdr_core_load_locked(void) {
   ncclResult_t res = ncclSuccess;
-  if (g_tp != NULL) goto out; /* initialised before in this load: NCCL may call init once per user of the table */
+  int ndev = 0;
+  if (gdr_core_transport_locked(&ndev) != NULL)
+    goto out; /* initialised before in this load: NCCL may call init once per user of the table */
   if (gdr_params_load() != ncclSuccess) {
     char cons[320];
     GDR_WARN("plugin init fails (%s): fix the environment knob(s) named above (the knobs: %s)",
@@ -194,39 +141,33 @@ ncclResult_t gdr_core_init(ncclDebugLogger_t logger) { return gdr_core_init_tabl
 
 ncclResult_t gdr_core_init_table(ncclDebugLogger_t logger, int abi, ncclProfilerCallback_t profiler) {
   ncclResult_t res = ncclSuccess;
+  int ndev = 0;
   gdr_log_init(logger);
-  pthread_mutex_lock(&g_lock);
+  gdr_core_lock();
   GDR_CHECK(gdr_core_load_locked());
-  g_legacy = 1;
-  if (profiler != NULL) g_profiler = profiler;
+  gdr_core_legacy_init_locked(profiler);
+  (void)gdr_core_transport_locked(&ndev);
   GDR_INFO(NCCL_INIT | NCCL_NET, "NCCL called ncclNetPlugin_v%d (process-wide init%s; %d device(s))", abi,
-           abi >= 10 ? (profiler != NULL ? ", profiler callback given" : ", no profiler callback") : "", g_ndev);
+           abi >= 10 ? (profiler != NULL ? ", profiler callback given" : ", no profiler callback") : "", ndev);
 out:
-  pthread_mutex_unlock(&g_lock);
+  gdr_core_unlock();
   return res;
-}
-
-ncclResult_t gdr_core_devices_locked(int *ndev) {
-  *ndev = 0;
-  if (g_tp == NULL) return ncclInternalError;
-  *ndev = g_ndev;
-  while (gdr_core_vdev_locked(*ndev - g_ndev) != NULL) (*ndev)++;
-  return ncclSuccess;
 }
 
 ncclResult_t gdr_core_devices(int *ndev) {
   ncclResult_t res;
-  pthread_mutex_lock(&g_lock);
+  gdr_core_lock();
   res = gdr_core_devices_locked(ndev);
-  pthread_mutex_unlock(&g_lock);
+  gdr_core_unlock();
   if (res != ncclSuccess) GDR_WARN("devices() called before a successful init()");
   return res;
 }
 
 ncclResult_t gdr_core_phys_props_locked(int dev, struct gdr_props *p) {
   ncclResult_t res = ncclSuccess;
+  int ndev = 0;
   memset(p, 0, sizeof(*p));
-  GDR_CHECK(g_tp->get_properties(dev, p));
+  GDR_CHECK(gdr_core_transport_locked(&ndev)->get_properties(dev, p));
   p->vdev_ndevs = 1;
   p->vdev_devs[0] = dev;
   p->max_multi_request_size = 1;
@@ -238,21 +179,22 @@ out:
   return res;
 }
 
-/* Properties of any device NCCL sees (caller holds g_lock). A fused device: the first device's, with speed the sum,
- * what every member supports (pointer types, grouped receives, comms, sizes), the largest latency. */
+/* Properties of any device NCCL sees (caller holds the core lock). A fused device: the first device's, with speed the
+ * sum, what every member supports (pointer types, grouped receives, comms, sizes), the largest latency. */
 static ncclResult_t props_locked(int dev, struct gdr_props *p) {
   ncclResult_t res = ncclSuccess;
   const struct gdr_vdev *v;
-  if (g_tp == NULL) {
+  int nphys = 0;
+  if (gdr_core_transport_locked(&nphys) == NULL) {
     GDR_WARN("getProperties called before a successful init()");
     res = ncclInternalError;
     goto out;
   }
-  if (dev >= 0 && dev < g_ndev) {
+  if (dev >= 0 && dev < nphys) {
     GDR_CHECK(gdr_core_phys_props_locked(dev, p));
     goto out;
   }
-  v = dev >= g_ndev ? gdr_core_vdev_locked(dev - g_ndev) : NULL;
+  v = dev >= nphys ? gdr_core_vdev_locked(dev - nphys) : NULL;
   if (v == NULL) {
     int n = 0;
     (void)gdr_core_devices_locked(&n);
@@ -283,15 +225,17 @@ out:
 
 ncclResult_t gdr_core_get_properties(int dev, struct gdr_props *props) {
   ncclResult_t res;
-  pthread_mutex_lock(&g_lock);
+  gdr_core_lock();
   res = props_locked(dev, props);
-  pthread_mutex_unlock(&g_lock);
+  gdr_core_unlock();
   return res;
 }
 
 ncclResult_t gdr_core_resolve_locked(int dev, struct gdr_props *props, struct gdr_conn_opts *opts) {
   ncclResult_t res = ncclSuccess;
-  int max = g_tp != NULL && g_tp->max_fused > 1 ? g_tp->max_fused : 1;
+  int nphys = 0;
+  const struct gdr_transport *tp = gdr_core_transport_locked(&nphys);
+  int max = tp != NULL && tp->max_fused > 1 ? tp->max_fused : 1;
   GDR_CHECK(props_locked(dev, props));
   memset(opts, 0, sizeof(*opts));
   opts->traffic_class = -1;
@@ -299,7 +243,7 @@ ncclResult_t gdr_core_resolve_locked(int dev, struct gdr_props *props, struct gd
   opts->ndevs = props->vdev_ndevs < max ? props->vdev_ndevs : max;
   memcpy(opts->devs, props->vdev_devs, sizeof(opts->devs));
   if (opts->ndevs < props->vdev_ndevs) {
-    struct gdr_vdev *v = (struct gdr_vdev *)gdr_core_vdev_locked(dev - g_ndev);
+    struct gdr_vdev *v = gdr_core_vdev_locked(dev - nphys);
     if (v != NULL && !v->said_first) {
       struct gdr_props first;
       v->said_first = 1;
@@ -307,7 +251,7 @@ ncclResult_t gdr_core_resolve_locked(int dev, struct gdr_props *props, struct gd
         GDR_INFO(NCCL_INIT | NCCL_NET,
                  "fused device [%d] %s: the %s transport stripes a connection over at most %d device(s), not %d; "
                  "its connections run on %d device(s) from %s (its first)",
-                 dev, v->name, g_tp->name, max, v->ndevs, opts->ndevs, first.name ? first.name : "?");
+                 dev, v->name, tp->name, max, v->ndevs, opts->ndevs, first.name ? first.name : "?");
     }
   }
 out:
@@ -315,25 +259,22 @@ out:
 }
 
 void gdr_core_fini_locked(void) {
+  int ndev = 0;
+  const struct gdr_transport *tp = gdr_core_transport_locked(&ndev);
   gdr_stats_stop(); /* the last file, with the devices' counters, before the transport forgets them */
-  if (g_tp != NULL) {
-    if (g_tp->quiesce) g_tp->quiesce();
-    if (g_tp->fini) g_tp->fini();
+  if (tp != NULL) {
+    if (tp->quiesce) tp->quiesce();
+    if (tp->fini) tp->fini();
   }
   gdr_linger_drain();
-  g_tp = NULL;
-  g_ndev = 0;
-  g_ncomms = 0;
-  g_legacy = 0;
-  g_profiler = NULL;
-  gdr_core_vdevs_reset_locked();
+  gdr_core_state_reset_locked();
   gdr_params_reset();
 }
 
 void gdr_core_fini(void) {
-  pthread_mutex_lock(&g_lock);
+  gdr_core_lock();
   gdr_core_fini_locked();
-  pthread_mutex_unlock(&g_lock);
+  gdr_core_unlock();
 }
 
 /* Pins (transport.h): the library holds a reference on itself while any of its threads runs, so that NCCL's dlclose
@@ -385,21 +326,11 @@ int gdr_core_pins(void) {
  * not leave it running on unmapped code. */
 void gdr_core_unload(void) {
   atomic_store(&g_unloading, 1);
-  pthread_mutex_lock(&g_lock);
-  int idle = g_ncomms == 0;
-  pthread_mutex_unlock(&g_lock);
+  gdr_core_lock();
+  int idle = gdr_core_ncomms_locked() == 0;
+  gdr_core_unlock();
   if (idle)
     gdr_core_fini();
   else
     gdr_stats_stop();
-}
-
-/* Caller holds g_lock: after the last v11+ context, forget everything unless a v6..v10 init (which gets no
- * finalize) or an open comm still needs it. */
-int gdr_core_idle_locked(void) { return g_ncomms == 0 && !g_legacy; }
-
-/* Used by core_connect.c: the transport and device count under the lock's protection (caller holds it). */
-const struct gdr_transport *gdr_core_transport_locked(int *ndev) {
-  *ndev = g_ndev;
-  return g_tp;
 }

@@ -1,5 +1,5 @@
-/* Prints docs/configuration.md from the parameter table (params.def), and the fault classification of
- * docs/recovery.md from the plugin's own tables (health.c, rdma/classify.c).
+/* Prints docs/configuration.md from the parameter table (params.def) and the TCP threads section below, and the
+ * fault classification of docs/recovery.md from the plugin's own tables (health.c, rdma/classify.c).
  *   build/plugin/gdrnet-gen-config-doc > docs/configuration.md
  *   build/plugin/gdrnet-gen-config-doc --table      only the knob table, every knob
  *   build/plugin/gdrnet-gen-config-doc --readme     the README's table: the knobs a user actually sets (readme_knobs)
@@ -48,6 +48,31 @@ static int print_faults(void) {
   return print_rows("socket", rows, n);
 }
 
+/* docs/configuration.md's last section: how the TCP transport's thread and polling knobs combine (plugin/tcp/
+ * tcp_init.c resolves them, tcp_pool.c runs them). */
+static const char tcp_threads_doc[] =
+    "\n"
+    "## TCP: how the thread and polling knobs combine\n\n"
+    "A process moves the data streams of all its TCP connections with one pool of `GDRNET_TCP_IO_THREADS` I/O\n"
+    "threads (`gdr-tcp-io/N`); each connection cuts its large messages into chunks spread over\n"
+    "`GDRNET_TCP_NTHREADS` send lanes, and the lanes and receive streams are shared out over the pool, the least\n"
+    "loaded thread first. Every `auto` among these knobs follows one figure, the cores this rank may use (its CPU\n"
+    "affinity, or the host's cores divided by the ranks on the host that `OMPI_COMM_WORLD_LOCAL_SIZE`,\n"
+    "`MPI_LOCALNRANKS`, `LOCAL_WORLD_SIZE` or `SLURM_NTASKS_PER_NODE` names when the rank is not bound). With at\n"
+    "least 8, the pool has one thread per core left after NCCL's two busy threads (at most 16) and they poll: a\n"
+    "thread that made progress keeps polling for `GDRNET_TCP_SPIN_US` (auto 200 µs), or `GDRNET_TCP_SPIN_MAX_US`\n"
+    "(auto 1000 µs) while one of its connections expects traffic, then sleeps in epoll_wait; `GDRNET_TCP_PROGRESS`\n"
+    "says whether it polls for that window after every progress (`fixed`, what auto means) or only while a\n"
+    "connection it serves has a request outstanding and progress keeps coming (`adaptive`); and at most\n"
+    "`GDRNET_TCP_SPIN_THREADS` threads poll at once (auto: 1 when fixed, the rank's cores less 2 when adaptive),\n"
+    "the others sleeping until the kernel wakes them. With fewer than 8 cores the pool is 16 threads that never\n"
+    "poll (`GDRNET_TCP_SPIN_US` auto is 0, so the spin, progress and spin-thread knobs do nothing), and NCCL's proxy\n"
+    "thread helps them instead (`GDRNET_TCP_PROXY_IO` auto is on): a test() whose request is not done runs one\n"
+    "bounded pass of the idle I/O threads of its connection. `GDRNET_TCP_SPIN_US=0` turns every kind of polling\n"
+    "off. A knob set by hand replaces its own auto; the autos that depend on it follow the value set\n"
+    "(`GDRNET_TCP_SPIN_MAX_US` on `GDRNET_TCP_SPIN_US`, `GDRNET_TCP_SPIN_THREADS` on `GDRNET_TCP_PROGRESS`). The TCP\n"
+    "transport's INFO(NET) lines at init name the values in force and why.\n";
+
 /* The README's knobs (between its knobs markers, checked by tests/readme/check_readme_table.cmake): the few a user
  * sets; docs/configuration.md has every knob. A name that leaves params.def makes --readme fail. */
 static const char *const readme_knobs[] = {"GDRNET_TRANSPORT", "GDRNET_SOCKET_IFNAME", "GDRNET_HCA",
@@ -68,8 +93,8 @@ int main(int argc, char **argv) {
     rc = gdr_params_markdown_table_of(stdout, readme_knobs);
   else if (table)
     rc = gdr_params_markdown_table(stdout);
-  else
-    rc = gdr_params_markdown(stdout);
+  else if ((rc = gdr_params_markdown(stdout)) == 0 && fputs(tcp_threads_doc, stdout) < 0)
+    rc = -1;
   if (rc != 0 || fflush(stdout) != 0) {
     fprintf(stderr, "gdrnet-gen-config-doc: the text could not be written (or a knob list names no knob)\n");
     return 1;

@@ -1,4 +1,4 @@
-/* One failure vocabulary for every connection, whatever its transport (STYLE.md, example 1).
+/* One failure vocabulary for every connection, whatever its transport.
  *
  * A connection's health is one of four named states:
  *   OK          traffic flows; every request completes or waits for its peer
@@ -61,7 +61,8 @@ struct gdr_health {
 
 void gdr_health_init(struct gdr_health *h);
 /* Moves to FAILED with this result and reason, unless it failed already (then nothing changes). */
-void gdr_health_fail(struct gdr_health *h, ncclResult_t res, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+void gdr_health_fail(struct gdr_health *h, ncclResult_t res, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 static inline int gdr_health_failed(struct gdr_health *h) {
   return atomic_load_explicit(&h->failing, memory_order_acquire) != 0;
 }

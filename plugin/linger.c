@@ -3,7 +3,7 @@
  * Why not plain close(): a send is complete for NCCL once its bytes are in the kernel. If the peer's kernel then
  * delivers anything to a socket this side has closed (a credit, a CTS written before the peer saw our FIN), our
  * kernel answers with a reset and drops what it had not transmitted yet: the peer loses the tail of the stream
- * (issue 17; reproduced by tests/integration/it_closetail with eager messages). A stream whose send queue is
+ * (tests/integration/it_closetail reproduces it with eager messages). A stream whose send queue is
  * empty (SIOCOUTQ = 0: everything acknowledged) cannot lose anything and is closed at once; the rest stay open
  * here until they are. */
 #include <errno.h>
@@ -22,8 +22,8 @@
 #include "param.h"
 #include "sock.h"
 
-#define LINGER_MAX 1024        /* more than this lingering at once: the oldest is closed early, with a WARN */
-#define LINGER_POLL_MS 2       /* gdr_linger_drain's poll interval (it is bounded; the sweep never waits) */
+#define LINGER_MAX 1024  /* more than this lingering at once: the oldest is closed early, with a WARN */
+#define LINGER_POLL_MS 2 /* gdr_linger_drain's poll interval (it is bounded; the sweep never waits) */
 
 struct lingering {
   int fd;
@@ -66,20 +66,22 @@ static int unacked(int fd) {
   if (poll(&p, 1, 0) > 0) {
     char buf[4096];
     ssize_t n;
-    while ((n = recv(fd, buf, sizeof(buf), MSG_DONTWAIT)) > 0) {
-    }
+    while ((n = recv(fd, buf, sizeof(buf), MSG_DONTWAIT)) > 0) {}
     if (n == 0 && q == 0) return -1;
     if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) return -1;
   }
   return q;
 }
 
+/* GDRNET_TCP_LINGER_MS: how long a closed stream may wait for the peer's acknowledgement; 0: not at all. */
+static int64_t linger_ms(void) { return gdr_param_int(GDR_PARAM_TCP_LINGER_MS); }
+
 /* Closes entry i (lock held); warn: its deadline passed with bytes unacknowledged. */
 static void drop_locked(int i, int warn_bytes) {
   if (warn_bytes > 0)
     GDR_WARN("closing the %s with %d bytes the peer has not acknowledged after GDRNET_TCP_LINGER_MS=%lld: the peer "
              "may miss the end of what this side sent (is it still reading?)",
-             g_l[i].what, warn_bytes, (long long)gdr_param_int(GDR_PARAM_TCP_LINGER_MS));
+             g_l[i].what, warn_bytes, (long long)linger_ms());
   close(g_l[i].fd);
   g_l[i] = g_l[--g_n];
 }
@@ -100,11 +102,11 @@ static int sweep_locked(uint64_t now) {
 }
 
 void gdr_sock_close_graceful(int fd, const char *what) {
-  int64_t ms = gdr_param_int(GDR_PARAM_TCP_LINGER_MS);
+  int64_t ms = linger_ms();
   uint64_t now = gdr_time_ns();
   if (fd < 0) return;
   pthread_once(&g_once, linger_atfork_register); /* before the first entry a child could inherit */
-  (void)shutdown(fd, SHUT_WR); /* FIN after the data; fails harmlessly on a socket already reset */
+  (void)shutdown(fd, SHUT_WR);                   /* FIN after the data; fails harmlessly on a socket already reset */
   pthread_mutex_lock(&g_mu);
   (void)sweep_locked(now);
   if (ms <= 0 || unacked(fd) <= 0) {

@@ -511,3 +511,27 @@ int gdr_params_markdown_table_of(FILE *f, const char *const *names) {
 }
 
 int gdr_params_markdown_table(FILE *f) { return gdr_params_markdown_table_of(f, NULL); }
+
+/* ---------------------------------------------------------------------------------- shared knobs' resolvers -- */
+
+int gdr_fallback_allowed(void) { return gdr_param_int(GDR_PARAM_FALLBACK) != 0; }
+
+const char *gdr_fallback_off_reason(void) { return "GDRNET_FALLBACK=0"; }
+
+int64_t gdr_connect_timeout_ms(void) { return gdr_param_int(GDR_PARAM_CONNECT_TIMEOUT_MS); }
+
+uint64_t gdr_connect_timeout_ns(void) { return (uint64_t)gdr_connect_timeout_ms() * 1000000ull; }
+
+int64_t gdr_recovery_timeout_ms(void) { return gdr_param_int(GDR_PARAM_RECOVERY_TIMEOUT_MS); }
+
+uint64_t gdr_recovery_timeout_ns(void) { return (uint64_t)gdr_recovery_timeout_ms() * 1000000ull; }
+
+int gdr_recovery_attempts(void) { return (int)gdr_param_int(GDR_PARAM_RECOVERY_ATTEMPTS); }
+
+const char *gdr_recovery_off_reason(void) { return "GDRNET_RECOVERY_ATTEMPTS=0"; }
+
+const char *gdr_param_set_name(enum gdr_param_id id) {
+  const struct gdr_param_info *p = gdr_param_info(id);
+  if (p == NULL) return "?";
+  return gdr_param_source(id) == GDR_PSRC_ALIAS && p->alias != NULL ? p->alias : p->name;
+}

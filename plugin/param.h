@@ -81,4 +81,24 @@ int gdr_params_markdown_table(FILE *f);
  * write error or a name that is not a knob (said on stderr), so a list cannot outlive a renamed knob. */
 int gdr_params_markdown_table_of(FILE *f, const char *const *names);
 
+/* Knobs that several parts of the plugin read (core, sock.c, rdma/, tcp/, gin/): one resolver each, so that a
+ * value and the words that name it in a log line are written once. */
+/* GDRNET_FALLBACK: 1 when a connection whose RDMA part cannot be recovered (or set up) may move to TCP, and a GIN
+ * peer whose one-sided QP cannot be recovered may move to the message path. */
+int gdr_fallback_allowed(void);
+/* Why there is no fallback when the knob forbids it: "GDRNET_FALLBACK=0". */
+const char *gdr_fallback_off_reason(void);
+/* GDRNET_CONNECT_TIMEOUT_MS: the bound on one connect/accept handshake, in ms, and in ns for a deadline. */
+int64_t gdr_connect_timeout_ms(void);
+uint64_t gdr_connect_timeout_ns(void);
+/* GDRNET_RECOVERY_TIMEOUT_MS: the bound on one connection's recovery (or its move to TCP), in ms and ns. */
+int64_t gdr_recovery_timeout_ms(void);
+uint64_t gdr_recovery_timeout_ns(void);
+/* GDRNET_RECOVERY_ATTEMPTS: recoveries in place of one fault episode before the connection gives up; 0: none. */
+int gdr_recovery_attempts(void);
+/* Why there is no recovery when the knob forbids it: "GDRNET_RECOVERY_ATTEMPTS=0". */
+const char *gdr_recovery_off_reason(void);
+/* The name the user set a knob by: its NCCL alias when the value came from there, else GDRNET_<ID>. */
+const char *gdr_param_set_name(enum gdr_param_id id);
+
 #endif /* GDRNET_PARAM_H */

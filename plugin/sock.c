@@ -120,8 +120,7 @@ static int addr_rank(const struct sockaddr *sa, int family) {
   return -1;
 }
 
-static int find_with_filter(struct ifaddrs *list, const struct gdr_filter *f, int family, struct gdr_if *out,
-                            int max) {
+static int find_with_filter(struct ifaddrs *list, const struct gdr_filter *f, int family, struct gdr_if *out, int max) {
   int n = 0;
   int rank[GDR_MAX_IFS];
   for (struct ifaddrs *ifa = list; ifa != NULL; ifa = ifa->ifa_next) {
@@ -177,8 +176,11 @@ static void describe_ifs(struct ifaddrs *list, char *buf, size_t len) {
     if (ifa->ifa_addr != NULL && ifa->ifa_addr->sa_family == AF_INET6) fam[k] |= 2;
   }
   for (int k = 0; k < n && off < len; k++) {
-    const char *what = !up[k] ? "down" : fam[k] == 3 ? "IPv4, IPv6" : fam[k] == 1 ? "IPv4" : fam[k] == 2 ? "IPv6"
-                                                                                                   : "no IP address";
+    const char *what = !up[k]        ? "down"
+                       : fam[k] == 3 ? "IPv4, IPv6"
+                       : fam[k] == 1 ? "IPv4"
+                       : fam[k] == 2 ? "IPv6"
+                                     : "no IP address";
     int w = snprintf(buf + off, len - off, "%s%s (%s)", k ? ", " : "", names[k], what);
     if (w < 0) break;
     off += (size_t)w;
@@ -201,8 +203,7 @@ static void warn_no_interface(struct ifaddrs *list, const char *spec, int family
   if (again) return;
   describe_ifs(list, ifs, sizeof(ifs));
   GDR_WARN("%s=\"%s\" selects no usable interface%s; the interfaces here: %s",
-           gdr_param_source(GDR_PARAM_SOCKET_IFNAME) == GDR_PSRC_ALIAS ? "NCCL_SOCKET_IFNAME" : "GDRNET_SOCKET_IFNAME",
-           spec,
+           gdr_param_set_name(GDR_PARAM_SOCKET_IFNAME), spec,
            family == GDR_SOCKET_FAMILY_INET    ? " with an IPv4 address (GDRNET_SOCKET_FAMILY=AF_INET)"
            : family == GDR_SOCKET_FAMILY_INET6 ? " with an IPv6 address (GDRNET_SOCKET_FAMILY=AF_INET6)"
                                                : " that is up with an IP address",
@@ -241,6 +242,10 @@ ncclResult_t gdr_if_find(const char *spec, int family, struct gdr_if *out, int m
 out:
   if (list != NULL) freeifaddrs(list);
   return res;
+}
+
+ncclResult_t gdr_if_find_configured(struct gdr_if *out, int max, int *n) {
+  return gdr_if_find(gdr_param_str(GDR_PARAM_SOCKET_IFNAME), (int)gdr_param_int(GDR_PARAM_SOCKET_FAMILY), out, max, n);
 }
 
 /* ------------------------------------------------------------------------------------------------- handle -- */
@@ -325,8 +330,8 @@ ncclResult_t gdr_handle_check(const struct gdr_handle *h, union gdr_sockaddr *pe
     return ncclInvalidUsage;
   }
   if (h->version != GDR_HANDLE_VERSION) {
-    GDR_WARN("connect: handle version %u, this plugin speaks %u; use the same plugin version on every rank",
-             h->version, GDR_HANDLE_VERSION);
+    GDR_WARN("connect: handle version %u, this plugin speaks %u; use the same plugin version on every rank", h->version,
+             GDR_HANDLE_VERSION);
     return ncclInvalidUsage;
   }
   if (sockaddr_from_wire(peer, &h->addr) != 0) {
@@ -346,7 +351,10 @@ uint32_t gdr_caps_local(uint8_t transport, int rdma_tcp) {
 
 const char *gdr_caps_str(uint32_t caps, char *buf, size_t len) {
   int forced = (caps & GDR_CAP_FORCED) != 0, rdma = (caps & GDR_CAP_RDMA) != 0, tcp = (caps & GDR_CAP_TCP) != 0;
-  snprintf(buf, len, "GDRNET_TRANSPORT=%s (%s)", !forced ? "auto" : rdma ? "rdma" : "tcp",
+  snprintf(buf, len, "GDRNET_TRANSPORT=%s (%s)",
+           !forced ? "auto"
+           : rdma  ? "rdma"
+                   : "tcp",
            rdma && tcp ? "RDMA, TCP"
            : rdma      ? (forced ? "RDMA only" : "RDMA only: no TCP transport")
            : tcp       ? (forced ? "TCP only" : "TCP only: no usable RDMA device")
@@ -363,8 +371,7 @@ const char *gdr_mixed_str(uint32_t mine, uint32_t theirs, char *buf, size_t len)
 
 /* What to change when two settings cannot meet. */
 static const char *mismatch_advice(uint32_t a, uint32_t b) {
-  if ((a | b) & GDR_CAP_FORCED)
-    return "set GDRNET_TRANSPORT=auto where it is forced";
+  if ((a | b) & GDR_CAP_FORCED) return "set GDRNET_TRANSPORT=auto where it is forced";
   return "the RDMA rank needs its TCP transport (GDRNET_FALLBACK=1, an IP interface)";
 }
 
@@ -433,10 +440,8 @@ static ncclResult_t io_error(int err) {
   case ENETUNREACH:
   case ENETDOWN:
   case ECONNABORTED:
-  case ECONNREFUSED:
-    return ncclRemoteError;
-  default:
-    return ncclSystemError;
+  case ECONNREFUSED: return ncclRemoteError;
+  default: return ncclSystemError;
   }
 }
 
@@ -652,7 +657,7 @@ void gdr_listener_handle(const struct gdr_listener *l, uint32_t dev, struct gdr_
 
 /* A peer gets this long to say hello: GDR_HELLO_TIMEOUT_MS, or less if the connect timeout is shorter. */
 static uint64_t hello_timeout_ms(void) {
-  int64_t ct = gdr_param_int(GDR_PARAM_CONNECT_TIMEOUT_MS);
+  int64_t ct = gdr_connect_timeout_ms();
   return (uint64_t)(ct < GDR_HELLO_TIMEOUT_MS ? ct : GDR_HELLO_TIMEOUT_MS);
 }
 
@@ -687,30 +692,33 @@ static ncclResult_t listener_mismatch(struct gdr_listener *l, struct gdr_pending
   return ncclInvalidUsage;
 }
 
-ncclResult_t gdr_listener_poll(struct gdr_listener *l, struct gdr_stream *out, int *got) {
-  ncclResult_t res = ncclSuccess;
-  uint64_t now = gdr_time_ns();
-  char why[256];
+/* A free slot for the next connection of the backlog, or -1: every slot holds a peer that is saying hello. When
+ * full, a real peer says hello at once: a peer silent for a while is evicted if someone else waits, else the rest
+ * wait in the kernel's backlog until the pending ones are done. */
+static int listener_slot(struct gdr_listener *l, uint64_t now) {
+  int slot = -1, oldest = -1;
+  struct pollfd pfd = {l->fd, POLLIN, 0};
+  for (int i = 0; i < GDR_LISTEN_PENDING && slot < 0; i++) {
+    if (l->pend[i].fd < 0)
+      slot = i;
+    else if (oldest < 0 || l->pend[i].accepted_ns < l->pend[oldest].accepted_ns)
+      oldest = i;
+  }
+  if (slot >= 0) return slot;
+  if (now - l->pend[oldest].accepted_ns < (uint64_t)GDR_LISTEN_EVICT_MS * 1000000ull) return -1;
+  if (poll(&pfd, 1, 0) != 1) return -1; /* nobody else is waiting */
+  pending_reject(l, &l->pend[oldest], "evicted: too many connections waiting to say hello");
+  return oldest;
+}
 
-  *got = 0;
-  /* 1. take the connections waiting in the backlog, as long as there is room to hear their hello */
+/* Takes the connections waiting in the backlog, as long as there is room to hear their hello. */
+static ncclResult_t listener_accept_backlog(struct gdr_listener *l, uint64_t now) {
+  ncclResult_t res = ncclSuccess;
   for (;;) {
     union gdr_sockaddr peer;
     socklen_t plen = sizeof(peer);
-    int slot = -1, oldest = -1, fd;
-    for (int i = 0; i < GDR_LISTEN_PENDING && slot < 0; i++) {
-      if (l->pend[i].fd < 0) slot = i;
-      else if (oldest < 0 || l->pend[i].accepted_ns < l->pend[oldest].accepted_ns) oldest = i;
-    }
-    if (slot < 0) {
-      /* Full. A real peer says hello at once: evict a peer silent for a while, else let the rest wait in the
-       * kernel's backlog until the pending ones are done. */
-      struct pollfd pfd = {l->fd, POLLIN, 0};
-      if (now - l->pend[oldest].accepted_ns < (uint64_t)GDR_LISTEN_EVICT_MS * 1000000ull) break;
-      if (poll(&pfd, 1, 0) != 1) break; /* nobody else is waiting */
-      pending_reject(l, &l->pend[oldest], "evicted: too many connections waiting to say hello");
-      slot = oldest;
-    }
+    int fd, slot = listener_slot(l, now);
+    if (slot < 0) break;
     memset(&peer, 0, sizeof(peer));
     fd = accept4(l->fd, &peer.sa, &plen, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
@@ -722,7 +730,7 @@ ncclResult_t gdr_listener_poll(struct gdr_listener *l, struct gdr_stream *out, i
       }
       GDR_WARN("listener: accept failed: %s", strerror(errno));
       res = ncclSystemError;
-      goto out;
+      break;
     }
     memset(&l->pend[slot], 0, sizeof(l->pend[slot]));
     l->pend[slot].fd = fd;
@@ -730,54 +738,83 @@ ncclResult_t gdr_listener_poll(struct gdr_listener *l, struct gdr_stream *out, i
     l->pend[slot].accepted_ns = now;
     l->pend[slot].deadline_ns = now + hello_timeout_ms() * 1000000ull;
   }
-  /* 2. progress each pending connection; hand out at most one */
+  return res;
+}
+
+/* Where a pending connection stands after a step: nothing more now (still waiting, or rejected and dropped), its
+ * hello verified (the ack is to be sent), the peer speaks another transport, or acked (it is handed out). */
+enum { PEND_WAIT, PEND_ACK, PEND_MISMATCH, PEND_DONE };
+
+/* Reads the hello; once whole and verified, the ack is set up. */
+static int pending_hello(struct gdr_listener *l, struct gdr_pending_conn *p, uint64_t now) {
+  char why[256];
+  const struct gdr_hello *h = &p->hello;
+  if (gdr_sock_recv_nb(p->fd, &p->hello, sizeof(p->hello), &p->off) != ncclSuccess) {
+    snprintf(why, sizeof(why), "%s after %zu of %zu hello bytes", errno ? strerror(errno) : "closed", p->off,
+             sizeof(p->hello));
+    pending_reject(l, p, why);
+    return PEND_WAIT;
+  }
+  if (p->off < sizeof(p->hello)) {
+    if (now > p->deadline_ns) {
+      snprintf(why, sizeof(why), "no hello within %llu ms (%zu of %zu bytes)", (unsigned long long)hello_timeout_ms(),
+               p->off, sizeof(p->hello));
+      pending_reject(l, p, why);
+    }
+    return PEND_WAIT;
+  }
+  if (h->magic == GDR_HELLO_MAGIC && h->version == GDR_HANDLE_VERSION && h->nonce == l->nonce &&
+      h->transport != l->transport && (h->transport == GDR_TP_TCP || h->transport == GDR_TP_RDMA))
+    return PEND_MISMATCH;
+  if (gdr_hello_verify(&p->hello, l->nonce, l->transport, why, sizeof(why)) != 0) {
+    pending_reject(l, p, why);
+    return PEND_WAIT;
+  }
+  p->acking = 1;
+  p->off = 0;
+  p->ack.magic = GDR_ACK_MAGIC;
+  p->ack.version = GDR_HANDLE_VERSION;
+  p->ack.status = 0;
+  p->ack.caps = l->caps;
+  return PEND_ACK;
+}
+
+/* One step of a pending connection: its hello, then its ack. */
+static int pending_step(struct gdr_listener *l, struct gdr_pending_conn *p, uint64_t now) {
+  char why[256];
+  if (!p->acking) {
+    int st = pending_hello(l, p, now);
+    if (st != PEND_ACK) return st;
+  }
+  if (gdr_sock_send_nb(p->fd, &p->ack, sizeof(p->ack), &p->off) != ncclSuccess) {
+    snprintf(why, sizeof(why), "sending the ack failed: %s", errno ? strerror(errno) : "closed");
+    pending_reject(l, p, why);
+    return PEND_WAIT;
+  }
+  if (p->off < sizeof(p->ack)) {
+    if (now > p->deadline_ns) pending_reject(l, p, "ack not taken in time");
+    return PEND_WAIT;
+  }
+  return PEND_DONE;
+}
+
+ncclResult_t gdr_listener_poll(struct gdr_listener *l, struct gdr_stream *out, int *got) {
+  ncclResult_t res = ncclSuccess;
+  uint64_t now = gdr_time_ns();
+
+  *got = 0;
+  GDR_CHECK(listener_accept_backlog(l, now));
+  /* progress each pending connection; hand out at most one */
   for (int i = 0; i < GDR_LISTEN_PENDING; i++) {
     struct gdr_pending_conn *p = &l->pend[i];
-    ncclResult_t r;
+    int st;
     if (p->fd < 0) continue;
-    if (!p->acking) {
-      r = gdr_sock_recv_nb(p->fd, &p->hello, sizeof(p->hello), &p->off);
-      if (r != ncclSuccess) {
-        snprintf(why, sizeof(why), "%s after %zu of %zu hello bytes", errno ? strerror(errno) : "closed", p->off,
-                 sizeof(p->hello));
-        pending_reject(l, p, why);
-        continue;
-      }
-      if (p->off < sizeof(p->hello)) {
-        if (now > p->deadline_ns) {
-          snprintf(why, sizeof(why), "no hello within %llu ms (%zu of %zu bytes)",
-                   (unsigned long long)hello_timeout_ms(), p->off,
-                   sizeof(p->hello));
-          pending_reject(l, p, why);
-        }
-        continue;
-      }
-      if (p->hello.magic == GDR_HELLO_MAGIC && p->hello.version == GDR_HANDLE_VERSION && p->hello.nonce == l->nonce &&
-          p->hello.transport != l->transport && (p->hello.transport == GDR_TP_TCP || p->hello.transport == GDR_TP_RDMA)) {
-        res = listener_mismatch(l, p);
-        goto out;
-      }
-      if (gdr_hello_verify(&p->hello, l->nonce, l->transport, why, sizeof(why)) != 0) {
-        pending_reject(l, p, why);
-        continue;
-      }
-      p->acking = 1;
-      p->off = 0;
-      p->ack.magic = GDR_ACK_MAGIC;
-      p->ack.version = GDR_HANDLE_VERSION;
-      p->ack.status = 0;
-      p->ack.caps = l->caps;
+    st = pending_step(l, p, now);
+    if (st == PEND_MISMATCH) {
+      res = listener_mismatch(l, p);
+      goto out;
     }
-    r = gdr_sock_send_nb(p->fd, &p->ack, sizeof(p->ack), &p->off);
-    if (r != ncclSuccess) {
-      snprintf(why, sizeof(why), "sending the ack failed: %s", errno ? strerror(errno) : "closed");
-      pending_reject(l, p, why);
-      continue;
-    }
-    if (p->off < sizeof(p->ack)) {
-      if (now > p->deadline_ns) pending_reject(l, p, "ack not taken in time");
-      continue;
-    }
+    if (st != PEND_DONE) continue;
     out->fd = p->fd;
     out->peer = p->peer;
     out->hello = p->hello;
@@ -809,9 +846,7 @@ static void link_local_scope(union gdr_sockaddr *peer) {
   struct gdr_if ifs[GDR_MAX_IFS];
   int n = 0;
   if (peer->sa.sa_family != AF_INET6 || !IN6_IS_ADDR_LINKLOCAL(&peer->sin6.sin6_addr)) return;
-  if (gdr_if_find(gdr_param_str(GDR_PARAM_SOCKET_IFNAME), (int)gdr_param_int(GDR_PARAM_SOCKET_FAMILY), ifs,
-                  GDR_MAX_IFS, &n) != ncclSuccess)
-    return;
+  if (gdr_if_find_configured(ifs, GDR_MAX_IFS, &n) != ncclSuccess) return;
   for (int i = 0; i < n; i++)
     if (ifs[i].addr.sa.sa_family == AF_INET6 && IN6_IS_ADDR_LINKLOCAL(&ifs[i].addr.sin6.sin6_addr)) {
       peer->sin6.sin6_scope_id = (uint32_t)ifs[i].index;
@@ -828,7 +863,7 @@ ncclResult_t gdr_connector_start(struct gdr_connector *c, const struct gdr_handl
   GDR_CHECK(gdr_handle_check(h, &c->peer));
   link_local_scope(&c->peer);
   c->start_ns = gdr_time_ns();
-  c->deadline_ns = c->start_ns + (uint64_t)gdr_param_int(GDR_PARAM_CONNECT_TIMEOUT_MS) * 1000000ull;
+  c->deadline_ns = c->start_ns + gdr_connect_timeout_ns();
   c->retry_ns = c->start_ns;
   c->hello.magic = GDR_HELLO_MAGIC;
   c->hello.version = GDR_HANDLE_VERSION;
@@ -893,12 +928,12 @@ ncclResult_t gdr_connector_poll(struct gdr_connector *c, int *done) {
   if (now > c->deadline_ns) {
     if (c->stage <= CONN_CONNECTING) {
       GDR_WARN("connect to %s failed: no connection within %lld ms (%d attempt(s), last error: %s); %s",
-               gdr_sockaddr_str(&c->peer, a, sizeof(a)), (long long)gdr_param_int(GDR_PARAM_CONNECT_TIMEOUT_MS),
-               c->attempts, c->last_err ? strerror(c->last_err) : "still in progress", peer_hint(&c->peer));
+               gdr_sockaddr_str(&c->peer, a, sizeof(a)), (long long)gdr_connect_timeout_ms(), c->attempts,
+               c->last_err ? strerror(c->last_err) : "still in progress", peer_hint(&c->peer));
     } else {
       GDR_WARN("connect to %s: connected, but no answer to our hello within %lld ms; is the peer's plugin stuck, or "
                "is something else listening there?",
-               gdr_sockaddr_str(&c->peer, a, sizeof(a)), (long long)gdr_param_int(GDR_PARAM_CONNECT_TIMEOUT_MS));
+               gdr_sockaddr_str(&c->peer, a, sizeof(a)), (long long)gdr_connect_timeout_ms());
     }
     res = ncclRemoteError;
     goto out;
@@ -957,8 +992,8 @@ ncclResult_t gdr_connector_poll(struct gdr_connector *c, int *done) {
       goto out;
     }
     if (c->ack.magic != GDR_ACK_MAGIC || c->ack.status != 0) {
-      GDR_WARN("connect to %s: bad acknowledgement (magic 0x%08x status %u)",
-               gdr_sockaddr_str(&c->peer, a, sizeof(a)), c->ack.magic, c->ack.status);
+      GDR_WARN("connect to %s: bad acknowledgement (magic 0x%08x status %u)", gdr_sockaddr_str(&c->peer, a, sizeof(a)),
+               c->ack.magic, c->ack.status);
       res = ncclRemoteError;
       goto out;
     }
@@ -1011,9 +1046,9 @@ ncclResult_t gdr_connect_refuse(struct gdr_handle *h, uint8_t transport, uint32_
   if (!(c->ack.magic == GDR_ACK_MAGIC && c->ack.status == GDR_ACK_MISMATCH)) {
     /* the listener did not say it (an older plugin, or gone): this side knows enough to say it */
     char a[GDR_ADDR_STRLEN], mine[80], theirs[80];
-    GDR_WARN("connect: peer %s cannot meet this rank: here %s, there %s; %s",
-             gdr_sockaddr_str(&c->peer, a, sizeof(a)), gdr_caps_str(caps, mine, sizeof(mine)),
-             gdr_caps_str(h->caps, theirs, sizeof(theirs)), mismatch_advice(caps, h->caps));
+    GDR_WARN("connect: peer %s cannot meet this rank: here %s, there %s; %s", gdr_sockaddr_str(&c->peer, a, sizeof(a)),
+             gdr_caps_str(caps, mine, sizeof(mine)), gdr_caps_str(h->caps, theirs, sizeof(theirs)),
+             mismatch_advice(caps, h->caps));
   }
   if (done && c->fd >= 0) close(c->fd);
   gdr_connector_abort(c);

@@ -55,6 +55,9 @@ struct gdr_if {
  * GDR_SOCKET_FAMILY_* (param.h).
  * *n = 0 is not an error here. */
 ncclResult_t gdr_if_find(const char *spec, int family, struct gdr_if *out, int max, int *n);
+/* The same for the interfaces the knobs choose (GDRNET_SOCKET_IFNAME, GDRNET_SOCKET_FAMILY): the handshakes' and
+ * the TCP transport's. */
+ncclResult_t gdr_if_find_configured(struct gdr_if *out, int max, int *n);
 
 /* ------------------------------------------------------------------------------------------------- handle -- */
 
@@ -140,24 +143,24 @@ ncclResult_t gdr_handle_state_set(struct gdr_handle *h, void *state);
 #define GDR_STREAM_DATA 1
 
 struct gdr_hello {
-  uint32_t magic;     /*  0 */
-  uint16_t version;   /*  4 */
-  uint8_t transport;  /*  6 GDR_TP_* */
-  uint8_t kind;       /*  7 GDR_STREAM_* */
-  uint64_t nonce;     /*  8 the handle's */
-  uint64_t conn_id;   /* 16 random per connection, same on all its streams */
-  uint16_t stream;    /* 24 0 = control, 1..nstreams = data */
-  uint16_t nstreams;  /* 26 data streams of this connection */
-  uint32_t caps;      /* 28 GDR_CAP_* of the connector */
+  uint32_t magic;      /*  0 */
+  uint16_t version;    /*  4 */
+  uint8_t transport;   /*  6 GDR_TP_* */
+  uint8_t kind;        /*  7 GDR_STREAM_* */
+  uint64_t nonce;      /*  8 the handle's */
+  uint64_t conn_id;    /* 16 random per connection, same on all its streams */
+  uint16_t stream;     /* 24 0 = control, 1..nstreams = data */
+  uint16_t nstreams;   /* 26 data streams of this connection */
+  uint32_t caps;       /* 28 GDR_CAP_* of the connector */
   uint8_t tp_data[32]; /* 32 transport-specific */
 };
 _Static_assert(sizeof(struct gdr_hello) == 64, "hello is 64 bytes");
 
 struct gdr_hello_ack {
-  uint32_t magic;   /* GDR_ACK_MAGIC */
+  uint32_t magic; /* GDR_ACK_MAGIC */
   uint16_t version;
-  uint16_t status;  /* 0 ok, GDR_ACK_MISMATCH */
-  uint32_t caps;    /* of the acceptor */
+  uint16_t status; /* 0 ok, GDR_ACK_MISMATCH */
+  uint32_t caps;   /* of the acceptor */
   uint32_t pad;
 };
 _Static_assert(sizeof(struct gdr_hello_ack) == 16, "ack is 16 bytes");
@@ -176,9 +179,10 @@ struct gdr_stream {
 
 /* ------------------------------------------------------------------------------------------------ listen -- */
 
-#define GDR_LISTEN_PENDING 128 /* connections whose HELLO is awaited at once; more wait in the kernel's backlog */
+#define GDR_LISTEN_PENDING 128  /* connections whose HELLO is awaited at once; more wait in the kernel's backlog */
 #define GDR_LISTEN_EVICT_MS 500 /* when the table is full, a peer silent for this long makes room for the next */
-#define GDR_HELLO_TIMEOUT_MS 10000 /* a peer that does not say HELLO within this (or GDRNET_CONNECT_TIMEOUT_MS if less) is closed */
+#define GDR_HELLO_TIMEOUT_MS                                                                                           \
+  10000 /* a peer that does not say HELLO within this (or GDRNET_CONNECT_TIMEOUT_MS if less) is closed */
 
 struct gdr_pending_conn {
   int fd; /* -1: free slot */
@@ -285,13 +289,13 @@ ncclResult_t gdr_sock_tune(int fd, int nodelay, size_t bufsize, int timeout_ms);
  * which the transports call when the process's last comm closes (before NCCL may unload the plugin).
  * what: names the stream in that WARN ("control stream to 10.0.0.2:5000"). Takes ownership of fd. */
 void gdr_sock_close_graceful(int fd, const char *what);
-void gdr_linger_sweep(void);   /* non-blocking: closes the lingering streams that are done */
-void gdr_linger_drain(void);   /* waits (bounded) until every lingering stream is done, closes the rest */
-int gdr_linger_count(void);    /* streams lingering now (tests) */
+void gdr_linger_sweep(void); /* non-blocking: closes the lingering streams that are done */
+void gdr_linger_drain(void); /* waits (bounded) until every lingering stream is done, closes the rest */
+int gdr_linger_count(void);  /* streams lingering now (tests) */
 
 /* ------------------------------------------------------------------------------------------------- misc -- */
 
-uint64_t gdr_time_ns(void); /* CLOCK_MONOTONIC */
+uint64_t gdr_time_ns(void);                           /* CLOCK_MONOTONIC */
 ncclResult_t gdr_random_bytes(void *buf, size_t len); /* getrandom(2) */
 
 #endif /* GDRNET_SOCK_H */

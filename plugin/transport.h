@@ -12,7 +12,7 @@
  * gdr_mr in core.h) so that a connection can later move to another transport under NCCL's feet (RDMA -> TCP
  * fallback); a transport never sees the core's objects.
  *
- * Threading (as NCCL drives the plugin, NET_ABI.md): init/devices/get_properties on the application thread;
+ * Threading (as NCCL drives the plugin, docs/abi.md): init/devices/get_properties on the application thread;
  * listen/connect/accept/reg_mr/dereg_mr/close_* on NCCL's service thread; isend/irecv/iflush/test on its progress
  * thread. Several comms and GPUs of one process share the transport: global state needs a lock. One comm is used
  * by one thread at a time for the data path.
@@ -45,7 +45,7 @@ void gdr_core_pin(void);
 void gdr_core_unpin(void);
 int gdr_core_pins(void); /* thread groups pinning the library now (tests) */
 
-#define GDR_MAX_RECVS 8 /* largest grouped receive any transport may announce (NIB: 8) */
+#define GDR_MAX_RECVS 8 /* largest grouped receive any transport may announce (as NCCL's IB transport: 8) */
 #define GDR_MAX_FUSED 8 /* physical devices of one fused device (makeVDevice): v12's 8 (v9..v11: 4) */
 
 /* Device properties: every field of ncclNetProperties v8..v12. Strings are owned by the transport and live until
@@ -67,10 +67,10 @@ struct gdr_props {
   size_t max_p2p_bytes;  /* v9+: largest isend/irecv; the core refuses bigger ones */
   size_t max_coll_bytes; /* v9+ */
   /* filled by the core (a transport leaves them zero): */
-  int vdev_ndevs;                /* v9+ vProps: the physical devices behind this device (1: itself) */
+  int vdev_ndevs; /* v9+ vProps: the physical devices behind this device (1: itself) */
   int vdev_devs[GDR_MAX_FUSED];
-  int max_multi_request_size;    /* v11+ */
-  int rail_id, plane_id;         /* v12, -1 = unknown */
+  int max_multi_request_size; /* v11+ */
+  int rail_id, plane_id;      /* v12, -1 = unknown */
 };
 
 /* What a connection is asked for beyond its device, filled by the core from the ABI version's arguments.
@@ -117,8 +117,7 @@ struct gdr_transport {
   /* comm: a send or recv comm of this transport. type: NCCL_PTR_HOST / NCCL_PTR_CUDA. reg_mr_dmabuf may be NULL
    * (the core then answers ncclInternalError: NCCL only calls it when ptr_support has NCCL_PTR_DMABUF). */
   ncclResult_t (*reg_mr)(void *comm, void *data, size_t size, int type, void **mhandle);
-  ncclResult_t (*reg_mr_dmabuf)(void *comm, void *data, size_t size, int type, uint64_t offset, int fd,
-                                void **mhandle);
+  ncclResult_t (*reg_mr_dmabuf)(void *comm, void *data, size_t size, int type, uint64_t offset, int fd, void **mhandle);
   ncclResult_t (*dereg_mr)(void *comm, void *mhandle);
   /* Device memory that a host-only transport stages through pinned host buffers (the GIN core's windows over TCP:
    * NCCL itself never registers device memory with a transport whose ptr_support is HOST). NULL: the transport
@@ -127,8 +126,7 @@ struct gdr_transport {
 
   ncclResult_t (*isend)(void *send_comm, void *data, size_t size, int tag, void *mhandle, void **request);
   /* n <= max_recvs of the device */
-  ncclResult_t (*irecv)(void *recv_comm, int n, void **data, size_t *sizes, int *tags, void **mhandles,
-                        void **request);
+  ncclResult_t (*irecv)(void *recv_comm, int n, void **data, size_t *sizes, int *tags, void **mhandles, void **request);
   ncclResult_t (*iflush)(void *recv_comm, int n, void **data, int *sizes, void **mhandles, void **request);
   /* sizes: NULL, or n entries for a receive (1 for a send). */
   ncclResult_t (*test)(void *request, int *done, size_t *sizes);

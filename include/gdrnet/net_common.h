@@ -1,7 +1,7 @@
 /* The NCCL network-plugin ABI as libnccl-net-gdr sees it: what every table version v6..v12 shares (result codes,
  * logger, constants, the device handle, the profiler callback, fused-device and attribute types).
  *
- * Typed from shared/NET_ABI.md (NVIDIA/nccl v2.19..v2.30). Field order is the ABI: never reorder. The
+ * Typed from NCCL's net plugin headers (NVIDIA/nccl v2.19..v2.30). Field order is the ABI: never reorder. The
  * _Static_asserts pin the x86_64 sizes and every field offset. One header per table version includes this one:
  * net_v6.h .. net_v12.h (net.h includes them all). */
 #ifndef GDRNET_NET_COMMON_H

@@ -2,7 +2,7 @@
  * v9 plus the profiler callback in init, the connect config {trafficClass} (before the handle), and the
  * profiler handles of isend/irecv. Properties as v9.
  *
- * Typed from shared/NET_ABI.md (NVIDIA/nccl v2.19..v2.30). Field order is the ABI: never reorder. The
+ * Typed from NCCL's net plugin headers (NVIDIA/nccl v2.19..v2.30). Field order is the ABI: never reorder. The
  * _Static_asserts pin the x86_64 sizes and every field offset. */
 #ifndef GDRNET_NET_V10_H
 #define GDRNET_NET_V10_H

@@ -2,7 +2,7 @@
  * Per-communicator init(ctx, commId, config, logger, profiler); listen/connect take the ctx; finalize(ctx) and
  * setNetAttr; properties gain maxMultiRequestSize. NCCL calls init once per communicator.
  *
- * Typed from shared/NET_ABI.md (NVIDIA/nccl v2.19..v2.30). Field order is the ABI: never reorder. The
+ * Typed from NCCL's net plugin headers (NVIDIA/nccl v2.19..v2.30). Field order is the ABI: never reorder. The
  * _Static_asserts pin the x86_64 sizes and every field offset. */
 #ifndef GDRNET_NET_V11_H
 #define GDRNET_NET_V11_H

@@ -2,7 +2,7 @@
  * v11 with vProps {ndevs; devs[8]} and railId/planeId (int16_t, -1 unknown) at the end of the properties; the
  * function table is v11's.
  *
- * Typed from shared/NET_ABI.md (NVIDIA/nccl v2.19..v2.30). Field order is the ABI: never reorder. The
+ * Typed from NCCL's net plugin headers (NVIDIA/nccl v2.19..v2.30). Field order is the ABI: never reorder. The
  * _Static_asserts pin the x86_64 sizes and every field offset. */
 #ifndef GDRNET_NET_V12_H
 #define GDRNET_NET_V12_H

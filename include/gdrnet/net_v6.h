@@ -1,7 +1,7 @@
 /* The NCCL network-plugin ABI, version 6, as libnccl-net-gdr sees it (NCCL 2.12-2.19 look for v6 or v7).
  * 17 entries; regMr, isend and irecv sizes are int; no device handles.
  *
- * Typed from shared/NET_ABI.md (NVIDIA/nccl v2.19..v2.30). Field order is the ABI: never reorder. The
+ * Typed from NCCL's net plugin headers (NVIDIA/nccl v2.19..v2.30). Field order is the ABI: never reorder. The
  * _Static_asserts pin the x86_64 sizes and every field offset. */
 #ifndef GDRNET_NET_V6_H
 #define GDRNET_NET_V6_H

@@ -2,7 +2,7 @@
  * v6 plus netDeviceType/netDeviceVersion (after maxRecvs), device handles on connect/accept, getDeviceMr and
  * irecvConsumed. regMr size is still int.
  *
- * Typed from shared/NET_ABI.md (NVIDIA/nccl v2.19..v2.30). Field order is the ABI: never reorder. The
+ * Typed from NCCL's net plugin headers (NVIDIA/nccl v2.19..v2.30). Field order is the ABI: never reorder. The
  * _Static_asserts pin the x86_64 sizes and every field offset. */
 #ifndef GDRNET_NET_V7_H
 #define GDRNET_NET_V7_H

@@ -1,7 +1,7 @@
 /* The NCCL network-plugin ABI, version 8 (NCCL 2.20.3+), as libnccl-net-gdr sees it. The types every version
  * shares are in net_common.h.
  *
- * Typed from shared/NET_ABI.md (NVIDIA/nccl v2.19..v2.30). Field order is the ABI: never reorder.
+ * Typed from NCCL's net plugin headers (NVIDIA/nccl v2.19..v2.30). Field order is the ABI: never reorder.
  * The _Static_asserts below pin the x86_64 sizes and every field offset, so a mistake is a build
  * error rather than a corrupted NCCL. */
 #ifndef GDRNET_NET_V8_H
@@ -37,12 +37,10 @@ typedef struct {
   ncclResult_t (*connect)(int dev, void *handle, void **sendComm, ncclNetDeviceHandle_v8_t **sendDevComm);
   ncclResult_t (*accept)(void *listenComm, void **recvComm, ncclNetDeviceHandle_v8_t **recvDevComm);
   ncclResult_t (*regMr)(void *comm, void *data, size_t size, int type, void **mhandle);
-  ncclResult_t (*regMrDmaBuf)(void *comm, void *data, size_t size, int type, uint64_t offset, int fd,
-                              void **mhandle);
+  ncclResult_t (*regMrDmaBuf)(void *comm, void *data, size_t size, int type, uint64_t offset, int fd, void **mhandle);
   ncclResult_t (*deregMr)(void *comm, void *mhandle);
   ncclResult_t (*isend)(void *sendComm, void *data, int size, int tag, void *mhandle, void **request);
-  ncclResult_t (*irecv)(void *recvComm, int n, void **data, int *sizes, int *tags, void **mhandles,
-                        void **request);
+  ncclResult_t (*irecv)(void *recvComm, int n, void **data, int *sizes, int *tags, void **mhandles, void **request);
   ncclResult_t (*iflush)(void *recvComm, int n, void **data, int *sizes, void **mhandles, void **request);
   ncclResult_t (*test)(void *request, int *done, int *sizes);
   ncclResult_t (*closeSend)(void *sendComm);

@@ -2,7 +2,7 @@
  * v8 plus forceFlush (after regIsGlobal), vProps {ndevs; devs[4]}, maxP2pBytes, maxCollBytes; isend/irecv sizes
  * are size_t (iflush/test keep int); makeVDevice.
  *
- * Typed from shared/NET_ABI.md (NVIDIA/nccl v2.19..v2.30). Field order is the ABI: never reorder. The
+ * Typed from NCCL's net plugin headers (NVIDIA/nccl v2.19..v2.30). Field order is the ABI: never reorder. The
  * _Static_asserts pin the x86_64 sizes and every field offset. */
 #ifndef GDRNET_NET_V9_H
 #define GDRNET_NET_V9_H

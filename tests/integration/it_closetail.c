@@ -1,4 +1,4 @@
-/* Closing right after the last send (issue 17, pattern 1): the sender posts 32 isends of 1 MiB on one comm, tests
+/* Closing right after the last send: the sender posts 32 isends of 1 MiB on one comm, tests
  * them all to done, deregisters and calls closeSend at once; the receiver posts 32 receives and tests them. Every
  * byte the sender was told is sent must arrive, even though the sender closed before the receiver read it: a
  * receiver that is slow to test (GNIT_CLOSETAIL_LAG_MS, default 200, in one round in four) still gets all 32. The

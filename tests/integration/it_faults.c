@@ -1,4 +1,4 @@
-/* The fault matrix (issue 11): seeded random traffic in both directions at once while the verbs emulator injects
+/* The fault matrix: seeded random traffic in both directions at once while the verbs emulator injects
  * faults (VEMU_FAULTS) into one process or both, and the plugin must recover with nothing lost, duplicated or
  * corrupted: every byte and every reported size checked, every request completing exactly once and in order, the
  * recovery seen in the counters, the run inside its bound. Cases where recovery is impossible by design expect the

@@ -1,4 +1,4 @@
-/* Grouped receives whatever order the sender posts and tests its parts in (issue 17, pattern 2): the receiver
+/* Grouped receives whatever order the sender posts and tests its parts in: the receiver
  * posts one irecv of n = 2..8 buffers (distinct tags, eager-sized and large parts, empty ones too); the sender
  * posts the n isends in a permutation of the tags and, per mode:
  *   0  posts all, then tests all in post order

@@ -1,4 +1,4 @@
-/* A peer that closes while this side is still posting sends (issue 17, pattern 3). The receiver takes K messages,
+/* A peer that closes while this side is still posting sends. The receiver takes K messages,
  * then closes its comm; the sender keeps posting (32 in flight, as NCCL may). The one documented behaviour, the same
  * on both transports: isend never returns an error itself (it returns a request, or NULL for "try again"); the
  * error comes from test() of a request, ncclRemoteError, within GDRNET_TCP_TIMEOUT_MS of the close (here: within

@@ -1,4 +1,4 @@
-/* NCCL's matching rule under PXN's traffic pattern (issue 23): tag = the source rank, and the proxy posts each sub's
+/* NCCL's matching rule under PXN's traffic pattern: tag = the source rank, and the proxy posts each sub's
  * isend on its own, so tag 1 of message m+1 can come before tag 2 of message m. The receiver (the child) posts
  * grouped receives of NTAGS buffers, tags 1..NTAGS, in order, up to WINDOW at a time; the sender (the parent) runs
  * one sub per tag, each retrying the isend of its next message (NULL: "not now"), sub t trying message m only once
@@ -9,7 +9,7 @@
  *   GNIT_MSGS              messages (default 300)
  *   GNIT_FAULTS_PARENT/CHILD  VEMU_FAULTS of each process ('+' between rules), as it_faults
  *   GNIT_EXPECT            "clean" (default: no move to TCP), or "fallback": at least one connection end moved to
- *                          TCP while messages were partly placed (issue 23, defect 2)
+ *                          TCP while messages were partly placed
  *   GNIT_EXPECT_BACK       returns to RDMA the two ends must have made together (default 0: not checked); the
  *                          traffic then runs in rounds of GNIT_MSGS until they have, at most GNIT_MAX_ROUNDS (40)
  *   GNIT_PHASE_S           the longest wait for the next completion before the test calls the traffic stuck

@@ -1,4 +1,4 @@
-/* What a connection that ends half-way leaves behind (issue 23, item 7), counted in sockets of this process: both
+/* What a connection that ends half-way leaves behind, counted in sockets of this process: both
  * ends of a connection in one process over the verbs emulator, driven call by call (connect, accept, isend, irecv,
  * test) so each case stops the peer at the point it names. One case per process (the emulator reads its faults at
  * init): test_rdma_leaks CASE, CASE one of

@@ -966,7 +966,7 @@ static void never_recv(const struct xcase *x, void **comms, int *devs, int n) {
 
 /* The control channel of an RDMA connection must notice a silent peer host by itself: a sender waiting for a
  * clear-to-send (or a receiver whose clear-to-send was acknowledged) has no work request outstanding, so no
- * retry-exceeded ever comes (issue 16.1). Both ends' control sockets carry keepalive and TCP_USER_TIMEOUT =
+ * retry-exceeded ever comes. Both ends' control sockets carry keepalive and TCP_USER_TIMEOUT =
  * GDRNET_TCP_TIMEOUT_MS (the end-to-end check, a silent host in a network namespace, is in tests/netns). */
 static void check_ctrl_socket(void **comms) {
   const struct gdr_rdma_comm *c = comms[0];

@@ -1149,7 +1149,7 @@ static void test_random_traffic(void **state) {
 
 /* Misuse through the core is an error with a WARN, never a crash. */
 /* The receiver's bounce ring buffers eager messages that come before their receive is posted, but only inside the
- * window the credits allow (issue 16.4): an eager header numbered far ahead (or not after the last one buffered),
+ * window the credits allow: an eager header numbered far ahead (or not after the last one buffered),
  * written straight onto the control stream as a broken or hostile sender would, fails the connection with a
  * protocol error instead of being buffered. */
 static void test_eager_out_of_window(void **state) {
@@ -1300,7 +1300,7 @@ static void test_loopback_stream(void **state) {
   free(ex);
 }
 
-/* ------------------------------------------------------------------ matching by NCCL's rule (issue 23) -- */
+/* ----------------------------------------------------------------------------- matching by NCCL's rule -- */
 
 /* NCCL IB's rule: the k-th isend with tag t fills the first free buffer with tag t of the current slot (the oldest
  * receive not filled yet); an isend that fits nothing there is "not now" (NULL), never an error. With PXN the proxy
@@ -1389,7 +1389,7 @@ static void match_order_run(const struct mo_case *mc) {
   eager_default();
 }
 
-/* Issue 23, 1(a) and 1(c): the tag-1 sub runs a message ahead of the tag-2 sub. Eager-sized, CTS-sized and mixed
+/* PXN's order: the tag-1 sub runs a message ahead of the tag-2 sub. Eager-sized, CTS-sized and mixed
  * parts, receives posted up front or one at a time (an eager message for a later slot must wait, not fail), with
  * and without the eager path. */
 static void test_match_tag_order(void **state) {
@@ -1408,7 +1408,7 @@ static void test_match_tag_order(void **state) {
   }
 }
 
-/* Issue 23, 1(b): one grouped receive of 8 buffers, all with the same tag, 32 KiB .. 256 KiB (across the eager size:
+/* One grouped receive of 8 buffers, all with the same tag, 32 KiB .. 256 KiB (across the eager size:
  * some eager, some after a clear-to-send). The sender posts its 8 isends in order (retrying a NULL one), then tests
  * them; the k-th send lands in the k-th buffer. */
 static void test_match_same_tag_group(void **state) {

@@ -7,7 +7,7 @@
  * Process A (--local parent, or the client) drives the run and prints the table; process B (the
  * --local child, or the server) follows the commands A sends over the bootstrap socket. Both load the
  * plugin after the fork, exactly as NCCL ranks do, and drive it as NCCL 2.28 does (docs/design.md §2,
- * NET_ABI.md): init, devices, getProperties, listen → handle over the bootstrap → connect / accept
+ * docs/abi.md): init, devices, getProperties, listen → handle over the bootstrap → connect / accept
  * re-entered while NULL, closeListen after accept, regMr per buffer, isend/irecv on sub-ranges with up
  * to --inflight outstanding, test() until done, iflush for GPUDirect receives, deregMr, close. */
 #include <errno.h>
