@@ -323,8 +323,7 @@ static ncclResult_t read_addrs(struct tcp_connecting *st, int n, int *done) {
   if (!*done) {
     if (gdr_time_ns() > st->deadline_ns) {
       GDR_WARN("TCP connect to %s: the listener's fused addresses did not come within GDRNET_CONNECT_TIMEOUT_MS=%lld",
-               gdr_sockaddr_str(&st->conn[0].peer, a, sizeof(a)),
-               (long long)gdr_param_int(GDR_PARAM_CONNECT_TIMEOUT_MS));
+               gdr_sockaddr_str(&st->conn[0].peer, a, sizeof(a)), (long long)gdr_connect_timeout_ms());
       res = ncclRemoteError;
     }
     goto out;
@@ -415,7 +414,7 @@ static ncclResult_t connect_begin(const struct gdr_conn_opts *opts, struct gdr_h
   st->nsocks = handle->nstreams;
   st->nthreads = handle->nthreads;
   for (int i = 0; i <= st->nsocks; i++) st->conn[i].fd = -1;
-  st->deadline_ns = gdr_time_ns() + (uint64_t)gdr_param_int(GDR_PARAM_CONNECT_TIMEOUT_MS) * 1000000ull;
+  st->deadline_ns = gdr_time_ns() + gdr_connect_timeout_ns();
   res = gdr_random_bytes(&st->conn_id, sizeof(st->conn_id));
   if (res == ncclSuccess)
     res =
@@ -540,7 +539,7 @@ static struct tcp_group *group_for(struct tcp_listen *lc, const struct gdr_strea
     g->used = 1;
     g->conn_id = s->hello.conn_id;
     g->peer = s->peer;
-    g->deadline_ns = now + (uint64_t)gdr_param_int(GDR_PARAM_CONNECT_TIMEOUT_MS) * 1000000ull;
+    g->deadline_ns = now + gdr_connect_timeout_ns();
     return g;
   }
   return NULL;
@@ -606,8 +605,8 @@ static void groups_expire(struct tcp_listen *lc, uint64_t now) {
     if (g->used && now > g->deadline_ns) {
       char a[GDR_ADDR_STRLEN];
       GDR_WARN("TCP accept: connection from %s incomplete after %lld ms (%d of %d data streams%s); dropped",
-               gdr_sockaddr_str(&g->peer, a, sizeof(a)), (long long)gdr_param_int(GDR_PARAM_CONNECT_TIMEOUT_MS),
-               g->nfds, lc->nsocks, g->ctrl_fd >= 0 ? "" : ", no control stream");
+               gdr_sockaddr_str(&g->peer, a, sizeof(a)), (long long)gdr_connect_timeout_ms(), g->nfds, lc->nsocks,
+               g->ctrl_fd >= 0 ? "" : ", no control stream");
       group_clear(g);
     }
   }

@@ -100,14 +100,13 @@ static ncclResult_t tcp_init(int *ndev, char *why, size_t whylen) {
   ncclResult_t res = ncclSuccess;
   struct gdr_if ifs[GDR_MAX_IFS];
   const char *spec = gdr_param_str(GDR_PARAM_SOCKET_IFNAME);
-  int family = (int)gdr_param_int(GDR_PARAM_SOCKET_FAMILY);
   int64_t speed_knob = gdr_param_int(GDR_PARAM_TCP_SPEED);
   int n = 0, ns, nt;
   size_t off = 0;
 
   *ndev = 0;
   tcp_fini();
-  res = gdr_if_find(spec, family, ifs, GDR_MAX_IFS, &n);
+  res = gdr_if_find_configured(ifs, GDR_MAX_IFS, &n);
   if (res != ncclSuccess) {
     snprintf(why, whylen, "interface selection failed (GDRNET_SOCKET_IFNAME=\"%s\")", spec);
     goto out;

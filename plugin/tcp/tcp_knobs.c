@@ -45,7 +45,7 @@ void gdr_tcp_resolve_streams(int *nsocks, int *nthreads) {
         per > 0) {
       ns = nthr * per; /* NCCL Socket's total stream count */
     } else {
-      /* One loopback stream carries ~4 GB/s and scales about linearly to 16 (ANCHORS.md): a quarter of the cores,
+      /* One loopback stream carries ~4 GB/s and scales about linearly to 16: a quarter of the cores,
        * 2..8, leaves room for several comms at once. */
       long cores = sysconf(_SC_NPROCESSORS_ONLN);
       ns = cores > 0 ? (int)(cores / 4) : 2;
