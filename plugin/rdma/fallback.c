@@ -449,10 +449,6 @@ static int back_prepare(struct gdr_rdma_comm *c) {
   return 0;
 }
 
-static void fill_qp_state(struct gdr_rdma_comm *c, struct gdr_rdma_rec_state *st) { gdr_rdma_fill_qp_state(c, st); }
-
-static int back_connect(struct gdr_rdma_comm *c, const struct gdr_rdma_rec_state *p) { return gdr_rdma_connect_peer(c, p); }
-
 /* Receiver: a zero-length RDMA WRITE on each new QP (into the sender's FIFO: nothing changes there). Each completes
  * only once the sender's NIC acknowledged it: the path works both ways, not just the two ports. */
 static int post_probes(struct gdr_rdma_comm *c) {
@@ -524,7 +520,7 @@ static void back_probe(struct gdr_rdma_comm *c) {
     fb->probe_ns = now + fb->probe_backoff_ns;
     return;
   }
-  fill_qp_state(c, &st);
+  gdr_rdma_fill_qp_state(c, &st);
   fb->offer++;
   fb->back = GDR_BACK_OFFERED;
   fb->deadline_ns = now + ms_ns(gdr_param_int(GDR_PARAM_RECOVERY_TIMEOUT_MS));
@@ -546,155 +542,220 @@ int gdr_rdma_fb_absorb(struct gdr_rdma_comm *c, int action, const char *why) {
 
 /* ------------------------------------------------------------------------------------------- messages -- */
 
-ncclResult_t gdr_rdma_fb_message(struct gdr_rdma_comm *c, const struct gdr_rdma_ctrl *m, const void *payload) {
+/* One handler per record type (recover.c's table, gdr_rdma_resiliency, calls them; the control channel's reader,
+ * conn.c, has checked the header and fails nothing here: a connection that failed reads no record). */
+
+/* The record is about the way back now in progress. */
+static int ours(const struct gdr_rdma_comm *c, const struct gdr_rdma_ctrl *m) {
+  return (uint32_t)m->seq == c->fb.epoch && m->a == c->fb.offer && c->fb.path == GDR_PATH_TCP;
+}
+
+/* FB_REQ or FB_RSTATE of a newer move: this side joins it. */
+static ncclResult_t join_move(struct gdr_rdma_comm *c, const struct gdr_rdma_ctrl *m, const void *payload) {
+  const int req = m->type == GDR_CTRL_FB_REQ;
+  char why[320];
+  if ((uint32_t)m->seq <= c->fb.epoch) return ncclSuccess;
+  snprintf(why, sizeof(why), "the peer moves the connection to TCP%s%.*s", req ? ": " : "", req ? (int)m->len : 0,
+           req ? (const char *)payload : "");
+  gdr_rdma_fb_begin(c, why);
+  return gdr_rdma_comm_check(c);
+}
+
+ncclResult_t gdr_rdma_fb_on_req(struct gdr_rdma_comm *c, const struct gdr_rdma_ctrl *m, const void *payload) {
+  return join_move(c, m, payload);
+}
+
+ncclResult_t gdr_rdma_fb_on_rstate(struct gdr_rdma_comm *c, const struct gdr_rdma_ctrl *m, const void *payload) {
+  ncclResult_t res = join_move(c, m, payload);
+  if (res != ncclSuccess) return res;
+  if ((uint32_t)m->seq == c->fb.epoch && c->fb.phase == GDR_FB_WAIT_RSTATE) {
+    memcpy(&c->fb.rstate, payload, sizeof(c->fb.rstate));
+    sender_apply(c);
+  }
+  return ncclSuccess;
+}
+
+ncclResult_t gdr_rdma_fb_on_sstate(struct gdr_rdma_comm *c, const struct gdr_rdma_ctrl *m, const void *payload) {
+  const char *bad = gdr_rdma_fb_sstate_check(payload, m->len);
+  if (bad) {
+    char why[160];
+    snprintf(why, sizeof(why), "malformed fallback state from the peer: %s", bad);
+    fail(c, ncclRemoteError, why);
+    return gdr_rdma_comm_check(c);
+  }
+  if ((uint32_t)m->seq == c->fb.epoch && c->fb.phase == GDR_FB_WAIT_SSTATE)
+    receiver_apply(c, payload, (int)(m->len / sizeof(struct gdr_rdma_fb_sent)));
+  return ncclSuccess;
+}
+
+/* Sender: the receiver's port is up again and it made new QPs: ours to RTS towards them, BACK_READY; or not now. */
+ncclResult_t gdr_rdma_back_on_offer(struct gdr_rdma_comm *c, const struct gdr_rdma_ctrl *m, const void *payload) {
   struct gdr_rdma_fb *fb = &c->fb;
-  uint32_t e = (uint32_t)m->seq;
-  int ours = e == fb->epoch && m->a == fb->offer && fb->path == GDR_PATH_TCP; /* the way back now in progress */
+  struct gdr_rdma_rec_state st;
+  const uint32_t e = (uint32_t)m->seq;
+  const char *bad = gdr_rdma_rec_state_check(payload, m->len, GDR_RDMA_ROLE_RECV, c->nqps);
+  if (fb->back == GDR_BACK_READY) back_abort(c, 0, "a new offer replaces the last");
+  if (fb->back != GDR_BACK_NONE || bad || e != fb->epoch || fb->path != GDR_PATH_TCP || fb->pinned ||
+      !(c->remote.caps & GDR_RDMA_CAP_BACK_TAGS)) {
+    (void)gdr_rdma_ctrl_send(c, GDR_CTRL_BACK_NOT_YET, e, m->a, 0, NULL, 0);
+    return ncclSuccess;
+  }
+  fb->offer = (uint32_t)m->a;
+  if (back_prepare(c) != 0 || gdr_rdma_connect_peer(c, payload) != 0) {
+    if (c->qs.cq) gdr_rdma_quiesce_qps(c);
+    (void)gdr_rdma_ctrl_send(c, GDR_CTRL_BACK_NOT_YET, fb->epoch, fb->offer, 0, NULL, 0);
+    return ncclSuccess;
+  }
+  memset(c->fifo, 0, sizeof(struct gdr_cts_slot) * GDR_RDMA_FIFO_SLOTS); /* numbering restarts at 0 */
+  gdr_rdma_fill_qp_state(c, &st);
+  fb->back = GDR_BACK_READY;
+  return gdr_rdma_ctrl_send(c, GDR_CTRL_BACK_READY, fb->epoch, fb->offer, 0, &st, sizeof(st));
+}
+
+/* Receiver: the sender's new QPs are RTS: ours too, then the probe. */
+ncclResult_t gdr_rdma_back_on_ready(struct gdr_rdma_comm *c, const struct gdr_rdma_ctrl *m, const void *payload) {
+  struct gdr_rdma_fb *fb = &c->fb;
+  const char *bad = gdr_rdma_rec_state_check(payload, m->len, GDR_RDMA_ROLE_SEND, c->nqps);
+  if (!ours(c, m) || fb->back != GDR_BACK_OFFERED) return ncclSuccess;
+  if (bad || gdr_rdma_connect_peer(c, payload) != 0 || post_probes(c) != 0) {
+    back_abort(c, 1, bad ? bad : "connecting or probing the new QPs failed");
+    return ncclSuccess;
+  }
+  fb->back = GDR_BACK_PROBING;
+  fb->deadline_ns = gdr_time_ns() + PROBE_WAIT_NS;
+  return ncclSuccess;
+}
+
+/* The sender answers an offer with BACK_AT or BACK_NOT_YET, never both: a frozen receiver may thaw; a receiver that
+ * gave up waiting for BACK_AT (frozen too long) tells the sender, which may have sent it (AT_WAIT): until
+ * BACK_FINAL neither side put anything on RDMA. */
+ncclResult_t gdr_rdma_back_on_not_yet(struct gdr_rdma_comm *c, const struct gdr_rdma_ctrl *m, const void *payload) {
+  const int b = c->fb.back;
+  (void)payload;
+  if (ours(c, m) && (is_sender(c) ? b == GDR_BACK_READY || b == GDR_BACK_AT_WAIT
+                                  : b == GDR_BACK_OFFERED || b == GDR_BACK_PROBING || b == GDR_BACK_FROZEN ||
+                                        b == GDR_BACK_AT_WAIT))
+    back_abort(c, 0, is_sender(c) ? "the peer's probe of the new QPs did not go through" : "the peer is not ready");
+  return ncclSuccess;
+}
+
+/* BACK_SWITCH/AT/FINAL's tag counts: 1 when the record is for the way back in progress and well-formed; 0 when it is
+ * ignored, or failed the connection (*res). */
+static int tags_payload(struct gdr_rdma_comm *c, const struct gdr_rdma_ctrl *m, const void *payload,
+                        ncclResult_t *res) {
+  const char *bad = gdr_rdma_back_tags_check(payload, m->len);
+  *res = ncclSuccess;
+  if (!ours(c, m)) return 0;
+  if (bad) {
+    char why[160];
+    snprintf(why, sizeof(why), "malformed tag counts from the peer on the way back to RDMA: %s", bad);
+    fail(c, ncclRemoteError, why);
+    *res = gdr_rdma_comm_check(c);
+    return 0;
+  }
+  return 1;
+}
+
+/* Sender, AT_WAIT: the receiver posted more TCP receives while covering S: those buffers may be filled over TCP. */
+static ncclResult_t switch_grew(struct gdr_rdma_comm *c, const struct gdr_rdma_back_tag *v, int n) {
+  struct gdr_rdma_fb *fb = &c->fb;
+  for (int i = 0; i < n; i++) {
+    if (v[i].n <= tags_of(fb->bound, fb->nbound, v[i].tag)) continue;
+    if (tags_of(fb->bound, fb->nbound, v[i].tag) == 0 && tags_add(fb->bound, &fb->nbound, v[i].tag, 0) != 0) {
+      fail(c, ncclInternalError, "more tags on TCP than the way back to RDMA can carry");
+      return gdr_rdma_comm_check(c);
+    }
+    for (int k = 0; k < fb->nbound; k++)
+      if (fb->bound[k].tag == v[i].tag) fb->bound[k].n = v[i].n;
+  }
+  fb->deadline_ns = gdr_time_ns() + ms_ns(gdr_param_int(GDR_PARAM_RECOVERY_TIMEOUT_MS));
+  return ncclSuccess;
+}
+
+/* Sender: the receiver's probe went through; R = its TCP buffers per tag. */
+ncclResult_t gdr_rdma_back_on_switch(struct gdr_rdma_comm *c, const struct gdr_rdma_ctrl *m, const void *payload) {
+  struct gdr_rdma_fb *fb = &c->fb;
+  const struct gdr_rdma_back_tag *v = payload;
+  const int n = (int)(m->len / sizeof(*v));
+  struct gdr_rdma_back_tag own[GDR_RDMA_BACK_MAX_TAGS];
+  ncclResult_t res;
+  int nown;
+  if (!tags_payload(c, m, payload, &res)) return res;
+  if (fb->back == GDR_BACK_AT_WAIT) return switch_grew(c, v, n);
+  if (fb->back != GDR_BACK_READY) return ncclSuccess;
+  memset(own, 0, sizeof(own));
+  nown = tag_counts(c, own);
+  if (nown < 0) {
+    fb->pinned = 1;
+    back_abort(c, 1, "more tags on TCP than the way back to RDMA can carry: the connection stays on TCP");
+    return ncclSuccess;
+  }
+  memcpy(fb->bound, v, (size_t)n * sizeof(*v));
+  fb->nbound = n;
+  fb->switch_at = tags_sum(own, nown);
+  fb->back = GDR_BACK_AT_WAIT;
+  fb->deadline_ns = gdr_time_ns() + ms_ns(gdr_param_int(GDR_PARAM_RECOVERY_TIMEOUT_MS));
+  GDR_INFO(NCCL_NET, "%s: the way back: the receiver has %llu TCP buffer(s) over %d tag(s), this side sent %llu "
+           "message(s) over %d tag(s) over TCP", c->desc, (unsigned long long)tags_sum(v, n), n,
+           (unsigned long long)fb->switch_at, nown);
+  return send_counts(c, GDR_CTRL_BACK_AT, own, nown);
+}
+
+/* Receiver: S = the sender's TCP messages per tag: TCP receives until they cover S, then BACK_FINAL
+ * (gdr_rdma_fb_route). */
+ncclResult_t gdr_rdma_back_on_at(struct gdr_rdma_comm *c, const struct gdr_rdma_ctrl *m, const void *payload) {
+  struct gdr_rdma_fb *fb = &c->fb;
+  const struct gdr_rdma_back_tag *v = payload;
+  const int n = (int)(m->len / sizeof(*v));
+  ncclResult_t res;
+  if (!tags_payload(c, m, payload, &res)) return res;
+  if (fb->back != GDR_BACK_FROZEN) return ncclSuccess;
+  memcpy(fb->bound, v, (size_t)n * sizeof(*v));
+  fb->nbound = n;
+  fb->back = GDR_BACK_AT_WAIT;
+  return ncclSuccess;
+}
+
+/* Sender: F = the receiver's TCP buffers per tag once they covered S: below F_t over TCP, the rest over RDMA. */
+ncclResult_t gdr_rdma_back_on_final(struct gdr_rdma_comm *c, const struct gdr_rdma_ctrl *m, const void *payload) {
+  struct gdr_rdma_fb *fb = &c->fb;
+  const struct gdr_rdma_back_tag *v = payload;
+  const int n = (int)(m->len / sizeof(*v));
+  struct gdr_rdma_back_tag own[GDR_RDMA_BACK_MAX_TAGS];
+  ncclResult_t res;
+  int nown;
+  if (!tags_payload(c, m, payload, &res)) return res;
+  if (fb->back != GDR_BACK_AT_WAIT) return ncclSuccess;
+  memset(own, 0, sizeof(own));
+  nown = tag_counts(c, own);
+  for (int i = 0; i < nown; i++)
+    if (own[i].n > tags_of(v, n, own[i].tag)) {
+      char why[200];
+      snprintf(why, sizeof(why), "the peer's switch point back to RDMA for tag %d (%llu) is below the %llu "
+               "message(s) this side sent over TCP with that tag", own[i].tag,
+               (unsigned long long)tags_of(v, n, own[i].tag), (unsigned long long)own[i].n);
+      fail(c, ncclRemoteError, why);
+      return gdr_rdma_comm_check(c);
+    }
+  memcpy(fb->bound, v, (size_t)n * sizeof(*v));
+  fb->nbound = n;
+  fb->switch_at = tags_sum(v, n);
+  back_on_rdma(c);
+  return ncclSuccess;
+}
+
+static const gdr_rdma_record_fn fb_records[GDR_CTRL_TYPE_MAX + 1] = {
+    [GDR_CTRL_FB_REQ] = gdr_rdma_fb_on_req,           [GDR_CTRL_FB_RSTATE] = gdr_rdma_fb_on_rstate,
+    [GDR_CTRL_FB_SSTATE] = gdr_rdma_fb_on_sstate,     [GDR_CTRL_BACK_OFFER] = gdr_rdma_back_on_offer,
+    [GDR_CTRL_BACK_READY] = gdr_rdma_back_on_ready,   [GDR_CTRL_BACK_NOT_YET] = gdr_rdma_back_on_not_yet,
+    [GDR_CTRL_BACK_SWITCH] = gdr_rdma_back_on_switch, [GDR_CTRL_BACK_AT] = gdr_rdma_back_on_at,
+    [GDR_CTRL_BACK_FINAL] = gdr_rdma_back_on_final,
+};
+
+ncclResult_t gdr_rdma_fb_message(struct gdr_rdma_comm *c, const struct gdr_rdma_ctrl *m, const void *payload) {
   if (gdr_health_failed(&c->health)) return gdr_rdma_comm_check(c);
-  switch (m->type) {
-  case GDR_CTRL_FB_REQ:
-  case GDR_CTRL_FB_RSTATE:
-    if (e > fb->epoch) {
-      char why[320];
-      snprintf(why, sizeof(why), "the peer moves the connection to TCP%s%.*s", m->type == GDR_CTRL_FB_REQ ? ": " : "",
-               m->type == GDR_CTRL_FB_REQ ? (int)m->len : 0, m->type == GDR_CTRL_FB_REQ ? (const char *)payload : "");
-      gdr_rdma_fb_begin(c, why);
-      if (gdr_health_failed(&c->health)) return gdr_rdma_comm_check(c);
-    }
-    if (m->type == GDR_CTRL_FB_RSTATE && e == fb->epoch && fb->phase == GDR_FB_WAIT_RSTATE) {
-      memcpy(&fb->rstate, payload, sizeof(fb->rstate));
-      sender_apply(c);
-    }
-    return ncclSuccess;
-  case GDR_CTRL_FB_SSTATE: {
-    const char *bad = gdr_rdma_fb_sstate_check(payload, m->len);
-    if (bad) {
-      char why[160];
-      snprintf(why, sizeof(why), "malformed fallback state from the peer: %s", bad);
-      fail(c, ncclRemoteError, why);
-      return gdr_rdma_comm_check(c);
-    }
-    if (e == fb->epoch && fb->phase == GDR_FB_WAIT_SSTATE)
-      receiver_apply(c, payload, (int)(m->len / sizeof(struct gdr_rdma_fb_sent)));
-    return ncclSuccess;
-  }
-  case GDR_CTRL_BACK_OFFER: { /* sender */
-    struct gdr_rdma_rec_state st;
-    const char *bad = gdr_rdma_rec_state_check(payload, m->len, GDR_RDMA_ROLE_RECV, c->nqps);
-    if (fb->back == GDR_BACK_READY) back_abort(c, 0, "a new offer replaces the last");
-    if (fb->back != GDR_BACK_NONE || bad || e != fb->epoch || fb->path != GDR_PATH_TCP || fb->pinned ||
-        !(c->remote.caps & GDR_RDMA_CAP_BACK_TAGS)) {
-      (void)gdr_rdma_ctrl_send(c, GDR_CTRL_BACK_NOT_YET, e, m->a, 0, NULL, 0);
-      return ncclSuccess;
-    }
-    fb->offer = (uint32_t)m->a;
-    if (back_prepare(c) != 0 || back_connect(c, payload) != 0) {
-      if (c->qs.cq) gdr_rdma_quiesce_qps(c);
-      (void)gdr_rdma_ctrl_send(c, GDR_CTRL_BACK_NOT_YET, fb->epoch, fb->offer, 0, NULL, 0);
-      return ncclSuccess;
-    }
-    memset(c->fifo, 0, sizeof(struct gdr_cts_slot) * GDR_RDMA_FIFO_SLOTS); /* numbering restarts at 0 */
-    fill_qp_state(c, &st);
-    fb->back = GDR_BACK_READY;
-    return gdr_rdma_ctrl_send(c, GDR_CTRL_BACK_READY, fb->epoch, fb->offer, 0, &st, sizeof(st));
-  }
-  case GDR_CTRL_BACK_READY: { /* receiver: connect, then probe */
-    const char *bad = gdr_rdma_rec_state_check(payload, m->len, GDR_RDMA_ROLE_SEND, c->nqps);
-    if (!ours || fb->back != GDR_BACK_OFFERED) return ncclSuccess;
-    if (bad || back_connect(c, payload) != 0 || post_probes(c) != 0) {
-      back_abort(c, 1, bad ? bad : "connecting or probing the new QPs failed");
-      return ncclSuccess;
-    }
-    fb->back = GDR_BACK_PROBING;
-    fb->deadline_ns = gdr_time_ns() + PROBE_WAIT_NS;
-    return ncclSuccess;
-  }
-  case GDR_CTRL_BACK_NOT_YET:
-    /* the sender answers an offer with BACK_AT or BACK_NOT_YET, never both: a frozen receiver may thaw; a receiver
-     * that gave up waiting for BACK_AT (frozen too long) tells the sender, which may have sent it (AT_WAIT): until
-     * BACK_FINAL neither side put anything on RDMA */
-    if (ours && (is_sender(c) ? fb->back == GDR_BACK_READY || fb->back == GDR_BACK_AT_WAIT
-                              : fb->back == GDR_BACK_OFFERED || fb->back == GDR_BACK_PROBING ||
-                                    fb->back == GDR_BACK_FROZEN || fb->back == GDR_BACK_AT_WAIT))
-      back_abort(c, 0, is_sender(c) ? "the peer's probe of the new QPs did not go through" : "the peer is not ready");
-    return ncclSuccess;
-  case GDR_CTRL_BACK_SWITCH:   /* sender: the receiver's probe went through; R = its TCP buffers per tag */
-  case GDR_CTRL_BACK_AT:       /* receiver: S = the sender's TCP messages per tag */
-  case GDR_CTRL_BACK_FINAL: {  /* sender: F = the receiver's TCP buffers per tag once they cover S */
-    const struct gdr_rdma_back_tag *v = payload;
-    const int n = (int)(m->len / sizeof(*v));
-    const char *bad = gdr_rdma_back_tags_check(payload, m->len);
-    struct gdr_rdma_back_tag own[GDR_RDMA_BACK_MAX_TAGS];
-    int nown;
-    if (!ours) return ncclSuccess;
-    if (bad) {
-      char why[160];
-      snprintf(why, sizeof(why), "malformed tag counts from the peer on the way back to RDMA: %s", bad);
-      fail(c, ncclRemoteError, why);
-      return gdr_rdma_comm_check(c);
-    }
-    if (m->type == GDR_CTRL_BACK_SWITCH && fb->back == GDR_BACK_AT_WAIT) {
-      /* the receiver posted more TCP receives while covering S: those buffers may be filled over TCP */
-      for (int i = 0; i < n; i++)
-        if (v[i].n > tags_of(fb->bound, fb->nbound, v[i].tag)) {
-          if (tags_of(fb->bound, fb->nbound, v[i].tag) == 0 && tags_add(fb->bound, &fb->nbound, v[i].tag, 0) != 0) {
-            fail(c, ncclInternalError, "more tags on TCP than the way back to RDMA can carry");
-            return gdr_rdma_comm_check(c);
-          }
-          for (int k = 0; k < fb->nbound; k++)
-            if (fb->bound[k].tag == v[i].tag) fb->bound[k].n = v[i].n;
-        }
-      fb->deadline_ns = gdr_time_ns() + ms_ns(gdr_param_int(GDR_PARAM_RECOVERY_TIMEOUT_MS));
-      return ncclSuccess;
-    }
-    if (m->type == GDR_CTRL_BACK_SWITCH) {
-      if (fb->back != GDR_BACK_READY) return ncclSuccess;
-      memset(own, 0, sizeof(own));
-      nown = tag_counts(c, own);
-      if (nown < 0) {
-        fb->pinned = 1;
-        back_abort(c, 1, "more tags on TCP than the way back to RDMA can carry: the connection stays on TCP");
-        return ncclSuccess;
-      }
-      memcpy(fb->bound, v, (size_t)n * sizeof(*v));
-      fb->nbound = n;
-      fb->switch_at = tags_sum(own, nown);
-      fb->back = GDR_BACK_AT_WAIT;
-      fb->deadline_ns = gdr_time_ns() + ms_ns(gdr_param_int(GDR_PARAM_RECOVERY_TIMEOUT_MS));
-      GDR_INFO(NCCL_NET, "%s: the way back: the receiver has %llu TCP buffer(s) over %d tag(s), this side sent %llu "
-               "message(s) over %d tag(s) over TCP", c->desc, (unsigned long long)tags_sum(v, n), n,
-               (unsigned long long)fb->switch_at, nown);
-      return send_counts(c, GDR_CTRL_BACK_AT, own, nown);
-    }
-    if (m->type == GDR_CTRL_BACK_AT) {
-      if (fb->back != GDR_BACK_FROZEN) return ncclSuccess;
-      memcpy(fb->bound, v, (size_t)n * sizeof(*v));
-      fb->nbound = n;
-      fb->back = GDR_BACK_AT_WAIT; /* TCP receives until they cover S, then BACK_FINAL (gdr_rdma_fb_route) */
-      return ncclSuccess;
-    }
-    /* BACK_FINAL */
-    if (fb->back != GDR_BACK_AT_WAIT) return ncclSuccess;
-    memset(own, 0, sizeof(own));
-    nown = tag_counts(c, own);
-    for (int i = 0; i < nown; i++)
-      if (own[i].n > tags_of(v, n, own[i].tag)) {
-        char why[200];
-        snprintf(why, sizeof(why), "the peer's switch point back to RDMA for tag %d (%llu) is below the %llu "
-                 "message(s) this side sent over TCP with that tag", own[i].tag,
-                 (unsigned long long)tags_of(v, n, own[i].tag), (unsigned long long)own[i].n);
-        fail(c, ncclRemoteError, why);
-        return gdr_rdma_comm_check(c);
-      }
-    memcpy(fb->bound, v, (size_t)n * sizeof(*v));
-    fb->nbound = n;
-    fb->switch_at = tags_sum(v, n);
-    back_on_rdma(c);
-    return ncclSuccess;
-  }
-  default:
-    return ncclSuccess;
-  }
+  if (m->type > GDR_CTRL_TYPE_MAX || fb_records[m->type] == NULL) return ncclSuccess;
+  return fb_records[m->type](c, m, payload);
 }
 
 /* ------------------------------------------------------------------------------------------- progress -- */

@@ -502,6 +502,11 @@ static inline struct gdr_conn_opts gdr_rdma_tcp_opts(int tc) {
   return o;
 }
 
+/* A control record's handler: the header is checked (gdr_rdma_ctrl_check), the payload complete. */
+typedef ncclResult_t gdr_rdma_record_handler(struct gdr_rdma_comm *c, const struct gdr_rdma_ctrl *m,
+                                             const void *payload);
+typedef gdr_rdma_record_handler *gdr_rdma_record_fn;
+
 /* conn.c */
 /* opts: the connection's devices (ndevs > 1: a fused device, its QPs spread over them) and its traffic class (the
  * accepted recv comms get the listen's). */
@@ -579,8 +584,11 @@ struct gdr_rdma_req *gdr_rdma_req_get(struct gdr_rdma_comm *c);
 int gdr_rdma_fb_allowed(const struct gdr_rdma_comm *c);
 /* Moves the connection to TCP (both sides agree on what was delivered; the rest goes over TCP exactly once). */
 void gdr_rdma_fb_begin(struct gdr_rdma_comm *c, const char *why);
-/* FB_* and BACK_* records from the peer. */
+/* FB_* and BACK_* records from the peer, one handler per type. */
 ncclResult_t gdr_rdma_fb_message(struct gdr_rdma_comm *c, const struct gdr_rdma_ctrl *m, const void *payload);
+gdr_rdma_record_handler gdr_rdma_fb_on_req, gdr_rdma_fb_on_rstate, gdr_rdma_fb_on_sstate;
+gdr_rdma_record_handler gdr_rdma_back_on_offer, gdr_rdma_back_on_ready, gdr_rdma_back_on_not_yet;
+gdr_rdma_record_handler gdr_rdma_back_on_switch, gdr_rdma_back_on_at, gdr_rdma_back_on_final;
 /* Progress while moving or on TCP: the TCP connection, the requests handed over, the way back. *busy while
  * moving (the caller waits). */
 void gdr_rdma_fb_step(struct gdr_rdma_comm *c, int *busy);
