@@ -116,32 +116,45 @@ ncclResult_t gdr_rdma_ctrl_send(struct gdr_rdma_comm *c, int type, uint64_t seq,
   return ctrl_flush(c);
 }
 
+/* The connection's own records; the rest go up to the resiliency layer (c->up, rdma.h). */
+static ncclResult_t on_size_err(struct gdr_rdma_comm *c, const struct gdr_rdma_ctrl *m, const void *payload) {
+  struct gdr_rdma_req *r2 = c->recv_slot[m->seq % GDR_RDMA_FIFO_SLOTS];
+  (void)payload;
+  GDR_WARN("receive #%llu from %s: the peer sent %llu bytes but the receive buffer holds %llu "
+           "(message dropped; the send failed with InvalidUsage)",
+           (unsigned long long)m->seq, c->peer, (unsigned long long)m->a, (unsigned long long)m->b);
+  if (r2 && r2->seq == m->seq) r2->error = ncclInvalidUsage;
+  return ncclSuccess;
+}
+
+static ncclResult_t on_bye(struct gdr_rdma_comm *c, const struct gdr_rdma_ctrl *m, const void *payload) {
+  (void)payload;
+  c->peer_bye_head = m->seq;
+  peer_eof(c, 0);
+  return ncclSuccess;
+}
+
+static const gdr_rdma_record_fn conn_records[GDR_CTRL_TYPE_MAX + 1] = {
+    [GDR_CTRL_SIZE_ERR] = on_size_err,
+    [GDR_CTRL_BYE] = on_bye,
+};
+
 /* One record from the peer (header checked here; the payload, if any, is complete). */
 static ncclResult_t ctrl_record(struct gdr_rdma_comm *c, const struct gdr_rdma_ctrl *m, const void *payload) {
   int peer_role = c->kind == GDR_RCOMM_SEND ? GDR_RDMA_ROLE_RECV : GDR_RDMA_ROLE_SEND;
   const char *bad = gdr_rdma_ctrl_check(m, peer_role);
+  gdr_rdma_record_fn fn;
   if (bad) {
     gdr_rdma_comm_fail(c, ncclRemoteError,
                        "protocol error on the control channel: %s (magic 0x%x, type %u, length %u, seq %llu)", bad,
                        m->magic, m->type, m->len, (unsigned long long)m->seq);
     return gdr_rdma_comm_check(c);
   }
-  switch (m->type) {
-  case GDR_CTRL_SIZE_ERR: {
-    struct gdr_rdma_req *r2 = c->recv_slot[m->seq % GDR_RDMA_FIFO_SLOTS];
-    GDR_WARN("receive #%llu from %s: the peer sent %llu bytes but the receive buffer holds %llu "
-             "(message dropped; the send failed with InvalidUsage)",
-             (unsigned long long)m->seq, c->peer, (unsigned long long)m->a, (unsigned long long)m->b);
-    if (r2 && r2->seq == m->seq) r2->error = ncclInvalidUsage;
-    return ncclSuccess;
-  }
-  case GDR_CTRL_BYE:
-    c->peer_bye_head = m->seq;
-    peer_eof(c, 0);
-    return ncclSuccess;
-  default:
-    return m->type >= GDR_CTRL_FB_REQ ? gdr_rdma_fb_message(c, m, payload) : gdr_rdma_rec_message(c, m, payload);
-  }
+  fn = conn_records[m->type];
+  if (fn != NULL) return fn(c, m, payload);
+  if (gdr_health_failed(&c->health)) return gdr_rdma_comm_check(c);
+  fn = c->up != NULL ? c->up->record[m->type] : NULL;
+  return fn != NULL ? fn(c, m, payload) : ncclSuccess;
 }
 
 ncclResult_t gdr_rdma_ctrl_poll(struct gdr_rdma_comm *c) {
@@ -182,6 +195,19 @@ ncclResult_t gdr_rdma_ctrl_poll(struct gdr_rdma_comm *c) {
   }
 out:
   return res;
+}
+
+int gdr_rdma_ctrl_eof(struct gdr_rdma_comm *c) {
+  const int sender = c->kind == GDR_RCOMM_SEND;
+  char why[160];
+  if (gdr_health_failed(&c->health)) return 1;
+  if (!c->peer_gone || gdr_time_ns() <= c->eof_ns + GDR_RDMA_EOF_GRACE_NS) return 0;
+  snprintf(why, sizeof(why), "the peer closed the connection (control channel EOF) %s #%llu",
+           sender ? "while this side waited on message" : "with receives pending, the last posted",
+           (unsigned long long)(sender ? c->head : c->head - 1));
+  gdr_rdma_comm_fail(c, ncclRemoteError, "%s", why);
+  atomic_fetch_add_explicit(&c->dev->ctr.failed, 1, memory_order_relaxed);
+  return 1;
 }
 
 /* ------------------------------------------------------------------------------------------- QPs -- */
@@ -423,12 +449,6 @@ int gdr_rdma_poll_cqs(struct gdr_rdma_qpset *qs, int n, struct ibv_wc *wc) {
   return got;
 }
 
-int gdr_rdma_comm_fatal(const struct gdr_rdma_comm *c) {
-  for (int i = 0; i < c->ndevs; i++)
-    if (c->m[i].dev->fatal) return 1;
-  return 0;
-}
-
 int gdr_rdma_comm_refresh(struct gdr_rdma_comm *c, int *active) {
   *active = 1;
   for (int i = 0; i < c->ndevs; i++) {
@@ -648,6 +668,7 @@ static ncclResult_t ctrl_established(struct gdr_rdma_comm *c, int fd, const unio
 /* The side's own buffers, the first QP set (INIT) and the async-event watch. nqps/split (and on the receiver the
  * sender's handshake) must be there. */
 static ncclResult_t comm_setup_verbs(struct gdr_rdma_comm *c) {
+  const struct gdr_rdma_dev *lost = NULL;
   ncclResult_t res = ncclSuccess;
   int gdr = 1;
   c->nparts = gdr_stripe_nparts(c->nqps, c->split, c->kind == GDR_RCOMM_SEND ? c->ndevs : c->remote.ndevs);
@@ -673,7 +694,8 @@ static ncclResult_t comm_setup_verbs(struct gdr_rdma_comm *c) {
   }
   GDR_CHECK(reg_own(c));
   GDR_CHECK(gdr_rdma_qpset_create(c, &c->qs));
-  GDR_CHECK(gdr_rdma_async_attach(c));
+  res = gdr_rdma_async_attach(c, &lost);
+  if (lost != NULL) gdr_rdma_comm_fail(c, ncclSystemError, "device %s had a fatal error (DEVICE_FATAL)", lost->name);
 out:
   return res;
 }
@@ -1246,15 +1268,11 @@ out:
 
 /* ----------------------------------------------------------------------------------------- close -- */
 
+/* (the resiliency layer closed its part first: gdr_rdma_resil_close) */
 static ncclResult_t close_comm(struct gdr_rdma_comm *c) {
   if (c == NULL) return ncclSuccess;
-  gdr_rdma_fb_close(c);
-  if (c->stage == 0) {
-    gdr_rdma_rec_report(c);
-    gdr_rdma_fb_report(c);
-    /* best effort: the peer learns that we are gone from the EOF anyway */
-    (void)gdr_rdma_ctrl_send(c, GDR_CTRL_BYE, c->head, 0, 0, NULL, 0);
-  }
+  /* best effort: the peer learns that we are gone from the EOF anyway */
+  if (c->stage == 0) (void)gdr_rdma_ctrl_send(c, GDR_CTRL_BYE, c->head, 0, 0, NULL, 0);
   comm_free(c);
   return ncclSuccess;
 }

@@ -212,6 +212,12 @@ out:
   return rc;
 }
 
+int gdr_rdma_comm_fatal(const struct gdr_rdma_comm *c) {
+  for (int i = 0; i < c->ndevs; i++)
+    if (c->m[i].dev->fatal) return 1;
+  return 0;
+}
+
 /* ------------------------------------------------------------------------------------------- GDR -- */
 
 static void probe_gdr(struct gdr_rdma_dev *d) {

@@ -542,8 +542,8 @@ int gdr_rdma_fb_absorb(struct gdr_rdma_comm *c, int action, const char *why) {
 
 /* ------------------------------------------------------------------------------------------- messages -- */
 
-/* One handler per record type (recover.c's table, gdr_rdma_resiliency, calls them; the control channel's reader,
- * conn.c, has checked the header and fails nothing here: a connection that failed reads no record). */
+/* One handler per record type, found through recover.c's table (gdr_rdma_resiliency); the control channel's reader
+ * (conn.c) checked the header, and gives a failed connection no record. */
 
 /* The record is about the way back now in progress. */
 static int ours(const struct gdr_rdma_comm *c, const struct gdr_rdma_ctrl *m) {
@@ -742,20 +742,6 @@ ncclResult_t gdr_rdma_back_on_final(struct gdr_rdma_comm *c, const struct gdr_rd
   fb->switch_at = tags_sum(v, n);
   back_on_rdma(c);
   return ncclSuccess;
-}
-
-static const gdr_rdma_record_fn fb_records[GDR_CTRL_TYPE_MAX + 1] = {
-    [GDR_CTRL_FB_REQ] = gdr_rdma_fb_on_req,           [GDR_CTRL_FB_RSTATE] = gdr_rdma_fb_on_rstate,
-    [GDR_CTRL_FB_SSTATE] = gdr_rdma_fb_on_sstate,     [GDR_CTRL_BACK_OFFER] = gdr_rdma_back_on_offer,
-    [GDR_CTRL_BACK_READY] = gdr_rdma_back_on_ready,   [GDR_CTRL_BACK_NOT_YET] = gdr_rdma_back_on_not_yet,
-    [GDR_CTRL_BACK_SWITCH] = gdr_rdma_back_on_switch, [GDR_CTRL_BACK_AT] = gdr_rdma_back_on_at,
-    [GDR_CTRL_BACK_FINAL] = gdr_rdma_back_on_final,
-};
-
-ncclResult_t gdr_rdma_fb_message(struct gdr_rdma_comm *c, const struct gdr_rdma_ctrl *m, const void *payload) {
-  if (gdr_health_failed(&c->health)) return gdr_rdma_comm_check(c);
-  if (m->type > GDR_CTRL_TYPE_MAX || fb_records[m->type] == NULL) return ncclSuccess;
-  return fb_records[m->type](c, m, payload);
 }
 
 /* ------------------------------------------------------------------------------------------- progress -- */
@@ -957,14 +943,11 @@ ncclResult_t gdr_rdma_fb_irecv(struct gdr_rdma_comm *c, int n, void **data, size
 
 ncclResult_t gdr_rdma_fb_test(struct gdr_rdma_req *r, int *done, size_t *sizes) {
   struct gdr_rdma_comm *c = r->comm;
-  int busy = 0;
   ncclResult_t res = ncclSuccess;
   *done = 0;
   if (!r->tcp_done) {
     size_t ts[GDR_RDMA_MAX_RECVS];
     int d = 0;
-    res = gdr_rdma_progress(c, &busy);
-    if (res != ncclSuccess) goto fail;
     if (r->treq == NULL) return ncclSuccess; /* not handed to TCP yet (the move, or TCP full) */
     res = gdr_transport_tcp.test(r->treq, &d, ts);
     if (res != ncclSuccess) {
