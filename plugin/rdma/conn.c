@@ -994,120 +994,159 @@ out:
   return res;
 }
 
+/* Connect, step by step: one function per stage, found through a table. Each returns an error (the comm goes), or
+ * moves c->stage on (0: connected) or sets *wait (NCCL calls again). */
+typedef ncclResult_t hs_stage_fn(struct gdr_rdma_comm *c, int *wait);
+
+static ncclResult_t cs_tcp(struct gdr_rdma_comm *c, int *wait) {
+  int done = 0;
+  ncclResult_t res = gdr_connector_poll(&c->connector, &done);
+  if (res != ncclSuccess || (*wait = !done)) return res;
+  if ((res = ctrl_established(c, c->connector.fd, &c->connector.peer)) != ncclSuccess) return res;
+  if ((res = fill_local_hs(c, GDR_RDMA_ROLE_SEND)) != ncclSuccess) return res;
+  arm_deadline(c);
+  c->stage = CS_SEND_HS;
+  return ncclSuccess;
+}
+
+static ncclResult_t cs_send_hs(struct gdr_rdma_comm *c, int *wait) {
+  int done = 0;
+  ncclResult_t res = hs_send(c, GDR_RDMA_BLOB_HS, &c->local, sizeof(c->local), "sending our handshake", &done);
+  *wait = !done;
+  if (res == ncclSuccess && done) c->stage = CS_RECV_HS;
+  return res;
+}
+
+/* The receiver's handshake: our QPs to RTS towards its (READY), or TCP from the start (READY_TCP). */
+static ncclResult_t cs_recv_hs(struct gdr_rdma_comm *c, int *wait) {
+  int done = 0;
+  ncclResult_t res = hs_recv(c, GDR_RDMA_BLOB_HS, &c->remote, sizeof(c->remote), "the receiver's handshake", &done);
+  if (res != ncclSuccess || (*wait = !done)) return res;
+  c->ready_word = GDR_RDMA_BLOB_READY;
+  if (c->tcp_only || (c->remote.caps & GDR_RDMA_CAP_TCP_ONLY)) {
+    const char *bad = gdr_rdma_hs_check(&c->remote, GDR_RDMA_ROLE_RECV);
+    if (bad) {
+      GDR_WARN("%s: malformed RDMA handshake from %s: %s; connection rejected", c->dev->name, c->peer, bad);
+      return ncclRemoteError;
+    }
+    if (go_tcp_only(c, c->tcp_only ? c->fb.reason : "the receiver's RDMA part failed") != 0) return ncclSystemError;
+    c->ready_word = GDR_RDMA_READY_TCP;
+  } else {
+    res = connect_qps(c, GDR_RDMA_ROLE_RECV);
+    if (res == ncclRemoteError) return res; /* a malformed handshake is rejected, not worked around */
+    if (res != ncclSuccess) {
+      if (go_tcp_only(c, "bringing the QPs to RTS failed") != 0) return res;
+      c->ready_word = GDR_RDMA_READY_TCP;
+    }
+  }
+  c->stage = CS_SEND_READY;
+  return ncclSuccess;
+}
+
+static ncclResult_t cs_send_ready(struct gdr_rdma_comm *c, int *wait) {
+  int done = 0;
+  ncclResult_t res = hs_send(c, GDR_RDMA_BLOB_READY, &c->ready_word, sizeof(c->ready_word), "sending READY", &done);
+  if (res != ncclSuccess || (*wait = !done)) return res;
+  c->stage = c->ready_word == GDR_RDMA_BLOB_READY ? 0 : CS_RECV_TCPH;
+  return ncclSuccess;
+}
+
+static ncclResult_t cs_recv_tcph(struct gdr_rdma_comm *c, int *wait) {
+  int done = 0;
+  ncclResult_t res = hs_recv(c, GDR_RDMA_BLOB_TCPH, &c->fb.tcp_handle, sizeof(c->fb.tcp_handle),
+                             "the receiver's TCP listener", &done);
+  if (res != ncclSuccess || (*wait = !done)) return res;
+  c->stage = CS_TCP_CONNECT;
+  return ncclSuccess;
+}
+
+static ncclResult_t cs_tcp_connect(struct gdr_rdma_comm *c, int *wait) {
+  void *tc = NULL;
+  struct gdr_conn_opts to = gdr_rdma_tcp_opts(c->tc);
+  ncclResult_t res = gdr_transport_tcp.connect(gdr_rdma.tcp_dev, &to, &c->fb.tcp_handle, &tc);
+  if (res != ncclSuccess) return res;
+  if (tc == NULL) {
+    *wait = 1;
+    return stage_deadline(c, "the TCP connection"); /* past it: the comm and its TCP connect go */
+  }
+  tcp_only_done(c, tc);
+  c->stage = 0;
+  return ncclSuccess;
+}
+
+static hs_stage_fn *const connect_stages[] = {
+    [CS_TCP] = cs_tcp,
+    [CS_SEND_HS] = cs_send_hs,
+    [CS_RECV_HS] = cs_recv_hs,
+    [CS_SEND_READY] = cs_send_ready,
+    [CS_RECV_TCPH] = cs_recv_tcph,
+    [CS_TCP_CONNECT] = cs_tcp_connect,
+};
+
+/* Runs the stages of a handshake until it is through (c->stage 0) or waits (*wait). */
+static ncclResult_t run_stages(struct gdr_rdma_comm *c, hs_stage_fn *const *stages, int nstages, int *wait) {
+  ncclResult_t res = ncclSuccess;
+  *wait = 0;
+  while (c->stage != 0 && !*wait && res == ncclSuccess) {
+    if (c->stage < 0 || c->stage >= nstages || stages[c->stage] == NULL) return ncclInternalError;
+    res = stages[c->stage](c, wait);
+  }
+  return res;
+}
+
+/* A new send comm for the handle: its RDMA part (or TCP from the start) and the control stream's connect started. */
+static ncclResult_t connect_start(int dev, const struct gdr_conn_opts *opts, struct gdr_handle *handle,
+                                  struct gdr_rdma_comm **out) {
+  ncclResult_t res = ncclSuccess;
+  union gdr_sockaddr peer;
+  uint64_t conn_id = 0;
+  struct gdr_rdma_comm *c;
+  *out = NULL;
+  if (devs_check(dev, opts) != ncclSuccess) return ncclInvalidArgument;
+  if (gdr_handle_check(handle, &peer) != ncclSuccess) return ncclInvalidUsage;
+  if (handle->transport != GDR_TP_RDMA) {
+    GDR_WARN("RDMA connect with a handle for transport %d", handle->transport);
+    return ncclInvalidUsage;
+  }
+  c = comm_alloc(opts->devs, opts->ndevs, GDR_RCOMM_SEND);
+  if (c == NULL) return ncclSystemError;
+  *out = c;
+  c->tc = opts->traffic_class;
+  gdr_sockaddr_str(&peer, c->peer, sizeof(c->peer));
+  set_desc(c);
+  /* GDRNET_QPS_PER_CONN per device (as NCCL's IB), a multiple of the devices, at most 16 */
+  c->nqps = gdr_rdma.nqps * c->ndevs;
+  if (c->nqps > GDR_RDMA_MAX_QPS) c->nqps = GDR_RDMA_MAX_QPS - GDR_RDMA_MAX_QPS % c->ndevs;
+  c->split = gdr_rdma.split;
+  gdr_random_bytes(&conn_id, sizeof(conn_id));
+  if (comm_lost(c)) {
+    if (go_tcp_only(c, "the device is lost (DEVICE_FATAL)") != 0) return ncclSystemError;
+  } else if (comm_setup_verbs(c) != ncclSuccess && go_tcp_only(c, "setting up the RDMA part failed") != 0) {
+    return ncclSystemError;
+  }
+  GDR_CHECK(gdr_connector_start(&c->connector, handle, GDR_STREAM_CTRL, 0, 0, conn_id, gdr_rdma_caps(), NULL));
+  c->stage = CS_TCP;
+  GDR_CHECK(gdr_handle_state_set(handle, c));
+out:
+  return res;
+}
+
 ncclResult_t gdr_rdma_connect(int dev, const struct gdr_conn_opts *opts, struct gdr_handle *handle,
                               void **send_comm) {
-  *send_comm = NULL;
   ncclResult_t res = ncclSuccess;
   struct gdr_rdma_comm *c = NULL;
-  if (handle->magic == GDR_HANDLE_MAGIC && handle->transport == GDR_TP_TCP) return connect_tcp_peer(dev, opts, handle, send_comm);
+  int wait = 0;
+  *send_comm = NULL;
+  if (handle->magic == GDR_HANDLE_MAGIC && handle->transport == GDR_TP_TCP)
+    return connect_tcp_peer(dev, opts, handle, send_comm);
   c = gdr_handle_state_get(handle);
   if (c == NULL) {
-    if (devs_check(dev, opts) != ncclSuccess) return ncclInvalidArgument;
-    union gdr_sockaddr peer;
-    if (gdr_handle_check(handle, &peer) != ncclSuccess) return ncclInvalidUsage;
-    if (handle->transport != GDR_TP_RDMA) {
-      GDR_WARN("RDMA connect with a handle for transport %d", handle->transport);
-      return ncclInvalidUsage;
-    }
-    c = comm_alloc(opts->devs, opts->ndevs, GDR_RCOMM_SEND);
-    if (c == NULL) return ncclSystemError;
-    c->tc = opts->traffic_class;
-    gdr_sockaddr_str(&peer, c->peer, sizeof(c->peer));
-    set_desc(c);
-    /* GDRNET_QPS_PER_CONN per device (as NCCL's IB), a multiple of the devices, at most 16 */
-    c->nqps = gdr_rdma.nqps * c->ndevs;
-    if (c->nqps > GDR_RDMA_MAX_QPS) c->nqps = GDR_RDMA_MAX_QPS - GDR_RDMA_MAX_QPS % c->ndevs;
-    c->split = gdr_rdma.split;
-    uint64_t conn_id = 0;
-    gdr_random_bytes(&conn_id, sizeof(conn_id));
-    if (comm_lost(c)) {
-      if (go_tcp_only(c, "the device is lost (DEVICE_FATAL)") != 0) {
-        res = ncclSystemError;
-        goto out;
-      }
-    } else if (comm_setup_verbs(c) != ncclSuccess && go_tcp_only(c, "setting up the RDMA part failed") != 0) {
-      res = ncclSystemError;
-      goto out;
-    }
-    GDR_CHECK(gdr_connector_start(&c->connector, handle, GDR_STREAM_CTRL, 0, 0, conn_id, gdr_rdma_caps(), NULL));
-    c->stage = CS_TCP;
-    GDR_CHECK(gdr_handle_state_set(handle, c));
+    res = connect_start(dev, opts, handle, &c);
+    if (res != ncclSuccess && c == NULL) return res; /* (refused before a comm existed) */
+    if (res != ncclSuccess) goto out;
   }
-  switch (c->stage) {
-  case CS_TCP: {
-    int done = 0;
-    GDR_CHECK(gdr_connector_poll(&c->connector, &done));
-    if (!done) return ncclSuccess;
-    GDR_CHECK(ctrl_established(c, c->connector.fd, &c->connector.peer));
-    GDR_CHECK(fill_local_hs(c, GDR_RDMA_ROLE_SEND));
-    arm_deadline(c);
-    c->stage = CS_SEND_HS;
-  } /* fall through */
-  case CS_SEND_HS: {
-    int done = 0;
-    GDR_CHECK(hs_send(c, GDR_RDMA_BLOB_HS, &c->local, sizeof(c->local), "sending our handshake", &done));
-    if (!done) return ncclSuccess;
-    c->stage = CS_RECV_HS;
-  } /* fall through */
-  case CS_RECV_HS: {
-    int done = 0;
-    GDR_CHECK(hs_recv(c, GDR_RDMA_BLOB_HS, &c->remote, sizeof(c->remote), "the receiver's handshake", &done));
-    if (!done) return ncclSuccess;
-    c->ready_word = GDR_RDMA_BLOB_READY;
-    if (c->tcp_only || (c->remote.caps & GDR_RDMA_CAP_TCP_ONLY)) {
-      const char *bad = gdr_rdma_hs_check(&c->remote, GDR_RDMA_ROLE_RECV);
-      if (bad) {
-        GDR_WARN("%s: malformed RDMA handshake from %s: %s; connection rejected", c->dev->name, c->peer, bad);
-        res = ncclRemoteError;
-        goto out;
-      }
-      if (go_tcp_only(c, c->tcp_only ? c->fb.reason : "the receiver's RDMA part failed") != 0) {
-        res = ncclSystemError;
-        goto out;
-      }
-      c->ready_word = GDR_RDMA_READY_TCP;
-    } else {
-      res = connect_qps(c, GDR_RDMA_ROLE_RECV);
-      if (res == ncclRemoteError) goto out; /* a malformed handshake is rejected, not worked around */
-      if (res != ncclSuccess) {
-        if (go_tcp_only(c, "bringing the QPs to RTS failed") != 0) goto out;
-        res = ncclSuccess;
-        c->ready_word = GDR_RDMA_READY_TCP;
-      }
-    }
-    c->stage = CS_SEND_READY;
-  } /* fall through */
-  case CS_SEND_READY: {
-    int done = 0;
-    GDR_CHECK(hs_send(c, GDR_RDMA_BLOB_READY, &c->ready_word, sizeof(c->ready_word), "sending READY", &done));
-    if (!done) return ncclSuccess;
-    if (c->ready_word == GDR_RDMA_BLOB_READY) break;
-    c->stage = CS_RECV_TCPH;
-  } /* fall through */
-  case CS_RECV_TCPH: {
-    int done = 0;
-    GDR_CHECK(hs_recv(c, GDR_RDMA_BLOB_TCPH, &c->fb.tcp_handle, sizeof(c->fb.tcp_handle),
-                      "the receiver's TCP listener", &done));
-    if (!done) return ncclSuccess;
-    c->stage = CS_TCP_CONNECT;
-  } /* fall through */
-  case CS_TCP_CONNECT: {
-    void *tc = NULL;
-    struct gdr_conn_opts to = gdr_rdma_tcp_opts(c->tc);
-    GDR_CHECK(gdr_transport_tcp.connect(gdr_rdma.tcp_dev, &to, &c->fb.tcp_handle, &tc));
-    if (tc == NULL) {
-      res = stage_deadline(c, "the TCP connection"); /* past it: the comm and its TCP connect go (out) */
-      if (res != ncclSuccess) goto out;
-      return ncclSuccess;
-    }
-    tcp_only_done(c, tc);
-    break;
-  }
-  default:
-    res = ncclInternalError;
-    goto out;
-  }
-  c->stage = 0;
+  GDR_CHECK(run_stages(c, connect_stages, (int)(sizeof(connect_stages) / sizeof(connect_stages[0])), &wait));
+  if (wait) return ncclSuccess;
   gdr_handle_state_set(handle, NULL);
   *send_comm = c;
   return ncclSuccess;
@@ -1121,12 +1160,118 @@ out:
 
 enum { AS_RECV_HS = 1, AS_SEND_HS, AS_RECV_READY, AS_SEND_TCPH, AS_TCP_ACCEPT };
 
-ncclResult_t gdr_rdma_accept(void *listen_comm, void **recv_comm) {
-  *recv_comm = NULL;
-  struct gdr_rdma_listen *l = listen_comm;
+/* The sender's handshake: the QPs it asks for, this side's RDMA part (or TCP from the start), our QPs to RTS. */
+static ncclResult_t as_recv_hs(struct gdr_rdma_comm *c, int *wait) {
+  int done = 0;
+  ncclResult_t res = hs_recv(c, GDR_RDMA_BLOB_HS, &c->remote, sizeof(c->remote), "the sender's handshake", &done);
+  if (res != ncclSuccess || (*wait = !done)) return res;
+  const char *bad = gdr_rdma_hs_check(&c->remote, GDR_RDMA_ROLE_SEND);
+  if (bad) {
+    GDR_WARN("%s: malformed RDMA handshake from %s: %s; connection rejected", c->dev->name, c->peer, bad);
+    return ncclRemoteError;
+  }
+  c->nqps = c->remote.nqps; /* the sender decides */
+  c->split = c->remote.split;
+  if (c->nqps != gdr_rdma.nqps * c->ndevs || c->split != gdr_rdma.split)
+    GDR_INFO(NCCL_NET, "%s: sender %s asks %d QPs split %d (local setting %d per device, split %d; %d device(s)): "
+             "following the sender",
+             c->dev->name, c->peer, c->nqps, c->split, gdr_rdma.nqps, gdr_rdma.split, c->ndevs);
+  if (c->ndevs > c->nqps) { /* every device carries a QP: the devices past the QPs are left out */
+    GDR_INFO(NCCL_NET, "%s: %d QP(s) for %d devices: the connection runs on the first %d", c->desc, c->nqps,
+             c->ndevs, c->nqps);
+    c->ndevs = c->nqps;
+    set_desc(c);
+  }
+  const char *tcp_why = (c->remote.caps & GDR_RDMA_CAP_TCP_ONLY) ? "the sender's RDMA part failed"
+                        : comm_lost(c)                          ? "the device is lost (DEVICE_FATAL)"
+                        : comm_setup_verbs(c) != ncclSuccess    ? "setting up the RDMA part failed"
+                                                                : NULL;
+  if (tcp_why != NULL && go_tcp_only(c, tcp_why) != 0) return ncclSystemError;
+  if ((res = fill_local_hs(c, GDR_RDMA_ROLE_RECV)) != ncclSuccess) return res;
+  if (!c->tcp_only) {
+    res = connect_qps(c, GDR_RDMA_ROLE_SEND);
+    if (res == ncclRemoteError) return res;
+    if (res != ncclSuccess) {
+      if (go_tcp_only(c, "bringing the QPs to RTS failed") != 0) return res;
+      if ((res = fill_local_hs(c, GDR_RDMA_ROLE_RECV)) != ncclSuccess) return res;
+    }
+  }
+  c->stage = AS_SEND_HS;
+  return ncclSuccess;
+}
+
+static ncclResult_t as_send_hs(struct gdr_rdma_comm *c, int *wait) {
+  int done = 0;
+  ncclResult_t res = hs_send(c, GDR_RDMA_BLOB_HS, &c->local, sizeof(c->local), "sending our handshake", &done);
+  if (res != ncclSuccess || (*wait = !done)) return res;
+  c->stage = AS_RECV_READY;
+  return ncclSuccess;
+}
+
+/* READY: connected; READY_TCP (the sender's RDMA part failed after ours was up, or ours did): TCP from the start,
+ * through a TCP listener of this side. */
+static ncclResult_t as_recv_ready(struct gdr_rdma_comm *c, int *wait) {
+  int done = 0;
+  ncclResult_t res = hs_recv(c, GDR_RDMA_BLOB_READY, &c->ready_word, sizeof(c->ready_word), "READY", &done);
+  if (res != ncclSuccess || (*wait = !done)) return res;
+  if (c->ready_word == GDR_RDMA_BLOB_READY && !c->tcp_only) {
+    c->stage = 0;
+    return ncclSuccess;
+  }
+  if (c->ready_word != GDR_RDMA_READY_TCP) {
+    GDR_WARN("%s: bad READY from %s; connection rejected", c->dev->name, c->peer);
+    return ncclRemoteError;
+  }
+  if (go_tcp_only(c, c->tcp_only ? c->fb.reason : "the sender could not bring its QPs up") != 0)
+    return ncclSystemError;
+  memset(&c->fb.tcp_handle, 0, sizeof(c->fb.tcp_handle));
+  struct gdr_conn_opts to = gdr_rdma_tcp_opts(c->tc);
+  if ((res = gdr_transport_tcp.listen(gdr_rdma.tcp_dev, &to, &c->fb.tcp_handle, &c->fb.tcp_listen)) != ncclSuccess)
+    return res;
+  c->stage = AS_SEND_TCPH;
+  return ncclSuccess;
+}
+
+static ncclResult_t as_send_tcph(struct gdr_rdma_comm *c, int *wait) {
+  int done = 0;
+  ncclResult_t res = hs_send(c, GDR_RDMA_BLOB_TCPH, &c->fb.tcp_handle, sizeof(c->fb.tcp_handle),
+                             "sending our TCP listener", &done);
+  if (res != ncclSuccess || (*wait = !done)) return res;
+  c->stage = AS_TCP_ACCEPT;
+  return ncclSuccess;
+}
+
+static ncclResult_t as_tcp_accept(struct gdr_rdma_comm *c, int *wait) {
+  void *tc = NULL;
+  ncclResult_t res = gdr_transport_tcp.accept(c->fb.tcp_listen, &tc);
+  if (res != ncclSuccess) return res;
+  if (tc == NULL) {
+    *wait = 1;
+    return stage_deadline(c, "the TCP connection");
+  }
+  (void)gdr_transport_tcp.close_listen(c->fb.tcp_listen);
+  c->fb.tcp_listen = NULL;
+  tcp_only_done(c, tc);
+  c->stage = 0;
+  return ncclSuccess;
+}
+
+static hs_stage_fn *const accept_stages[] = {
+    [AS_RECV_HS] = as_recv_hs,
+    [AS_SEND_HS] = as_send_hs,
+    [AS_RECV_READY] = as_recv_ready,
+    [AS_SEND_TCPH] = as_send_tcph,
+    [AS_TCP_ACCEPT] = as_tcp_accept,
+};
+
+/* A new connection at the listener: through the TCP door (a peer without RDMA: *recv_comm, done), or on the
+ * listener's socket (l->pending, its handshake to run). Nothing yet: neither. */
+static ncclResult_t accept_start(struct gdr_rdma_listen *l, void **recv_comm) {
   ncclResult_t res = ncclSuccess;
-  struct gdr_rdma_comm *c = l->pending;
-  if (c == NULL && l->door != NULL) { /* a peer without RDMA, through the TCP door */
+  struct gdr_stream s;
+  struct gdr_rdma_comm *c;
+  int got = 0;
+  if (l->door != NULL) { /* a peer without RDMA, through the TCP door */
     void *tc = NULL;
     GDR_CHECK(gdr_transport_tcp.accept(l->door, &tc));
     if (tc != NULL) {
@@ -1139,130 +1284,40 @@ ncclResult_t gdr_rdma_accept(void *listen_comm, void **recv_comm) {
       return ncclSuccess;
     }
   }
+  GDR_CHECK(gdr_listener_poll(&l->l, &s, &got));
+  if (!got) return ncclSuccess;
+  c = comm_alloc(l->devs, l->ndevs, GDR_RCOMM_RECV);
   if (c == NULL) {
-    struct gdr_stream s;
-    int got = 0;
-    ncclResult_t r = gdr_listener_poll(&l->l, &s, &got);
-    if (r != ncclSuccess) return r;
-    if (!got) return ncclSuccess;
-    c = comm_alloc(l->devs, l->ndevs, GDR_RCOMM_RECV);
-    if (c == NULL) {
-      close(s.fd);
-      return ncclSystemError;
-    }
-    c->tc = l->tc;
-    l->pending = c;
-    GDR_CHECK(ctrl_established(c, s.fd, &s.peer));
-    arm_deadline(c);
-    c->stage = AS_RECV_HS;
+    close(s.fd);
+    return ncclSystemError;
   }
-  switch (c->stage) {
-  case AS_RECV_HS: {
-    int done = 0;
-    GDR_CHECK(hs_recv(c, GDR_RDMA_BLOB_HS, &c->remote, sizeof(c->remote), "the sender's handshake", &done));
-    if (!done) return ncclSuccess;
-    const char *bad = gdr_rdma_hs_check(&c->remote, GDR_RDMA_ROLE_SEND);
-    if (bad) {
-      GDR_WARN("%s: malformed RDMA handshake from %s: %s; connection rejected", c->dev->name, c->peer, bad);
-      res = ncclRemoteError;
-      goto out;
-    }
-    c->nqps = c->remote.nqps; /* the sender decides */
-    c->split = c->remote.split;
-    if (c->nqps != gdr_rdma.nqps * c->ndevs || c->split != gdr_rdma.split)
-      GDR_INFO(NCCL_NET, "%s: sender %s asks %d QPs split %d (local setting %d per device, split %d; %d device(s)): "
-               "following the sender",
-               c->dev->name, c->peer, c->nqps, c->split, gdr_rdma.nqps, gdr_rdma.split, c->ndevs);
-    if (c->ndevs > c->nqps) { /* every device carries a QP: the devices past the QPs are left out */
-      GDR_INFO(NCCL_NET, "%s: %d QP(s) for %d devices: the connection runs on the first %d", c->desc, c->nqps,
-               c->ndevs, c->nqps);
-      c->ndevs = c->nqps;
-      set_desc(c);
-    }
-    if (c->remote.caps & GDR_RDMA_CAP_TCP_ONLY) {
-      if (go_tcp_only(c, "the sender's RDMA part failed") != 0) {
-        res = ncclSystemError;
-        goto out;
-      }
-    } else if (comm_lost(c)) {
-      if (go_tcp_only(c, "the device is lost (DEVICE_FATAL)") != 0) {
-        res = ncclSystemError;
-        goto out;
-      }
-    } else if (comm_setup_verbs(c) != ncclSuccess) {
-      if (go_tcp_only(c, "setting up the RDMA part failed") != 0) {
-        res = ncclSystemError;
-        goto out;
-      }
-    }
-    GDR_CHECK(fill_local_hs(c, GDR_RDMA_ROLE_RECV));
-    if (!c->tcp_only) {
-      res = connect_qps(c, GDR_RDMA_ROLE_SEND);
-      if (res == ncclRemoteError) goto out;
-      if (res != ncclSuccess) {
-        if (go_tcp_only(c, "bringing the QPs to RTS failed") != 0) goto out;
-        res = ncclSuccess;
-        GDR_CHECK(fill_local_hs(c, GDR_RDMA_ROLE_RECV));
-      }
-    }
-    c->stage = AS_SEND_HS;
-  } /* fall through */
-  case AS_SEND_HS: {
-    int done = 0;
-    GDR_CHECK(hs_send(c, GDR_RDMA_BLOB_HS, &c->local, sizeof(c->local), "sending our handshake", &done));
-    if (!done) return ncclSuccess;
-    c->stage = AS_RECV_READY;
-  } /* fall through */
-  case AS_RECV_READY: {
-    int done = 0;
-    GDR_CHECK(hs_recv(c, GDR_RDMA_BLOB_READY, &c->ready_word, sizeof(c->ready_word), "READY", &done));
-    if (!done) return ncclSuccess;
-    if (c->ready_word == GDR_RDMA_BLOB_READY && !c->tcp_only) break;
-    if (c->ready_word != GDR_RDMA_READY_TCP) {
-      GDR_WARN("%s: bad READY from %s; connection rejected", c->dev->name, c->peer);
-      res = ncclRemoteError;
-      goto out;
-    }
-    /* the sender's RDMA part failed after ours was up, or ours did: TCP from the start */
-    if (go_tcp_only(c, c->tcp_only ? c->fb.reason : "the sender could not bring its QPs up") != 0) {
-      res = ncclSystemError;
-      goto out;
-    }
-    memset(&c->fb.tcp_handle, 0, sizeof(c->fb.tcp_handle));
-    struct gdr_conn_opts to = gdr_rdma_tcp_opts(c->tc);
-    GDR_CHECK(gdr_transport_tcp.listen(gdr_rdma.tcp_dev, &to, &c->fb.tcp_handle, &c->fb.tcp_listen));
-    c->stage = AS_SEND_TCPH;
-  } /* fall through */
-  case AS_SEND_TCPH: {
-    int done = 0;
-    GDR_CHECK(hs_send(c, GDR_RDMA_BLOB_TCPH, &c->fb.tcp_handle, sizeof(c->fb.tcp_handle), "sending our TCP listener",
-                      &done));
-    if (!done) return ncclSuccess;
-    c->stage = AS_TCP_ACCEPT;
-  } /* fall through */
-  case AS_TCP_ACCEPT: {
-    void *tc = NULL;
-    GDR_CHECK(gdr_transport_tcp.accept(c->fb.tcp_listen, &tc));
-    if (tc == NULL) {
-      GDR_CHECK(stage_deadline(c, "the TCP connection"));
-      return ncclSuccess;
-    }
-    (void)gdr_transport_tcp.close_listen(c->fb.tcp_listen);
-    c->fb.tcp_listen = NULL;
-    tcp_only_done(c, tc);
-    break;
+  c->tc = l->tc;
+  l->pending = c;
+  GDR_CHECK(ctrl_established(c, s.fd, &s.peer));
+  arm_deadline(c);
+  c->stage = AS_RECV_HS;
+out:
+  return res;
+}
+
+ncclResult_t gdr_rdma_accept(void *listen_comm, void **recv_comm) {
+  struct gdr_rdma_listen *l = listen_comm;
+  ncclResult_t res = ncclSuccess;
+  int wait = 0;
+  *recv_comm = NULL;
+  if (l->pending == NULL) {
+    GDR_CHECK(accept_start(l, recv_comm));
+    if (*recv_comm != NULL || l->pending == NULL) return ncclSuccess;
   }
-  default:
-    res = ncclInternalError;
-    goto out;
-  }
-  c->stage = 0;
+  struct gdr_rdma_comm *c = l->pending;
+  GDR_CHECK(run_stages(c, accept_stages, (int)(sizeof(accept_stages) / sizeof(accept_stages[0])), &wait));
+  if (wait) return ncclSuccess;
   l->pending = NULL;
   *recv_comm = c;
   return ncclSuccess;
 out:
+  comm_free(l->pending);
   l->pending = NULL;
-  comm_free(c);
   return res;
 }
 
