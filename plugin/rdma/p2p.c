@@ -221,30 +221,24 @@ ncclResult_t gdr_rdma_post_imm(struct gdr_rdma_comm *c, int slot) {
   return ncclSuccess;
 }
 
-ncclResult_t gdr_rdma_dp_isend(struct gdr_rdma_comm *c, void *data, size_t size, int tag, void *mhandle,
-                               void **request) {
-  ncclResult_t res = ncclSuccess;
-  *request = NULL;
-  if (size > GDR_RDMA_MAX_MSG) { /* (the core refuses it first: maxP2pBytes) */
-    GDR_WARN("isend of %zu bytes to %s: more than %llu bytes in one message", size, c->peer,
-             (unsigned long long)GDR_RDMA_MAX_MSG);
-    return ncclInvalidArgument;
-  }
-  const int slot = (int)(c->head % GDR_RDMA_FIFO_SLOTS);
+/* The clear-to-send of message #head, written by the receiver's RDMA WRITE: its n entries have all landed and the
+ * slot is free (test() released message #head-32): n; 0: not yet; -1: a corrupt entry (the connection failed). The
+ * first isend of the message takes the slot. */
+static int cts_of_head(struct gdr_rdma_comm *c, int slot) {
   const uint64_t want = c->head + 1;
   struct gdr_cts_entry *e = c->fifo[slot].e;
   struct gdr_rdma_smsg *m = &c->smsg[slot];
-  if (__atomic_load_n(&e[0].seq, __ATOMIC_ACQUIRE) != want) return ncclSuccess; /* no clear-to-send yet */
+  if (__atomic_load_n(&e[0].seq, __ATOMIC_ACQUIRE) != want) return 0; /* no clear-to-send yet */
   /* the slot still holds requests of message #head-32 that NCCL has not tested yet */
-  if (m->live && m->seq != c->head) return ncclSuccess;
+  if (m->live && m->seq != c->head) return 0;
   int n = __atomic_load_n(&e[0].nreqs, __ATOMIC_RELAXED);
   if (n < 1 || n > GDR_RDMA_MAX_RECVS) {
     gdr_rdma_comm_fail(c, ncclRemoteError, "corrupt clear-to-send entry #%llu from the receiver (n = %d)",
                        (unsigned long long)c->head, n);
-    return gdr_rdma_comm_check(c);
+    return -1;
   }
   for (int r = 1; r < n; r++)
-    if (__atomic_load_n(&e[r].seq, __ATOMIC_ACQUIRE) != want) return ncclSuccess; /* still landing */
+    if (__atomic_load_n(&e[r].seq, __ATOMIC_ACQUIRE) != want) return 0; /* still landing */
   /* (each seq load above is an acquire: the entries' other fields are read after all of them) */
   if (m->matched == 0) { /* the first isend of this message (only its n parts are cleared: they are all it uses) */
     m->seq = c->head;
@@ -255,21 +249,18 @@ ncclResult_t gdr_rdma_dp_isend(struct gdr_rdma_comm *c, void *data, size_t size,
     m->imm_req = NULL;
     memset(m->part, 0, (size_t)n * sizeof(m->part[0]));
   }
+  return n;
+}
 
-  /* The entries' fields are read with relaxed atomic loads: after a recovery the receiver writes the clear-to-send
-   * of an incomplete receive again (the same bytes) while this side may be reading it. */
-  int r = 0;
-  for (; r < n; r++)
-    if (m->part[r].req == NULL && !m->part[r].posted && __atomic_load_n(&e[r].tag, __ATOMIC_RELAXED) == (uint32_t)tag)
-      break;
-  if (r == n) return ncclSuccess; /* no buffer with this tag in the group (yet) */
-
-  const uint64_t cap = __atomic_load_n(&e[r].size, __ATOMIC_RELAXED);
-  const uint64_t raddr = __atomic_load_n(&e[r].addr, __ATOMIC_RELAXED);
-  struct gdr_rdma_part *pt = &m->part[r];
+/* The receiver's buffer r for this send (its address and keys into the part): ncclSuccess when the send fits it;
+ * else the error (a send larger than the receive, a missing memory handle, a corrupt entry). */
+static ncclResult_t part_check(struct gdr_rdma_comm *c, const struct gdr_cts_entry *e, struct gdr_rdma_part *pt,
+                               size_t size, int tag, const struct gdr_rdma_mh *mh) {
+  const uint64_t cap = __atomic_load_n(&e->size, __ATOMIC_RELAXED);
+  const uint64_t raddr = __atomic_load_n(&e->addr, __ATOMIC_RELAXED);
   int nokey = 0;
   for (int k = 0; k < c->remote.ndevs; k++) { /* (into the part: it is unused until this isend takes it) */
-    pt->rkey[k] = __atomic_load_n(&e[r].rkey[k], __ATOMIC_RELAXED);
+    pt->rkey[k] = __atomic_load_n(&e->rkey[k], __ATOMIC_RELAXED);
     nokey |= pt->rkey[k] == 0;
   }
   if (size > cap) {
@@ -281,7 +272,6 @@ ncclResult_t gdr_rdma_dp_isend(struct gdr_rdma_comm *c, void *data, size_t size,
     c->health.warned = 1; /* said above */
     return ncclInvalidUsage;
   }
-  struct gdr_rdma_mh *mh = mhandle;
   if (size > 0 && (mh == NULL || mh->magic != GDR_RDMA_MH_MAGIC || mh->n < c->ndevs)) {
     GDR_WARN("isend of %zu bytes to %s without a memory handle of this connection", size, c->peer);
     return ncclInvalidUsage;
@@ -293,6 +283,37 @@ ncclResult_t gdr_rdma_dp_isend(struct gdr_rdma_comm *c, void *data, size_t size,
                        (unsigned long long)c->head, (unsigned long long)raddr, (unsigned long long)cap, pt->rkey[0]);
     return gdr_rdma_comm_check(c);
   }
+  pt->raddr = raddr;
+  return ncclSuccess;
+}
+
+ncclResult_t gdr_rdma_dp_isend(struct gdr_rdma_comm *c, void *data, size_t size, int tag, void *mhandle,
+                               void **request) {
+  ncclResult_t res = ncclSuccess;
+  *request = NULL;
+  if (size > GDR_RDMA_MAX_MSG) { /* (the core refuses it first: maxP2pBytes) */
+    GDR_WARN("isend of %zu bytes to %s: more than %llu bytes in one message", size, c->peer,
+             (unsigned long long)GDR_RDMA_MAX_MSG);
+    return ncclInvalidArgument;
+  }
+  const int slot = (int)(c->head % GDR_RDMA_FIFO_SLOTS);
+  struct gdr_cts_entry *e = c->fifo[slot].e;
+  struct gdr_rdma_smsg *m = &c->smsg[slot];
+  const int n = cts_of_head(c, slot);
+  if (n < 0) return gdr_rdma_comm_check(c);
+  if (n == 0) return ncclSuccess;
+
+  /* The entries' fields are read with relaxed atomic loads: after a recovery the receiver writes the clear-to-send
+   * of an incomplete receive again (the same bytes) while this side may be reading it. */
+  int r = 0;
+  for (; r < n; r++)
+    if (m->part[r].req == NULL && !m->part[r].posted && __atomic_load_n(&e[r].tag, __ATOMIC_RELAXED) == (uint32_t)tag)
+      break;
+  if (r == n) return ncclSuccess; /* no buffer with this tag in the group (yet) */
+
+  struct gdr_rdma_part *pt = &m->part[r];
+  struct gdr_rdma_mh *mh = mhandle;
+  GDR_CHECK(part_check(c, &e[r], pt, size, tag, mh));
   struct gdr_rdma_req *req = gdr_rdma_req_get(c);
   if (req == NULL) return ncclSuccess; /* all requests in use: try again later */
   req->type = GDR_RREQ_SEND;
@@ -309,7 +330,6 @@ ncclResult_t gdr_rdma_dp_isend(struct gdr_rdma_comm *c, void *data, size_t size,
   pt->data = data;
   pt->size = size;
   pt->mh = mh;
-  pt->raddr = raddr;
   c->sizes_src[slot].size[r] = size;
   if (n == 1 && size > GDR_IMM_SIZE_MAX) m->row = 1; /* the imm cannot say it: the size rides in the row */
   m->live++;
