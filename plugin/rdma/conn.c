@@ -21,7 +21,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../tcp/tcp.h"
+#include "fb_tcp.h"
 #include "gid.h"
 #include "rdma.h"
 
@@ -611,9 +611,9 @@ static void comm_free(struct gdr_rdma_comm *c) {
   /* what a connection that ends half-way leaves: the TCP listener of an accept waiting for the TCP connection
    * (closeListen with the accept pending, or its deadline), and a TCP connect still in flight (the connect stage's
    * deadline, or a move to TCP that failed while connecting) */
-  if (c->fb.tcp_listen) (void)gdr_transport_tcp.close_listen(c->fb.tcp_listen);
+  if (c->fb.tcp_listen) gdr_fb_tcp_close_listen(c->fb.tcp_listen);
   c->fb.tcp_listen = NULL;
-  gdr_tcp_connect_abort(&c->fb.tcp_handle);
+  gdr_fb_tcp_connect_abort(&c->fb.tcp_handle);
   if (c->stage > 0 && c->kind == GDR_RCOMM_SEND && c->fd < 0) gdr_connector_abort(&c->connector);
   if (c->fd >= 0) gdr_sock_close_graceful(c->fd, c->desc);
   pthread_mutex_destroy(&c->svc_mu);
@@ -858,12 +858,9 @@ static ncclResult_t devs_check(int dev, const struct gdr_conn_opts *opts) {
 static void open_door(struct gdr_rdma_listen *l) {
   struct gdr_conn_opts to = gdr_rdma_tcp_opts(l->tc);
   struct gdr_handle *h = &l->door_handle;
-  union gdr_sockaddr a;
   memset(h, 0, sizeof(*h));
-  if (gdr_tcp_dev_addr(gdr_rdma.tcp_dev, &a) != ncclSuccess || a.sa.sa_family != gdr_rdma.if_addr.sa.sa_family ||
-      (a.sa.sa_family == AF_INET && a.sin.sin_addr.s_addr != gdr_rdma.if_addr.sin.sin_addr.s_addr) ||
-      (a.sa.sa_family == AF_INET6 && memcmp(&a.sin6.sin6_addr, &gdr_rdma.if_addr.sin6.sin6_addr, 16) != 0) ||
-      gdr_transport_tcp.listen(gdr_rdma.tcp_dev, &to, h, &l->door) != ncclSuccess) {
+  if (!gdr_fb_tcp_dev_at(gdr_rdma.tcp_dev, &gdr_rdma.if_addr) ||
+      gdr_fb_tcp_listen(gdr_rdma.tcp_dev, &to, h, &l->door) != ncclSuccess) {
     l->door = NULL;
     l->l.caps &= ~GDR_CAP_TCP;
   }
@@ -895,7 +892,7 @@ ncclResult_t gdr_rdma_close_listen(void *listen_comm) {
   struct gdr_rdma_listen *l = listen_comm;
   if (l == NULL) return ncclSuccess;
   comm_free(l->pending);
-  if (l->door != NULL) (void)gdr_transport_tcp.close_listen(l->door);
+  if (l->door != NULL) gdr_fb_tcp_close_listen(l->door);
   gdr_listener_close(&l->l);
   free(l);
   return ncclSuccess;
@@ -961,13 +958,13 @@ enum { CS_TCP = 1, CS_SEND_HS, CS_RECV_HS, CS_SEND_READY, CS_RECV_TCPH, CS_TCP_C
 /* A TCP comm of a mixed pair inside an RDMA comm of this side (TCP from the start): its one INFO line. */
 static struct gdr_rdma_comm *wrap_tcp_peer(const int *devs, int ndevs, int kind, void *tc) {
   struct gdr_rdma_comm *c = comm_alloc(devs, ndevs, kind);
+  uint32_t peer_caps = 0;
   char m[200];
   if (c == NULL) return NULL;
-  snprintf(c->peer, sizeof(c->peer), "%s", ((struct tcp_comm *)tc)->peer_str);
+  snprintf(c->peer, sizeof(c->peer), "%s", gdr_fb_tcp_peer(tc, &peer_caps));
   set_desc(c);
   c->tcp_only = 1;
-  snprintf(c->fb.reason, sizeof(c->fb.reason), "%s",
-           gdr_mixed_str(gdr_rdma_caps(), ((struct tcp_comm *)tc)->peer_caps, m, sizeof(m)));
+  snprintf(c->fb.reason, sizeof(c->fb.reason), "%s", gdr_mixed_str(gdr_rdma_caps(), peer_caps, m, sizeof(m)));
   tcp_only_done(c, tc);
   return c;
 }
@@ -982,11 +979,11 @@ static ncclResult_t connect_tcp_peer(int dev, const struct gdr_conn_opts *opts, 
   struct gdr_rdma_comm *c;
   if (devs_check(dev, opts) != ncclSuccess) return ncclInvalidArgument;
   if (!(gdr_rdma_caps() & GDR_CAP_TCP)) return gdr_connect_refuse(handle, GDR_TP_RDMA, gdr_rdma_caps());
-  GDR_CHECK(gdr_transport_tcp.connect(gdr_rdma.tcp_dev, &to, handle, &tc));
+  GDR_CHECK(gdr_fb_tcp_connect(gdr_rdma.tcp_dev, &to, handle, &tc));
   if (tc == NULL) return ncclSuccess; /* in progress (its state is in the handle) */
   c = wrap_tcp_peer(opts->devs, opts->ndevs, GDR_RCOMM_SEND, tc);
   if (c == NULL) {
-    (void)gdr_transport_tcp.close_send(tc);
+    gdr_fb_tcp_close(tc, 1);
     return ncclSystemError;
   }
   *send_comm = c;
@@ -1063,7 +1060,7 @@ static ncclResult_t cs_recv_tcph(struct gdr_rdma_comm *c, int *wait) {
 static ncclResult_t cs_tcp_connect(struct gdr_rdma_comm *c, int *wait) {
   void *tc = NULL;
   struct gdr_conn_opts to = gdr_rdma_tcp_opts(c->tc);
-  ncclResult_t res = gdr_transport_tcp.connect(gdr_rdma.tcp_dev, &to, &c->fb.tcp_handle, &tc);
+  ncclResult_t res = gdr_fb_tcp_connect(gdr_rdma.tcp_dev, &to, &c->fb.tcp_handle, &tc);
   if (res != ncclSuccess) return res;
   if (tc == NULL) {
     *wait = 1;
@@ -1226,7 +1223,7 @@ static ncclResult_t as_recv_ready(struct gdr_rdma_comm *c, int *wait) {
     return ncclSystemError;
   memset(&c->fb.tcp_handle, 0, sizeof(c->fb.tcp_handle));
   struct gdr_conn_opts to = gdr_rdma_tcp_opts(c->tc);
-  if ((res = gdr_transport_tcp.listen(gdr_rdma.tcp_dev, &to, &c->fb.tcp_handle, &c->fb.tcp_listen)) != ncclSuccess)
+  if ((res = gdr_fb_tcp_listen(gdr_rdma.tcp_dev, &to, &c->fb.tcp_handle, &c->fb.tcp_listen)) != ncclSuccess)
     return res;
   c->stage = AS_SEND_TCPH;
   return ncclSuccess;
@@ -1243,13 +1240,13 @@ static ncclResult_t as_send_tcph(struct gdr_rdma_comm *c, int *wait) {
 
 static ncclResult_t as_tcp_accept(struct gdr_rdma_comm *c, int *wait) {
   void *tc = NULL;
-  ncclResult_t res = gdr_transport_tcp.accept(c->fb.tcp_listen, &tc);
+  ncclResult_t res = gdr_fb_tcp_accept(c->fb.tcp_listen, &tc);
   if (res != ncclSuccess) return res;
   if (tc == NULL) {
     *wait = 1;
     return stage_deadline(c, "the TCP connection");
   }
-  (void)gdr_transport_tcp.close_listen(c->fb.tcp_listen);
+  gdr_fb_tcp_close_listen(c->fb.tcp_listen);
   c->fb.tcp_listen = NULL;
   tcp_only_done(c, tc);
   c->stage = 0;
@@ -1273,11 +1270,11 @@ static ncclResult_t accept_start(struct gdr_rdma_listen *l, void **recv_comm) {
   int got = 0;
   if (l->door != NULL) { /* a peer without RDMA, through the TCP door */
     void *tc = NULL;
-    GDR_CHECK(gdr_transport_tcp.accept(l->door, &tc));
+    GDR_CHECK(gdr_fb_tcp_accept(l->door, &tc));
     if (tc != NULL) {
       c = wrap_tcp_peer(l->devs, l->ndevs, GDR_RCOMM_RECV, tc);
       if (c == NULL) {
-        (void)gdr_transport_tcp.close_recv(tc);
+        gdr_fb_tcp_close(tc, 0);
         return ncclSystemError;
       }
       *recv_comm = c;

@@ -7,8 +7,8 @@
 #include <unistd.h>
 
 #include "../cuda.h"
+#include "fb_tcp.h"
 #include "gid.h"
-#include "../tcp/tcp.h"
 #include "rdma.h"
 
 struct gdr_rdma_state gdr_rdma;
@@ -572,24 +572,14 @@ static int open_port(struct ibv_device *ibdev, const struct ibv_device_attr *da,
 /* The TCP transport a connection falls back to (GDRNET_FALLBACK=1): its device on the handshake's interface. */
 static void init_fallback(void) {
   char w[256] = "";
-  int n = 0;
   gdr_rdma.tcp_ok = 0;
   gdr_rdma.tcp_dev = 0;
   if (gdr_param_int(GDR_PARAM_FALLBACK) == 0) return;
-  if (gdr_transport_tcp.init(&n, w, sizeof(w)) != ncclSuccess || n <= 0) {
+  if (gdr_fb_tcp_init(&gdr_rdma.if_addr, &gdr_rdma.tcp_dev, w, sizeof(w)) != 0) {
     GDR_WARN("GDRNET_FALLBACK=1 but the TCP transport cannot work here (%s): an RDMA connection that cannot be "
              "recovered fails instead of moving to TCP",
              w[0] ? w : "no usable IP interface");
     return;
-  }
-  for (int d = 0; d < n; d++) {
-    union gdr_sockaddr a;
-    if (gdr_tcp_dev_addr(d, &a) != ncclSuccess || a.sa.sa_family != gdr_rdma.if_addr.sa.sa_family) continue;
-    if ((a.sa.sa_family == AF_INET && a.sin.sin_addr.s_addr == gdr_rdma.if_addr.sin.sin_addr.s_addr) ||
-        (a.sa.sa_family == AF_INET6 && memcmp(&a.sin6.sin6_addr, &gdr_rdma.if_addr.sin6.sin6_addr, 16) == 0)) {
-      gdr_rdma.tcp_dev = d;
-      break;
-    }
   }
   gdr_rdma.tcp_ok = 1;
   GDR_INFO(NCCL_NET | NCCL_INIT, "fallback: an RDMA connection that cannot be recovered moves to TCP device %d (%s)",
@@ -834,6 +824,6 @@ void gdr_rdma_quiesce(void) {
 void gdr_rdma_fini(void) {
   for (int i = 0; i < gdr_rdma.ndevs; i++) close_dev(&gdr_rdma.devs[i]);
   gdr_rdma.ndevs = 0;
-  if (gdr_rdma.tcp_ok && gdr_transport_tcp.fini) gdr_transport_tcp.fini();
+  if (gdr_rdma.tcp_ok) gdr_fb_tcp_fini();
   gdr_rdma.tcp_ok = 0;
 }

@@ -35,8 +35,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "../cuda.h"
-#include "../tcp/tcp.h"
+#include "fb_tcp.h"
 #include "rdma.h"
 
 #define PROBE_MIN_NS 100000000ull   /* the way back is first probed 100 ms after the move, */
@@ -99,9 +98,9 @@ static int tag_counts(const struct gdr_rdma_comm *c, struct gdr_rdma_back_tag *v
   const struct gdr_rdma_fb *fb = &c->fb;
   int tags[GDR_RDMA_BACK_MAX_TAGS], n = 0;
   uint64_t cnt[GDR_RDMA_BACK_MAX_TAGS];
-  int k = gdr_tcp_tag_counts(fb->tcp, tags, cnt, GDR_RDMA_BACK_MAX_TAGS);
+  int k = gdr_fb_tcp_tag_counts(fb->tcp, tags, cnt, GDR_RDMA_BACK_MAX_TAGS);
   if (k > GDR_RDMA_BACK_MAX_TAGS) return -1;
-  for (int i = 0; i < k; i++) (void)tags_add(v, &n, tags[i], gdr_tcp_tag_count(fb->tcp, tags[i]));
+  for (int i = 0; i < k; i++) (void)tags_add(v, &n, tags[i], gdr_fb_tcp_tag_count(fb->tcp, tags[i]));
   for (int i = fb->qhead; i != fb->qtail; i++) {
     const struct gdr_rdma_req *q = fb->queue[i % GDR_FB_QUEUE];
     if (is_sender(c)) {
@@ -124,18 +123,10 @@ static ncclResult_t send_counts(struct gdr_rdma_comm *c, int type, const struct 
 
 /* Sender: messages with this tag still owed to TCP (below the bound the receiver named). */
 static int tcp_owed(const struct gdr_rdma_comm *c, int tag) {
-  return gdr_tcp_tag_count(c->fb.tcp, tag) < tags_of(c->fb.bound, c->fb.nbound, tag);
+  return gdr_fb_tcp_tag_count(c->fb.tcp, tag) < tags_of(c->fb.bound, c->fb.nbound, tag);
 }
 
 /* ---------------------------------------------------------------------------------------------- moving -- */
-
-/* The TCP mhandle for a buffer of this registration: the driver says whether it is GPU memory (DMA-BUF and
- * nvidia-peermem registrations normally are; the emulator registers host memory that way on CPU hosts). */
-static ncclResult_t tcp_mr_of(const struct gdr_rdma_mh *mh, void *data, size_t size, struct tcp_mr *out) {
-  enum gdr_mem_kind kind = GDR_MEM_HOST;
-  if (mh != NULL && mh->kind != GDR_REG_HOST) (void)gdr_cuda_ptr_kind(data, &kind, NULL);
-  return gdr_tcp_mr_make(data, size, kind == GDR_MEM_CUDA ? NCCL_PTR_CUDA : NCCL_PTR_HOST, out);
-}
 
 static void enqueue(struct gdr_rdma_comm *c, struct gdr_rdma_req *r) {
   r->on_tcp = 1;
@@ -147,7 +138,7 @@ static ncclResult_t open_listener(struct gdr_rdma_comm *c) {
   struct gdr_conn_opts to = gdr_conn_opts_one(c->fb.tcp_dev);
   to.traffic_class = c->tc;
   memset(&c->fb.tcp_handle, 0, sizeof(c->fb.tcp_handle));
-  return gdr_transport_tcp.listen(c->fb.tcp_dev, &to, &c->fb.tcp_handle, &c->fb.tcp_listen);
+  return gdr_fb_tcp_listen(c->fb.tcp_dev, &to, &c->fb.tcp_handle, &c->fb.tcp_listen);
 }
 
 static ncclResult_t send_rstate(struct gdr_rdma_comm *c) {
@@ -276,7 +267,7 @@ static void sender_apply(struct gdr_rdma_comm *c) {
   GDR_INFO(NCCL_NET, "%s: move %u: the receiver has %llu message(s) (incomplete mask 0x%x), this side sent up to #%llu; "
            "%d partly placed; %d request(s) to TCP from TCP message %llu", c->desc, c->fb.epoch,
            (unsigned long long)p->head, p->incomplete, (unsigned long long)c->head, ns, c->fb.qtail - c->fb.qhead,
-           c->fb.tcp ? (unsigned long long)((struct tcp_comm *)c->fb.tcp)->next_seq : 0ull);
+           c->fb.tcp ? (unsigned long long)gdr_fb_tcp_next_seq(c->fb.tcp) : 0ull);
   if (gdr_rdma_ctrl_send(c, GDR_CTRL_FB_SSTATE, c->fb.epoch, 0, 0, sent, (size_t)ns * sizeof(sent[0])) !=
       ncclSuccess)
     return;
@@ -322,7 +313,7 @@ static void receiver_apply(struct gdr_rdma_comm *c, const struct gdr_rdma_fb_sen
   }
   GDR_INFO(NCCL_NET, "%s: move %u: %llu receive(s) posted over RDMA, %d partly placed by the sender; %d receive(s) to TCP "
            "from TCP message %llu", c->desc, c->fb.epoch, (unsigned long long)c->head, ns, c->fb.qtail - c->fb.qhead,
-           c->fb.tcp ? (unsigned long long)((struct tcp_comm *)c->fb.tcp)->next_seq : 0ull);
+           c->fb.tcp ? (unsigned long long)gdr_fb_tcp_next_seq(c->fb.tcp) : 0ull);
   /* a GDR flush waiting on the destroyed flush QP: the writes it orders were made by the NIC long ago */
   for (int i = 0; i < c->nreqs_pool; i++)
     if (c->reqs[i].type == GDR_RREQ_FLUSH && c->reqs[i].events > 0) c->reqs[i].events = 0;
@@ -337,9 +328,9 @@ static void tcp_connect_step(struct gdr_rdma_comm *c) {
   struct gdr_conn_opts to = gdr_conn_opts_one(fb->tcp_dev);
   to.traffic_class = c->tc;
   if (tc == NULL && is_sender(c))
-    r = gdr_transport_tcp.connect(fb->tcp_dev, &to, &fb->tcp_handle, &tc);
+    r = gdr_fb_tcp_connect(fb->tcp_dev, &to, &fb->tcp_handle, &tc);
   else if (tc == NULL)
-    r = gdr_transport_tcp.accept(fb->tcp_listen, &tc);
+    r = gdr_fb_tcp_accept(fb->tcp_listen, &tc);
   /* else an earlier fallback's TCP connection carries on */
   if (r != ncclSuccess) {
     fail(c, r, "the fallback's TCP connection could not be set up (see the WARN above)");
@@ -348,7 +339,7 @@ static void tcp_connect_step(struct gdr_rdma_comm *c) {
   if (tc == NULL) return;
   fb->tcp = tc;
   if (fb->tcp_listen) {
-    (void)gdr_transport_tcp.close_listen(fb->tcp_listen);
+    gdr_fb_tcp_close_listen(fb->tcp_listen);
     fb->tcp_listen = NULL;
   }
   fb->path = GDR_PATH_TCP;
@@ -374,24 +365,20 @@ static void drain_queue(struct gdr_rdma_comm *c) {
     void *treq = NULL;
     ncclResult_t r;
     if (is_sender(c)) {
-      struct tcp_mr mr;
-      r = tcp_mr_of(q->mh[0], q->data[0], q->size, &mr);
-      if (r == ncclSuccess) r = gdr_transport_tcp.isend(fb->tcp, q->data[0], q->size, q->tag, &mr, &treq);
+      r = gdr_fb_tcp_isend(fb->tcp, q->data[0], q->size, q->tag, q->mh[0], &treq);
     } else {
-      void *data[GDR_RDMA_MAX_RECVS], *mhs[GDR_RDMA_MAX_RECVS];
+      void *data[GDR_RDMA_MAX_RECVS];
+      struct gdr_rdma_mh *mhs[GDR_RDMA_MAX_RECVS];
       size_t sizes[GDR_RDMA_MAX_RECVS];
       int tags[GDR_RDMA_MAX_RECVS];
-      struct tcp_mr mrs[GDR_RDMA_MAX_RECVS];
-      r = ncclSuccess;
-      for (int k = 0; k < q->tn && r == ncclSuccess; k++) {
+      for (int k = 0; k < q->tn; k++) { /* the buffers still missing */
         int i = q->tmap[k];
         data[k] = q->data[i];
         sizes[k] = q->cap[i];
         tags[k] = (int)c->cts_src[q->slot].e[i].tag;
-        r = tcp_mr_of(q->mh[i], q->data[i], q->cap[i], &mrs[k]);
-        mhs[k] = &mrs[k];
+        mhs[k] = q->mh[i];
       }
-      if (r == ncclSuccess) r = gdr_transport_tcp.irecv(fb->tcp, q->tn, data, sizes, tags, mhs, &treq);
+      r = gdr_fb_tcp_irecv(fb->tcp, q->tn, data, sizes, tags, mhs, &treq);
     }
     if (r != ncclSuccess) {
       fail(c, r, "handing a request over to the fallback's TCP connection failed");
@@ -879,15 +866,13 @@ void gdr_rdma_fb_step(struct gdr_rdma_comm *c, int *busy) {
 ncclResult_t gdr_rdma_fb_isend(struct gdr_rdma_comm *c, void *data, size_t size, int tag, void *mhandle,
                                void **request) {
   struct gdr_rdma_req *r;
-  struct tcp_mr mr;
   void *treq = NULL;
   ncclResult_t res;
   *request = NULL;
   if (c->fb.qhead != c->fb.qtail) return ncclSuccess; /* the requests handed over first */
   r = gdr_rdma_req_get(c);
   if (r == NULL) return ncclSuccess;
-  res = tcp_mr_of(mhandle, data, size, &mr);
-  if (res == ncclSuccess) res = gdr_transport_tcp.isend(c->fb.tcp, data, size, tag, &mr, &treq);
+  res = gdr_fb_tcp_isend(c->fb.tcp, data, size, tag, mhandle, &treq);
   if (res != ncclSuccess || treq == NULL) {
     r->type = GDR_RREQ_FREE;
     if (res != ncclSuccess) fail(c, res, "the fallback's TCP connection failed an isend");
@@ -910,18 +895,15 @@ ncclResult_t gdr_rdma_fb_isend(struct gdr_rdma_comm *c, void *data, size_t size,
 ncclResult_t gdr_rdma_fb_irecv(struct gdr_rdma_comm *c, int n, void **data, size_t *sizes, int *tags,
                                void **mhandles, void **request) {
   struct gdr_rdma_req *r;
-  struct tcp_mr mrs[GDR_RDMA_MAX_RECVS];
-  void *tmhs[GDR_RDMA_MAX_RECVS], *treq = NULL;
-  ncclResult_t res = ncclSuccess;
+  struct gdr_rdma_mh *mhs[GDR_RDMA_MAX_RECVS];
+  void *treq = NULL;
+  ncclResult_t res;
   *request = NULL;
   if (c->fb.qhead != c->fb.qtail) return ncclSuccess;
   r = gdr_rdma_req_get(c);
   if (r == NULL) return ncclSuccess;
-  for (int i = 0; i < n && res == ncclSuccess; i++) {
-    res = tcp_mr_of(mhandles ? mhandles[i] : NULL, data[i], sizes[i], &mrs[i]);
-    tmhs[i] = &mrs[i];
-  }
-  if (res == ncclSuccess) res = gdr_transport_tcp.irecv(c->fb.tcp, n, data, sizes, tags, tmhs, &treq);
+  for (int i = 0; i < n; i++) mhs[i] = mhandles ? mhandles[i] : NULL;
+  res = gdr_fb_tcp_irecv(c->fb.tcp, n, data, sizes, tags, mhs, &treq);
   if (res != ncclSuccess || treq == NULL) {
     r->type = GDR_RREQ_FREE;
     if (res != ncclSuccess) fail(c, res, "the fallback's TCP connection failed an irecv");
@@ -949,7 +931,7 @@ ncclResult_t gdr_rdma_fb_test(struct gdr_rdma_req *r, int *done, size_t *sizes) 
     size_t ts[GDR_RDMA_MAX_RECVS];
     int d = 0;
     if (r->treq == NULL) return ncclSuccess; /* not handed to TCP yet (the move, or TCP full) */
-    res = gdr_transport_tcp.test(r->treq, &d, ts);
+    res = gdr_fb_tcp_test(r->treq, &d, ts);
     if (res != ncclSuccess) {
       fail(c, res, "the fallback's TCP connection failed (see the WARN above)");
       goto fail;
@@ -980,14 +962,11 @@ fail:
 void gdr_rdma_fb_close(struct gdr_rdma_comm *c) {
   struct gdr_rdma_fb *fb = &c->fb;
   if (fb->tcp) {
-    if (is_sender(c))
-      (void)gdr_transport_tcp.close_send(fb->tcp);
-    else
-      (void)gdr_transport_tcp.close_recv(fb->tcp);
+    gdr_fb_tcp_close(fb->tcp, is_sender(c));
     fb->tcp = NULL;
   }
   if (fb->tcp_listen) {
-    (void)gdr_transport_tcp.close_listen(fb->tcp_listen);
+    gdr_fb_tcp_close_listen(fb->tcp_listen);
     fb->tcp_listen = NULL;
   }
   if (fb->path == GDR_PATH_TCP) {
