@@ -212,203 +212,19 @@ int gdr_rdma_ctrl_eof(struct gdr_rdma_comm *c) {
 
 /* ------------------------------------------------------------------------------------------- QPs -- */
 
-/* The port's MTU as it is now: a recovery's refresh (gdr_rdma_dev_refresh) writes it under the device's lock, maybe
- * on another connection's thread (several NCCL threads, or the idle-peer service of service.c). */
-static int dev_mtu(struct gdr_rdma_dev *d) {
-  pthread_mutex_lock(&d->lock);
-  int mtu = d->active_mtu;
-  pthread_mutex_unlock(&d->lock);
-  return mtu;
-}
-
-/* QP i of the connection lives on its device i % ndevs; a device's QPs share its CQ (cqs[k]). */
-static inline int qp_member(const struct gdr_rdma_comm *c, int i) { return i % c->ndevs; }
-
-static struct ibv_qp *create_qp(struct gdr_rdma_comm *c, const struct gdr_rdma_member *m, struct ibv_cq *cq,
-                                int max_send, int max_recv, int *max_inline) {
-  struct ibv_qp_init_attr a;
-  memset(&a, 0, sizeof(a));
-  a.send_cq = cq;
-  a.recv_cq = cq;
-  a.qp_type = IBV_QPT_RC;
-  a.sq_sig_all = 0;
-  a.cap.max_send_wr = (uint32_t)max_send;
-  a.cap.max_recv_wr = (uint32_t)max_recv;
-  a.cap.max_send_sge = 1;
-  a.cap.max_recv_sge = 1;
-  a.cap.max_inline_data = GDR_RDMA_INLINE;
-  a.qp_context = c;
-  struct ibv_qp *qp = gdr_ibv.create_qp(m->dev->pd, &a);
-  if (qp == NULL) { /* some providers refuse inline data of that size: retry without */
-    a.cap.max_inline_data = 0;
-    qp = gdr_ibv.create_qp(m->dev->pd, &a);
-  }
-  if (qp == NULL) {
-    int e = errno;
-    GDR_WARN("%s: ibv_create_qp failed: %s%s", m->dev->name, strerror(e),
-             e == ENOMEM ? " (out of QP/WQE memory or locked-memory limit: ulimit -l)" : "");
-    return NULL;
-  }
-  if (max_inline) *max_inline = (int)a.cap.max_inline_data;
-  return qp;
-}
-
-static int qp_to_init(const struct gdr_rdma_member *m, struct ibv_qp *qp, int access) {
-  struct ibv_qp_attr at;
-  memset(&at, 0, sizeof(at));
-  at.qp_state = IBV_QPS_INIT;
-  at.pkey_index = 0;
-  at.port_num = (uint8_t)m->dev->port;
-  at.qp_access_flags = (unsigned)access;
-  int rc = gdr_ibv.modify_qp(qp, &at, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
-  if (rc) GDR_WARN("%s: QP 0x%x RESET->INIT failed: %s", m->dev->name, qp->qp_num, strerror(rc));
-  return rc;
-}
-
-/* INIT -> RTR -> RTS towards (rqpn, rpsn) at rlid/rgid (for the loopback flush QP: our own), from device m. */
-static int qp_to_rtr_rts(struct gdr_rdma_comm *c, const struct gdr_rdma_member *m, struct ibv_qp *qp, uint32_t rqpn,
-                         uint32_t rpsn, uint32_t lpsn, uint16_t rlid, const uint8_t *rgid, enum ibv_mtu mtu) {
-  struct gdr_rdma_dev *d = m->dev;
-  struct ibv_qp_attr at;
-  memset(&at, 0, sizeof(at));
-  at.qp_state = IBV_QPS_RTR;
-  at.path_mtu = mtu;
-  at.dest_qp_num = rqpn;
-  at.rq_psn = rpsn;
-  at.max_dest_rd_atomic = 1;
-  at.min_rnr_timer = 12;
-  at.ah_attr.dlid = rlid;
-  at.ah_attr.sl = (uint8_t)gdr_param_int(GDR_PARAM_IB_SL);
-  at.ah_attr.src_path_bits = 0;
-  at.ah_attr.port_num = (uint8_t)d->port;
-  /* RoCE always routes by GID; IB needs a GRH across subnets or where the port requires one */
-  int global = d->link_layer == IBV_LINK_LAYER_ETHERNET || d->grh_required || memcmp(rgid, m->gid.raw, 8) != 0;
-  if (d->link_layer == IBV_LINK_LAYER_INFINIBAND && !d->grh_required && gdr_gid_is_zero(rgid)) global = 0;
-  if (global) {
-    at.ah_attr.is_global = 1;
-    memcpy(at.ah_attr.grh.dgid.raw, rgid, 16);
-    at.ah_attr.grh.sgid_index = (uint8_t)m->gid_index;
-    at.ah_attr.grh.hop_limit = 255;
-    at.ah_attr.grh.flow_label = 0;
-    at.ah_attr.grh.traffic_class = (uint8_t)gdr_rdma_traffic_class(c->tc);
-  }
-  int rc = gdr_ibv.modify_qp(qp, &at,
-                             IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-                               IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
-  if (rc) {
-    char g[64];
-    gdr_gid_format(rgid, g, sizeof(g));
-    GDR_WARN("%s: QP 0x%x INIT->RTR towards QP 0x%x (LID %u, GID %s, MTU %d) failed: %s", d->name,
-             qp->qp_num, rqpn, rlid, g, 128 << mtu, strerror(rc));
-    return rc;
-  }
-  memset(&at, 0, sizeof(at));
-  at.qp_state = IBV_QPS_RTS;
-  at.timeout = (uint8_t)gdr_param_int(GDR_PARAM_IB_TIMEOUT);
-  at.retry_cnt = (uint8_t)gdr_param_int(GDR_PARAM_IB_RETRY_CNT);
-  at.rnr_retry = (uint8_t)gdr_param_int(GDR_PARAM_RNR_RETRY);
-  at.sq_psn = lpsn;
-  at.max_rd_atomic = 1;
-  rc = gdr_ibv.modify_qp(qp, &at,
-                         IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
-                           IBV_QP_MAX_QP_RD_ATOMIC);
-  if (rc) GDR_WARN("%s: QP 0x%x RTR->RTS failed: %s", d->name, qp->qp_num, strerror(rc));
-  return rc;
-}
-
-void gdr_rdma_qpset_destroy(struct gdr_rdma_qpset *qs) {
-  for (int i = 0; i < GDR_RDMA_MAX_QPS; i++)
-    if (qs->qps[i]) gdr_ibv.destroy_qp(qs->qps[i]);
-  for (int k = 0; k < GDR_RDMA_MAX_CONN_DEVS; k++)
-    if (qs->flush_qp[k]) gdr_ibv.destroy_qp(qs->flush_qp[k]);
-  for (int k = 0; k < GDR_RDMA_MAX_CONN_DEVS; k++)
-    if (qs->cqs[k]) gdr_ibv.destroy_cq(qs->cqs[k]);
-  memset(qs, 0, sizeof(*qs));
-}
-
 static ncclResult_t reg_own(struct gdr_rdma_comm *c);
 
+/* The connection's next QP set (qpset.c), over a complete set of own MRs only (a failed key recovery left some
+ * NULL): what is missing is registered first, or no QPs are made (the recovery retries within its bound; the way
+ * back from TCP stays on TCP for now). */
 ncclResult_t gdr_rdma_qpset_create(struct gdr_rdma_comm *c, struct gdr_rdma_qpset *qs) {
-  ncclResult_t res = ncclSuccess;
-  uint32_t rnd[GDR_RDMA_MAX_QPS];
+  ncclResult_t res;
   memset(qs, 0, sizeof(*qs));
-  /* QPs only over a complete set of own MRs (a failed key recovery left some NULL): register what is missing, or
-   * make no QPs (the recovery retries within its bound; the way back from TCP stays on TCP for now) */
   if (!gdr_rdma_own_registered(c) && (res = reg_own(c)) != ncclSuccess) {
     GDR_INFO(NCCL_NET, "%s: its own buffers cannot be registered again: no new QPs", c->desc);
-    goto out;
+    return res;
   }
-  for (int k = 0; k < c->ndevs; k++) { /* (every device carries a QP: ndevs <= nqps) */
-    struct gdr_rdma_member *m = &c->m[k];
-    int cqe = GDR_RDMA_CQE((c->nqps - k + c->ndevs - 1) / c->ndevs);
-    qs->cqs[k] = gdr_ibv.create_cq(m->dev->ctx, cqe, c, NULL, 0);
-    if (qs->cqs[k] == NULL) {
-      int e = errno;
-      GDR_WARN("%s: ibv_create_cq(%d) failed: %s%s", m->dev->name, cqe, strerror(e), gdr_rdma_reg_hint(e));
-      res = ncclSystemError;
-      goto out;
-    }
-    qs->ncq = k + 1;
-  }
-  qs->cq = qs->cqs[0];
-  if (gdr_random_bytes(rnd, sizeof(rnd)) != ncclSuccess) memset(rnd, 0, sizeof(rnd));
-  qs->max_inline = GDR_RDMA_INLINE;
-  for (int i = 0; i < c->nqps; i++) {
-    int inl = 0, k = qp_member(c, i);
-    qs->qps[i] = create_qp(c, &c->m[k], qs->cqs[k], GDR_RDMA_QP_SEND_WR, GDR_RDMA_QP_RECV_WR, &inl);
-    if (qs->qps[i] == NULL) {
-      res = ncclSystemError;
-      goto out;
-    }
-    if (inl < qs->max_inline) qs->max_inline = inl;
-    qs->psn[i] = rnd[i] & 0xffffffu;
-    /* the peer writes into us (sender: CTS entries into the FIFO; receiver: data and sizes) */
-    if (qp_to_init(&c->m[k], qs->qps[i], IBV_ACCESS_REMOTE_WRITE)) {
-      res = ncclSystemError;
-      goto out;
-    }
-  }
-  for (int k = 0; c->gdr_flush && k < c->ndevs; k++) {
-    /* GDR flush: 1-byte READ of the received buffer, through a QP connected to itself, on every device that
-     * writes into it (a READ orders only its own NIC's writes) */
-    struct gdr_rdma_member *m = &c->m[k];
-    qs->flush_qp[k] = create_qp(c, m, qs->cqs[k], GDR_RDMA_MAX_REQS * 2, 1, NULL);
-    if (qs->flush_qp[k] == NULL) {
-      res = ncclSystemError;
-      goto out;
-    }
-    if (qp_to_init(m, qs->flush_qp[k], IBV_ACCESS_REMOTE_READ) ||
-        qp_to_rtr_rts(c, m, qs->flush_qp[k], qs->flush_qp[k]->qp_num, 0, 0, m->lid, m->gid.raw,
-                      (enum ibv_mtu)dev_mtu(m->dev))) {
-      res = ncclSystemError;
-      goto out;
-    }
-  }
-out:
-  if (res != ncclSuccess) gdr_rdma_qpset_destroy(qs);
-  return res;
-}
-
-ncclResult_t gdr_rdma_qpset_connect(struct gdr_rdma_comm *c, struct gdr_rdma_qpset *qs, const uint32_t *rqpn,
-                                    const uint32_t *rpsn, const struct gdr_rdma_addr *rdev, int rndevs) {
-  int low = 5;
-  if (rndevs < 1) return ncclInternalError;
-  for (int i = 0; i < c->nqps; i++) {
-    int k = qp_member(c, i);
-    const struct gdr_rdma_addr *r = &rdev[i % rndevs];
-    int mtu = c->local.dev[k].mtu < r->mtu ? c->local.dev[k].mtu : r->mtu;
-    if (r->link_layer != c->m[k].dev->link_layer) {
-      GDR_WARN("%s (%s) cannot reach the peer's device %d (%s) for QP %d: link layers differ", c->m[k].dev->name,
-               c->m[k].dev->link_layer == IBV_LINK_LAYER_ETHERNET ? "RoCE" : "IB", i % rndevs,
-               r->link_layer == IBV_LINK_LAYER_ETHERNET ? "RoCE" : "IB", i);
-      return ncclSystemError;
-    }
-    if (mtu < low) low = mtu;
-    if (qp_to_rtr_rts(c, &c->m[k], qs->qps[i], rqpn[i], rpsn[i], qs->psn[i], r->lid, r->gid, (enum ibv_mtu)mtu))
-      return ncclSystemError;
-  }
-  c->mtu = (enum ibv_mtu)low;
-  return ncclSuccess;
+  return gdr_rdma_qpset_make(c, qs);
 }
 
 /* The locks of every device of the connection, which keep their async threads off what they read of it (its QP
@@ -439,16 +255,6 @@ void gdr_rdma_qs_swap(struct gdr_rdma_comm *c, const struct gdr_rdma_qpset *in, 
   unlock_devs(c, order);
 }
 
-int gdr_rdma_poll_cqs(struct gdr_rdma_qpset *qs, int n, struct ibv_wc *wc) {
-  int got = 0;
-  for (int k = 0; k < qs->ncq && got < n; k++) {
-    int r = gdr_ibv_poll_cq(qs->cqs[k], n - got, wc + got);
-    if (r < 0) return r;
-    got += r;
-  }
-  return got;
-}
-
 int gdr_rdma_comm_refresh(struct gdr_rdma_comm *c, int *active) {
   *active = 1;
   for (int i = 0; i < c->ndevs; i++) {
@@ -467,7 +273,7 @@ static void fill_addrs(struct gdr_rdma_comm *c, struct gdr_rdma_addr *a) {
   for (int i = 0; i < c->ndevs; i++) {
     const struct gdr_rdma_member *m = &c->m[i];
     const struct ibv_mr *own = c->kind == GDR_RCOMM_SEND ? m->fifo_mr : m->sizes_mr;
-    int mtu = dev_mtu(m->dev);
+    int mtu = gdr_rdma_dev_mtu(m->dev);
     memset(&a[i], 0, sizeof(a[i]));
     if (cap > 0 && cap < mtu) mtu = cap;
     a[i].link_layer = (uint8_t)m->dev->link_layer;

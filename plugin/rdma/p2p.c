@@ -729,17 +729,12 @@ static int post_markers(struct ibv_qp *qp, int recv) {
 #define GDR_DRAIN_NS 1000000000ull
 void gdr_rdma_quiesce_qps(struct gdr_rdma_comm *c) {
   struct gdr_rdma_qpset old;
-  struct ibv_qp_attr at;
   int want = 0;
-  memset(&at, 0, sizeof(at));
-  at.qp_state = IBV_QPS_ERR;
   c->drain_seen = 0;
   for (int i = 0; i < c->nqps; i++)
-    if (c->qs.qps[i] && gdr_ibv.modify_qp(c->qs.qps[i], &at, IBV_QP_STATE) == 0)
-      want += post_markers(c->qs.qps[i], 1);
+    if (c->qs.qps[i] && gdr_rdma_qp_err(c->qs.qps[i]) == 0) want += post_markers(c->qs.qps[i], 1);
   for (int k = 0; k < GDR_RDMA_MAX_CONN_DEVS; k++) /* (a flush QP per device of the connection) */
-    if (c->qs.flush_qp[k] && gdr_ibv.modify_qp(c->qs.flush_qp[k], &at, IBV_QP_STATE) == 0)
-      want += post_markers(c->qs.flush_qp[k], 0);
+    if (c->qs.flush_qp[k] && gdr_rdma_qp_err(c->qs.flush_qp[k]) == 0) want += post_markers(c->qs.flush_qp[k], 0);
   /* successes still count; the flushed ones are ignored while recovering */
   uint64_t until = gdr_time_ns() + GDR_DRAIN_NS;
   for (;;) {

@@ -521,6 +521,37 @@ struct gdr_rdma_up {
   gdr_rdma_record_fn record[GDR_CTRL_TYPE_MAX + 1];
 };
 
+/* qpset.c: the QP API, one way for every user (qpset.c's top comment). */
+/* One end of an RC connection as the transitions need it: the QP number and PSN (near end: its send PSN), the LID,
+ * the GID (16 bytes) and, at the near end, its index. */
+struct gdr_rdma_qp_end {
+  uint32_t qpn, psn;
+  uint16_t lid;
+  int gid_index;
+  const uint8_t *gid;
+};
+/* The port's active MTU as it is now (a recovery's refresh may change it, under the device's lock). */
+int gdr_rdma_dev_mtu(struct gdr_rdma_dev *d);
+/* One RC QP on d's PD, both queues on cq (context: its qp_context), max_inline_data GDR_RDMA_INLINE if the provider
+ * takes it (*max_inline: what it took; may be NULL). NULL (a WARN) on failure. */
+struct ibv_qp *gdr_rdma_qp_create(struct gdr_rdma_dev *d, struct ibv_cq *cq, void *context, int max_send,
+                                  int max_recv, int *max_inline);
+/* RESET -> INIT on d's port with these access flags; INIT -> RTR -> RTS from near towards far (path MTU mtu, the GRH's
+ * traffic class); -> ERR. 0, or the errno of the failed ibv_modify_qp (a WARN names it; not for ERR). */
+int gdr_rdma_qp_init(const struct gdr_rdma_dev *d, struct ibv_qp *qp, int access);
+int gdr_rdma_qp_rts(struct ibv_qp *qp, const struct gdr_rdma_dev *d, const struct gdr_rdma_qp_end *near,
+                    const struct gdr_rdma_qp_end *far, enum ibv_mtu mtu, int traffic_class);
+int gdr_rdma_qp_err(struct ibv_qp *qp);
+/* A connection's set: make (a CQ per device + data QPs in INIT, QP i on device i % ndevs, + a flush QP connected to
+ * itself per device on a GDR receiver: RTS), connect the data QPs to the peer's (RTR, RTS; QP i towards the peer's
+ * device i % rndevs; c->mtu the smallest path MTU), destroy (QPs, then CQs), poll (every CQ of the set: up to n
+ * completions into wc; < 0 on a failed poll). */
+ncclResult_t gdr_rdma_qpset_make(struct gdr_rdma_comm *c, struct gdr_rdma_qpset *qs);
+ncclResult_t gdr_rdma_qpset_connect(struct gdr_rdma_comm *c, struct gdr_rdma_qpset *qs, const uint32_t *rqpn,
+                                    const uint32_t *rpsn, const struct gdr_rdma_addr *rdev, int rndevs);
+void gdr_rdma_qpset_destroy(struct gdr_rdma_qpset *qs);
+int gdr_rdma_poll_cqs(struct gdr_rdma_qpset *qs, int n, struct ibv_wc *wc);
+
 /* conn.c */
 /* opts: the connection's devices (ndevs > 1: a fused device, its QPs spread over them) and its traffic class (the
  * accepted recv comms get the listen's). */
@@ -548,13 +579,9 @@ int gdr_rdma_ctrl_eof(struct gdr_rdma_comm *c);
 /* Queues one control record (+ payload) and writes what the socket takes now. */
 ncclResult_t gdr_rdma_ctrl_send(struct gdr_rdma_comm *c, int type, uint64_t seq, uint64_t a, uint64_t b,
                                 const void *payload, size_t len);
-/* QP sets: create (the own MRs that are missing registered first, else no set; a CQ per device + data QPs in INIT,
- * + a flush QP connected to itself per device on a GDR receiver), connect the data QPs to the peer's (RTR, RTS;
- * QP i towards the peer's device i % rndevs), destroy. */
+/* The connection's next QP set: its own MRs that are missing registered first (else no set), then
+ * gdr_rdma_qpset_make (qpset.c). */
 ncclResult_t gdr_rdma_qpset_create(struct gdr_rdma_comm *c, struct gdr_rdma_qpset *qs);
-ncclResult_t gdr_rdma_qpset_connect(struct gdr_rdma_comm *c, struct gdr_rdma_qpset *qs, const uint32_t *rqpn,
-                                    const uint32_t *rpsn, const struct gdr_rdma_addr *rdev, int rndevs);
-void gdr_rdma_qpset_destroy(struct gdr_rdma_qpset *qs);
 /* Puts `in` (NULL: no set) in place of the comm's QP set, the old one into *out (may be NULL), under the lock of
  * every device of the connection (their async threads read it); a new generation. */
 void gdr_rdma_qs_swap(struct gdr_rdma_comm *c, const struct gdr_rdma_qpset *in, struct gdr_rdma_qpset *out);
@@ -566,8 +593,6 @@ int gdr_rdma_connect_peer(struct gdr_rdma_comm *c, const struct gdr_rdma_rec_sta
 /* Every device's port as it is now (gdr_rdma_dev_refresh): *active when all are ACTIVE; the addresses of this
  * incarnation refreshed. 0, or an errno of ibv_query_port. */
 int gdr_rdma_comm_refresh(struct gdr_rdma_comm *c, int *active);
-/* Polls every CQ of the set: up to n completions into wc; < 0 on a failed poll. */
-int gdr_rdma_poll_cqs(struct gdr_rdma_qpset *qs, int n, struct ibv_wc *wc);
 /* Releases the registrations of the connection's own buffers (its device is lost). */
 void gdr_rdma_dereg_own(struct gdr_rdma_comm *c);
 /* Registers the connection's own buffers again, for new keys. On failure what could not be registered stays NULL
