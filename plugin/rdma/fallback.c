@@ -1,9 +1,10 @@
 /* RDMA transport: a connection that RDMA cannot carry moves to TCP, and back. Protocol and what each side
  * keeps: plugin/rdma/README.md, "Fallback to TCP and back".
  *
- * The connection stays the same object for NCCL (comm, requests, memory handles): once moved, its isend/irecv/test
- * hand the work to a TCP comm of the TCP transport (plugin/tcp), set up over the connection's control channel (the
- * receiver opens a TCP listener and announces its handle: NCCL's listen comm may be long closed). GPU buffers are
+ * The RDMA transport owns the move (the core never swaps a connection's transport). The connection stays the same
+ * object for NCCL (comm, requests, memory handles): once moved, its isend/irecv/test hand the work to a TCP comm of
+ * the TCP transport nested in it (through fb_tcp.h, the one seam to plugin/tcp), set up over the connection's control
+ * channel (the receiver opens a TCP listener and announces its handle: NCCL's listen comm may be long closed). GPU buffers are
  * staged through pinned host buffers by the TCP transport (tcp_cuda.c).
  *
  * Moving (epoch e; both sides count fallbacks alike):

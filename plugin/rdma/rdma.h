@@ -1,10 +1,14 @@
-/* The RDMA transport's internal structures, split by lifecycle like NCCL's IB transport:
+/* The RDMA transport's internal structures, split by lifecycle like NCCL's IB transport, in layers that call down
+ * only (README.md here, "Layers"):
  *   dev.c      init, devices, properties, GDR probes, relaxed ordering, registration (regcache.c)
- *   async.c    one thread per device reading async events; marks the connections they hit
- *   conn.c     listen/connect/accept state machines, QP bring-up, close
- *   p2p.c      isend/irecv/iflush/test (CTS FIFO, WRITE/WRITE_WITH_IMM, multi-QP and multi-device striping, WRs cut
- *              to max_msg_sz and queued for send-queue room, flush)
- *   transport.c the gdr_transport table
+ *   async.c    one thread per device reading async events; queues them for the connections they hit
+ *   qpset.c    the QP API: one RC QP, a connection's QP set
+ *   conn.c     listen/connect/accept state machines, the connection's own buffers, control channel, close
+ *   p2p.c      the RDMA data path (CTS FIFO, WRITE/WRITE_WITH_IMM, multi-QP and multi-device striping, WRs cut to
+ *              max_msg_sz and queued for send-queue room, flush, quiesce)
+ *   fallback.c the move to TCP and back, through fb_tcp.h (the one seam to the TCP transport)
+ *   recover.c  recovery, the resiliency step (gdr_rdma_progress) and gdr_rdma_resiliency (struct gdr_rdma_up)
+ *   transport.c the gdr_transport table and the entries NCCL's calls reach; service.c the idle-peer service
  * Wire formats and arithmetic are in proto.h, the verbs loader in ibvwrap.h. */
 #ifndef GDRNET_RDMA_RDMA_H
 #define GDRNET_RDMA_RDMA_H
