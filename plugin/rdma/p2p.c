@@ -9,8 +9,9 @@
  *                     request completes with them).
  *
  * Faults: every completion is applied, in order, even after a failed one (a receive whose data landed completes);
- * a failed completion, a failed post or an async event hands the connection to recover.c, which brings new QPs up
- * and replays what the peer did not get. While it does, isend/irecv answer "try again" and test says not done. */
+ * a failed completion or a failed post goes up to the resiliency layer (c->up->fault: recover.c), which brings new
+ * QPs up and replays what the peer did not get. While it does, isend/irecv answer "try again" and test says not done
+ * (transport.c). This file never calls up by name. */
 #include <errno.h>
 #include <sched.h>
 #include <stdarg.h>

@@ -2,7 +2,9 @@
  * plugin/rdma/README.md, "Recovery".
  *
  * Everything runs on the thread that drives the connection (NCCL's progress thread), as a non-blocking state
- * machine stepped from isend/irecv/iflush/test; the async-event thread only hands faults over (c->pending).
+ * machine stepped from test (gdr_rdma_progress; and by the idle-peer service for an owner that calls no test); the
+ * async-event thread only hands faults over (c->pending), the data path reports its own through
+ * gdr_rdma_resiliency.fault.
  *
  *   fault (failed completion, failed post, async event, or the peer's REC_REQ/REC_STATE for a newer attempt)
  *     -> attempt k: the QPs go to ERR, the CQ is drained (its successes still count), the QP set is destroyed;

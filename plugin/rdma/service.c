@@ -1,8 +1,8 @@
 /* RDMA transport: a connection answers its peer while NCCL calls nothing on it (docs/HARDENING.md 8, seed
  * 350792092).
  *
- * Everything else runs on the thread that drives the connection, from its isend/irecv/iflush/test. A side whose
- * requests are all done calls nothing until its next isend/irecv or close, though, and its peer may need it then:
+ * The resiliency runs on the thread that drives the connection, from its test() (transport.c). A side whose
+ * requests are all done calls no test until it has a request again, though, and its peer may need it then:
  * a receiver whose NIC went dark just after the last WRITE_WITH_IMM arrived has every receive complete, while the
  * sender, its ACKs lost (RETRY_EXC), recovers or moves to TCP and waits for the receiver's state. A real NIC does
  * this too (a link that goes down between the data and its ACK). So the plugin answers by itself:
@@ -16,7 +16,7 @@
  *   isend for a clear-to-send) is answered for by the service too.
  *
  * The lock (c->svc_mu) is taken by every entry of the transport's table for that connection (transport.c); the
- * service only ever tries it (an owner in a call reads the channel itself, every 1 ms). Lock order: the list's,
+ * service only ever tries it (an owner in test() reads the channel itself, every 1 ms). Lock order: the list's,
  * then a connection's (tried, never waited for); a pass runs under the list's lock (an attach or detach meanwhile
  * waits for it: a recovery's drain may take up to 1 s); detach takes the list's, then (after) the connection's,
  * to wait for a pass on it. */
