@@ -5,20 +5,27 @@
  *
  * The layers below call down only: device (dev.c, async.c) -> connection (conn.c) -> data path (p2p.c) ->
  * resiliency (fallback.c, then recover.c). These entries sit on top: isend/irecv/iflush look at the connection's
- * state and post over RDMA (p2p.c) or hand the message to TCP (fallback.c's routing); only test drives the
- * resiliency (gdr_rdma_progress), as NCCL's net_ib calls ncclIbResiliencyProgress from ncclIbTest only. An owner
- * that only posts (a sender waiting for a clear-to-send) is answered for by the idle-peer service. */
+ * state and post over RDMA (p2p.c) or hand the message to TCP (fallback.c's routing); test drives the resiliency
+ * (gdr_rdma_progress), as NCCL's net_ib calls ncclIbResiliencyProgress from ncclIbTest. In the steady state the
+ * posting entries never do (gate, below, says when they must); a record from the peer for an owner that only posts
+ * is answered by the idle-peer service. */
 #include "rdma.h"
 
 /* ----------------------------------------------------------------------------------------- the entries -- */
 
-/* What isend/irecv/iflush may do now, without driving the resiliency: the connection's error once it failed (the
- * peer's EOF past its grace fails it here: an owner that only posts learns it); *busy while a recovery or a move
- * runs (the caller says "try again"). */
+/* What isend/irecv/iflush may do now: the connection's error once it failed (the peer's EOF past its grace fails it
+ * here: an owner that only posts learns it); *busy while a recovery or a move runs (the caller says "try again").
+ * In the steady state (on RDMA, nothing to recover) that is a look at the connection's state and no more. An owner
+ * that only posts (a sender spinning on isend for a clear-to-send, no request to test) must still keep its own
+ * recovery going, take the faults the async thread queued for it, and carry a connection on TCP (the hand-over
+ * queue, the way back): then, and only then, these entries run the resiliency step too; the idle-peer service
+ * wakes on the peer's records alone. */
 static ncclResult_t gate(struct gdr_rdma_comm *c, int *busy) {
   *busy = 0;
   if (gdr_rdma_ctrl_eof(c)) return gdr_rdma_comm_check(c);
-  *busy = c->rec.phase != GDR_REC_IDLE || c->fb.path == GDR_PATH_MOVING;
+  if (c->rec.phase != GDR_REC_IDLE || c->fb.path != GDR_PATH_RDMA ||
+      atomic_load_explicit(&c->pending.n, memory_order_acquire) > 0)
+    return gdr_rdma_progress(c, busy);
   return ncclSuccess;
 }
 
