@@ -674,8 +674,8 @@ extern const struct gdr_rdma_up gdr_rdma_resiliency;
 void gdr_rdma_resil_close(struct gdr_rdma_comm *c);
 
 /* transport.c: the entries NCCL's calls reach (each under the connection's lock): isend/irecv/iflush post over RDMA,
- * or route to TCP (fallback.c), or say "try again" while a recovery or a move runs, and never drive the resiliency;
- * test does (gdr_rdma_progress). */
+ * or route to TCP (fallback.c), or say "try again" while a recovery or a move runs; test drives the resiliency
+ * (gdr_rdma_progress), the posting entries only while there is resiliency work (transport.c, gate). */
 ncclResult_t gdr_rdma_isend(void *send_comm, void *data, size_t size, int tag, void *mhandle, void **request);
 ncclResult_t gdr_rdma_irecv(void *recv_comm, int n, void **data, size_t *sizes, int *tags, void **mhandles,
                             void **request);
