@@ -8,9 +8,11 @@
  * They call down only: core_ctx.c -> core_connect.c -> core_init.c -> core_state.c (and core_connect.c ->
  * core_p2p.c for the requests of a closing comm).
  *
- * Every comm, request and memory handle NCCL sees is a core object wrapping the transport's, so a connection can
- * later change transport (RDMA -> TCP fallback) without NCCL noticing: the wrapper keeps its address, the
- * transport pointer and transport object inside change. */
+ * Every comm, request and memory handle NCCL sees is a core object wrapping the transport's. The core chooses a
+ * connection's transport once (c->tp, at connect/accept; per connection for mixed pairs) and never changes it. The
+ * move of a live RDMA connection to TCP and back is the RDMA transport's own (rdma/fallback.c): its comm stays the
+ * object the core wraps and carries a TCP comm of the TCP transport inside it, reached through one seam
+ * (rdma/fb_tcp.h), so NCCL's handles never change. */
 #ifndef GDRNET_CORE_H
 #define GDRNET_CORE_H
 

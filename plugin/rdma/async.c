@@ -279,7 +279,7 @@ ncclResult_t gdr_rdma_async_swap_ctx(struct gdr_rdma_dev *d, struct ibv_context 
 }
 
 /* One device's list: the first comm starts its thread. */
-static ncclResult_t attach_one(struct gdr_rdma_comm *c, struct gdr_rdma_member *m) {
+static ncclResult_t attach_one(struct gdr_rdma_comm *c, struct gdr_rdma_member *m, const struct gdr_rdma_dev **lost) {
   struct gdr_rdma_dev *d = m->dev;
   ncclResult_t res = ncclSuccess;
   pthread_mutex_lock(&d->lock);
@@ -289,7 +289,7 @@ static ncclResult_t attach_one(struct gdr_rdma_comm *c, struct gdr_rdma_member *
   d->comms = &m->link;
   d->ncomms++;
   m->link.attached = 1;
-  if (d->fatal) gdr_rdma_comm_fail(c, ncclSystemError, "device %s had a fatal error (DEVICE_FATAL)", d->name);
+  if (d->fatal && *lost == NULL) *lost = d; /* (seen under the lock: no DEVICE_FATAL falls between) */
 out:
   pthread_mutex_unlock(&d->lock);
   return res;
@@ -316,9 +316,10 @@ static void detach_one(struct gdr_rdma_member *m) {
   if (join) join_thread(t, stop_fd);
 }
 
-ncclResult_t gdr_rdma_async_attach(struct gdr_rdma_comm *c) {
+ncclResult_t gdr_rdma_async_attach(struct gdr_rdma_comm *c, const struct gdr_rdma_dev **lost) {
+  *lost = NULL;
   for (int i = 0; i < c->ndevs; i++) {
-    ncclResult_t res = attach_one(c, &c->m[i]);
+    ncclResult_t res = attach_one(c, &c->m[i], lost);
     if (res != ncclSuccess) return res; /* (comm_free detaches what was attached) */
   }
   return ncclSuccess;

@@ -21,7 +21,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../tcp/tcp.h"
+#include "fb_tcp.h"
 #include "gid.h"
 #include "rdma.h"
 
@@ -116,32 +116,45 @@ ncclResult_t gdr_rdma_ctrl_send(struct gdr_rdma_comm *c, int type, uint64_t seq,
   return ctrl_flush(c);
 }
 
+/* The connection's own records; the rest go up to the resiliency layer (c->up, rdma.h). */
+static ncclResult_t on_size_err(struct gdr_rdma_comm *c, const struct gdr_rdma_ctrl *m, const void *payload) {
+  struct gdr_rdma_req *r2 = c->recv_slot[m->seq % GDR_RDMA_FIFO_SLOTS];
+  (void)payload;
+  GDR_WARN("receive #%llu from %s: the peer sent %llu bytes but the receive buffer holds %llu "
+           "(message dropped; the send failed with InvalidUsage)",
+           (unsigned long long)m->seq, c->peer, (unsigned long long)m->a, (unsigned long long)m->b);
+  if (r2 && r2->seq == m->seq) r2->error = ncclInvalidUsage;
+  return ncclSuccess;
+}
+
+static ncclResult_t on_bye(struct gdr_rdma_comm *c, const struct gdr_rdma_ctrl *m, const void *payload) {
+  (void)payload;
+  c->peer_bye_head = m->seq;
+  peer_eof(c, 0);
+  return ncclSuccess;
+}
+
+static const gdr_rdma_record_fn conn_records[GDR_CTRL_TYPE_MAX + 1] = {
+    [GDR_CTRL_SIZE_ERR] = on_size_err,
+    [GDR_CTRL_BYE] = on_bye,
+};
+
 /* One record from the peer (header checked here; the payload, if any, is complete). */
 static ncclResult_t ctrl_record(struct gdr_rdma_comm *c, const struct gdr_rdma_ctrl *m, const void *payload) {
   int peer_role = c->kind == GDR_RCOMM_SEND ? GDR_RDMA_ROLE_RECV : GDR_RDMA_ROLE_SEND;
   const char *bad = gdr_rdma_ctrl_check(m, peer_role);
+  gdr_rdma_record_fn fn;
   if (bad) {
     gdr_rdma_comm_fail(c, ncclRemoteError,
                        "protocol error on the control channel: %s (magic 0x%x, type %u, length %u, seq %llu)", bad,
                        m->magic, m->type, m->len, (unsigned long long)m->seq);
     return gdr_rdma_comm_check(c);
   }
-  switch (m->type) {
-  case GDR_CTRL_SIZE_ERR: {
-    struct gdr_rdma_req *r2 = c->recv_slot[m->seq % GDR_RDMA_FIFO_SLOTS];
-    GDR_WARN("receive #%llu from %s: the peer sent %llu bytes but the receive buffer holds %llu "
-             "(message dropped; the send failed with InvalidUsage)",
-             (unsigned long long)m->seq, c->peer, (unsigned long long)m->a, (unsigned long long)m->b);
-    if (r2 && r2->seq == m->seq) r2->error = ncclInvalidUsage;
-    return ncclSuccess;
-  }
-  case GDR_CTRL_BYE:
-    c->peer_bye_head = m->seq;
-    peer_eof(c, 0);
-    return ncclSuccess;
-  default:
-    return m->type >= GDR_CTRL_FB_REQ ? gdr_rdma_fb_message(c, m, payload) : gdr_rdma_rec_message(c, m, payload);
-  }
+  fn = conn_records[m->type];
+  if (fn != NULL) return fn(c, m, payload);
+  if (gdr_health_failed(&c->health)) return gdr_rdma_comm_check(c);
+  fn = c->up != NULL ? c->up->record[m->type] : NULL;
+  return fn != NULL ? fn(c, m, payload) : ncclSuccess;
 }
 
 ncclResult_t gdr_rdma_ctrl_poll(struct gdr_rdma_comm *c) {
@@ -184,205 +197,34 @@ out:
   return res;
 }
 
+int gdr_rdma_ctrl_eof(struct gdr_rdma_comm *c) {
+  const int sender = c->kind == GDR_RCOMM_SEND;
+  char why[160];
+  if (gdr_health_failed(&c->health)) return 1;
+  if (!c->peer_gone || gdr_time_ns() <= c->eof_ns + GDR_RDMA_EOF_GRACE_NS) return 0;
+  snprintf(why, sizeof(why), "the peer closed the connection (control channel EOF) %s #%llu",
+           sender ? "while this side waited on message" : "with receives pending, the last posted",
+           (unsigned long long)(sender ? c->head : c->head - 1));
+  gdr_rdma_comm_fail(c, ncclRemoteError, "%s", why);
+  atomic_fetch_add_explicit(&c->dev->ctr.failed, 1, memory_order_relaxed);
+  return 1;
+}
+
 /* ------------------------------------------------------------------------------------------- QPs -- */
-
-/* The port's MTU as it is now: a recovery's refresh (gdr_rdma_dev_refresh) writes it under the device's lock, maybe
- * on another connection's thread (several NCCL threads, or the idle-peer service of service.c). */
-static int dev_mtu(struct gdr_rdma_dev *d) {
-  pthread_mutex_lock(&d->lock);
-  int mtu = d->active_mtu;
-  pthread_mutex_unlock(&d->lock);
-  return mtu;
-}
-
-/* QP i of the connection lives on its device i % ndevs; a device's QPs share its CQ (cqs[k]). */
-static inline int qp_member(const struct gdr_rdma_comm *c, int i) { return i % c->ndevs; }
-
-static struct ibv_qp *create_qp(struct gdr_rdma_comm *c, const struct gdr_rdma_member *m, struct ibv_cq *cq,
-                                int max_send, int max_recv, int *max_inline) {
-  struct ibv_qp_init_attr a;
-  memset(&a, 0, sizeof(a));
-  a.send_cq = cq;
-  a.recv_cq = cq;
-  a.qp_type = IBV_QPT_RC;
-  a.sq_sig_all = 0;
-  a.cap.max_send_wr = (uint32_t)max_send;
-  a.cap.max_recv_wr = (uint32_t)max_recv;
-  a.cap.max_send_sge = 1;
-  a.cap.max_recv_sge = 1;
-  a.cap.max_inline_data = GDR_RDMA_INLINE;
-  a.qp_context = c;
-  struct ibv_qp *qp = gdr_ibv.create_qp(m->dev->pd, &a);
-  if (qp == NULL) { /* some providers refuse inline data of that size: retry without */
-    a.cap.max_inline_data = 0;
-    qp = gdr_ibv.create_qp(m->dev->pd, &a);
-  }
-  if (qp == NULL) {
-    int e = errno;
-    GDR_WARN("%s: ibv_create_qp failed: %s%s", m->dev->name, strerror(e),
-             e == ENOMEM ? " (out of QP/WQE memory or locked-memory limit: ulimit -l)" : "");
-    return NULL;
-  }
-  if (max_inline) *max_inline = (int)a.cap.max_inline_data;
-  return qp;
-}
-
-static int qp_to_init(const struct gdr_rdma_member *m, struct ibv_qp *qp, int access) {
-  struct ibv_qp_attr at;
-  memset(&at, 0, sizeof(at));
-  at.qp_state = IBV_QPS_INIT;
-  at.pkey_index = 0;
-  at.port_num = (uint8_t)m->dev->port;
-  at.qp_access_flags = (unsigned)access;
-  int rc = gdr_ibv.modify_qp(qp, &at, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
-  if (rc) GDR_WARN("%s: QP 0x%x RESET->INIT failed: %s", m->dev->name, qp->qp_num, strerror(rc));
-  return rc;
-}
-
-/* INIT -> RTR -> RTS towards (rqpn, rpsn) at rlid/rgid (for the loopback flush QP: our own), from device m. */
-static int qp_to_rtr_rts(struct gdr_rdma_comm *c, const struct gdr_rdma_member *m, struct ibv_qp *qp, uint32_t rqpn,
-                         uint32_t rpsn, uint32_t lpsn, uint16_t rlid, const uint8_t *rgid, enum ibv_mtu mtu) {
-  struct gdr_rdma_dev *d = m->dev;
-  struct ibv_qp_attr at;
-  memset(&at, 0, sizeof(at));
-  at.qp_state = IBV_QPS_RTR;
-  at.path_mtu = mtu;
-  at.dest_qp_num = rqpn;
-  at.rq_psn = rpsn;
-  at.max_dest_rd_atomic = 1;
-  at.min_rnr_timer = 12;
-  at.ah_attr.dlid = rlid;
-  at.ah_attr.sl = (uint8_t)gdr_param_int(GDR_PARAM_IB_SL);
-  at.ah_attr.src_path_bits = 0;
-  at.ah_attr.port_num = (uint8_t)d->port;
-  /* RoCE always routes by GID; IB needs a GRH across subnets or where the port requires one */
-  int global = d->link_layer == IBV_LINK_LAYER_ETHERNET || d->grh_required || memcmp(rgid, m->gid.raw, 8) != 0;
-  if (d->link_layer == IBV_LINK_LAYER_INFINIBAND && !d->grh_required && gdr_gid_is_zero(rgid)) global = 0;
-  if (global) {
-    at.ah_attr.is_global = 1;
-    memcpy(at.ah_attr.grh.dgid.raw, rgid, 16);
-    at.ah_attr.grh.sgid_index = (uint8_t)m->gid_index;
-    at.ah_attr.grh.hop_limit = 255;
-    at.ah_attr.grh.flow_label = 0;
-    at.ah_attr.grh.traffic_class = (uint8_t)gdr_rdma_traffic_class(c->tc);
-  }
-  int rc = gdr_ibv.modify_qp(qp, &at,
-                             IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-                               IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
-  if (rc) {
-    char g[64];
-    gdr_gid_format(rgid, g, sizeof(g));
-    GDR_WARN("%s: QP 0x%x INIT->RTR towards QP 0x%x (LID %u, GID %s, MTU %d) failed: %s", d->name,
-             qp->qp_num, rqpn, rlid, g, 128 << mtu, strerror(rc));
-    return rc;
-  }
-  memset(&at, 0, sizeof(at));
-  at.qp_state = IBV_QPS_RTS;
-  at.timeout = (uint8_t)gdr_param_int(GDR_PARAM_IB_TIMEOUT);
-  at.retry_cnt = (uint8_t)gdr_param_int(GDR_PARAM_IB_RETRY_CNT);
-  at.rnr_retry = (uint8_t)gdr_param_int(GDR_PARAM_RNR_RETRY);
-  at.sq_psn = lpsn;
-  at.max_rd_atomic = 1;
-  rc = gdr_ibv.modify_qp(qp, &at,
-                         IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
-                           IBV_QP_MAX_QP_RD_ATOMIC);
-  if (rc) GDR_WARN("%s: QP 0x%x RTR->RTS failed: %s", d->name, qp->qp_num, strerror(rc));
-  return rc;
-}
-
-void gdr_rdma_qpset_destroy(struct gdr_rdma_qpset *qs) {
-  for (int i = 0; i < GDR_RDMA_MAX_QPS; i++)
-    if (qs->qps[i]) gdr_ibv.destroy_qp(qs->qps[i]);
-  for (int k = 0; k < GDR_RDMA_MAX_CONN_DEVS; k++)
-    if (qs->flush_qp[k]) gdr_ibv.destroy_qp(qs->flush_qp[k]);
-  for (int k = 0; k < GDR_RDMA_MAX_CONN_DEVS; k++)
-    if (qs->cqs[k]) gdr_ibv.destroy_cq(qs->cqs[k]);
-  memset(qs, 0, sizeof(*qs));
-}
 
 static ncclResult_t reg_own(struct gdr_rdma_comm *c);
 
+/* The connection's next QP set (qpset.c), over a complete set of own MRs only (a failed key recovery left some
+ * NULL): what is missing is registered first, or no QPs are made (the recovery retries within its bound; the way
+ * back from TCP stays on TCP for now). */
 ncclResult_t gdr_rdma_qpset_create(struct gdr_rdma_comm *c, struct gdr_rdma_qpset *qs) {
-  ncclResult_t res = ncclSuccess;
-  uint32_t rnd[GDR_RDMA_MAX_QPS];
+  ncclResult_t res;
   memset(qs, 0, sizeof(*qs));
-  /* QPs only over a complete set of own MRs (a failed key recovery left some NULL): register what is missing, or
-   * make no QPs (the recovery retries within its bound; the way back from TCP stays on TCP for now) */
   if (!gdr_rdma_own_registered(c) && (res = reg_own(c)) != ncclSuccess) {
     GDR_INFO(NCCL_NET, "%s: its own buffers cannot be registered again: no new QPs", c->desc);
-    goto out;
+    return res;
   }
-  for (int k = 0; k < c->ndevs; k++) { /* (every device carries a QP: ndevs <= nqps) */
-    struct gdr_rdma_member *m = &c->m[k];
-    int cqe = GDR_RDMA_CQE((c->nqps - k + c->ndevs - 1) / c->ndevs);
-    qs->cqs[k] = gdr_ibv.create_cq(m->dev->ctx, cqe, c, NULL, 0);
-    if (qs->cqs[k] == NULL) {
-      int e = errno;
-      GDR_WARN("%s: ibv_create_cq(%d) failed: %s%s", m->dev->name, cqe, strerror(e), gdr_rdma_reg_hint(e));
-      res = ncclSystemError;
-      goto out;
-    }
-    qs->ncq = k + 1;
-  }
-  qs->cq = qs->cqs[0];
-  if (gdr_random_bytes(rnd, sizeof(rnd)) != ncclSuccess) memset(rnd, 0, sizeof(rnd));
-  qs->max_inline = GDR_RDMA_INLINE;
-  for (int i = 0; i < c->nqps; i++) {
-    int inl = 0, k = qp_member(c, i);
-    qs->qps[i] = create_qp(c, &c->m[k], qs->cqs[k], GDR_RDMA_QP_SEND_WR, GDR_RDMA_QP_RECV_WR, &inl);
-    if (qs->qps[i] == NULL) {
-      res = ncclSystemError;
-      goto out;
-    }
-    if (inl < qs->max_inline) qs->max_inline = inl;
-    qs->psn[i] = rnd[i] & 0xffffffu;
-    /* the peer writes into us (sender: CTS entries into the FIFO; receiver: data and sizes) */
-    if (qp_to_init(&c->m[k], qs->qps[i], IBV_ACCESS_REMOTE_WRITE)) {
-      res = ncclSystemError;
-      goto out;
-    }
-  }
-  for (int k = 0; c->gdr_flush && k < c->ndevs; k++) {
-    /* GDR flush: 1-byte READ of the received buffer, through a QP connected to itself, on every device that
-     * writes into it (a READ orders only its own NIC's writes) */
-    struct gdr_rdma_member *m = &c->m[k];
-    qs->flush_qp[k] = create_qp(c, m, qs->cqs[k], GDR_RDMA_MAX_REQS * 2, 1, NULL);
-    if (qs->flush_qp[k] == NULL) {
-      res = ncclSystemError;
-      goto out;
-    }
-    if (qp_to_init(m, qs->flush_qp[k], IBV_ACCESS_REMOTE_READ) ||
-        qp_to_rtr_rts(c, m, qs->flush_qp[k], qs->flush_qp[k]->qp_num, 0, 0, m->lid, m->gid.raw,
-                      (enum ibv_mtu)dev_mtu(m->dev))) {
-      res = ncclSystemError;
-      goto out;
-    }
-  }
-out:
-  if (res != ncclSuccess) gdr_rdma_qpset_destroy(qs);
-  return res;
-}
-
-ncclResult_t gdr_rdma_qpset_connect(struct gdr_rdma_comm *c, struct gdr_rdma_qpset *qs, const uint32_t *rqpn,
-                                    const uint32_t *rpsn, const struct gdr_rdma_addr *rdev, int rndevs) {
-  int low = 5;
-  if (rndevs < 1) return ncclInternalError;
-  for (int i = 0; i < c->nqps; i++) {
-    int k = qp_member(c, i);
-    const struct gdr_rdma_addr *r = &rdev[i % rndevs];
-    int mtu = c->local.dev[k].mtu < r->mtu ? c->local.dev[k].mtu : r->mtu;
-    if (r->link_layer != c->m[k].dev->link_layer) {
-      GDR_WARN("%s (%s) cannot reach the peer's device %d (%s) for QP %d: link layers differ", c->m[k].dev->name,
-               c->m[k].dev->link_layer == IBV_LINK_LAYER_ETHERNET ? "RoCE" : "IB", i % rndevs,
-               r->link_layer == IBV_LINK_LAYER_ETHERNET ? "RoCE" : "IB", i);
-      return ncclSystemError;
-    }
-    if (mtu < low) low = mtu;
-    if (qp_to_rtr_rts(c, &c->m[k], qs->qps[i], rqpn[i], rpsn[i], qs->psn[i], r->lid, r->gid, (enum ibv_mtu)mtu))
-      return ncclSystemError;
-  }
-  c->mtu = (enum ibv_mtu)low;
-  return ncclSuccess;
+  return gdr_rdma_qpset_make(c, qs);
 }
 
 /* The locks of every device of the connection, which keep their async threads off what they read of it (its QP
@@ -413,22 +255,6 @@ void gdr_rdma_qs_swap(struct gdr_rdma_comm *c, const struct gdr_rdma_qpset *in, 
   unlock_devs(c, order);
 }
 
-int gdr_rdma_poll_cqs(struct gdr_rdma_qpset *qs, int n, struct ibv_wc *wc) {
-  int got = 0;
-  for (int k = 0; k < qs->ncq && got < n; k++) {
-    int r = gdr_ibv_poll_cq(qs->cqs[k], n - got, wc + got);
-    if (r < 0) return r;
-    got += r;
-  }
-  return got;
-}
-
-int gdr_rdma_comm_fatal(const struct gdr_rdma_comm *c) {
-  for (int i = 0; i < c->ndevs; i++)
-    if (c->m[i].dev->fatal) return 1;
-  return 0;
-}
-
 int gdr_rdma_comm_refresh(struct gdr_rdma_comm *c, int *active) {
   *active = 1;
   for (int i = 0; i < c->ndevs; i++) {
@@ -447,7 +273,7 @@ static void fill_addrs(struct gdr_rdma_comm *c, struct gdr_rdma_addr *a) {
   for (int i = 0; i < c->ndevs; i++) {
     const struct gdr_rdma_member *m = &c->m[i];
     const struct ibv_mr *own = c->kind == GDR_RCOMM_SEND ? m->fifo_mr : m->sizes_mr;
-    int mtu = dev_mtu(m->dev);
+    int mtu = gdr_rdma_dev_mtu(m->dev);
     memset(&a[i], 0, sizeof(a[i]));
     if (cap > 0 && cap < mtu) mtu = cap;
     a[i].link_layer = (uint8_t)m->dev->link_layer;
@@ -591,9 +417,9 @@ static void comm_free(struct gdr_rdma_comm *c) {
   /* what a connection that ends half-way leaves: the TCP listener of an accept waiting for the TCP connection
    * (closeListen with the accept pending, or its deadline), and a TCP connect still in flight (the connect stage's
    * deadline, or a move to TCP that failed while connecting) */
-  if (c->fb.tcp_listen) (void)gdr_transport_tcp.close_listen(c->fb.tcp_listen);
+  if (c->fb.tcp_listen) gdr_fb_tcp_close_listen(c->fb.tcp_listen);
   c->fb.tcp_listen = NULL;
-  gdr_tcp_connect_abort(&c->fb.tcp_handle);
+  gdr_fb_tcp_connect_abort(&c->fb.tcp_handle);
   if (c->stage > 0 && c->kind == GDR_RCOMM_SEND && c->fd < 0) gdr_connector_abort(&c->connector);
   if (c->fd >= 0) gdr_sock_close_graceful(c->fd, c->desc);
   pthread_mutex_destroy(&c->svc_mu);
@@ -648,6 +474,7 @@ static ncclResult_t ctrl_established(struct gdr_rdma_comm *c, int fd, const unio
 /* The side's own buffers, the first QP set (INIT) and the async-event watch. nqps/split (and on the receiver the
  * sender's handshake) must be there. */
 static ncclResult_t comm_setup_verbs(struct gdr_rdma_comm *c) {
+  const struct gdr_rdma_dev *lost = NULL;
   ncclResult_t res = ncclSuccess;
   int gdr = 1;
   c->nparts = gdr_stripe_nparts(c->nqps, c->split, c->kind == GDR_RCOMM_SEND ? c->ndevs : c->remote.ndevs);
@@ -673,7 +500,8 @@ static ncclResult_t comm_setup_verbs(struct gdr_rdma_comm *c) {
   }
   GDR_CHECK(reg_own(c));
   GDR_CHECK(gdr_rdma_qpset_create(c, &c->qs));
-  GDR_CHECK(gdr_rdma_async_attach(c));
+  res = gdr_rdma_async_attach(c, &lost);
+  if (lost != NULL) gdr_rdma_comm_fail(c, ncclSystemError, "device %s had a fatal error (DEVICE_FATAL)", lost->name);
 out:
   return res;
 }
@@ -836,12 +664,9 @@ static ncclResult_t devs_check(int dev, const struct gdr_conn_opts *opts) {
 static void open_door(struct gdr_rdma_listen *l) {
   struct gdr_conn_opts to = gdr_rdma_tcp_opts(l->tc);
   struct gdr_handle *h = &l->door_handle;
-  union gdr_sockaddr a;
   memset(h, 0, sizeof(*h));
-  if (gdr_tcp_dev_addr(gdr_rdma.tcp_dev, &a) != ncclSuccess || a.sa.sa_family != gdr_rdma.if_addr.sa.sa_family ||
-      (a.sa.sa_family == AF_INET && a.sin.sin_addr.s_addr != gdr_rdma.if_addr.sin.sin_addr.s_addr) ||
-      (a.sa.sa_family == AF_INET6 && memcmp(&a.sin6.sin6_addr, &gdr_rdma.if_addr.sin6.sin6_addr, 16) != 0) ||
-      gdr_transport_tcp.listen(gdr_rdma.tcp_dev, &to, h, &l->door) != ncclSuccess) {
+  if (!gdr_fb_tcp_dev_at(gdr_rdma.tcp_dev, &gdr_rdma.if_addr) ||
+      gdr_fb_tcp_listen(gdr_rdma.tcp_dev, &to, h, &l->door) != ncclSuccess) {
     l->door = NULL;
     l->l.caps &= ~GDR_CAP_TCP;
   }
@@ -873,7 +698,7 @@ ncclResult_t gdr_rdma_close_listen(void *listen_comm) {
   struct gdr_rdma_listen *l = listen_comm;
   if (l == NULL) return ncclSuccess;
   comm_free(l->pending);
-  if (l->door != NULL) (void)gdr_transport_tcp.close_listen(l->door);
+  if (l->door != NULL) gdr_fb_tcp_close_listen(l->door);
   gdr_listener_close(&l->l);
   free(l);
   return ncclSuccess;
@@ -939,13 +764,13 @@ enum { CS_TCP = 1, CS_SEND_HS, CS_RECV_HS, CS_SEND_READY, CS_RECV_TCPH, CS_TCP_C
 /* A TCP comm of a mixed pair inside an RDMA comm of this side (TCP from the start): its one INFO line. */
 static struct gdr_rdma_comm *wrap_tcp_peer(const int *devs, int ndevs, int kind, void *tc) {
   struct gdr_rdma_comm *c = comm_alloc(devs, ndevs, kind);
+  uint32_t peer_caps = 0;
   char m[200];
   if (c == NULL) return NULL;
-  snprintf(c->peer, sizeof(c->peer), "%s", ((struct tcp_comm *)tc)->peer_str);
+  snprintf(c->peer, sizeof(c->peer), "%s", gdr_fb_tcp_peer(tc, &peer_caps));
   set_desc(c);
   c->tcp_only = 1;
-  snprintf(c->fb.reason, sizeof(c->fb.reason), "%s",
-           gdr_mixed_str(gdr_rdma_caps(), ((struct tcp_comm *)tc)->peer_caps, m, sizeof(m)));
+  snprintf(c->fb.reason, sizeof(c->fb.reason), "%s", gdr_mixed_str(gdr_rdma_caps(), peer_caps, m, sizeof(m)));
   tcp_only_done(c, tc);
   return c;
 }
@@ -960,11 +785,11 @@ static ncclResult_t connect_tcp_peer(int dev, const struct gdr_conn_opts *opts, 
   struct gdr_rdma_comm *c;
   if (devs_check(dev, opts) != ncclSuccess) return ncclInvalidArgument;
   if (!(gdr_rdma_caps() & GDR_CAP_TCP)) return gdr_connect_refuse(handle, GDR_TP_RDMA, gdr_rdma_caps());
-  GDR_CHECK(gdr_transport_tcp.connect(gdr_rdma.tcp_dev, &to, handle, &tc));
+  GDR_CHECK(gdr_fb_tcp_connect(gdr_rdma.tcp_dev, &to, handle, &tc));
   if (tc == NULL) return ncclSuccess; /* in progress (its state is in the handle) */
   c = wrap_tcp_peer(opts->devs, opts->ndevs, GDR_RCOMM_SEND, tc);
   if (c == NULL) {
-    (void)gdr_transport_tcp.close_send(tc);
+    gdr_fb_tcp_close(tc, 1);
     return ncclSystemError;
   }
   *send_comm = c;
@@ -972,120 +797,159 @@ out:
   return res;
 }
 
+/* Connect, step by step: one function per stage, found through a table. Each returns an error (the comm goes), or
+ * moves c->stage on (0: connected) or sets *wait (NCCL calls again). */
+typedef ncclResult_t hs_stage_fn(struct gdr_rdma_comm *c, int *wait);
+
+static ncclResult_t cs_tcp(struct gdr_rdma_comm *c, int *wait) {
+  int done = 0;
+  ncclResult_t res = gdr_connector_poll(&c->connector, &done);
+  if (res != ncclSuccess || (*wait = !done)) return res;
+  if ((res = ctrl_established(c, c->connector.fd, &c->connector.peer)) != ncclSuccess) return res;
+  if ((res = fill_local_hs(c, GDR_RDMA_ROLE_SEND)) != ncclSuccess) return res;
+  arm_deadline(c);
+  c->stage = CS_SEND_HS;
+  return ncclSuccess;
+}
+
+static ncclResult_t cs_send_hs(struct gdr_rdma_comm *c, int *wait) {
+  int done = 0;
+  ncclResult_t res = hs_send(c, GDR_RDMA_BLOB_HS, &c->local, sizeof(c->local), "sending our handshake", &done);
+  *wait = !done;
+  if (res == ncclSuccess && done) c->stage = CS_RECV_HS;
+  return res;
+}
+
+/* The receiver's handshake: our QPs to RTS towards its (READY), or TCP from the start (READY_TCP). */
+static ncclResult_t cs_recv_hs(struct gdr_rdma_comm *c, int *wait) {
+  int done = 0;
+  ncclResult_t res = hs_recv(c, GDR_RDMA_BLOB_HS, &c->remote, sizeof(c->remote), "the receiver's handshake", &done);
+  if (res != ncclSuccess || (*wait = !done)) return res;
+  c->ready_word = GDR_RDMA_BLOB_READY;
+  if (c->tcp_only || (c->remote.caps & GDR_RDMA_CAP_TCP_ONLY)) {
+    const char *bad = gdr_rdma_hs_check(&c->remote, GDR_RDMA_ROLE_RECV);
+    if (bad) {
+      GDR_WARN("%s: malformed RDMA handshake from %s: %s; connection rejected", c->dev->name, c->peer, bad);
+      return ncclRemoteError;
+    }
+    if (go_tcp_only(c, c->tcp_only ? c->fb.reason : "the receiver's RDMA part failed") != 0) return ncclSystemError;
+    c->ready_word = GDR_RDMA_READY_TCP;
+  } else {
+    res = connect_qps(c, GDR_RDMA_ROLE_RECV);
+    if (res == ncclRemoteError) return res; /* a malformed handshake is rejected, not worked around */
+    if (res != ncclSuccess) {
+      if (go_tcp_only(c, "bringing the QPs to RTS failed") != 0) return res;
+      c->ready_word = GDR_RDMA_READY_TCP;
+    }
+  }
+  c->stage = CS_SEND_READY;
+  return ncclSuccess;
+}
+
+static ncclResult_t cs_send_ready(struct gdr_rdma_comm *c, int *wait) {
+  int done = 0;
+  ncclResult_t res = hs_send(c, GDR_RDMA_BLOB_READY, &c->ready_word, sizeof(c->ready_word), "sending READY", &done);
+  if (res != ncclSuccess || (*wait = !done)) return res;
+  c->stage = c->ready_word == GDR_RDMA_BLOB_READY ? 0 : CS_RECV_TCPH;
+  return ncclSuccess;
+}
+
+static ncclResult_t cs_recv_tcph(struct gdr_rdma_comm *c, int *wait) {
+  int done = 0;
+  ncclResult_t res = hs_recv(c, GDR_RDMA_BLOB_TCPH, &c->fb.tcp_handle, sizeof(c->fb.tcp_handle),
+                             "the receiver's TCP listener", &done);
+  if (res != ncclSuccess || (*wait = !done)) return res;
+  c->stage = CS_TCP_CONNECT;
+  return ncclSuccess;
+}
+
+static ncclResult_t cs_tcp_connect(struct gdr_rdma_comm *c, int *wait) {
+  void *tc = NULL;
+  struct gdr_conn_opts to = gdr_rdma_tcp_opts(c->tc);
+  ncclResult_t res = gdr_fb_tcp_connect(gdr_rdma.tcp_dev, &to, &c->fb.tcp_handle, &tc);
+  if (res != ncclSuccess) return res;
+  if (tc == NULL) {
+    *wait = 1;
+    return stage_deadline(c, "the TCP connection"); /* past it: the comm and its TCP connect go */
+  }
+  tcp_only_done(c, tc);
+  c->stage = 0;
+  return ncclSuccess;
+}
+
+static hs_stage_fn *const connect_stages[] = {
+    [CS_TCP] = cs_tcp,
+    [CS_SEND_HS] = cs_send_hs,
+    [CS_RECV_HS] = cs_recv_hs,
+    [CS_SEND_READY] = cs_send_ready,
+    [CS_RECV_TCPH] = cs_recv_tcph,
+    [CS_TCP_CONNECT] = cs_tcp_connect,
+};
+
+/* Runs the stages of a handshake until it is through (c->stage 0) or waits (*wait). */
+static ncclResult_t run_stages(struct gdr_rdma_comm *c, hs_stage_fn *const *stages, int nstages, int *wait) {
+  ncclResult_t res = ncclSuccess;
+  *wait = 0;
+  while (c->stage != 0 && !*wait && res == ncclSuccess) {
+    if (c->stage < 0 || c->stage >= nstages || stages[c->stage] == NULL) return ncclInternalError;
+    res = stages[c->stage](c, wait);
+  }
+  return res;
+}
+
+/* A new send comm for the handle: its RDMA part (or TCP from the start) and the control stream's connect started. */
+static ncclResult_t connect_start(int dev, const struct gdr_conn_opts *opts, struct gdr_handle *handle,
+                                  struct gdr_rdma_comm **out) {
+  ncclResult_t res = ncclSuccess;
+  union gdr_sockaddr peer;
+  uint64_t conn_id = 0;
+  struct gdr_rdma_comm *c;
+  *out = NULL;
+  if (devs_check(dev, opts) != ncclSuccess) return ncclInvalidArgument;
+  if (gdr_handle_check(handle, &peer) != ncclSuccess) return ncclInvalidUsage;
+  if (handle->transport != GDR_TP_RDMA) {
+    GDR_WARN("RDMA connect with a handle for transport %d", handle->transport);
+    return ncclInvalidUsage;
+  }
+  c = comm_alloc(opts->devs, opts->ndevs, GDR_RCOMM_SEND);
+  if (c == NULL) return ncclSystemError;
+  *out = c;
+  c->tc = opts->traffic_class;
+  gdr_sockaddr_str(&peer, c->peer, sizeof(c->peer));
+  set_desc(c);
+  /* GDRNET_QPS_PER_CONN per device (as NCCL's IB), a multiple of the devices, at most 16 */
+  c->nqps = gdr_rdma.nqps * c->ndevs;
+  if (c->nqps > GDR_RDMA_MAX_QPS) c->nqps = GDR_RDMA_MAX_QPS - GDR_RDMA_MAX_QPS % c->ndevs;
+  c->split = gdr_rdma.split;
+  gdr_random_bytes(&conn_id, sizeof(conn_id));
+  if (comm_lost(c)) {
+    if (go_tcp_only(c, "the device is lost (DEVICE_FATAL)") != 0) return ncclSystemError;
+  } else if (comm_setup_verbs(c) != ncclSuccess && go_tcp_only(c, "setting up the RDMA part failed") != 0) {
+    return ncclSystemError;
+  }
+  GDR_CHECK(gdr_connector_start(&c->connector, handle, GDR_STREAM_CTRL, 0, 0, conn_id, gdr_rdma_caps(), NULL));
+  c->stage = CS_TCP;
+  GDR_CHECK(gdr_handle_state_set(handle, c));
+out:
+  return res;
+}
+
 ncclResult_t gdr_rdma_connect(int dev, const struct gdr_conn_opts *opts, struct gdr_handle *handle,
                               void **send_comm) {
-  *send_comm = NULL;
   ncclResult_t res = ncclSuccess;
   struct gdr_rdma_comm *c = NULL;
-  if (handle->magic == GDR_HANDLE_MAGIC && handle->transport == GDR_TP_TCP) return connect_tcp_peer(dev, opts, handle, send_comm);
+  int wait = 0;
+  *send_comm = NULL;
+  if (handle->magic == GDR_HANDLE_MAGIC && handle->transport == GDR_TP_TCP)
+    return connect_tcp_peer(dev, opts, handle, send_comm);
   c = gdr_handle_state_get(handle);
   if (c == NULL) {
-    if (devs_check(dev, opts) != ncclSuccess) return ncclInvalidArgument;
-    union gdr_sockaddr peer;
-    if (gdr_handle_check(handle, &peer) != ncclSuccess) return ncclInvalidUsage;
-    if (handle->transport != GDR_TP_RDMA) {
-      GDR_WARN("RDMA connect with a handle for transport %d", handle->transport);
-      return ncclInvalidUsage;
-    }
-    c = comm_alloc(opts->devs, opts->ndevs, GDR_RCOMM_SEND);
-    if (c == NULL) return ncclSystemError;
-    c->tc = opts->traffic_class;
-    gdr_sockaddr_str(&peer, c->peer, sizeof(c->peer));
-    set_desc(c);
-    /* GDRNET_QPS_PER_CONN per device (as NCCL's IB), a multiple of the devices, at most 16 */
-    c->nqps = gdr_rdma.nqps * c->ndevs;
-    if (c->nqps > GDR_RDMA_MAX_QPS) c->nqps = GDR_RDMA_MAX_QPS - GDR_RDMA_MAX_QPS % c->ndevs;
-    c->split = gdr_rdma.split;
-    uint64_t conn_id = 0;
-    gdr_random_bytes(&conn_id, sizeof(conn_id));
-    if (comm_lost(c)) {
-      if (go_tcp_only(c, "the device is lost (DEVICE_FATAL)") != 0) {
-        res = ncclSystemError;
-        goto out;
-      }
-    } else if (comm_setup_verbs(c) != ncclSuccess && go_tcp_only(c, "setting up the RDMA part failed") != 0) {
-      res = ncclSystemError;
-      goto out;
-    }
-    GDR_CHECK(gdr_connector_start(&c->connector, handle, GDR_STREAM_CTRL, 0, 0, conn_id, gdr_rdma_caps(), NULL));
-    c->stage = CS_TCP;
-    GDR_CHECK(gdr_handle_state_set(handle, c));
+    res = connect_start(dev, opts, handle, &c);
+    if (res != ncclSuccess && c == NULL) return res; /* (refused before a comm existed) */
+    if (res != ncclSuccess) goto out;
   }
-  switch (c->stage) {
-  case CS_TCP: {
-    int done = 0;
-    GDR_CHECK(gdr_connector_poll(&c->connector, &done));
-    if (!done) return ncclSuccess;
-    GDR_CHECK(ctrl_established(c, c->connector.fd, &c->connector.peer));
-    GDR_CHECK(fill_local_hs(c, GDR_RDMA_ROLE_SEND));
-    arm_deadline(c);
-    c->stage = CS_SEND_HS;
-  } /* fall through */
-  case CS_SEND_HS: {
-    int done = 0;
-    GDR_CHECK(hs_send(c, GDR_RDMA_BLOB_HS, &c->local, sizeof(c->local), "sending our handshake", &done));
-    if (!done) return ncclSuccess;
-    c->stage = CS_RECV_HS;
-  } /* fall through */
-  case CS_RECV_HS: {
-    int done = 0;
-    GDR_CHECK(hs_recv(c, GDR_RDMA_BLOB_HS, &c->remote, sizeof(c->remote), "the receiver's handshake", &done));
-    if (!done) return ncclSuccess;
-    c->ready_word = GDR_RDMA_BLOB_READY;
-    if (c->tcp_only || (c->remote.caps & GDR_RDMA_CAP_TCP_ONLY)) {
-      const char *bad = gdr_rdma_hs_check(&c->remote, GDR_RDMA_ROLE_RECV);
-      if (bad) {
-        GDR_WARN("%s: malformed RDMA handshake from %s: %s; connection rejected", c->dev->name, c->peer, bad);
-        res = ncclRemoteError;
-        goto out;
-      }
-      if (go_tcp_only(c, c->tcp_only ? c->fb.reason : "the receiver's RDMA part failed") != 0) {
-        res = ncclSystemError;
-        goto out;
-      }
-      c->ready_word = GDR_RDMA_READY_TCP;
-    } else {
-      res = connect_qps(c, GDR_RDMA_ROLE_RECV);
-      if (res == ncclRemoteError) goto out; /* a malformed handshake is rejected, not worked around */
-      if (res != ncclSuccess) {
-        if (go_tcp_only(c, "bringing the QPs to RTS failed") != 0) goto out;
-        res = ncclSuccess;
-        c->ready_word = GDR_RDMA_READY_TCP;
-      }
-    }
-    c->stage = CS_SEND_READY;
-  } /* fall through */
-  case CS_SEND_READY: {
-    int done = 0;
-    GDR_CHECK(hs_send(c, GDR_RDMA_BLOB_READY, &c->ready_word, sizeof(c->ready_word), "sending READY", &done));
-    if (!done) return ncclSuccess;
-    if (c->ready_word == GDR_RDMA_BLOB_READY) break;
-    c->stage = CS_RECV_TCPH;
-  } /* fall through */
-  case CS_RECV_TCPH: {
-    int done = 0;
-    GDR_CHECK(hs_recv(c, GDR_RDMA_BLOB_TCPH, &c->fb.tcp_handle, sizeof(c->fb.tcp_handle),
-                      "the receiver's TCP listener", &done));
-    if (!done) return ncclSuccess;
-    c->stage = CS_TCP_CONNECT;
-  } /* fall through */
-  case CS_TCP_CONNECT: {
-    void *tc = NULL;
-    struct gdr_conn_opts to = gdr_rdma_tcp_opts(c->tc);
-    GDR_CHECK(gdr_transport_tcp.connect(gdr_rdma.tcp_dev, &to, &c->fb.tcp_handle, &tc));
-    if (tc == NULL) {
-      res = stage_deadline(c, "the TCP connection"); /* past it: the comm and its TCP connect go (out) */
-      if (res != ncclSuccess) goto out;
-      return ncclSuccess;
-    }
-    tcp_only_done(c, tc);
-    break;
-  }
-  default:
-    res = ncclInternalError;
-    goto out;
-  }
-  c->stage = 0;
+  GDR_CHECK(run_stages(c, connect_stages, (int)(sizeof(connect_stages) / sizeof(connect_stages[0])), &wait));
+  if (wait) return ncclSuccess;
   gdr_handle_state_set(handle, NULL);
   *send_comm = c;
   return ncclSuccess;
@@ -1099,162 +963,174 @@ out:
 
 enum { AS_RECV_HS = 1, AS_SEND_HS, AS_RECV_READY, AS_SEND_TCPH, AS_TCP_ACCEPT };
 
-ncclResult_t gdr_rdma_accept(void *listen_comm, void **recv_comm) {
-  *recv_comm = NULL;
-  struct gdr_rdma_listen *l = listen_comm;
+/* The sender's handshake: the QPs it asks for, this side's RDMA part (or TCP from the start), our QPs to RTS. */
+static ncclResult_t as_recv_hs(struct gdr_rdma_comm *c, int *wait) {
+  int done = 0;
+  ncclResult_t res = hs_recv(c, GDR_RDMA_BLOB_HS, &c->remote, sizeof(c->remote), "the sender's handshake", &done);
+  if (res != ncclSuccess || (*wait = !done)) return res;
+  const char *bad = gdr_rdma_hs_check(&c->remote, GDR_RDMA_ROLE_SEND);
+  if (bad) {
+    GDR_WARN("%s: malformed RDMA handshake from %s: %s; connection rejected", c->dev->name, c->peer, bad);
+    return ncclRemoteError;
+  }
+  c->nqps = c->remote.nqps; /* the sender decides */
+  c->split = c->remote.split;
+  if (c->nqps != gdr_rdma.nqps * c->ndevs || c->split != gdr_rdma.split)
+    GDR_INFO(NCCL_NET, "%s: sender %s asks %d QPs split %d (local setting %d per device, split %d; %d device(s)): "
+             "following the sender",
+             c->dev->name, c->peer, c->nqps, c->split, gdr_rdma.nqps, gdr_rdma.split, c->ndevs);
+  if (c->ndevs > c->nqps) { /* every device carries a QP: the devices past the QPs are left out */
+    GDR_INFO(NCCL_NET, "%s: %d QP(s) for %d devices: the connection runs on the first %d", c->desc, c->nqps,
+             c->ndevs, c->nqps);
+    c->ndevs = c->nqps;
+    set_desc(c);
+  }
+  const char *tcp_why = (c->remote.caps & GDR_RDMA_CAP_TCP_ONLY) ? "the sender's RDMA part failed"
+                        : comm_lost(c)                          ? "the device is lost (DEVICE_FATAL)"
+                        : comm_setup_verbs(c) != ncclSuccess    ? "setting up the RDMA part failed"
+                                                                : NULL;
+  if (tcp_why != NULL && go_tcp_only(c, tcp_why) != 0) return ncclSystemError;
+  if ((res = fill_local_hs(c, GDR_RDMA_ROLE_RECV)) != ncclSuccess) return res;
+  if (!c->tcp_only) {
+    res = connect_qps(c, GDR_RDMA_ROLE_SEND);
+    if (res == ncclRemoteError) return res;
+    if (res != ncclSuccess) {
+      if (go_tcp_only(c, "bringing the QPs to RTS failed") != 0) return res;
+      if ((res = fill_local_hs(c, GDR_RDMA_ROLE_RECV)) != ncclSuccess) return res;
+    }
+  }
+  c->stage = AS_SEND_HS;
+  return ncclSuccess;
+}
+
+static ncclResult_t as_send_hs(struct gdr_rdma_comm *c, int *wait) {
+  int done = 0;
+  ncclResult_t res = hs_send(c, GDR_RDMA_BLOB_HS, &c->local, sizeof(c->local), "sending our handshake", &done);
+  if (res != ncclSuccess || (*wait = !done)) return res;
+  c->stage = AS_RECV_READY;
+  return ncclSuccess;
+}
+
+/* READY: connected; READY_TCP (the sender's RDMA part failed after ours was up, or ours did): TCP from the start,
+ * through a TCP listener of this side. */
+static ncclResult_t as_recv_ready(struct gdr_rdma_comm *c, int *wait) {
+  int done = 0;
+  ncclResult_t res = hs_recv(c, GDR_RDMA_BLOB_READY, &c->ready_word, sizeof(c->ready_word), "READY", &done);
+  if (res != ncclSuccess || (*wait = !done)) return res;
+  if (c->ready_word == GDR_RDMA_BLOB_READY && !c->tcp_only) {
+    c->stage = 0;
+    return ncclSuccess;
+  }
+  if (c->ready_word != GDR_RDMA_READY_TCP) {
+    GDR_WARN("%s: bad READY from %s; connection rejected", c->dev->name, c->peer);
+    return ncclRemoteError;
+  }
+  if (go_tcp_only(c, c->tcp_only ? c->fb.reason : "the sender could not bring its QPs up") != 0)
+    return ncclSystemError;
+  memset(&c->fb.tcp_handle, 0, sizeof(c->fb.tcp_handle));
+  struct gdr_conn_opts to = gdr_rdma_tcp_opts(c->tc);
+  if ((res = gdr_fb_tcp_listen(gdr_rdma.tcp_dev, &to, &c->fb.tcp_handle, &c->fb.tcp_listen)) != ncclSuccess)
+    return res;
+  c->stage = AS_SEND_TCPH;
+  return ncclSuccess;
+}
+
+static ncclResult_t as_send_tcph(struct gdr_rdma_comm *c, int *wait) {
+  int done = 0;
+  ncclResult_t res = hs_send(c, GDR_RDMA_BLOB_TCPH, &c->fb.tcp_handle, sizeof(c->fb.tcp_handle),
+                             "sending our TCP listener", &done);
+  if (res != ncclSuccess || (*wait = !done)) return res;
+  c->stage = AS_TCP_ACCEPT;
+  return ncclSuccess;
+}
+
+static ncclResult_t as_tcp_accept(struct gdr_rdma_comm *c, int *wait) {
+  void *tc = NULL;
+  ncclResult_t res = gdr_fb_tcp_accept(c->fb.tcp_listen, &tc);
+  if (res != ncclSuccess) return res;
+  if (tc == NULL) {
+    *wait = 1;
+    return stage_deadline(c, "the TCP connection");
+  }
+  gdr_fb_tcp_close_listen(c->fb.tcp_listen);
+  c->fb.tcp_listen = NULL;
+  tcp_only_done(c, tc);
+  c->stage = 0;
+  return ncclSuccess;
+}
+
+static hs_stage_fn *const accept_stages[] = {
+    [AS_RECV_HS] = as_recv_hs,
+    [AS_SEND_HS] = as_send_hs,
+    [AS_RECV_READY] = as_recv_ready,
+    [AS_SEND_TCPH] = as_send_tcph,
+    [AS_TCP_ACCEPT] = as_tcp_accept,
+};
+
+/* A new connection at the listener: through the TCP door (a peer without RDMA: *recv_comm, done), or on the
+ * listener's socket (l->pending, its handshake to run). Nothing yet: neither. */
+static ncclResult_t accept_start(struct gdr_rdma_listen *l, void **recv_comm) {
   ncclResult_t res = ncclSuccess;
-  struct gdr_rdma_comm *c = l->pending;
-  if (c == NULL && l->door != NULL) { /* a peer without RDMA, through the TCP door */
+  struct gdr_stream s;
+  struct gdr_rdma_comm *c;
+  int got = 0;
+  if (l->door != NULL) { /* a peer without RDMA, through the TCP door */
     void *tc = NULL;
-    GDR_CHECK(gdr_transport_tcp.accept(l->door, &tc));
+    GDR_CHECK(gdr_fb_tcp_accept(l->door, &tc));
     if (tc != NULL) {
       c = wrap_tcp_peer(l->devs, l->ndevs, GDR_RCOMM_RECV, tc);
       if (c == NULL) {
-        (void)gdr_transport_tcp.close_recv(tc);
+        gdr_fb_tcp_close(tc, 0);
         return ncclSystemError;
       }
       *recv_comm = c;
       return ncclSuccess;
     }
   }
+  GDR_CHECK(gdr_listener_poll(&l->l, &s, &got));
+  if (!got) return ncclSuccess;
+  c = comm_alloc(l->devs, l->ndevs, GDR_RCOMM_RECV);
   if (c == NULL) {
-    struct gdr_stream s;
-    int got = 0;
-    ncclResult_t r = gdr_listener_poll(&l->l, &s, &got);
-    if (r != ncclSuccess) return r;
-    if (!got) return ncclSuccess;
-    c = comm_alloc(l->devs, l->ndevs, GDR_RCOMM_RECV);
-    if (c == NULL) {
-      close(s.fd);
-      return ncclSystemError;
-    }
-    c->tc = l->tc;
-    l->pending = c;
-    GDR_CHECK(ctrl_established(c, s.fd, &s.peer));
-    arm_deadline(c);
-    c->stage = AS_RECV_HS;
+    close(s.fd);
+    return ncclSystemError;
   }
-  switch (c->stage) {
-  case AS_RECV_HS: {
-    int done = 0;
-    GDR_CHECK(hs_recv(c, GDR_RDMA_BLOB_HS, &c->remote, sizeof(c->remote), "the sender's handshake", &done));
-    if (!done) return ncclSuccess;
-    const char *bad = gdr_rdma_hs_check(&c->remote, GDR_RDMA_ROLE_SEND);
-    if (bad) {
-      GDR_WARN("%s: malformed RDMA handshake from %s: %s; connection rejected", c->dev->name, c->peer, bad);
-      res = ncclRemoteError;
-      goto out;
-    }
-    c->nqps = c->remote.nqps; /* the sender decides */
-    c->split = c->remote.split;
-    if (c->nqps != gdr_rdma.nqps * c->ndevs || c->split != gdr_rdma.split)
-      GDR_INFO(NCCL_NET, "%s: sender %s asks %d QPs split %d (local setting %d per device, split %d; %d device(s)): "
-               "following the sender",
-               c->dev->name, c->peer, c->nqps, c->split, gdr_rdma.nqps, gdr_rdma.split, c->ndevs);
-    if (c->ndevs > c->nqps) { /* every device carries a QP: the devices past the QPs are left out */
-      GDR_INFO(NCCL_NET, "%s: %d QP(s) for %d devices: the connection runs on the first %d", c->desc, c->nqps,
-               c->ndevs, c->nqps);
-      c->ndevs = c->nqps;
-      set_desc(c);
-    }
-    if (c->remote.caps & GDR_RDMA_CAP_TCP_ONLY) {
-      if (go_tcp_only(c, "the sender's RDMA part failed") != 0) {
-        res = ncclSystemError;
-        goto out;
-      }
-    } else if (comm_lost(c)) {
-      if (go_tcp_only(c, "the device is lost (DEVICE_FATAL)") != 0) {
-        res = ncclSystemError;
-        goto out;
-      }
-    } else if (comm_setup_verbs(c) != ncclSuccess) {
-      if (go_tcp_only(c, "setting up the RDMA part failed") != 0) {
-        res = ncclSystemError;
-        goto out;
-      }
-    }
-    GDR_CHECK(fill_local_hs(c, GDR_RDMA_ROLE_RECV));
-    if (!c->tcp_only) {
-      res = connect_qps(c, GDR_RDMA_ROLE_SEND);
-      if (res == ncclRemoteError) goto out;
-      if (res != ncclSuccess) {
-        if (go_tcp_only(c, "bringing the QPs to RTS failed") != 0) goto out;
-        res = ncclSuccess;
-        GDR_CHECK(fill_local_hs(c, GDR_RDMA_ROLE_RECV));
-      }
-    }
-    c->stage = AS_SEND_HS;
-  } /* fall through */
-  case AS_SEND_HS: {
-    int done = 0;
-    GDR_CHECK(hs_send(c, GDR_RDMA_BLOB_HS, &c->local, sizeof(c->local), "sending our handshake", &done));
-    if (!done) return ncclSuccess;
-    c->stage = AS_RECV_READY;
-  } /* fall through */
-  case AS_RECV_READY: {
-    int done = 0;
-    GDR_CHECK(hs_recv(c, GDR_RDMA_BLOB_READY, &c->ready_word, sizeof(c->ready_word), "READY", &done));
-    if (!done) return ncclSuccess;
-    if (c->ready_word == GDR_RDMA_BLOB_READY && !c->tcp_only) break;
-    if (c->ready_word != GDR_RDMA_READY_TCP) {
-      GDR_WARN("%s: bad READY from %s; connection rejected", c->dev->name, c->peer);
-      res = ncclRemoteError;
-      goto out;
-    }
-    /* the sender's RDMA part failed after ours was up, or ours did: TCP from the start */
-    if (go_tcp_only(c, c->tcp_only ? c->fb.reason : "the sender could not bring its QPs up") != 0) {
-      res = ncclSystemError;
-      goto out;
-    }
-    memset(&c->fb.tcp_handle, 0, sizeof(c->fb.tcp_handle));
-    struct gdr_conn_opts to = gdr_rdma_tcp_opts(c->tc);
-    GDR_CHECK(gdr_transport_tcp.listen(gdr_rdma.tcp_dev, &to, &c->fb.tcp_handle, &c->fb.tcp_listen));
-    c->stage = AS_SEND_TCPH;
-  } /* fall through */
-  case AS_SEND_TCPH: {
-    int done = 0;
-    GDR_CHECK(hs_send(c, GDR_RDMA_BLOB_TCPH, &c->fb.tcp_handle, sizeof(c->fb.tcp_handle), "sending our TCP listener",
-                      &done));
-    if (!done) return ncclSuccess;
-    c->stage = AS_TCP_ACCEPT;
-  } /* fall through */
-  case AS_TCP_ACCEPT: {
-    void *tc = NULL;
-    GDR_CHECK(gdr_transport_tcp.accept(c->fb.tcp_listen, &tc));
-    if (tc == NULL) {
-      GDR_CHECK(stage_deadline(c, "the TCP connection"));
-      return ncclSuccess;
-    }
-    (void)gdr_transport_tcp.close_listen(c->fb.tcp_listen);
-    c->fb.tcp_listen = NULL;
-    tcp_only_done(c, tc);
-    break;
+  c->tc = l->tc;
+  l->pending = c;
+  GDR_CHECK(ctrl_established(c, s.fd, &s.peer));
+  arm_deadline(c);
+  c->stage = AS_RECV_HS;
+out:
+  return res;
+}
+
+ncclResult_t gdr_rdma_accept(void *listen_comm, void **recv_comm) {
+  struct gdr_rdma_listen *l = listen_comm;
+  ncclResult_t res = ncclSuccess;
+  int wait = 0;
+  *recv_comm = NULL;
+  if (l->pending == NULL) {
+    GDR_CHECK(accept_start(l, recv_comm));
+    if (*recv_comm != NULL || l->pending == NULL) return ncclSuccess;
   }
-  default:
-    res = ncclInternalError;
-    goto out;
-  }
-  c->stage = 0;
+  struct gdr_rdma_comm *c = l->pending;
+  GDR_CHECK(run_stages(c, accept_stages, (int)(sizeof(accept_stages) / sizeof(accept_stages[0])), &wait));
+  if (wait) return ncclSuccess;
   l->pending = NULL;
   *recv_comm = c;
   return ncclSuccess;
 out:
+  comm_free(l->pending);
   l->pending = NULL;
-  comm_free(c);
   return res;
 }
 
 /* ----------------------------------------------------------------------------------------- close -- */
 
+/* (the resiliency layer closed its part first: gdr_rdma_resil_close) */
 static ncclResult_t close_comm(struct gdr_rdma_comm *c) {
   if (c == NULL) return ncclSuccess;
-  gdr_rdma_fb_close(c);
-  if (c->stage == 0) {
-    gdr_rdma_rec_report(c);
-    gdr_rdma_fb_report(c);
-    /* best effort: the peer learns that we are gone from the EOF anyway */
-    (void)gdr_rdma_ctrl_send(c, GDR_CTRL_BYE, c->head, 0, 0, NULL, 0);
-  }
+  /* best effort: the peer learns that we are gone from the EOF anyway */
+  if (c->stage == 0) (void)gdr_rdma_ctrl_send(c, GDR_CTRL_BYE, c->head, 0, 0, NULL, 0);
   comm_free(c);
   return ncclSuccess;
 }

@@ -7,8 +7,8 @@
 #include <unistd.h>
 
 #include "../cuda.h"
+#include "fb_tcp.h"
 #include "gid.h"
-#include "../tcp/tcp.h"
 #include "rdma.h"
 
 struct gdr_rdma_state gdr_rdma;
@@ -212,55 +212,68 @@ out:
   return rc;
 }
 
+int gdr_rdma_comm_fatal(const struct gdr_rdma_comm *c) {
+  for (int i = 0; i < c->ndevs; i++)
+    if (c->m[i].dev->fatal) return 1;
+  return 0;
+}
+
 /* ------------------------------------------------------------------------------------------- GDR -- */
 
+static int peermem_loaded(void) {
+  static const char *files[] = {"/sys/kernel/mm/memory_peers/nv_mem/version", "/sys/module/nvidia_peermem/version",
+                                "/sys/module/nv_peer_mem/version"};
+  for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++)
+    if (access(files[i], F_OK) == 0) return 1;
+  return 0;
+}
+
+/* DMA-BUF, NIC side: registering fd -1 fails with EBADF when the kernel and driver support DMA-BUF MRs (the fd was
+ * looked at), with EOPNOTSUPP/EPROTONOSUPPORT when they do not. 1 when they do; else why. */
+static int nic_dmabuf_ok(struct gdr_rdma_dev *d, char *why, size_t len) {
+  if (gdr_ibv.reg_dmabuf_mr == NULL) {
+    snprintf(why, len, "%s has no ibv_reg_dmabuf_mr (rdma-core < 34)", gdr_ibv_lib_name());
+    return 0;
+  }
+  errno = 0;
+  struct ibv_mr *mr = gdr_ibv.reg_dmabuf_mr(d->pd, 0, 0, 0, -1, 0);
+  int e = errno;
+  if (mr != NULL) {
+    gdr_ibv.dereg_mr(mr); /* cannot happen with fd -1; be safe */
+    return 1;
+  }
+  if (e == EBADF) return 1;
+  snprintf(why, len, "the NIC driver/kernel refuse DMA-BUF MRs (probe: %s)", strerror(e));
+  return 0;
+}
+
+/* DMA-BUF, GPU side: the driver says CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED. 1 when it does; else why. */
+static int cuda_dmabuf_ok(char *why, size_t len) {
+  char w[128] = "";
+  int s = 0;
+  if (gdr_cuda_load(w, sizeof(w)) != ncclSuccess) {
+    snprintf(why, len, "no CUDA driver (%s)", w);
+    return 0;
+  }
+  if (gdr_cuda_dmabuf_supported(0, &s) != ncclSuccess || !s) {
+    snprintf(why, len, "the GPU/driver lacks DMA-BUF support (CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED=0)");
+    return 0;
+  }
+  return 1;
+}
+
 static void probe_gdr(struct gdr_rdma_dev *d) {
-  int mode = (int)gdr_param_int(GDR_PARAM_GDR);       /* -1 auto, 0, 1 */
-  int dmode = (int)gdr_param_int(GDR_PARAM_DMABUF);   /* -1 auto, 0, 1 */
+  int mode = (int)gdr_param_int(GDR_PARAM_GDR);     /* -1 auto, 0, 1 */
+  int dmode = (int)gdr_param_int(GDR_PARAM_DMABUF); /* -1 auto, 0, 1 */
+  char nic_why[128] = "", cuda_why[160] = "";
   d->ptr_support = NCCL_PTR_HOST;
   if (mode == 0) {
     snprintf(d->gdr_desc, sizeof(d->gdr_desc), "GDR off: GDRNET_GDR=0 (host memory only)");
     return;
   }
-  static const char *peermem_files[] = {"/sys/kernel/mm/memory_peers/nv_mem/version",
-                                        "/sys/module/nvidia_peermem/version", "/sys/module/nv_peer_mem/version"};
-  int peermem = 0;
-  for (size_t i = 0; i < sizeof(peermem_files) / sizeof(peermem_files[0]) && !peermem; i++)
-    peermem = access(peermem_files[i], F_OK) == 0;
-
-  /* DMA-BUF, NIC side: registering fd -1 fails with EBADF when the kernel and driver support
-   * DMA-BUF MRs (the fd was looked at), with EOPNOTSUPP/EPROTONOSUPPORT when they do not. */
-  char nic_why[128] = "";
-  int nic_dmabuf = 0;
-  if (gdr_ibv.reg_dmabuf_mr == NULL) {
-    snprintf(nic_why, sizeof(nic_why), "%s has no ibv_reg_dmabuf_mr (rdma-core < 34)", gdr_ibv_lib_name());
-  } else {
-    errno = 0;
-    struct ibv_mr *mr = gdr_ibv.reg_dmabuf_mr(d->pd, 0, 0, 0, -1, 0);
-    int e = errno;
-    if (mr != NULL) {
-      gdr_ibv.dereg_mr(mr); /* cannot happen with fd -1; be safe */
-      nic_dmabuf = 1;
-    } else if (e == EBADF) {
-      nic_dmabuf = 1;
-    } else {
-      snprintf(nic_why, sizeof(nic_why), "the NIC driver/kernel refuse DMA-BUF MRs (probe: %s)", strerror(e));
-    }
-  }
-  char cuda_why[160] = "";
-  int cuda_dmabuf = 0;
-  if (nic_dmabuf && mode != 1) {
-    char w[128] = "";
-    if (gdr_cuda_load(w, sizeof(w)) != ncclSuccess) {
-      snprintf(cuda_why, sizeof(cuda_why), "no CUDA driver (%s)", w);
-    } else {
-      int s = 0;
-      if (gdr_cuda_dmabuf_supported(0, &s) != ncclSuccess || !s)
-        snprintf(cuda_why, sizeof(cuda_why), "the GPU/driver lacks DMA-BUF support (CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED=0)");
-      else
-        cuda_dmabuf = 1;
-    }
-  }
+  int peermem = peermem_loaded();
+  int nic_dmabuf = nic_dmabuf_ok(d, nic_why, sizeof(nic_why));
+  int cuda_dmabuf = nic_dmabuf && mode != 1 && cuda_dmabuf_ok(cuda_why, sizeof(cuda_why));
   int dmabuf = nic_dmabuf && (mode == 1 || cuda_dmabuf) && dmode != 0;
   if (dmode == 1 && !dmabuf)
     GDR_WARN("%s: GDRNET_DMABUF=1 but DMA-BUF registration cannot work here: %s%s%s", d->name, nic_why,
@@ -559,24 +572,14 @@ static int open_port(struct ibv_device *ibdev, const struct ibv_device_attr *da,
 /* The TCP transport a connection falls back to (GDRNET_FALLBACK=1): its device on the handshake's interface. */
 static void init_fallback(void) {
   char w[256] = "";
-  int n = 0;
   gdr_rdma.tcp_ok = 0;
   gdr_rdma.tcp_dev = 0;
   if (gdr_param_int(GDR_PARAM_FALLBACK) == 0) return;
-  if (gdr_transport_tcp.init(&n, w, sizeof(w)) != ncclSuccess || n <= 0) {
+  if (gdr_fb_tcp_init(&gdr_rdma.if_addr, &gdr_rdma.tcp_dev, w, sizeof(w)) != 0) {
     GDR_WARN("GDRNET_FALLBACK=1 but the TCP transport cannot work here (%s): an RDMA connection that cannot be "
              "recovered fails instead of moving to TCP",
              w[0] ? w : "no usable IP interface");
     return;
-  }
-  for (int d = 0; d < n; d++) {
-    union gdr_sockaddr a;
-    if (gdr_tcp_dev_addr(d, &a) != ncclSuccess || a.sa.sa_family != gdr_rdma.if_addr.sa.sa_family) continue;
-    if ((a.sa.sa_family == AF_INET && a.sin.sin_addr.s_addr == gdr_rdma.if_addr.sin.sin_addr.s_addr) ||
-        (a.sa.sa_family == AF_INET6 && memcmp(&a.sin6.sin6_addr, &gdr_rdma.if_addr.sin6.sin6_addr, 16) == 0)) {
-      gdr_rdma.tcp_dev = d;
-      break;
-    }
   }
   gdr_rdma.tcp_ok = 1;
   GDR_INFO(NCCL_NET | NCCL_INIT, "fallback: an RDMA connection that cannot be recovered moves to TCP device %d (%s)",
@@ -617,23 +620,17 @@ static void warn_hca(const struct gdr_filter *f, const char *spec, const char *p
   }
 }
 
-ncclResult_t gdr_rdma_init(int *ndev, char *why, size_t whylen) {
-  *ndev = 0;
-  if (why && whylen) why[0] = '\0';
-  if (gdr_rdma.ndevs > 0) { /* already initialised (re-init without fini) */
-    *ndev = gdr_rdma.ndevs;
-    return ncclSuccess;
-  }
-  memset(&gdr_rdma, 0, sizeof(gdr_rdma));
+/* The library, the knobs and the handshake's interface. 0, or -1 with why (the transport has no device). */
+static int init_setup(char *why, size_t whylen) {
+  char w[512];
   if (gdr_param_int(GDR_PARAM_IB_DISABLE)) {
     snprintf(why, whylen, "%s=1 turns the RDMA transport off",
              gdr_param_source(GDR_PARAM_IB_DISABLE) == GDR_PSRC_ALIAS ? "NCCL_IB_DISABLE" : "GDRNET_IB_DISABLE");
-    return ncclSuccess;
+    return -1;
   }
-  char w[512];
   if (gdr_ibv_load(w, sizeof(w)) != 0) {
     snprintf(why, whylen, "%s", w);
-    return ncclSuccess;
+    return -1;
   }
   gdr_rdma.nqps = (int)gdr_param_int(GDR_PARAM_QPS_PER_CONN);
   if (gdr_rdma.nqps < 1) gdr_rdma.nqps = 1;
@@ -648,22 +645,123 @@ ncclResult_t gdr_rdma_init(int *ndev, char *why, size_t whylen) {
       nif == 0) {
     snprintf(why, whylen, "no usable IP interface for the RDMA handshake (GDRNET_SOCKET_IFNAME=\"%s\")",
              gdr_param_str(GDR_PARAM_SOCKET_IFNAME));
-    return ncclSuccess;
+    return -1;
   }
   gdr_rdma.if_addr = ifs[0].addr;
   snprintf(gdr_rdma.if_name, sizeof(gdr_rdma.if_name), "%s", ifs[0].name);
+  return 0;
+}
+
+/* What the scan of the devices saw, for the GDRNET_HCA WARNs and the reason when no port is kept. */
+struct scan {
+  struct gdr_filter filter; /* GDRNET_HCA / NCCL_IB_HCA */
+  const char *spec;
+  int ro_warned, seen_ports, inactive, filtered;
+  char ports[512]; /* every port seen */
+  size_t ports_len;
+  int entry_hit[GDR_FILTER_MAX]; /* include filters: did entry k name any port that exists? */
+};
+
+/* The INFO lines of a kept port. */
+static void log_dev(const struct gdr_rdma_dev *d) {
+  char gidstr[64];
+  gdr_gid_format(d->gid.raw, gidstr, sizeof(gidstr));
+  GDR_INFO(NCCL_NET | NCCL_INIT, "[%d] %s: %s, port %d, %d Mbps, MTU %d, PCI %s%s", gdr_rdma.ndevs, d->name,
+           d->link_layer == IBV_LINK_LAYER_ETHERNET ? "RoCE" : "IB", d->port, d->speed, 128 << d->active_mtu,
+           d->pci_path ? d->pci_path : "(none)", d->relaxed ? ", relaxed ordering" : "");
+  GDR_INFO(NCCL_NET | NCCL_INIT, "%s: %s", d->name, d->gdr_desc);
+  if (d->link_layer == IBV_LINK_LAYER_ETHERNET)
+    GDR_INFO(NCCL_NET | NCCL_INIT, "%s: RoCE GID index %d = %s%s", d->name, d->gid_index, gidstr,
+             gdr_param_int(GDR_PARAM_GID_INDEX) >= 0 ? " (GDRNET_GID_INDEX)" : " (auto)");
+  else
+    GDR_INFO(NCCL_NET | NCCL_INIT, "%s: IB LID %u, GID index %d = %s", d->name, d->lid, d->gid_index, gidstr);
+}
+
+/* Port p of a device: kept (the next entry of gdr_rdma.devs) when it is active, of a known link layer and selected
+ * by GDRNET_HCA; else skipped with an INFO line. */
+static void scan_port(struct scan *sc, struct ibv_device *ibdev, struct ibv_context *qctx,
+                      const struct ibv_device_attr *da, int p) {
+  const char *ibname = gdr_ibv.get_device_name(ibdev);
+  struct ibv_port_attr pa;
+  uint32_t speed_ex = 0;
+  sc->seen_ports++;
+  if (gdr_ibv_query_port(qctx, (uint8_t)p, &pa, &speed_ex) != 0) {
+    GDR_INFO(NCCL_NET | NCCL_INIT, "%s:%d: ibv_query_port failed, skipped", ibname, p);
+    return;
+  }
+  note_port(&sc->filter, ibname, p, pa.state == IBV_PORT_ACTIVE, sc->ports, sizeof(sc->ports), &sc->ports_len,
+            sc->entry_hit);
+  if (pa.state != IBV_PORT_ACTIVE) {
+    GDR_INFO(NCCL_NET | NCCL_INIT, "%s:%d: port not active (state %d), skipped", ibname, p, pa.state);
+    sc->inactive++;
+    return;
+  }
+  if (pa.link_layer != IBV_LINK_LAYER_INFINIBAND && pa.link_layer != IBV_LINK_LAYER_ETHERNET &&
+      pa.link_layer != IBV_LINK_LAYER_UNSPECIFIED) {
+    GDR_INFO(NCCL_NET | NCCL_INIT, "%s:%d: unknown link layer %d, skipped", ibname, p, pa.link_layer);
+    return;
+  }
+  if (!gdr_filter_match(&sc->filter, ibname, p)) {
+    GDR_INFO(NCCL_NET | NCCL_INIT, "%s:%d: excluded by GDRNET_HCA/NCCL_IB_HCA=\"%s\"", ibname, p, sc->spec);
+    sc->filtered++;
+    return;
+  }
+  struct gdr_rdma_dev *d = &gdr_rdma.devs[gdr_rdma.ndevs];
+  if (open_port(ibdev, da, p, &pa, speed_ex, d, &sc->ro_warned) != 0) return;
+  log_dev(d);
+  (void)gdr_stats_register("rdma", d->name, d->port, &d->ctr); /* full table: left out of GDRNET_STATS_FILE */
+  gdr_rdma.ndevs++;
+}
+
+/* Every port of one verbs device. */
+static void scan_device(struct scan *sc, struct ibv_device *ibdev) {
+  const char *ibname = gdr_ibv.get_device_name(ibdev);
+  struct ibv_device_attr da;
+  struct ibv_context *qctx = gdr_ibv.open_device(ibdev);
+  if (qctx == NULL) {
+    GDR_INFO(NCCL_NET | NCCL_INIT, "%s: cannot open (%s), skipped", ibname, strerror(errno));
+    return;
+  }
+  if (gdr_ibv.query_device(qctx, &da) != 0) {
+    GDR_INFO(NCCL_NET | NCCL_INIT, "%s: ibv_query_device failed (%s), skipped", ibname, strerror(errno));
+    gdr_ibv.close_device(qctx);
+    return;
+  }
+  for (int p = 1; p <= da.phys_port_cnt && gdr_rdma.ndevs < GDR_RDMA_MAX_DEVS; p++) scan_port(sc, ibdev, qctx, &da, p);
+  gdr_ibv.close_device(qctx);
+}
+
+/* The devices NCCL will see, in one line. */
+static void summary(char *why, size_t whylen) {
+  int off = snprintf(why, whylen, "%d RDMA device(s):", gdr_rdma.ndevs);
+  for (int i = 0; i < gdr_rdma.ndevs && off > 0 && (size_t)off < whylen; i++)
+    off += snprintf(why + off, whylen - (size_t)off, "%s %s (%s, %s)", i ? "," : "", gdr_rdma.devs[i].name,
+                    gdr_rdma.devs[i].link_layer == IBV_LINK_LAYER_ETHERNET ? "RoCE" : "IB",
+                    (gdr_rdma.devs[i].ptr_support & (NCCL_PTR_CUDA | NCCL_PTR_DMABUF)) ? "GDR" : "no GDR");
+}
+
+ncclResult_t gdr_rdma_init(int *ndev, char *why, size_t whylen) {
+  struct scan sc;
+  char fwhy[256] = "";
+  int nib = 0;
+  *ndev = 0;
+  if (why && whylen) why[0] = '\0';
+  if (gdr_rdma.ndevs > 0) { /* already initialised (re-init without fini) */
+    *ndev = gdr_rdma.ndevs;
+    return ncclSuccess;
+  }
+  memset(&gdr_rdma, 0, sizeof(gdr_rdma));
+  if (init_setup(why, whylen) != 0) return ncclSuccess;
 
   /* GDRNET_HCA / NCCL_IB_HCA: the core's filter speaks NCCL's syntax (^ exclude, = exact, dev:port) */
-  struct gdr_filter filter;
-  const char *spec = gdr_param_str(GDR_PARAM_HCA);
-  char fwhy[256] = "";
-  if (gdr_filter_parse(spec, &filter, fwhy, sizeof(fwhy)) != ncclSuccess) {
+  memset(&sc, 0, sizeof(sc));
+  sc.spec = gdr_param_str(GDR_PARAM_HCA);
+  if (gdr_filter_parse(sc.spec, &sc.filter, fwhy, sizeof(fwhy)) != ncclSuccess) {
     GDR_WARN("GDRNET_HCA/NCCL_IB_HCA: %s; no RDMA device is used", fwhy);
     snprintf(why, whylen, "GDRNET_HCA/NCCL_IB_HCA is malformed: %s", fwhy);
     return ncclSuccess;
   }
 
-  int nib = 0;
   struct ibv_device **list = gdr_ibv.get_device_list(&nib);
   if (list == NULL || nib == 0) {
     int e = errno;
@@ -673,80 +771,17 @@ ncclResult_t gdr_rdma_init(int *ndev, char *why, size_t whylen) {
     if (list) gdr_ibv.free_device_list(list);
     return ncclSuccess;
   }
-  int ro_warned = 0, seen_ports = 0, inactive = 0, filtered = 0;
-  char ports[512] = ""; /* every port seen, for a WARN about GDRNET_HCA */
-  size_t ports_len = 0;
-  int entry_hit[GDR_FILTER_MAX] = {0}; /* include filters: did entry k name any port that exists? */
-  for (int i = 0; i < nib && gdr_rdma.ndevs < GDR_RDMA_MAX_DEVS; i++) {
-    const char *ibname = gdr_ibv.get_device_name(list[i]);
-    struct ibv_context *qctx = gdr_ibv.open_device(list[i]);
-    if (qctx == NULL) {
-      GDR_INFO(NCCL_NET | NCCL_INIT, "%s: cannot open (%s), skipped", ibname, strerror(errno));
-      continue;
-    }
-    struct ibv_device_attr da;
-    if (gdr_ibv.query_device(qctx, &da) != 0) {
-      GDR_INFO(NCCL_NET | NCCL_INIT, "%s: ibv_query_device failed (%s), skipped", ibname, strerror(errno));
-      gdr_ibv.close_device(qctx);
-      continue;
-    }
-    for (int p = 1; p <= da.phys_port_cnt && gdr_rdma.ndevs < GDR_RDMA_MAX_DEVS; p++) {
-      struct ibv_port_attr pa;
-      seen_ports++;
-      uint32_t speed_ex = 0;
-      if (gdr_ibv_query_port(qctx, (uint8_t)p, &pa, &speed_ex) != 0) {
-        GDR_INFO(NCCL_NET | NCCL_INIT, "%s:%d: ibv_query_port failed, skipped", ibname, p);
-        continue;
-      }
-      note_port(&filter, ibname, p, pa.state == IBV_PORT_ACTIVE, ports, sizeof(ports), &ports_len, entry_hit);
-      if (pa.state != IBV_PORT_ACTIVE) {
-        GDR_INFO(NCCL_NET | NCCL_INIT, "%s:%d: port not active (state %d), skipped", ibname, p, pa.state);
-        inactive++;
-        continue;
-      }
-      if (pa.link_layer != IBV_LINK_LAYER_INFINIBAND && pa.link_layer != IBV_LINK_LAYER_ETHERNET &&
-          pa.link_layer != IBV_LINK_LAYER_UNSPECIFIED) {
-        GDR_INFO(NCCL_NET | NCCL_INIT, "%s:%d: unknown link layer %d, skipped", ibname, p, pa.link_layer);
-        continue;
-      }
-      if (!gdr_filter_match(&filter, ibname, p)) {
-        GDR_INFO(NCCL_NET | NCCL_INIT, "%s:%d: excluded by GDRNET_HCA/NCCL_IB_HCA=\"%s\"", ibname, p, spec);
-        filtered++;
-        continue;
-      }
-      struct gdr_rdma_dev *d = &gdr_rdma.devs[gdr_rdma.ndevs];
-      if (open_port(list[i], &da, p, &pa, speed_ex, d, &ro_warned) != 0) continue;
-      char gidstr[64];
-      gdr_gid_format(d->gid.raw, gidstr, sizeof(gidstr));
-      GDR_INFO(NCCL_NET | NCCL_INIT, "[%d] %s: %s, port %d, %d Mbps, MTU %d, PCI %s%s", gdr_rdma.ndevs, d->name,
-               d->link_layer == IBV_LINK_LAYER_ETHERNET ? "RoCE" : "IB", p, d->speed, 128 << d->active_mtu,
-               d->pci_path ? d->pci_path : "(none)", d->relaxed ? ", relaxed ordering" : "");
-      GDR_INFO(NCCL_NET | NCCL_INIT, "%s: %s", d->name, d->gdr_desc);
-      if (d->link_layer == IBV_LINK_LAYER_ETHERNET)
-        GDR_INFO(NCCL_NET | NCCL_INIT, "%s: RoCE GID index %d = %s%s", d->name, d->gid_index, gidstr,
-                 gdr_param_int(GDR_PARAM_GID_INDEX) >= 0 ? " (GDRNET_GID_INDEX)" : " (auto)");
-      else
-        GDR_INFO(NCCL_NET | NCCL_INIT, "%s: IB LID %u, GID index %d = %s", d->name, d->lid, d->gid_index,
-                 gidstr);
-      (void)gdr_stats_register("rdma", d->name, d->port, &d->ctr); /* full table: left out of GDRNET_STATS_FILE */
-      gdr_rdma.ndevs++;
-    }
-    gdr_ibv.close_device(qctx);
-  }
+  for (int i = 0; i < nib && gdr_rdma.ndevs < GDR_RDMA_MAX_DEVS; i++) scan_device(&sc, list[i]);
   gdr_ibv.free_device_list(list);
-  if (spec[0] != '\0') warn_hca(&filter, spec, ports, entry_hit, gdr_rdma.ndevs, filtered);
+  if (sc.spec[0] != '\0') warn_hca(&sc.filter, sc.spec, sc.ports, sc.entry_hit, gdr_rdma.ndevs, sc.filtered);
   if (gdr_rdma.ndevs == 0) {
     snprintf(why, whylen, "no usable RDMA port: %d device(s), %d port(s), %d not active, %d excluded by GDRNET_HCA",
-             nib, seen_ports, inactive, filtered);
+             nib, sc.seen_ports, sc.inactive, sc.filtered);
     return ncclSuccess;
   }
   *ndev = gdr_rdma.ndevs;
   init_fallback();
-  int off = snprintf(why, whylen, "%d RDMA device(s):", gdr_rdma.ndevs);
-  for (int i = 0; i < gdr_rdma.ndevs && off > 0 && (size_t)off < whylen; i++)
-    off += snprintf(why + off, whylen - (size_t)off, "%s %s (%s, %s)", i ? "," : "", gdr_rdma.devs[i].name,
-                    gdr_rdma.devs[i].link_layer == IBV_LINK_LAYER_ETHERNET ? "RoCE" : "IB",
-                    (gdr_rdma.devs[i].ptr_support & (NCCL_PTR_CUDA | NCCL_PTR_DMABUF)) ? "GDR" : "no GDR");
+  summary(why, whylen);
   return ncclSuccess;
 }
 
@@ -789,6 +824,6 @@ void gdr_rdma_quiesce(void) {
 void gdr_rdma_fini(void) {
   for (int i = 0; i < gdr_rdma.ndevs; i++) close_dev(&gdr_rdma.devs[i]);
   gdr_rdma.ndevs = 0;
-  if (gdr_rdma.tcp_ok && gdr_transport_tcp.fini) gdr_transport_tcp.fini();
+  if (gdr_rdma.tcp_ok) gdr_fb_tcp_fini();
   gdr_rdma.tcp_ok = 0;
 }

@@ -1,9 +1,10 @@
 /* RDMA transport: a connection that RDMA cannot carry moves to TCP, and back. Protocol and what each side
  * keeps: plugin/rdma/README.md, "Fallback to TCP and back".
  *
- * The connection stays the same object for NCCL (comm, requests, memory handles): once moved, its isend/irecv/test
- * hand the work to a TCP comm of the TCP transport (plugin/tcp), set up over the connection's control channel (the
- * receiver opens a TCP listener and announces its handle: NCCL's listen comm may be long closed). GPU buffers are
+ * The RDMA transport owns the move (the core never swaps a connection's transport). The connection stays the same
+ * object for NCCL (comm, requests, memory handles): once moved, its isend/irecv/test hand the work to a TCP comm of
+ * the TCP transport nested in it (through fb_tcp.h, the one seam to plugin/tcp), set up over the connection's control
+ * channel (the receiver opens a TCP listener and announces its handle: NCCL's listen comm may be long closed). GPU buffers are
  * staged through pinned host buffers by the TCP transport (tcp_cuda.c).
  *
  * Moving (epoch e; both sides count fallbacks alike):
@@ -35,8 +36,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "../cuda.h"
-#include "../tcp/tcp.h"
+#include "fb_tcp.h"
 #include "rdma.h"
 
 #define PROBE_MIN_NS 100000000ull   /* the way back is first probed 100 ms after the move, */
@@ -99,9 +99,9 @@ static int tag_counts(const struct gdr_rdma_comm *c, struct gdr_rdma_back_tag *v
   const struct gdr_rdma_fb *fb = &c->fb;
   int tags[GDR_RDMA_BACK_MAX_TAGS], n = 0;
   uint64_t cnt[GDR_RDMA_BACK_MAX_TAGS];
-  int k = gdr_tcp_tag_counts(fb->tcp, tags, cnt, GDR_RDMA_BACK_MAX_TAGS);
+  int k = gdr_fb_tcp_tag_counts(fb->tcp, tags, cnt, GDR_RDMA_BACK_MAX_TAGS);
   if (k > GDR_RDMA_BACK_MAX_TAGS) return -1;
-  for (int i = 0; i < k; i++) (void)tags_add(v, &n, tags[i], gdr_tcp_tag_count(fb->tcp, tags[i]));
+  for (int i = 0; i < k; i++) (void)tags_add(v, &n, tags[i], gdr_fb_tcp_tag_count(fb->tcp, tags[i]));
   for (int i = fb->qhead; i != fb->qtail; i++) {
     const struct gdr_rdma_req *q = fb->queue[i % GDR_FB_QUEUE];
     if (is_sender(c)) {
@@ -124,18 +124,10 @@ static ncclResult_t send_counts(struct gdr_rdma_comm *c, int type, const struct 
 
 /* Sender: messages with this tag still owed to TCP (below the bound the receiver named). */
 static int tcp_owed(const struct gdr_rdma_comm *c, int tag) {
-  return gdr_tcp_tag_count(c->fb.tcp, tag) < tags_of(c->fb.bound, c->fb.nbound, tag);
+  return gdr_fb_tcp_tag_count(c->fb.tcp, tag) < tags_of(c->fb.bound, c->fb.nbound, tag);
 }
 
 /* ---------------------------------------------------------------------------------------------- moving -- */
-
-/* The TCP mhandle for a buffer of this registration: the driver says whether it is GPU memory (DMA-BUF and
- * nvidia-peermem registrations normally are; the emulator registers host memory that way on CPU hosts). */
-static ncclResult_t tcp_mr_of(const struct gdr_rdma_mh *mh, void *data, size_t size, struct tcp_mr *out) {
-  enum gdr_mem_kind kind = GDR_MEM_HOST;
-  if (mh != NULL && mh->kind != GDR_REG_HOST) (void)gdr_cuda_ptr_kind(data, &kind, NULL);
-  return gdr_tcp_mr_make(data, size, kind == GDR_MEM_CUDA ? NCCL_PTR_CUDA : NCCL_PTR_HOST, out);
-}
 
 static void enqueue(struct gdr_rdma_comm *c, struct gdr_rdma_req *r) {
   r->on_tcp = 1;
@@ -147,7 +139,7 @@ static ncclResult_t open_listener(struct gdr_rdma_comm *c) {
   struct gdr_conn_opts to = gdr_conn_opts_one(c->fb.tcp_dev);
   to.traffic_class = c->tc;
   memset(&c->fb.tcp_handle, 0, sizeof(c->fb.tcp_handle));
-  return gdr_transport_tcp.listen(c->fb.tcp_dev, &to, &c->fb.tcp_handle, &c->fb.tcp_listen);
+  return gdr_fb_tcp_listen(c->fb.tcp_dev, &to, &c->fb.tcp_handle, &c->fb.tcp_listen);
 }
 
 static ncclResult_t send_rstate(struct gdr_rdma_comm *c) {
@@ -276,7 +268,7 @@ static void sender_apply(struct gdr_rdma_comm *c) {
   GDR_INFO(NCCL_NET, "%s: move %u: the receiver has %llu message(s) (incomplete mask 0x%x), this side sent up to #%llu; "
            "%d partly placed; %d request(s) to TCP from TCP message %llu", c->desc, c->fb.epoch,
            (unsigned long long)p->head, p->incomplete, (unsigned long long)c->head, ns, c->fb.qtail - c->fb.qhead,
-           c->fb.tcp ? (unsigned long long)((struct tcp_comm *)c->fb.tcp)->next_seq : 0ull);
+           c->fb.tcp ? (unsigned long long)gdr_fb_tcp_next_seq(c->fb.tcp) : 0ull);
   if (gdr_rdma_ctrl_send(c, GDR_CTRL_FB_SSTATE, c->fb.epoch, 0, 0, sent, (size_t)ns * sizeof(sent[0])) !=
       ncclSuccess)
     return;
@@ -322,7 +314,7 @@ static void receiver_apply(struct gdr_rdma_comm *c, const struct gdr_rdma_fb_sen
   }
   GDR_INFO(NCCL_NET, "%s: move %u: %llu receive(s) posted over RDMA, %d partly placed by the sender; %d receive(s) to TCP "
            "from TCP message %llu", c->desc, c->fb.epoch, (unsigned long long)c->head, ns, c->fb.qtail - c->fb.qhead,
-           c->fb.tcp ? (unsigned long long)((struct tcp_comm *)c->fb.tcp)->next_seq : 0ull);
+           c->fb.tcp ? (unsigned long long)gdr_fb_tcp_next_seq(c->fb.tcp) : 0ull);
   /* a GDR flush waiting on the destroyed flush QP: the writes it orders were made by the NIC long ago */
   for (int i = 0; i < c->nreqs_pool; i++)
     if (c->reqs[i].type == GDR_RREQ_FLUSH && c->reqs[i].events > 0) c->reqs[i].events = 0;
@@ -337,9 +329,9 @@ static void tcp_connect_step(struct gdr_rdma_comm *c) {
   struct gdr_conn_opts to = gdr_conn_opts_one(fb->tcp_dev);
   to.traffic_class = c->tc;
   if (tc == NULL && is_sender(c))
-    r = gdr_transport_tcp.connect(fb->tcp_dev, &to, &fb->tcp_handle, &tc);
+    r = gdr_fb_tcp_connect(fb->tcp_dev, &to, &fb->tcp_handle, &tc);
   else if (tc == NULL)
-    r = gdr_transport_tcp.accept(fb->tcp_listen, &tc);
+    r = gdr_fb_tcp_accept(fb->tcp_listen, &tc);
   /* else an earlier fallback's TCP connection carries on */
   if (r != ncclSuccess) {
     fail(c, r, "the fallback's TCP connection could not be set up (see the WARN above)");
@@ -348,7 +340,7 @@ static void tcp_connect_step(struct gdr_rdma_comm *c) {
   if (tc == NULL) return;
   fb->tcp = tc;
   if (fb->tcp_listen) {
-    (void)gdr_transport_tcp.close_listen(fb->tcp_listen);
+    gdr_fb_tcp_close_listen(fb->tcp_listen);
     fb->tcp_listen = NULL;
   }
   fb->path = GDR_PATH_TCP;
@@ -374,24 +366,20 @@ static void drain_queue(struct gdr_rdma_comm *c) {
     void *treq = NULL;
     ncclResult_t r;
     if (is_sender(c)) {
-      struct tcp_mr mr;
-      r = tcp_mr_of(q->mh[0], q->data[0], q->size, &mr);
-      if (r == ncclSuccess) r = gdr_transport_tcp.isend(fb->tcp, q->data[0], q->size, q->tag, &mr, &treq);
+      r = gdr_fb_tcp_isend(fb->tcp, q->data[0], q->size, q->tag, q->mh[0], &treq);
     } else {
-      void *data[GDR_RDMA_MAX_RECVS], *mhs[GDR_RDMA_MAX_RECVS];
+      void *data[GDR_RDMA_MAX_RECVS];
+      struct gdr_rdma_mh *mhs[GDR_RDMA_MAX_RECVS];
       size_t sizes[GDR_RDMA_MAX_RECVS];
       int tags[GDR_RDMA_MAX_RECVS];
-      struct tcp_mr mrs[GDR_RDMA_MAX_RECVS];
-      r = ncclSuccess;
-      for (int k = 0; k < q->tn && r == ncclSuccess; k++) {
+      for (int k = 0; k < q->tn; k++) { /* the buffers still missing */
         int i = q->tmap[k];
         data[k] = q->data[i];
         sizes[k] = q->cap[i];
         tags[k] = (int)c->cts_src[q->slot].e[i].tag;
-        r = tcp_mr_of(q->mh[i], q->data[i], q->cap[i], &mrs[k]);
-        mhs[k] = &mrs[k];
+        mhs[k] = q->mh[i];
       }
-      if (r == ncclSuccess) r = gdr_transport_tcp.irecv(fb->tcp, q->tn, data, sizes, tags, mhs, &treq);
+      r = gdr_fb_tcp_irecv(fb->tcp, q->tn, data, sizes, tags, mhs, &treq);
     }
     if (r != ncclSuccess) {
       fail(c, r, "handing a request over to the fallback's TCP connection failed");
@@ -448,10 +436,6 @@ static int back_prepare(struct gdr_rdma_comm *c) {
   gdr_rdma_qs_swap(c, &qs, NULL);
   return 0;
 }
-
-static void fill_qp_state(struct gdr_rdma_comm *c, struct gdr_rdma_rec_state *st) { gdr_rdma_fill_qp_state(c, st); }
-
-static int back_connect(struct gdr_rdma_comm *c, const struct gdr_rdma_rec_state *p) { return gdr_rdma_connect_peer(c, p); }
 
 /* Receiver: a zero-length RDMA WRITE on each new QP (into the sender's FIFO: nothing changes there). Each completes
  * only once the sender's NIC acknowledged it: the path works both ways, not just the two ports. */
@@ -524,7 +508,7 @@ static void back_probe(struct gdr_rdma_comm *c) {
     fb->probe_ns = now + fb->probe_backoff_ns;
     return;
   }
-  fill_qp_state(c, &st);
+  gdr_rdma_fill_qp_state(c, &st);
   fb->offer++;
   fb->back = GDR_BACK_OFFERED;
   fb->deadline_ns = now + ms_ns(gdr_param_int(GDR_PARAM_RECOVERY_TIMEOUT_MS));
@@ -546,155 +530,206 @@ int gdr_rdma_fb_absorb(struct gdr_rdma_comm *c, int action, const char *why) {
 
 /* ------------------------------------------------------------------------------------------- messages -- */
 
-ncclResult_t gdr_rdma_fb_message(struct gdr_rdma_comm *c, const struct gdr_rdma_ctrl *m, const void *payload) {
+/* One handler per record type, found through recover.c's table (gdr_rdma_resiliency); the control channel's reader
+ * (conn.c) checked the header, and gives a failed connection no record. */
+
+/* The record is about the way back now in progress. */
+static int ours(const struct gdr_rdma_comm *c, const struct gdr_rdma_ctrl *m) {
+  return (uint32_t)m->seq == c->fb.epoch && m->a == c->fb.offer && c->fb.path == GDR_PATH_TCP;
+}
+
+/* FB_REQ or FB_RSTATE of a newer move: this side joins it. */
+static ncclResult_t join_move(struct gdr_rdma_comm *c, const struct gdr_rdma_ctrl *m, const void *payload) {
+  const int req = m->type == GDR_CTRL_FB_REQ;
+  char why[320];
+  if ((uint32_t)m->seq <= c->fb.epoch) return ncclSuccess;
+  snprintf(why, sizeof(why), "the peer moves the connection to TCP%s%.*s", req ? ": " : "", req ? (int)m->len : 0,
+           req ? (const char *)payload : "");
+  gdr_rdma_fb_begin(c, why);
+  return gdr_rdma_comm_check(c);
+}
+
+ncclResult_t gdr_rdma_fb_on_req(struct gdr_rdma_comm *c, const struct gdr_rdma_ctrl *m, const void *payload) {
+  return join_move(c, m, payload);
+}
+
+ncclResult_t gdr_rdma_fb_on_rstate(struct gdr_rdma_comm *c, const struct gdr_rdma_ctrl *m, const void *payload) {
+  ncclResult_t res = join_move(c, m, payload);
+  if (res != ncclSuccess) return res;
+  if ((uint32_t)m->seq == c->fb.epoch && c->fb.phase == GDR_FB_WAIT_RSTATE) {
+    memcpy(&c->fb.rstate, payload, sizeof(c->fb.rstate));
+    sender_apply(c);
+  }
+  return ncclSuccess;
+}
+
+ncclResult_t gdr_rdma_fb_on_sstate(struct gdr_rdma_comm *c, const struct gdr_rdma_ctrl *m, const void *payload) {
+  const char *bad = gdr_rdma_fb_sstate_check(payload, m->len);
+  if (bad) {
+    char why[160];
+    snprintf(why, sizeof(why), "malformed fallback state from the peer: %s", bad);
+    fail(c, ncclRemoteError, why);
+    return gdr_rdma_comm_check(c);
+  }
+  if ((uint32_t)m->seq == c->fb.epoch && c->fb.phase == GDR_FB_WAIT_SSTATE)
+    receiver_apply(c, payload, (int)(m->len / sizeof(struct gdr_rdma_fb_sent)));
+  return ncclSuccess;
+}
+
+/* Sender: the receiver's port is up again and it made new QPs: ours to RTS towards them, BACK_READY; or not now. */
+ncclResult_t gdr_rdma_back_on_offer(struct gdr_rdma_comm *c, const struct gdr_rdma_ctrl *m, const void *payload) {
   struct gdr_rdma_fb *fb = &c->fb;
-  uint32_t e = (uint32_t)m->seq;
-  int ours = e == fb->epoch && m->a == fb->offer && fb->path == GDR_PATH_TCP; /* the way back now in progress */
-  if (gdr_health_failed(&c->health)) return gdr_rdma_comm_check(c);
-  switch (m->type) {
-  case GDR_CTRL_FB_REQ:
-  case GDR_CTRL_FB_RSTATE:
-    if (e > fb->epoch) {
-      char why[320];
-      snprintf(why, sizeof(why), "the peer moves the connection to TCP%s%.*s", m->type == GDR_CTRL_FB_REQ ? ": " : "",
-               m->type == GDR_CTRL_FB_REQ ? (int)m->len : 0, m->type == GDR_CTRL_FB_REQ ? (const char *)payload : "");
-      gdr_rdma_fb_begin(c, why);
-      if (gdr_health_failed(&c->health)) return gdr_rdma_comm_check(c);
-    }
-    if (m->type == GDR_CTRL_FB_RSTATE && e == fb->epoch && fb->phase == GDR_FB_WAIT_RSTATE) {
-      memcpy(&fb->rstate, payload, sizeof(fb->rstate));
-      sender_apply(c);
-    }
+  struct gdr_rdma_rec_state st;
+  const uint32_t e = (uint32_t)m->seq;
+  const char *bad = gdr_rdma_rec_state_check(payload, m->len, GDR_RDMA_ROLE_RECV, c->nqps);
+  if (fb->back == GDR_BACK_READY) back_abort(c, 0, "a new offer replaces the last");
+  if (fb->back != GDR_BACK_NONE || bad || e != fb->epoch || fb->path != GDR_PATH_TCP || fb->pinned ||
+      !(c->remote.caps & GDR_RDMA_CAP_BACK_TAGS)) {
+    (void)gdr_rdma_ctrl_send(c, GDR_CTRL_BACK_NOT_YET, e, m->a, 0, NULL, 0);
     return ncclSuccess;
-  case GDR_CTRL_FB_SSTATE: {
-    const char *bad = gdr_rdma_fb_sstate_check(payload, m->len);
-    if (bad) {
-      char why[160];
-      snprintf(why, sizeof(why), "malformed fallback state from the peer: %s", bad);
+  }
+  fb->offer = (uint32_t)m->a;
+  if (back_prepare(c) != 0 || gdr_rdma_connect_peer(c, payload) != 0) {
+    if (c->qs.cq) gdr_rdma_quiesce_qps(c);
+    (void)gdr_rdma_ctrl_send(c, GDR_CTRL_BACK_NOT_YET, fb->epoch, fb->offer, 0, NULL, 0);
+    return ncclSuccess;
+  }
+  memset(c->fifo, 0, sizeof(struct gdr_cts_slot) * GDR_RDMA_FIFO_SLOTS); /* numbering restarts at 0 */
+  gdr_rdma_fill_qp_state(c, &st);
+  fb->back = GDR_BACK_READY;
+  return gdr_rdma_ctrl_send(c, GDR_CTRL_BACK_READY, fb->epoch, fb->offer, 0, &st, sizeof(st));
+}
+
+/* Receiver: the sender's new QPs are RTS: ours too, then the probe. */
+ncclResult_t gdr_rdma_back_on_ready(struct gdr_rdma_comm *c, const struct gdr_rdma_ctrl *m, const void *payload) {
+  struct gdr_rdma_fb *fb = &c->fb;
+  const char *bad = gdr_rdma_rec_state_check(payload, m->len, GDR_RDMA_ROLE_SEND, c->nqps);
+  if (!ours(c, m) || fb->back != GDR_BACK_OFFERED) return ncclSuccess;
+  if (bad || gdr_rdma_connect_peer(c, payload) != 0 || post_probes(c) != 0) {
+    back_abort(c, 1, bad ? bad : "connecting or probing the new QPs failed");
+    return ncclSuccess;
+  }
+  fb->back = GDR_BACK_PROBING;
+  fb->deadline_ns = gdr_time_ns() + PROBE_WAIT_NS;
+  return ncclSuccess;
+}
+
+/* The sender answers an offer with BACK_AT or BACK_NOT_YET, never both: a frozen receiver may thaw; a receiver that
+ * gave up waiting for BACK_AT (frozen too long) tells the sender, which may have sent it (AT_WAIT): until
+ * BACK_FINAL neither side put anything on RDMA. */
+ncclResult_t gdr_rdma_back_on_not_yet(struct gdr_rdma_comm *c, const struct gdr_rdma_ctrl *m, const void *payload) {
+  const int b = c->fb.back;
+  (void)payload;
+  if (ours(c, m) && (is_sender(c) ? b == GDR_BACK_READY || b == GDR_BACK_AT_WAIT
+                                  : b == GDR_BACK_OFFERED || b == GDR_BACK_PROBING || b == GDR_BACK_FROZEN ||
+                                        b == GDR_BACK_AT_WAIT))
+    back_abort(c, 0, is_sender(c) ? "the peer's probe of the new QPs did not go through" : "the peer is not ready");
+  return ncclSuccess;
+}
+
+/* BACK_SWITCH/AT/FINAL's tag counts: 1 when the record is for the way back in progress and well-formed; 0 when it is
+ * ignored, or failed the connection (*res). */
+static int tags_payload(struct gdr_rdma_comm *c, const struct gdr_rdma_ctrl *m, const void *payload,
+                        ncclResult_t *res) {
+  const char *bad = gdr_rdma_back_tags_check(payload, m->len);
+  *res = ncclSuccess;
+  if (!ours(c, m)) return 0;
+  if (bad) {
+    char why[160];
+    snprintf(why, sizeof(why), "malformed tag counts from the peer on the way back to RDMA: %s", bad);
+    fail(c, ncclRemoteError, why);
+    *res = gdr_rdma_comm_check(c);
+    return 0;
+  }
+  return 1;
+}
+
+/* Sender, AT_WAIT: the receiver posted more TCP receives while covering S: those buffers may be filled over TCP. */
+static ncclResult_t switch_grew(struct gdr_rdma_comm *c, const struct gdr_rdma_back_tag *v, int n) {
+  struct gdr_rdma_fb *fb = &c->fb;
+  for (int i = 0; i < n; i++) {
+    if (v[i].n <= tags_of(fb->bound, fb->nbound, v[i].tag)) continue;
+    if (tags_of(fb->bound, fb->nbound, v[i].tag) == 0 && tags_add(fb->bound, &fb->nbound, v[i].tag, 0) != 0) {
+      fail(c, ncclInternalError, "more tags on TCP than the way back to RDMA can carry");
+      return gdr_rdma_comm_check(c);
+    }
+    for (int k = 0; k < fb->nbound; k++)
+      if (fb->bound[k].tag == v[i].tag) fb->bound[k].n = v[i].n;
+  }
+  fb->deadline_ns = gdr_time_ns() + ms_ns(gdr_param_int(GDR_PARAM_RECOVERY_TIMEOUT_MS));
+  return ncclSuccess;
+}
+
+/* Sender: the receiver's probe went through; R = its TCP buffers per tag. */
+ncclResult_t gdr_rdma_back_on_switch(struct gdr_rdma_comm *c, const struct gdr_rdma_ctrl *m, const void *payload) {
+  struct gdr_rdma_fb *fb = &c->fb;
+  const struct gdr_rdma_back_tag *v = payload;
+  const int n = (int)(m->len / sizeof(*v));
+  struct gdr_rdma_back_tag own[GDR_RDMA_BACK_MAX_TAGS];
+  ncclResult_t res;
+  int nown;
+  if (!tags_payload(c, m, payload, &res)) return res;
+  if (fb->back == GDR_BACK_AT_WAIT) return switch_grew(c, v, n);
+  if (fb->back != GDR_BACK_READY) return ncclSuccess;
+  memset(own, 0, sizeof(own));
+  nown = tag_counts(c, own);
+  if (nown < 0) {
+    fb->pinned = 1;
+    back_abort(c, 1, "more tags on TCP than the way back to RDMA can carry: the connection stays on TCP");
+    return ncclSuccess;
+  }
+  memcpy(fb->bound, v, (size_t)n * sizeof(*v));
+  fb->nbound = n;
+  fb->switch_at = tags_sum(own, nown);
+  fb->back = GDR_BACK_AT_WAIT;
+  fb->deadline_ns = gdr_time_ns() + ms_ns(gdr_param_int(GDR_PARAM_RECOVERY_TIMEOUT_MS));
+  GDR_INFO(NCCL_NET, "%s: the way back: the receiver has %llu TCP buffer(s) over %d tag(s), this side sent %llu "
+           "message(s) over %d tag(s) over TCP", c->desc, (unsigned long long)tags_sum(v, n), n,
+           (unsigned long long)fb->switch_at, nown);
+  return send_counts(c, GDR_CTRL_BACK_AT, own, nown);
+}
+
+/* Receiver: S = the sender's TCP messages per tag: TCP receives until they cover S, then BACK_FINAL
+ * (gdr_rdma_fb_route). */
+ncclResult_t gdr_rdma_back_on_at(struct gdr_rdma_comm *c, const struct gdr_rdma_ctrl *m, const void *payload) {
+  struct gdr_rdma_fb *fb = &c->fb;
+  const struct gdr_rdma_back_tag *v = payload;
+  const int n = (int)(m->len / sizeof(*v));
+  ncclResult_t res;
+  if (!tags_payload(c, m, payload, &res)) return res;
+  if (fb->back != GDR_BACK_FROZEN) return ncclSuccess;
+  memcpy(fb->bound, v, (size_t)n * sizeof(*v));
+  fb->nbound = n;
+  fb->back = GDR_BACK_AT_WAIT;
+  return ncclSuccess;
+}
+
+/* Sender: F = the receiver's TCP buffers per tag once they covered S: below F_t over TCP, the rest over RDMA. */
+ncclResult_t gdr_rdma_back_on_final(struct gdr_rdma_comm *c, const struct gdr_rdma_ctrl *m, const void *payload) {
+  struct gdr_rdma_fb *fb = &c->fb;
+  const struct gdr_rdma_back_tag *v = payload;
+  const int n = (int)(m->len / sizeof(*v));
+  struct gdr_rdma_back_tag own[GDR_RDMA_BACK_MAX_TAGS];
+  ncclResult_t res;
+  int nown;
+  if (!tags_payload(c, m, payload, &res)) return res;
+  if (fb->back != GDR_BACK_AT_WAIT) return ncclSuccess;
+  memset(own, 0, sizeof(own));
+  nown = tag_counts(c, own);
+  for (int i = 0; i < nown; i++)
+    if (own[i].n > tags_of(v, n, own[i].tag)) {
+      char why[200];
+      snprintf(why, sizeof(why), "the peer's switch point back to RDMA for tag %d (%llu) is below the %llu "
+               "message(s) this side sent over TCP with that tag", own[i].tag,
+               (unsigned long long)tags_of(v, n, own[i].tag), (unsigned long long)own[i].n);
       fail(c, ncclRemoteError, why);
       return gdr_rdma_comm_check(c);
     }
-    if (e == fb->epoch && fb->phase == GDR_FB_WAIT_SSTATE)
-      receiver_apply(c, payload, (int)(m->len / sizeof(struct gdr_rdma_fb_sent)));
-    return ncclSuccess;
-  }
-  case GDR_CTRL_BACK_OFFER: { /* sender */
-    struct gdr_rdma_rec_state st;
-    const char *bad = gdr_rdma_rec_state_check(payload, m->len, GDR_RDMA_ROLE_RECV, c->nqps);
-    if (fb->back == GDR_BACK_READY) back_abort(c, 0, "a new offer replaces the last");
-    if (fb->back != GDR_BACK_NONE || bad || e != fb->epoch || fb->path != GDR_PATH_TCP || fb->pinned ||
-        !(c->remote.caps & GDR_RDMA_CAP_BACK_TAGS)) {
-      (void)gdr_rdma_ctrl_send(c, GDR_CTRL_BACK_NOT_YET, e, m->a, 0, NULL, 0);
-      return ncclSuccess;
-    }
-    fb->offer = (uint32_t)m->a;
-    if (back_prepare(c) != 0 || back_connect(c, payload) != 0) {
-      if (c->qs.cq) gdr_rdma_quiesce_qps(c);
-      (void)gdr_rdma_ctrl_send(c, GDR_CTRL_BACK_NOT_YET, fb->epoch, fb->offer, 0, NULL, 0);
-      return ncclSuccess;
-    }
-    memset(c->fifo, 0, sizeof(struct gdr_cts_slot) * GDR_RDMA_FIFO_SLOTS); /* numbering restarts at 0 */
-    fill_qp_state(c, &st);
-    fb->back = GDR_BACK_READY;
-    return gdr_rdma_ctrl_send(c, GDR_CTRL_BACK_READY, fb->epoch, fb->offer, 0, &st, sizeof(st));
-  }
-  case GDR_CTRL_BACK_READY: { /* receiver: connect, then probe */
-    const char *bad = gdr_rdma_rec_state_check(payload, m->len, GDR_RDMA_ROLE_SEND, c->nqps);
-    if (!ours || fb->back != GDR_BACK_OFFERED) return ncclSuccess;
-    if (bad || back_connect(c, payload) != 0 || post_probes(c) != 0) {
-      back_abort(c, 1, bad ? bad : "connecting or probing the new QPs failed");
-      return ncclSuccess;
-    }
-    fb->back = GDR_BACK_PROBING;
-    fb->deadline_ns = gdr_time_ns() + PROBE_WAIT_NS;
-    return ncclSuccess;
-  }
-  case GDR_CTRL_BACK_NOT_YET:
-    /* the sender answers an offer with BACK_AT or BACK_NOT_YET, never both: a frozen receiver may thaw; a receiver
-     * that gave up waiting for BACK_AT (frozen too long) tells the sender, which may have sent it (AT_WAIT): until
-     * BACK_FINAL neither side put anything on RDMA */
-    if (ours && (is_sender(c) ? fb->back == GDR_BACK_READY || fb->back == GDR_BACK_AT_WAIT
-                              : fb->back == GDR_BACK_OFFERED || fb->back == GDR_BACK_PROBING ||
-                                    fb->back == GDR_BACK_FROZEN || fb->back == GDR_BACK_AT_WAIT))
-      back_abort(c, 0, is_sender(c) ? "the peer's probe of the new QPs did not go through" : "the peer is not ready");
-    return ncclSuccess;
-  case GDR_CTRL_BACK_SWITCH:   /* sender: the receiver's probe went through; R = its TCP buffers per tag */
-  case GDR_CTRL_BACK_AT:       /* receiver: S = the sender's TCP messages per tag */
-  case GDR_CTRL_BACK_FINAL: {  /* sender: F = the receiver's TCP buffers per tag once they cover S */
-    const struct gdr_rdma_back_tag *v = payload;
-    const int n = (int)(m->len / sizeof(*v));
-    const char *bad = gdr_rdma_back_tags_check(payload, m->len);
-    struct gdr_rdma_back_tag own[GDR_RDMA_BACK_MAX_TAGS];
-    int nown;
-    if (!ours) return ncclSuccess;
-    if (bad) {
-      char why[160];
-      snprintf(why, sizeof(why), "malformed tag counts from the peer on the way back to RDMA: %s", bad);
-      fail(c, ncclRemoteError, why);
-      return gdr_rdma_comm_check(c);
-    }
-    if (m->type == GDR_CTRL_BACK_SWITCH && fb->back == GDR_BACK_AT_WAIT) {
-      /* the receiver posted more TCP receives while covering S: those buffers may be filled over TCP */
-      for (int i = 0; i < n; i++)
-        if (v[i].n > tags_of(fb->bound, fb->nbound, v[i].tag)) {
-          if (tags_of(fb->bound, fb->nbound, v[i].tag) == 0 && tags_add(fb->bound, &fb->nbound, v[i].tag, 0) != 0) {
-            fail(c, ncclInternalError, "more tags on TCP than the way back to RDMA can carry");
-            return gdr_rdma_comm_check(c);
-          }
-          for (int k = 0; k < fb->nbound; k++)
-            if (fb->bound[k].tag == v[i].tag) fb->bound[k].n = v[i].n;
-        }
-      fb->deadline_ns = gdr_time_ns() + ms_ns(gdr_param_int(GDR_PARAM_RECOVERY_TIMEOUT_MS));
-      return ncclSuccess;
-    }
-    if (m->type == GDR_CTRL_BACK_SWITCH) {
-      if (fb->back != GDR_BACK_READY) return ncclSuccess;
-      memset(own, 0, sizeof(own));
-      nown = tag_counts(c, own);
-      if (nown < 0) {
-        fb->pinned = 1;
-        back_abort(c, 1, "more tags on TCP than the way back to RDMA can carry: the connection stays on TCP");
-        return ncclSuccess;
-      }
-      memcpy(fb->bound, v, (size_t)n * sizeof(*v));
-      fb->nbound = n;
-      fb->switch_at = tags_sum(own, nown);
-      fb->back = GDR_BACK_AT_WAIT;
-      fb->deadline_ns = gdr_time_ns() + ms_ns(gdr_param_int(GDR_PARAM_RECOVERY_TIMEOUT_MS));
-      GDR_INFO(NCCL_NET, "%s: the way back: the receiver has %llu TCP buffer(s) over %d tag(s), this side sent %llu "
-               "message(s) over %d tag(s) over TCP", c->desc, (unsigned long long)tags_sum(v, n), n,
-               (unsigned long long)fb->switch_at, nown);
-      return send_counts(c, GDR_CTRL_BACK_AT, own, nown);
-    }
-    if (m->type == GDR_CTRL_BACK_AT) {
-      if (fb->back != GDR_BACK_FROZEN) return ncclSuccess;
-      memcpy(fb->bound, v, (size_t)n * sizeof(*v));
-      fb->nbound = n;
-      fb->back = GDR_BACK_AT_WAIT; /* TCP receives until they cover S, then BACK_FINAL (gdr_rdma_fb_route) */
-      return ncclSuccess;
-    }
-    /* BACK_FINAL */
-    if (fb->back != GDR_BACK_AT_WAIT) return ncclSuccess;
-    memset(own, 0, sizeof(own));
-    nown = tag_counts(c, own);
-    for (int i = 0; i < nown; i++)
-      if (own[i].n > tags_of(v, n, own[i].tag)) {
-        char why[200];
-        snprintf(why, sizeof(why), "the peer's switch point back to RDMA for tag %d (%llu) is below the %llu "
-                 "message(s) this side sent over TCP with that tag", own[i].tag,
-                 (unsigned long long)tags_of(v, n, own[i].tag), (unsigned long long)own[i].n);
-        fail(c, ncclRemoteError, why);
-        return gdr_rdma_comm_check(c);
-      }
-    memcpy(fb->bound, v, (size_t)n * sizeof(*v));
-    fb->nbound = n;
-    fb->switch_at = tags_sum(v, n);
-    back_on_rdma(c);
-    return ncclSuccess;
-  }
-  default:
-    return ncclSuccess;
-  }
+  memcpy(fb->bound, v, (size_t)n * sizeof(*v));
+  fb->nbound = n;
+  fb->switch_at = tags_sum(v, n);
+  back_on_rdma(c);
+  return ncclSuccess;
 }
 
 /* ------------------------------------------------------------------------------------------- progress -- */
@@ -832,15 +867,13 @@ void gdr_rdma_fb_step(struct gdr_rdma_comm *c, int *busy) {
 ncclResult_t gdr_rdma_fb_isend(struct gdr_rdma_comm *c, void *data, size_t size, int tag, void *mhandle,
                                void **request) {
   struct gdr_rdma_req *r;
-  struct tcp_mr mr;
   void *treq = NULL;
   ncclResult_t res;
   *request = NULL;
   if (c->fb.qhead != c->fb.qtail) return ncclSuccess; /* the requests handed over first */
   r = gdr_rdma_req_get(c);
   if (r == NULL) return ncclSuccess;
-  res = tcp_mr_of(mhandle, data, size, &mr);
-  if (res == ncclSuccess) res = gdr_transport_tcp.isend(c->fb.tcp, data, size, tag, &mr, &treq);
+  res = gdr_fb_tcp_isend(c->fb.tcp, data, size, tag, mhandle, &treq);
   if (res != ncclSuccess || treq == NULL) {
     r->type = GDR_RREQ_FREE;
     if (res != ncclSuccess) fail(c, res, "the fallback's TCP connection failed an isend");
@@ -863,18 +896,15 @@ ncclResult_t gdr_rdma_fb_isend(struct gdr_rdma_comm *c, void *data, size_t size,
 ncclResult_t gdr_rdma_fb_irecv(struct gdr_rdma_comm *c, int n, void **data, size_t *sizes, int *tags,
                                void **mhandles, void **request) {
   struct gdr_rdma_req *r;
-  struct tcp_mr mrs[GDR_RDMA_MAX_RECVS];
-  void *tmhs[GDR_RDMA_MAX_RECVS], *treq = NULL;
-  ncclResult_t res = ncclSuccess;
+  struct gdr_rdma_mh *mhs[GDR_RDMA_MAX_RECVS];
+  void *treq = NULL;
+  ncclResult_t res;
   *request = NULL;
   if (c->fb.qhead != c->fb.qtail) return ncclSuccess;
   r = gdr_rdma_req_get(c);
   if (r == NULL) return ncclSuccess;
-  for (int i = 0; i < n && res == ncclSuccess; i++) {
-    res = tcp_mr_of(mhandles ? mhandles[i] : NULL, data[i], sizes[i], &mrs[i]);
-    tmhs[i] = &mrs[i];
-  }
-  if (res == ncclSuccess) res = gdr_transport_tcp.irecv(c->fb.tcp, n, data, sizes, tags, tmhs, &treq);
+  for (int i = 0; i < n; i++) mhs[i] = mhandles ? mhandles[i] : NULL;
+  res = gdr_fb_tcp_irecv(c->fb.tcp, n, data, sizes, tags, mhs, &treq);
   if (res != ncclSuccess || treq == NULL) {
     r->type = GDR_RREQ_FREE;
     if (res != ncclSuccess) fail(c, res, "the fallback's TCP connection failed an irecv");
@@ -896,16 +926,13 @@ ncclResult_t gdr_rdma_fb_irecv(struct gdr_rdma_comm *c, int n, void **data, size
 
 ncclResult_t gdr_rdma_fb_test(struct gdr_rdma_req *r, int *done, size_t *sizes) {
   struct gdr_rdma_comm *c = r->comm;
-  int busy = 0;
   ncclResult_t res = ncclSuccess;
   *done = 0;
   if (!r->tcp_done) {
     size_t ts[GDR_RDMA_MAX_RECVS];
     int d = 0;
-    res = gdr_rdma_progress(c, &busy);
-    if (res != ncclSuccess) goto fail;
     if (r->treq == NULL) return ncclSuccess; /* not handed to TCP yet (the move, or TCP full) */
-    res = gdr_transport_tcp.test(r->treq, &d, ts);
+    res = gdr_fb_tcp_test(r->treq, &d, ts);
     if (res != ncclSuccess) {
       fail(c, res, "the fallback's TCP connection failed (see the WARN above)");
       goto fail;
@@ -936,14 +963,11 @@ fail:
 void gdr_rdma_fb_close(struct gdr_rdma_comm *c) {
   struct gdr_rdma_fb *fb = &c->fb;
   if (fb->tcp) {
-    if (is_sender(c))
-      (void)gdr_transport_tcp.close_send(fb->tcp);
-    else
-      (void)gdr_transport_tcp.close_recv(fb->tcp);
+    gdr_fb_tcp_close(fb->tcp, is_sender(c));
     fb->tcp = NULL;
   }
   if (fb->tcp_listen) {
-    (void)gdr_transport_tcp.close_listen(fb->tcp_listen);
+    gdr_fb_tcp_close_listen(fb->tcp_listen);
     fb->tcp_listen = NULL;
   }
   if (fb->path == GDR_PATH_TCP) {

@@ -9,9 +9,12 @@
  *                     request completes with them).
  *
  * Faults: every completion is applied, in order, even after a failed one (a receive whose data landed completes);
- * a failed completion, a failed post or an async event hands the connection to recover.c, which brings new QPs up
- * and replays what the peer did not get. While it does, isend/irecv answer "try again" and test says not done. */
+ * a failed completion or a failed post goes up to the resiliency layer (c->up->fault: recover.c), which brings new
+ * QPs up and replays what the peer did not get. While it does, isend/irecv answer "try again" and test says not done
+ * (transport.c). This file never calls up by name. */
 #include <errno.h>
+#include <sched.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -37,10 +40,26 @@ static inline int req_index(const struct gdr_rdma_comm *c, const struct gdr_rdma
   return (int)(r - c->reqs);
 }
 
+/* A fault the data path found goes up to the resiliency layer (c->up: recover, move to TCP, or fail); a connection
+ * handed to none (a comm built by hand, as a unit harness does) fails. */
+static void fault(struct gdr_rdma_comm *c, int action, unsigned rekey, ncclResult_t res, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+static void fault(struct gdr_rdma_comm *c, int action, unsigned rekey, ncclResult_t res, const char *fmt, ...) {
+  char why[sizeof(c->health.why)];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(why, sizeof(why), fmt, ap);
+  va_end(ap);
+  if (c->up != NULL)
+    c->up->fault(c, action, rekey, res, why);
+  else if (action != GDR_FAULT_NONE)
+    gdr_rdma_comm_fail(c, res, "%s", why);
+}
+
 /* A failed post: the work request is accounted as posted (a recovery replays it), the connection recovers. */
 static void post_failed(struct gdr_rdma_comm *c, struct ibv_qp *qp, int rc, const char *what, uint64_t seq) {
-  gdr_rdma_fault(c, GDR_FAULT_RECOVER, ncclSystemError, "%s of message #%llu on QP 0x%x failed: %s", what,
-                 (unsigned long long)seq, qp->qp_num, strerror(rc));
+  fault(c, GDR_FAULT_RECOVER, 0, ncclSystemError, "%s of message #%llu on QP 0x%x failed: %s", what,
+        (unsigned long long)seq, qp->qp_num, strerror(rc));
 }
 
 /* ------------------------------------------------------------------------------------------ send -- */
@@ -203,35 +222,24 @@ ncclResult_t gdr_rdma_post_imm(struct gdr_rdma_comm *c, int slot) {
   return ncclSuccess;
 }
 
-ncclResult_t gdr_rdma_isend(void *send_comm, void *data, size_t size, int tag, void *mhandle, void **request) {
-  struct gdr_rdma_comm *c = send_comm;
-  int busy = 0;
-  *request = NULL;
-  ncclResult_t res = gdr_rdma_progress(c, &busy);
-  if (res != ncclSuccess || busy) return res;
-  int route = gdr_rdma_fb_route(c, tag);
-  if (route == GDR_ROUTE_WAIT) return ncclSuccess; /* the way back: at the switch point, not final yet */
-  if (route == GDR_ROUTE_TCP) return gdr_rdma_fb_isend(c, data, size, tag, mhandle, request);
-  if (size > GDR_RDMA_MAX_MSG) { /* (the core refuses it first: maxP2pBytes) */
-    GDR_WARN("isend of %zu bytes to %s: more than %llu bytes in one message", size, c->peer,
-             (unsigned long long)GDR_RDMA_MAX_MSG);
-    return ncclInvalidArgument;
-  }
-  const int slot = (int)(c->head % GDR_RDMA_FIFO_SLOTS);
+/* The clear-to-send of message #head, written by the receiver's RDMA WRITE: its n entries have all landed and the
+ * slot is free (test() released message #head-32): n; 0: not yet; -1: a corrupt entry (the connection failed). The
+ * first isend of the message takes the slot. */
+static int cts_of_head(struct gdr_rdma_comm *c, int slot) {
   const uint64_t want = c->head + 1;
   struct gdr_cts_entry *e = c->fifo[slot].e;
   struct gdr_rdma_smsg *m = &c->smsg[slot];
-  if (__atomic_load_n(&e[0].seq, __ATOMIC_ACQUIRE) != want) return ncclSuccess; /* no clear-to-send yet */
+  if (__atomic_load_n(&e[0].seq, __ATOMIC_ACQUIRE) != want) return 0; /* no clear-to-send yet */
   /* the slot still holds requests of message #head-32 that NCCL has not tested yet */
-  if (m->live && m->seq != c->head) return ncclSuccess;
+  if (m->live && m->seq != c->head) return 0;
   int n = __atomic_load_n(&e[0].nreqs, __ATOMIC_RELAXED);
   if (n < 1 || n > GDR_RDMA_MAX_RECVS) {
     gdr_rdma_comm_fail(c, ncclRemoteError, "corrupt clear-to-send entry #%llu from the receiver (n = %d)",
                        (unsigned long long)c->head, n);
-    return gdr_rdma_comm_check(c);
+    return -1;
   }
   for (int r = 1; r < n; r++)
-    if (__atomic_load_n(&e[r].seq, __ATOMIC_ACQUIRE) != want) return ncclSuccess; /* still landing */
+    if (__atomic_load_n(&e[r].seq, __ATOMIC_ACQUIRE) != want) return 0; /* still landing */
   /* (each seq load above is an acquire: the entries' other fields are read after all of them) */
   if (m->matched == 0) { /* the first isend of this message (only its n parts are cleared: they are all it uses) */
     m->seq = c->head;
@@ -242,21 +250,18 @@ ncclResult_t gdr_rdma_isend(void *send_comm, void *data, size_t size, int tag, v
     m->imm_req = NULL;
     memset(m->part, 0, (size_t)n * sizeof(m->part[0]));
   }
+  return n;
+}
 
-  /* The entries' fields are read with relaxed atomic loads: after a recovery the receiver writes the clear-to-send
-   * of an incomplete receive again (the same bytes) while this side may be reading it. */
-  int r = 0;
-  for (; r < n; r++)
-    if (m->part[r].req == NULL && !m->part[r].posted && __atomic_load_n(&e[r].tag, __ATOMIC_RELAXED) == (uint32_t)tag)
-      break;
-  if (r == n) return ncclSuccess; /* no buffer with this tag in the group (yet) */
-
-  const uint64_t cap = __atomic_load_n(&e[r].size, __ATOMIC_RELAXED);
-  const uint64_t raddr = __atomic_load_n(&e[r].addr, __ATOMIC_RELAXED);
-  struct gdr_rdma_part *pt = &m->part[r];
+/* The receiver's buffer r for this send (its address and keys into the part): ncclSuccess when the send fits it;
+ * else the error (a send larger than the receive, a missing memory handle, a corrupt entry). */
+static ncclResult_t part_check(struct gdr_rdma_comm *c, const struct gdr_cts_entry *e, struct gdr_rdma_part *pt,
+                               size_t size, int tag, const struct gdr_rdma_mh *mh) {
+  const uint64_t cap = __atomic_load_n(&e->size, __ATOMIC_RELAXED);
+  const uint64_t raddr = __atomic_load_n(&e->addr, __ATOMIC_RELAXED);
   int nokey = 0;
   for (int k = 0; k < c->remote.ndevs; k++) { /* (into the part: it is unused until this isend takes it) */
-    pt->rkey[k] = __atomic_load_n(&e[r].rkey[k], __ATOMIC_RELAXED);
+    pt->rkey[k] = __atomic_load_n(&e->rkey[k], __ATOMIC_RELAXED);
     nokey |= pt->rkey[k] == 0;
   }
   if (size > cap) {
@@ -268,7 +273,6 @@ ncclResult_t gdr_rdma_isend(void *send_comm, void *data, size_t size, int tag, v
     c->health.warned = 1; /* said above */
     return ncclInvalidUsage;
   }
-  struct gdr_rdma_mh *mh = mhandle;
   if (size > 0 && (mh == NULL || mh->magic != GDR_RDMA_MH_MAGIC || mh->n < c->ndevs)) {
     GDR_WARN("isend of %zu bytes to %s without a memory handle of this connection", size, c->peer);
     return ncclInvalidUsage;
@@ -280,6 +284,37 @@ ncclResult_t gdr_rdma_isend(void *send_comm, void *data, size_t size, int tag, v
                        (unsigned long long)c->head, (unsigned long long)raddr, (unsigned long long)cap, pt->rkey[0]);
     return gdr_rdma_comm_check(c);
   }
+  pt->raddr = raddr;
+  return ncclSuccess;
+}
+
+ncclResult_t gdr_rdma_dp_isend(struct gdr_rdma_comm *c, void *data, size_t size, int tag, void *mhandle,
+                               void **request) {
+  ncclResult_t res = ncclSuccess;
+  *request = NULL;
+  if (size > GDR_RDMA_MAX_MSG) { /* (the core refuses it first: maxP2pBytes) */
+    GDR_WARN("isend of %zu bytes to %s: more than %llu bytes in one message", size, c->peer,
+             (unsigned long long)GDR_RDMA_MAX_MSG);
+    return ncclInvalidArgument;
+  }
+  const int slot = (int)(c->head % GDR_RDMA_FIFO_SLOTS);
+  struct gdr_cts_entry *e = c->fifo[slot].e;
+  struct gdr_rdma_smsg *m = &c->smsg[slot];
+  const int n = cts_of_head(c, slot);
+  if (n < 0) return gdr_rdma_comm_check(c);
+  if (n == 0) return ncclSuccess;
+
+  /* The entries' fields are read with relaxed atomic loads: after a recovery the receiver writes the clear-to-send
+   * of an incomplete receive again (the same bytes) while this side may be reading it. */
+  int r = 0;
+  for (; r < n; r++)
+    if (m->part[r].req == NULL && !m->part[r].posted && __atomic_load_n(&e[r].tag, __ATOMIC_RELAXED) == (uint32_t)tag)
+      break;
+  if (r == n) return ncclSuccess; /* no buffer with this tag in the group (yet) */
+
+  struct gdr_rdma_part *pt = &m->part[r];
+  struct gdr_rdma_mh *mh = mhandle;
+  GDR_CHECK(part_check(c, &e[r], pt, size, tag, mh));
   struct gdr_rdma_req *req = gdr_rdma_req_get(c);
   if (req == NULL) return ncclSuccess; /* all requests in use: try again later */
   req->type = GDR_RREQ_SEND;
@@ -296,7 +331,6 @@ ncclResult_t gdr_rdma_isend(void *send_comm, void *data, size_t size, int tag, v
   pt->data = data;
   pt->size = size;
   pt->mh = mh;
-  pt->raddr = raddr;
   c->sizes_src[slot].size[r] = size;
   if (n == 1 && size > GDR_IMM_SIZE_MAX) m->row = 1; /* the imm cannot say it: the size rides in the row */
   m->live++;
@@ -360,22 +394,10 @@ ncclResult_t gdr_rdma_post_cts(struct gdr_rdma_comm *c, struct gdr_rdma_req *req
   return ncclSuccess;
 }
 
-ncclResult_t gdr_rdma_irecv(void *recv_comm, int n, void **data, size_t *sizes, int *tags, void **mhandles,
-                            void **request) {
-  struct gdr_rdma_comm *c = recv_comm;
-  int busy = 0;
+ncclResult_t gdr_rdma_dp_irecv(struct gdr_rdma_comm *c, int n, void **data, size_t *sizes, int *tags,
+                               void **mhandles, void **request) {
+  ncclResult_t res = ncclSuccess;
   *request = NULL;
-  ncclResult_t res = gdr_rdma_progress(c, &busy);
-  if (res != ncclSuccess || busy) return res;
-  if (n < 1 || n > GDR_RDMA_MAX_RECVS) {
-    GDR_WARN("irecv with n = %d buffers (1..%d)", n, GDR_RDMA_MAX_RECVS);
-    return ncclInternalError;
-  }
-  switch (gdr_rdma_fb_route(c, 0)) {
-  case GDR_ROUTE_TCP: return gdr_rdma_fb_irecv(c, n, data, sizes, tags, mhandles, request);
-  case GDR_ROUTE_WAIT: return ncclSuccess; /* the way back: the switch point is being agreed */
-  default: break;
-  }
   const uint64_t seq = c->head;
   const int slot = (int)(seq % GDR_RDMA_FIFO_SLOTS);
   if (c->recv_slot[slot] != NULL) return ncclSuccess; /* 32 receives in flight */
@@ -449,15 +471,9 @@ ncclResult_t gdr_rdma_post_flush(struct gdr_rdma_comm *c, struct gdr_rdma_req *r
   return ncclSuccess;
 }
 
-ncclResult_t gdr_rdma_iflush(void *recv_comm, int n, void **data, int *sizes, void **mhandles, void **request) {
-  struct gdr_rdma_comm *c = recv_comm;
-  int busy = 0;
+ncclResult_t gdr_rdma_dp_iflush(struct gdr_rdma_comm *c, int n, void **data, int *sizes, void **mhandles, int busy,
+                                void **request) {
   *request = NULL;
-  ncclResult_t res = gdr_rdma_progress(c, &busy);
-  if (res != ncclSuccess) return res;
-  if (!c->gdr_flush) return ncclSuccess; /* no GDR: nothing can be pending in a PCIe write buffer */
-  if (c->fb.path != GDR_PATH_RDMA && (busy || gdr_rdma_fb_route(c, 0) != GDR_ROUTE_RDMA))
-    return ncclSuccess; /* over TCP a receive completes once its bytes are in the GPU: nothing left to flush */
   int last = -1;
   for (int i = 0; i < n; i++) {
     struct gdr_rdma_mh *mh = mhandles ? mhandles[i] : NULL;
@@ -510,11 +526,11 @@ static void wc_failed(struct gdr_rdma_comm *c, const struct ibv_wc *wc) {
                                                             : gdr_rdma_rekey_side_wc(wc->status);
   unsigned me = gdr_rekey_role_bit(c->kind), peer = me ^ (GDR_REKEY_SEND | GDR_REKEY_RECV);
   unsigned rekey = ((side & GDR_REKEY_LOCAL) ? me : 0) | ((side & GDR_REKEY_REMOTE) ? peer : 0);
-  gdr_rdma_fault_keys(c, f->action, rekey, f->res,
-                 "work completion error %s (%d, vendor_err 0x%x) on %s of message #%llu, QP 0x%x, %s port %d, local "
-                 "%s, peer %s remote %s: %s",
-                 gdr_ibv_wc_status_str(wc->status), (int)wc->status, wc->vendor_err, wr_kind_str(gdr_wr_kind(wc->wr_id)),
-                 (unsigned long long)gdr_wr_seq(wc->wr_id), wc->qp_num, d->name, d->port, lg, c->peer, rg, f->hint);
+  fault(c, f->action, rekey, f->res,
+        "work completion error %s (%d, vendor_err 0x%x) on %s of message #%llu, QP 0x%x, %s port %d, local %s, peer %s "
+        "remote %s: %s",
+        gdr_ibv_wc_status_str(wc->status), (int)wc->status, wc->vendor_err, wr_kind_str(gdr_wr_kind(wc->wr_id)),
+        (unsigned long long)gdr_wr_seq(wc->wr_id), wc->qp_num, d->name, d->port, lg, c->peer, rg, f->hint);
 }
 
 static void unexpected(struct gdr_rdma_comm *c, const struct ibv_wc *wc) {
@@ -602,7 +618,7 @@ ncclResult_t gdr_rdma_poll(struct gdr_rdma_comm *c, int *progress) {
     do {
     n = gdr_ibv_poll_cq(cq, GDR_RDMA_CQ_BATCH, wcs);
     if (n < 0) {
-      gdr_rdma_fault(c, GDR_FAULT_RECOVER, ncclSystemError, "ibv_poll_cq failed (%d) on %s", n, c->m[k].dev->name);
+      fault(c, GDR_FAULT_RECOVER, 0, ncclSystemError, "ibv_poll_cq failed (%d) on %s", n, c->m[k].dev->name);
       break;
     }
     /* every completion, in order: a failed one does not hide the successes after it */
@@ -650,26 +666,10 @@ void gdr_rdma_req_release(struct gdr_rdma_comm *c, struct gdr_rdma_req *r) {
   r->type = GDR_RREQ_FREE;
 }
 
-ncclResult_t gdr_rdma_test(void *request, int *done, size_t *sizes) {
-  struct gdr_rdma_req *r = request;
+ncclResult_t gdr_rdma_dp_done(struct gdr_rdma_req *r, int *done, size_t *sizes) {
   struct gdr_rdma_comm *c = r->comm;
-  int busy = 0;
-  ncclResult_t res;
   *done = 0;
-  if (r->on_tcp) return gdr_rdma_fb_test(r, done, sizes);
-  if (r->error != ncclSuccess) { /* this request alone failed (the peer reported a size error for it) */
-    res = r->error;
-    gdr_rdma_req_release(c, r);
-    return res;
-  }
-  if (r->events > 0 && gdr_health_state(&c->health) == GDR_HEALTH_OK) (void)gdr_rdma_poll(c, NULL);
-  res = gdr_rdma_progress(c, &busy);
-  if (r->on_tcp) return gdr_rdma_fb_test(r, done, sizes); /* the connection moved while we progressed it */
-  if (r->events > 0) {
-    if (res != ncclSuccess) gdr_rdma_req_release(c, r); /* given up: every pending request ends with the error */
-    return res;
-  }
-  /* done: what landed is complete, whatever happened to the connection since */
+  /* what landed is complete, whatever happened to the connection since */
   if (r->type == GDR_RREQ_RECV) {
     if (r->row) {
       volatile struct gdr_sizes_slot *s = &c->sizes[r->slot];
@@ -693,4 +693,62 @@ ncclResult_t gdr_rdma_test(void *request, int *done, size_t *sizes) {
   gdr_rdma_req_release(c, r);
   *done = 1;
   return ncclSuccess;
+}
+
+/* -------------------------------------------------------------------------------------------- quiesce -- */
+
+/* One marker on each queue of a QP in ERR (as the kernel's ib_drain_qp): it completes, flushed, after every
+ * completion the NIC still had for that queue. Returns the number posted. */
+static int post_markers(struct ibv_qp *qp, int recv) {
+  struct ibv_send_wr sw, *sbad = NULL;
+  struct ibv_recv_wr rw, *rbad = NULL;
+  struct ibv_sge none = {0, 0, 0};
+  int n = 0;
+  memset(&sw, 0, sizeof(sw));
+  sw.wr_id = gdr_wr_id(GDR_WR_DRAIN, 0, 0);
+  sw.sg_list = &none;
+  sw.opcode = IBV_WR_RDMA_WRITE;
+  sw.send_flags = IBV_SEND_SIGNALED;
+  if (gdr_ibv_post_send(qp, &sw, &sbad) == 0) n++;
+  if (recv) {
+    memset(&rw, 0, sizeof(rw));
+    rw.wr_id = gdr_wr_id(GDR_WR_DRAIN, 1, 0);
+    rw.sg_list = &none;
+    if (gdr_ibv_post_recv(qp, &rw, &rbad) == 0) n++;
+  }
+  return n;
+}
+
+/* Stops the QPs (ERR), applies what already completed, destroys the set (and its CQ: nothing of it can be taken
+ * for a completion of the next one). The async threads see the swap under the devices' locks.
+ *
+ * "What already completed" is every completion up to the markers: a NIC may acknowledge a WRITE_WITH_IMM before
+ * the receive completion it produced reaches the CQ. Destroying the CQ in that window would lose a receive the
+ * sender holds complete (and has released): the receiver would post its receive WRs again, the sender would not
+ * replay it, and every later message would complete the receive before its own. A device that produces no
+ * completions any more (fatal) is waited for GDR_DRAIN_NS at most. */
+#define GDR_DRAIN_NS 1000000000ull
+void gdr_rdma_quiesce_qps(struct gdr_rdma_comm *c) {
+  struct gdr_rdma_qpset old;
+  int want = 0;
+  c->drain_seen = 0;
+  for (int i = 0; i < c->nqps; i++)
+    if (c->qs.qps[i] && gdr_rdma_qp_err(c->qs.qps[i]) == 0) want += post_markers(c->qs.qps[i], 1);
+  for (int k = 0; k < GDR_RDMA_MAX_CONN_DEVS; k++) /* (a flush QP per device of the connection) */
+    if (c->qs.flush_qp[k] && gdr_rdma_qp_err(c->qs.flush_qp[k]) == 0) want += post_markers(c->qs.flush_qp[k], 0);
+  /* successes still count; the flushed ones are ignored while recovering */
+  uint64_t until = gdr_time_ns() + GDR_DRAIN_NS;
+  for (;;) {
+    int got = 0;
+    (void)gdr_rdma_poll(c, &got);
+    if (c->drain_seen >= want || c->qs.cq == NULL || gdr_health_failed(&c->health)) break;
+    if (gdr_time_ns() > until) {
+      GDR_INFO(NCCL_NET, "%s: %d of %d drain marker(s) completed within %llu ms; the QPs are destroyed regardless",
+               c->desc, c->drain_seen, want, GDR_DRAIN_NS / 1000000ull);
+      break;
+    }
+    if (got == 0) sched_yield();
+  }
+  gdr_rdma_qs_swap(c, NULL, &old); /* under the lock of every device of the connection */
+  gdr_rdma_qpset_destroy(&old);
 }

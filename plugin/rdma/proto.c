@@ -41,54 +41,65 @@ const char *gdr_rdma_hs_check(const struct gdr_rdma_hs *hs, int expected_role) {
   return NULL;
 }
 
+/* What each record type may be: who writes it (0: either side), its payload length, whether its seq (an attempt or
+ * an epoch) must be set, and what a wrong one is called. One row per type, indexed by it. */
+enum { LEN_ANY = 0, LEN_ZERO, LEN_EXACT, LEN_MULTIPLE };
+struct ctrl_rule {
+  int writer;               /* GDR_RDMA_ROLE_SEND / _RECV, or 0 */
+  const char *wrong_writer; /* a record of this type from the other side */
+  int len_rule;             /* LEN_* */
+  size_t len;               /* LEN_EXACT: the length; LEN_MULTIPLE: the entry size */
+  int seq_set;              /* seq > 0 */
+  const char *malformed;    /* a wrong length or seq */
+};
+
+#define SEND GDR_RDMA_ROLE_SEND
+#define RECV GDR_RDMA_ROLE_RECV
+static const struct ctrl_rule ctrl_rules[GDR_CTRL_TYPE_MAX + 1] = {
+    [GDR_CTRL_SIZE_ERR] = {SEND, "a size error from the receiver", LEN_ZERO, 0, 0, "unexpected payload"},
+    [GDR_CTRL_BYE] = {0, NULL, LEN_ZERO, 0, 0, "unexpected payload"},
+    [GDR_CTRL_REC_REQ] = {RECV, "a recovery request from the sender", LEN_ZERO, 0, 1, "bad recovery request"},
+    [GDR_CTRL_REC_STATE] = {0, NULL, LEN_EXACT, sizeof(struct gdr_rdma_rec_state), 1,
+                            "bad recovery state length or attempt"},
+    [GDR_CTRL_REC_GO] = {SEND, "a recovery GO from the receiver", LEN_ZERO, 0, 1, "bad recovery GO"},
+    [GDR_CTRL_REC_FAIL] = {0, NULL, LEN_ANY, 0, 0, NULL}, /* the payload is text (any bytes; the reader ends it) */
+    [GDR_CTRL_FB_REQ] = {SEND, "a fallback request from the receiver", LEN_ANY, 0, 1, "bad fallback epoch"},
+    [GDR_CTRL_FB_RSTATE] = {RECV, "a fallback receive state from the sender", LEN_EXACT,
+                            sizeof(struct gdr_rdma_fb_rstate), 1, "bad fallback receive state"},
+    [GDR_CTRL_FB_SSTATE] = {SEND, "a fallback send state from the receiver", LEN_MULTIPLE,
+                            sizeof(struct gdr_rdma_fb_sent), 1, "bad fallback send state"},
+    [GDR_CTRL_BACK_OFFER] = {RECV, "a failback offer from the sender", LEN_EXACT, sizeof(struct gdr_rdma_rec_state),
+                             0, "bad failback offer"},
+    [GDR_CTRL_BACK_READY] = {SEND, "a failback answer from the receiver", LEN_EXACT,
+                             sizeof(struct gdr_rdma_rec_state), 0, "bad failback answer"},
+    [GDR_CTRL_BACK_NOT_YET] = {0, NULL, LEN_ZERO, 0, 0, "unexpected payload"},
+    [GDR_CTRL_BACK_SWITCH] = {RECV, "a failback switch from the sender", LEN_MULTIPLE,
+                              sizeof(struct gdr_rdma_back_tag), 0, "bad failback tag counts"},
+    [GDR_CTRL_BACK_AT] = {SEND, "a failback switch point from the receiver", LEN_MULTIPLE,
+                          sizeof(struct gdr_rdma_back_tag), 0, "bad failback tag counts"},
+    [GDR_CTRL_BACK_FINAL] = {RECV, "a failback final switch point from the sender", LEN_MULTIPLE,
+                             sizeof(struct gdr_rdma_back_tag), 0, "bad failback tag counts"},
+};
+#undef SEND
+#undef RECV
+
+static int len_ok(const struct ctrl_rule *r, size_t len) {
+  switch (r->len_rule) {
+  case LEN_ZERO: return len == 0;
+  case LEN_EXACT: return len == r->len;
+  case LEN_MULTIPLE: return len % r->len == 0;
+  default: return 1;
+  }
+}
+
 const char *gdr_rdma_ctrl_check(const struct gdr_rdma_ctrl *m, int writer_role) {
   if (m->magic != GDR_RDMA_CTRL_MAGIC) return "bad magic";
   if (m->len > GDR_RDMA_CTRL_MAX_PAYLOAD) return "payload too long";
-  switch (m->type) {
-  case GDR_CTRL_SIZE_ERR:
-    if (writer_role != GDR_RDMA_ROLE_SEND) return "a size error from the receiver";
-    return m->len == 0 ? NULL : "unexpected payload";
-  case GDR_CTRL_BYE:
-    return m->len == 0 ? NULL : "unexpected payload";
-  case GDR_CTRL_REC_REQ:
-    if (writer_role != GDR_RDMA_ROLE_RECV) return "a recovery request from the sender";
-    return m->len == 0 && m->seq > 0 ? NULL : "bad recovery request";
-  case GDR_CTRL_REC_STATE:
-    return m->len == sizeof(struct gdr_rdma_rec_state) && m->seq > 0 ? NULL : "bad recovery state length or attempt";
-  case GDR_CTRL_REC_GO:
-    if (writer_role != GDR_RDMA_ROLE_SEND) return "a recovery GO from the receiver";
-    return m->len == 0 && m->seq > 0 ? NULL : "bad recovery GO";
-  case GDR_CTRL_REC_FAIL:
-    return NULL; /* the payload is text (any bytes; the reader terminates it) */
-  case GDR_CTRL_FB_REQ:
-    if (writer_role != GDR_RDMA_ROLE_SEND) return "a fallback request from the receiver";
-    return m->seq > 0 ? NULL : "bad fallback epoch";
-  case GDR_CTRL_FB_RSTATE:
-    if (writer_role != GDR_RDMA_ROLE_RECV) return "a fallback receive state from the sender";
-    return m->len == sizeof(struct gdr_rdma_fb_rstate) && m->seq > 0 ? NULL : "bad fallback receive state";
-  case GDR_CTRL_FB_SSTATE:
-    if (writer_role != GDR_RDMA_ROLE_SEND) return "a fallback send state from the receiver";
-    return m->seq > 0 && m->len % sizeof(struct gdr_rdma_fb_sent) == 0 ? NULL : "bad fallback send state";
-  case GDR_CTRL_BACK_OFFER:
-    if (writer_role != GDR_RDMA_ROLE_RECV) return "a failback offer from the sender";
-    return m->len == sizeof(struct gdr_rdma_rec_state) ? NULL : "bad failback offer";
-  case GDR_CTRL_BACK_SWITCH:
-    if (writer_role != GDR_RDMA_ROLE_RECV) return "a failback switch from the sender";
-    return m->len % sizeof(struct gdr_rdma_back_tag) == 0 ? NULL : "bad failback tag counts";
-  case GDR_CTRL_BACK_READY:
-    if (writer_role != GDR_RDMA_ROLE_SEND) return "a failback answer from the receiver";
-    return m->len == sizeof(struct gdr_rdma_rec_state) ? NULL : "bad failback answer";
-  case GDR_CTRL_BACK_AT:
-    if (writer_role != GDR_RDMA_ROLE_SEND) return "a failback switch point from the receiver";
-    return m->len % sizeof(struct gdr_rdma_back_tag) == 0 ? NULL : "bad failback tag counts";
-  case GDR_CTRL_BACK_FINAL:
-    if (writer_role != GDR_RDMA_ROLE_RECV) return "a failback final switch point from the sender";
-    return m->len % sizeof(struct gdr_rdma_back_tag) == 0 ? NULL : "bad failback tag counts";
-  case GDR_CTRL_BACK_NOT_YET:
-    return m->len == 0 ? NULL : "unexpected payload";
-  default:
-    return "unknown record type";
-  }
+  if (m->type < 1 || m->type > GDR_CTRL_TYPE_MAX) return "unknown record type";
+  const struct ctrl_rule *r = &ctrl_rules[m->type];
+  if (r->writer != 0 && r->writer != writer_role) return r->wrong_writer;
+  if (!len_ok(r, m->len) || (r->seq_set && m->seq == 0)) return r->malformed;
+  return NULL;
 }
 
 const char *gdr_rdma_rec_state_check(const struct gdr_rdma_rec_state *st, size_t len, int writer_role, int nqps) {

@@ -1,10 +1,14 @@
-/* The RDMA transport's internal structures, split by lifecycle like NCCL's IB transport:
+/* The RDMA transport's internal structures, split by lifecycle like NCCL's IB transport, in layers that call down
+ * only (README.md here, "Layers"):
  *   dev.c      init, devices, properties, GDR probes, relaxed ordering, registration (regcache.c)
- *   async.c    one thread per device reading async events; marks the connections they hit
- *   conn.c     listen/connect/accept state machines, QP bring-up, close
- *   p2p.c      isend/irecv/iflush/test (CTS FIFO, WRITE/WRITE_WITH_IMM, multi-QP and multi-device striping, WRs cut
- *              to max_msg_sz and queued for send-queue room, flush)
- *   transport.c the gdr_transport table
+ *   async.c    one thread per device reading async events; queues them for the connections they hit
+ *   qpset.c    the QP API: one RC QP, a connection's QP set
+ *   conn.c     listen/connect/accept state machines, the connection's own buffers, control channel, close
+ *   p2p.c      the RDMA data path (CTS FIFO, WRITE/WRITE_WITH_IMM, multi-QP and multi-device striping, WRs cut to
+ *              max_msg_sz and queued for send-queue room, flush, quiesce)
+ *   fallback.c the move to TCP and back, through fb_tcp.h (the one seam to the TCP transport)
+ *   recover.c  recovery, the resiliency step (gdr_rdma_progress) and gdr_rdma_resiliency (struct gdr_rdma_up)
+ *   transport.c the gdr_transport table and the entries NCCL's calls reach; service.c the idle-peer service
  * Wire formats and arithmetic are in proto.h, the verbs loader in ibvwrap.h. */
 #ifndef GDRNET_RDMA_RDMA_H
 #define GDRNET_RDMA_RDMA_H
@@ -123,11 +127,13 @@ const char *gdr_rdma_reg_hint(int err); /* a fix for a registration errno (memlo
  * updated under its lock. 0, or an errno of ibv_query_port. */
 int gdr_rdma_dev_refresh(struct gdr_rdma_dev *d, int *active, union ibv_gid *gid, int *gid_index, uint16_t *lid,
                          int *mtu);
+/* Is a device of the connection lost (DEVICE_FATAL)? */
+int gdr_rdma_comm_fatal(const struct gdr_rdma_comm *c);
 
 /* async.c */
 /* Adds/removes a comm to/from its device's list; the first add starts the device's async thread,
- * the last remove stops and joins it. */
-ncclResult_t gdr_rdma_async_attach(struct gdr_rdma_comm *c);
+ * the last remove stops and joins it. *lost: a device of the comm that had a DEVICE_FATAL already, or NULL. */
+ncclResult_t gdr_rdma_async_attach(struct gdr_rdma_comm *c, const struct gdr_rdma_dev **lost);
 void gdr_rdma_async_detach(struct gdr_rdma_comm *c);
 /* The hand-over queue of a connection's async faults: init/destroy with the comm; push (any thread, in arrival order;
  * full: folded into the newest, the worse action wins); pop (the progress thread): 1 and the oldest, or 0. */
@@ -416,6 +422,7 @@ struct gdr_rdma_comm {
   int tc; /* the communicator's traffic class (-1 undefined): see gdr_rdma_traffic_class */
 
   struct gdr_health health;
+  const struct gdr_rdma_up *up;    /* the resiliency layer it reports to (set when connect/accept return it) */
   struct gdr_rdma_pending pending; /* from the async thread */
   struct gdr_rdma_rec rec;
   struct gdr_rdma_fb fb;
@@ -447,12 +454,13 @@ struct gdr_rdma_comm {
 
   /* service.c: the owner's calls (every entry of the table, under svc_mu) and the idle-peer service's view */
   pthread_mutex_t svc_mu;
-  uint64_t svc_calls;  /* entries of the owner so far (under svc_mu) */
+  uint64_t svc_calls;  /* test() calls of the owner so far (under svc_mu) */
   uint64_t svc_seen;   /* svc_calls at the service's last look (under svc_mu) */
   uint64_t svc_id;     /* 0: not attached; else its key in the service's epoll set */
   int svc_watch;       /* a record arrived, or a recovery or move runs: looked at every tick (under the list lock) */
   int svc_fresh;       /* watched since this tick: its owner gets one tick to read the record itself */
   int svc_acted;       /* the service progressed it in this watch (one INFO line per watch) */
+  int svc_hup;         /* its channel's EOF or error arrived: looked at until it is read (under the list lock) */
 };
 
 struct gdr_rdma_listen {
@@ -502,6 +510,52 @@ static inline struct gdr_conn_opts gdr_rdma_tcp_opts(int tc) {
   return o;
 }
 
+/* A control record's handler: the header is checked (gdr_rdma_ctrl_check), the payload complete. */
+typedef ncclResult_t gdr_rdma_record_handler(struct gdr_rdma_comm *c, const struct gdr_rdma_ctrl *m,
+                                             const void *payload);
+typedef gdr_rdma_record_handler *gdr_rdma_record_fn;
+
+/* What the layers below the resiliency layer hand up to it, without naming it (they call down only): the faults the
+ * data path finds, and the control records of recovery, fallback and the way back, one handler per type (the
+ * control channel's reader, conn.c, handles SIZE_ERR and BYE itself). recover.c defines the one instance,
+ * gdr_rdma_resiliency; the transport's table (transport.c) hands it to every connection connect/accept return. */
+struct gdr_rdma_up {
+  /* a failed post or completion: recover, move to TCP, or fail (rekey: GDR_REKEY_* for a key fault, else 0) */
+  void (*fault)(struct gdr_rdma_comm *c, int action, unsigned rekey, ncclResult_t res, const char *why);
+  gdr_rdma_record_fn record[GDR_CTRL_TYPE_MAX + 1];
+};
+
+/* qpset.c: the QP API, one way for every user (qpset.c's top comment). */
+/* One end of an RC connection as the transitions need it: the QP number and PSN (near end: its send PSN), the LID,
+ * the GID (16 bytes) and, at the near end, its index. */
+struct gdr_rdma_qp_end {
+  uint32_t qpn, psn;
+  uint16_t lid;
+  int gid_index;
+  const uint8_t *gid;
+};
+/* The port's active MTU as it is now (a recovery's refresh may change it, under the device's lock). */
+int gdr_rdma_dev_mtu(struct gdr_rdma_dev *d);
+/* One RC QP on d's PD, both queues on cq (context: its qp_context), max_inline_data GDR_RDMA_INLINE if the provider
+ * takes it (*max_inline: what it took; may be NULL). NULL (a WARN) on failure. */
+struct ibv_qp *gdr_rdma_qp_create(struct gdr_rdma_dev *d, struct ibv_cq *cq, void *context, int max_send,
+                                  int max_recv, int *max_inline);
+/* RESET -> INIT on d's port with these access flags; INIT -> RTR -> RTS from near towards far (path MTU mtu, the GRH's
+ * traffic class); -> ERR. 0, or the errno of the failed ibv_modify_qp (a WARN names it; not for ERR). */
+int gdr_rdma_qp_init(const struct gdr_rdma_dev *d, struct ibv_qp *qp, int access);
+int gdr_rdma_qp_rts(struct ibv_qp *qp, const struct gdr_rdma_dev *d, const struct gdr_rdma_qp_end *near,
+                    const struct gdr_rdma_qp_end *far, enum ibv_mtu mtu, int traffic_class);
+int gdr_rdma_qp_err(struct ibv_qp *qp);
+/* A connection's set: make (a CQ per device + data QPs in INIT, QP i on device i % ndevs, + a flush QP connected to
+ * itself per device on a GDR receiver: RTS), connect the data QPs to the peer's (RTR, RTS; QP i towards the peer's
+ * device i % rndevs; c->mtu the smallest path MTU), destroy (QPs, then CQs), poll (every CQ of the set: up to n
+ * completions into wc; < 0 on a failed poll). */
+ncclResult_t gdr_rdma_qpset_make(struct gdr_rdma_comm *c, struct gdr_rdma_qpset *qs);
+ncclResult_t gdr_rdma_qpset_connect(struct gdr_rdma_comm *c, struct gdr_rdma_qpset *qs, const uint32_t *rqpn,
+                                    const uint32_t *rpsn, const struct gdr_rdma_addr *rdev, int rndevs);
+void gdr_rdma_qpset_destroy(struct gdr_rdma_qpset *qs);
+int gdr_rdma_poll_cqs(struct gdr_rdma_qpset *qs, int n, struct ibv_wc *wc);
+
 /* conn.c */
 /* opts: the connection's devices (ndevs > 1: a fused device, its QPs spread over them) and its traffic class (the
  * accepted recv comms get the listen's). */
@@ -519,18 +573,19 @@ void gdr_rdma_comm_fail(struct gdr_rdma_comm *c, ncclResult_t res, const char *f
 ncclResult_t gdr_rdma_comm_check(struct gdr_rdma_comm *c);
 /* "::ffff:10.0.0.1" (RoCE GID) or "LID 5" (IB) of this side (remote = 0) or of the peer (remote = 1). */
 void gdr_rdma_addr_str(const struct gdr_rdma_comm *c, int remote, char *buf, size_t len);
-/* Reads what the peer said on the control channel and writes what is queued (non-blocking). */
+/* Reads what the peer said on the control channel and writes what is queued (non-blocking); every record goes to
+ * its handler (SIZE_ERR, BYE: here; the others: c->up). */
 ncclResult_t gdr_rdma_ctrl_poll(struct gdr_rdma_comm *c);
+/* The peer's EOF (or BYE) was seen more than GDR_RDMA_EOF_GRACE_NS ago (completions may trail its close): the
+ * connection fails. 1 when it has failed (now or before), else 0. */
+#define GDR_RDMA_EOF_GRACE_NS 1000000000ull
+int gdr_rdma_ctrl_eof(struct gdr_rdma_comm *c);
 /* Queues one control record (+ payload) and writes what the socket takes now. */
 ncclResult_t gdr_rdma_ctrl_send(struct gdr_rdma_comm *c, int type, uint64_t seq, uint64_t a, uint64_t b,
                                 const void *payload, size_t len);
-/* QP sets: create (the own MRs that are missing registered first, else no set; a CQ per device + data QPs in INIT,
- * + a flush QP connected to itself per device on a GDR receiver), connect the data QPs to the peer's (RTR, RTS;
- * QP i towards the peer's device i % rndevs), destroy. */
+/* The connection's next QP set: its own MRs that are missing registered first (else no set), then
+ * gdr_rdma_qpset_make (qpset.c). */
 ncclResult_t gdr_rdma_qpset_create(struct gdr_rdma_comm *c, struct gdr_rdma_qpset *qs);
-ncclResult_t gdr_rdma_qpset_connect(struct gdr_rdma_comm *c, struct gdr_rdma_qpset *qs, const uint32_t *rqpn,
-                                    const uint32_t *rpsn, const struct gdr_rdma_addr *rdev, int rndevs);
-void gdr_rdma_qpset_destroy(struct gdr_rdma_qpset *qs);
 /* Puts `in` (NULL: no set) in place of the comm's QP set, the old one into *out (may be NULL), under the lock of
  * every device of the connection (their async threads read it); a new generation. */
 void gdr_rdma_qs_swap(struct gdr_rdma_comm *c, const struct gdr_rdma_qpset *in, struct gdr_rdma_qpset *out);
@@ -542,10 +597,6 @@ int gdr_rdma_connect_peer(struct gdr_rdma_comm *c, const struct gdr_rdma_rec_sta
 /* Every device's port as it is now (gdr_rdma_dev_refresh): *active when all are ACTIVE; the addresses of this
  * incarnation refreshed. 0, or an errno of ibv_query_port. */
 int gdr_rdma_comm_refresh(struct gdr_rdma_comm *c, int *active);
-/* Is a device of the connection lost (DEVICE_FATAL)? */
-int gdr_rdma_comm_fatal(const struct gdr_rdma_comm *c);
-/* Polls every CQ of the set: up to n completions into wc; < 0 on a failed poll. */
-int gdr_rdma_poll_cqs(struct gdr_rdma_qpset *qs, int n, struct ibv_wc *wc);
 /* Releases the registrations of the connection's own buffers (its device is lost). */
 void gdr_rdma_dereg_own(struct gdr_rdma_comm *c);
 /* Registers the connection's own buffers again, for new keys. On failure what could not be registered stays NULL
@@ -554,12 +605,23 @@ ncclResult_t gdr_rdma_rekey(struct gdr_rdma_comm *c);
 /* Every own MR of the connection (FIFO and sizes rows, or sizes array, CTS staging and flush byte) is registered. */
 int gdr_rdma_own_registered(const struct gdr_rdma_comm *c);
 
-/* p2p.c */
-ncclResult_t gdr_rdma_isend(void *send_comm, void *data, size_t size, int tag, void *mhandle, void **request);
-ncclResult_t gdr_rdma_irecv(void *recv_comm, int n, void **data, size_t *sizes, int *tags, void **mhandles,
-                            void **request);
-ncclResult_t gdr_rdma_iflush(void *recv_comm, int n, void **data, int *sizes, void **mhandles, void **request);
-ncclResult_t gdr_rdma_test(void *request, int *done, size_t *sizes);
+/* p2p.c: the RDMA data path. It never calls up: a fault goes to c->up->fault. */
+/* An isend / irecv over RDMA (the connection is not recovering, not on TCP): the request, or NULL (no clear-to-send
+ * yet, no free request, 32 receives in flight: try again). irecv's n is checked by the caller. */
+ncclResult_t gdr_rdma_dp_isend(struct gdr_rdma_comm *c, void *data, size_t size, int tag, void *mhandle,
+                               void **request);
+ncclResult_t gdr_rdma_dp_irecv(struct gdr_rdma_comm *c, int n, void **data, size_t *sizes, int *tags,
+                               void **mhandles, void **request);
+/* The GDR flush READs of a receive on RDMA (busy: a recovery runs, which posts them with the rest). */
+ncclResult_t gdr_rdma_dp_iflush(struct gdr_rdma_comm *c, int n, void **data, int *sizes, void **mhandles, int busy,
+                                void **request);
+/* A request whose completions are all in: its sizes (a grouped receive's from the sizes row, checked), released,
+ * *done = 1. */
+ncclResult_t gdr_rdma_dp_done(struct gdr_rdma_req *r, int *done, size_t *sizes);
+/* QPs to ERR, CQ drained (successes applied), the QP set destroyed (recovery and fallback both stop RDMA so). */
+void gdr_rdma_quiesce_qps(struct gdr_rdma_comm *c);
+/* Release of a request. */
+void gdr_rdma_req_release(struct gdr_rdma_comm *c, struct gdr_rdma_req *r);
 /* Polls the comm's CQ until it is empty, applying every successful completion; the first failed one (and any
  * other fault seen) starts a recovery. *progress = completions seen (may be NULL). */
 ncclResult_t gdr_rdma_poll(struct gdr_rdma_comm *c, int *progress);
@@ -579,8 +641,10 @@ struct gdr_rdma_req *gdr_rdma_req_get(struct gdr_rdma_comm *c);
 int gdr_rdma_fb_allowed(const struct gdr_rdma_comm *c);
 /* Moves the connection to TCP (both sides agree on what was delivered; the rest goes over TCP exactly once). */
 void gdr_rdma_fb_begin(struct gdr_rdma_comm *c, const char *why);
-/* FB_* and BACK_* records from the peer. */
-ncclResult_t gdr_rdma_fb_message(struct gdr_rdma_comm *c, const struct gdr_rdma_ctrl *m, const void *payload);
+/* FB_* and BACK_* records from the peer, one handler per type (gdr_rdma_resiliency's table). */
+gdr_rdma_record_handler gdr_rdma_fb_on_req, gdr_rdma_fb_on_rstate, gdr_rdma_fb_on_sstate;
+gdr_rdma_record_handler gdr_rdma_back_on_offer, gdr_rdma_back_on_ready, gdr_rdma_back_on_not_yet;
+gdr_rdma_record_handler gdr_rdma_back_on_switch, gdr_rdma_back_on_at, gdr_rdma_back_on_final;
 /* Progress while moving or on TCP: the TCP connection, the requests handed over, the way back. *busy while
  * moving (the caller waits). */
 void gdr_rdma_fb_step(struct gdr_rdma_comm *c, int *busy);
@@ -595,35 +659,38 @@ void gdr_rdma_fb_close(struct gdr_rdma_comm *c);
 void gdr_rdma_fb_report(struct gdr_rdma_comm *c);
 /* A fault while the connection is on TCP or moving: handled there (a failed way back), 1; else 0 (recover.c). */
 int gdr_rdma_fb_absorb(struct gdr_rdma_comm *c, int action, const char *why);
-/* recover.c's quiesce, shared: QPs to ERR, CQ drained (successes applied), the QP set destroyed. */
-void gdr_rdma_quiesce_qps(struct gdr_rdma_comm *c);
-/* Release of a request (p2p.c). */
-void gdr_rdma_req_release(struct gdr_rdma_comm *c, struct gdr_rdma_req *r);
 
-/* recover.c */
-/* A fault hit the connection: records it (counters, the first reason) and starts (or restarts) a recovery, or
- * fails the connection when the fault cannot be recovered. why: one line for the WARN. */
-void gdr_rdma_fault(struct gdr_rdma_comm *c, int action, ncclResult_t res, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-/* The same, for a key fault that names whose buffers need new keys: rekey = GDR_REKEY_SEND/RECV (roles; 0: both). */
-void gdr_rdma_fault_keys(struct gdr_rdma_comm *c, int action, unsigned rekey, ncclResult_t res, const char *fmt, ...)
-    __attribute__((format(printf, 5, 6)));
-/* Called at the top of every isend/irecv/test: takes faults from the async thread, reads the control channel
- * now and then, drives a recovery in progress. Returns ncclSuccess, or the comm's error once it failed.
- * *busy = 1 while a recovery is in progress (the caller then waits: NULL request, done = 0). */
+/* recover.c: the top of the resiliency layer */
+/* The resiliency step, as NCCL's ncclIbResiliencyProgress: called from test (and by the idle-peer service) only:
+ * takes faults from the async thread, reads the control channel now and then, drives a recovery in progress, the
+ * move to TCP and the way back, and the peer's EOF. Returns ncclSuccess, or the comm's error once it failed.
+ * *busy = 1 while a recovery or a move is in progress (the caller then waits: NULL request, done = 0). */
 ncclResult_t gdr_rdma_progress(struct gdr_rdma_comm *c, int *busy);
-/* A control record about recovery from the peer (conn.c's reader hands REC_* over). */
-ncclResult_t gdr_rdma_rec_message(struct gdr_rdma_comm *c, const struct gdr_rdma_ctrl *m, const void *payload);
 /* One INFO line with the connection's counters, when anything happened (close). */
 void gdr_rdma_rec_report(struct gdr_rdma_comm *c);
+/* The layer's face (struct gdr_rdma_up, above). */
+extern const struct gdr_rdma_up gdr_rdma_resiliency;
+/* Before the connection's close (conn.c): the fallback's TCP comm closed, the counters reported. */
+void gdr_rdma_resil_close(struct gdr_rdma_comm *c);
+
+/* transport.c: the entries NCCL's calls reach (each under the connection's lock): isend/irecv/iflush post over RDMA,
+ * or route to TCP (fallback.c), or say "try again" while a recovery or a move runs; test drives the resiliency
+ * (gdr_rdma_progress), the posting entries only while there is resiliency work (transport.c, gate). */
+ncclResult_t gdr_rdma_isend(void *send_comm, void *data, size_t size, int tag, void *mhandle, void **request);
+ncclResult_t gdr_rdma_irecv(void *recv_comm, int n, void **data, size_t *sizes, int *tags, void **mhandles,
+                            void **request);
+ncclResult_t gdr_rdma_iflush(void *recv_comm, int n, void **data, int *sizes, void **mhandles, void **request);
+ncclResult_t gdr_rdma_test(void *request, int *done, size_t *sizes);
 
 /* service.c (the top: called by transport.c's table only) */
 /* The connection joins the service (connect/accept returned it) / leaves it (before close: waits for a pass of the
  * service in progress on it; the last one joins the thread). */
 ncclResult_t gdr_rdma_svc_attach(struct gdr_rdma_comm *c);
 void gdr_rdma_svc_detach(struct gdr_rdma_comm *c);
-/* Around every isend/irecv/iflush/test of the connection's owner. */
-static inline void gdr_rdma_svc_enter(struct gdr_rdma_comm *c) {
+/* Around every isend/irecv/iflush/test of the connection's owner; test (which drives the resiliency) counts as a
+ * call that progressed it: the service leaves a connection alone whose owner tests it. */
+static inline void gdr_rdma_svc_enter(struct gdr_rdma_comm *c) { pthread_mutex_lock(&c->svc_mu); }
+static inline void gdr_rdma_svc_enter_test(struct gdr_rdma_comm *c) {
   pthread_mutex_lock(&c->svc_mu);
   c->svc_calls++;
 }

@@ -2,7 +2,9 @@
  * plugin/rdma/README.md, "Recovery".
  *
  * Everything runs on the thread that drives the connection (NCCL's progress thread), as a non-blocking state
- * machine stepped from isend/irecv/iflush/test; the async-event thread only hands faults over (c->pending).
+ * machine stepped from test (gdr_rdma_progress; and by the idle-peer service for an owner that calls no test); the
+ * async-event thread only hands faults over (c->pending), the data path reports its own through
+ * gdr_rdma_resiliency.fault.
  *
  *   fault (failed completion, failed post, async event, or the peer's REC_REQ/REC_STATE for a newer attempt)
  *     -> attempt k: the QPs go to ERR, the CQ is drained (its successes still count), the QP set is destroyed;
@@ -27,7 +29,6 @@
 #include "rdma.h"
 
 #define CTRL_CHECK_NS 1000000ull    /* the control channel is read at most every 1 ms (every call while recovering) */
-#define EOF_GRACE_NS 1000000000ull  /* completions may trail the peer's close by this much */
 #define PORT_CHECK_NS 10000000ull   /* a down port is queried every 10 ms */
 #define BACKOFF_BASE_NS 10000000ull /* attempt n >= 2 waits 10 ms x 2^(n-2), at most 1 s */
 #define BACKOFF_MAX_NS 1000000000ull
@@ -50,69 +51,6 @@ static void give_up(struct gdr_rdma_comm *c, ncclResult_t res, int tell_peer, co
   atomic_fetch_add_explicit(&c->dev->ctr.failed, 1, memory_order_relaxed);
   if (tell_peer) (void)gdr_rdma_ctrl_send(c, GDR_CTRL_REC_FAIL, c->rec.attempt, (uint64_t)res, 0, why, strlen(why));
   c->rec.phase = GDR_REC_IDLE;
-}
-
-/* -------------------------------------------------------------------------------------------- quiesce -- */
-
-/* One marker on each queue of a QP in ERR (as the kernel's ib_drain_qp): it completes, flushed, after every
- * completion the NIC still had for that queue. Returns the number posted. */
-static int post_markers(struct ibv_qp *qp, int recv) {
-  struct ibv_send_wr sw, *sbad = NULL;
-  struct ibv_recv_wr rw, *rbad = NULL;
-  struct ibv_sge none = {0, 0, 0};
-  int n = 0;
-  memset(&sw, 0, sizeof(sw));
-  sw.wr_id = gdr_wr_id(GDR_WR_DRAIN, 0, 0);
-  sw.sg_list = &none;
-  sw.opcode = IBV_WR_RDMA_WRITE;
-  sw.send_flags = IBV_SEND_SIGNALED;
-  if (gdr_ibv_post_send(qp, &sw, &sbad) == 0) n++;
-  if (recv) {
-    memset(&rw, 0, sizeof(rw));
-    rw.wr_id = gdr_wr_id(GDR_WR_DRAIN, 1, 0);
-    rw.sg_list = &none;
-    if (gdr_ibv_post_recv(qp, &rw, &rbad) == 0) n++;
-  }
-  return n;
-}
-
-/* Stops the QPs (ERR), applies what already completed, destroys the set (and its CQ: nothing of it can be taken
- * for a completion of the next one). The async threads see the swap under the devices' locks.
- *
- * "What already completed" is every completion up to the markers: a NIC may acknowledge a WRITE_WITH_IMM before
- * the receive completion it produced reaches the CQ. Destroying the CQ in that window would lose a receive the
- * sender holds complete (and has released): the receiver would post its receive WRs again, the sender would not
- * replay it, and every later message would complete the receive before its own. A device that produces no
- * completions any more (fatal) is waited for GDR_DRAIN_NS at most. */
-#define GDR_DRAIN_NS 1000000000ull
-void gdr_rdma_quiesce_qps(struct gdr_rdma_comm *c) {
-  struct gdr_rdma_qpset old;
-  struct ibv_qp_attr at;
-  int want = 0;
-  memset(&at, 0, sizeof(at));
-  at.qp_state = IBV_QPS_ERR;
-  c->drain_seen = 0;
-  for (int i = 0; i < c->nqps; i++)
-    if (c->qs.qps[i] && gdr_ibv.modify_qp(c->qs.qps[i], &at, IBV_QP_STATE) == 0)
-      want += post_markers(c->qs.qps[i], 1);
-  for (int k = 0; k < GDR_RDMA_MAX_CONN_DEVS; k++) /* (a flush QP per device of the connection) */
-    if (c->qs.flush_qp[k] && gdr_ibv.modify_qp(c->qs.flush_qp[k], &at, IBV_QP_STATE) == 0)
-      want += post_markers(c->qs.flush_qp[k], 0);
-  /* successes still count; the flushed ones are ignored while recovering */
-  uint64_t until = gdr_time_ns() + GDR_DRAIN_NS;
-  for (;;) {
-    int got = 0;
-    (void)gdr_rdma_poll(c, &got);
-    if (c->drain_seen >= want || c->qs.cq == NULL || gdr_health_failed(&c->health)) break;
-    if (gdr_time_ns() > until) {
-      GDR_INFO(NCCL_NET, "%s: %d of %d drain marker(s) completed within %llu ms; the QPs are destroyed regardless",
-               c->desc, c->drain_seen, want, GDR_DRAIN_NS / 1000000ull);
-      break;
-    }
-    if (got == 0) sched_yield();
-  }
-  gdr_rdma_qs_swap(c, NULL, &old); /* under the lock of every device of the connection */
-  gdr_rdma_qpset_destroy(&old);
 }
 
 /* -------------------------------------------------------------------------------------------- attempts -- */
@@ -161,30 +99,13 @@ static void start_attempt(struct gdr_rdma_comm *c, uint32_t k, int action, unsig
   rc->phase = GDR_REC_WAIT_PORT;
 }
 
-static void fault_v(struct gdr_rdma_comm *c, int action, unsigned rekey, ncclResult_t res, const char *fmt,
-                    va_list ap) __attribute__((format(printf, 5, 0)));
-
-void gdr_rdma_fault(struct gdr_rdma_comm *c, int action, ncclResult_t res, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  fault_v(c, action, 0, res, fmt, ap);
-  va_end(ap);
-}
-
-void gdr_rdma_fault_keys(struct gdr_rdma_comm *c, int action, unsigned rekey, ncclResult_t res, const char *fmt,
-                         ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  fault_v(c, action, rekey, res, fmt, ap);
-  va_end(ap);
-}
-
-static void fault_v(struct gdr_rdma_comm *c, int action, unsigned rekey, ncclResult_t res, const char *fmt,
-                    va_list ap) {
+/* A fault hit the connection (a failed completion or post, reported by the data path through
+ * gdr_rdma_resiliency.fault; an async event; the peer's request): records it (counters, the first reason) and starts
+ * (or restarts) a recovery, moves the connection to TCP, or fails it. rekey: GDR_REKEY_SEND/RECV for a key fault that
+ * names whose buffers need new keys (0: both). why: one line for the WARN. */
+static void fault(struct gdr_rdma_comm *c, int action, unsigned rekey, ncclResult_t res, const char *why) {
   struct gdr_rdma_rec *rc = &c->rec;
-  char why[sizeof(c->health.why)];
   uint64_t now = gdr_time_ns();
-  vsnprintf(why, sizeof(why), fmt, ap);
   if (gdr_health_failed(&c->health) || action == GDR_FAULT_NONE) return;
   if (gdr_rdma_fb_absorb(c, action, why)) return; /* the connection is (moving) on TCP: no RDMA to recover */
   rc->faults++;
@@ -232,6 +153,17 @@ static void fault_v(struct gdr_rdma_comm *c, int action, unsigned rekey, ncclRes
   start_attempt(c, k, action, rekey);
 }
 
+static void fault_keys(struct gdr_rdma_comm *c, int action, unsigned rekey, ncclResult_t res, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+static void fault_keys(struct gdr_rdma_comm *c, int action, unsigned rekey, ncclResult_t res, const char *fmt, ...) {
+  char why[sizeof(c->health.why)];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(why, sizeof(why), fmt, ap);
+  va_end(ap);
+  fault(c, action, rekey, res, why);
+}
+
 /* ------------------------------------------------------------------------------------------------ state -- */
 
 static void fill_state(struct gdr_rdma_comm *c, struct gdr_rdma_rec_state *st) {
@@ -254,7 +186,7 @@ static ncclResult_t send_state(struct gdr_rdma_comm *c) {
 /* The peer's QPs: ours to RTS towards them; its address as it is now (a port flap can move the GID). */
 static int connect_to_peer(struct gdr_rdma_comm *c) {
   if (gdr_rdma_connect_peer(c, &c->rec.peer) != 0) {
-    gdr_rdma_fault(c, GDR_FAULT_RECOVER, ncclSystemError, "connecting the new QPs to the peer's failed");
+    fault(c, GDR_FAULT_RECOVER, 0, ncclSystemError, "connecting the new QPs to the peer's failed");
     return -1;
   }
   return 0;
@@ -417,31 +349,40 @@ static void step(struct gdr_rdma_comm *c) {
   }
 }
 
-ncclResult_t gdr_rdma_rec_message(struct gdr_rdma_comm *c, const struct gdr_rdma_ctrl *m, const void *payload) {
+/* One handler per record type (the table, gdr_rdma_resiliency, is at the end of this file). */
+
+/* The peer gave up on the connection: no fallback of our own. */
+static ncclResult_t on_rec_fail(struct gdr_rdma_comm *c, const struct gdr_rdma_ctrl *m, const void *payload) {
+  gdr_rdma_comm_fail(c, m->a >= 1 && m->a <= 6 ? (ncclResult_t)m->a : ncclRemoteError,
+                     "the peer gave up on the connection (%.*s)", (int)(m->len < 400 ? m->len : 400),
+                     (const char *)payload);
+  c->rec.phase = GDR_REC_IDLE;
+  return gdr_rdma_comm_check(c);
+}
+
+/* REC_REQ/STATE/GO name attempt k: a stale one is ignored (0); a newer one makes this side join it, with new keys
+ * for its own buffers if the peer says so; in the same attempt, keys the peer asks that this side has not planned
+ * are added. 1: the record is for the attempt this side is in (*res on a failure: 0). */
+static int rec_join(struct gdr_rdma_comm *c, const struct gdr_rdma_ctrl *m, ncclResult_t *res) {
   struct gdr_rdma_rec *rc = &c->rec;
-  uint32_t k = (uint32_t)m->seq;
-  if (gdr_health_failed(&c->health)) return gdr_rdma_comm_check(c);
-  if (m->type == GDR_CTRL_REC_FAIL) { /* no fallback of our own: the peer is done with the connection */
-    gdr_rdma_comm_fail(c, m->a >= 1 && m->a <= 6 ? (ncclResult_t)m->a : ncclRemoteError,
-                       "the peer gave up on the connection (%.*s)", (int)(m->len < 400 ? m->len : 400),
-                       (const char *)payload);
-    c->rec.phase = GDR_REC_IDLE;
-    return gdr_rdma_comm_check(c);
-  }
-  if (!(c->remote.caps & GDR_RDMA_CAP_RECOVERY) || k < rc->attempt ||
-      (k == rc->attempt && rc->phase == GDR_REC_IDLE))
-    return ncclSuccess; /* stale: an attempt both sides are past */
+  const uint32_t k = (uint32_t)m->seq;
+  *res = ncclSuccess;
+  if (!(c->remote.caps & GDR_RDMA_CAP_RECOVERY) || k < rc->attempt || (k == rc->attempt && rc->phase == GDR_REC_IDLE))
+    return 0; /* stale: an attempt both sides are past */
   /* REC_REQ/REC_STATE: a = whose own buffers get new keys in attempt k (0 from a peer that does not say) */
   unsigned rekey = (m->type == GDR_CTRL_REC_REQ || m->type == GDR_CTRL_REC_STATE) ? (unsigned)(m->a & REKEY_BOTH) : 0;
   int action = (rekey & my_rekey_bit(c)) ? GDR_FAULT_REKEY : GDR_FAULT_RECOVER;
   if (k > rc->attempt) {
     /* the peer saw a fault (or gave up an attempt): join it, with new keys for this side if it says so */
     if (rc->phase == GDR_REC_IDLE)
-      gdr_rdma_fault_keys(c, action, rekey, ncclRemoteError, "the peer asks to recover (attempt %u%s)", k,
-                          action == GDR_FAULT_REKEY ? ", new keys for this side's own buffers" : "");
+      fault_keys(c, action, rekey, ncclRemoteError, "the peer asks to recover (attempt %u%s)", k,
+                 action == GDR_FAULT_REKEY ? ", new keys for this side's own buffers" : "");
     else
       start_attempt(c, k, action, rekey);
-    if (gdr_health_failed(&c->health)) return gdr_rdma_comm_check(c);
+    if (gdr_health_failed(&c->health)) {
+      *res = gdr_rdma_comm_check(c);
+      return 0;
+    }
     rc->attempt = k;
   } else if ((rekey & ~rc->rekey) != 0) {
     /* the same attempt, and the peer (which saw a fault of its own) wants keys this side has not planned */
@@ -450,40 +391,53 @@ ncclResult_t gdr_rdma_rec_message(struct gdr_rdma_comm *c, const struct gdr_rdma
       rc->rekey = want; /* (the peer's own, or ours before our QPs exist: step registers them) */
       if (rc->phase != GDR_REC_WAIT_PORT && (rekey & my_rekey_bit(c))) {
         /* our QPs and state went out with the old keys: a new attempt, with the new keys */
-        gdr_rdma_fault_keys(c, GDR_FAULT_REKEY, want, ncclRemoteError,
-                            "the peer asks for new keys of this side's own buffers (attempt %u)", k);
-        return gdr_rdma_comm_check(c);
+        fault_keys(c, GDR_FAULT_REKEY, want, ncclRemoteError,
+                   "the peer asks for new keys of this side's own buffers (attempt %u)", k);
+        *res = gdr_rdma_comm_check(c);
+        return 0;
       }
     }
   }
-  switch (m->type) {
-  case GDR_CTRL_REC_REQ: /* (sender) our REC_STATE for k goes out once our QPs exist */
-    return ncclSuccess;
-  case GDR_CTRL_REC_STATE: {
-    const char *bad = gdr_rdma_rec_state_check(payload, m->len, is_sender(c) ? GDR_RDMA_ROLE_RECV : GDR_RDMA_ROLE_SEND,
-                                               c->nqps);
-    if (bad) {
-      char why[sizeof(c->health.why)];
-      snprintf(why, sizeof(why), "malformed recovery state from the peer (attempt %u): %s", k, bad);
-      give_up(c, ncclRemoteError, 1, why);
-      return gdr_rdma_comm_check(c);
-    }
-    memcpy(&rc->peer, payload, sizeof(rc->peer));
-    rc->have_peer = 1;
-    if (rc->phase == GDR_REC_WAIT_PEER) {
-      if (is_sender(c))
-        sender_finish(c);
-      else
-        receiver_connect(c);
-    }
-    return ncclSuccess;
+  return 1;
+}
+
+/* (sender) its REC_STATE for k goes out once its QPs exist */
+static ncclResult_t on_rec_req(struct gdr_rdma_comm *c, const struct gdr_rdma_ctrl *m, const void *payload) {
+  ncclResult_t res;
+  (void)payload;
+  (void)rec_join(c, m, &res);
+  return res;
+}
+
+static ncclResult_t on_rec_state(struct gdr_rdma_comm *c, const struct gdr_rdma_ctrl *m, const void *payload) {
+  struct gdr_rdma_rec *rc = &c->rec;
+  ncclResult_t res;
+  if (!rec_join(c, m, &res)) return res;
+  const char *bad =
+      gdr_rdma_rec_state_check(payload, m->len, is_sender(c) ? GDR_RDMA_ROLE_RECV : GDR_RDMA_ROLE_SEND, c->nqps);
+  if (bad) {
+    char why[sizeof(c->health.why)];
+    snprintf(why, sizeof(why), "malformed recovery state from the peer (attempt %u): %s", (uint32_t)m->seq, bad);
+    give_up(c, ncclRemoteError, 1, why);
+    return gdr_rdma_comm_check(c);
   }
-  case GDR_CTRL_REC_GO:
-    if (rc->phase == GDR_REC_WAIT_GO) receiver_finish(c);
-    return ncclSuccess;
-  default:
-    return ncclSuccess;
+  memcpy(&rc->peer, payload, sizeof(rc->peer));
+  rc->have_peer = 1;
+  if (rc->phase == GDR_REC_WAIT_PEER) {
+    if (is_sender(c))
+      sender_finish(c);
+    else
+      receiver_connect(c);
   }
+  return ncclSuccess;
+}
+
+static ncclResult_t on_rec_go(struct gdr_rdma_comm *c, const struct gdr_rdma_ctrl *m, const void *payload) {
+  ncclResult_t res;
+  (void)payload;
+  if (!rec_join(c, m, &res)) return res;
+  if (c->rec.phase == GDR_REC_WAIT_GO) receiver_finish(c);
+  return ncclSuccess;
 }
 
 /* ------------------------------------------------------------------------------------------- progress -- */
@@ -495,7 +449,7 @@ static void take_pending(struct gdr_rdma_comm *c) {
   while (gdr_rdma_pending_pop(&c->pending, &ev)) {
     if (gdr_health_failed(&c->health)) continue; /* (drained: nothing is left for a failed connection) */
     if (ev.gen != c->qs_gen && ev.action != GDR_FAULT_DEVICE) continue;
-    gdr_rdma_fault(c, ev.action, ev.action == GDR_FAULT_DEVICE ? ncclSystemError : ncclRemoteError, "%s", ev.why);
+    fault(c, ev.action, 0, ev.action == GDR_FAULT_DEVICE ? ncclSystemError : ncclRemoteError, ev.why);
   }
 }
 
@@ -522,12 +476,8 @@ ncclResult_t gdr_rdma_progress(struct gdr_rdma_comm *c, int *busy) {
   if (c->peer_gone && !gdr_health_failed(&c->health)) {
     if (rc->phase != GDR_REC_IDLE) {
       give_up(c, ncclRemoteError, 0, "the peer closed the connection (control channel EOF) during recovery");
-    } else if (now > c->eof_ns + EOF_GRACE_NS) {
-      char why[160];
-      snprintf(why, sizeof(why), "the peer closed the connection (control channel EOF) %s #%llu",
-               is_sender(c) ? "while this side waited on message" : "with receives pending, the last posted",
-               (unsigned long long)(is_sender(c) ? c->head : c->head - 1));
-      give_up(c, ncclRemoteError, 0, why);
+    } else {
+      (void)gdr_rdma_ctrl_eof(c); /* past the grace: fails the connection */
     }
   }
   if (gdr_health_failed(&c->health)) return gdr_rdma_comm_check(c);
@@ -550,4 +500,36 @@ void gdr_rdma_rec_report(struct gdr_rdma_comm *c) {
            (unsigned long long)rc->attempts, (unsigned long long)(rc->recover_ns / 1000000ull),
            (unsigned long long)rc->replayed_msgs, (unsigned long long)rc->replayed_bytes,
            (unsigned long long)rc->ignored_wcs, gdr_health_state_str(gdr_health_state(&c->health)));
+}
+
+/* ------------------------------------------------------------------------------------- the layer's face -- */
+
+/* What the layers below hand up to this one (rdma.h, struct gdr_rdma_up): the faults the data path finds and every
+ * control record of recovery, fallback and the way back, one handler per type. */
+const struct gdr_rdma_up gdr_rdma_resiliency = {
+    .fault = fault,
+    .record =
+        {
+            [GDR_CTRL_REC_REQ] = on_rec_req,
+            [GDR_CTRL_REC_STATE] = on_rec_state,
+            [GDR_CTRL_REC_GO] = on_rec_go,
+            [GDR_CTRL_REC_FAIL] = on_rec_fail,
+            [GDR_CTRL_FB_REQ] = gdr_rdma_fb_on_req,
+            [GDR_CTRL_FB_RSTATE] = gdr_rdma_fb_on_rstate,
+            [GDR_CTRL_FB_SSTATE] = gdr_rdma_fb_on_sstate,
+            [GDR_CTRL_BACK_OFFER] = gdr_rdma_back_on_offer,
+            [GDR_CTRL_BACK_READY] = gdr_rdma_back_on_ready,
+            [GDR_CTRL_BACK_NOT_YET] = gdr_rdma_back_on_not_yet,
+            [GDR_CTRL_BACK_SWITCH] = gdr_rdma_back_on_switch,
+            [GDR_CTRL_BACK_AT] = gdr_rdma_back_on_at,
+            [GDR_CTRL_BACK_FINAL] = gdr_rdma_back_on_final,
+        },
+};
+
+void gdr_rdma_resil_close(struct gdr_rdma_comm *c) {
+  if (c == NULL) return;
+  gdr_rdma_fb_close(c);
+  if (c->stage != 0) return; /* (a connection that never came up has nothing to report) */
+  gdr_rdma_rec_report(c);
+  gdr_rdma_fb_report(c);
 }

@@ -1,20 +1,22 @@
 /* RDMA transport: a connection answers its peer while NCCL calls nothing on it (docs/HARDENING.md 8, seed
  * 350792092).
  *
- * Everything else runs on the thread that drives the connection, from its isend/irecv/iflush/test. A side whose
- * requests are all done calls nothing until its next isend/irecv or close, though, and its peer may need it then:
+ * The resiliency runs on the thread that drives the connection, from its test() (transport.c). A side whose
+ * requests are all done calls no test until it has a request again, though, and its peer may need it then:
  * a receiver whose NIC went dark just after the last WRITE_WITH_IMM arrived has every receive complete, while the
  * sender, its ACKs lost (RETRY_EXC), recovers or moves to TCP and waits for the receiver's state. A real NIC does
  * this too (a link that goes down between the data and its ACK). So the plugin answers by itself:
  *
  *   one thread per process (started with the first connection, joined with the last) sleeps on the connections'
  *   control channels (epoll, one shot per arrival, and nothing else: an idle process has no timer, no wake-up);
- *   a connection that got a record is looked at every SVC_TICK_MS while the record is unread or a recovery or a
- *   move to TCP runs on it; if its owner made no call for a whole tick, the service runs gdr_rdma_progress on it,
- *   as test() would (the record is read, the recovery or move steps), under the connection's lock.
+ *   a connection that got a record (or its channel's EOF) is looked at every SVC_TICK_MS while the record is unread
+ *   or a recovery or a move to TCP runs on it; if its owner made no test() call for a whole tick, the service runs
+ *   gdr_rdma_progress on it, as test() would (the record is read, the recovery or move steps), under the
+ *   connection's lock. Only test drives the resiliency (transport.c): an owner that only posts (a sender spinning on
+ *   isend for a clear-to-send) is answered for by the service too.
  *
  * The lock (c->svc_mu) is taken by every entry of the transport's table for that connection (transport.c); the
- * service only ever tries it (an owner in a call reads the channel itself, every 1 ms). Lock order: the list's,
+ * service only ever tries it (an owner in test() reads the channel itself, every 1 ms). Lock order: the list's,
  * then a connection's (tried, never waited for); a pass runs under the list's lock (an attach or detach meanwhile
  * waits for it: a recovery's drain may take up to 1 s); detach takes the list's, then (after) the connection's,
  * to wait for a pass on it. */
@@ -60,7 +62,7 @@ static struct gdr_rdma_comm *find_locked(uint64_t id) {
 static int wanted(struct gdr_rdma_comm *c) {
   int unread = 0;
   if (gdr_health_failed(&c->health) || c->peer_gone) return 0;
-  if (c->rec.phase != GDR_REC_IDLE || c->fb.path == GDR_PATH_MOVING) return 1;
+  if (c->rec.phase != GDR_REC_IDLE || c->fb.path == GDR_PATH_MOVING || c->svc_hup) return 1;
   return ioctl(c->fd, FIONREAD, &unread) == 0 && unread > 0;
 }
 
@@ -111,6 +113,7 @@ static void *svc_main(void *arg) {
         return NULL;
       }
       struct gdr_rdma_comm *c = find_locked(evs[i].data.u64);
+      if (c && (evs[i].events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR))) c->svc_hup = 1; /* (no byte says it) */
       if (c && !c->svc_watch) {
         c->svc_watch = 1;
         c->svc_fresh = 1;

@@ -99,6 +99,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   c->m[0].dev = &dev;
   gdr_health_init(&c->health);
   gdr_rdma_pending_init(&c->pending);
+  c->up = &gdr_rdma_resiliency; /* (what the transport's table hands every connection it returns) */
   snprintf(c->peer, sizeof(c->peer), "fuzzer");
   snprintf(c->desc, sizeof(c->desc), "RDMA connection with the fuzzer (fz0 port 1)");
   memset(reqs, 0, sizeof(reqs));

@@ -192,6 +192,7 @@ static struct gdr_rdma_comm *comm_new(int kind, int nqps, int split, uint64_t ma
   c->fd = fd;
   gdr_health_init(&c->health);
   gdr_rdma_pending_init(&c->pending);
+  c->up = &gdr_rdma_resiliency; /* (what the transport's table hands every connection it returns) */
   snprintf(c->peer, sizeof(c->peer), "fuzzer");
   snprintf(c->desc, sizeof(c->desc), "RDMA %s connection with the fuzzer (fz0 port 1)",
            kind == GDR_RCOMM_SEND ? "send" : "receive");
