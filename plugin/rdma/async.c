@@ -132,7 +132,7 @@ static void handle_event(struct gdr_rdma_dev *d, struct ibv_async_event *ev) {
     if (ev->element.port_num != d->port) break;
     GDR_WARN("%s port %d: %s (link down): its %d connection(s) recover once it is active again (within "
              "GDRNET_RECOVERY_TIMEOUT_MS=%lld)",
-             d->name, d->port, what, d->ncomms, (long long)gdr_param_int(GDR_PARAM_RECOVERY_TIMEOUT_MS));
+             d->name, d->port, what, d->ncomms, (long long)gdr_recovery_timeout_ms());
     for (struct gdr_rdma_link *l = d->comms; l; l = l->next) {
       struct gdr_rdma_comm *c = l->c;
       char qps[64] = "";

@@ -523,10 +523,10 @@ static void verbs_teardown(struct gdr_rdma_comm *c) {
 /* The RDMA part failed to come up (setup, QP connect, a lost device): TCP from the start, if allowed. 0 then;
  * -1 when the connection must fail (GDRNET_FALLBACK=0, no TCP transport, or a peer that cannot). */
 static int go_tcp_only(struct gdr_rdma_comm *c, const char *why) {
-  if (gdr_param_int(GDR_PARAM_FALLBACK) == 0 || !gdr_rdma.tcp_ok ||
+  if (!gdr_fallback_allowed() || !gdr_rdma.tcp_ok ||
       (c->remote.magic == GDR_RDMA_HS_MAGIC && !(c->remote.caps & GDR_RDMA_CAP_FALLBACK))) {
     GDR_WARN("%s: %s, and no fallback to TCP (%s)", c->desc, why,
-             gdr_param_int(GDR_PARAM_FALLBACK) == 0 ? "GDRNET_FALLBACK=0"
+             !gdr_fallback_allowed() ? gdr_fallback_off_reason()
              : !gdr_rdma.tcp_ok                     ? "no TCP transport here"
                                                     : "the peer cannot (an older plugin)");
     return -1;
@@ -575,7 +575,7 @@ static ncclResult_t fill_local_hs(struct gdr_rdma_comm *c, int role) {
   hs->size = sizeof(*hs);
   hs->caps = (relaxed ? GDR_RDMA_CAP_RELAXED_ORDERING : 0) | (gdr ? GDR_RDMA_CAP_GDR : 0) |
              (c->qs.flush_qp[0] ? GDR_RDMA_CAP_FLUSH : 0) | GDR_RDMA_CAP_RECOVERY |
-             (gdr_param_int(GDR_PARAM_FALLBACK) && gdr_rdma.tcp_ok ? GDR_RDMA_CAP_FALLBACK | GDR_RDMA_CAP_BACK_TAGS : 0);
+             (gdr_fallback_allowed() && gdr_rdma.tcp_ok ? GDR_RDMA_CAP_FALLBACK | GDR_RDMA_CAP_BACK_TAGS : 0);
   hs->role = (uint8_t)role;
   hs->nqps = (uint8_t)c->nqps;
   hs->split = (uint8_t)c->split;
@@ -707,14 +707,14 @@ ncclResult_t gdr_rdma_close_listen(void *listen_comm) {
 static ncclResult_t stage_deadline(struct gdr_rdma_comm *c, const char *what) {
   if (c->deadline_ns && gdr_time_ns() > c->deadline_ns) {
     GDR_WARN("%s: RDMA handshake with %s timed out (%s) after GDRNET_CONNECT_TIMEOUT_MS=%lld",
-             c->dev->name, c->peer, what, (long long)gdr_param_int(GDR_PARAM_CONNECT_TIMEOUT_MS));
+             c->dev->name, c->peer, what, (long long)gdr_connect_timeout_ms());
     return ncclRemoteError;
   }
   return ncclSuccess;
 }
 
 static void arm_deadline(struct gdr_rdma_comm *c) {
-  c->deadline_ns = gdr_time_ns() + (uint64_t)gdr_param_int(GDR_PARAM_CONNECT_TIMEOUT_MS) * 1000000ull;
+  c->deadline_ns = gdr_time_ns() + gdr_connect_timeout_ns();
 }
 
 /* One non-blocking step of a handshake blob on the control stream. *done once it is through (the blob

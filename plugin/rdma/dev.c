@@ -574,7 +574,7 @@ static void init_fallback(void) {
   char w[256] = "";
   gdr_rdma.tcp_ok = 0;
   gdr_rdma.tcp_dev = 0;
-  if (gdr_param_int(GDR_PARAM_FALLBACK) == 0) return;
+  if (!gdr_fallback_allowed()) return;
   if (gdr_fb_tcp_init(&gdr_rdma.if_addr, &gdr_rdma.tcp_dev, w, sizeof(w)) != 0) {
     GDR_WARN("GDRNET_FALLBACK=1 but the TCP transport cannot work here (%s): an RDMA connection that cannot be "
              "recovered fails instead of moving to TCP",
@@ -605,7 +605,7 @@ static void note_port(const struct gdr_filter *f, const char *name, int port, in
 /* GDRNET_HCA / NCCL_IB_HCA that selects nothing, or names a device that does not exist: the user must act. */
 static void warn_hca(const struct gdr_filter *f, const char *spec, const char *ports, const int *entry_hit, int ndevs,
                      int filtered) {
-  const char *knob = gdr_param_source(GDR_PARAM_HCA) == GDR_PSRC_ALIAS ? "NCCL_IB_HCA" : "GDRNET_HCA";
+  const char *knob = gdr_param_set_name(GDR_PARAM_HCA);
   if (ndevs == 0 && filtered > 0) {
     GDR_WARN("%s=\"%s\" selects none of the active RDMA ports; the ports here: %s. The RDMA transport has no device "
              "(GDRNET_TRANSPORT=auto uses TCP)",
@@ -625,7 +625,7 @@ static int init_setup(char *why, size_t whylen) {
   char w[512];
   if (gdr_param_int(GDR_PARAM_IB_DISABLE)) {
     snprintf(why, whylen, "%s=1 turns the RDMA transport off",
-             gdr_param_source(GDR_PARAM_IB_DISABLE) == GDR_PSRC_ALIAS ? "NCCL_IB_DISABLE" : "GDRNET_IB_DISABLE");
+             gdr_param_set_name(GDR_PARAM_IB_DISABLE));
     return -1;
   }
   if (gdr_ibv_load(w, sizeof(w)) != 0) {
@@ -640,8 +640,7 @@ static int init_setup(char *why, size_t whylen) {
   /* the address our listeners bind (handshake and control channel) */
   struct gdr_if ifs[1];
   int nif = 0;
-  if (gdr_if_find(gdr_param_str(GDR_PARAM_SOCKET_IFNAME), (int)gdr_param_int(GDR_PARAM_SOCKET_FAMILY), ifs, 1,
-                  &nif) != ncclSuccess ||
+  if (gdr_if_find_configured(ifs, 1, &nif) != ncclSuccess ||
       nif == 0) {
     snprintf(why, whylen, "no usable IP interface for the RDMA handshake (GDRNET_SOCKET_IFNAME=\"%s\")",
              gdr_param_str(GDR_PARAM_SOCKET_IFNAME));

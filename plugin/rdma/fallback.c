@@ -51,7 +51,7 @@ static int is_sender(const struct gdr_rdma_comm *c) { return c->kind == GDR_RCOM
 static uint64_t ms_ns(int64_t ms) { return (uint64_t)ms * 1000000ull; }
 
 int gdr_rdma_fb_allowed(const struct gdr_rdma_comm *c) {
-  return gdr_param_int(GDR_PARAM_FALLBACK) != 0 && (c->remote.caps & GDR_RDMA_CAP_FALLBACK) && c->fd >= 0 &&
+  return gdr_fallback_allowed() && (c->remote.caps & GDR_RDMA_CAP_FALLBACK) && c->fd >= 0 &&
          !c->peer_gone;
 }
 
@@ -165,7 +165,7 @@ void gdr_rdma_fb_begin(struct gdr_rdma_comm *c, const char *why) {
   if (!gdr_rdma_fb_allowed(c)) {
     char full[sizeof(c->health.why)];
     snprintf(full, sizeof(full), "%.380s; no fallback to TCP (%s)", why,
-             gdr_param_int(GDR_PARAM_FALLBACK) == 0      ? "GDRNET_FALLBACK=0"
+             !gdr_fallback_allowed()      ? gdr_fallback_off_reason()
              : !(c->remote.caps & GDR_RDMA_CAP_FALLBACK) ? "the peer cannot (an older plugin)"
                                                          : "the control channel is gone");
     fail(c, ncclRemoteError, full);
@@ -200,7 +200,7 @@ void gdr_rdma_fb_begin(struct gdr_rdma_comm *c, const char *why) {
   fb->switch_at = 0;
   fb->nbound = 0;
   fb->told = 0;
-  fb->deadline_ns = gdr_time_ns() + ms_ns(gdr_param_int(GDR_PARAM_RECOVERY_TIMEOUT_MS));
+  fb->deadline_ns = gdr_time_ns() + gdr_recovery_timeout_ns();
   if (is_sender(c)) {
     fb->phase = GDR_FB_WAIT_RSTATE;
     (void)gdr_rdma_ctrl_send(c, GDR_CTRL_FB_REQ, fb->epoch, 0, 0, why, strlen(why));
@@ -511,7 +511,7 @@ static void back_probe(struct gdr_rdma_comm *c) {
   gdr_rdma_fill_qp_state(c, &st);
   fb->offer++;
   fb->back = GDR_BACK_OFFERED;
-  fb->deadline_ns = now + ms_ns(gdr_param_int(GDR_PARAM_RECOVERY_TIMEOUT_MS));
+  fb->deadline_ns = now + gdr_recovery_timeout_ns();
   (void)gdr_rdma_ctrl_send(c, GDR_CTRL_BACK_OFFER, fb->epoch, fb->offer, 0, &st, sizeof(st));
 }
 
@@ -656,7 +656,7 @@ static ncclResult_t switch_grew(struct gdr_rdma_comm *c, const struct gdr_rdma_b
     for (int k = 0; k < fb->nbound; k++)
       if (fb->bound[k].tag == v[i].tag) fb->bound[k].n = v[i].n;
   }
-  fb->deadline_ns = gdr_time_ns() + ms_ns(gdr_param_int(GDR_PARAM_RECOVERY_TIMEOUT_MS));
+  fb->deadline_ns = gdr_time_ns() + gdr_recovery_timeout_ns();
   return ncclSuccess;
 }
 
@@ -682,7 +682,7 @@ ncclResult_t gdr_rdma_back_on_switch(struct gdr_rdma_comm *c, const struct gdr_r
   fb->nbound = n;
   fb->switch_at = tags_sum(own, nown);
   fb->back = GDR_BACK_AT_WAIT;
-  fb->deadline_ns = gdr_time_ns() + ms_ns(gdr_param_int(GDR_PARAM_RECOVERY_TIMEOUT_MS));
+  fb->deadline_ns = gdr_time_ns() + gdr_recovery_timeout_ns();
   GDR_INFO(NCCL_NET, "%s: the way back: the receiver has %llu TCP buffer(s) over %d tag(s), this side sent %llu "
            "message(s) over %d tag(s) over TCP", c->desc, (unsigned long long)tags_sum(v, n), n,
            (unsigned long long)fb->switch_at, nown);
@@ -801,7 +801,7 @@ static void probe_step(struct gdr_rdma_comm *c) {
   }
   if (r == 0) return;
   fb->back = GDR_BACK_FROZEN;
-  fb->deadline_ns = gdr_time_ns() + ms_ns(gdr_param_int(GDR_PARAM_RECOVERY_TIMEOUT_MS));
+  fb->deadline_ns = gdr_time_ns() + gdr_recovery_timeout_ns();
   {
     struct gdr_rdma_back_tag v[GDR_RDMA_BACK_MAX_TAGS];
     int n;
@@ -827,7 +827,7 @@ void gdr_rdma_fb_step(struct gdr_rdma_comm *c, int *busy) {
       char why[420];
       snprintf(why, sizeof(why), "the move to TCP did not finish within GDRNET_RECOVERY_TIMEOUT_MS=%lld (%s); it was "
                "for: %.255s",
-               (long long)gdr_param_int(GDR_PARAM_RECOVERY_TIMEOUT_MS),
+               (long long)gdr_recovery_timeout_ms(),
                fb->phase == GDR_FB_CONNECT ? "the TCP connection" : "waiting for the peer", fb->reason);
       fail(c, ncclRemoteError, why);
       return;

@@ -490,7 +490,7 @@ const struct gdr_fault_class *gdr_rdma_fault_event(int event);
 const struct gdr_fault_class *gdr_rdma_fault_wc_table(int *n);
 const struct gdr_fault_class *gdr_rdma_fault_event_table(int *n);
 
-/* The GRH traffic class of a connection's QPs, NCCL's IB precedence (ANCHORS.md "Traffic class"): GDRNET_IB_TC /
+/* The GRH traffic class of a connection's QPs, NCCL's IB precedence: GDRNET_IB_TC /
  * NCCL_IB_TC when set, else the communicator's (comm_tc, -1 undefined), else the knob's default. */
 static inline int gdr_rdma_traffic_class(int comm_tc) {
   if (comm_tc < 0 || gdr_param_source(GDR_PARAM_IB_TC) != GDR_PSRC_DEFAULT)

@@ -33,7 +33,6 @@
 #define BACKOFF_BASE_NS 10000000ull /* attempt n >= 2 waits 10 ms x 2^(n-2), at most 1 s */
 #define BACKOFF_MAX_NS 1000000000ull
 
-static uint64_t ms_ns(int64_t ms) { return (uint64_t)ms * 1000000ull; }
 
 static int is_sender(const struct gdr_rdma_comm *c) { return c->kind == GDR_RCOMM_SEND; }
 
@@ -63,14 +62,14 @@ static unsigned my_rekey_bit(const struct gdr_rdma_comm *c) { return gdr_rekey_r
 static void start_attempt(struct gdr_rdma_comm *c, uint32_t k, int action, unsigned rekey) {
   struct gdr_rdma_rec *rc = &c->rec;
   uint64_t now = gdr_time_ns();
-  int max = (int)gdr_param_int(GDR_PARAM_RECOVERY_ATTEMPTS);
+  int max = gdr_recovery_attempts();
   if (rc->episode_attempts >= max || now > rc->deadline_ns) {
     char why[sizeof(c->health.why)];
     snprintf(why, sizeof(why),
              "recovery gave up after %d attempt(s) in %llu ms (GDRNET_RECOVERY_ATTEMPTS=%d, "
              "GDRNET_RECOVERY_TIMEOUT_MS=%lld); first fault: %s",
              rc->episode_attempts, (unsigned long long)((now - rc->episode_start_ns) / 1000000ull), max,
-             (long long)gdr_param_int(GDR_PARAM_RECOVERY_TIMEOUT_MS), rc->first_fault);
+             (long long)gdr_recovery_timeout_ms(), rc->first_fault);
     give_up(c, ncclRemoteError, 1, why);
     return;
   }
@@ -113,7 +112,7 @@ static void fault(struct gdr_rdma_comm *c, int action, unsigned rekey, ncclResul
     rc->faults_by_action[action]++;
   atomic_fetch_add_explicit(&c->dev->ctr.faults, 1, memory_order_relaxed);
   int recover = (action == GDR_FAULT_RECOVER || action == GDR_FAULT_REKEY) &&
-                (c->remote.caps & GDR_RDMA_CAP_RECOVERY) && gdr_param_int(GDR_PARAM_RECOVERY_ATTEMPTS) > 0;
+                (c->remote.caps & GDR_RDMA_CAP_RECOVERY) && gdr_recovery_attempts() > 0;
   if (rc->phase == GDR_REC_IDLE) {
     /* a new episode only once a completion succeeded after the last recovery: a fault that comes later than the
      * timeout (a retry-exceeded takes GDRNET_IB_TIMEOUT x GDRNET_IB_RETRY_CNT, 30 s by default) without anything
@@ -122,13 +121,13 @@ static void fault(struct gdr_rdma_comm *c, int action, unsigned rekey, ncclResul
     if (rc->episode_attempts == 0 || rc->healthy) {
       rc->episode_attempts = 0;
       rc->episode_start_ns = now;
-      rc->deadline_ns = now + ms_ns(gdr_param_int(GDR_PARAM_RECOVERY_TIMEOUT_MS));
+      rc->deadline_ns = now + gdr_recovery_timeout_ns();
       snprintf(rc->first_fault, sizeof(rc->first_fault), "%.255s", why);
     }
   }
   if (!recover) {
     const char *reason = !(c->remote.caps & GDR_RDMA_CAP_RECOVERY) ? "the peer cannot recover (older plugin)"
-                         : gdr_param_int(GDR_PARAM_RECOVERY_ATTEMPTS) == 0 ? "GDRNET_RECOVERY_ATTEMPTS=0"
+                         : gdr_recovery_attempts() == 0 ? gdr_recovery_off_reason()
                                                                            : gdr_fault_action_str(action);
     char full[sizeof(c->health.why)];
     snprintf(full, sizeof(full), "%.360s; decision: give up (%.60s)", why, reason);
@@ -136,7 +135,7 @@ static void fault(struct gdr_rdma_comm *c, int action, unsigned rekey, ncclResul
     return;
   }
   uint32_t k = rc->attempt + 1;
-  if (rc->episode_attempts >= (int)gdr_param_int(GDR_PARAM_RECOVERY_ATTEMPTS) || now > rc->deadline_ns) {
+  if (rc->episode_attempts >= gdr_recovery_attempts() || now > rc->deadline_ns) {
     start_attempt(c, k, action, rekey); /* gives up (or moves to TCP) with its own line */
     return;
   }
@@ -148,7 +147,7 @@ static void fault(struct gdr_rdma_comm *c, int action, unsigned rekey, ncclResul
            : (rekey & GDR_REKEY_SEND)           ? " (the sender's own buffers)"
                                                 : " (the receiver's own buffers)",
            k, rc->episode_attempts + 1,
-           (long long)gdr_param_int(GDR_PARAM_RECOVERY_ATTEMPTS),
+           (long long)gdr_recovery_attempts(),
            (unsigned long long)(now < rc->deadline_ns ? (rc->deadline_ns - now) / 1000000ull : 0));
   start_attempt(c, k, action, rekey);
 }
@@ -314,7 +313,7 @@ static void step(struct gdr_rdma_comm *c) {
     char why[sizeof(c->health.why)];
     snprintf(why, sizeof(why),
              "recovery did not finish within GDRNET_RECOVERY_TIMEOUT_MS=%lld (attempt %u, %s); first fault: %s",
-             (long long)gdr_param_int(GDR_PARAM_RECOVERY_TIMEOUT_MS), rc->attempt,
+             (long long)gdr_recovery_timeout_ms(), rc->attempt,
              rc->phase == GDR_REC_WAIT_PORT ? "the port is still down" : "waiting for the peer", rc->first_fault);
     give_up(c, ncclRemoteError, 1, why);
     return;
