@@ -1,5 +1,6 @@
-/* The version-neutral one-sided core (gin/gin.h): instances, the full mesh, contexts, symmetric windows, requests
- * and the operation entry points; the messages themselves are tcp_os.c's. */
+/* The version-neutral one-sided core (gin/gin.h): instances, the full mesh, contexts, symmetric windows and the
+ * operation entry points. Below it, through their struct gin_path only (gin_int.h), the two paths an operation
+ * takes: the message path (tcp_os.c) and the one-sided RDMA path (rdma_os.c); below all, shared.c. */
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
@@ -67,42 +68,6 @@ ncclResult_t gdr_gin_listen(void *ctx, int dev, void *handle, void **listen_comm
 
 ncclResult_t gdr_gin_close_listen(void *listen_comm) { return gdr_core_close_listen(listen_comm); }
 
-/* ------------------------------------------------------------------------------------------------ requests -- */
-
-struct gin_req *gin_req_get(struct gin_comm *c) {
-  struct gin_req *r = c->free_list;
-  if (r == NULL) return NULL;
-  c->free_list = r->next_free;
-  r->next_free = NULL;
-  r->magic = GDR_GIN_REQ_MAGIC;
-  r->kind = GIN_RQ_USER;
-  r->gen++;
-  r->pending = 0;
-  r->done = 0;
-  r->await = 0;
-  r->err = ncclSuccess;
-  return r;
-}
-
-void gin_req_put(struct gin_comm *c, struct gin_req *r) {
-  c->peers[r->peer].inflight[r->context % GDR_GIN_MAX_CONTEXTS]--; /* the slot is NCCL's until test frees it */
-  r->magic = 0;
-  r->kind = GIN_RQ_FREE;
-  r->next_free = c->free_list;
-  c->free_list = r;
-}
-
-void gin_req_finish(struct gin_comm *c, struct gin_req *r) {
-  (void)c;
-  r->done = 1;
-}
-
-struct gin_req *gin_req_by_cookie(struct gin_comm *c, uint64_t cookie) {
-  uint32_t idx = (uint32_t)cookie, gen = (uint32_t)(cookie >> 32);
-  if (idx >= c->npool || c->pool[idx].kind != GIN_RQ_USER || c->pool[idx].gen != gen || c->pool[idx].done) return NULL;
-  return &c->pool[idx];
-}
-
 /* ---------------------------------------------------------------------------------------------- the mesh -- */
 
 /* caps: GIN_CAP_* (an older plugin sends 0 there and does not read it) */
@@ -110,10 +75,23 @@ struct ident {
   uint32_t magic, rank, nranks, caps;
 };
 
+/* every path's progress, in order; the first failure stops it (and is sticky: c->error) */
+static ncclResult_t progress(struct gin_comm *c) {
+  ncclResult_t res = c->error;
+  for (int k = 0; k < GIN_NPATHS && res == ncclSuccess; k++)
+    if (c->path[k] != NULL && c->path[k]->progress != NULL) res = c->path[k]->progress(c);
+  return res;
+}
+
+/* a control header towards peer over the message path, behind what is queued to it; 0: no room */
+static int say(struct gin_comm *c, int peer, const struct gin_hdr *h) {
+  return c->path[GIN_PATH_MSG]->say(c, peer, h, NULL, 0);
+}
+
 static void comm_free(struct gin_comm *c) {
   if (c == NULL) return;
-  gin_rdma_teardown(c);
-  gin_os_teardown(c);
+  for (int k = GIN_NPATHS; k-- > 0;)
+    if (c->path[k] != NULL && c->path[k]->teardown != NULL) c->path[k]->teardown(c);
   for (int r = 0; c->peers != NULL && r < c->nranks; r++) {
     if (c->peers[r].send != NULL) (void)gdr_core_close_send(c->peers[r].send);
     if (c->peers[r].recv != NULL) (void)gdr_core_close_recv(c->peers[r].recv);
@@ -256,6 +234,8 @@ ncclResult_t gdr_gin_connect(void *ctx, void *handles[], int nranks, int rank, i
   }
   pthread_mutex_init(&c->lock, NULL);
   c->magic = GDR_GIN_COMM_MAGIC;
+  c->path[GIN_PATH_MSG] = &gin_msg_path; /* in the order they come up: the RDMA path talks over messages */
+  c->path[GIN_PATH_RDMA] = &gin_rdma_path;
   c->rank = rank;
   c->nranks = nranks;
   c->dev = lc->dev;
@@ -270,8 +250,12 @@ ncclResult_t gdr_gin_connect(void *ctx, void *handles[], int nranks, int rank, i
     goto out;
   }
   GDR_CHECK(mesh(c, g->netctx, handles, listen_comm));
-  GDR_CHECK(gin_os_setup(c));
-  GDR_CHECK(gin_rdma_setup(c));
+  for (int r = 0; r < nranks; r++) { /* what the RDMA path asks of the transport's comms, without the net core's */
+    c->peers[r].send_tc = ((struct gdr_comm *)c->peers[r].send)->tcomm;
+    c->peers[r].recv_tc = ((struct gdr_comm *)c->peers[r].recv)->tcomm;
+  }
+  for (int k = 0; k < GIN_NPATHS; k++)
+    if (c->path[k]->setup != NULL) GDR_CHECK(c->path[k]->setup(c));
   GDR_INFO(NCCL_INIT | NCCL_NET,
            "GIN rank %d of %d connected on device %d (%s): %d context(s), %d operations in "
            "flight per rank and context",
@@ -281,34 +265,6 @@ ncclResult_t gdr_gin_connect(void *ctx, void *handles[], int nranks, int rank, i
 out:
   comm_free(c);
   return res;
-}
-
-void gin_peer_bye(struct gin_comm *c, int peer) {
-  struct gin_peer *p = &c->peers[peer];
-  int failed = 0;
-  if (p->gone) return;
-  p->gone = 1;
-  /* the sends already posted finish (or fail, unheeded); the rest are dropped; no entry names a request now */
-  for (uint32_t i = p->head; i != p->tail; i++) {
-    struct gin_send *e = &p->q[i % p->qcap];
-    e->owner = NULL;
-    if (e->posted == 0) {
-      p->tail = i;
-      break;
-    }
-    e->size = e->posted;
-  }
-  for (uint32_t i = 0; i < c->npool; i++) {
-    struct gin_req *r = &c->pool[i];
-    if (r->kind == GIN_RQ_USER && r->peer == peer && !r->done) {
-      r->err = ncclRemoteError;
-      r->done = 1;
-      failed++;
-    }
-  }
-  gin_rdma_peer_gone(c, peer);
-  GDR_INFO(NCCL_NET, "GIN rank %d: rank %d closed its comm; %d operation(s) towards it failed, later ones fail too",
-           c->rank, peer, failed);
 }
 
 /* Nothing of this rank's in flight: no operation, every queued message wholly posted (what is left only awaits its
@@ -339,17 +295,14 @@ static void say_bye(struct gin_comm *c) {
   for (int r = 0; r < c->nranks && c->error == ncclSuccess; r++) {
     struct gin_hdr h;
     if (r == c->rank || c->peers[r].gone || !(c->peers[r].caps & GIN_CAP_BYE)) continue;
-    if (gin_os_room(c, r) < 1) {
-      GDR_INFO(NCCL_NET, "GIN rank %d closes: the queue towards rank %d is full, it is not told", c->rank, r);
-      continue;
-    }
     memset(&h, 0, sizeof(h));
     h.magic = GIN_WIRE_MAGIC;
     h.op = GIN_OP_BYE;
-    gin_os_queue_hdr(c, r, NULL, &h, NULL, 0);
+    if (!say(c, r, &h))
+      GDR_INFO(NCCL_NET, "GIN rank %d closes: the queue towards rank %d is full, it is not told", c->rank, r);
   }
   c->closing = 1;
-  while (c->error == ncclSuccess && gin_os_progress(c) == ncclSuccess) {
+  while (c->error == ncclSuccess && progress(c) == ncclSuccess) {
     int left = 0;
     for (int r = 0; r < c->nranks; r++)
       if (r != c->rank && !c->peers[r].gone && c->peers[r].head != c->peers[r].tail) left++;
@@ -447,15 +400,10 @@ static struct gin_comm *resolve(void *target, int *ncontexts, int *depth, const 
 
 /* ------------------------------------------------------------------------------------------------- windows -- */
 
-struct gin_mr *gin_mr_find(struct gin_comm *c, uint32_t id) {
-  for (struct gin_mr *m = c->mrs; m != NULL; m = m->next)
-    if (m->id == id) return m;
-  return NULL;
-}
-
 static ncclResult_t mr_free(struct gin_comm *c, struct gin_mr *m) {
   ncclResult_t res = ncclSuccess, r;
-  gin_rdma_dereg(c, m);
+  for (int k = 0; k < GIN_NPATHS; k++)
+    if (c->path[k]->dereg != NULL) c->path[k]->dereg(c, m);
   for (int p = 0; p < c->nranks; p++) {
     if (m->smh != NULL && m->smh[p] != NULL && (r = gdr_core_dereg_mr(c->peers[p].send, m->smh[p])) != ncclSuccess)
       res = r;
@@ -515,7 +463,8 @@ ncclResult_t gdr_gin_reg_mr_sym(void *coll_comm, void *data, size_t size, int ty
       GDR_CHECK(gdr_core_reg_mr(c->peers[p].recv, data, size, t, &m->rmh[p]));
     }
   }
-  GDR_CHECK(gin_rdma_reg(c, m, offset, fd));
+  for (int k = 0; k < GIN_NPATHS; k++)
+    if (c->path[k]->reg != NULL) GDR_CHECK(c->path[k]->reg(c, m, offset, fd));
   pthread_mutex_lock(&c->lock);
   locked = 1;
   m->id = c->next_mr_id++;
@@ -536,23 +485,22 @@ ncclResult_t gdr_gin_reg_mr_sym(void *coll_comm, void *data, size_t size, int ty
   for (int p = 0; p < c->nranks; p++) {
     struct gin_hdr h;
     if (c->peers[p].gone) continue; /* it closed: its registrations are not awaited either */
-    if (gin_os_room(c, p) < 1) {
-      GDR_WARN("GIN regMrSym: the queue towards rank %d is full (register with no operation in flight)", p);
-      res = ncclInvalidUsage;
-      goto out;
-    }
     memset(&h, 0, sizeof(h));
     h.magic = GIN_WIRE_MAGIC;
     h.op = GIN_OP_REG;
     h.mr = m->id;
     h.size = size;
     h.aux = (uint64_t)(uintptr_t)data;
-    h.rkey = gin_rdma_rkey(m);
-    gin_os_queue_hdr(c, p, NULL, &h, NULL, 0);
+    h.rkey = m->rkey;
+    if (!say(c, p, &h)) {
+      GDR_WARN("GIN regMrSym: the queue towards rank %d is full (register with no operation in flight)", p);
+      res = ncclInvalidUsage;
+      goto out;
+    }
   }
   /* every rank's size, within the connect timeout (a rank that never registers this window is missing) */
   while (!heard) {
-    GDR_CHECK(gin_os_progress(c));
+    GDR_CHECK(progress(c));
     heard = 1;
     for (int p = 0; p < c->nranks; p++)
       if (m->peer_size[p] == UINT64_MAX && !c->peers[p].gone) heard = 0;
@@ -614,24 +562,31 @@ static struct gin_mr *mr_of(struct gin_comm *c, void *mh) {
   return m != NULL && m->magic == GDR_GIN_MR_MAGIC && m->comm == c ? m : NULL;
 }
 
-/* Admits one operation towards rank (context slot; room for `entries` messages, or on the one-sided RDMA path
- * for `size` bytes and a signal), or *request = NULL. */
-static ncclResult_t admit(struct gin_comm *c, int context, int depth, uint32_t rank, uint32_t entries, size_t size,
-                          int signal, struct gin_req **out) {
+/* the path operations towards peer take now: the last one that carries them (the message path carries all) */
+static const struct gin_path *route(struct gin_comm *c, int peer) {
+  for (int k = GIN_NPATHS; k-- > 0;) {
+    const struct gin_path *p = c->path[k];
+    if (p->issue != NULL && (p->carries == NULL || p->carries(c, peer))) return p;
+  }
+  return c->path[GIN_PATH_MSG];
+}
+
+/* Admits one operation towards rank (context slot; room on the path it takes, *via), or *request = NULL. */
+static ncclResult_t admit(struct gin_comm *c, int context, int depth, uint32_t rank, const struct gin_op *o,
+                          struct gin_req **out, const struct gin_path **via) {
   struct gin_peer *p = &c->peers[rank];
   int slotc = context % GDR_GIN_MAX_CONTEXTS;
   *out = NULL;
   if (c->error != ncclSuccess) return c->error;
-  (void)gin_os_progress(c); /* frees what completed; an error is in c->error */
+  (void)progress(c); /* frees what completed; an error is in c->error */
   if (c->error != ncclSuccess) return c->error;
   if (p->gone) {
     GDR_WARN("GIN rank %d: an operation towards rank %u, which closed its comm", c->rank, rank);
     return ncclRemoteError;
   }
   if (p->inflight[slotc] >= depth) return ncclSuccess;
-  if (gin_rdma_peer_active(c, (int)rank) ? !gin_rdma_room(c, (int)rank, size, signal)
-                                         : gin_os_room(c, (int)rank) < entries)
-    return ncclSuccess;
+  *via = route(c, (int)rank);
+  if (!(*via)->room(c, (int)rank, o)) return ncclSuccess;
   *out = gin_req_get(c);
   if (*out == NULL) return ncclSuccess;
   (*out)->peer = (int)rank;
@@ -639,6 +594,12 @@ static ncclResult_t admit(struct gin_comm *c, int context, int depth, uint32_t r
   (*out)->nwr = 0;
   p->inflight[slotc]++;
   return ncclSuccess;
+}
+
+/* the admitted operation to its path (one that only queues is progressed at once) */
+static void issue(struct gin_comm *c, const struct gin_path *via, struct gin_req *r, const struct gin_op *o) {
+  via->issue(c, r, o);
+  if (via->kick) (void)progress(c);
 }
 
 static ncclResult_t put_common(void *target, int context, uint64_t src_off, void *src_mh, size_t size, uint64_t dst_off,
@@ -649,6 +610,9 @@ static ncclResult_t put_common(void *target, int context, uint64_t src_off, void
   struct gin_comm *c = resolve(target, &ncontexts, &depth, what);
   struct gin_mr *src, *dst, *sig = NULL;
   struct gin_req *r = NULL;
+  const struct gin_path *via = NULL;
+  struct gin_op op;
+  memset(&op, 0, sizeof(op));
   if (request == NULL) return ncclInternalError;
   *request = NULL;
   if (c == NULL) return ncclInvalidArgument;
@@ -677,20 +641,15 @@ static ncclResult_t put_common(void *target, int context, uint64_t src_off, void
     res = ncclInvalidArgument;
     goto out;
   }
-  GDR_CHECK(admit(c, context, depth, rank, gin_os_put_entries(src, size), size, signal, &r));
+  op.kind = GIN_K_PUT;
+  op.lm = src, op.loff = src_off, op.rm = dst, op.roff = dst_off, op.size = size;
+  op.signal = signal, op.sm = sig, op.soff = sig_off, op.sval = sig_op == NCCL_NET_SIGNAL_OP_INC ? 1 : sig_val;
+  GDR_CHECK(admit(c, context, depth, rank, &op, &r, &via));
   if (r == NULL) goto out; /* try again */
   GIN_COUNT(c, puts, 1);
   GIN_COUNT(c, bytes, size);
   if (signal) GIN_COUNT(c, signals, 1);
-  if (gin_rdma_peer_active(c, (int)rank)) {
-    gin_rdma_put(c, r, src, src_off, dst, dst_off, size, sig, sig_off, sig_op == NCCL_NET_SIGNAL_OP_INC ? 1 : sig_val,
-                 signal);
-    *request = r;
-    goto out;
-  }
-  gin_os_put(c, r, src, src_off, dst, dst_off, size, sig, sig_off, sig_op == NCCL_NET_SIGNAL_OP_INC ? 1 : sig_val,
-             signal);
-  (void)gin_os_progress(c);
+  issue(c, via, r, &op);
   *request = r;
 out:
   pthread_mutex_unlock(&c->lock);
@@ -716,6 +675,9 @@ ncclResult_t gdr_gin_iget(void *target, int context, uint64_t remote_off, void *
   struct gin_comm *c = resolve(target, &ncontexts, &depth, "iget");
   struct gin_mr *rm, *lm;
   struct gin_req *r = NULL;
+  const struct gin_path *via = NULL;
+  struct gin_op op;
+  memset(&op, 0, sizeof(op));
   if (request == NULL) return ncclInternalError;
   *request = NULL;
   if (c == NULL) return ncclInvalidArgument;
@@ -735,17 +697,13 @@ ncclResult_t gdr_gin_iget(void *target, int context, uint64_t remote_off, void *
     res = ncclInvalidArgument;
     goto out;
   }
-  GDR_CHECK(admit(c, context, depth, rank, 1, size, 0, &r));
+  op.kind = GIN_K_GET;
+  op.rm = rm, op.roff = remote_off, op.lm = lm, op.loff = local_off, op.size = size;
+  GDR_CHECK(admit(c, context, depth, rank, &op, &r, &via));
   if (r == NULL) goto out;
   GIN_COUNT(c, gets, 1);
   GIN_COUNT(c, bytes, size);
-  if (gin_rdma_peer_active(c, (int)rank)) {
-    gin_rdma_get(c, r, rm, remote_off, lm, local_off, size);
-    *request = r;
-    goto out;
-  }
-  gin_os_get(c, r, rm, remote_off, lm, local_off, size);
-  (void)gin_os_progress(c);
+  issue(c, via, r, &op);
   *request = r;
 out:
   pthread_mutex_unlock(&c->lock);
@@ -757,7 +715,11 @@ ncclResult_t gdr_gin_iflush(void *target, int context, void *mh, uint32_t rank, 
   int ncontexts = 1, depth = 1;
   struct gin_comm *c = resolve(target, &ncontexts, &depth, "iflush");
   struct gin_req *r = NULL;
+  const struct gin_path *via = NULL;
+  struct gin_op op;
   (void)mh; /* a flush covers every window: the target acknowledges once all that came before is applied */
+  memset(&op, 0, sizeof(op));
+  op.kind = GIN_K_FLUSH;
   if (request == NULL) return ncclInternalError;
   *request = NULL;
   if (c == NULL) return ncclInvalidArgument;
@@ -766,20 +728,14 @@ ncclResult_t gdr_gin_iflush(void *target, int context, void *mh, uint32_t rank, 
     return ncclInvalidArgument;
   }
   pthread_mutex_lock(&c->lock);
-  GDR_CHECK(admit(c, context, depth, rank, 1, 8, 0, &r));
+  GDR_CHECK(admit(c, context, depth, rank, &op, &r, &via));
   if (r == NULL) {
     /* NCCL reads a NULL flush request as done: never answer "try again" here */
     GDR_WARN("GIN iflush: the queue towards rank %u is full", rank);
     res = ncclInternalError;
     goto out;
   }
-  if (gin_rdma_peer_active(c, (int)rank)) {
-    gin_rdma_flush(c, r, mr_of(c, mh));
-    *request = r;
-    goto out;
-  }
-  gin_os_flush(c, r);
-  (void)gin_os_progress(c);
+  issue(c, via, r, &op);
   *request = r;
 out:
   pthread_mutex_unlock(&c->lock);
@@ -799,7 +755,7 @@ ncclResult_t gdr_gin_test(void *coll_comm, void *request, int *done) {
     return ncclInvalidArgument;
   }
   pthread_mutex_lock(&c->lock);
-  if (!r->done) (void)gin_os_progress(c);
+  if (!r->done) (void)progress(c);
   if (r->done) {
     *done = 1;
     res = r->err;
@@ -820,7 +776,7 @@ ncclResult_t gdr_gin_progress(void *target) {
   if (c == NULL) return ncclInvalidArgument;
   if (pthread_mutex_trylock(&c->lock) != 0) /* another thread is progressing it */
     return __atomic_load_n(&c->error, __ATOMIC_RELAXED);
-  res = gin_os_progress(c);
+  res = progress(c);
   pthread_mutex_unlock(&c->lock);
   return res;
 }

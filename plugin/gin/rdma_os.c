@@ -30,7 +30,7 @@
  * that cross need nothing more. With the peer's count in and this side's QP gone, the listed operations follow the
  * rule of replay (a put or flush at or before the last signal the peer applied is complete, gets are read again)
  * and the rest go as messages (tcp_os.c), in order, as the FIFO has room. Until the list is empty new operations
- * towards the peer are listed behind (gin_rdma_peer_active), then they are messages from core.c directly: nothing
+ * towards the peer are listed behind (rdma_carries), then core.c sends them down the message path: nothing
  * passes an operation issued before it, and the messages apply each put's data before its signal. No answer
  * within GDRNET_RECOVERY_TIMEOUT_MS fails the comm. Everything runs under the comm's lock and never blocks. */
 #include <stdlib.h>
@@ -67,14 +67,12 @@ enum { WR_USER = 1, WR_CREDIT = 2, WR_MARK = 3 };
 #define GIN_DRAIN_NS 1000000000ull /* markers not back within 1 s: the QP is destroyed regardless */
 
 /* an operation on this path, kept from its issue to its completion (index = its request's pool index) */
-enum { ROP_PUT = 1, ROP_GET, ROP_FLUSH };
 struct rop {
-  int kind, signal, posted_once;
-  struct gin_mr *lm, *rm, *sm; /* local window, the peer's window, the signal's window */
-  uint64_t loff, roff, soff, sval, seq;
-  size_t size;
-  int nwr;  /* work requests it takes */
-  int next; /* the peer's next operation in issue order, -1 */
+  struct gin_op op;
+  int posted_once;
+  uint64_t seq; /* its signal's number towards the peer (WRITE_WITH_IMM signals) */
+  int nwr;      /* work requests it takes */
+  int next;     /* the peer's next operation in issue order, -1 */
 };
 
 /* a peer's QP: running, or an attempt of recovery (drain the old QP, wait for the peer's new one, wait for its READY),
@@ -105,6 +103,11 @@ struct qpinfo {
   uint32_t ring; /* the sender's signal ring (0: an older plugin's, min(max_qp_wr, GIN_RDMA_QDEPTH)) */
 };
 _Static_assert(sizeof(struct qpinfo) == GIN_QPINFO_BYTES, "GIN_QPINFO_BYTES is struct qpinfo's size");
+
+/* a control header towards peer over the message path, behind what is queued to it; 0: no room */
+static int say(struct gin_comm *c, int peer, const struct gin_hdr *h, const void *payload, size_t len) {
+  return c->path[GIN_PATH_MSG]->say(c, peer, h, payload, len);
+}
 
 const char *gin_rdma_qpinfo_check(const void *payload) {
   struct qpinfo q;
@@ -291,12 +294,14 @@ static struct ibv_mr *reg(struct gin_rdma *g, void *buf, size_t len, int access)
 /* A peer whose net-core connections run over TCP from the start (a rank without RDMA, or a pair whose RDMA part could
  * not be set up; both ends of a connection see the same) has no QP: it is on the message path from the start. */
 static int peer_tcp_only(const struct gin_comm *c, int r) {
-  const struct gdr_comm *s = c->peers[r].send, *v = c->peers[r].recv;
-  return (s != NULL && ((const struct gdr_rdma_comm *)s->tcomm)->tcp_only) ||
-         (v != NULL && ((const struct gdr_rdma_comm *)v->tcomm)->tcp_only);
+  const struct gdr_rdma_comm *s = c->peers[r].send_tc, *v = c->peers[r].recv_tc;
+  return (s != NULL && s->tcp_only) || (v != NULL && v->tcp_only);
 }
 
-ncclResult_t gin_rdma_setup(struct gin_comm *c) {
+static ncclResult_t rdma_progress(struct gin_comm *c);
+static void rdma_teardown(struct gin_comm *c);
+
+static ncclResult_t rdma_setup(struct gin_comm *c) {
   ncclResult_t res = ncclSuccess;
   const struct gdr_transport *tp = gdr_core_transport();
   struct gdr_props props;
@@ -413,13 +418,15 @@ agree:
       h.flags = GIN_F_INLINE;
       h.size = sizeof(q);
     }
-    gin_os_queue_hdr(c, r, NULL, &h, &q, g->off ? 0 : sizeof(q));
+    (void)say(c, r, &h, &q, g->off ? 0 : sizeof(q)); /* the FIFOs are empty yet */
   }
   /* every rank's QP address, then every QP ready on both ends before anything is written */
   for (int phase = 0; phase < 2; phase++) {
     for (;;) {
       int all = 1;
-      GDR_CHECK(gin_os_progress(c));
+      res = c->path[GIN_PATH_MSG]->progress(c);
+      if (res == ncclSuccess) res = rdma_progress(c);
+      if (res != ncclSuccess) goto out;
       for (int r = 0; r < n; r++)
         if (phase == 0 ? !g->p[r].have_remote : !g->p[r].ready) all = 0;
       if (all) break;
@@ -439,7 +446,7 @@ agree:
         GDR_WARN("GIN rank %d: no one-sided RDMA on %s: %s; one-sided operations go as messages over the rdma "
                  "transport",
                  c->rank, g->d->name, why);
-        gin_rdma_teardown(c);
+        rdma_teardown(c);
         goto out;
       }
       for (int r = 0; r < n; r++) {
@@ -449,7 +456,7 @@ agree:
         memset(&h, 0, sizeof(h));
         h.magic = GIN_WIRE_MAGIC;
         h.op = GIN_OP_QP_READY;
-        gin_os_queue_hdr(c, r, NULL, &h, NULL, 0);
+        (void)say(c, r, &h, NULL, 0);
       }
     }
   }
@@ -460,11 +467,11 @@ agree:
            g->atomic ? "FETCH_AND_ADD signals after the data"
                      : "WRITE_WITH_IMM signals applied by the target's progress");
 out:
-  if (res != ncclSuccess) gin_rdma_teardown(c);
+  if (res != ncclSuccess) rdma_teardown(c);
   return res;
 }
 
-void gin_rdma_teardown(struct gin_comm *c) {
+static void rdma_teardown(struct gin_comm *c) {
   struct gin_rdma *g = c->rdma;
   struct ibv_mr *mrs[5];
   if (g == NULL) return;
@@ -485,7 +492,7 @@ void gin_rdma_teardown(struct gin_comm *c) {
   c->rdma = NULL;
 }
 
-ncclResult_t gin_rdma_reg(struct gin_comm *c, struct gin_mr *m, uint64_t offset, int fd) {
+static ncclResult_t rdma_reg(struct gin_comm *c, struct gin_mr *m, uint64_t offset, int fd) {
   struct gin_rdma *g = c->rdma;
   int access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
   struct ibv_mr *mr = NULL;
@@ -496,23 +503,25 @@ ncclResult_t gin_rdma_reg(struct gin_comm *c, struct gin_mr *m, uint64_t offset,
   if (mr == NULL) mr = reg(g, m->base, m->size, access);
   if (mr == NULL) return ncclSystemError;
   m->ibmr = mr;
+  m->rkey = mr->rkey;
   return ncclSuccess;
 }
 
-void gin_rdma_dereg(struct gin_comm *c, struct gin_mr *m) {
+static void rdma_dereg(struct gin_comm *c, struct gin_mr *m) {
   (void)c;
   if (m->ibmr != NULL) (void)gdr_ibv.dereg_mr(m->ibmr);
   m->ibmr = NULL;
+  m->rkey = 0;
 }
-
-uint32_t gin_rdma_rkey(const struct gin_mr *m) { return m->ibmr != NULL ? ((struct ibv_mr *)m->ibmr)->rkey : 0; }
 
 static int nwr_of(const struct gin_rdma *g, size_t size) { return (int)((size + g->max_wr - 1) / g->max_wr); }
 
-int gin_rdma_room(struct gin_comm *c, int peer, size_t size, int signal) {
+/* room towards peer for the operation's work requests (a flush: one; a signal needs an inbox slot too) */
+static int rdma_room(struct gin_comm *c, int peer, const struct gin_op *o) {
   struct gin_rdma *g = c->rdma;
   struct rpeer *p = &g->p[peer];
-  int nwr = nwr_of(g, size) + (signal ? 1 : 0);
+  const int signal = o->kind == GIN_K_PUT && o->signal;
+  int nwr = nwr_of(g, o->kind == GIN_K_FLUSH ? 8 : o->size) + (signal ? 1 : 0);
   if (p->listed_wr + nwr + 1 > GIN_RDMA_SQ) return 0; /* one kept for the credit write */
   if (signal && !g->atomic && p->mv == MV_NONE &&
       p->sig_sent - __atomic_load_n(&g->credits[peer], __ATOMIC_ACQUIRE) >= (uint64_t)GIN_RDMA_RING)
@@ -578,17 +587,17 @@ static int signal_wr(struct gin_comm *c, int peer, const struct rop *o, struct i
     sge->length = sizeof(g->scratch);
     sge->lkey = g->scratch_mr->lkey;
     wr->opcode = IBV_WR_ATOMIC_FETCH_AND_ADD;
-    wr->wr.atomic.remote_addr = o->sm->peer_va[peer] + o->soff;
-    wr->wr.atomic.compare_add = o->sval;
-    wr->wr.atomic.rkey = o->sm->peer_rkey[peer];
+    wr->wr.atomic.remote_addr = o->op.sm->peer_va[peer] + o->op.soff;
+    wr->wr.atomic.compare_add = o->op.sval;
+    wr->wr.atomic.rkey = o->op.sm->peer_rkey[peer];
     return 1;
   }
   uint32_t slot = (uint32_t)(o->seq % GIN_RDMA_RING);
   struct sig_rec *rec = &g->outbox[(size_t)peer * GIN_RDMA_RING + slot];
-  rec->mr = o->sm->id;
+  rec->mr = o->op.sm->id;
   rec->magic = GIN_REC_MAGIC;
-  rec->off = o->soff;
-  rec->val = o->sval;
+  rec->off = o->op.soff;
+  rec->val = o->op.sval;
   rec->seq = o->seq;
   sge->addr = (uint64_t)(uintptr_t)rec;
   sge->length = sizeof(*rec);
@@ -627,19 +636,19 @@ static void post_op(struct gin_comm *c, struct gin_req *r) {
   } else {
     memset(wr_s, 0, sizeof(wr_s));
   }
-  switch (o->kind) {
-  case ROP_PUT:
-    if (o->size > 0)
-      k = span(g, wr, sge, IBV_WR_RDMA_WRITE, o->lm->base + o->loff, ((struct ibv_mr *)o->lm->ibmr)->lkey,
-               o->rm->peer_va[r->peer] + o->roff, o->rm->peer_rkey[r->peer], o->size);
-    if (o->signal) {
+  switch (o->op.kind) {
+  case GIN_K_PUT:
+    if (o->op.size > 0)
+      k = span(g, wr, sge, IBV_WR_RDMA_WRITE, o->op.lm->base + o->op.loff, ((struct ibv_mr *)o->op.lm->ibmr)->lkey,
+               o->op.rm->peer_va[r->peer] + o->op.roff, o->op.rm->peer_rkey[r->peer], o->op.size);
+    if (o->op.signal) {
       k += signal_wr(c, r->peer, o, &wr[k], &sge[k]);
       if (k > 1) wr[k - 2].next = &wr[k - 1];
     }
     break;
-  case ROP_GET:
-    k = span(g, wr, sge, IBV_WR_RDMA_READ, o->lm->base + o->loff, ((struct ibv_mr *)o->lm->ibmr)->lkey,
-             o->rm->peer_va[r->peer] + o->roff, o->rm->peer_rkey[r->peer], o->size);
+  case GIN_K_GET:
+    k = span(g, wr, sge, IBV_WR_RDMA_READ, o->op.lm->base + o->op.loff, ((struct ibv_mr *)o->op.lm->ibmr)->lkey,
+             o->op.rm->peer_va[r->peer] + o->op.roff, o->op.rm->peer_rkey[r->peer], o->op.size);
     break;
   default: /* a flush: an 8-byte READ of the target's inbox completes after every earlier WRITE on the QP */
     k = span(g, wr, sge, IBV_WR_RDMA_READ, (char *)&g->scratch, g->scratch_mr->lkey, p->remote.inbox_va,
@@ -667,11 +676,14 @@ static void move_pump(struct gin_comm *c, int peer);
 
 /* lists an operation; posts it unless its peer's QP is being recovered (then the recovery posts it) or the peer moves
  * to the message path (then it goes as messages behind the listed ones) */
-static void issue(struct gin_comm *c, struct gin_req *r, struct rop *o) {
+static void rdma_issue(struct gin_comm *c, struct gin_req *r, const struct gin_op *op) {
   struct gin_rdma *g = c->rdma;
   struct rpeer *p = &g->p[r->peer];
-  o->posted_once = 0;
-  g->ops[r->idx] = *o;
+  struct rop *o = &g->ops[r->idx];
+  memset(o, 0, sizeof(*o));
+  o->op = *op;
+  if (op->kind == GIN_K_PUT && op->signal && !g->atomic) o->seq = p->sig_sent++;
+  o->nwr = op->kind == GIN_K_FLUSH ? 1 : (op->size > 0 ? nwr_of(g, op->size) : 0) + (op->signal ? 1 : 0);
   op_link(g, p, (int)r->idx);
   if (p->rs == RS_OK)
     post_op(c, r);
@@ -679,50 +691,21 @@ static void issue(struct gin_comm *c, struct gin_req *r, struct rop *o) {
     move_pump(c, r->peer);
 }
 
-int gin_rdma_peer_active(struct gin_comm *c, int peer) {
+/* whether operations towards peer go here: the path is up, and the peer has not moved to the message path or
+ * operations issued before that still wait in its list to go as messages (the ones issued now queue behind them) */
+static int rdma_carries(struct gin_comm *c, int peer) {
   const struct rpeer *p;
   if (c->rdma == NULL) return 0;
   p = &c->rdma->p[peer];
   return p->mv != MV_ON || p->head >= 0;
 }
 
-void gin_rdma_put(struct gin_comm *c, struct gin_req *r, struct gin_mr *src, uint64_t src_off, struct gin_mr *dst,
-                  uint64_t dst_off, size_t size, struct gin_mr *sig, uint64_t sig_off, uint64_t sig_val, int signal) {
-  struct gin_rdma *g = c->rdma;
-  struct rop o;
-  memset(&o, 0, sizeof(o));
-  o.kind = ROP_PUT;
-  o.lm = src, o.loff = src_off, o.rm = dst, o.roff = dst_off, o.size = size;
-  o.signal = signal, o.sm = sig, o.soff = sig_off, o.sval = sig_val;
-  if (signal && !g->atomic) o.seq = g->p[r->peer].sig_sent++;
-  o.nwr = (size > 0 ? nwr_of(g, size) : 0) + (signal ? 1 : 0);
-  issue(c, r, &o);
-}
-
-void gin_rdma_get(struct gin_comm *c, struct gin_req *r, struct gin_mr *rm, uint64_t roff, struct gin_mr *lm,
-                  uint64_t loff, size_t size) {
-  struct rop o;
-  memset(&o, 0, sizeof(o));
-  o.kind = ROP_GET;
-  o.lm = lm, o.loff = loff, o.rm = rm, o.roff = roff, o.size = size;
-  o.nwr = size > 0 ? nwr_of(c->rdma, size) : 0;
-  issue(c, r, &o);
-}
-
-void gin_rdma_flush(struct gin_comm *c, struct gin_req *r, struct gin_mr *m) {
-  struct rop o;
-  (void)m;
-  memset(&o, 0, sizeof(o));
-  o.kind = ROP_FLUSH;
-  o.nwr = 1;
-  issue(c, r, &o);
-}
-
-void gin_rdma_peer_gone(struct gin_comm *c, int peer) {
+/* gin_peer_bye's hook: its listed operations are forgotten (shared.c failed them), its QP's completions ignored */
+static void rdma_peer_gone(struct gin_comm *c, int peer) {
   struct rpeer *p;
   if (c->rdma == NULL) return;
   p = &c->rdma->p[peer];
-  p->head = p->tail = -1; /* core.c failed those requests: their pool slots are free for others */
+  p->head = p->tail = -1; /* those requests failed: their pool slots are free for others */
   p->listed_wr = 0;
 }
 
@@ -737,10 +720,6 @@ static int peer_of_qp(struct gin_comm *c, uint32_t qpn) {
 static ncclResult_t send_ctrl(struct gin_comm *c, int peer, int op, const void *payload, size_t len) {
   struct rpeer *p = &c->rdma->p[peer];
   struct gin_hdr h;
-  if (gin_os_room(c, peer) < 1) {
-    GDR_WARN("GIN rank %d: no room towards rank %d for the recovery's message", c->rank, peer);
-    return ncclInternalError;
-  }
   memset(&h, 0, sizeof(h));
   h.magic = GIN_WIRE_MAGIC;
   h.op = (uint16_t)op;
@@ -748,7 +727,10 @@ static ncclResult_t send_ctrl(struct gin_comm *c, int peer, int op, const void *
   h.cookie = p->epoch;
   h.aux = p->consumed; /* the peer's signals this side applied: final once its old QP is drained */
   h.size = len;
-  gin_os_queue_hdr(c, peer, NULL, &h, payload, len);
+  if (!say(c, peer, &h, payload, len)) {
+    GDR_WARN("GIN rank %d: no room towards rank %d for the recovery's message", c->rank, peer);
+    return ncclInternalError;
+  }
   return ncclSuccess;
 }
 
@@ -758,7 +740,7 @@ static void move_start(struct gin_comm *c, int peer, const char *why);
 static int atomic_in_flight(const struct gin_rdma *g, const struct rpeer *p) {
   if (g->atomic)
     for (int k = p->head; k >= 0; k = g->ops[k].next)
-      if (g->ops[k].signal && g->ops[k].posted_once) return 1;
+      if (g->ops[k].op.signal && g->ops[k].posted_once) return 1;
   return 0;
 }
 
@@ -898,12 +880,12 @@ static void replay(struct gin_comm *c, int peer) {
   struct rpeer *p = &g->p[peer];
   int last = -1, known = 0, again = 0;
   for (int k = p->head; k >= 0; k = g->ops[k].next)
-    if (g->ops[k].signal && !g->atomic && g->ops[k].posted_once && g->ops[k].seq < p->remote_consumed) last = k;
+    if (g->ops[k].op.signal && !g->atomic && g->ops[k].posted_once && g->ops[k].seq < p->remote_consumed) last = k;
   p->rs = RS_OK;
   for (int k = p->head, passed = last < 0; k >= 0;) {
     int nx = g->ops[k].next;
     struct gin_req *r = &c->pool[k];
-    if (!passed && g->ops[k].kind != ROP_GET && g->ops[k].posted_once) {
+    if (!passed && g->ops[k].op.kind != GIN_K_GET && g->ops[k].posted_once) {
       op_unlink(g, p, k); /* placed before a signal the peer applied */
       if (--r->pending == 0) gin_req_finish(c, r);
       known++;
@@ -952,12 +934,11 @@ static void move_agree(struct gin_comm *c, int peer);
 static void move_send(struct gin_comm *c, int peer) {
   struct rpeer *p = &c->rdma->p[peer];
   struct gin_hdr h;
-  if (gin_os_room(c, peer) < 1) return;
   memset(&h, 0, sizeof(h));
   h.magic = GIN_WIRE_MAGIC;
   h.op = GIN_OP_MOVE;
   h.aux = p->consumed; /* final: the QP is drained and destroyed */
-  gin_os_queue_hdr(c, peer, NULL, &h, NULL, 0);
+  if (!say(c, peer, &h, NULL, 0)) return;
   p->mv = MV_WAIT;
   if (p->mv_heard) move_agree(c, peer);
 }
@@ -988,10 +969,10 @@ static void move_agree(struct gin_comm *c, int peer) {
     return;
   }
   for (int k = p->head; k >= 0; k = g->ops[k].next)
-    if (g->ops[k].signal && g->ops[k].posted_once && g->ops[k].seq < p->remote_consumed) last = k;
+    if (g->ops[k].op.signal && g->ops[k].posted_once && g->ops[k].seq < p->remote_consumed) last = k;
   for (int k = p->head, passed = last < 0; k >= 0;) {
     int nx = g->ops[k].next;
-    if (!passed && g->ops[k].kind != ROP_GET && g->ops[k].posted_once) {
+    if (!passed && g->ops[k].op.kind != GIN_K_GET && g->ops[k].posted_once) {
       struct gin_req *r = &c->pool[k];
       op_unlink(g, p, k); /* placed before a signal the peer applied */
       if (--r->pending == 0) gin_req_finish(c, r);
@@ -1012,24 +993,20 @@ static void move_agree(struct gin_comm *c, int peer) {
 }
 
 /* the listed operations as messages, in order, as far as the FIFO has room; the ones issued meanwhile are listed
- * behind them (gin_rdma_peer_active), so nothing to the peer passes one listed before it */
+ * behind them (rdma_carries), so nothing to the peer passes one listed before it */
 static void move_pump(struct gin_comm *c, int peer) {
+  const struct gin_path *mp = c->path[GIN_PATH_MSG];
   struct gin_rdma *g = c->rdma;
   struct rpeer *p = &g->p[peer];
   while (p->head >= 0) {
     int k = p->head;
     struct rop *o = &g->ops[k];
     struct gin_req *r = &c->pool[k];
-    if (gin_os_room(c, peer) < (o->kind == ROP_PUT ? gin_os_put_entries(o->lm, o->size) : 1)) return;
+    if (!mp->room(c, peer, &o->op)) return;
     op_unlink(g, p, k);
     if (o->posted_once) r->pending--; /* its completion on the destroyed QP never comes: the messages' do */
     r->nwr = 0;
-    if (o->kind == ROP_PUT)
-      gin_os_put(c, r, o->lm, o->loff, o->rm, o->roff, o->size, o->sm, o->soff, o->sval, o->signal);
-    else if (o->kind == ROP_GET)
-      gin_os_get(c, r, o->rm, o->roff, o->lm, o->loff, o->size);
-    else
-      gin_os_flush(c, r);
+    mp->issue(c, r, &o->op);
   }
 }
 
@@ -1064,7 +1041,7 @@ static void recovery_timers(struct gin_comm *c) {
   }
 }
 
-ncclResult_t gin_rdma_message(struct gin_comm *c, int peer, const struct gin_hdr *h, const void *payload) {
+static ncclResult_t rdma_record(struct gin_comm *c, int peer, const struct gin_hdr *h, const void *payload) {
   struct gin_rdma *g = c->rdma;
   struct rpeer *p;
   if (g == NULL) {
@@ -1238,11 +1215,11 @@ static ncclResult_t completion(struct gin_comm *c, const struct ibv_wc *wc) {
   return c->error;
 }
 
-ncclResult_t gin_rdma_progress(struct gin_comm *c) {
+static ncclResult_t rdma_progress(struct gin_comm *c) {
   struct gin_rdma *g = c->rdma;
   struct ibv_wc wc[16];
   int n = 0;
-  if (g->off) return c->error; /* a bring-up that failed here: nothing was posted */
+  if (g == NULL || g->off) return c->error; /* a bring-up that failed here: nothing was posted */
   while (c->error == ncclSuccess && (n = gdr_ibv_poll_cq(g->cq, 16, wc)) > 0)
     for (int i = 0; i < n && c->error == ncclSuccess; i++) (void)completion(c, &wc[i]);
   if (c->error == ncclSuccess && n < 0) {
@@ -1264,51 +1241,43 @@ ncclResult_t gin_rdma_progress(struct gin_comm *c) {
   return c->error;
 }
 
+static const char *rdma_record_check(const struct gin_hdr *h, const void *payload) {
+  return h->op == GIN_OP_QP && h->size > 0 ? gin_rdma_qpinfo_check(payload) : NULL;
+}
+
+const struct gin_path gin_rdma_path = {
+    .name = "rdma",
+    .setup = rdma_setup,
+    .teardown = rdma_teardown,
+    .progress = rdma_progress,
+    .reg = rdma_reg,
+    .dereg = rdma_dereg,
+    .carries = rdma_carries,
+    .room = rdma_room,
+    .issue = rdma_issue,
+    .on_peer_gone = rdma_peer_gone,
+    .record_check = rdma_record_check,
+    .record = rdma_record,
+};
+
 #else /* no RDMA transport built */
 
-ncclResult_t gin_rdma_setup(struct gin_comm *c) {
-  (void)c;
-  return ncclSuccess;
-}
-void gin_rdma_teardown(struct gin_comm *c) { (void)c; }
 const char *gin_rdma_qpinfo_check(const void *payload) {
   (void)payload;
   return NULL;
 }
-ncclResult_t gin_rdma_message(struct gin_comm *c, int peer, const struct gin_hdr *h, const void *payload) {
+
+static ncclResult_t rdma_record(struct gin_comm *c, int peer, const struct gin_hdr *h, const void *payload) {
   (void)h;
   (void)payload;
   GDR_WARN("GIN rank %d: rank %d brings up one-sided RDMA, this build has no RDMA transport", c->rank, peer);
   return ncclInvalidUsage;
 }
-ncclResult_t gin_rdma_reg(struct gin_comm *c, struct gin_mr *m, uint64_t offset, int fd) {
-  (void)c, (void)m, (void)offset, (void)fd;
-  return ncclSuccess;
-}
-void gin_rdma_dereg(struct gin_comm *c, struct gin_mr *m) { (void)c, (void)m; }
-uint32_t gin_rdma_rkey(const struct gin_mr *m) {
-  (void)m;
-  return 0;
-}
-int gin_rdma_room(struct gin_comm *c, int peer, size_t size, int signal) {
-  (void)c, (void)peer, (void)size, (void)signal;
-  return 0;
-}
-void gin_rdma_put(struct gin_comm *c, struct gin_req *r, struct gin_mr *src, uint64_t src_off, struct gin_mr *dst,
-                  uint64_t dst_off, size_t size, struct gin_mr *sig, uint64_t sig_off, uint64_t sig_val, int signal) {
-  (void)c, (void)r, (void)src, (void)src_off, (void)dst, (void)dst_off, (void)size, (void)sig, (void)sig_off;
-  (void)sig_val, (void)signal;
-}
-void gin_rdma_get(struct gin_comm *c, struct gin_req *r, struct gin_mr *rm, uint64_t roff, struct gin_mr *lm,
-                  uint64_t loff, size_t size) {
-  (void)c, (void)r, (void)rm, (void)roff, (void)lm, (void)loff, (void)size;
-}
-void gin_rdma_flush(struct gin_comm *c, struct gin_req *r, struct gin_mr *m) { (void)c, (void)r, (void)m; }
-void gin_rdma_peer_gone(struct gin_comm *c, int peer) { (void)c, (void)peer; }
-int gin_rdma_peer_active(struct gin_comm *c, int peer) {
-  (void)c, (void)peer;
-  return 0;
-}
-ncclResult_t gin_rdma_progress(struct gin_comm *c) { return c->error; }
+
+/* nothing but the answer to a peer that brings one-sided RDMA up: every operation is a message */
+const struct gin_path gin_rdma_path = {
+    .name = "rdma",
+    .record = rdma_record,
+};
 
 #endif
