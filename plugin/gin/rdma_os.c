@@ -166,6 +166,10 @@ static uint64_t wr_user(const struct gin_req *r) {
   return (uint64_t)WR_USER << 60 | (uint64_t)(r->gen & 0xfffffffu) << 32 | r->idx;
 }
 
+/* ------------------------------------------------------------------------------------------------- the QPs -- */
+/* Every verbs call on a peer's QP's life is here: made (RESET -> INIT), connected (RTR, RTS), its receives, moved to
+ * ERR, destroyed (the work posted on it is the data path's, below). Nothing else makes, moves or destroys one. */
+
 static ncclResult_t qp_create(struct gin_comm *c, struct gin_rdma *g, struct rpeer *p) {
   struct ibv_qp_init_attr a;
   struct ibv_qp_attr at;
@@ -247,12 +251,25 @@ static ncclResult_t qp_connect(struct gin_rdma *g, struct rpeer *p) {
   return ncclSuccess;
 }
 
-static int post_recv(struct rpeer *p) {
+static int qp_post_recv(struct rpeer *p) {
   struct ibv_recv_wr rw, *bad = NULL;
   struct ibv_sge none = {0, 0, 0};
   memset(&rw, 0, sizeof(rw));
   rw.sg_list = &none; /* num_sge 0: a WRITE_WITH_IMM consumes no buffer */
   return gdr_ibv_post_recv(p->qp, &rw, &bad);
+}
+
+/* to ERR: what is posted completes, flushed (1), or the QP is not there or would not move (0) */
+static int qp_to_err(struct rpeer *p) {
+  struct ibv_qp_attr at;
+  memset(&at, 0, sizeof(at));
+  at.qp_state = IBV_QPS_ERR;
+  return p->qp != NULL && gdr_ibv.modify_qp(p->qp, &at, IBV_QP_STATE) == 0;
+}
+
+static void qp_destroy(struct rpeer *p) {
+  if (p->qp != NULL) (void)gdr_ibv.destroy_qp(p->qp);
+  p->qp = NULL;
 }
 
 /* this side's end of the QP to a peer, as the peer needs it */
@@ -301,43 +318,37 @@ static int peer_tcp_only(const struct gin_comm *c, int r) {
 static ncclResult_t rdma_progress(struct gin_comm *c);
 static void rdma_teardown(struct gin_comm *c);
 
-static ncclResult_t rdma_setup(struct gin_comm *c) {
-  ncclResult_t res = ncclSuccess;
+/* whether this comm runs the one-sided RDMA path: the net core runs RDMA and GDRNET_GIN_PATH allows (else an INFO,
+ * and every operation is a message) */
+static int rdma_wanted(const struct gin_comm *c) {
   const struct gdr_transport *tp = gdr_core_transport();
+  if (tp != NULL && strcmp(tp->name, "rdma") == 0 && gdr_param_int(GDR_PARAM_GIN_PATH) != GDR_GIN_PATH_MESSAGES)
+    return 1;
+  GDR_INFO(NCCL_INIT | NCCL_NET, "GIN rank %d: one-sided operations as messages over the %s transport%s", c->rank,
+           tp != NULL ? tp->name : "?", tp != NULL && !strcmp(tp->name, "rdma") ? " (GDRNET_GIN_PATH=messages)" : "");
+  return 0;
+}
+
+/* c->rdma on the comm's device, its peers without a QP yet; the ones whose connections run over TCP are on the
+ * message path from the start (no QP, no GIN_OP_QP) */
+static ncclResult_t rdma_alloc(struct gin_comm *c) {
+  ncclResult_t res = ncclSuccess;
   struct gdr_props props;
-  struct gin_rdma *g = NULL;
-  int n = c->nranks, pdev;
-  uint64_t deadline = gdr_time_ns() + (uint64_t)gdr_param_int(GDR_PARAM_CONNECT_TIMEOUT_MS) * 1000000ull;
-  const int rw = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
-  struct ibv_device_attr da;
-  char why[192] = "";
-  if (tp == NULL || strcmp(tp->name, "rdma") != 0 || gdr_param_int(GDR_PARAM_GIN_PATH) == GDR_GIN_PATH_MESSAGES) {
-    GDR_INFO(NCCL_INIT | NCCL_NET, "GIN rank %d: one-sided operations as messages over the %s transport%s", c->rank,
-             tp != NULL ? tp->name : "?", tp != NULL && !strcmp(tp->name, "rdma") ? " (GDRNET_GIN_PATH=messages)" : "");
-    return ncclSuccess;
-  }
+  struct gin_rdma *g;
+  int pdev;
   GDR_CHECK(gdr_core_get_properties(c->dev, &props));
   pdev = props.vdev_ndevs > 0 ? props.vdev_devs[0] : c->dev;
-  if (pdev < 0 || pdev >= gdr_rdma.ndevs) {
-    res = ncclInternalError;
-    goto out;
-  }
+  if (pdev < 0 || pdev >= gdr_rdma.ndevs) return ncclInternalError;
   g = calloc(1, sizeof(*g));
-  if (g == NULL) {
-    res = ncclSystemError;
-    goto out;
-  }
+  if (g == NULL) return ncclSystemError;
   c->rdma = g;
   g->d = &gdr_rdma.devs[pdev];
-  g->p = calloc((size_t)n, sizeof(*g->p));
-  if (g->p == NULL) {
-    res = ncclSystemError;
-    goto out;
-  }
-  for (int r = 0; r < n; r++) {
+  g->p = calloc((size_t)c->nranks, sizeof(*g->p));
+  if (g->p == NULL) return ncclSystemError;
+  for (int r = 0; r < c->nranks; r++) {
     struct rpeer *p = &g->p[r];
     p->head = p->tail = -1;
-    if (peer_tcp_only(c, r)) { /* a peer without RDMA: no QP, no GIN_OP_QP, the message path from the start */
+    if (peer_tcp_only(c, r)) {
       p->rs = RS_MOVED;
       p->mv = MV_ON;
       p->have_remote = p->ready = 1;
@@ -345,14 +356,21 @@ static ncclResult_t rdma_setup(struct gin_comm *c) {
                "GIN rank %d: rank %d's connections run over TCP: one-sided operations to it as messages", c->rank, r);
     }
   }
+out:
+  return res;
+}
+
+/* the device's limits: the queues' sizes (size_queues) and how signals go; 0 and why: they do not fit */
+static int rdma_limits(struct gin_comm *c, struct gin_rdma *g, char *why, size_t len) {
+  struct ibv_device_attr da;
   memset(&da, 0, sizeof(da));
   if (gdr_ibv.query_device(g->d->ctx, &da) != 0) {
-    snprintf(why, sizeof(why), "ibv_query_device failed: %s", strerror(errno));
-    goto agree;
+    snprintf(why, len, "ibv_query_device failed: %s", strerror(errno));
+    return 0;
   }
   if (!size_queues(c, g, da.max_cqe)) {
-    snprintf(why, sizeof(why), "%d ranks do not fit one CQ (max_cqe %d, max_qp_wr %d)", n, da.max_cqe, g->d->max_qp_wr);
-    goto agree;
+    snprintf(why, len, "%d ranks do not fit one CQ (max_cqe %d, max_qp_wr %d)", c->nranks, da.max_cqe, g->d->max_qp_wr);
+    return 0;
   }
   if (gdr_param_int(GDR_PARAM_GIN_SIGNAL) == GDR_GIN_SIGNAL_ATOMIC) {
     if (da.atomic_cap != IBV_ATOMIC_NONE)
@@ -364,49 +382,64 @@ static ncclResult_t rdma_setup(struct gin_comm *c) {
                c->rank, g->d->name);
   }
   g->max_wr = g->d->max_msg > 0 && g->d->max_msg < ((size_t)1 << 30) ? g->d->max_msg : ((size_t)1 << 30);
-  g->inbox = calloc((size_t)n * GIN_RDMA_RING, sizeof(struct sig_rec));
-  g->outbox = calloc((size_t)n * GIN_RDMA_RING, sizeof(struct sig_rec));
-  g->credits = calloc((size_t)n, sizeof(uint64_t));
-  g->credit_src = calloc((size_t)n, sizeof(uint64_t));
+  return 1;
+}
+
+/* the signal rings, the credit words, the operations' list, the CQ and the registrations; 0 and why: one failed */
+static int rdma_rings(struct gin_comm *c, struct gin_rdma *g, char *why, size_t len) {
+  const int rw = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+  const size_t n = (size_t)c->nranks, ring = n * GIN_RDMA_RING * sizeof(struct sig_rec);
+  const int cqe = c->nranks * (GIN_RDMA_SQ + GIN_RDMA_RING) + 64;
+  g->inbox = calloc(n * GIN_RDMA_RING, sizeof(struct sig_rec));
+  g->outbox = calloc(n * GIN_RDMA_RING, sizeof(struct sig_rec));
+  g->credits = calloc(n, sizeof(uint64_t));
+  g->credit_src = calloc(n, sizeof(uint64_t));
   g->ops = calloc(c->npool > 0 ? c->npool : 1, sizeof(*g->ops));
   if (!g->inbox || !g->outbox || !g->credits || !g->credit_src || !g->ops) {
-    snprintf(why, sizeof(why), "out of memory for the signal rings of %d ranks", n);
-    goto agree;
+    snprintf(why, len, "out of memory for the signal rings of %d ranks", c->nranks);
+    return 0;
   }
-  g->cq = gdr_ibv.create_cq(g->d->ctx, n * (GIN_RDMA_SQ + GIN_RDMA_RING) + 64, NULL, NULL, 0);
+  g->cq = gdr_ibv.create_cq(g->d->ctx, cqe, NULL, NULL, 0);
   if (g->cq == NULL) {
-    snprintf(why, sizeof(why), "ibv_create_cq(%d) failed: %s", n * (GIN_RDMA_SQ + GIN_RDMA_RING) + 64, strerror(errno));
-    goto agree;
+    snprintf(why, len, "ibv_create_cq(%d) failed: %s", cqe, strerror(errno));
+    return 0;
   }
-  g->inbox_mr = reg(g, g->inbox, (size_t)n * GIN_RDMA_RING * sizeof(struct sig_rec), rw);
-  g->outbox_mr = reg(g, g->outbox, (size_t)n * GIN_RDMA_RING * sizeof(struct sig_rec), IBV_ACCESS_LOCAL_WRITE);
-  g->credits_mr = reg(g, g->credits, (size_t)n * sizeof(uint64_t), rw);
-  g->credit_src_mr = reg(g, g->credit_src, (size_t)n * sizeof(uint64_t), IBV_ACCESS_LOCAL_WRITE);
+  g->inbox_mr = reg(g, g->inbox, ring, rw);
+  g->outbox_mr = reg(g, g->outbox, ring, IBV_ACCESS_LOCAL_WRITE);
+  g->credits_mr = reg(g, g->credits, n * sizeof(uint64_t), rw);
+  g->credit_src_mr = reg(g, g->credit_src, n * sizeof(uint64_t), IBV_ACCESS_LOCAL_WRITE);
   g->scratch_mr = reg(g, &g->scratch, sizeof(g->scratch), IBV_ACCESS_LOCAL_WRITE);
   if (!g->inbox_mr || !g->outbox_mr || !g->credits_mr || !g->credit_src_mr || !g->scratch_mr) {
-    snprintf(why, sizeof(why), "the signal rings could not be registered");
-    goto agree;
+    snprintf(why, len, "the signal rings could not be registered");
+    return 0;
   }
-  for (int r = 0; r < n; r++) {
+  return 1;
+}
+
+/* a QP to every peer on RDMA, with a full ring of receives; 0 and why: one could not be made */
+static int rdma_qps(struct gin_comm *c, struct gin_rdma *g, char *why, size_t len) {
+  for (int r = 0; r < c->nranks; r++) {
     struct rpeer *p = &g->p[r];
-    if (peer_tcp_only(c, r)) continue; /* on the message path from the start (marked above) */
+    if (peer_tcp_only(c, r)) continue; /* on the message path from the start (rdma_alloc) */
     if (qp_create(c, g, p) != ncclSuccess) {
-      snprintf(why, sizeof(why), "a QP could not be made");
-      goto agree;
+      snprintf(why, len, "a QP could not be made");
+      return 0;
     }
     for (int k = 0; k < GIN_RDMA_RING; k++) {
-      int rc = post_recv(p);
+      int rc = qp_post_recv(p);
       if (rc) {
-        snprintf(why, sizeof(why), "ibv_post_recv failed: %s", strerror(rc));
-        goto agree;
+        snprintf(why, len, "ibv_post_recv failed: %s", strerror(rc));
+        return 0;
       }
     }
   }
-agree:
-  /* every rank learns whether every rank brought its end up: a GIN_OP_QP with the QP's address, or an empty one
-   * (this rank cannot); any empty one and every rank leaves the one-sided path alike */
-  g->off = why[0] != 0;
-  for (int r = 0; r < n; r++) {
+  return 1;
+}
+
+/* every rank learns whether every rank brought its end up: a GIN_OP_QP with the QP's address, or an empty one
+ * (this rank cannot, g->off); any empty one and every rank leaves the one-sided path alike */
+static void rdma_announce(struct gin_comm *c, struct gin_rdma *g) {
+  for (int r = 0; r < c->nranks; r++) {
     struct gin_hdr h;
     struct qpinfo q;
     if (peer_tcp_only(c, r)) continue; /* it runs no one-sided RDMA: it expects no GIN_OP_QP */
@@ -420,50 +453,75 @@ agree:
     }
     (void)say(c, r, &h, &q, g->off ? 0 : sizeof(q)); /* the FIFOs are empty yet */
   }
-  /* every rank's QP address, then every QP ready on both ends before anything is written */
-  for (int phase = 0; phase < 2; phase++) {
-    for (;;) {
-      int all = 1;
-      res = c->path[GIN_PATH_MSG]->progress(c);
-      if (res == ncclSuccess) res = rdma_progress(c);
-      if (res != ncclSuccess) goto out;
-      for (int r = 0; r < n; r++)
-        if (phase == 0 ? !g->p[r].have_remote : !g->p[r].ready) all = 0;
-      if (all) break;
-      if (gdr_time_ns() > deadline) {
-        GDR_WARN("GIN rank %d: the one-sided RDMA QPs did not come up within GDRNET_CONNECT_TIMEOUT_MS", c->rank);
-        res = ncclRemoteError;
-        goto out;
-      }
-    }
-    if (phase == 0) {
-      for (int r = 0; r < n && !g->off; r++)
-        if (g->p[r].remote_off) {
-          snprintf(why, sizeof(why), "rank %d cannot bring its end up", r);
-          g->off = 1;
-        }
-      if (g->off) {
-        GDR_WARN("GIN rank %d: no one-sided RDMA on %s: %s; one-sided operations go as messages over the rdma "
-                 "transport",
-                 c->rank, g->d->name, why);
-        rdma_teardown(c);
-        goto out;
-      }
-      for (int r = 0; r < n; r++) {
-        struct gin_hdr h;
-        if (g->p[r].qp == NULL) continue; /* on the message path from the start */
-        GDR_CHECK(qp_connect(g, &g->p[r]));
-        memset(&h, 0, sizeof(h));
-        h.magic = GIN_WIRE_MAGIC;
-        h.op = GIN_OP_QP_READY;
-        (void)say(c, r, &h, NULL, 0);
-      }
+}
+
+/* both paths' progress until every peer's QP address (ready 0) or READY (ready 1) is in, within the deadline */
+static ncclResult_t rdma_await(struct gin_comm *c, int ready, uint64_t deadline) {
+  struct gin_rdma *g = c->rdma;
+  for (;;) {
+    ncclResult_t res = c->path[GIN_PATH_MSG]->progress(c);
+    int all = 1;
+    if (res == ncclSuccess) res = rdma_progress(c);
+    if (res != ncclSuccess) return res;
+    for (int r = 0; r < c->nranks; r++)
+      if (ready ? !g->p[r].ready : !g->p[r].have_remote) all = 0;
+    if (all) return ncclSuccess;
+    if (gdr_time_ns() > deadline) {
+      GDR_WARN("GIN rank %d: the one-sided RDMA QPs did not come up within GDRNET_CONNECT_TIMEOUT_MS", c->rank);
+      return ncclRemoteError;
     }
   }
+}
+
+/* every peer's address in: each QP to RTS, and GIN_OP_QP_READY to its peer */
+static ncclResult_t rdma_connect_all(struct gin_comm *c) {
+  struct gin_rdma *g = c->rdma;
+  for (int r = 0; r < c->nranks; r++) {
+    struct gin_hdr h;
+    ncclResult_t res;
+    if (g->p[r].qp == NULL) continue; /* on the message path from the start */
+    res = qp_connect(g, &g->p[r]);
+    if (res != ncclSuccess) return res;
+    memset(&h, 0, sizeof(h));
+    h.magic = GIN_WIRE_MAGIC;
+    h.op = GIN_OP_QP_READY;
+    (void)say(c, r, &h, NULL, 0);
+  }
+  return ncclSuccess;
+}
+
+/* gin_rdma_path.setup: the device's resources, then every rank's QP address, then every QP ready on both ends
+ * before anything is written. A rank that cannot (the device's limits, memory, a QP) says so with an empty
+ * GIN_OP_QP, and every rank goes on as messages; only a peer that does not answer in time fails the connect. */
+static ncclResult_t rdma_setup(struct gin_comm *c) {
+  ncclResult_t res = ncclSuccess;
+  uint64_t deadline = gdr_time_ns() + (uint64_t)gdr_param_int(GDR_PARAM_CONNECT_TIMEOUT_MS) * 1000000ull;
+  char why[192] = "";
+  struct gin_rdma *g;
+  if (!rdma_wanted(c)) return ncclSuccess;
+  GDR_CHECK(rdma_alloc(c));
+  g = c->rdma;
+  if (rdma_limits(c, g, why, sizeof(why)) && rdma_rings(c, g, why, sizeof(why))) (void)rdma_qps(c, g, why, sizeof(why));
+  g->off = why[0] != 0;
+  rdma_announce(c, g);
+  GDR_CHECK(rdma_await(c, 0, deadline));
+  for (int r = 0; r < c->nranks && !g->off; r++)
+    if (g->p[r].remote_off) {
+      snprintf(why, sizeof(why), "rank %d cannot bring its end up", r);
+      g->off = 1;
+    }
+  if (g->off) {
+    GDR_WARN("GIN rank %d: no one-sided RDMA on %s: %s; one-sided operations go as messages over the rdma transport",
+             c->rank, g->d->name, why);
+    rdma_teardown(c);
+    goto out;
+  }
+  GDR_CHECK(rdma_connect_all(c));
+  GDR_CHECK(rdma_await(c, 1, deadline));
   GDR_INFO(NCCL_INIT | NCCL_NET,
            "GIN rank %d: one-sided RDMA on %s (port %d): %d-deep send queues, %d-slot signal rings, a CQ of %d; "
            "RDMA WRITE puts, READ gets, %s",
-           c->rank, g->d->name, g->d->port, g->sq, g->ring, n * (g->sq + g->ring) + 64,
+           c->rank, g->d->name, g->d->port, g->sq, g->ring, c->nranks * (g->sq + g->ring) + 64,
            g->atomic ? "FETCH_AND_ADD signals after the data"
                      : "WRITE_WITH_IMM signals applied by the target's progress");
 out:
@@ -475,8 +533,7 @@ static void rdma_teardown(struct gin_comm *c) {
   struct gin_rdma *g = c->rdma;
   struct ibv_mr *mrs[5];
   if (g == NULL) return;
-  for (int r = 0; g->p != NULL && r < c->nranks; r++)
-    if (g->p[r].qp != NULL) (void)gdr_ibv.destroy_qp(g->p[r].qp);
+  for (int r = 0; g->p != NULL && r < c->nranks; r++) qp_destroy(&g->p[r]);
   mrs[0] = g->inbox_mr, mrs[1] = g->outbox_mr, mrs[2] = g->credits_mr, mrs[3] = g->credit_src_mr;
   mrs[4] = g->scratch_mr;
   for (int i = 0; i < 5; i++)
@@ -795,7 +852,6 @@ static void start_attempt(struct gin_comm *c, int peer, uint32_t epoch, const ch
 static void qp_stop(struct gin_comm *c, int peer) {
   struct gin_rdma *g = c->rdma;
   struct rpeer *p = &g->p[peer];
-  struct ibv_qp_attr at;
   struct ibv_send_wr sw, *sbad = NULL;
   struct ibv_recv_wr rw, *rbad = NULL;
   struct ibv_sge none = {0, 0, 0};
@@ -803,9 +859,7 @@ static void qp_stop(struct gin_comm *c, int peer) {
   p->rs = RS_DRAIN;
   p->marks = 0;
   p->drain_until = now + GIN_DRAIN_NS;
-  memset(&at, 0, sizeof(at));
-  at.qp_state = IBV_QPS_ERR;
-  if (p->qp != NULL && gdr_ibv.modify_qp(p->qp, &at, IBV_QP_STATE) == 0) {
+  if (qp_to_err(p)) {
     /* markers: posted to a QP in ERR they complete (flushed) after everything posted before them */
     memset(&sw, 0, sizeof(sw));
     sw.opcode = IBV_WR_RDMA_WRITE;
@@ -849,19 +903,17 @@ static void drain_done(struct gin_comm *c, int peer) {
     move_drained(c, peer);
     return;
   }
-  if (p->qp != NULL) (void)gdr_ibv.destroy_qp(p->qp);
-  p->qp = NULL;
+  qp_destroy(p);
   p->sq_used = 0;
   p->credit_inflight = 0;
   p->credit_sent = 0; /* the count is written again on the new QP */
   if (qp_create(c, g, p) != ncclSuccess) {
-    if (p->qp != NULL) (void)gdr_ibv.destroy_qp(p->qp);
-    p->qp = NULL;
+    qp_destroy(p);
     rec_fail(c, peer, "a new QP could not be made");
     return;
   }
   for (int k = 0; k < GIN_RDMA_RING; k++)
-    if (post_recv(p) != 0) {
+    if (qp_post_recv(p) != 0) {
       rec_fail(c, peer, "the new QP's receives could not be posted");
       return;
     }
@@ -946,8 +998,7 @@ static void move_send(struct gin_comm *c, int peer) {
 /* the old QP drained: nothing more arrives on it, this side's count of the peer's signals is final */
 static void move_drained(struct gin_comm *c, int peer) {
   struct rpeer *p = &c->rdma->p[peer];
-  if (p->qp != NULL) (void)gdr_ibv.destroy_qp(p->qp);
-  p->qp = NULL;
+  qp_destroy(p);
   p->sq_used = 0;
   p->credit_inflight = 0;
   p->rs = RS_MOVED;
@@ -1041,80 +1092,121 @@ static void recovery_timers(struct gin_comm *c) {
   }
 }
 
-static ncclResult_t rdma_record(struct gin_comm *c, int peer, const struct gin_hdr *h, const void *payload) {
+/* ------------------------------------------------------------------------------------- records over messages -- */
+/* The message path hands over this path's records (gin_rdma_path.record): one handler per record, through
+ * records[] below; the message path checked the header's flags and sizes against its rules, rdma_record_check the
+ * QP address's fields. */
+
+/* a peer's count of this side's signals it applied (GIN_OP_MOVE, a recovery's GIN_OP_QP): never more than sent */
+static int count_ok(struct gin_comm *c, int peer, const struct gin_hdr *h) {
+  const struct rpeer *p = &c->rdma->p[peer];
+  if (h->aux <= p->sig_sent) return 1;
+  GDR_WARN("GIN rank %d: a malformed %s message from rank %d: %llu signal records applied of %llu sent", c->rank,
+           h->op == GIN_OP_MOVE ? "MOVE" : "QP", peer, (unsigned long long)h->aux, (unsigned long long)p->sig_sent);
+  return 0;
+}
+
+/* its signals land in this rank's ring for it: the same size on both sides (0: an older plugin's default) */
+static int ring_ok(struct gin_comm *c, int peer, const void *payload) {
+  const struct gin_rdma *g = c->rdma;
+  struct qpinfo q;
+  uint32_t ring;
+  memcpy(&q, payload, sizeof(q));
+  ring = q.ring != 0                                                ? q.ring
+         : g->d->max_qp_wr > 0 && g->d->max_qp_wr < GIN_RDMA_QDEPTH ? (uint32_t)g->d->max_qp_wr
+                                                                    : GIN_RDMA_QDEPTH;
+  if (ring == (uint32_t)g->ring) return 1;
+  GDR_WARN("GIN rank %d: rank %d's signal ring has %u slots, this rank's %d (another plugin version or device)",
+           c->rank, peer, ring, g->ring);
+  return 0;
+}
+
+/* a recovery's GIN_OP_QP (payload: the new QP's address) or GIN_OP_QP_READY (payload NULL) of epoch cookie */
+static ncclResult_t rec_recover(struct gin_comm *c, int peer, const struct gin_hdr *h, const void *payload) {
+  struct rpeer *p = &c->rdma->p[peer];
+  uint32_t e = (uint32_t)h->cookie;
+  if (p->mv != MV_NONE) return ncclSuccess;                                  /* a recovery the move ended */
+  if (e < p->epoch || (e == p->epoch && p->rs == RS_OK)) return ncclSuccess; /* an attempt already over */
+  if (e > p->epoch) start_attempt(c, peer, e, "the peer recovers the QP between them");
+  if (c->error != ncclSuccess || p->epoch != e) return c->error;
+  if (payload != NULL) {
+    memcpy(&p->remote, payload, sizeof(struct qpinfo));
+    p->remote_consumed = h->aux;
+    p->have_remote = 1;
+    if (p->rs == RS_WAIT) connect_ready(c, peer);
+  } else {
+    p->ready = 1;
+    if (p->rs == RS_READY) replay(c, peer);
+  }
+  return c->error;
+}
+
+/* GIN_OP_QP: the peer's QP address (bring-up or recovery), or empty: it cannot bring its end up */
+static ncclResult_t rec_qp(struct gin_comm *c, int peer, const struct gin_hdr *h, const void *payload) {
   struct gin_rdma *g = c->rdma;
-  struct rpeer *p;
-  if (g == NULL) {
+  struct rpeer *p = &g->p[peer];
+  if ((h->flags & GIN_F_RECOVER) && !count_ok(c, peer, h)) return ncclRemoteError;
+  if (h->size == 0 && !(h->flags & GIN_F_RECOVER) && !p->have_remote) {
+    p->remote_off = p->have_remote = 1; /* the peer cannot bring its end up: every rank leaves the path */
+    return ncclSuccess;
+  }
+  if (h->size != sizeof(struct qpinfo)) {
+    GDR_WARN("GIN rank %d: a malformed QP message from rank %d (%llu bytes)", c->rank, peer,
+             (unsigned long long)h->size);
+    return ncclRemoteError;
+  }
+  if (!g->off && !ring_ok(c, peer, payload)) return ncclRemoteError;
+  if (h->flags & GIN_F_RECOVER) return rec_recover(c, peer, h, payload);
+  memcpy(&p->remote, payload, sizeof(struct qpinfo));
+  p->have_remote = 1;
+  return ncclSuccess;
+}
+
+/* GIN_OP_QP_READY: the peer's QP is RTS (bring-up or recovery) */
+static ncclResult_t rec_ready(struct gin_comm *c, int peer, const struct gin_hdr *h, const void *payload) {
+  (void)payload;
+  if (h->flags & GIN_F_RECOVER) return rec_recover(c, peer, h, NULL);
+  c->rdma->p[peer].ready = 1;
+  return ncclSuccess;
+}
+
+/* GIN_OP_MOVE: the peer moved to the message path (aux: this side's signals it applied); this side follows */
+static ncclResult_t rec_move(struct gin_comm *c, int peer, const struct gin_hdr *h, const void *payload) {
+  struct rpeer *p = &c->rdma->p[peer];
+  (void)payload;
+  if (!count_ok(c, peer, h)) return ncclRemoteError;
+  if (p->mv_heard) {
+    GDR_WARN("GIN rank %d: rank %d moved to the message path twice", c->rank, peer);
+    return ncclRemoteError;
+  }
+  p->mv_heard = 1;
+  p->remote_consumed = h->aux;
+  if (p->mv == MV_NONE)
+    move_start(c, peer, NULL);
+  else if (p->mv == MV_WAIT)
+    move_agree(c, peer);
+  return c->error;
+}
+
+typedef ncclResult_t (*record_fn)(struct gin_comm *c, int peer, const struct gin_hdr *h, const void *payload);
+static const record_fn records[] = {
+    [GIN_OP_QP] = rec_qp,
+    [GIN_OP_QP_READY] = rec_ready,
+    [GIN_OP_MOVE] = rec_move,
+};
+
+static ncclResult_t rdma_record(struct gin_comm *c, int peer, const struct gin_hdr *h, const void *payload) {
+  if (c->rdma == NULL) {
     GDR_WARN("GIN rank %d: rank %d brings up one-sided RDMA, this rank does not (GDRNET_GIN_PATH or "
              "GDRNET_TRANSPORT differ between the ranks)",
              c->rank, peer);
     return ncclInvalidUsage;
   }
-  p = &g->p[peer];
-  if ((h->op == GIN_OP_MOVE || (h->op == GIN_OP_QP && (h->flags & GIN_F_RECOVER))) && h->aux > p->sig_sent) {
-    GDR_WARN("GIN rank %d: a malformed %s message from rank %d: %llu signal records applied of %llu sent", c->rank,
-             h->op == GIN_OP_MOVE ? "MOVE" : "QP", peer, (unsigned long long)h->aux, (unsigned long long)p->sig_sent);
-    return ncclRemoteError;
+  if (h->op >= sizeof(records) / sizeof(records[0]) || records[h->op] == NULL) {
+    GDR_WARN("GIN rank %d: op %u from rank %d is no record of the one-sided RDMA path", c->rank, h->op, peer);
+    return ncclInternalError; /* the message path hands over only the ops its rules give rx_rdma */
   }
-  if (h->op == GIN_OP_MOVE) {
-    if (p->mv_heard) {
-      GDR_WARN("GIN rank %d: rank %d moved to the message path twice", c->rank, peer);
-      return ncclRemoteError;
-    }
-    p->mv_heard = 1;
-    p->remote_consumed = h->aux;
-    if (p->mv == MV_NONE)
-      move_start(c, peer, NULL);
-    else if (p->mv == MV_WAIT)
-      move_agree(c, peer);
-    return c->error;
-  }
-  if (h->op == GIN_OP_QP && h->size == 0 && !(h->flags & GIN_F_RECOVER) && !p->have_remote) {
-    p->remote_off = p->have_remote = 1; /* the peer cannot bring its end up: every rank leaves the path */
-    return ncclSuccess;
-  }
-  if (h->op == GIN_OP_QP && h->size != sizeof(struct qpinfo)) {
-    GDR_WARN("GIN rank %d: a malformed QP message from rank %d (%llu bytes)", c->rank, peer,
-             (unsigned long long)h->size);
-    return ncclRemoteError;
-  }
-  if (h->op == GIN_OP_QP && !g->off) { /* its signals land in this rank's ring for it: the same size on both sides */
-    struct qpinfo q;
-    uint32_t ring;
-    memcpy(&q, payload, sizeof(q));
-    ring = q.ring != 0                                                ? q.ring
-           : g->d->max_qp_wr > 0 && g->d->max_qp_wr < GIN_RDMA_QDEPTH ? (uint32_t)g->d->max_qp_wr
-                                                                      : GIN_RDMA_QDEPTH;
-    if (ring != (uint32_t)g->ring) {
-      GDR_WARN("GIN rank %d: rank %d's signal ring has %u slots, this rank's %d (another plugin version or device)",
-               c->rank, peer, ring, g->ring);
-      return ncclRemoteError;
-    }
-  }
-  if (h->flags & GIN_F_RECOVER) {
-    uint32_t e = (uint32_t)h->cookie;
-    if (p->mv != MV_NONE) return ncclSuccess;                                  /* a recovery the move ended */
-    if (e < p->epoch || (e == p->epoch && p->rs == RS_OK)) return ncclSuccess; /* an attempt already over */
-    if (e > p->epoch) start_attempt(c, peer, e, "the peer recovers the QP between them");
-    if (c->error != ncclSuccess || p->epoch != e) return c->error;
-    if (h->op == GIN_OP_QP) {
-      memcpy(&p->remote, payload, sizeof(struct qpinfo));
-      p->remote_consumed = h->aux;
-      p->have_remote = 1;
-      if (p->rs == RS_WAIT) connect_ready(c, peer);
-    } else {
-      p->ready = 1;
-      if (p->rs == RS_READY) replay(c, peer);
-    }
-    return c->error;
-  }
-  if (h->op == GIN_OP_QP) {
-    memcpy(&p->remote, payload, sizeof(struct qpinfo));
-    p->have_remote = 1;
-  } else {
-    p->ready = 1;
-  }
-  return ncclSuccess;
+  return records[h->op](c, peer, h, payload);
 }
 
 /* gives a peer its ring slots back: the count of its records this side applied, into its credit word */
@@ -1143,74 +1235,86 @@ static void credit(struct gin_comm *c, int peer) {
   p->credit_sent = p->consumed;
 }
 
+/* a failed completion towards peer (not a drain's): an attempt of recovery, or the comm fails (neither recovery nor
+ * fallback) */
+static void wc_failed(struct gin_comm *c, int peer, const struct ibv_wc *wc) {
+  struct rpeer *p = &c->rdma->p[peer];
+  char why[160];
+  if (p->rs == RS_DRAIN) return; /* flushed with the QP this attempt drains */
+  snprintf(why, sizeof why, "a completion failed: %s (vendor error %u)", gdr_ibv_wc_status_str(wc->status),
+           wc->vendor_err);
+  if (gdr_param_int(GDR_PARAM_RECOVERY_ATTEMPTS) == 0 && !gdr_param_int(GDR_PARAM_FALLBACK)) {
+    GDR_WARN("GIN rank %d: a completion towards rank %d failed: %s (vendor error %u)", c->rank, peer,
+             gdr_ibv_wc_status_str(wc->status), wc->vendor_err);
+    gin_fail(c, ncclRemoteError, "an RDMA operation failed", peer);
+    return;
+  }
+  start_attempt(c, peer, p->epoch + 1, why);
+}
+
+/* a signal record from peer landed (its WRITE_WITH_IMM's receive): applied, in order, and its receive replaced */
+static void wc_signal(struct gin_comm *c, int peer, const struct ibv_wc *wc) {
+  struct gin_rdma *g = c->rdma;
+  struct rpeer *p = &g->p[peer];
+  uint32_t seq = be32toh(wc->imm_data);
+  struct sig_rec rec = g->inbox[(size_t)peer * GIN_RDMA_RING + p->consumed % GIN_RDMA_RING];
+  if (rec.magic != GIN_REC_MAGIC || (uint32_t)rec.seq != seq || seq != (uint32_t)p->consumed) {
+    GDR_WARN("GIN rank %d: signal record %u from rank %d is not the one expected (%llu)", c->rank, seq, peer,
+             (unsigned long long)p->consumed);
+    gin_fail(c, ncclRemoteError, "a bad signal record", peer);
+    return;
+  }
+  if (gin_apply_signal(c, peer, rec.mr, rec.off, rec.val) != ncclSuccess) {
+    gin_fail(c, ncclRemoteError, "a signal could not be applied", peer);
+    return;
+  }
+  p->consumed++;
+  if (p->rs != RS_DRAIN) { /* a drained QP's receives are not replaced: the new QP gets a full ring */
+    int rc = qp_post_recv(p);
+    if (rc) {
+      GDR_WARN("GIN rank %d: ibv_post_recv failed: %s", c->rank, strerror(rc));
+      gin_fail(c, ncclSystemError, "a receive could not be posted", peer);
+    }
+  }
+}
+
+/* a user operation's last work request completed: the request's, if it is one in flight towards peer */
+static void wc_user(struct gin_comm *c, int peer, const struct ibv_wc *wc) {
+  struct gin_rdma *g = c->rdma;
+  struct rpeer *p = &g->p[peer];
+  uint32_t idx = (uint32_t)wc->wr_id, gen = (uint32_t)(wc->wr_id >> 32) & 0xfffffffu;
+  struct gin_req *r = idx < c->npool ? &c->pool[idx] : NULL;
+  if (r == NULL || r->kind != GIN_RQ_USER || (r->gen & 0xfffffffu) != gen || r->done || r->peer != peer) {
+    GDR_WARN("GIN rank %d: a completion names no operation in flight", c->rank);
+    gin_fail(c, ncclInternalError, "a stray completion", peer);
+    return;
+  }
+  p->sq_used -= r->nwr;
+  p->episode = 0; /* the QP carries operations again: a later fault is a new episode */
+  op_unlink(g, p, (int)idx);
+  if (--r->pending == 0) gin_req_finish(c, r);
+}
+
 /* one completion; returns c->error */
 static ncclResult_t completion(struct gin_comm *c, const struct ibv_wc *wc) {
-  struct gin_rdma *g = c->rdma;
   int peer = peer_of_qp(c, wc->qp_num);
   unsigned kind = (unsigned)(wc->wr_id >> 60);
   struct rpeer *p;
   if (peer < 0) return c->error; /* a QP already destroyed (its completions were drained) */
   /* it closed: what was towards it already failed; its signals that still arrive are applied */
   if (c->peers[peer].gone && (wc->status != IBV_WC_SUCCESS || wc->opcode != IBV_WC_RECV_RDMA_WITH_IMM)) return c->error;
-  p = &g->p[peer];
+  p = &c->rdma->p[peer];
   if (kind == WR_MARK && wc->wr_id == ((uint64_t)WR_MARK << 60 | (uint32_t)peer)) {
     if (p->rs == RS_DRAIN && --p->marks == 0) drain_done(c, peer);
-    return c->error;
-  }
-  if (wc->status != IBV_WC_SUCCESS) {
-    char why[160];
-    if (p->rs == RS_DRAIN) return c->error; /* flushed with the QP this attempt drains */
-    snprintf(why, sizeof why, "a completion failed: %s (vendor error %u)", gdr_ibv_wc_status_str(wc->status),
-             wc->vendor_err);
-    if (gdr_param_int(GDR_PARAM_RECOVERY_ATTEMPTS) == 0 && !gdr_param_int(GDR_PARAM_FALLBACK)) {
-      GDR_WARN("GIN rank %d: a completion towards rank %d failed: %s (vendor error %u)", c->rank, peer,
-               gdr_ibv_wc_status_str(wc->status), wc->vendor_err);
-      gin_fail(c, ncclRemoteError, "an RDMA operation failed", peer);
-      return c->error;
-    }
-    start_attempt(c, peer, p->epoch + 1, why);
-    return c->error;
-  }
-  if (wc->opcode == IBV_WC_RECV_RDMA_WITH_IMM) {
-    uint32_t seq = be32toh(wc->imm_data);
-    struct sig_rec rec = g->inbox[(size_t)peer * GIN_RDMA_RING + p->consumed % GIN_RDMA_RING];
-    if (rec.magic != GIN_REC_MAGIC || (uint32_t)rec.seq != seq || seq != (uint32_t)p->consumed) {
-      GDR_WARN("GIN rank %d: signal record %u from rank %d is not the one expected (%llu)", c->rank, seq, peer,
-               (unsigned long long)p->consumed);
-      gin_fail(c, ncclRemoteError, "a bad signal record", peer);
-      return c->error;
-    }
-    if (gin_apply_signal(c, peer, rec.mr, rec.off, rec.val) != ncclSuccess) {
-      gin_fail(c, ncclRemoteError, "a signal could not be applied", peer);
-      return c->error;
-    }
-    p->consumed++;
-    if (p->rs != RS_DRAIN) { /* a drained QP's receives are not replaced: the new QP gets a full ring */
-      int rc = post_recv(p);
-      if (rc) {
-        GDR_WARN("GIN rank %d: ibv_post_recv failed: %s", c->rank, strerror(rc));
-        gin_fail(c, ncclSystemError, "a receive could not be posted", peer);
-      }
-    }
-    return c->error;
-  }
-  if (kind == WR_CREDIT) {
+  } else if (wc->status != IBV_WC_SUCCESS) {
+    wc_failed(c, peer, wc);
+  } else if (wc->opcode == IBV_WC_RECV_RDMA_WITH_IMM) {
+    wc_signal(c, peer, wc);
+  } else if (kind == WR_CREDIT) {
     p->sq_used--;
     p->credit_inflight = 0;
-    return c->error;
-  }
-  {
-    uint32_t idx = (uint32_t)wc->wr_id, gen = (uint32_t)(wc->wr_id >> 32) & 0xfffffffu;
-    struct gin_req *r = idx < c->npool ? &c->pool[idx] : NULL;
-    if (r == NULL || r->kind != GIN_RQ_USER || (r->gen & 0xfffffffu) != gen || r->done || r->peer != peer) {
-      GDR_WARN("GIN rank %d: a completion names no operation in flight", c->rank);
-      gin_fail(c, ncclInternalError, "a stray completion", peer);
-      return c->error;
-    }
-    p->sq_used -= r->nwr;
-    p->episode = 0; /* the QP carries operations again: a later fault is a new episode */
-    op_unlink(g, p, (int)idx);
-    if (--r->pending == 0) gin_req_finish(c, r);
+  } else {
+    wc_user(c, peer, wc);
   }
   return c->error;
 }
