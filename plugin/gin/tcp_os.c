@@ -565,97 +565,125 @@ ncclResult_t gin_os_rx_data_done(struct gin_comm *c, int peer) {
   return reply_done(c, peer, h);
 }
 
+/* Receiving from a peer is a state machine (gin_peer.rx), stepped by recv_progress: IDLE, a header's receive
+ * posted (HDR), then for a PUT or GET_REPLY with data its pieces into the window (DATA). Each step sets *stop when
+ * nothing more can be done now (a receive not in yet, a reply without room, a failure). */
+
+/* IDLE: a header that found no room for its reply is applied again; else the next header's receive is posted */
+static ncclResult_t rx_idle(struct gin_comm *c, int peer, int *stop) {
+  ncclResult_t res = ncclSuccess;
+  struct gin_peer *p = &c->peers[peer];
+  void *data = p->rx_buf, *mh = p->rx_rmh, *req = NULL;
+  size_t size = GIN_MSG_MAX;
+  int tag = 0;
+  if (p->rx_stalled) {
+    int more = 0, stall = 0;
+    GDR_CHECK(rx_header(c, peer, &more, &stall));
+    if (stall)
+      *stop = 1;
+    else
+      p->rx_stalled = 0;
+    goto out; /* the next header in the next round */
+  }
+  res = gdr_core_irecv(p->recv, 1, &data, &size, &tag, &mh, NULL, &req);
+  if (res != ncclSuccess) {
+    gin_fail(c, res, "a receive could not be posted", peer);
+    goto out;
+  }
+  if (req == NULL) {
+    *stop = 1;
+    goto out;
+  }
+  p->rx_req = req;
+  p->rx = GIN_RX_HDR;
+out:
+  return res;
+}
+
+/* HDR: the header, once in, is checked and applied, or its data is awaited (DATA), or it waits for room */
+static ncclResult_t rx_hdr(struct gin_comm *c, int peer, int *stop) {
+  ncclResult_t res = ncclSuccess;
+  struct gin_peer *p = &c->peers[peer];
+  size_t sizes[GDR_MAX_RECVS] = {0};
+  int done = 0, more = 0, stall = 0;
+  res = gdr_core_test(p->rx_req, &done, sizes, NULL);
+  if (res != ncclSuccess) {
+    gin_fail(c, res, "a receive failed", peer);
+    goto out;
+  }
+  if (!done) {
+    *stop = 1;
+    goto out;
+  }
+  p->rx_req = NULL;
+  p->rx = GIN_RX_IDLE;
+  GDR_CHECK(gin_os_rx_msg(c, peer, sizes[0], &more, &stall));
+  if (p->gone) { /* its GIN_OP_BYE: nothing follows it, no receive is posted again */
+    *stop = 1;
+  } else if (stall) {
+    p->rx_stalled = 1;
+    *stop = 1;
+  } else if (more) {
+    p->rx = GIN_RX_DATA;
+    p->rx_got = p->rx_cur = 0;
+  }
+out:
+  return res;
+}
+
+/* DATA: the piece in flight, once in, counts; all in, the message is done (IDLE); else the next piece is posted */
+static ncclResult_t rx_data(struct gin_comm *c, int peer, int *stop) {
+  ncclResult_t res = ncclSuccess;
+  struct gin_peer *p = &c->peers[peer];
+  struct gin_mr *m = gin_mr_find(c, p->rx_hdr.mr);
+  size_t chunk = GDR_GIN_CHUNK < c->max_bytes ? GDR_GIN_CHUNK : c->max_bytes, n;
+  void *data, *mh, *req = NULL;
+  int done = 0, tag = 0;
+  *stop = 1;       /* a piece posted is tested at the next round of progress */
+  if (m == NULL) { /* deregistered here while its data comes: the user's error, still no crash */
+    GDR_WARN("GIN rank %d: window %u was deregistered while rank %d's data for it came", c->rank, p->rx_hdr.mr, peer);
+    res = ncclInvalidUsage;
+    goto out;
+  }
+  if (p->rx_req != NULL) {
+    res = gdr_core_test(p->rx_req, &done, NULL, NULL);
+    if (res != ncclSuccess) {
+      gin_fail(c, res, "a data receive failed", peer);
+      goto out;
+    }
+    if (!done) goto out;
+    p->rx_req = NULL;
+    p->rx_got += p->rx_cur;
+  }
+  if (p->rx_got == p->rx_hdr.size) {
+    p->rx = GIN_RX_IDLE;
+    *stop = 0;
+    GDR_CHECK(gin_os_rx_data_done(c, peer));
+    goto out;
+  }
+  n = p->rx_hdr.size - p->rx_got < chunk ? p->rx_hdr.size - p->rx_got : chunk;
+  data = p->rx_dst + p->rx_got;
+  mh = m->rmh[peer];
+  res = gdr_core_irecv(p->recv, 1, &data, &n, &tag, &mh, NULL, &req);
+  if (res != ncclSuccess) {
+    gin_fail(c, res, "a data receive could not be posted", peer);
+    goto out;
+  }
+  if (req == NULL) goto out;
+  p->rx_req = req;
+  p->rx_cur = n;
+out:
+  return res;
+}
+
 static ncclResult_t recv_progress(struct gin_comm *c, int peer) {
   ncclResult_t res = ncclSuccess;
   struct gin_peer *p = &c->peers[peer];
-  for (int rounds = 0; rounds < 16; rounds++) {
-    int done = 0;
-    if (p->gone) goto out; /* nothing follows its GIN_OP_BYE */
-    if (p->rx == GIN_RX_IDLE) {
-      if (p->rx_stalled) {
-        int more = 0, stall = 0;
-        GDR_CHECK(rx_header(c, peer, &more, &stall));
-        if (stall) goto out;
-        p->rx_stalled = 0;
-        continue;
-      }
-      void *data = p->rx_buf;
-      size_t size = GIN_MSG_MAX;
-      int tag = 0;
-      void *mh = p->rx_rmh;
-      void *req = NULL;
-      res = gdr_core_irecv(p->recv, 1, &data, &size, &tag, &mh, NULL, &req);
-      if (res != ncclSuccess) {
-        gin_fail(c, res, "a receive could not be posted", peer);
-        goto out;
-      }
-      if (req == NULL) goto out;
-      p->rx_req = req;
-      p->rx = GIN_RX_HDR;
-    }
-    if (p->rx == GIN_RX_HDR) {
-      size_t sizes[GDR_MAX_RECVS] = {0};
-      int more = 0, stall = 0;
-      res = gdr_core_test(p->rx_req, &done, sizes, NULL);
-      if (res != ncclSuccess) {
-        gin_fail(c, res, "a receive failed", peer);
-        goto out;
-      }
-      if (!done) goto out;
-      p->rx_req = NULL;
-      p->rx = GIN_RX_IDLE;
-      GDR_CHECK(gin_os_rx_msg(c, peer, sizes[0], &more, &stall));
-      if (p->gone) goto out; /* its GIN_OP_BYE: nothing follows it, no receive is posted again */
-      if (stall) {
-        p->rx_stalled = 1;
-        goto out;
-      }
-      if (more) {
-        p->rx = GIN_RX_DATA;
-        p->rx_got = p->rx_cur = 0;
-      }
-    }
-    if (p->rx == GIN_RX_DATA) {
-      struct gin_mr *m = gin_mr_find(c, p->rx_hdr.mr);
-      if (m == NULL) { /* deregistered here while its data comes: the user's error, still no crash */
-        GDR_WARN("GIN rank %d: window %u was deregistered while rank %d's data for it came", c->rank, p->rx_hdr.mr,
-                 peer);
-        res = ncclInvalidUsage;
-        goto out;
-      }
-      if (p->rx_req != NULL) {
-        res = gdr_core_test(p->rx_req, &done, NULL, NULL);
-        if (res != ncclSuccess) {
-          gin_fail(c, res, "a data receive failed", peer);
-          goto out;
-        }
-        if (!done) goto out;
-        p->rx_req = NULL;
-        p->rx_got += p->rx_cur;
-      }
-      if (p->rx_got == p->rx_hdr.size) {
-        p->rx = GIN_RX_IDLE;
-        GDR_CHECK(gin_os_rx_data_done(c, peer));
-        continue;
-      }
-      {
-        size_t chunk = GDR_GIN_CHUNK < c->max_bytes ? GDR_GIN_CHUNK : c->max_bytes;
-        size_t n = p->rx_hdr.size - p->rx_got < chunk ? p->rx_hdr.size - p->rx_got : chunk;
-        void *data = p->rx_dst + p->rx_got;
-        int tag = 0;
-        void *mh = m->rmh[peer];
-        void *req = NULL;
-        res = gdr_core_irecv(p->recv, 1, &data, &n, &tag, &mh, NULL, &req);
-        if (res != ncclSuccess) {
-          gin_fail(c, res, "a data receive could not be posted", peer);
-          goto out;
-        }
-        if (req == NULL) goto out;
-        p->rx_req = req;
-        p->rx_cur = n;
-      }
-      goto out; /* tested at the next round of progress */
-    }
+  int stop = 0;
+  for (int rounds = 0; rounds < 16 && !stop && !p->gone; rounds++) { /* nothing follows a GIN_OP_BYE */
+    if (p->rx == GIN_RX_IDLE) GDR_CHECK(rx_idle(c, peer, &stop));
+    if (!stop && p->rx == GIN_RX_HDR) GDR_CHECK(rx_hdr(c, peer, &stop));
+    if (!stop && p->rx == GIN_RX_DATA) GDR_CHECK(rx_data(c, peer, &stop));
   }
 out:
   return res;
