@@ -96,6 +96,8 @@ static void comm_free(struct gin_comm *c) {
     if (c->peers[r].send != NULL) (void)gdr_core_close_send(c->peers[r].send);
     if (c->peers[r].recv != NULL) (void)gdr_core_close_recv(c->peers[r].recv);
   }
+  for (int k = GIN_NPATHS; k-- > 0;) /* a peer's last message may land until its receive comm is closed */
+    if (c->path[k] != NULL && c->path[k]->release != NULL) c->path[k]->release(c);
   while (c->early != NULL) {
     struct gin_early *e = c->early;
     c->early = e->next;

@@ -209,6 +209,9 @@ struct gin_path {
   const char *name;
   ncclResult_t (*setup)(struct gin_comm *c); /* after the mesh, in path order (the RDMA path talks over messages) */
   void (*teardown)(struct gin_comm *c);      /* in reverse order; also after a failed setup */
+  /* after the net core's comms are closed (nothing is placed into a receive posted on them any more): the memory
+   * they were given */
+  void (*release)(struct gin_comm *c);
   /* posts, tests, receives and applies what it can without blocking; a failure is recorded (sticky) and returned */
   ncclResult_t (*progress)(struct gin_comm *c);
   ncclResult_t (*reg)(struct gin_comm *c, struct gin_mr *m, uint64_t offset, int fd); /* a new window */

@@ -73,12 +73,22 @@ out:
   return res;
 }
 
-void gin_os_teardown(struct gin_comm *c) {
+/* gin_msg_path.teardown: the tx ring and the receive buffers off the net core's comms (still open) */
+static void os_unregister(struct gin_comm *c) {
   for (int r = 0; c->peers != NULL && r < c->nranks; r++) {
     struct gin_peer *p = &c->peers[r];
     if (p->tx_smh != NULL) (void)gdr_core_dereg_mr(p->send, p->tx_smh);
     if (p->rx_rmh != NULL) (void)gdr_core_dereg_mr(p->recv, p->rx_rmh);
     p->tx_smh = p->rx_rmh = NULL;
+  }
+}
+
+/* gin_msg_path.release, once the comms are closed: a receive may be posted into rx_buf until then (a peer's
+ * GIN_OP_BYE that crosses this rank's own close lands there) */
+void gin_os_teardown(struct gin_comm *c) {
+  os_unregister(c);
+  for (int r = 0; c->peers != NULL && r < c->nranks; r++) {
+    struct gin_peer *p = &c->peers[r];
     free(p->q);
     free(p->tx);
     free(p->rx_buf);
@@ -708,7 +718,8 @@ out:
 const struct gin_path gin_msg_path = {
     .name = "messages",
     .setup = os_setup,
-    .teardown = gin_os_teardown,
+    .teardown = os_unregister,
+    .release = gin_os_teardown,
     .progress = os_progress,
     .room = os_room_for,
     .issue = os_issue,
