@@ -1,5 +1,6 @@
-/* The version-neutral one-sided core (gin/gin.h): instances, the full mesh, contexts, symmetric windows, requests
- * and the operation entry points; the messages themselves are tcp_os.c's. */
+/* The version-neutral one-sided core (gin/gin.h): instances, the full mesh, contexts, symmetric windows and the
+ * operation entry points. Below it, through their struct gin_path only (gin_int.h), the two paths an operation
+ * takes: the message path (tcp_os.c) and the one-sided RDMA path (rdma_os.c); below all, shared.c. */
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
@@ -67,42 +68,6 @@ ncclResult_t gdr_gin_listen(void *ctx, int dev, void *handle, void **listen_comm
 
 ncclResult_t gdr_gin_close_listen(void *listen_comm) { return gdr_core_close_listen(listen_comm); }
 
-/* ------------------------------------------------------------------------------------------------ requests -- */
-
-struct gin_req *gin_req_get(struct gin_comm *c) {
-  struct gin_req *r = c->free_list;
-  if (r == NULL) return NULL;
-  c->free_list = r->next_free;
-  r->next_free = NULL;
-  r->magic = GDR_GIN_REQ_MAGIC;
-  r->kind = GIN_RQ_USER;
-  r->gen++;
-  r->pending = 0;
-  r->done = 0;
-  r->await = 0;
-  r->err = ncclSuccess;
-  return r;
-}
-
-void gin_req_put(struct gin_comm *c, struct gin_req *r) {
-  c->peers[r->peer].inflight[r->context % GDR_GIN_MAX_CONTEXTS]--; /* the slot is NCCL's until test frees it */
-  r->magic = 0;
-  r->kind = GIN_RQ_FREE;
-  r->next_free = c->free_list;
-  c->free_list = r;
-}
-
-void gin_req_finish(struct gin_comm *c, struct gin_req *r) {
-  (void)c;
-  r->done = 1;
-}
-
-struct gin_req *gin_req_by_cookie(struct gin_comm *c, uint64_t cookie) {
-  uint32_t idx = (uint32_t)cookie, gen = (uint32_t)(cookie >> 32);
-  if (idx >= c->npool || c->pool[idx].kind != GIN_RQ_USER || c->pool[idx].gen != gen || c->pool[idx].done) return NULL;
-  return &c->pool[idx];
-}
-
 /* ---------------------------------------------------------------------------------------------- the mesh -- */
 
 /* caps: GIN_CAP_* (an older plugin sends 0 there and does not read it) */
@@ -110,14 +75,29 @@ struct ident {
   uint32_t magic, rank, nranks, caps;
 };
 
+/* every path's progress, in order; the first failure stops it (and is sticky: c->error) */
+static ncclResult_t progress(struct gin_comm *c) {
+  ncclResult_t res = c->error;
+  for (int k = 0; k < GIN_NPATHS && res == ncclSuccess; k++)
+    if (c->path[k] != NULL && c->path[k]->progress != NULL) res = c->path[k]->progress(c);
+  return res;
+}
+
+/* a control header towards peer over the message path, behind what is queued to it; 0: no room */
+static int say(struct gin_comm *c, int peer, const struct gin_hdr *h) {
+  return c->path[GIN_PATH_MSG]->say(c, peer, h, NULL, 0);
+}
+
 static void comm_free(struct gin_comm *c) {
   if (c == NULL) return;
-  gin_rdma_teardown(c);
-  gin_os_teardown(c);
+  for (int k = GIN_NPATHS; k-- > 0;)
+    if (c->path[k] != NULL && c->path[k]->teardown != NULL) c->path[k]->teardown(c);
   for (int r = 0; c->peers != NULL && r < c->nranks; r++) {
     if (c->peers[r].send != NULL) (void)gdr_core_close_send(c->peers[r].send);
     if (c->peers[r].recv != NULL) (void)gdr_core_close_recv(c->peers[r].recv);
   }
+  for (int k = GIN_NPATHS; k-- > 0;) /* a peer's last message may land until its receive comm is closed */
+    if (c->path[k] != NULL && c->path[k]->release != NULL) c->path[k]->release(c);
   while (c->early != NULL) {
     struct gin_early *e = c->early;
     c->early = e->next;
@@ -129,108 +109,163 @@ static void comm_free(struct gin_comm *c) {
   free(c);
 }
 
-/* Connects to every rank and accepts every rank (bounded by GDRNET_CONNECT_TIMEOUT_MS), then learns which
- * accepted comm is whose from a first message on each send comm. */
-static ncclResult_t mesh(struct gin_comm *c, void *netctx, void *handles[], void *listen_comm) {
+/* The mesh's scratch while it is built: the handles, the accepted comms, the introductions and their requests. */
+struct mesh {
+  int n, nconn, nacc, nid;
+  struct gdr_handle *hc;
+  void **acc;          /* accepted comms in accept order; NULL once one is a peer's */
+  void **accc;         /* acc in accept order, for the deregistration */
+  struct ident *ids;   /* [0, n) sent, [n, 2n) received */
+  void **smh, **rmh;   /* their registrations */
+  void **sreq, **rreq; /* the sends and receives in flight */
+  int *sdone, *rdone;
+  uint64_t deadline; /* GDRNET_CONNECT_TIMEOUT_MS x 2 for the whole mesh */
+};
+
+static int mesh_alloc(struct mesh *m, int n, void *handles[]) {
+  memset(m, 0, sizeof(*m));
+  m->n = n;
+  m->hc = calloc((size_t)n, sizeof(*m->hc));
+  m->acc = calloc((size_t)n, sizeof(*m->acc));
+  m->accc = calloc((size_t)n, sizeof(*m->accc));
+  m->ids = calloc((size_t)2 * n, sizeof(*m->ids));
+  m->smh = calloc((size_t)n, sizeof(void *)), m->rmh = calloc((size_t)n, sizeof(void *));
+  m->sreq = calloc((size_t)n, sizeof(void *)), m->rreq = calloc((size_t)n, sizeof(void *));
+  m->sdone = calloc((size_t)n, sizeof(int)), m->rdone = calloc((size_t)n, sizeof(int));
+  m->deadline = gdr_time_ns() + (uint64_t)gdr_param_int(GDR_PARAM_CONNECT_TIMEOUT_MS) * 1000000ull * 2;
+  if (!m->hc || !m->acc || !m->accc || !m->ids || !m->smh || !m->rmh || !m->sreq || !m->rreq || !m->sdone || !m->rdone)
+    return 0;
+  for (int r = 0; r < n; r++) memcpy(&m->hc[r], handles[r], sizeof(m->hc[r]));
+  return 1;
+}
+
+/* the introductions' registrations, the accepted comms no peer took, the scratch */
+static void mesh_free(struct gin_comm *c, struct mesh *m) {
+  for (int r = 0; r < m->n && m->smh != NULL; r++)
+    if (m->smh[r] != NULL) (void)gdr_core_dereg_mr(c->peers[r].send, m->smh[r]);
+  for (int r = 0; r < m->n && m->rmh != NULL && m->accc != NULL; r++)
+    if (m->rmh[r] != NULL) (void)gdr_core_dereg_mr(m->accc[r], m->rmh[r]);
+  for (int r = 0; r < m->n && m->acc != NULL; r++)
+    if (m->acc[r] != NULL) (void)gdr_core_close_recv(m->acc[r]);
+  free(m->hc);
+  free(m->acc);
+  free(m->accc);
+  free(m->ids);
+  free(m->smh);
+  free(m->rmh);
+  free(m->sreq);
+  free(m->rreq);
+  free(m->sdone);
+  free(m->rdone);
+}
+
+/* a send comm to every rank and every rank's accepted, within the deadline */
+static ncclResult_t mesh_connect(struct gin_comm *c, struct mesh *m, void *netctx, void *listen_comm) {
   ncclResult_t res = ncclSuccess;
-  int n = c->nranks, nconn = 0, nacc = 0, nid = 0;
-  struct gdr_handle *hc = calloc((size_t)n, sizeof(*hc));
-  void **acc = calloc((size_t)n, sizeof(*acc));
-  void **accc = calloc((size_t)n, sizeof(*accc));          /* acc in accept order, for the deregistration */
-  struct ident *ids = calloc((size_t)2 * n, sizeof(*ids)); /* [0, n) sent, [n, 2n) received */
-  void **smh = calloc((size_t)n, sizeof(void *)), **rmh = calloc((size_t)n, sizeof(void *));
-  void **sreq = calloc((size_t)n, sizeof(void *)), **rreq = calloc((size_t)n, sizeof(void *));
-  int *sdone = calloc((size_t)n, sizeof(int)), *rdone = calloc((size_t)n, sizeof(int));
-  uint64_t deadline = gdr_time_ns() + (uint64_t)gdr_param_int(GDR_PARAM_CONNECT_TIMEOUT_MS) * 1000000ull * 2;
-  if (!hc || !acc || !accc || !ids || !smh || !rmh || !sreq || !rreq || !sdone || !rdone) {
-    GDR_WARN("GIN connect: out of memory for %d ranks", n);
-    res = ncclSystemError;
-    goto out;
-  }
-  for (int r = 0; r < n; r++) memcpy(&hc[r], handles[r], sizeof(hc[r]));
-  while (nconn < n || nacc < n) {
+  const int n = m->n;
+  while (m->nconn < n || m->nacc < n) {
     for (int r = 0; r < n; r++) {
       if (c->peers[r].send != NULL) continue;
-      GDR_CHECK(gdr_core_connect(netctx, c->dev, -1, &hc[r], &c->peers[r].send));
-      if (c->peers[r].send != NULL) nconn++;
+      GDR_CHECK(gdr_core_connect(netctx, c->dev, -1, &m->hc[r], &c->peers[r].send));
+      if (c->peers[r].send != NULL) m->nconn++;
     }
-    if (nacc < n) {
-      GDR_CHECK(gdr_core_accept(listen_comm, &acc[nacc]));
-      if (acc[nacc] != NULL) accc[nacc] = acc[nacc], nacc++;
+    if (m->nacc < n) {
+      GDR_CHECK(gdr_core_accept(listen_comm, &m->acc[m->nacc]));
+      if (m->acc[m->nacc] != NULL) m->accc[m->nacc] = m->acc[m->nacc], m->nacc++;
     }
-    if (gdr_time_ns() > deadline) {
+    if (gdr_time_ns() > m->deadline) {
       GDR_WARN("GIN connect: rank %d of %d has %d of %d connections and %d of %d accepted after %lld ms: a rank "
                "is missing or unreachable",
-               c->rank, n, nconn, n, nacc, n, (long long)gdr_param_int(GDR_PARAM_CONNECT_TIMEOUT_MS) * 2);
+               c->rank, n, m->nconn, n, m->nacc, n, (long long)gdr_param_int(GDR_PARAM_CONNECT_TIMEOUT_MS) * 2);
       res = ncclRemoteError;
       goto out;
     }
-    if (nconn < n || nacc < n) sched_yield();
+    if (m->nconn < n || m->nacc < n) sched_yield();
   }
+out:
+  return res;
+}
+
+/* one round of rank r's introductions: this rank's on its send comm, and what came on the r-th accepted comm */
+static ncclResult_t mesh_introduce(struct gin_comm *c, struct mesh *m, int r) {
+  ncclResult_t res = ncclSuccess;
+  if (m->sreq[r] == NULL && !m->sdone[r])
+    GDR_CHECK(gdr_core_isend(c->peers[r].send, &m->ids[r], sizeof(m->ids[r]), 0, m->smh[r], NULL, &m->sreq[r]));
+  if (m->rreq[r] == NULL && !m->rdone[r]) {
+    void *d = &m->ids[m->n + r];
+    size_t sz = sizeof(m->ids[r]);
+    int tag = 0;
+    GDR_CHECK(gdr_core_irecv(m->acc[r], 1, &d, &sz, &tag, &m->rmh[r], NULL, &m->rreq[r]));
+  }
+  if (m->sreq[r] != NULL) {
+    GDR_CHECK(gdr_core_test(m->sreq[r], &m->sdone[r], NULL, NULL));
+    if (m->sdone[r]) m->sreq[r] = NULL, m->nid++;
+  }
+  if (m->rreq[r] != NULL) {
+    GDR_CHECK(gdr_core_test(m->rreq[r], &m->rdone[r], NULL, NULL));
+    if (m->rdone[r]) m->rreq[r] = NULL, m->nid++;
+  }
+out:
+  return res;
+}
+
+/* every rank says who it is on its send comm (struct ident), and every accepted comm's first message is read */
+static ncclResult_t mesh_exchange(struct gin_comm *c, struct mesh *m) {
+  ncclResult_t res = ncclSuccess;
+  const int n = m->n;
   for (int r = 0; r < n; r++) {
-    ids[r].magic = GIN_WIRE_MAGIC;
-    ids[r].rank = (uint32_t)c->rank;
-    ids[r].nranks = (uint32_t)n;
-    ids[r].caps = GIN_CAP_BYE;
-    GDR_CHECK(gdr_core_reg_mr(c->peers[r].send, &ids[r], sizeof(ids[r]), NCCL_PTR_HOST, &smh[r]));
-    GDR_CHECK(gdr_core_reg_mr(acc[r], &ids[n + r], sizeof(ids[r]), NCCL_PTR_HOST, &rmh[r]));
+    m->ids[r].magic = GIN_WIRE_MAGIC;
+    m->ids[r].rank = (uint32_t)c->rank;
+    m->ids[r].nranks = (uint32_t)n;
+    m->ids[r].caps = GIN_CAP_BYE;
+    GDR_CHECK(gdr_core_reg_mr(c->peers[r].send, &m->ids[r], sizeof(m->ids[r]), NCCL_PTR_HOST, &m->smh[r]));
+    GDR_CHECK(gdr_core_reg_mr(m->acc[r], &m->ids[n + r], sizeof(m->ids[r]), NCCL_PTR_HOST, &m->rmh[r]));
   }
-  while (nid < 2 * n) {
-    for (int r = 0; r < n; r++) {
-      if (sreq[r] == NULL && !sdone[r])
-        GDR_CHECK(gdr_core_isend(c->peers[r].send, &ids[r], sizeof(ids[r]), 0, smh[r], NULL, &sreq[r]));
-      if (rreq[r] == NULL && !rdone[r]) {
-        void *d = &ids[n + r];
-        size_t sz = sizeof(ids[r]);
-        int tag = 0;
-        GDR_CHECK(gdr_core_irecv(acc[r], 1, &d, &sz, &tag, &rmh[r], NULL, &rreq[r]));
-      }
-      if (sreq[r] != NULL) {
-        GDR_CHECK(gdr_core_test(sreq[r], &sdone[r], NULL, NULL));
-        if (sdone[r]) sreq[r] = NULL, nid++;
-      }
-      if (rreq[r] != NULL) {
-        GDR_CHECK(gdr_core_test(rreq[r], &rdone[r], NULL, NULL));
-        if (rdone[r]) rreq[r] = NULL, nid++;
-      }
-    }
-    if (gdr_time_ns() > deadline) {
+  while (m->nid < 2 * n) {
+    for (int r = 0; r < n; r++) GDR_CHECK(mesh_introduce(c, m, r));
+    if (gdr_time_ns() > m->deadline) {
       GDR_WARN("GIN connect: rank %d of %d: the ranks did not introduce themselves in time", c->rank, n);
       res = ncclRemoteError;
       goto out;
     }
   }
+out:
+  return res;
+}
+
+/* each accepted comm is the receive comm of the rank it introduced, once: no stranger, no rank twice */
+static ncclResult_t mesh_assign(struct gin_comm *c, struct mesh *m) {
+  const int n = m->n;
   for (int i = 0; i < n; i++) {
-    struct ident *id = &ids[n + i];
+    struct ident *id = &m->ids[n + i];
     if (id->magic != GIN_WIRE_MAGIC || id->nranks != (uint32_t)n || id->rank >= (uint32_t)n ||
         c->peers[id->rank].recv != NULL) {
       GDR_WARN("GIN connect: rank %d of %d: an accepted connection says rank %u of %u: not one of this group", c->rank,
                n, id->rank, id->nranks);
-      res = ncclInvalidUsage;
-      goto out;
+      return ncclInvalidUsage;
     }
-    c->peers[id->rank].recv = acc[i];
+    c->peers[id->rank].recv = m->acc[i];
     c->peers[id->rank].caps = id->caps;
-    acc[i] = NULL;
+    m->acc[i] = NULL;
   }
+  return ncclSuccess;
+}
+
+/* Connects to every rank and accepts every rank (bounded by GDRNET_CONNECT_TIMEOUT_MS), then learns which
+ * accepted comm is whose from a first message on each send comm. */
+static ncclResult_t mesh(struct gin_comm *c, void *netctx, void *handles[], void *listen_comm) {
+  ncclResult_t res = ncclSuccess;
+  struct mesh m;
+  if (!mesh_alloc(&m, c->nranks, handles)) {
+    GDR_WARN("GIN connect: out of memory for %d ranks", c->nranks);
+    res = ncclSystemError;
+    goto out;
+  }
+  GDR_CHECK(mesh_connect(c, &m, netctx, listen_comm));
+  GDR_CHECK(mesh_exchange(c, &m));
+  GDR_CHECK(mesh_assign(c, &m));
 out:
-  for (int r = 0; r < n && smh != NULL; r++) {
-    if (smh[r] != NULL) (void)gdr_core_dereg_mr(c->peers[r].send, smh[r]);
-  }
-  for (int r = 0; r < n && rmh != NULL && accc != NULL; r++)
-    if (rmh[r] != NULL) (void)gdr_core_dereg_mr(accc[r], rmh[r]);
-  for (int r = 0; r < n && acc != NULL; r++)
-    if (acc[r] != NULL) (void)gdr_core_close_recv(acc[r]);
-  free(hc);
-  free(acc);
-  free(accc);
-  free(ids);
-  free(smh);
-  free(rmh);
-  free(sreq);
-  free(rreq);
-  free(sdone);
-  free(rdone);
+  mesh_free(c, &m);
   return res;
 }
 
@@ -256,6 +291,8 @@ ncclResult_t gdr_gin_connect(void *ctx, void *handles[], int nranks, int rank, i
   }
   pthread_mutex_init(&c->lock, NULL);
   c->magic = GDR_GIN_COMM_MAGIC;
+  c->path[GIN_PATH_MSG] = &gin_msg_path; /* in the order they come up: the RDMA path talks over messages */
+  c->path[GIN_PATH_RDMA] = &gin_rdma_path;
   c->rank = rank;
   c->nranks = nranks;
   c->dev = lc->dev;
@@ -270,8 +307,12 @@ ncclResult_t gdr_gin_connect(void *ctx, void *handles[], int nranks, int rank, i
     goto out;
   }
   GDR_CHECK(mesh(c, g->netctx, handles, listen_comm));
-  GDR_CHECK(gin_os_setup(c));
-  GDR_CHECK(gin_rdma_setup(c));
+  for (int r = 0; r < nranks; r++) { /* what the RDMA path asks of the transport's comms, without the net core's */
+    c->peers[r].send_tc = ((struct gdr_comm *)c->peers[r].send)->tcomm;
+    c->peers[r].recv_tc = ((struct gdr_comm *)c->peers[r].recv)->tcomm;
+  }
+  for (int k = 0; k < GIN_NPATHS; k++)
+    if (c->path[k]->setup != NULL) GDR_CHECK(c->path[k]->setup(c));
   GDR_INFO(NCCL_INIT | NCCL_NET,
            "GIN rank %d of %d connected on device %d (%s): %d context(s), %d operations in "
            "flight per rank and context",
@@ -281,34 +322,6 @@ ncclResult_t gdr_gin_connect(void *ctx, void *handles[], int nranks, int rank, i
 out:
   comm_free(c);
   return res;
-}
-
-void gin_peer_bye(struct gin_comm *c, int peer) {
-  struct gin_peer *p = &c->peers[peer];
-  int failed = 0;
-  if (p->gone) return;
-  p->gone = 1;
-  /* the sends already posted finish (or fail, unheeded); the rest are dropped; no entry names a request now */
-  for (uint32_t i = p->head; i != p->tail; i++) {
-    struct gin_send *e = &p->q[i % p->qcap];
-    e->owner = NULL;
-    if (e->posted == 0) {
-      p->tail = i;
-      break;
-    }
-    e->size = e->posted;
-  }
-  for (uint32_t i = 0; i < c->npool; i++) {
-    struct gin_req *r = &c->pool[i];
-    if (r->kind == GIN_RQ_USER && r->peer == peer && !r->done) {
-      r->err = ncclRemoteError;
-      r->done = 1;
-      failed++;
-    }
-  }
-  gin_rdma_peer_gone(c, peer);
-  GDR_INFO(NCCL_NET, "GIN rank %d: rank %d closed its comm; %d operation(s) towards it failed, later ones fail too",
-           c->rank, peer, failed);
 }
 
 /* Nothing of this rank's in flight: no operation, every queued message wholly posted (what is left only awaits its
@@ -339,17 +352,14 @@ static void say_bye(struct gin_comm *c) {
   for (int r = 0; r < c->nranks && c->error == ncclSuccess; r++) {
     struct gin_hdr h;
     if (r == c->rank || c->peers[r].gone || !(c->peers[r].caps & GIN_CAP_BYE)) continue;
-    if (gin_os_room(c, r) < 1) {
-      GDR_INFO(NCCL_NET, "GIN rank %d closes: the queue towards rank %d is full, it is not told", c->rank, r);
-      continue;
-    }
     memset(&h, 0, sizeof(h));
     h.magic = GIN_WIRE_MAGIC;
     h.op = GIN_OP_BYE;
-    gin_os_queue_hdr(c, r, NULL, &h, NULL, 0);
+    if (!say(c, r, &h))
+      GDR_INFO(NCCL_NET, "GIN rank %d closes: the queue towards rank %d is full, it is not told", c->rank, r);
   }
   c->closing = 1;
-  while (c->error == ncclSuccess && gin_os_progress(c) == ncclSuccess) {
+  while (c->error == ncclSuccess && progress(c) == ncclSuccess) {
     int left = 0;
     for (int r = 0; r < c->nranks; r++)
       if (r != c->rank && !c->peers[r].gone && c->peers[r].head != c->peers[r].tail) left++;
@@ -447,15 +457,10 @@ static struct gin_comm *resolve(void *target, int *ncontexts, int *depth, const 
 
 /* ------------------------------------------------------------------------------------------------- windows -- */
 
-struct gin_mr *gin_mr_find(struct gin_comm *c, uint32_t id) {
-  for (struct gin_mr *m = c->mrs; m != NULL; m = m->next)
-    if (m->id == id) return m;
-  return NULL;
-}
-
 static ncclResult_t mr_free(struct gin_comm *c, struct gin_mr *m) {
   ncclResult_t res = ncclSuccess, r;
-  gin_rdma_dereg(c, m);
+  for (int k = 0; k < GIN_NPATHS; k++)
+    if (c->path[k]->dereg != NULL) c->path[k]->dereg(c, m);
   for (int p = 0; p < c->nranks; p++) {
     if (m->smh != NULL && m->smh[p] != NULL && (r = gdr_core_dereg_mr(c->peers[p].send, m->smh[p])) != ncclSuccess)
       res = r;
@@ -472,31 +477,33 @@ static ncclResult_t mr_free(struct gin_comm *c, struct gin_mr *m) {
   return res;
 }
 
-ncclResult_t gdr_gin_reg_mr_sym(void *coll_comm, void *data, size_t size, int type, uint64_t offset, int fd,
-                                uint64_t mr_flags, void **mhandle) {
+/* out of the comm's list of windows: 1, or 0 where it was not in it */
+static int mr_unlink(struct gin_comm *c, struct gin_mr *m) {
+  for (struct gin_mr **pm = &c->mrs; *pm != NULL; pm = &(*pm)->next)
+    if (*pm == m) {
+      *pm = m->next;
+      return 1;
+    }
+  return 0;
+}
+
+/* A window over [data, +size), every rank's size not yet heard, registered on each of the mesh's comms and on every
+ * path that registers windows. *out is the window as soon as it exists, also after a failure (mr_free frees it). */
+static ncclResult_t mr_make(struct gin_comm *c, void *data, size_t size, int type, uint64_t offset, int fd,
+                            struct gin_mr **out) {
   ncclResult_t res = ncclSuccess;
-  struct gin_comm *c = coll_comm;
-  struct gin_mr *m = NULL;
-  int locked = 0, heard = 0;
-  uint64_t deadline = gdr_time_ns() + (uint64_t)gdr_param_int(GDR_PARAM_CONNECT_TIMEOUT_MS) * 1000000ull;
-  (void)mr_flags; /* every put is applied before its signal: ordering is strong already */
-  if (mhandle == NULL) return ncclInternalError;
-  *mhandle = NULL;
-  if (c == NULL || c->magic != GDR_GIN_COMM_MAGIC || (type != NCCL_PTR_HOST && type != NCCL_PTR_CUDA)) {
-    GDR_WARN("GIN regMrSym: bad arguments (comm %p, type %d)", coll_comm, type);
-    return ncclInvalidArgument;
-  }
-  m = calloc(1, sizeof(*m));
+  struct gin_mr *m = calloc(1, sizeof(*m));
+  /* device memory may go over a host-only transport (TCP stages it): GDR_PTR_STAGED */
+  const int t = type == NCCL_PTR_CUDA ? NCCL_PTR_CUDA | GDR_PTR_STAGED : type;
+  *out = m;
   if (m == NULL) return ncclSystemError;
   m->smh = calloc((size_t)c->nranks, sizeof(void *));
   m->rmh = calloc((size_t)c->nranks, sizeof(void *));
   m->peer_size = calloc((size_t)c->nranks, sizeof(uint64_t));
   m->peer_va = calloc((size_t)c->nranks, sizeof(uint64_t));
   m->peer_rkey = calloc((size_t)c->nranks, sizeof(uint32_t));
-  if (m->smh == NULL || m->rmh == NULL || m->peer_size == NULL || m->peer_va == NULL || m->peer_rkey == NULL) {
-    res = ncclSystemError;
-    goto out;
-  }
+  if (m->smh == NULL || m->rmh == NULL || m->peer_size == NULL || m->peer_va == NULL || m->peer_rkey == NULL)
+    return ncclSystemError;
   m->magic = GDR_GIN_MR_MAGIC;
   m->comm = c;
   m->base = data;
@@ -505,8 +512,6 @@ ncclResult_t gdr_gin_reg_mr_sym(void *coll_comm, void *data, size_t size, int ty
   if (type == NCCL_PTR_CUDA) GDR_CHECK(gdr_cuda_mem_ctx(data, &m->cuda_ctx));
   for (int p = 0; p < c->nranks; p++) {
     m->peer_size[p] = UINT64_MAX;
-    /* device memory may go over a host-only transport (TCP stages it): GDR_PTR_STAGED */
-    const int t = type == NCCL_PTR_CUDA ? NCCL_PTR_CUDA | GDR_PTR_STAGED : type;
     if (fd >= 0) {
       GDR_CHECK(gdr_core_reg_mr_dmabuf(c->peers[p].send, data, size, t, offset, fd, &m->smh[p]));
       GDR_CHECK(gdr_core_reg_mr_dmabuf(c->peers[p].recv, data, size, t, offset, fd, &m->rmh[p]));
@@ -515,9 +520,15 @@ ncclResult_t gdr_gin_reg_mr_sym(void *coll_comm, void *data, size_t size, int ty
       GDR_CHECK(gdr_core_reg_mr(c->peers[p].recv, data, size, t, &m->rmh[p]));
     }
   }
-  GDR_CHECK(gin_rdma_reg(c, m, offset, fd));
-  pthread_mutex_lock(&c->lock);
-  locked = 1;
+  for (int k = 0; k < GIN_NPATHS; k++)
+    if (c->path[k]->reg != NULL) GDR_CHECK(c->path[k]->reg(c, m, offset, fd));
+out:
+  return res;
+}
+
+/* Under the lock: the window takes the next id (the same on every rank: registration is collective, in order), and
+ * what peers registered for that id before this rank did is taken in. */
+static void mr_adopt(struct gin_comm *c, struct gin_mr *m) {
   m->id = c->next_mr_id++;
   m->next = c->mrs;
   c->mrs = m;
@@ -533,54 +544,79 @@ ncclResult_t gdr_gin_reg_mr_sym(void *coll_comm, void *data, size_t size, int ty
       pe = &e->next;
     }
   }
+}
+
+/* GIN_OP_REG {id, size, base, rkey} to every rank still there (one that closed is not awaited either) */
+static ncclResult_t mr_announce(struct gin_comm *c, const struct gin_mr *m) {
   for (int p = 0; p < c->nranks; p++) {
     struct gin_hdr h;
-    if (c->peers[p].gone) continue; /* it closed: its registrations are not awaited either */
-    if (gin_os_room(c, p) < 1) {
-      GDR_WARN("GIN regMrSym: the queue towards rank %d is full (register with no operation in flight)", p);
-      res = ncclInvalidUsage;
-      goto out;
-    }
+    if (c->peers[p].gone) continue;
     memset(&h, 0, sizeof(h));
     h.magic = GIN_WIRE_MAGIC;
     h.op = GIN_OP_REG;
     h.mr = m->id;
-    h.size = size;
-    h.aux = (uint64_t)(uintptr_t)data;
-    h.rkey = gin_rdma_rkey(m);
-    gin_os_queue_hdr(c, p, NULL, &h, NULL, 0);
+    h.size = m->size;
+    h.aux = (uint64_t)(uintptr_t)m->base;
+    h.rkey = m->rkey;
+    if (!say(c, p, &h)) {
+      GDR_WARN("GIN regMrSym: the queue towards rank %d is full (register with no operation in flight)", p);
+      return ncclInvalidUsage;
+    }
   }
-  /* every rank's size, within the connect timeout (a rank that never registers this window is missing) */
-  while (!heard) {
-    GDR_CHECK(gin_os_progress(c));
-    heard = 1;
+  return ncclSuccess;
+}
+
+/* Under the lock (left while yielding): every rank's size, before the deadline (a rank that never registers this
+ * window is missing). */
+static ncclResult_t mr_await(struct gin_comm *c, const struct gin_mr *m, uint64_t deadline) {
+  ncclResult_t res = ncclSuccess;
+  for (;;) {
+    int heard = 1;
+    GDR_CHECK(progress(c));
     for (int p = 0; p < c->nranks; p++)
       if (m->peer_size[p] == UINT64_MAX && !c->peers[p].gone) heard = 0;
-    if (!heard && gdr_time_ns() > deadline) {
+    if (heard) break;
+    if (gdr_time_ns() > deadline) {
       GDR_WARN("GIN regMrSym: rank %d: not every rank registered window %u within GDRNET_CONNECT_TIMEOUT_MS", c->rank,
                m->id);
       res = ncclRemoteError;
       goto out;
     }
-    if (!heard) {
-      pthread_mutex_unlock(&c->lock);
-      sched_yield();
-      pthread_mutex_lock(&c->lock);
-    }
+    pthread_mutex_unlock(&c->lock);
+    sched_yield();
+    pthread_mutex_lock(&c->lock);
   }
+out:
+  return res;
+}
+
+ncclResult_t gdr_gin_reg_mr_sym(void *coll_comm, void *data, size_t size, int type, uint64_t offset, int fd,
+                                uint64_t mr_flags, void **mhandle) {
+  ncclResult_t res = ncclSuccess;
+  struct gin_comm *c = coll_comm;
+  struct gin_mr *m = NULL;
+  int locked = 0;
+  uint64_t deadline = gdr_time_ns() + (uint64_t)gdr_param_int(GDR_PARAM_CONNECT_TIMEOUT_MS) * 1000000ull;
+  (void)mr_flags; /* every put is applied before its signal: ordering is strong already */
+  if (mhandle == NULL) return ncclInternalError;
+  *mhandle = NULL;
+  if (c == NULL || c->magic != GDR_GIN_COMM_MAGIC || (type != NCCL_PTR_HOST && type != NCCL_PTR_CUDA)) {
+    GDR_WARN("GIN regMrSym: bad arguments (comm %p, type %d)", coll_comm, type);
+    return ncclInvalidArgument;
+  }
+  GDR_CHECK(mr_make(c, data, size, type, offset, fd, &m));
+  pthread_mutex_lock(&c->lock);
+  locked = 1;
+  mr_adopt(c, m);
+  GDR_CHECK(mr_announce(c, m));
+  GDR_CHECK(mr_await(c, m, deadline));
   GDR_INFO(NCCL_NET, "GIN rank %d: window %u %p %zu bytes (%s) registered on all %d ranks", c->rank, m->id, data, size,
            type == NCCL_PTR_CUDA ? "CUDA" : "host", c->nranks);
   *mhandle = m;
   m = NULL;
 out:
   if (m != NULL) {
-    if (locked) {
-      for (struct gin_mr **pm = &c->mrs; *pm != NULL; pm = &(*pm)->next)
-        if (*pm == m) {
-          *pm = m->next;
-          break;
-        }
-    }
+    if (locked) (void)mr_unlink(c, m);
     (void)mr_free(c, m);
   }
   if (locked) pthread_mutex_unlock(&c->lock);
@@ -596,12 +632,7 @@ ncclResult_t gdr_gin_dereg_mr_sym(void *coll_comm, void *mhandle) {
     return ncclInvalidArgument;
   }
   pthread_mutex_lock(&c->lock);
-  for (struct gin_mr **pm = &c->mrs; *pm != NULL; pm = &(*pm)->next)
-    if (*pm == m) {
-      *pm = m->next;
-      res = ncclSuccess;
-      break;
-    }
+  if (mr_unlink(c, m)) res = ncclSuccess;
   pthread_mutex_unlock(&c->lock);
   if (res == ncclSuccess) res = mr_free(c, m);
   return res;
@@ -614,24 +645,31 @@ static struct gin_mr *mr_of(struct gin_comm *c, void *mh) {
   return m != NULL && m->magic == GDR_GIN_MR_MAGIC && m->comm == c ? m : NULL;
 }
 
-/* Admits one operation towards rank (context slot; room for `entries` messages, or on the one-sided RDMA path
- * for `size` bytes and a signal), or *request = NULL. */
-static ncclResult_t admit(struct gin_comm *c, int context, int depth, uint32_t rank, uint32_t entries, size_t size,
-                          int signal, struct gin_req **out) {
+/* the path operations towards peer take now: the last one that carries them (the message path carries all) */
+static const struct gin_path *route(struct gin_comm *c, int peer) {
+  for (int k = GIN_NPATHS; k-- > 0;) {
+    const struct gin_path *p = c->path[k];
+    if (p->issue != NULL && (p->carries == NULL || p->carries(c, peer))) return p;
+  }
+  return c->path[GIN_PATH_MSG];
+}
+
+/* Admits one operation towards rank (context slot; room on the path it takes, *via), or *request = NULL. */
+static ncclResult_t admit(struct gin_comm *c, int context, int depth, uint32_t rank, const struct gin_op *o,
+                          struct gin_req **out, const struct gin_path **via) {
   struct gin_peer *p = &c->peers[rank];
   int slotc = context % GDR_GIN_MAX_CONTEXTS;
   *out = NULL;
   if (c->error != ncclSuccess) return c->error;
-  (void)gin_os_progress(c); /* frees what completed; an error is in c->error */
+  (void)progress(c); /* frees what completed; an error is in c->error */
   if (c->error != ncclSuccess) return c->error;
   if (p->gone) {
     GDR_WARN("GIN rank %d: an operation towards rank %u, which closed its comm", c->rank, rank);
     return ncclRemoteError;
   }
   if (p->inflight[slotc] >= depth) return ncclSuccess;
-  if (gin_rdma_peer_active(c, (int)rank) ? !gin_rdma_room(c, (int)rank, size, signal)
-                                         : gin_os_room(c, (int)rank) < entries)
-    return ncclSuccess;
+  *via = route(c, (int)rank);
+  if (!(*via)->room(c, (int)rank, o)) return ncclSuccess;
   *out = gin_req_get(c);
   if (*out == NULL) return ncclSuccess;
   (*out)->peer = (int)rank;
@@ -639,6 +677,12 @@ static ncclResult_t admit(struct gin_comm *c, int context, int depth, uint32_t r
   (*out)->nwr = 0;
   p->inflight[slotc]++;
   return ncclSuccess;
+}
+
+/* the admitted operation to its path (one that only queues is progressed at once) */
+static void issue(struct gin_comm *c, const struct gin_path *via, struct gin_req *r, const struct gin_op *o) {
+  via->issue(c, r, o);
+  if (via->kick) (void)progress(c);
 }
 
 static ncclResult_t put_common(void *target, int context, uint64_t src_off, void *src_mh, size_t size, uint64_t dst_off,
@@ -649,6 +693,9 @@ static ncclResult_t put_common(void *target, int context, uint64_t src_off, void
   struct gin_comm *c = resolve(target, &ncontexts, &depth, what);
   struct gin_mr *src, *dst, *sig = NULL;
   struct gin_req *r = NULL;
+  const struct gin_path *via = NULL;
+  struct gin_op op;
+  memset(&op, 0, sizeof(op));
   if (request == NULL) return ncclInternalError;
   *request = NULL;
   if (c == NULL) return ncclInvalidArgument;
@@ -677,20 +724,15 @@ static ncclResult_t put_common(void *target, int context, uint64_t src_off, void
     res = ncclInvalidArgument;
     goto out;
   }
-  GDR_CHECK(admit(c, context, depth, rank, gin_os_put_entries(src, size), size, signal, &r));
+  op.kind = GIN_K_PUT;
+  op.lm = src, op.loff = src_off, op.rm = dst, op.roff = dst_off, op.size = size;
+  op.signal = signal, op.sm = sig, op.soff = sig_off, op.sval = sig_op == NCCL_NET_SIGNAL_OP_INC ? 1 : sig_val;
+  GDR_CHECK(admit(c, context, depth, rank, &op, &r, &via));
   if (r == NULL) goto out; /* try again */
   GIN_COUNT(c, puts, 1);
   GIN_COUNT(c, bytes, size);
   if (signal) GIN_COUNT(c, signals, 1);
-  if (gin_rdma_peer_active(c, (int)rank)) {
-    gin_rdma_put(c, r, src, src_off, dst, dst_off, size, sig, sig_off, sig_op == NCCL_NET_SIGNAL_OP_INC ? 1 : sig_val,
-                 signal);
-    *request = r;
-    goto out;
-  }
-  gin_os_put(c, r, src, src_off, dst, dst_off, size, sig, sig_off, sig_op == NCCL_NET_SIGNAL_OP_INC ? 1 : sig_val,
-             signal);
-  (void)gin_os_progress(c);
+  issue(c, via, r, &op);
   *request = r;
 out:
   pthread_mutex_unlock(&c->lock);
@@ -716,6 +758,9 @@ ncclResult_t gdr_gin_iget(void *target, int context, uint64_t remote_off, void *
   struct gin_comm *c = resolve(target, &ncontexts, &depth, "iget");
   struct gin_mr *rm, *lm;
   struct gin_req *r = NULL;
+  const struct gin_path *via = NULL;
+  struct gin_op op;
+  memset(&op, 0, sizeof(op));
   if (request == NULL) return ncclInternalError;
   *request = NULL;
   if (c == NULL) return ncclInvalidArgument;
@@ -735,17 +780,13 @@ ncclResult_t gdr_gin_iget(void *target, int context, uint64_t remote_off, void *
     res = ncclInvalidArgument;
     goto out;
   }
-  GDR_CHECK(admit(c, context, depth, rank, 1, size, 0, &r));
+  op.kind = GIN_K_GET;
+  op.rm = rm, op.roff = remote_off, op.lm = lm, op.loff = local_off, op.size = size;
+  GDR_CHECK(admit(c, context, depth, rank, &op, &r, &via));
   if (r == NULL) goto out;
   GIN_COUNT(c, gets, 1);
   GIN_COUNT(c, bytes, size);
-  if (gin_rdma_peer_active(c, (int)rank)) {
-    gin_rdma_get(c, r, rm, remote_off, lm, local_off, size);
-    *request = r;
-    goto out;
-  }
-  gin_os_get(c, r, rm, remote_off, lm, local_off, size);
-  (void)gin_os_progress(c);
+  issue(c, via, r, &op);
   *request = r;
 out:
   pthread_mutex_unlock(&c->lock);
@@ -757,7 +798,11 @@ ncclResult_t gdr_gin_iflush(void *target, int context, void *mh, uint32_t rank, 
   int ncontexts = 1, depth = 1;
   struct gin_comm *c = resolve(target, &ncontexts, &depth, "iflush");
   struct gin_req *r = NULL;
+  const struct gin_path *via = NULL;
+  struct gin_op op;
   (void)mh; /* a flush covers every window: the target acknowledges once all that came before is applied */
+  memset(&op, 0, sizeof(op));
+  op.kind = GIN_K_FLUSH;
   if (request == NULL) return ncclInternalError;
   *request = NULL;
   if (c == NULL) return ncclInvalidArgument;
@@ -766,20 +811,14 @@ ncclResult_t gdr_gin_iflush(void *target, int context, void *mh, uint32_t rank, 
     return ncclInvalidArgument;
   }
   pthread_mutex_lock(&c->lock);
-  GDR_CHECK(admit(c, context, depth, rank, 1, 8, 0, &r));
+  GDR_CHECK(admit(c, context, depth, rank, &op, &r, &via));
   if (r == NULL) {
     /* NCCL reads a NULL flush request as done: never answer "try again" here */
     GDR_WARN("GIN iflush: the queue towards rank %u is full", rank);
     res = ncclInternalError;
     goto out;
   }
-  if (gin_rdma_peer_active(c, (int)rank)) {
-    gin_rdma_flush(c, r, mr_of(c, mh));
-    *request = r;
-    goto out;
-  }
-  gin_os_flush(c, r);
-  (void)gin_os_progress(c);
+  issue(c, via, r, &op);
   *request = r;
 out:
   pthread_mutex_unlock(&c->lock);
@@ -799,7 +838,7 @@ ncclResult_t gdr_gin_test(void *coll_comm, void *request, int *done) {
     return ncclInvalidArgument;
   }
   pthread_mutex_lock(&c->lock);
-  if (!r->done) (void)gin_os_progress(c);
+  if (!r->done) (void)progress(c);
   if (r->done) {
     *done = 1;
     res = r->err;
@@ -820,7 +859,7 @@ ncclResult_t gdr_gin_progress(void *target) {
   if (c == NULL) return ncclInvalidArgument;
   if (pthread_mutex_trylock(&c->lock) != 0) /* another thread is progressing it */
     return __atomic_load_n(&c->error, __ATOMIC_RELAXED);
-  res = gin_os_progress(c);
+  res = progress(c);
   pthread_mutex_unlock(&c->lock);
   return res;
 }

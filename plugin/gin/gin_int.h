@@ -1,5 +1,7 @@
-/* The one-sided core's objects, shared by core.c (the version-neutral entry points) and tcp_os.c (the host-staged
- * message path over the net core's comms). Not seen outside plugin/gin/. */
+/* The one-sided core's objects, shared by core.c (the version-neutral entry points, on top), its two paths below it
+ * (tcp_os.c: the host-staged message path over the net core's comms; rdma_os.c: the one-sided RDMA path), which
+ * core.c calls only through their struct gin_path, and shared.c at the bottom (requests, window lookup, signals,
+ * failure). Not seen outside plugin/gin/. */
 #ifndef GDRNET_GIN_INT_H
 #define GDRNET_GIN_INT_H
 
@@ -72,6 +74,9 @@ _Static_assert(sizeof(struct gin_hdr) == 72, "gin_hdr is 72 bytes");
 #define GIN_MSG_MAX (sizeof(struct gin_hdr) + GDR_GIN_INLINE)
 
 struct gin_comm;
+struct gin_path;
+/* the paths under a comm (struct gin_path, below) */
+enum { GIN_PATH_MSG = 0, GIN_PATH_RDMA = 1, GIN_NPATHS = 2 };
 
 /* A window: the same id on every rank. */
 struct gin_mr {
@@ -88,6 +93,7 @@ struct gin_mr {
   uint64_t *peer_va;   /* [nranks] every rank's base address */
   uint32_t *peer_rkey; /* [nranks] and remote key (one-sided RDMA path) */
   void *ibmr;          /* its registration on the one-sided RDMA path (struct ibv_mr), or NULL */
+  uint32_t rkey;       /* and its remote key (0 without) */
   struct gin_mr *next;
 };
 
@@ -121,8 +127,9 @@ struct gin_send {
 
 enum { GIN_RX_IDLE = 0, GIN_RX_HDR, GIN_RX_DATA };
 struct gin_peer {
-  void *send, *recv;     /* net-core comms */
-  void *tx_smh, *rx_rmh; /* tx ring and rx buffer, registered on them */
+  void *send, *recv;       /* net-core comms */
+  void *send_tc, *recv_tc; /* the transport's comms under them (core.c reads them off the net core's) */
+  void *tx_smh, *rx_rmh;   /* tx ring and rx buffer, registered on them */
   /* send FIFO [head, tail) (positions modulo qcap) and its header ring */
   struct gin_send *q;
   unsigned char *tx; /* qcap x GIN_MSG_MAX, host */
@@ -166,7 +173,8 @@ struct gin_comm {
   ncclResult_t error; /* sticky: the first failure (a dead peer, a broken connection) */
   int closing;        /* a clean close has said GIN_OP_BYE: a failure now is this rank's alone (no GIN_OP_ABORT) */
   int nctx_live;
-  struct gin_rdma *rdma; /* the one-sided RDMA path (rdma_os.c), or NULL: every operation is a message */
+  const struct gin_path *path[GIN_NPATHS]; /* GIN_PATH_*: the paths core.c put under the comm (NULL: none) */
+  struct gin_rdma *rdma; /* the one-sided RDMA path's state (rdma_os.c), or NULL: every operation is a message */
   uint64_t puts, signals, gets, bytes, errors, recoveries, replayed, moves;
   int stats_tp; /* GDR_STATS_TP_*: the transport under it, for the stats file's gdrnet_gin_* counters */
 };
@@ -184,10 +192,67 @@ enum { GDR_GIN_PATH_AUTO = 0, GDR_GIN_PATH_MESSAGES = 1 };
 /* GDRNET_GIN_SIGNAL */
 enum { GDR_GIN_SIGNAL_IMM = 0, GDR_GIN_SIGNAL_ATOMIC = 1 };
 
-/* tcp_os.c */
-/* The pool (size from the comm's contexts and depth), the FIFOs and the receive buffers; registered on every comm. */
-ncclResult_t gin_os_setup(struct gin_comm *c);
-/* gin_os_setup's memory alone (no registration): the pool, the FIFOs and the receive buffers (gin_os_teardown). */
+/* One user operation as core.c hands it to a path (checked against the windows already). */
+enum { GIN_K_PUT = 1, GIN_K_GET, GIN_K_FLUSH };
+struct gin_op {
+  int kind, signal;
+  struct gin_mr *lm, *rm, *sm;     /* the local window, the peer's window, the signal's window */
+  uint64_t loff, roff, soff, sval; /* sval: what the target adds */
+  size_t size;
+};
+
+/* A one-sided path under core.c, in the manner of a provider's ops table: the message path (tcp_os.c,
+ * gin_msg_path) and the one-sided RDMA path (rdma_os.c, gin_rdma_path). core.c sets c->path[] and calls the paths
+ * only through it; a path reaches the other only through it too (the RDMA path sends its records as messages, the
+ * message path hands them over). A NULL member: the path has nothing to do there. */
+struct gin_path {
+  const char *name;
+  ncclResult_t (*setup)(struct gin_comm *c); /* after the mesh, in path order (the RDMA path talks over messages) */
+  void (*teardown)(struct gin_comm *c);      /* in reverse order; also after a failed setup */
+  /* after the net core's comms are closed (nothing is placed into a receive posted on them any more): the memory
+   * they were given */
+  void (*release)(struct gin_comm *c);
+  /* posts, tests, receives and applies what it can without blocking; a failure is recorded (sticky) and returned */
+  ncclResult_t (*progress)(struct gin_comm *c);
+  ncclResult_t (*reg)(struct gin_comm *c, struct gin_mr *m, uint64_t offset, int fd); /* a new window */
+  void (*dereg)(struct gin_comm *c, struct gin_mr *m);
+  /* whether operations towards peer go this way now (NULL: always) */
+  int (*carries)(struct gin_comm *c, int peer);
+  /* room towards peer for the operation; then issue it (r's pending counts what it waits for) */
+  int (*room)(struct gin_comm *c, int peer, const struct gin_op *o);
+  void (*issue)(struct gin_comm *c, struct gin_req *r, const struct gin_op *o);
+  int kick; /* issue only queues: core.c runs the progress after it */
+  /* hooks of shared.c: the comm just failed (gin_fail); peer closed cleanly (gin_peer_bye) */
+  void (*on_fail)(struct gin_comm *c);
+  void (*on_peer_gone)(struct gin_comm *c, int peer);
+  /* the message path: a control header (with len bytes inline) towards peer behind its others; 0: no room */
+  int (*say)(struct gin_comm *c, int peer, const struct gin_hdr *h, const void *inl, size_t len);
+  /* the RDMA path: its records that come over the message path (GIN_OP_QP, QP_READY, MOVE): what is wrong with
+   * one (NULL: nothing), checked before anything is applied; then the record itself */
+  const char *(*record_check)(const struct gin_hdr *h, const void *payload);
+  ncclResult_t (*record)(struct gin_comm *c, int peer, const struct gin_hdr *h, const void *payload);
+};
+extern const struct gin_path gin_msg_path;  /* tcp_os.c */
+extern const struct gin_path gin_rdma_path; /* rdma_os.c */
+
+/* shared.c */
+struct gin_req *gin_req_get(struct gin_comm *c);
+void gin_req_put(struct gin_comm *c, struct gin_req *r);
+/* A user operation finished (its sends done, its reply in); its queue slot is freed when test() returns it. */
+void gin_req_finish(struct gin_comm *c, struct gin_req *r);
+/* A GET_REPLY/FLUSH_ACK cookie -> the request, or NULL (not a live one). */
+struct gin_req *gin_req_by_cookie(struct gin_comm *c, uint64_t cookie);
+static inline uint64_t gin_req_cookie(const struct gin_req *r) { return (uint64_t)r->idx | (uint64_t)r->gen << 32; }
+struct gin_mr *gin_mr_find(struct gin_comm *c, uint32_t id);
+/* INC/ADD (val) on the 8-byte word at off of window id, after the data it follows (both paths apply it so). */
+ncclResult_t gin_apply_signal(struct gin_comm *c, int peer, uint32_t id, uint64_t off, uint64_t val);
+/* The comm fails (sticky, the first failure only): a WARN, then every path's on_fail. */
+void gin_fail(struct gin_comm *c, ncclResult_t res, const char *what, int peer);
+/* peer's GIN_OP_BYE came: it is gone (every path's on_peer_gone, its operations in flight failed) */
+void gin_peer_bye(struct gin_comm *c, int peer);
+
+/* tcp_os.c, besides gin_msg_path (the fuzz target gin_msg drives these directly) */
+/* gin_msg_path.setup's memory alone (no registration): the pool, the FIFOs and the receive buffers. */
 ncclResult_t gin_os_alloc(struct gin_comm *c);
 /* A message of len bytes from peer is in its receive buffer: checks every field (a malformed one is a protocol
  * error: a WARN naming the peer, ncclRemoteError) and applies it, or leaves its data to be received into
@@ -196,63 +261,8 @@ ncclResult_t gin_os_alloc(struct gin_comm *c);
 ncclResult_t gin_os_rx_msg(struct gin_comm *c, int peer, size_t len, int *more, int *stall);
 ncclResult_t gin_os_rx_data_done(struct gin_comm *c, int peer);
 void gin_os_teardown(struct gin_comm *c);
-/* Free FIFO entries towards peer. */
-uint32_t gin_os_room(struct gin_comm *c, int peer);
-/* Queues a header (copied into the tx ring, with inline bytes) or a data message behind the peer's others; the
- * caller checked the room. owner's pending is counted. */
-void gin_os_queue_hdr(struct gin_comm *c, int peer, struct gin_req *owner, const struct gin_hdr *h, const void *inl,
-                      size_t inl_len);
-void gin_os_queue_data(struct gin_comm *c, int peer, struct gin_req *owner, char *data, size_t size, void *mh);
-/* Posts, tests, receives and applies what it can without blocking; a failure is recorded (sticky) and returned. */
-ncclResult_t gin_os_progress(struct gin_comm *c);
-struct gin_req *gin_req_get(struct gin_comm *c);
-void gin_req_put(struct gin_comm *c, struct gin_req *r);
-/* A user operation finished (its sends done, its reply in); its queue slot is freed when test() returns it. */
-void gin_req_finish(struct gin_comm *c, struct gin_req *r);
-/* A GET_REPLY/FLUSH_ACK cookie -> the request, or NULL (not a live one). */
-struct gin_req *gin_req_by_cookie(struct gin_comm *c, uint64_t cookie);
-static inline uint64_t gin_req_cookie(const struct gin_req *r) { return (uint64_t)r->idx | (uint64_t)r->gen << 32; }
-/* One user operation as messages towards r->peer, behind the peer's others; the caller checked the room
- * (gin_os_put_entries for a put, 1 for a get or a flush). sig_val is what the target adds. */
-uint32_t gin_os_put_entries(const struct gin_mr *src, size_t size);
-void gin_os_put(struct gin_comm *c, struct gin_req *r, struct gin_mr *src, uint64_t src_off, struct gin_mr *dst,
-                uint64_t dst_off, size_t size, struct gin_mr *sig, uint64_t sig_off, uint64_t sig_val, int signal);
-void gin_os_get(struct gin_comm *c, struct gin_req *r, struct gin_mr *rm, uint64_t roff, struct gin_mr *lm,
-                uint64_t loff, size_t size);
-void gin_os_flush(struct gin_comm *c, struct gin_req *r);
-struct gin_mr *gin_mr_find(struct gin_comm *c, uint32_t id);
-void gin_fail(struct gin_comm *c, ncclResult_t res, const char *what, int peer);
-/* core.c: peer's GIN_OP_BYE came: it is gone (its sends not yet posted dropped, its operations in flight failed) */
-void gin_peer_bye(struct gin_comm *c, int peer);
-/* INC/ADD (val) on the 8-byte word at off of window id, after the data it follows (both paths apply it so). */
-ncclResult_t gin_apply_signal(struct gin_comm *c, int peer, uint32_t id, uint64_t off, uint64_t val);
-/* A GIN_OP_QP / GIN_OP_QP_READY / GIN_OP_MOVE message (rdma_os.c's bring-up, recovery and move over the message
- * path). */
-ncclResult_t gin_rdma_message(struct gin_comm *c, int peer, const struct gin_hdr *h, const void *payload);
-/* What is wrong with a GIN_OP_QP payload (GIN_QPINFO_BYTES), or NULL (rdma_os.c) */
-const char *gin_rdma_qpinfo_check(const void *payload);
 
-/* rdma_os.c: one RC QP per rank on the comm's device, RDMA WRITE for puts, READ for gets and flushes, a
- * WRITE_WITH_IMM of a signal record that the target's progress applies after the data. */
-/* Brings it up when the net core runs RDMA and GDRNET_GIN_PATH allows (else c->rdma stays NULL). */
-ncclResult_t gin_rdma_setup(struct gin_comm *c);
-void gin_rdma_teardown(struct gin_comm *c);
-ncclResult_t gin_rdma_reg(struct gin_comm *c, struct gin_mr *m, uint64_t offset, int fd);
-void gin_rdma_dereg(struct gin_comm *c, struct gin_mr *m);
-uint32_t gin_rdma_rkey(const struct gin_mr *m); /* 0 without a registration */
-/* Whether operations towards peer go to rdma_os.c (gin_rdma_room/put/get/flush): c->rdma is up, and the peer has
- * not moved to the message path or operations issued before that still wait in its list to go as messages (the
- * ones issued now queue behind them). Else they are messages (gin_os_put/get/flush). */
-int gin_rdma_peer_active(struct gin_comm *c, int peer);
-/* Room towards peer for an operation of nwr work requests (signal: it needs an inbox slot too). */
-int gin_rdma_room(struct gin_comm *c, int peer, size_t size, int signal);
-void gin_rdma_put(struct gin_comm *c, struct gin_req *r, struct gin_mr *src, uint64_t src_off, struct gin_mr *dst,
-                  uint64_t dst_off, size_t size, struct gin_mr *sig, uint64_t sig_off, uint64_t sig_val, int signal);
-void gin_rdma_get(struct gin_comm *c, struct gin_req *r, struct gin_mr *rm, uint64_t roff, struct gin_mr *lm,
-                  uint64_t loff, size_t size);
-void gin_rdma_flush(struct gin_comm *c, struct gin_req *r, struct gin_mr *m);
-ncclResult_t gin_rdma_progress(struct gin_comm *c);
-/* peer left cleanly: its listed operations are forgotten (core.c failed them) and its QP's completions ignored */
-void gin_rdma_peer_gone(struct gin_comm *c, int peer);
+/* rdma_os.c, besides gin_rdma_path: what is wrong with a GIN_OP_QP payload (GIN_QPINFO_BYTES), or NULL */
+const char *gin_rdma_qpinfo_check(const void *payload);
 
 #endif /* GDRNET_GIN_INT_H */

@@ -30,7 +30,7 @@
  * that cross need nothing more. With the peer's count in and this side's QP gone, the listed operations follow the
  * rule of replay (a put or flush at or before the last signal the peer applied is complete, gets are read again)
  * and the rest go as messages (tcp_os.c), in order, as the FIFO has room. Until the list is empty new operations
- * towards the peer are listed behind (gin_rdma_peer_active), then they are messages from core.c directly: nothing
+ * towards the peer are listed behind (rdma_carries), then core.c sends them down the message path: nothing
  * passes an operation issued before it, and the messages apply each put's data before its signal. No answer
  * within GDRNET_RECOVERY_TIMEOUT_MS fails the comm. Everything runs under the comm's lock and never blocks. */
 #include <stdlib.h>
@@ -67,14 +67,12 @@ enum { WR_USER = 1, WR_CREDIT = 2, WR_MARK = 3 };
 #define GIN_DRAIN_NS 1000000000ull /* markers not back within 1 s: the QP is destroyed regardless */
 
 /* an operation on this path, kept from its issue to its completion (index = its request's pool index) */
-enum { ROP_PUT = 1, ROP_GET, ROP_FLUSH };
 struct rop {
-  int kind, signal, posted_once;
-  struct gin_mr *lm, *rm, *sm; /* local window, the peer's window, the signal's window */
-  uint64_t loff, roff, soff, sval, seq;
-  size_t size;
-  int nwr;  /* work requests it takes */
-  int next; /* the peer's next operation in issue order, -1 */
+  struct gin_op op;
+  int posted_once;
+  uint64_t seq; /* its signal's number towards the peer (WRITE_WITH_IMM signals) */
+  int nwr;      /* work requests it takes */
+  int next;     /* the peer's next operation in issue order, -1 */
 };
 
 /* a peer's QP: running, or an attempt of recovery (drain the old QP, wait for the peer's new one, wait for its READY),
@@ -105,6 +103,11 @@ struct qpinfo {
   uint32_t ring; /* the sender's signal ring (0: an older plugin's, min(max_qp_wr, GIN_RDMA_QDEPTH)) */
 };
 _Static_assert(sizeof(struct qpinfo) == GIN_QPINFO_BYTES, "GIN_QPINFO_BYTES is struct qpinfo's size");
+
+/* a control header towards peer over the message path, behind what is queued to it; 0: no room */
+static int say(struct gin_comm *c, int peer, const struct gin_hdr *h, const void *payload, size_t len) {
+  return c->path[GIN_PATH_MSG]->say(c, peer, h, payload, len);
+}
 
 const char *gin_rdma_qpinfo_check(const void *payload) {
   struct qpinfo q;
@@ -162,6 +165,10 @@ struct gin_rdma {
 static uint64_t wr_user(const struct gin_req *r) {
   return (uint64_t)WR_USER << 60 | (uint64_t)(r->gen & 0xfffffffu) << 32 | r->idx;
 }
+
+/* ------------------------------------------------------------------------------------------------- the QPs -- */
+/* Every verbs call on a peer's QP's life is here: made (RESET -> INIT), connected (RTR, RTS), its receives, moved to
+ * ERR, destroyed (the work posted on it is the data path's, below). Nothing else makes, moves or destroys one. */
 
 static ncclResult_t qp_create(struct gin_comm *c, struct gin_rdma *g, struct rpeer *p) {
   struct ibv_qp_init_attr a;
@@ -244,12 +251,25 @@ static ncclResult_t qp_connect(struct gin_rdma *g, struct rpeer *p) {
   return ncclSuccess;
 }
 
-static int post_recv(struct rpeer *p) {
+static int qp_post_recv(struct rpeer *p) {
   struct ibv_recv_wr rw, *bad = NULL;
   struct ibv_sge none = {0, 0, 0};
   memset(&rw, 0, sizeof(rw));
   rw.sg_list = &none; /* num_sge 0: a WRITE_WITH_IMM consumes no buffer */
   return gdr_ibv_post_recv(p->qp, &rw, &bad);
+}
+
+/* to ERR: what is posted completes, flushed (1), or the QP is not there or would not move (0) */
+static int qp_to_err(struct rpeer *p) {
+  struct ibv_qp_attr at;
+  memset(&at, 0, sizeof(at));
+  at.qp_state = IBV_QPS_ERR;
+  return p->qp != NULL && gdr_ibv.modify_qp(p->qp, &at, IBV_QP_STATE) == 0;
+}
+
+static void qp_destroy(struct rpeer *p) {
+  if (p->qp != NULL) (void)gdr_ibv.destroy_qp(p->qp);
+  p->qp = NULL;
 }
 
 /* this side's end of the QP to a peer, as the peer needs it */
@@ -291,48 +311,44 @@ static struct ibv_mr *reg(struct gin_rdma *g, void *buf, size_t len, int access)
 /* A peer whose net-core connections run over TCP from the start (a rank without RDMA, or a pair whose RDMA part could
  * not be set up; both ends of a connection see the same) has no QP: it is on the message path from the start. */
 static int peer_tcp_only(const struct gin_comm *c, int r) {
-  const struct gdr_comm *s = c->peers[r].send, *v = c->peers[r].recv;
-  return (s != NULL && ((const struct gdr_rdma_comm *)s->tcomm)->tcp_only) ||
-         (v != NULL && ((const struct gdr_rdma_comm *)v->tcomm)->tcp_only);
+  const struct gdr_rdma_comm *s = c->peers[r].send_tc, *v = c->peers[r].recv_tc;
+  return (s != NULL && s->tcp_only) || (v != NULL && v->tcp_only);
 }
 
-ncclResult_t gin_rdma_setup(struct gin_comm *c) {
-  ncclResult_t res = ncclSuccess;
+static ncclResult_t rdma_progress(struct gin_comm *c);
+static void rdma_teardown(struct gin_comm *c);
+
+/* whether this comm runs the one-sided RDMA path: the net core runs RDMA and GDRNET_GIN_PATH allows (else an INFO,
+ * and every operation is a message) */
+static int rdma_wanted(const struct gin_comm *c) {
   const struct gdr_transport *tp = gdr_core_transport();
+  if (tp != NULL && strcmp(tp->name, "rdma") == 0 && gdr_param_int(GDR_PARAM_GIN_PATH) != GDR_GIN_PATH_MESSAGES)
+    return 1;
+  GDR_INFO(NCCL_INIT | NCCL_NET, "GIN rank %d: one-sided operations as messages over the %s transport%s", c->rank,
+           tp != NULL ? tp->name : "?", tp != NULL && !strcmp(tp->name, "rdma") ? " (GDRNET_GIN_PATH=messages)" : "");
+  return 0;
+}
+
+/* c->rdma on the comm's device, its peers without a QP yet; the ones whose connections run over TCP are on the
+ * message path from the start (no QP, no GIN_OP_QP) */
+static ncclResult_t rdma_alloc(struct gin_comm *c) {
+  ncclResult_t res = ncclSuccess;
   struct gdr_props props;
-  struct gin_rdma *g = NULL;
-  int n = c->nranks, pdev;
-  uint64_t deadline = gdr_time_ns() + (uint64_t)gdr_param_int(GDR_PARAM_CONNECT_TIMEOUT_MS) * 1000000ull;
-  const int rw = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
-  struct ibv_device_attr da;
-  char why[192] = "";
-  if (tp == NULL || strcmp(tp->name, "rdma") != 0 || gdr_param_int(GDR_PARAM_GIN_PATH) == GDR_GIN_PATH_MESSAGES) {
-    GDR_INFO(NCCL_INIT | NCCL_NET, "GIN rank %d: one-sided operations as messages over the %s transport%s", c->rank,
-             tp != NULL ? tp->name : "?", tp != NULL && !strcmp(tp->name, "rdma") ? " (GDRNET_GIN_PATH=messages)" : "");
-    return ncclSuccess;
-  }
+  struct gin_rdma *g;
+  int pdev;
   GDR_CHECK(gdr_core_get_properties(c->dev, &props));
   pdev = props.vdev_ndevs > 0 ? props.vdev_devs[0] : c->dev;
-  if (pdev < 0 || pdev >= gdr_rdma.ndevs) {
-    res = ncclInternalError;
-    goto out;
-  }
+  if (pdev < 0 || pdev >= gdr_rdma.ndevs) return ncclInternalError;
   g = calloc(1, sizeof(*g));
-  if (g == NULL) {
-    res = ncclSystemError;
-    goto out;
-  }
+  if (g == NULL) return ncclSystemError;
   c->rdma = g;
   g->d = &gdr_rdma.devs[pdev];
-  g->p = calloc((size_t)n, sizeof(*g->p));
-  if (g->p == NULL) {
-    res = ncclSystemError;
-    goto out;
-  }
-  for (int r = 0; r < n; r++) {
+  g->p = calloc((size_t)c->nranks, sizeof(*g->p));
+  if (g->p == NULL) return ncclSystemError;
+  for (int r = 0; r < c->nranks; r++) {
     struct rpeer *p = &g->p[r];
     p->head = p->tail = -1;
-    if (peer_tcp_only(c, r)) { /* a peer without RDMA: no QP, no GIN_OP_QP, the message path from the start */
+    if (peer_tcp_only(c, r)) {
       p->rs = RS_MOVED;
       p->mv = MV_ON;
       p->have_remote = p->ready = 1;
@@ -340,14 +356,21 @@ ncclResult_t gin_rdma_setup(struct gin_comm *c) {
                "GIN rank %d: rank %d's connections run over TCP: one-sided operations to it as messages", c->rank, r);
     }
   }
+out:
+  return res;
+}
+
+/* the device's limits: the queues' sizes (size_queues) and how signals go; 0 and why: they do not fit */
+static int rdma_limits(struct gin_comm *c, struct gin_rdma *g, char *why, size_t len) {
+  struct ibv_device_attr da;
   memset(&da, 0, sizeof(da));
   if (gdr_ibv.query_device(g->d->ctx, &da) != 0) {
-    snprintf(why, sizeof(why), "ibv_query_device failed: %s", strerror(errno));
-    goto agree;
+    snprintf(why, len, "ibv_query_device failed: %s", strerror(errno));
+    return 0;
   }
   if (!size_queues(c, g, da.max_cqe)) {
-    snprintf(why, sizeof(why), "%d ranks do not fit one CQ (max_cqe %d, max_qp_wr %d)", n, da.max_cqe, g->d->max_qp_wr);
-    goto agree;
+    snprintf(why, len, "%d ranks do not fit one CQ (max_cqe %d, max_qp_wr %d)", c->nranks, da.max_cqe, g->d->max_qp_wr);
+    return 0;
   }
   if (gdr_param_int(GDR_PARAM_GIN_SIGNAL) == GDR_GIN_SIGNAL_ATOMIC) {
     if (da.atomic_cap != IBV_ATOMIC_NONE)
@@ -359,49 +382,64 @@ ncclResult_t gin_rdma_setup(struct gin_comm *c) {
                c->rank, g->d->name);
   }
   g->max_wr = g->d->max_msg > 0 && g->d->max_msg < ((size_t)1 << 30) ? g->d->max_msg : ((size_t)1 << 30);
-  g->inbox = calloc((size_t)n * GIN_RDMA_RING, sizeof(struct sig_rec));
-  g->outbox = calloc((size_t)n * GIN_RDMA_RING, sizeof(struct sig_rec));
-  g->credits = calloc((size_t)n, sizeof(uint64_t));
-  g->credit_src = calloc((size_t)n, sizeof(uint64_t));
+  return 1;
+}
+
+/* the signal rings, the credit words, the operations' list, the CQ and the registrations; 0 and why: one failed */
+static int rdma_rings(struct gin_comm *c, struct gin_rdma *g, char *why, size_t len) {
+  const int rw = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+  const size_t n = (size_t)c->nranks, ring = n * GIN_RDMA_RING * sizeof(struct sig_rec);
+  const int cqe = c->nranks * (GIN_RDMA_SQ + GIN_RDMA_RING) + 64;
+  g->inbox = calloc(n * GIN_RDMA_RING, sizeof(struct sig_rec));
+  g->outbox = calloc(n * GIN_RDMA_RING, sizeof(struct sig_rec));
+  g->credits = calloc(n, sizeof(uint64_t));
+  g->credit_src = calloc(n, sizeof(uint64_t));
   g->ops = calloc(c->npool > 0 ? c->npool : 1, sizeof(*g->ops));
   if (!g->inbox || !g->outbox || !g->credits || !g->credit_src || !g->ops) {
-    snprintf(why, sizeof(why), "out of memory for the signal rings of %d ranks", n);
-    goto agree;
+    snprintf(why, len, "out of memory for the signal rings of %d ranks", c->nranks);
+    return 0;
   }
-  g->cq = gdr_ibv.create_cq(g->d->ctx, n * (GIN_RDMA_SQ + GIN_RDMA_RING) + 64, NULL, NULL, 0);
+  g->cq = gdr_ibv.create_cq(g->d->ctx, cqe, NULL, NULL, 0);
   if (g->cq == NULL) {
-    snprintf(why, sizeof(why), "ibv_create_cq(%d) failed: %s", n * (GIN_RDMA_SQ + GIN_RDMA_RING) + 64, strerror(errno));
-    goto agree;
+    snprintf(why, len, "ibv_create_cq(%d) failed: %s", cqe, strerror(errno));
+    return 0;
   }
-  g->inbox_mr = reg(g, g->inbox, (size_t)n * GIN_RDMA_RING * sizeof(struct sig_rec), rw);
-  g->outbox_mr = reg(g, g->outbox, (size_t)n * GIN_RDMA_RING * sizeof(struct sig_rec), IBV_ACCESS_LOCAL_WRITE);
-  g->credits_mr = reg(g, g->credits, (size_t)n * sizeof(uint64_t), rw);
-  g->credit_src_mr = reg(g, g->credit_src, (size_t)n * sizeof(uint64_t), IBV_ACCESS_LOCAL_WRITE);
+  g->inbox_mr = reg(g, g->inbox, ring, rw);
+  g->outbox_mr = reg(g, g->outbox, ring, IBV_ACCESS_LOCAL_WRITE);
+  g->credits_mr = reg(g, g->credits, n * sizeof(uint64_t), rw);
+  g->credit_src_mr = reg(g, g->credit_src, n * sizeof(uint64_t), IBV_ACCESS_LOCAL_WRITE);
   g->scratch_mr = reg(g, &g->scratch, sizeof(g->scratch), IBV_ACCESS_LOCAL_WRITE);
   if (!g->inbox_mr || !g->outbox_mr || !g->credits_mr || !g->credit_src_mr || !g->scratch_mr) {
-    snprintf(why, sizeof(why), "the signal rings could not be registered");
-    goto agree;
+    snprintf(why, len, "the signal rings could not be registered");
+    return 0;
   }
-  for (int r = 0; r < n; r++) {
+  return 1;
+}
+
+/* a QP to every peer on RDMA, with a full ring of receives; 0 and why: one could not be made */
+static int rdma_qps(struct gin_comm *c, struct gin_rdma *g, char *why, size_t len) {
+  for (int r = 0; r < c->nranks; r++) {
     struct rpeer *p = &g->p[r];
-    if (peer_tcp_only(c, r)) continue; /* on the message path from the start (marked above) */
+    if (peer_tcp_only(c, r)) continue; /* on the message path from the start (rdma_alloc) */
     if (qp_create(c, g, p) != ncclSuccess) {
-      snprintf(why, sizeof(why), "a QP could not be made");
-      goto agree;
+      snprintf(why, len, "a QP could not be made");
+      return 0;
     }
     for (int k = 0; k < GIN_RDMA_RING; k++) {
-      int rc = post_recv(p);
+      int rc = qp_post_recv(p);
       if (rc) {
-        snprintf(why, sizeof(why), "ibv_post_recv failed: %s", strerror(rc));
-        goto agree;
+        snprintf(why, len, "ibv_post_recv failed: %s", strerror(rc));
+        return 0;
       }
     }
   }
-agree:
-  /* every rank learns whether every rank brought its end up: a GIN_OP_QP with the QP's address, or an empty one
-   * (this rank cannot); any empty one and every rank leaves the one-sided path alike */
-  g->off = why[0] != 0;
-  for (int r = 0; r < n; r++) {
+  return 1;
+}
+
+/* every rank learns whether every rank brought its end up: a GIN_OP_QP with the QP's address, or an empty one
+ * (this rank cannot, g->off); any empty one and every rank leaves the one-sided path alike */
+static void rdma_announce(struct gin_comm *c, struct gin_rdma *g) {
+  for (int r = 0; r < c->nranks; r++) {
     struct gin_hdr h;
     struct qpinfo q;
     if (peer_tcp_only(c, r)) continue; /* it runs no one-sided RDMA: it expects no GIN_OP_QP */
@@ -413,63 +451,89 @@ agree:
       h.flags = GIN_F_INLINE;
       h.size = sizeof(q);
     }
-    gin_os_queue_hdr(c, r, NULL, &h, &q, g->off ? 0 : sizeof(q));
+    (void)say(c, r, &h, &q, g->off ? 0 : sizeof(q)); /* the FIFOs are empty yet */
   }
-  /* every rank's QP address, then every QP ready on both ends before anything is written */
-  for (int phase = 0; phase < 2; phase++) {
-    for (;;) {
-      int all = 1;
-      GDR_CHECK(gin_os_progress(c));
-      for (int r = 0; r < n; r++)
-        if (phase == 0 ? !g->p[r].have_remote : !g->p[r].ready) all = 0;
-      if (all) break;
-      if (gdr_time_ns() > deadline) {
-        GDR_WARN("GIN rank %d: the one-sided RDMA QPs did not come up within GDRNET_CONNECT_TIMEOUT_MS", c->rank);
-        res = ncclRemoteError;
-        goto out;
-      }
-    }
-    if (phase == 0) {
-      for (int r = 0; r < n && !g->off; r++)
-        if (g->p[r].remote_off) {
-          snprintf(why, sizeof(why), "rank %d cannot bring its end up", r);
-          g->off = 1;
-        }
-      if (g->off) {
-        GDR_WARN("GIN rank %d: no one-sided RDMA on %s: %s; one-sided operations go as messages over the rdma "
-                 "transport",
-                 c->rank, g->d->name, why);
-        gin_rdma_teardown(c);
-        goto out;
-      }
-      for (int r = 0; r < n; r++) {
-        struct gin_hdr h;
-        if (g->p[r].qp == NULL) continue; /* on the message path from the start */
-        GDR_CHECK(qp_connect(g, &g->p[r]));
-        memset(&h, 0, sizeof(h));
-        h.magic = GIN_WIRE_MAGIC;
-        h.op = GIN_OP_QP_READY;
-        gin_os_queue_hdr(c, r, NULL, &h, NULL, 0);
-      }
+}
+
+/* both paths' progress until every peer's QP address (ready 0) or READY (ready 1) is in, within the deadline */
+static ncclResult_t rdma_await(struct gin_comm *c, int ready, uint64_t deadline) {
+  struct gin_rdma *g = c->rdma;
+  for (;;) {
+    ncclResult_t res = c->path[GIN_PATH_MSG]->progress(c);
+    int all = 1;
+    if (res == ncclSuccess) res = rdma_progress(c);
+    if (res != ncclSuccess) return res;
+    for (int r = 0; r < c->nranks; r++)
+      if (ready ? !g->p[r].ready : !g->p[r].have_remote) all = 0;
+    if (all) return ncclSuccess;
+    if (gdr_time_ns() > deadline) {
+      GDR_WARN("GIN rank %d: the one-sided RDMA QPs did not come up within GDRNET_CONNECT_TIMEOUT_MS", c->rank);
+      return ncclRemoteError;
     }
   }
+}
+
+/* every peer's address in: each QP to RTS, and GIN_OP_QP_READY to its peer */
+static ncclResult_t rdma_connect_all(struct gin_comm *c) {
+  struct gin_rdma *g = c->rdma;
+  for (int r = 0; r < c->nranks; r++) {
+    struct gin_hdr h;
+    ncclResult_t res;
+    if (g->p[r].qp == NULL) continue; /* on the message path from the start */
+    res = qp_connect(g, &g->p[r]);
+    if (res != ncclSuccess) return res;
+    memset(&h, 0, sizeof(h));
+    h.magic = GIN_WIRE_MAGIC;
+    h.op = GIN_OP_QP_READY;
+    (void)say(c, r, &h, NULL, 0);
+  }
+  return ncclSuccess;
+}
+
+/* gin_rdma_path.setup: the device's resources, then every rank's QP address, then every QP ready on both ends
+ * before anything is written. A rank that cannot (the device's limits, memory, a QP) says so with an empty
+ * GIN_OP_QP, and every rank goes on as messages; only a peer that does not answer in time fails the connect. */
+static ncclResult_t rdma_setup(struct gin_comm *c) {
+  ncclResult_t res = ncclSuccess;
+  uint64_t deadline = gdr_time_ns() + (uint64_t)gdr_param_int(GDR_PARAM_CONNECT_TIMEOUT_MS) * 1000000ull;
+  char why[192] = "";
+  struct gin_rdma *g;
+  if (!rdma_wanted(c)) return ncclSuccess;
+  GDR_CHECK(rdma_alloc(c));
+  g = c->rdma;
+  if (rdma_limits(c, g, why, sizeof(why)) && rdma_rings(c, g, why, sizeof(why))) (void)rdma_qps(c, g, why, sizeof(why));
+  g->off = why[0] != 0;
+  rdma_announce(c, g);
+  GDR_CHECK(rdma_await(c, 0, deadline));
+  for (int r = 0; r < c->nranks && !g->off; r++)
+    if (g->p[r].remote_off) {
+      snprintf(why, sizeof(why), "rank %d cannot bring its end up", r);
+      g->off = 1;
+    }
+  if (g->off) {
+    GDR_WARN("GIN rank %d: no one-sided RDMA on %s: %s; one-sided operations go as messages over the rdma transport",
+             c->rank, g->d->name, why);
+    rdma_teardown(c);
+    goto out;
+  }
+  GDR_CHECK(rdma_connect_all(c));
+  GDR_CHECK(rdma_await(c, 1, deadline));
   GDR_INFO(NCCL_INIT | NCCL_NET,
            "GIN rank %d: one-sided RDMA on %s (port %d): %d-deep send queues, %d-slot signal rings, a CQ of %d; "
            "RDMA WRITE puts, READ gets, %s",
-           c->rank, g->d->name, g->d->port, g->sq, g->ring, n * (g->sq + g->ring) + 64,
+           c->rank, g->d->name, g->d->port, g->sq, g->ring, c->nranks * (g->sq + g->ring) + 64,
            g->atomic ? "FETCH_AND_ADD signals after the data"
                      : "WRITE_WITH_IMM signals applied by the target's progress");
 out:
-  if (res != ncclSuccess) gin_rdma_teardown(c);
+  if (res != ncclSuccess) rdma_teardown(c);
   return res;
 }
 
-void gin_rdma_teardown(struct gin_comm *c) {
+static void rdma_teardown(struct gin_comm *c) {
   struct gin_rdma *g = c->rdma;
   struct ibv_mr *mrs[5];
   if (g == NULL) return;
-  for (int r = 0; g->p != NULL && r < c->nranks; r++)
-    if (g->p[r].qp != NULL) (void)gdr_ibv.destroy_qp(g->p[r].qp);
+  for (int r = 0; g->p != NULL && r < c->nranks; r++) qp_destroy(&g->p[r]);
   mrs[0] = g->inbox_mr, mrs[1] = g->outbox_mr, mrs[2] = g->credits_mr, mrs[3] = g->credit_src_mr;
   mrs[4] = g->scratch_mr;
   for (int i = 0; i < 5; i++)
@@ -485,7 +549,7 @@ void gin_rdma_teardown(struct gin_comm *c) {
   c->rdma = NULL;
 }
 
-ncclResult_t gin_rdma_reg(struct gin_comm *c, struct gin_mr *m, uint64_t offset, int fd) {
+static ncclResult_t rdma_reg(struct gin_comm *c, struct gin_mr *m, uint64_t offset, int fd) {
   struct gin_rdma *g = c->rdma;
   int access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
   struct ibv_mr *mr = NULL;
@@ -496,23 +560,25 @@ ncclResult_t gin_rdma_reg(struct gin_comm *c, struct gin_mr *m, uint64_t offset,
   if (mr == NULL) mr = reg(g, m->base, m->size, access);
   if (mr == NULL) return ncclSystemError;
   m->ibmr = mr;
+  m->rkey = mr->rkey;
   return ncclSuccess;
 }
 
-void gin_rdma_dereg(struct gin_comm *c, struct gin_mr *m) {
+static void rdma_dereg(struct gin_comm *c, struct gin_mr *m) {
   (void)c;
   if (m->ibmr != NULL) (void)gdr_ibv.dereg_mr(m->ibmr);
   m->ibmr = NULL;
+  m->rkey = 0;
 }
-
-uint32_t gin_rdma_rkey(const struct gin_mr *m) { return m->ibmr != NULL ? ((struct ibv_mr *)m->ibmr)->rkey : 0; }
 
 static int nwr_of(const struct gin_rdma *g, size_t size) { return (int)((size + g->max_wr - 1) / g->max_wr); }
 
-int gin_rdma_room(struct gin_comm *c, int peer, size_t size, int signal) {
+/* room towards peer for the operation's work requests (a flush: one; a signal needs an inbox slot too) */
+static int rdma_room(struct gin_comm *c, int peer, const struct gin_op *o) {
   struct gin_rdma *g = c->rdma;
   struct rpeer *p = &g->p[peer];
-  int nwr = nwr_of(g, size) + (signal ? 1 : 0);
+  const int signal = o->kind == GIN_K_PUT && o->signal;
+  int nwr = nwr_of(g, o->kind == GIN_K_FLUSH ? 8 : o->size) + (signal ? 1 : 0);
   if (p->listed_wr + nwr + 1 > GIN_RDMA_SQ) return 0; /* one kept for the credit write */
   if (signal && !g->atomic && p->mv == MV_NONE &&
       p->sig_sent - __atomic_load_n(&g->credits[peer], __ATOMIC_ACQUIRE) >= (uint64_t)GIN_RDMA_RING)
@@ -578,17 +644,17 @@ static int signal_wr(struct gin_comm *c, int peer, const struct rop *o, struct i
     sge->length = sizeof(g->scratch);
     sge->lkey = g->scratch_mr->lkey;
     wr->opcode = IBV_WR_ATOMIC_FETCH_AND_ADD;
-    wr->wr.atomic.remote_addr = o->sm->peer_va[peer] + o->soff;
-    wr->wr.atomic.compare_add = o->sval;
-    wr->wr.atomic.rkey = o->sm->peer_rkey[peer];
+    wr->wr.atomic.remote_addr = o->op.sm->peer_va[peer] + o->op.soff;
+    wr->wr.atomic.compare_add = o->op.sval;
+    wr->wr.atomic.rkey = o->op.sm->peer_rkey[peer];
     return 1;
   }
   uint32_t slot = (uint32_t)(o->seq % GIN_RDMA_RING);
   struct sig_rec *rec = &g->outbox[(size_t)peer * GIN_RDMA_RING + slot];
-  rec->mr = o->sm->id;
+  rec->mr = o->op.sm->id;
   rec->magic = GIN_REC_MAGIC;
-  rec->off = o->soff;
-  rec->val = o->sval;
+  rec->off = o->op.soff;
+  rec->val = o->op.sval;
   rec->seq = o->seq;
   sge->addr = (uint64_t)(uintptr_t)rec;
   sge->length = sizeof(*rec);
@@ -627,19 +693,19 @@ static void post_op(struct gin_comm *c, struct gin_req *r) {
   } else {
     memset(wr_s, 0, sizeof(wr_s));
   }
-  switch (o->kind) {
-  case ROP_PUT:
-    if (o->size > 0)
-      k = span(g, wr, sge, IBV_WR_RDMA_WRITE, o->lm->base + o->loff, ((struct ibv_mr *)o->lm->ibmr)->lkey,
-               o->rm->peer_va[r->peer] + o->roff, o->rm->peer_rkey[r->peer], o->size);
-    if (o->signal) {
+  switch (o->op.kind) {
+  case GIN_K_PUT:
+    if (o->op.size > 0)
+      k = span(g, wr, sge, IBV_WR_RDMA_WRITE, o->op.lm->base + o->op.loff, ((struct ibv_mr *)o->op.lm->ibmr)->lkey,
+               o->op.rm->peer_va[r->peer] + o->op.roff, o->op.rm->peer_rkey[r->peer], o->op.size);
+    if (o->op.signal) {
       k += signal_wr(c, r->peer, o, &wr[k], &sge[k]);
       if (k > 1) wr[k - 2].next = &wr[k - 1];
     }
     break;
-  case ROP_GET:
-    k = span(g, wr, sge, IBV_WR_RDMA_READ, o->lm->base + o->loff, ((struct ibv_mr *)o->lm->ibmr)->lkey,
-             o->rm->peer_va[r->peer] + o->roff, o->rm->peer_rkey[r->peer], o->size);
+  case GIN_K_GET:
+    k = span(g, wr, sge, IBV_WR_RDMA_READ, o->op.lm->base + o->op.loff, ((struct ibv_mr *)o->op.lm->ibmr)->lkey,
+             o->op.rm->peer_va[r->peer] + o->op.roff, o->op.rm->peer_rkey[r->peer], o->op.size);
     break;
   default: /* a flush: an 8-byte READ of the target's inbox completes after every earlier WRITE on the QP */
     k = span(g, wr, sge, IBV_WR_RDMA_READ, (char *)&g->scratch, g->scratch_mr->lkey, p->remote.inbox_va,
@@ -667,11 +733,14 @@ static void move_pump(struct gin_comm *c, int peer);
 
 /* lists an operation; posts it unless its peer's QP is being recovered (then the recovery posts it) or the peer moves
  * to the message path (then it goes as messages behind the listed ones) */
-static void issue(struct gin_comm *c, struct gin_req *r, struct rop *o) {
+static void rdma_issue(struct gin_comm *c, struct gin_req *r, const struct gin_op *op) {
   struct gin_rdma *g = c->rdma;
   struct rpeer *p = &g->p[r->peer];
-  o->posted_once = 0;
-  g->ops[r->idx] = *o;
+  struct rop *o = &g->ops[r->idx];
+  memset(o, 0, sizeof(*o));
+  o->op = *op;
+  if (op->kind == GIN_K_PUT && op->signal && !g->atomic) o->seq = p->sig_sent++;
+  o->nwr = op->kind == GIN_K_FLUSH ? 1 : (op->size > 0 ? nwr_of(g, op->size) : 0) + (op->signal ? 1 : 0);
   op_link(g, p, (int)r->idx);
   if (p->rs == RS_OK)
     post_op(c, r);
@@ -679,50 +748,21 @@ static void issue(struct gin_comm *c, struct gin_req *r, struct rop *o) {
     move_pump(c, r->peer);
 }
 
-int gin_rdma_peer_active(struct gin_comm *c, int peer) {
+/* whether operations towards peer go here: the path is up, and the peer has not moved to the message path or
+ * operations issued before that still wait in its list to go as messages (the ones issued now queue behind them) */
+static int rdma_carries(struct gin_comm *c, int peer) {
   const struct rpeer *p;
   if (c->rdma == NULL) return 0;
   p = &c->rdma->p[peer];
   return p->mv != MV_ON || p->head >= 0;
 }
 
-void gin_rdma_put(struct gin_comm *c, struct gin_req *r, struct gin_mr *src, uint64_t src_off, struct gin_mr *dst,
-                  uint64_t dst_off, size_t size, struct gin_mr *sig, uint64_t sig_off, uint64_t sig_val, int signal) {
-  struct gin_rdma *g = c->rdma;
-  struct rop o;
-  memset(&o, 0, sizeof(o));
-  o.kind = ROP_PUT;
-  o.lm = src, o.loff = src_off, o.rm = dst, o.roff = dst_off, o.size = size;
-  o.signal = signal, o.sm = sig, o.soff = sig_off, o.sval = sig_val;
-  if (signal && !g->atomic) o.seq = g->p[r->peer].sig_sent++;
-  o.nwr = (size > 0 ? nwr_of(g, size) : 0) + (signal ? 1 : 0);
-  issue(c, r, &o);
-}
-
-void gin_rdma_get(struct gin_comm *c, struct gin_req *r, struct gin_mr *rm, uint64_t roff, struct gin_mr *lm,
-                  uint64_t loff, size_t size) {
-  struct rop o;
-  memset(&o, 0, sizeof(o));
-  o.kind = ROP_GET;
-  o.lm = lm, o.loff = loff, o.rm = rm, o.roff = roff, o.size = size;
-  o.nwr = size > 0 ? nwr_of(c->rdma, size) : 0;
-  issue(c, r, &o);
-}
-
-void gin_rdma_flush(struct gin_comm *c, struct gin_req *r, struct gin_mr *m) {
-  struct rop o;
-  (void)m;
-  memset(&o, 0, sizeof(o));
-  o.kind = ROP_FLUSH;
-  o.nwr = 1;
-  issue(c, r, &o);
-}
-
-void gin_rdma_peer_gone(struct gin_comm *c, int peer) {
+/* gin_peer_bye's hook: its listed operations are forgotten (shared.c failed them), its QP's completions ignored */
+static void rdma_peer_gone(struct gin_comm *c, int peer) {
   struct rpeer *p;
   if (c->rdma == NULL) return;
   p = &c->rdma->p[peer];
-  p->head = p->tail = -1; /* core.c failed those requests: their pool slots are free for others */
+  p->head = p->tail = -1; /* those requests failed: their pool slots are free for others */
   p->listed_wr = 0;
 }
 
@@ -737,10 +777,6 @@ static int peer_of_qp(struct gin_comm *c, uint32_t qpn) {
 static ncclResult_t send_ctrl(struct gin_comm *c, int peer, int op, const void *payload, size_t len) {
   struct rpeer *p = &c->rdma->p[peer];
   struct gin_hdr h;
-  if (gin_os_room(c, peer) < 1) {
-    GDR_WARN("GIN rank %d: no room towards rank %d for the recovery's message", c->rank, peer);
-    return ncclInternalError;
-  }
   memset(&h, 0, sizeof(h));
   h.magic = GIN_WIRE_MAGIC;
   h.op = (uint16_t)op;
@@ -748,7 +784,10 @@ static ncclResult_t send_ctrl(struct gin_comm *c, int peer, int op, const void *
   h.cookie = p->epoch;
   h.aux = p->consumed; /* the peer's signals this side applied: final once its old QP is drained */
   h.size = len;
-  gin_os_queue_hdr(c, peer, NULL, &h, payload, len);
+  if (!say(c, peer, &h, payload, len)) {
+    GDR_WARN("GIN rank %d: no room towards rank %d for the recovery's message", c->rank, peer);
+    return ncclInternalError;
+  }
   return ncclSuccess;
 }
 
@@ -758,7 +797,7 @@ static void move_start(struct gin_comm *c, int peer, const char *why);
 static int atomic_in_flight(const struct gin_rdma *g, const struct rpeer *p) {
   if (g->atomic)
     for (int k = p->head; k >= 0; k = g->ops[k].next)
-      if (g->ops[k].signal && g->ops[k].posted_once) return 1;
+      if (g->ops[k].op.signal && g->ops[k].posted_once) return 1;
   return 0;
 }
 
@@ -813,7 +852,6 @@ static void start_attempt(struct gin_comm *c, int peer, uint32_t epoch, const ch
 static void qp_stop(struct gin_comm *c, int peer) {
   struct gin_rdma *g = c->rdma;
   struct rpeer *p = &g->p[peer];
-  struct ibv_qp_attr at;
   struct ibv_send_wr sw, *sbad = NULL;
   struct ibv_recv_wr rw, *rbad = NULL;
   struct ibv_sge none = {0, 0, 0};
@@ -821,9 +859,7 @@ static void qp_stop(struct gin_comm *c, int peer) {
   p->rs = RS_DRAIN;
   p->marks = 0;
   p->drain_until = now + GIN_DRAIN_NS;
-  memset(&at, 0, sizeof(at));
-  at.qp_state = IBV_QPS_ERR;
-  if (p->qp != NULL && gdr_ibv.modify_qp(p->qp, &at, IBV_QP_STATE) == 0) {
+  if (qp_to_err(p)) {
     /* markers: posted to a QP in ERR they complete (flushed) after everything posted before them */
     memset(&sw, 0, sizeof(sw));
     sw.opcode = IBV_WR_RDMA_WRITE;
@@ -867,19 +903,17 @@ static void drain_done(struct gin_comm *c, int peer) {
     move_drained(c, peer);
     return;
   }
-  if (p->qp != NULL) (void)gdr_ibv.destroy_qp(p->qp);
-  p->qp = NULL;
+  qp_destroy(p);
   p->sq_used = 0;
   p->credit_inflight = 0;
   p->credit_sent = 0; /* the count is written again on the new QP */
   if (qp_create(c, g, p) != ncclSuccess) {
-    if (p->qp != NULL) (void)gdr_ibv.destroy_qp(p->qp);
-    p->qp = NULL;
+    qp_destroy(p);
     rec_fail(c, peer, "a new QP could not be made");
     return;
   }
   for (int k = 0; k < GIN_RDMA_RING; k++)
-    if (post_recv(p) != 0) {
+    if (qp_post_recv(p) != 0) {
       rec_fail(c, peer, "the new QP's receives could not be posted");
       return;
     }
@@ -898,12 +932,12 @@ static void replay(struct gin_comm *c, int peer) {
   struct rpeer *p = &g->p[peer];
   int last = -1, known = 0, again = 0;
   for (int k = p->head; k >= 0; k = g->ops[k].next)
-    if (g->ops[k].signal && !g->atomic && g->ops[k].posted_once && g->ops[k].seq < p->remote_consumed) last = k;
+    if (g->ops[k].op.signal && !g->atomic && g->ops[k].posted_once && g->ops[k].seq < p->remote_consumed) last = k;
   p->rs = RS_OK;
   for (int k = p->head, passed = last < 0; k >= 0;) {
     int nx = g->ops[k].next;
     struct gin_req *r = &c->pool[k];
-    if (!passed && g->ops[k].kind != ROP_GET && g->ops[k].posted_once) {
+    if (!passed && g->ops[k].op.kind != GIN_K_GET && g->ops[k].posted_once) {
       op_unlink(g, p, k); /* placed before a signal the peer applied */
       if (--r->pending == 0) gin_req_finish(c, r);
       known++;
@@ -952,12 +986,11 @@ static void move_agree(struct gin_comm *c, int peer);
 static void move_send(struct gin_comm *c, int peer) {
   struct rpeer *p = &c->rdma->p[peer];
   struct gin_hdr h;
-  if (gin_os_room(c, peer) < 1) return;
   memset(&h, 0, sizeof(h));
   h.magic = GIN_WIRE_MAGIC;
   h.op = GIN_OP_MOVE;
   h.aux = p->consumed; /* final: the QP is drained and destroyed */
-  gin_os_queue_hdr(c, peer, NULL, &h, NULL, 0);
+  if (!say(c, peer, &h, NULL, 0)) return;
   p->mv = MV_WAIT;
   if (p->mv_heard) move_agree(c, peer);
 }
@@ -965,8 +998,7 @@ static void move_send(struct gin_comm *c, int peer) {
 /* the old QP drained: nothing more arrives on it, this side's count of the peer's signals is final */
 static void move_drained(struct gin_comm *c, int peer) {
   struct rpeer *p = &c->rdma->p[peer];
-  if (p->qp != NULL) (void)gdr_ibv.destroy_qp(p->qp);
-  p->qp = NULL;
+  qp_destroy(p);
   p->sq_used = 0;
   p->credit_inflight = 0;
   p->rs = RS_MOVED;
@@ -988,10 +1020,10 @@ static void move_agree(struct gin_comm *c, int peer) {
     return;
   }
   for (int k = p->head; k >= 0; k = g->ops[k].next)
-    if (g->ops[k].signal && g->ops[k].posted_once && g->ops[k].seq < p->remote_consumed) last = k;
+    if (g->ops[k].op.signal && g->ops[k].posted_once && g->ops[k].seq < p->remote_consumed) last = k;
   for (int k = p->head, passed = last < 0; k >= 0;) {
     int nx = g->ops[k].next;
-    if (!passed && g->ops[k].kind != ROP_GET && g->ops[k].posted_once) {
+    if (!passed && g->ops[k].op.kind != GIN_K_GET && g->ops[k].posted_once) {
       struct gin_req *r = &c->pool[k];
       op_unlink(g, p, k); /* placed before a signal the peer applied */
       if (--r->pending == 0) gin_req_finish(c, r);
@@ -1012,24 +1044,20 @@ static void move_agree(struct gin_comm *c, int peer) {
 }
 
 /* the listed operations as messages, in order, as far as the FIFO has room; the ones issued meanwhile are listed
- * behind them (gin_rdma_peer_active), so nothing to the peer passes one listed before it */
+ * behind them (rdma_carries), so nothing to the peer passes one listed before it */
 static void move_pump(struct gin_comm *c, int peer) {
+  const struct gin_path *mp = c->path[GIN_PATH_MSG];
   struct gin_rdma *g = c->rdma;
   struct rpeer *p = &g->p[peer];
   while (p->head >= 0) {
     int k = p->head;
     struct rop *o = &g->ops[k];
     struct gin_req *r = &c->pool[k];
-    if (gin_os_room(c, peer) < (o->kind == ROP_PUT ? gin_os_put_entries(o->lm, o->size) : 1)) return;
+    if (!mp->room(c, peer, &o->op)) return;
     op_unlink(g, p, k);
     if (o->posted_once) r->pending--; /* its completion on the destroyed QP never comes: the messages' do */
     r->nwr = 0;
-    if (o->kind == ROP_PUT)
-      gin_os_put(c, r, o->lm, o->loff, o->rm, o->roff, o->size, o->sm, o->soff, o->sval, o->signal);
-    else if (o->kind == ROP_GET)
-      gin_os_get(c, r, o->rm, o->roff, o->lm, o->loff, o->size);
-    else
-      gin_os_flush(c, r);
+    mp->issue(c, r, &o->op);
   }
 }
 
@@ -1064,80 +1092,121 @@ static void recovery_timers(struct gin_comm *c) {
   }
 }
 
-ncclResult_t gin_rdma_message(struct gin_comm *c, int peer, const struct gin_hdr *h, const void *payload) {
+/* ------------------------------------------------------------------------------------- records over messages -- */
+/* The message path hands over this path's records (gin_rdma_path.record): one handler per record, through
+ * records[] below; the message path checked the header's flags and sizes against its rules, rdma_record_check the
+ * QP address's fields. */
+
+/* a peer's count of this side's signals it applied (GIN_OP_MOVE, a recovery's GIN_OP_QP): never more than sent */
+static int count_ok(struct gin_comm *c, int peer, const struct gin_hdr *h) {
+  const struct rpeer *p = &c->rdma->p[peer];
+  if (h->aux <= p->sig_sent) return 1;
+  GDR_WARN("GIN rank %d: a malformed %s message from rank %d: %llu signal records applied of %llu sent", c->rank,
+           h->op == GIN_OP_MOVE ? "MOVE" : "QP", peer, (unsigned long long)h->aux, (unsigned long long)p->sig_sent);
+  return 0;
+}
+
+/* its signals land in this rank's ring for it: the same size on both sides (0: an older plugin's default) */
+static int ring_ok(struct gin_comm *c, int peer, const void *payload) {
+  const struct gin_rdma *g = c->rdma;
+  struct qpinfo q;
+  uint32_t ring;
+  memcpy(&q, payload, sizeof(q));
+  ring = q.ring != 0                                                ? q.ring
+         : g->d->max_qp_wr > 0 && g->d->max_qp_wr < GIN_RDMA_QDEPTH ? (uint32_t)g->d->max_qp_wr
+                                                                    : GIN_RDMA_QDEPTH;
+  if (ring == (uint32_t)g->ring) return 1;
+  GDR_WARN("GIN rank %d: rank %d's signal ring has %u slots, this rank's %d (another plugin version or device)",
+           c->rank, peer, ring, g->ring);
+  return 0;
+}
+
+/* a recovery's GIN_OP_QP (payload: the new QP's address) or GIN_OP_QP_READY (payload NULL) of epoch cookie */
+static ncclResult_t rec_recover(struct gin_comm *c, int peer, const struct gin_hdr *h, const void *payload) {
+  struct rpeer *p = &c->rdma->p[peer];
+  uint32_t e = (uint32_t)h->cookie;
+  if (p->mv != MV_NONE) return ncclSuccess;                                  /* a recovery the move ended */
+  if (e < p->epoch || (e == p->epoch && p->rs == RS_OK)) return ncclSuccess; /* an attempt already over */
+  if (e > p->epoch) start_attempt(c, peer, e, "the peer recovers the QP between them");
+  if (c->error != ncclSuccess || p->epoch != e) return c->error;
+  if (payload != NULL) {
+    memcpy(&p->remote, payload, sizeof(struct qpinfo));
+    p->remote_consumed = h->aux;
+    p->have_remote = 1;
+    if (p->rs == RS_WAIT) connect_ready(c, peer);
+  } else {
+    p->ready = 1;
+    if (p->rs == RS_READY) replay(c, peer);
+  }
+  return c->error;
+}
+
+/* GIN_OP_QP: the peer's QP address (bring-up or recovery), or empty: it cannot bring its end up */
+static ncclResult_t rec_qp(struct gin_comm *c, int peer, const struct gin_hdr *h, const void *payload) {
   struct gin_rdma *g = c->rdma;
-  struct rpeer *p;
-  if (g == NULL) {
+  struct rpeer *p = &g->p[peer];
+  if ((h->flags & GIN_F_RECOVER) && !count_ok(c, peer, h)) return ncclRemoteError;
+  if (h->size == 0 && !(h->flags & GIN_F_RECOVER) && !p->have_remote) {
+    p->remote_off = p->have_remote = 1; /* the peer cannot bring its end up: every rank leaves the path */
+    return ncclSuccess;
+  }
+  if (h->size != sizeof(struct qpinfo)) {
+    GDR_WARN("GIN rank %d: a malformed QP message from rank %d (%llu bytes)", c->rank, peer,
+             (unsigned long long)h->size);
+    return ncclRemoteError;
+  }
+  if (!g->off && !ring_ok(c, peer, payload)) return ncclRemoteError;
+  if (h->flags & GIN_F_RECOVER) return rec_recover(c, peer, h, payload);
+  memcpy(&p->remote, payload, sizeof(struct qpinfo));
+  p->have_remote = 1;
+  return ncclSuccess;
+}
+
+/* GIN_OP_QP_READY: the peer's QP is RTS (bring-up or recovery) */
+static ncclResult_t rec_ready(struct gin_comm *c, int peer, const struct gin_hdr *h, const void *payload) {
+  (void)payload;
+  if (h->flags & GIN_F_RECOVER) return rec_recover(c, peer, h, NULL);
+  c->rdma->p[peer].ready = 1;
+  return ncclSuccess;
+}
+
+/* GIN_OP_MOVE: the peer moved to the message path (aux: this side's signals it applied); this side follows */
+static ncclResult_t rec_move(struct gin_comm *c, int peer, const struct gin_hdr *h, const void *payload) {
+  struct rpeer *p = &c->rdma->p[peer];
+  (void)payload;
+  if (!count_ok(c, peer, h)) return ncclRemoteError;
+  if (p->mv_heard) {
+    GDR_WARN("GIN rank %d: rank %d moved to the message path twice", c->rank, peer);
+    return ncclRemoteError;
+  }
+  p->mv_heard = 1;
+  p->remote_consumed = h->aux;
+  if (p->mv == MV_NONE)
+    move_start(c, peer, NULL);
+  else if (p->mv == MV_WAIT)
+    move_agree(c, peer);
+  return c->error;
+}
+
+typedef ncclResult_t (*record_fn)(struct gin_comm *c, int peer, const struct gin_hdr *h, const void *payload);
+static const record_fn records[] = {
+    [GIN_OP_QP] = rec_qp,
+    [GIN_OP_QP_READY] = rec_ready,
+    [GIN_OP_MOVE] = rec_move,
+};
+
+static ncclResult_t rdma_record(struct gin_comm *c, int peer, const struct gin_hdr *h, const void *payload) {
+  if (c->rdma == NULL) {
     GDR_WARN("GIN rank %d: rank %d brings up one-sided RDMA, this rank does not (GDRNET_GIN_PATH or "
              "GDRNET_TRANSPORT differ between the ranks)",
              c->rank, peer);
     return ncclInvalidUsage;
   }
-  p = &g->p[peer];
-  if ((h->op == GIN_OP_MOVE || (h->op == GIN_OP_QP && (h->flags & GIN_F_RECOVER))) && h->aux > p->sig_sent) {
-    GDR_WARN("GIN rank %d: a malformed %s message from rank %d: %llu signal records applied of %llu sent", c->rank,
-             h->op == GIN_OP_MOVE ? "MOVE" : "QP", peer, (unsigned long long)h->aux, (unsigned long long)p->sig_sent);
-    return ncclRemoteError;
+  if (h->op >= sizeof(records) / sizeof(records[0]) || records[h->op] == NULL) {
+    GDR_WARN("GIN rank %d: op %u from rank %d is no record of the one-sided RDMA path", c->rank, h->op, peer);
+    return ncclInternalError; /* the message path hands over only the ops its rules give rx_rdma */
   }
-  if (h->op == GIN_OP_MOVE) {
-    if (p->mv_heard) {
-      GDR_WARN("GIN rank %d: rank %d moved to the message path twice", c->rank, peer);
-      return ncclRemoteError;
-    }
-    p->mv_heard = 1;
-    p->remote_consumed = h->aux;
-    if (p->mv == MV_NONE)
-      move_start(c, peer, NULL);
-    else if (p->mv == MV_WAIT)
-      move_agree(c, peer);
-    return c->error;
-  }
-  if (h->op == GIN_OP_QP && h->size == 0 && !(h->flags & GIN_F_RECOVER) && !p->have_remote) {
-    p->remote_off = p->have_remote = 1; /* the peer cannot bring its end up: every rank leaves the path */
-    return ncclSuccess;
-  }
-  if (h->op == GIN_OP_QP && h->size != sizeof(struct qpinfo)) {
-    GDR_WARN("GIN rank %d: a malformed QP message from rank %d (%llu bytes)", c->rank, peer,
-             (unsigned long long)h->size);
-    return ncclRemoteError;
-  }
-  if (h->op == GIN_OP_QP && !g->off) { /* its signals land in this rank's ring for it: the same size on both sides */
-    struct qpinfo q;
-    uint32_t ring;
-    memcpy(&q, payload, sizeof(q));
-    ring = q.ring != 0                                                ? q.ring
-           : g->d->max_qp_wr > 0 && g->d->max_qp_wr < GIN_RDMA_QDEPTH ? (uint32_t)g->d->max_qp_wr
-                                                                      : GIN_RDMA_QDEPTH;
-    if (ring != (uint32_t)g->ring) {
-      GDR_WARN("GIN rank %d: rank %d's signal ring has %u slots, this rank's %d (another plugin version or device)",
-               c->rank, peer, ring, g->ring);
-      return ncclRemoteError;
-    }
-  }
-  if (h->flags & GIN_F_RECOVER) {
-    uint32_t e = (uint32_t)h->cookie;
-    if (p->mv != MV_NONE) return ncclSuccess;                                  /* a recovery the move ended */
-    if (e < p->epoch || (e == p->epoch && p->rs == RS_OK)) return ncclSuccess; /* an attempt already over */
-    if (e > p->epoch) start_attempt(c, peer, e, "the peer recovers the QP between them");
-    if (c->error != ncclSuccess || p->epoch != e) return c->error;
-    if (h->op == GIN_OP_QP) {
-      memcpy(&p->remote, payload, sizeof(struct qpinfo));
-      p->remote_consumed = h->aux;
-      p->have_remote = 1;
-      if (p->rs == RS_WAIT) connect_ready(c, peer);
-    } else {
-      p->ready = 1;
-      if (p->rs == RS_READY) replay(c, peer);
-    }
-    return c->error;
-  }
-  if (h->op == GIN_OP_QP) {
-    memcpy(&p->remote, payload, sizeof(struct qpinfo));
-    p->have_remote = 1;
-  } else {
-    p->ready = 1;
-  }
-  return ncclSuccess;
+  return records[h->op](c, peer, h, payload);
 }
 
 /* gives a peer its ring slots back: the count of its records this side applied, into its credit word */
@@ -1166,83 +1235,95 @@ static void credit(struct gin_comm *c, int peer) {
   p->credit_sent = p->consumed;
 }
 
+/* a failed completion towards peer (not a drain's): an attempt of recovery, or the comm fails (neither recovery nor
+ * fallback) */
+static void wc_failed(struct gin_comm *c, int peer, const struct ibv_wc *wc) {
+  struct rpeer *p = &c->rdma->p[peer];
+  char why[160];
+  if (p->rs == RS_DRAIN) return; /* flushed with the QP this attempt drains */
+  snprintf(why, sizeof why, "a completion failed: %s (vendor error %u)", gdr_ibv_wc_status_str(wc->status),
+           wc->vendor_err);
+  if (gdr_param_int(GDR_PARAM_RECOVERY_ATTEMPTS) == 0 && !gdr_param_int(GDR_PARAM_FALLBACK)) {
+    GDR_WARN("GIN rank %d: a completion towards rank %d failed: %s (vendor error %u)", c->rank, peer,
+             gdr_ibv_wc_status_str(wc->status), wc->vendor_err);
+    gin_fail(c, ncclRemoteError, "an RDMA operation failed", peer);
+    return;
+  }
+  start_attempt(c, peer, p->epoch + 1, why);
+}
+
+/* a signal record from peer landed (its WRITE_WITH_IMM's receive): applied, in order, and its receive replaced */
+static void wc_signal(struct gin_comm *c, int peer, const struct ibv_wc *wc) {
+  struct gin_rdma *g = c->rdma;
+  struct rpeer *p = &g->p[peer];
+  uint32_t seq = be32toh(wc->imm_data);
+  struct sig_rec rec = g->inbox[(size_t)peer * GIN_RDMA_RING + p->consumed % GIN_RDMA_RING];
+  if (rec.magic != GIN_REC_MAGIC || (uint32_t)rec.seq != seq || seq != (uint32_t)p->consumed) {
+    GDR_WARN("GIN rank %d: signal record %u from rank %d is not the one expected (%llu)", c->rank, seq, peer,
+             (unsigned long long)p->consumed);
+    gin_fail(c, ncclRemoteError, "a bad signal record", peer);
+    return;
+  }
+  if (gin_apply_signal(c, peer, rec.mr, rec.off, rec.val) != ncclSuccess) {
+    gin_fail(c, ncclRemoteError, "a signal could not be applied", peer);
+    return;
+  }
+  p->consumed++;
+  if (p->rs != RS_DRAIN) { /* a drained QP's receives are not replaced: the new QP gets a full ring */
+    int rc = qp_post_recv(p);
+    if (rc) {
+      GDR_WARN("GIN rank %d: ibv_post_recv failed: %s", c->rank, strerror(rc));
+      gin_fail(c, ncclSystemError, "a receive could not be posted", peer);
+    }
+  }
+}
+
+/* a user operation's last work request completed: the request's, if it is one in flight towards peer */
+static void wc_user(struct gin_comm *c, int peer, const struct ibv_wc *wc) {
+  struct gin_rdma *g = c->rdma;
+  struct rpeer *p = &g->p[peer];
+  uint32_t idx = (uint32_t)wc->wr_id, gen = (uint32_t)(wc->wr_id >> 32) & 0xfffffffu;
+  struct gin_req *r = idx < c->npool ? &c->pool[idx] : NULL;
+  if (r == NULL || r->kind != GIN_RQ_USER || (r->gen & 0xfffffffu) != gen || r->done || r->peer != peer) {
+    GDR_WARN("GIN rank %d: a completion names no operation in flight", c->rank);
+    gin_fail(c, ncclInternalError, "a stray completion", peer);
+    return;
+  }
+  p->sq_used -= r->nwr;
+  p->episode = 0; /* the QP carries operations again: a later fault is a new episode */
+  op_unlink(g, p, (int)idx);
+  if (--r->pending == 0) gin_req_finish(c, r);
+}
+
 /* one completion; returns c->error */
 static ncclResult_t completion(struct gin_comm *c, const struct ibv_wc *wc) {
-  struct gin_rdma *g = c->rdma;
   int peer = peer_of_qp(c, wc->qp_num);
   unsigned kind = (unsigned)(wc->wr_id >> 60);
   struct rpeer *p;
   if (peer < 0) return c->error; /* a QP already destroyed (its completions were drained) */
   /* it closed: what was towards it already failed; its signals that still arrive are applied */
   if (c->peers[peer].gone && (wc->status != IBV_WC_SUCCESS || wc->opcode != IBV_WC_RECV_RDMA_WITH_IMM)) return c->error;
-  p = &g->p[peer];
+  p = &c->rdma->p[peer];
   if (kind == WR_MARK && wc->wr_id == ((uint64_t)WR_MARK << 60 | (uint32_t)peer)) {
     if (p->rs == RS_DRAIN && --p->marks == 0) drain_done(c, peer);
-    return c->error;
-  }
-  if (wc->status != IBV_WC_SUCCESS) {
-    char why[160];
-    if (p->rs == RS_DRAIN) return c->error; /* flushed with the QP this attempt drains */
-    snprintf(why, sizeof why, "a completion failed: %s (vendor error %u)", gdr_ibv_wc_status_str(wc->status),
-             wc->vendor_err);
-    if (gdr_param_int(GDR_PARAM_RECOVERY_ATTEMPTS) == 0 && !gdr_param_int(GDR_PARAM_FALLBACK)) {
-      GDR_WARN("GIN rank %d: a completion towards rank %d failed: %s (vendor error %u)", c->rank, peer,
-               gdr_ibv_wc_status_str(wc->status), wc->vendor_err);
-      gin_fail(c, ncclRemoteError, "an RDMA operation failed", peer);
-      return c->error;
-    }
-    start_attempt(c, peer, p->epoch + 1, why);
-    return c->error;
-  }
-  if (wc->opcode == IBV_WC_RECV_RDMA_WITH_IMM) {
-    uint32_t seq = be32toh(wc->imm_data);
-    struct sig_rec rec = g->inbox[(size_t)peer * GIN_RDMA_RING + p->consumed % GIN_RDMA_RING];
-    if (rec.magic != GIN_REC_MAGIC || (uint32_t)rec.seq != seq || seq != (uint32_t)p->consumed) {
-      GDR_WARN("GIN rank %d: signal record %u from rank %d is not the one expected (%llu)", c->rank, seq, peer,
-               (unsigned long long)p->consumed);
-      gin_fail(c, ncclRemoteError, "a bad signal record", peer);
-      return c->error;
-    }
-    if (gin_apply_signal(c, peer, rec.mr, rec.off, rec.val) != ncclSuccess) {
-      gin_fail(c, ncclRemoteError, "a signal could not be applied", peer);
-      return c->error;
-    }
-    p->consumed++;
-    if (p->rs != RS_DRAIN) { /* a drained QP's receives are not replaced: the new QP gets a full ring */
-      int rc = post_recv(p);
-      if (rc) {
-        GDR_WARN("GIN rank %d: ibv_post_recv failed: %s", c->rank, strerror(rc));
-        gin_fail(c, ncclSystemError, "a receive could not be posted", peer);
-      }
-    }
-    return c->error;
-  }
-  if (kind == WR_CREDIT) {
+  } else if (wc->status != IBV_WC_SUCCESS) {
+    wc_failed(c, peer, wc);
+  } else if (wc->opcode == IBV_WC_RECV_RDMA_WITH_IMM) {
+    wc_signal(c, peer, wc);
+  } else if (kind == WR_CREDIT) {
     p->sq_used--;
     p->credit_inflight = 0;
-    return c->error;
-  }
-  {
-    uint32_t idx = (uint32_t)wc->wr_id, gen = (uint32_t)(wc->wr_id >> 32) & 0xfffffffu;
-    struct gin_req *r = idx < c->npool ? &c->pool[idx] : NULL;
-    if (r == NULL || r->kind != GIN_RQ_USER || (r->gen & 0xfffffffu) != gen || r->done || r->peer != peer) {
-      GDR_WARN("GIN rank %d: a completion names no operation in flight", c->rank);
-      gin_fail(c, ncclInternalError, "a stray completion", peer);
-      return c->error;
-    }
-    p->sq_used -= r->nwr;
-    p->episode = 0; /* the QP carries operations again: a later fault is a new episode */
-    op_unlink(g, p, (int)idx);
-    if (--r->pending == 0) gin_req_finish(c, r);
+  } else {
+    wc_user(c, peer, wc);
   }
   return c->error;
 }
 
-ncclResult_t gin_rdma_progress(struct gin_comm *c) {
+static ncclResult_t rdma_progress(struct gin_comm *c) {
   struct gin_rdma *g = c->rdma;
   struct ibv_wc wc[16];
   int n = 0;
-  if (g->off) return c->error; /* a bring-up that failed here: nothing was posted */
+  if (g == NULL || g->off) return c->error; /* a bring-up that failed here: nothing was posted */
   while (c->error == ncclSuccess && (n = gdr_ibv_poll_cq(g->cq, 16, wc)) > 0)
     for (int i = 0; i < n && c->error == ncclSuccess; i++) (void)completion(c, &wc[i]);
   if (c->error == ncclSuccess && n < 0) {
@@ -1264,51 +1345,43 @@ ncclResult_t gin_rdma_progress(struct gin_comm *c) {
   return c->error;
 }
 
+static const char *rdma_record_check(const struct gin_hdr *h, const void *payload) {
+  return h->op == GIN_OP_QP && h->size > 0 ? gin_rdma_qpinfo_check(payload) : NULL;
+}
+
+const struct gin_path gin_rdma_path = {
+    .name = "rdma",
+    .setup = rdma_setup,
+    .teardown = rdma_teardown,
+    .progress = rdma_progress,
+    .reg = rdma_reg,
+    .dereg = rdma_dereg,
+    .carries = rdma_carries,
+    .room = rdma_room,
+    .issue = rdma_issue,
+    .on_peer_gone = rdma_peer_gone,
+    .record_check = rdma_record_check,
+    .record = rdma_record,
+};
+
 #else /* no RDMA transport built */
 
-ncclResult_t gin_rdma_setup(struct gin_comm *c) {
-  (void)c;
-  return ncclSuccess;
-}
-void gin_rdma_teardown(struct gin_comm *c) { (void)c; }
 const char *gin_rdma_qpinfo_check(const void *payload) {
   (void)payload;
   return NULL;
 }
-ncclResult_t gin_rdma_message(struct gin_comm *c, int peer, const struct gin_hdr *h, const void *payload) {
+
+static ncclResult_t rdma_record(struct gin_comm *c, int peer, const struct gin_hdr *h, const void *payload) {
   (void)h;
   (void)payload;
   GDR_WARN("GIN rank %d: rank %d brings up one-sided RDMA, this build has no RDMA transport", c->rank, peer);
   return ncclInvalidUsage;
 }
-ncclResult_t gin_rdma_reg(struct gin_comm *c, struct gin_mr *m, uint64_t offset, int fd) {
-  (void)c, (void)m, (void)offset, (void)fd;
-  return ncclSuccess;
-}
-void gin_rdma_dereg(struct gin_comm *c, struct gin_mr *m) { (void)c, (void)m; }
-uint32_t gin_rdma_rkey(const struct gin_mr *m) {
-  (void)m;
-  return 0;
-}
-int gin_rdma_room(struct gin_comm *c, int peer, size_t size, int signal) {
-  (void)c, (void)peer, (void)size, (void)signal;
-  return 0;
-}
-void gin_rdma_put(struct gin_comm *c, struct gin_req *r, struct gin_mr *src, uint64_t src_off, struct gin_mr *dst,
-                  uint64_t dst_off, size_t size, struct gin_mr *sig, uint64_t sig_off, uint64_t sig_val, int signal) {
-  (void)c, (void)r, (void)src, (void)src_off, (void)dst, (void)dst_off, (void)size, (void)sig, (void)sig_off;
-  (void)sig_val, (void)signal;
-}
-void gin_rdma_get(struct gin_comm *c, struct gin_req *r, struct gin_mr *rm, uint64_t roff, struct gin_mr *lm,
-                  uint64_t loff, size_t size) {
-  (void)c, (void)r, (void)rm, (void)roff, (void)lm, (void)loff, (void)size;
-}
-void gin_rdma_flush(struct gin_comm *c, struct gin_req *r, struct gin_mr *m) { (void)c, (void)r, (void)m; }
-void gin_rdma_peer_gone(struct gin_comm *c, int peer) { (void)c, (void)peer; }
-int gin_rdma_peer_active(struct gin_comm *c, int peer) {
-  (void)c, (void)peer;
-  return 0;
-}
-ncclResult_t gin_rdma_progress(struct gin_comm *c) { return c->error; }
+
+/* nothing but the answer to a peer that brings one-sided RDMA up: every operation is a message */
+const struct gin_path gin_rdma_path = {
+    .name = "rdma",
+    .record = rdma_record,
+};
 
 #endif

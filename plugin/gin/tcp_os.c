@@ -1,10 +1,10 @@
-/* The host-staged one-sided path (gin/gin.h): messages over the net core's send/receive comms of a GIN collComm,
- * in order per target. Used on every transport the net core runs (TCP, and the RDMA transport's two-sided
- * messages, with its RDMA -> TCP fallback underneath). Everything here runs under the comm's lock, from the
- * initiating calls and from progress/test, and never blocks. A peer's message is checked field by field before
- * anything of it is applied (rx_check, then its operation's handler: "receiving" below); a malformed one is a
- * protocol error of that peer (a WARN naming it, ncclRemoteError for the comm), never a crash, a write outside a
- * window, or memory kept without bound. */
+/* The host-staged one-sided path (gin/gin.h), gin_msg_path to core.c: messages over the net core's send/receive
+ * comms of a GIN collComm, in order per target. Used on every transport the net core runs (TCP, and the RDMA
+ * transport's two-sided messages, with its RDMA -> TCP fallback underneath). Everything here runs under the comm's
+ * lock, from the initiating calls and from progress/test, and never blocks. A peer's message is checked field by
+ * field before anything of it is applied (rx_check, then its operation's handler: "receiving" below); a malformed
+ * one is a protocol error of that peer (a WARN naming it, ncclRemoteError for the comm), never a crash, a write
+ * outside a window, or memory kept without bound. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -61,7 +61,7 @@ out:
   return res;
 }
 
-ncclResult_t gin_os_setup(struct gin_comm *c) {
+static ncclResult_t os_setup(struct gin_comm *c) {
   ncclResult_t res = ncclSuccess;
   GDR_CHECK(gin_os_alloc(c));
   for (int r = 0; r < c->nranks; r++) {
@@ -73,12 +73,22 @@ out:
   return res;
 }
 
-void gin_os_teardown(struct gin_comm *c) {
+/* gin_msg_path.teardown: the tx ring and the receive buffers off the net core's comms (still open) */
+static void os_unregister(struct gin_comm *c) {
   for (int r = 0; c->peers != NULL && r < c->nranks; r++) {
     struct gin_peer *p = &c->peers[r];
     if (p->tx_smh != NULL) (void)gdr_core_dereg_mr(p->send, p->tx_smh);
     if (p->rx_rmh != NULL) (void)gdr_core_dereg_mr(p->recv, p->rx_rmh);
     p->tx_smh = p->rx_rmh = NULL;
+  }
+}
+
+/* gin_msg_path.release, once the comms are closed: a receive may be posted into rx_buf until then (a peer's
+ * GIN_OP_BYE that crosses this rank's own close lands there) */
+void gin_os_teardown(struct gin_comm *c) {
+  os_unregister(c);
+  for (int r = 0; c->peers != NULL && r < c->nranks; r++) {
+    struct gin_peer *p = &c->peers[r];
     free(p->q);
     free(p->tx);
     free(p->rx_buf);
@@ -91,7 +101,8 @@ void gin_os_teardown(struct gin_comm *c) {
   c->free_list = NULL;
 }
 
-uint32_t gin_os_room(struct gin_comm *c, int peer) {
+/* free FIFO entries towards peer */
+static uint32_t os_room(struct gin_comm *c, int peer) {
   struct gin_peer *p = &c->peers[peer];
   return p->qcap - (p->tail - p->head);
 }
@@ -104,7 +115,9 @@ static struct gin_send *push(struct gin_peer *p, struct gin_req *owner) {
   return e;
 }
 
-void gin_os_queue_hdr(struct gin_comm *c, int peer, struct gin_req *owner, const struct gin_hdr *h, const void *inl,
+/* Queues a header (copied into the tx ring, with inline bytes) or a data message behind the peer's others; the
+ * caller checked the room. owner's pending is counted. */
+static void queue_hdr(struct gin_comm *c, int peer, struct gin_req *owner, const struct gin_hdr *h, const void *inl,
                       size_t inl_len) {
   struct gin_peer *p = &c->peers[peer];
   unsigned char *buf = p->tx + (size_t)(p->tail % p->qcap) * GIN_MSG_MAX;
@@ -117,7 +130,7 @@ void gin_os_queue_hdr(struct gin_comm *c, int peer, struct gin_req *owner, const
   p->tail++;
 }
 
-void gin_os_queue_data(struct gin_comm *c, int peer, struct gin_req *owner, char *data, size_t size, void *mh) {
+static void queue_data(struct gin_comm *c, int peer, struct gin_req *owner, char *data, size_t size, void *mh) {
   struct gin_peer *p = &c->peers[peer];
   struct gin_send *e = push(p, owner);
   e->data = data;
@@ -127,78 +140,95 @@ void gin_os_queue_data(struct gin_comm *c, int peer, struct gin_req *owner, char
   p->tail++;
 }
 
-uint32_t gin_os_put_entries(const struct gin_mr *src, size_t size) {
+/* the FIFO entries of a put: a header, and a data message unless its bytes ride inline (host source windows) */
+static uint32_t put_entries(const struct gin_mr *src, size_t size) {
   return size > 0 && !(size <= GDR_GIN_INLINE && src->type == NCCL_PTR_HOST) ? 2 : 1;
 }
 
-void gin_os_put(struct gin_comm *c, struct gin_req *r, struct gin_mr *src, uint64_t src_off, struct gin_mr *dst,
-                uint64_t dst_off, size_t size, struct gin_mr *sig, uint64_t sig_off, uint64_t sig_val, int signal) {
-  const int inl = size > 0 && gin_os_put_entries(src, size) == 1;
+/* One user operation as messages towards r->peer, behind the peer's others: a put (a header with its bytes inline,
+ * or a header and a data message), a get or a flush (a header; the reply is awaited). */
+static void os_put(struct gin_comm *c, struct gin_req *r, const struct gin_op *o) {
+  const int inl = o->size > 0 && put_entries(o->lm, o->size) == 1;
   struct gin_hdr h;
   memset(&h, 0, sizeof(h));
   h.magic = GIN_WIRE_MAGIC;
   h.op = GIN_OP_PUT;
-  h.flags = (uint16_t)((signal ? GIN_F_SIGNAL : 0) | (inl ? GIN_F_INLINE : size > 0 ? GIN_F_DATA : 0));
-  h.mr = size > 0 ? dst->id : GIN_MR_NONE; /* 0 bytes move nothing: no window, whatever the caller named */
-  h.off = size > 0 ? dst_off : 0;
-  h.size = size;
-  if (signal) {
-    h.sig_mr = sig->id;
-    h.sig_off = sig_off;
-    h.sig_val = sig_val;
+  h.flags = (uint16_t)((o->signal ? GIN_F_SIGNAL : 0) | (inl ? GIN_F_INLINE : o->size > 0 ? GIN_F_DATA : 0));
+  h.mr = o->size > 0 ? o->rm->id : GIN_MR_NONE; /* 0 bytes move nothing: no window, whatever the caller named */
+  h.off = o->size > 0 ? o->roff : 0;
+  h.size = o->size;
+  if (o->signal) {
+    h.sig_mr = o->sm->id;
+    h.sig_off = o->soff;
+    h.sig_val = o->sval;
   }
-  gin_os_queue_hdr(c, r->peer, r, &h, inl ? src->base + src_off : NULL, inl ? size : 0);
-  if (size > 0 && !inl) gin_os_queue_data(c, r->peer, r, src->base + src_off, size, src->smh[r->peer]);
+  queue_hdr(c, r->peer, r, &h, inl ? o->lm->base + o->loff : NULL, inl ? o->size : 0);
+  if (o->size > 0 && !inl) queue_data(c, r->peer, r, o->lm->base + o->loff, o->size, o->lm->smh[r->peer]);
 }
 
-void gin_os_get(struct gin_comm *c, struct gin_req *r, struct gin_mr *rm, uint64_t roff, struct gin_mr *lm,
-                uint64_t loff, size_t size) {
+static void os_issue(struct gin_comm *c, struct gin_req *r, const struct gin_op *o) {
   struct gin_hdr h;
+  if (o->kind == GIN_K_PUT) {
+    os_put(c, r, o);
+    return;
+  }
   memset(&h, 0, sizeof(h));
   h.magic = GIN_WIRE_MAGIC;
-  h.op = GIN_OP_GET;
-  h.mr = rm->id;
-  h.off = roff;
-  h.size = size;
-  h.aux_mr = lm->id;
-  h.aux = loff;
   h.cookie = gin_req_cookie(r);
-  r->pending++; /* the reply */
-  r->await = GIN_OP_GET_REPLY;
-  gin_os_queue_hdr(c, r->peer, r, &h, NULL, 0);
+  if (o->kind == GIN_K_GET) {
+    h.op = GIN_OP_GET;
+    h.mr = o->rm->id;
+    h.off = o->roff;
+    h.size = o->size;
+    h.aux_mr = o->lm->id;
+    h.aux = o->loff;
+  } else {
+    h.op = GIN_OP_FLUSH;
+  }
+  r->pending++; /* the reply or the acknowledgement */
+  r->await = o->kind == GIN_K_GET ? GIN_OP_GET_REPLY : GIN_OP_FLUSH_ACK;
+  queue_hdr(c, r->peer, r, &h, NULL, 0);
 }
 
-void gin_os_flush(struct gin_comm *c, struct gin_req *r) {
-  struct gin_hdr h;
-  memset(&h, 0, sizeof(h));
-  h.magic = GIN_WIRE_MAGIC;
-  h.op = GIN_OP_FLUSH;
-  h.cookie = gin_req_cookie(r);
-  r->pending++; /* the acknowledgement */
-  r->await = GIN_OP_FLUSH_ACK;
-  gin_os_queue_hdr(c, r->peer, r, &h, NULL, 0);
+static int os_room_for(struct gin_comm *c, int peer, const struct gin_op *o) {
+  return os_room(c, peer) >= (o->kind == GIN_K_PUT ? put_entries(o->lm, o->size) : 1);
+}
+
+static int os_say(struct gin_comm *c, int peer, const struct gin_hdr *h, const void *inl, size_t len) {
+  if (os_room(c, peer) < 1) return 0;
+  queue_hdr(c, peer, NULL, h, inl, len);
+  return 1;
 }
 
 static ncclResult_t send_progress(struct gin_comm *c, int peer);
 static ncclResult_t recv_progress(struct gin_comm *c, int peer);
 
-void gin_fail(struct gin_comm *c, ncclResult_t res, const char *what, int peer) {
-  if (c->error == ncclSuccess) {
-    GDR_WARN("GIN rank %d: %s (rank %d): %s; the connection is failed, every operation on it reports the error",
-             c->rank, what, peer, res == ncclRemoteError ? "remote error" : "error");
-    __atomic_store_n(&c->error, res, __ATOMIC_RELAXED); /* gdr_gin_progress reads it without the lock */
-    GIN_COUNT(c, errors, 1);
-    /* best effort: the other ranks fail now too (their operations towards this rank would wait for RDMA retries
-     * or the peer's TCP timeout otherwise); not after this rank's GIN_OP_BYE: it has left them already */
-    for (int r = 0; c->peers != NULL && r < c->nranks && !c->closing; r++) {
-      struct gin_hdr h;
-      if (r == c->rank || c->peers[r].q == NULL || c->peers[r].gone || gin_os_room(c, r) < 1) continue;
-      memset(&h, 0, sizeof(h));
-      h.magic = GIN_WIRE_MAGIC;
-      h.op = GIN_OP_ABORT;
-      gin_os_queue_hdr(c, r, NULL, &h, NULL, 0);
-      (void)send_progress(c, r);
+/* gin_fail's hook: best effort, the other ranks fail now too (their operations towards this rank would wait for RDMA
+ * retries or the peer's TCP timeout otherwise); not after this rank's GIN_OP_BYE: it has left them already */
+static void os_abort(struct gin_comm *c) {
+  for (int r = 0; c->peers != NULL && r < c->nranks && !c->closing; r++) {
+    struct gin_hdr h;
+    if (r == c->rank || c->peers[r].q == NULL || c->peers[r].gone || os_room(c, r) < 1) continue;
+    memset(&h, 0, sizeof(h));
+    h.magic = GIN_WIRE_MAGIC;
+    h.op = GIN_OP_ABORT;
+    queue_hdr(c, r, NULL, &h, NULL, 0);
+    (void)send_progress(c, r);
+  }
+}
+
+/* gin_peer_bye's hook: the sends already posted finish (or fail, unheeded); the rest are dropped; no entry names a
+ * request now */
+static void os_peer_gone(struct gin_comm *c, int peer) {
+  struct gin_peer *p = &c->peers[peer];
+  for (uint32_t i = p->head; i != p->tail; i++) {
+    struct gin_send *e = &p->q[i % p->qcap];
+    e->owner = NULL;
+    if (e->posted == 0) {
+      p->tail = i;
+      break;
     }
+    e->size = e->posted;
   }
 }
 
@@ -287,27 +317,6 @@ static ncclResult_t win_copy(struct gin_mr *m, char *dst, const void *src, size_
   if (m->type == NCCL_PTR_CUDA) return gdr_cuda_copy(m->cuda_ctx, dst, src, n, 1);
   memcpy(dst, src, n);
   return ncclSuccess;
-}
-
-ncclResult_t gin_apply_signal(struct gin_comm *c, int peer, uint32_t id, uint64_t off, uint64_t val) {
-  ncclResult_t res = ncclSuccess;
-  struct gin_mr *m = gin_mr_find(c, id);
-  if (m == NULL || off % 8 != 0 || off > m->size || m->size - off < 8) {
-    GDR_WARN("GIN rank %d: a signal from rank %d names window %u offset %llu: %s", c->rank, peer, id,
-             (unsigned long long)off, m == NULL ? "no such window" : "not an aligned word inside it");
-    res = ncclRemoteError;
-    goto out;
-  }
-  if (m->type == NCCL_PTR_CUDA) {
-    uint64_t v = 0;
-    GDR_CHECK(gdr_cuda_copy(m->cuda_ctx, &v, m->base + off, 8, 0));
-    v += val;
-    GDR_CHECK(gdr_cuda_copy(m->cuda_ctx, m->base + off, &v, 8, 1));
-  } else {
-    __atomic_fetch_add((uint64_t *)(void *)(m->base + off), val, __ATOMIC_SEQ_CST);
-  }
-out:
-  return res;
 }
 
 static ncclResult_t apply_signal(struct gin_comm *c, int peer, const struct gin_hdr *h) {
@@ -415,7 +424,7 @@ static ncclResult_t rx_get(struct gin_comm *c, int peer, const struct gin_hdr *h
   struct gin_hdr r;
   (void)more;
   if (m == NULL) return res;
-  if (gin_os_room(c, peer) < 2) {
+  if (os_room(c, peer) < 2) {
     *stall = 1;
     return ncclSuccess;
   }
@@ -427,8 +436,8 @@ static ncclResult_t rx_get(struct gin_comm *c, int peer, const struct gin_hdr *h
   r.off = h->aux;
   r.size = h->size;
   r.cookie = h->cookie;
-  gin_os_queue_hdr(c, peer, NULL, &r, NULL, 0);
-  if (h->size > 0) gin_os_queue_data(c, peer, NULL, m->base + h->off, h->size, m->smh[peer]);
+  queue_hdr(c, peer, NULL, &r, NULL, 0);
+  if (h->size > 0) queue_data(c, peer, NULL, m->base + h->off, h->size, m->smh[peer]);
   return ncclSuccess;
 }
 
@@ -449,7 +458,7 @@ static ncclResult_t rx_get_reply(struct gin_comm *c, int peer, const struct gin_
 static ncclResult_t rx_flush(struct gin_comm *c, int peer, const struct gin_hdr *h, int *more, int *stall) {
   struct gin_hdr r;
   (void)more;
-  if (gin_os_room(c, peer) < 1) {
+  if (os_room(c, peer) < 1) {
     *stall = 1;
     return ncclSuccess;
   }
@@ -457,7 +466,7 @@ static ncclResult_t rx_flush(struct gin_comm *c, int peer, const struct gin_hdr 
   r.magic = GIN_WIRE_MAGIC;
   r.op = GIN_OP_FLUSH_ACK;
   r.cookie = h->cookie;
-  gin_os_queue_hdr(c, peer, NULL, &r, NULL, 0);
+  queue_hdr(c, peer, NULL, &r, NULL, 0);
   return ncclSuccess;
 }
 
@@ -479,12 +488,18 @@ static ncclResult_t rx_bye(struct gin_comm *c, int peer, const struct gin_hdr *h
   return ncclSuccess;
 }
 
+/* the RDMA path's records (its bring-up, recovery and move over the message path): handed to it */
 static ncclResult_t rx_rdma(struct gin_comm *c, int peer, const struct gin_hdr *h, int *more, int *stall) {
   const void *payload = c->peers[peer].rx_buf + sizeof(*h);
-  const char *bad = h->op == GIN_OP_QP && h->size > 0 ? gin_rdma_qpinfo_check(payload) : NULL;
+  const struct gin_path *rp = c->path[GIN_PATH_RDMA];
+  const char *bad = rp != NULL && rp->record_check != NULL ? rp->record_check(h, payload) : NULL;
   (void)more, (void)stall;
   if (bad != NULL) return proto_err(c, peer, h, "%s", bad);
-  return gin_rdma_message(c, peer, h, payload);
+  if (rp == NULL || rp->record == NULL) {
+    GDR_WARN("GIN rank %d: rank %d brings up one-sided RDMA, this comm has no one-sided RDMA path", c->rank, peer);
+    return ncclInvalidUsage;
+  }
+  return rp->record(c, peer, h, payload);
 }
 
 /* What each operation may carry. flags: those allowed; inl: INLINE is required (1) or optional (0); bytes: its size
@@ -560,103 +575,131 @@ ncclResult_t gin_os_rx_data_done(struct gin_comm *c, int peer) {
   return reply_done(c, peer, h);
 }
 
-static ncclResult_t recv_progress(struct gin_comm *c, int peer) {
+/* Receiving from a peer is a state machine (gin_peer.rx), stepped by recv_progress: IDLE, a header's receive
+ * posted (HDR), then for a PUT or GET_REPLY with data its pieces into the window (DATA). Each step sets *stop when
+ * nothing more can be done now (a receive not in yet, a reply without room, a failure). */
+
+/* IDLE: a header that found no room for its reply is applied again; else the next header's receive is posted */
+static ncclResult_t rx_idle(struct gin_comm *c, int peer, int *stop) {
   ncclResult_t res = ncclSuccess;
   struct gin_peer *p = &c->peers[peer];
-  for (int rounds = 0; rounds < 16; rounds++) {
-    int done = 0;
-    if (p->gone) goto out; /* nothing follows its GIN_OP_BYE */
-    if (p->rx == GIN_RX_IDLE) {
-      if (p->rx_stalled) {
-        int more = 0, stall = 0;
-        GDR_CHECK(rx_header(c, peer, &more, &stall));
-        if (stall) goto out;
-        p->rx_stalled = 0;
-        continue;
-      }
-      void *data = p->rx_buf;
-      size_t size = GIN_MSG_MAX;
-      int tag = 0;
-      void *mh = p->rx_rmh;
-      void *req = NULL;
-      res = gdr_core_irecv(p->recv, 1, &data, &size, &tag, &mh, NULL, &req);
-      if (res != ncclSuccess) {
-        gin_fail(c, res, "a receive could not be posted", peer);
-        goto out;
-      }
-      if (req == NULL) goto out;
-      p->rx_req = req;
-      p->rx = GIN_RX_HDR;
-    }
-    if (p->rx == GIN_RX_HDR) {
-      size_t sizes[GDR_MAX_RECVS] = {0};
-      int more = 0, stall = 0;
-      res = gdr_core_test(p->rx_req, &done, sizes, NULL);
-      if (res != ncclSuccess) {
-        gin_fail(c, res, "a receive failed", peer);
-        goto out;
-      }
-      if (!done) goto out;
-      p->rx_req = NULL;
-      p->rx = GIN_RX_IDLE;
-      GDR_CHECK(gin_os_rx_msg(c, peer, sizes[0], &more, &stall));
-      if (p->gone) goto out; /* its GIN_OP_BYE: nothing follows it, no receive is posted again */
-      if (stall) {
-        p->rx_stalled = 1;
-        goto out;
-      }
-      if (more) {
-        p->rx = GIN_RX_DATA;
-        p->rx_got = p->rx_cur = 0;
-      }
-    }
-    if (p->rx == GIN_RX_DATA) {
-      struct gin_mr *m = gin_mr_find(c, p->rx_hdr.mr);
-      if (m == NULL) { /* deregistered here while its data comes: the user's error, still no crash */
-        GDR_WARN("GIN rank %d: window %u was deregistered while rank %d's data for it came", c->rank, p->rx_hdr.mr,
-                 peer);
-        res = ncclInvalidUsage;
-        goto out;
-      }
-      if (p->rx_req != NULL) {
-        res = gdr_core_test(p->rx_req, &done, NULL, NULL);
-        if (res != ncclSuccess) {
-          gin_fail(c, res, "a data receive failed", peer);
-          goto out;
-        }
-        if (!done) goto out;
-        p->rx_req = NULL;
-        p->rx_got += p->rx_cur;
-      }
-      if (p->rx_got == p->rx_hdr.size) {
-        p->rx = GIN_RX_IDLE;
-        GDR_CHECK(gin_os_rx_data_done(c, peer));
-        continue;
-      }
-      {
-        size_t chunk = GDR_GIN_CHUNK < c->max_bytes ? GDR_GIN_CHUNK : c->max_bytes;
-        size_t n = p->rx_hdr.size - p->rx_got < chunk ? p->rx_hdr.size - p->rx_got : chunk;
-        void *data = p->rx_dst + p->rx_got;
-        int tag = 0;
-        void *mh = m->rmh[peer];
-        void *req = NULL;
-        res = gdr_core_irecv(p->recv, 1, &data, &n, &tag, &mh, NULL, &req);
-        if (res != ncclSuccess) {
-          gin_fail(c, res, "a data receive could not be posted", peer);
-          goto out;
-        }
-        if (req == NULL) goto out;
-        p->rx_req = req;
-        p->rx_cur = n;
-      }
-      goto out; /* tested at the next round of progress */
-    }
+  void *data = p->rx_buf, *mh = p->rx_rmh, *req = NULL;
+  size_t size = GIN_MSG_MAX;
+  int tag = 0;
+  if (p->rx_stalled) {
+    int more = 0, stall = 0;
+    GDR_CHECK(rx_header(c, peer, &more, &stall));
+    if (stall)
+      *stop = 1;
+    else
+      p->rx_stalled = 0;
+    goto out; /* the next header in the next round */
+  }
+  res = gdr_core_irecv(p->recv, 1, &data, &size, &tag, &mh, NULL, &req);
+  if (res != ncclSuccess) {
+    gin_fail(c, res, "a receive could not be posted", peer);
+    goto out;
+  }
+  if (req == NULL) {
+    *stop = 1;
+    goto out;
+  }
+  p->rx_req = req;
+  p->rx = GIN_RX_HDR;
+out:
+  return res;
+}
+
+/* HDR: the header, once in, is checked and applied, or its data is awaited (DATA), or it waits for room */
+static ncclResult_t rx_hdr(struct gin_comm *c, int peer, int *stop) {
+  ncclResult_t res = ncclSuccess;
+  struct gin_peer *p = &c->peers[peer];
+  size_t sizes[GDR_MAX_RECVS] = {0};
+  int done = 0, more = 0, stall = 0;
+  res = gdr_core_test(p->rx_req, &done, sizes, NULL);
+  if (res != ncclSuccess) {
+    gin_fail(c, res, "a receive failed", peer);
+    goto out;
+  }
+  if (!done) {
+    *stop = 1;
+    goto out;
+  }
+  p->rx_req = NULL;
+  p->rx = GIN_RX_IDLE;
+  GDR_CHECK(gin_os_rx_msg(c, peer, sizes[0], &more, &stall));
+  if (p->gone) { /* its GIN_OP_BYE: nothing follows it, no receive is posted again */
+    *stop = 1;
+  } else if (stall) {
+    p->rx_stalled = 1;
+    *stop = 1;
+  } else if (more) {
+    p->rx = GIN_RX_DATA;
+    p->rx_got = p->rx_cur = 0;
   }
 out:
   return res;
 }
 
-ncclResult_t gin_os_progress(struct gin_comm *c) {
+/* DATA: the piece in flight, once in, counts; all in, the message is done (IDLE); else the next piece is posted */
+static ncclResult_t rx_data(struct gin_comm *c, int peer, int *stop) {
+  ncclResult_t res = ncclSuccess;
+  struct gin_peer *p = &c->peers[peer];
+  struct gin_mr *m = gin_mr_find(c, p->rx_hdr.mr);
+  size_t chunk = GDR_GIN_CHUNK < c->max_bytes ? GDR_GIN_CHUNK : c->max_bytes, n;
+  void *data, *mh, *req = NULL;
+  int done = 0, tag = 0;
+  *stop = 1;       /* a piece posted is tested at the next round of progress */
+  if (m == NULL) { /* deregistered here while its data comes: the user's error, still no crash */
+    GDR_WARN("GIN rank %d: window %u was deregistered while rank %d's data for it came", c->rank, p->rx_hdr.mr, peer);
+    res = ncclInvalidUsage;
+    goto out;
+  }
+  if (p->rx_req != NULL) {
+    res = gdr_core_test(p->rx_req, &done, NULL, NULL);
+    if (res != ncclSuccess) {
+      gin_fail(c, res, "a data receive failed", peer);
+      goto out;
+    }
+    if (!done) goto out;
+    p->rx_req = NULL;
+    p->rx_got += p->rx_cur;
+  }
+  if (p->rx_got == p->rx_hdr.size) {
+    p->rx = GIN_RX_IDLE;
+    *stop = 0;
+    GDR_CHECK(gin_os_rx_data_done(c, peer));
+    goto out;
+  }
+  n = p->rx_hdr.size - p->rx_got < chunk ? p->rx_hdr.size - p->rx_got : chunk;
+  data = p->rx_dst + p->rx_got;
+  mh = m->rmh[peer];
+  res = gdr_core_irecv(p->recv, 1, &data, &n, &tag, &mh, NULL, &req);
+  if (res != ncclSuccess) {
+    gin_fail(c, res, "a data receive could not be posted", peer);
+    goto out;
+  }
+  if (req == NULL) goto out;
+  p->rx_req = req;
+  p->rx_cur = n;
+out:
+  return res;
+}
+
+static ncclResult_t recv_progress(struct gin_comm *c, int peer) {
+  ncclResult_t res = ncclSuccess;
+  struct gin_peer *p = &c->peers[peer];
+  int stop = 0;
+  for (int rounds = 0; rounds < 16 && !stop && !p->gone; rounds++) { /* nothing follows a GIN_OP_BYE */
+    if (p->rx == GIN_RX_IDLE) GDR_CHECK(rx_idle(c, peer, &stop));
+    if (!stop && p->rx == GIN_RX_HDR) GDR_CHECK(rx_hdr(c, peer, &stop));
+    if (!stop && p->rx == GIN_RX_DATA) GDR_CHECK(rx_data(c, peer, &stop));
+  }
+out:
+  return res;
+}
+
+static ncclResult_t os_progress(struct gin_comm *c) {
   ncclResult_t res = c->error;
   if (res != ncclSuccess) goto out;
   for (int r = 0; r < c->nranks; r++) {
@@ -668,7 +711,20 @@ ncclResult_t gin_os_progress(struct gin_comm *c) {
       goto out;
     }
   }
-  if (c->rdma != NULL) res = gin_rdma_progress(c);
 out:
   return res;
 }
+
+const struct gin_path gin_msg_path = {
+    .name = "messages",
+    .setup = os_setup,
+    .teardown = os_unregister,
+    .release = gin_os_teardown,
+    .progress = os_progress,
+    .room = os_room_for,
+    .issue = os_issue,
+    .kick = 1,
+    .on_fail = os_abort,
+    .on_peer_gone = os_peer_gone,
+    .say = os_say,
+};
