@@ -199,8 +199,8 @@ void gdr_connstat_close(struct gdr_connstat *cs) {
     }
   snap_locked(cs, gdr_connstat_now_ns(), &g_closed[g_nclosed++ % NCLOSED]); /* the transport's comm is still open */
   if (cs->stalled && cs->stall_warned_ns != 0)
-    GDR_INFO(NCCL_NET, "stall: the %s connection to %s closed while stalled (for %.1f s)", cs->send ? "send" : "recv",
-             cs->desc.peer, (double)(gdr_connstat_now_ns() - cs->stall_since_ns) / 1e9);
+    GDR_INFO(NCCL_NET, "stall: the %s connection %s %s closed while stalled (for %.1f s)", cs->send ? "send" : "recv",
+             cs->send ? "to" : "from", cs->desc.peer, (double)(gdr_connstat_now_ns() - cs->stall_since_ns) / 1e9);
   if (g_list == NULL) d = detector_claim_locked(); /* the last connection: the thread ends with it */
   pthread_mutex_unlock(&g_mu);
   detector_join(d);
@@ -396,17 +396,19 @@ static void known_facts(const struct gdr_connstat *cs, const struct measure *m, 
   if (cs->have_desc && d->note[0]) ADD("%s; ", d->note);
   if (cs->have_desc && d->peer_closed)
     ADD("the peer's socket is closed (the peer process ended or reset it); ");
-  else if (cs->have_desc && d->peer_silent_ms >= 0)
+  else if (cs->have_desc && d->peer_silent_ms >= 0 && d->state != GDR_CONN_RECOVERING)
     ADD("the peer's socket is open but silent for %.1f s; ", (double)d->peer_silent_ms / 1e3);
   if (cs->have_desc && d->unsent > 0)
     ADD("%lld bytes queued to the peer are not taken (it does not read: stopped, hung or busy); ",
         (long long)d->unsent);
-  if (!cs->send)
+  if (cs->have_desc && d->state == GDR_CONN_RECOVERING)
+    ADD("both sides wait for the recovery (bounded by GDRNET_RECOVERY_TIMEOUT_MS)");
+  else if (!cs->send)
     ADD("this side (receiver) waits for the peer's data");
   else if (m->refused)
     ADD("this side (sender) waits for the peer to post the matching receive (no clear-to-send yet)");
   else if (cs->have_desc && d->state == GDR_CONN_RDMA)
-    ADD("this side (sender) waits for a completion on its QPs (the peer's NIC has not acknowledged the data)");
+    ADD("this side (sender) has no completion on its QPs: the peer's side has not acknowledged the data");
   else
     ADD("this side (sender) waits for the peer to take the data");
 #undef ADD
@@ -419,11 +421,11 @@ static void warn_stall(struct gdr_connstat *cs, const struct measure *m, uint64_
   known_facts(cs, m, facts, sizeof(facts));
   const char *state = cs->have_desc ? gdr_conn_state_str(d->state) : "unknown";
   const int same = strcmp(state, cs->tp->name) == 0;
-  GDR_WARN("stall: %s connection of this process (%s) to %s over %s%s%s (%s): no progress for %.1f s; oldest "
+  GDR_WARN("stall: %s connection of this process (%s) %s %s over %s%s%s (%s): no progress for %.1f s; oldest "
            "waiting: %s of %llu bytes, tag %d, for %.1f s; %lld request(s) in flight; %s. Reported, not an error: "
            "NCCL's own timeout decides (docs/recovery.md, \"Diagnosing a hang\"; gdrnet-top)",
-           cs->send ? "send" : "recv", self, cs->have_desc && d->peer[0] ? d->peer : "?", cs->tp->name,
-           same ? "" : ", ", same ? "" : state, cs->have_desc && d->path[0] ? d->path : "no detail",
+           cs->send ? "send" : "recv", self, cs->send ? "to" : "from", cs->have_desc && d->peer[0] ? d->peer : "?",
+           cs->tp->name, same ? "" : ", ", same ? "" : state, cs->have_desc && d->path[0] ? d->path : "no detail",
            secs(now, cs->stall_since_ns),
            m->refused ? "isend (not accepted yet)"
            : cs->send ? "isend"
@@ -440,8 +442,9 @@ static int check_one(struct gdr_connstat *cs, uint64_t now, uint64_t warn_ns) {
     if (m.since != 0 && last <= cs->stall_since_ns) return 0;
     const uint64_t end = last > cs->stall_since_ns ? last : now;
     if (cs->stall_warned_ns != 0)
-      GDR_WARN("stall: %s connection to %s (%s) resumed after %.1f s", cs->send ? "send" : "recv",
-               cs->have_desc ? cs->desc.peer : "?", cs->tp->name, secs(end, cs->stall_since_ns));
+      GDR_WARN("stall: %s connection %s %s (%s) resumed after %.1f s", cs->send ? "send" : "recv",
+               cs->send ? "to" : "from", cs->have_desc ? cs->desc.peer : "?", cs->tp->name,
+               secs(end, cs->stall_since_ns));
     cs->stalled = 0;
     cs->stall_warned_ns = 0;
     return 1;
@@ -462,8 +465,7 @@ static int check_one(struct gdr_connstat *cs, uint64_t now, uint64_t warn_ns) {
   return 1;
 }
 
-int gdr_connstat_check(uint64_t now_ns) {
-  const long long ms = gdr_param_int(GDR_PARAM_STALL_WARN_MS);
+int gdr_connstat_check(uint64_t now_ns, long long ms) {
   int stalled = 0, changed = 0;
   if (ms <= 0) return 0;
   pthread_mutex_lock(&g_mu);
@@ -499,7 +501,7 @@ static void *detector_main(void *arg) {
     if (now - prev > (uint64_t)(tick + ms / 2) * 1000000ull) g_thawed_ns = now;
     prev = now;
     pthread_mutex_unlock(&g_mu);
-    (void)gdr_connstat_check(now);
+    (void)gdr_connstat_check(now, ms);
     pthread_mutex_lock(&g_mu);
   }
   pthread_mutex_unlock(&g_mu);

@@ -133,9 +133,9 @@ double gdr_connstat_quantile(const uint64_t *hist, double q);
  * bytes (TCP_INFO), into d (peer_closed, peer_silent_ms, unsent). Never blocks. */
 void gdr_connstat_sock_facts(int fd, struct gdr_conn_desc *d);
 
-/* The detector: one pass over every connection at time now (the thread calls it each tick; tests call it directly
- * with GDRNET_STALL_WARN_MS loaded). Returns the connections stalled after it. */
-int gdr_connstat_check(uint64_t now_ns);
+/* The detector: one pass over every connection at time now with a threshold of warn_ms (the thread calls it each
+ * tick with GDRNET_STALL_WARN_MS; tests call it directly). Returns the connections stalled after it. */
+int gdr_connstat_check(uint64_t now_ns, long long warn_ms);
 /* Stops and joins the detector thread if it runs (fini; a fork child forgets the parent's). */
 void gdr_connstat_stop(void);
 

@@ -107,7 +107,7 @@ struct gdr_conn_desc {
   int64_t peer_silent_ms;     /* since the last bytes from the peer on its control socket */
   int64_t unsent;             /* bytes this side queued on its sockets that the peer has not taken */
   int64_t recoveries, moves;  /* of this connection: recoveries in place, moves to TCP */
-  char note[160];             /* anything else worth a line ("recovery attempt 2 of 3") */
+  char note[256];             /* anything else worth a line ("recovery attempt 2, first fault: ...") */
 };
 
 struct gdr_transport {

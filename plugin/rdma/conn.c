@@ -1266,8 +1266,8 @@ ncclResult_t gdr_rdma_close_recv(void *recv_comm) { return close_comm(recv_comm)
 /* ---------------------------------------------------------------------------------------------- describe -- */
 
 /* transport.h describe, from another thread: the peer and the control socket (set at connect), the health state
- * (atomic); the QPs, counters and the TCP comm of a moved connection only when its svc_mu is free (tried, never
- * waited for: the owner's calls hold it; the path is then left "" and the caller keeps the last one). */
+ * (atomic); the QPs, counters and the TCP comm of a moved connection only when its svc_mu is free (tried a few
+ * times, never waited for: the owner's calls hold it; the path is then left "" and the caller keeps the last one). */
 int gdr_rdma_describe(void *comm, struct gdr_conn_desc *out) {
   struct gdr_rdma_comm *c = comm;
   if (c == NULL) return -1;
@@ -1279,7 +1279,9 @@ int gdr_rdma_describe(void *comm, struct gdr_conn_desc *out) {
                : st == GDR_HEALTH_ON_TCP     ? GDR_CONN_MOVED_TCP
                                              : GDR_CONN_RDMA;
   gdr_connstat_sock_facts(c->fd, out);
-  if (pthread_mutex_trylock(&c->svc_mu) != 0) return 0;
+  int locked = 0;
+  for (int i = 0; i < 64 && !(locked = pthread_mutex_trylock(&c->svc_mu) == 0); i++) sched_yield();
+  if (!locked) return 0;
   size_t o = (size_t)snprintf(out->path, sizeof(out->path), "%s port %d, QP", c->dev->name, c->dev->port);
   for (int i = 0; i < c->nqps && c->qs.qps[i] != NULL && o < sizeof(out->path); i++)
     o += (size_t)snprintf(out->path + o, sizeof(out->path) - o, " 0x%x", c->qs.qps[i]->qp_num);
@@ -1287,7 +1289,7 @@ int gdr_rdma_describe(void *comm, struct gdr_conn_desc *out) {
   out->recoveries = (int64_t)c->rec.recoveries;
   out->moves = (int64_t)c->fb.fallbacks;
   if (st == GDR_HEALTH_RECOVERING && c->rec.attempt > 0)
-    snprintf(out->note, sizeof(out->note), "recovery attempt %u, first fault: %.100s", c->rec.attempt,
+    snprintf(out->note, sizeof(out->note), "recovery attempt %u, first fault: %.200s", c->rec.attempt,
              c->rec.first_fault);
   if (c->fb.tcp != NULL) {
     struct gdr_conn_desc t;
