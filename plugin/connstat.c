@@ -17,7 +17,6 @@
 
 #include "log.h"
 #include "param.h"
-#include "stats.h"
 
 /* The registry and the detector: g_mu guards the list, the detector's fields of each entry and g_det. */
 struct detector {
@@ -34,7 +33,9 @@ static struct detector *g_det; /* the running detector, NULL when none */
 #define NCLOSED 16
 static struct gdr_conn_snap g_closed[NCLOSED]; /* the last connections closed, their final state (a ring) */
 static uint64_t g_nclosed;
-static uint64_t g_thawed_ns; /* this process was not running until then (stopped, starved): no stall before it */
+static uint64_t g_thawed_ns;
+static void (*g_on_change)(void);
+    /* told when a connection's stall starts or ends (the stats writer) */ /* this process was not running until then (stopped, starved): no stall before it */
 static pthread_once_t g_fork_once = PTHREAD_ONCE_INIT;
 
 uint64_t gdr_connstat_now_ns(void) {
@@ -222,6 +223,12 @@ int gdr_connstat_closed(struct gdr_conn_snap *out, int max) {
   for (uint64_t i = first; i < g_nclosed && n < max; i++) out[n++] = g_closed[i % NCLOSED];
   pthread_mutex_unlock(&g_mu);
   return n;
+}
+
+void gdr_connstat_on_change(void (*fn)(void)) {
+  pthread_mutex_lock(&g_mu);
+  g_on_change = fn;
+  pthread_mutex_unlock(&g_mu);
 }
 
 int gdr_connstat_count(void) {
@@ -473,8 +480,9 @@ int gdr_connstat_check(uint64_t now_ns, long long ms) {
     changed |= check_one(cs, now_ns, (uint64_t)ms * 1000000ull);
     stalled += cs->stalled;
   }
+  void (*tell)(void) = g_on_change;
   pthread_mutex_unlock(&g_mu);
-  if (changed) gdr_stats_poke(); /* the stats file shows it now, not at the next interval */
+  if (changed && tell != NULL) tell(); /* the stats file shows it now, not at the next interval */
   return stalled;
 }
 

@@ -122,6 +122,9 @@ struct gdr_conn_snap {
 int gdr_connstat_snapshot(struct gdr_conn_snap *out, int max);
 /* The last (up to 16) connections closed, oldest first, as they were at their close; returns how many. */
 int gdr_connstat_closed(struct gdr_conn_snap *out, int max);
+/* fn (or NULL) is called, outside every lock of this module, when a connection's stall starts or ends: the stats
+ * writer registers its poke, so that this module calls nothing of it by name. */
+void gdr_connstat_on_change(void (*fn)(void));
 /* Connections tracked now. */
 int gdr_connstat_count(void);
 /* "send"/"recv" state word for a desc state (GDR_CONN_*). */

@@ -548,6 +548,7 @@ ncclResult_t gdr_stats_start(void) {
     goto out;
   }
   g_running = 1;
+  gdr_connstat_on_change(gdr_stats_poke); /* a stall that starts or ends is in the file at once */
   if (g_interval_s > 0)
     GDR_INFO(NCCL_INIT | NCCL_NET, "counters go to %s (Prometheus text format) every %llds and at each close%s", g_path,
              g_interval_s, g_remove ? "; removed at a clean exit" : "");
