@@ -35,38 +35,8 @@ static struct gdr_conn_snap g_closed[NCLOSED]; /* the last connections closed, t
 static uint64_t g_nclosed;
 static uint64_t g_thawed_ns;
 static void (*g_on_change)(void);
-    /* told when a connection's stall starts or ends (the stats writer) */ /* this process was not running until then (stopped, starved): no stall before it */
+/* told when a connection's stall starts or ends (the stats writer) */ /* this process was not running until then (stopped, starved): no stall before it */
 static pthread_once_t g_fork_once = PTHREAD_ONCE_INIT;
-
-uint64_t gdr_connstat_now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-static int bucket(uint64_t ns) {
-  int b = ns == 0 ? 0 : 64 - __builtin_clzll(ns);
-  return b < GDR_CONNSTAT_HIST ? b : GDR_CONNSTAT_HIST - 1;
-}
-
-void gdr_connstat_done(struct gdr_connstat *cs, int idx, uint64_t bytes, int ok) {
-  if (cs == NULL || (unsigned)idx >= (unsigned)cs->nslots) return;
-  struct gdr_connstat_slot *s = &cs->slots[idx];
-  const uint64_t t0 = atomic_load_explicit(&s->t0, memory_order_relaxed);
-  if (t0 == 0) return;
-  const uint64_t now = gdr_connstat_now_ns();
-  atomic_store_explicit(&s->t0, 0, memory_order_release);
-  atomic_store_explicit(&cs->inflight, atomic_load_explicit(&cs->inflight, memory_order_relaxed) - 1,
-                        memory_order_relaxed);
-  if (ok) {
-    const uint64_t lat = now > t0 ? now - t0 : 0;
-    gdr_cs_bump(&cs->requests, 1);
-    gdr_cs_bump(&cs->bytes, bytes);
-    gdr_cs_bump(&cs->lat_sum_ns, lat);
-    gdr_cs_bump(&cs->hist[bucket(lat)], 1);
-  }
-  atomic_store_explicit(&cs->last_done_ns, now, memory_order_release);
-}
 
 const char *gdr_conn_state_str(int state) {
   switch (state) {
@@ -164,6 +134,9 @@ static void detector_join(struct detector *d) {
 }
 
 struct gdr_connstat *gdr_connstat_open(const struct gdr_transport *tp, void *tcomm, int send, int dev, int nslots) {
+  const char *file = gdr_param_str(GDR_PARAM_STATS_FILE), *dir = gdr_param_str(GDR_PARAM_STATS_DIR);
+  if (gdr_param_int(GDR_PARAM_STALL_WARN_MS) <= 0 && (file == NULL || file[0] == 0) && (dir == NULL || dir[0] == 0))
+    return NULL; /* nobody reads it: no bookkeeping at all */
   struct gdr_connstat *cs = calloc(1, sizeof(*cs));
   if (cs == NULL) return NULL;
   cs->slots = calloc((size_t)(nslots > 0 ? nslots : 1), sizeof(*cs->slots));
@@ -250,19 +223,18 @@ struct measure {
 
 static void measure(struct gdr_connstat *cs, struct measure *m) {
   memset(m, 0, sizeof(*m));
-  m->inflight = atomic_load_explicit(&cs->inflight, memory_order_relaxed);
-  if (m->inflight > 0) {
-    for (int i = 0; i < cs->nslots; i++) {
-      struct gdr_connstat_slot *s = &cs->slots[i];
-      uint64_t t0 = atomic_load_explicit(&s->t0, memory_order_acquire);
-      if (t0 == 0 || (m->since != 0 && t0 >= m->since)) continue;
-      uint64_t size = atomic_load_explicit(&s->size, memory_order_relaxed);
-      int tag = atomic_load_explicit(&s->tag, memory_order_relaxed);
-      if (atomic_load_explicit(&s->t0, memory_order_acquire) != t0) continue; /* reused meanwhile */
-      m->since = t0;
-      m->size = size;
-      m->tag = tag;
-    }
+  for (int i = 0; i < cs->nslots; i++) {
+    struct gdr_connstat_slot *s = &cs->slots[i];
+    uint64_t t0 = atomic_load_explicit(&s->t0, memory_order_acquire);
+    if (t0 == 0) continue;
+    m->inflight++;
+    if (m->since != 0 && t0 >= m->since) continue;
+    uint64_t size = atomic_load_explicit(&s->size, memory_order_relaxed);
+    int tag = atomic_load_explicit(&s->tag, memory_order_relaxed);
+    if (atomic_load_explicit(&s->t0, memory_order_acquire) != t0) continue; /* reused meanwhile */
+    m->since = t0;
+    m->size = size;
+    m->tag = tag;
   }
   uint64_t r = atomic_load_explicit(&cs->refused_ns, memory_order_acquire);
   if (r != 0 && (m->since == 0 || r < m->since)) {
@@ -312,10 +284,12 @@ static void snap_locked(struct gdr_connstat *cs, uint64_t now, struct gdr_conn_s
   o->oldest_size = m.size;
   o->oldest_tag = m.tag;
   o->idle_s = secs(now, atomic_load_explicit(&cs->last_done_ns, memory_order_acquire));
-  o->requests = atomic_load_explicit(&cs->requests, memory_order_relaxed);
   o->bytes = atomic_load_explicit(&cs->bytes, memory_order_relaxed);
   o->lat_sum_s = (double)atomic_load_explicit(&cs->lat_sum_ns, memory_order_relaxed) / 1e9;
-  for (int i = 0; i < GDR_CONNSTAT_HIST; i++) o->hist[i] = atomic_load_explicit(&cs->hist[i], memory_order_relaxed);
+  for (int i = 0; i < GDR_CONNSTAT_HIST; i++) {
+    o->hist[i] = atomic_load_explicit(&cs->hist[i], memory_order_relaxed);
+    o->requests += o->hist[i];
+  }
   o->p50_s = gdr_connstat_quantile(o->hist, 0.50);
   o->p99_s = gdr_connstat_quantile(o->hist, 0.99);
   o->stalled = cs->stalled;

@@ -23,6 +23,7 @@
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 
 #include "transport.h"
 
@@ -44,10 +45,9 @@ struct gdr_connstat {
   void *tcomm;
   int nslots;
   struct gdr_connstat_slot *slots; /* one per request index of the comm */
-  /* the data path (one writer at a time) */
-  _Atomic uint64_t requests, bytes; /* completed, and their bytes */
-  _Atomic int64_t inflight;
-  _Atomic uint64_t last_done_ns; /* the last completion (0: none yet) */
+  /* the data path (one writer at a time); requests completed = the histogram's sum, in flight = the slots in use */
+  _Atomic uint64_t bytes;        /* of the completed requests */
+  _Atomic uint64_t last_done_ns; /* the last completion, or the open */
   _Atomic uint64_t lat_sum_ns;
   _Atomic uint64_t hist[GDR_CONNSTAT_HIST];
   _Atomic uint64_t refused_ns; /* isend refused ("try again") since, 0: the last one was accepted */
@@ -62,7 +62,11 @@ struct gdr_connstat {
 };
 
 /* The thread-free part of the data path: inlined into core_p2p.c. now_ns: CLOCK_MONOTONIC. */
-uint64_t gdr_connstat_now_ns(void);
+static inline uint64_t gdr_connstat_now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
 
 static inline void gdr_cs_bump(_Atomic uint64_t *a, uint64_t d) {
   atomic_store_explicit(a, atomic_load_explicit(a, memory_order_relaxed) + d, memory_order_relaxed);
@@ -75,8 +79,6 @@ static inline void gdr_connstat_posted(struct gdr_connstat *cs, int idx, size_t 
   atomic_store_explicit(&s->size, size, memory_order_relaxed);
   atomic_store_explicit(&s->tag, tag, memory_order_relaxed);
   atomic_store_explicit(&s->t0, gdr_connstat_now_ns(), memory_order_release);
-  atomic_store_explicit(&cs->inflight, atomic_load_explicit(&cs->inflight, memory_order_relaxed) + 1,
-                        memory_order_relaxed);
   if (atomic_load_explicit(&cs->refused_ns, memory_order_relaxed) != 0)
     atomic_store_explicit(&cs->refused_ns, 0, memory_order_relaxed);
 }
@@ -90,10 +92,27 @@ static inline void gdr_connstat_refused(struct gdr_connstat *cs, size_t size, in
 }
 
 /* The request at idx is over: done (bytes moved) or failed (ok = 0). */
-void gdr_connstat_done(struct gdr_connstat *cs, int idx, uint64_t bytes, int ok);
+static inline void gdr_connstat_done(struct gdr_connstat *cs, int idx, uint64_t bytes, int ok) {
+  if (cs == NULL || (unsigned)idx >= (unsigned)cs->nslots) return;
+  struct gdr_connstat_slot *s = &cs->slots[idx];
+  const uint64_t t0 = atomic_load_explicit(&s->t0, memory_order_relaxed);
+  if (t0 == 0) return;
+  const uint64_t now = gdr_connstat_now_ns();
+  atomic_store_explicit(&s->t0, 0, memory_order_release);
+  if (ok) {
+    const uint64_t lat = now > t0 ? now - t0 : 0;
+    int b = lat == 0 ? 0 : 64 - __builtin_clzll(lat);
+    if (b >= GDR_CONNSTAT_HIST) b = GDR_CONNSTAT_HIST - 1;
+    gdr_cs_bump(&cs->bytes, bytes);
+    gdr_cs_bump(&cs->lat_sum_ns, lat);
+    gdr_cs_bump(&cs->hist[b], 1);
+  }
+  atomic_store_explicit(&cs->last_done_ns, now, memory_order_release);
+}
 
-/* Registry: a comm's state on its first data call (NULL when out of memory: the comm is then not tracked), released
- * at its close (any thread but the detector; the comm's data path has ended). */
+/* Registry: a comm's state on its first data call, released at its close (any thread but the detector; the comm's
+ * data path has ended). NULL (the comm is not tracked, its data path pays one branch per call) when out of memory,
+ * or when nothing would read it: GDRNET_STALL_WARN_MS=0 and no stats file. */
 struct gdr_connstat *gdr_connstat_open(const struct gdr_transport *tp, void *tcomm, int send, int dev, int nslots);
 void gdr_connstat_close(struct gdr_connstat *cs);
 

@@ -27,6 +27,7 @@ static int setup(void **state) {
   (void)state;
   gdr_log_init(ut_logger);
   setenv("GDRNET_STALL_WARN_MS", "0", 1);
+  setenv("GDRNET_STATS_DIR", "/nonexistent", 1); /* something reads the state (no writer is started here) */
   gdr_params_reset();
   assert_int_equal(gdr_params_load(), ncclSuccess);
   ut_warn_reset();
@@ -36,8 +37,22 @@ static int setup(void **state) {
 static int teardown(void **state) {
   (void)state;
   unsetenv("GDRNET_STALL_WARN_MS");
+  unsetenv("GDRNET_STATS_DIR");
   gdr_params_reset();
   return 0;
+}
+
+/* Nobody would read it (no detector, no stats file): not kept at all. */
+static void test_off(void **state) {
+  (void)state;
+  unsetenv("GDRNET_STATS_DIR");
+  gdr_params_reset();
+  assert_int_equal(gdr_params_load(), ncclSuccess);
+  assert_null(gdr_connstat_open(&fake_tp, NULL, 1, 0, 16));
+  gdr_connstat_posted(NULL, 0, 1, 1); /* what the data path then calls: nothing happens */
+  gdr_connstat_refused(NULL, 1, 1);
+  gdr_connstat_done(NULL, 0, 1, 1);
+  assert_int_equal(gdr_connstat_count(), 0);
 }
 
 static void test_quantile(void **state) {
@@ -187,6 +202,7 @@ static void test_concurrent(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup_teardown(test_off, setup, teardown),
       cmocka_unit_test_setup_teardown(test_quantile, setup, teardown),
       cmocka_unit_test_setup_teardown(test_bookkeeping_and_stall, setup, teardown),
       cmocka_unit_test_setup_teardown(test_concurrent, setup, teardown),
