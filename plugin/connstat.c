@@ -33,9 +33,8 @@ static struct detector *g_det; /* the running detector, NULL when none */
 #define NCLOSED 16
 static struct gdr_conn_snap g_closed[NCLOSED]; /* the last connections closed, their final state (a ring) */
 static uint64_t g_nclosed;
-static uint64_t g_thawed_ns;
-static void (*g_on_change)(void);
-/* told when a connection's stall starts or ends (the stats writer) */ /* this process was not running until then (stopped, starved): no stall before it */
+static uint64_t g_thawed_ns;      /* this process was not running until then (stopped, starved): no stall before it */
+static void (*g_on_change)(void); /* told when a connection's stall starts or ends (the stats writer) */
 static pthread_once_t g_fork_once = PTHREAD_ONCE_INIT;
 
 const char *gdr_conn_state_str(int state) {
