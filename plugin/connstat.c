@@ -181,13 +181,6 @@ void gdr_connstat_close(struct gdr_connstat *cs) {
   free(cs);
 }
 
-void gdr_connstat_stop(void) {
-  pthread_mutex_lock(&g_mu);
-  struct detector *d = detector_claim_locked();
-  pthread_mutex_unlock(&g_mu);
-  detector_join(d);
-}
-
 int gdr_connstat_closed(struct gdr_conn_snap *out, int max) {
   int n = 0;
   pthread_mutex_lock(&g_mu);

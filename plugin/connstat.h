@@ -158,8 +158,6 @@ void gdr_connstat_sock_facts(int fd, struct gdr_conn_desc *d);
 /* The detector: one pass over every connection at time now with a threshold of warn_ms (the thread calls it each
  * tick with GDRNET_STALL_WARN_MS; tests call it directly). Returns the connections stalled after it. */
 int gdr_connstat_check(uint64_t now_ns, long long warn_ms);
-/* Stops and joins the detector thread if it runs (fini; a fork child forgets the parent's). */
-void gdr_connstat_stop(void);
 
 /* This process's launcher labels for the stats file: rank, local_rank, job (from RANK/LOCAL_RANK,
  * OMPI_COMM_WORLD_RANK, SLURM_PROCID, SLURM_JOB_ID, TORCHELASTIC_RUN_ID, ...), each `key="value",` (escaped), into
