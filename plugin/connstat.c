@@ -113,6 +113,7 @@ static void detector_start_locked(void) {
     GDR_WARN("GDRNET_STALL_WARN_MS: cannot start the stall detector (%s): stalls are not reported", strerror(rc));
     return;
   }
+  (void)pthread_setname_np(d->th, "gdr-stall"); /* named before anyone can count it (a name is a convenience) */
   g_det = d;
 }
 
@@ -457,7 +458,6 @@ static void *detector_main(void *arg) {
   long long ms = gdr_param_int(GDR_PARAM_STALL_WARN_MS);
   long long tick = ms / 4 < 10 ? 10 : ms / 4 > 1000 ? 1000 : ms / 4;
   uint64_t prev = gdr_connstat_now_ns();
-  (void)pthread_setname_np(pthread_self(), "gdr-stall");
   pthread_mutex_lock(&g_mu);
   while (!d->stop) {
     struct timespec dl;
