@@ -136,7 +136,7 @@ check "ldconfig trigger in control.tar" bash -c 'dpkg-deb --ctrl-tarfile "$1" | 
 dpkg-deb -c "$DEB" | awk '{print $6 ($7 ? " " $7 " " $8 : "")}' | sed 's|^\./||' >"$WORK/deb-files.txt"
 echo "--- files"; sed 's/^/  /' "$WORK/deb-files.txt"
 has() { grep -qxF "$1" "$WORK/deb-files.txt"; }
-for f in "$PLUGIN_REL" usr/bin/gdrnet-perf usr/bin/gdrnet-doctor \
+for f in "$PLUGIN_REL" usr/bin/gdrnet-perf usr/bin/gdrnet-doctor usr/bin/gdrnet-top \
          usr/share/doc/$PKG/changelog \
          usr/share/doc/$PKG/examples/k8s/pod.yaml usr/share/doc/$PKG/examples/k8s/ddp-job.yaml \
          usr/share/doc/$PKG/examples/k8s/doctor-daemonset.yaml usr/share/doc/$PKG/examples/k8s/collect-doctor.py \
@@ -153,10 +153,10 @@ for d in "$SRC"/docs/*.md; do
   [ -e "$d" ] || continue
   check "deb contains docs/$(basename "$d")" has "usr/share/doc/$PKG/docs/$(basename "$d")"
 done
-for t in gdrnet-perf gdrnet-doctor; do
+for t in gdrnet-perf gdrnet-doctor gdrnet-top; do
   check "deb contains the man page /usr/share/man/man1/$t.1" has "usr/share/man/man1/$t.1"
 done
-for t in gdrnet-perf gdrnet-doctor gdrnet-run-matrix gdrnet-summarize; do
+for t in gdrnet-perf gdrnet-doctor gdrnet-top gdrnet-run-matrix gdrnet-summarize; do
   check "deb contains bash completion for $t" has "usr/share/bash-completion/completions/$t"
 done
 for s in run-matrix summarize; do
@@ -218,7 +218,7 @@ if [ "$INSTALLED" -eq 1 ]; then
   check "dpkg status: install ok installed" bash -c 'dpkg-query -W -f="\${Status}" "$1" | grep -q "install ok installed"' _ "$PKG"
   IPLUGIN="/$PLUGIN_REL"
   check "installed plugin at $IPLUGIN" [ -f "$IPLUGIN" ]
-  for f in /usr/bin/gdrnet-perf /usr/bin/gdrnet-doctor /usr/share/$PKG/nccl-tests-configs/run-matrix \
+  for f in /usr/bin/gdrnet-perf /usr/bin/gdrnet-doctor /usr/bin/gdrnet-top /usr/share/$PKG/nccl-tests-configs/run-matrix \
            /usr/share/$PKG/nccl-tests-configs/summarize; do
     check "installed and executable: $f" [ -x "$f" ]
   done
@@ -286,6 +286,8 @@ if [ "$INSTALLED" -eq 1 ]; then
   else
     fail "gdrnet-doctor --json: exit $rc or invalid JSON"
   fi
+  check "gdrnet-top on PATH (--help), and --once says it found no stats file in an empty directory (exit 1)" \
+    bash -c 'cd / && env PATH=/usr/bin:/bin gdrnet-top --help >/dev/null && { env PATH=/usr/bin:/bin gdrnet-top --once "$1/empty-top" 2>/dev/null; test $? = 1; }' _ "$WORK"
   check "installed summarize runs on its own (--help)" bash -c '"$1" --help >/dev/null' _ /usr/share/$PKG/nccl-tests-configs/summarize
   check "installed run-matrix runs on its own (--help)" bash -c '"$1" --help >/dev/null' _ /usr/share/$PKG/nccl-tests-configs/run-matrix
   check "gdrnet-run-matrix and gdrnet-summarize on PATH (--help)" \

@@ -77,7 +77,9 @@ struct gdr_comm {
   struct gdr_conn_opts opts;       /* what it was asked for (a recv comm: its listen comm's) */
   struct gdr_ctx *ctx;             /* v11+: owner; NULL for v6..v10 */
   struct gdr_comm *ctx_prev, *ctx_next;
-  struct gdr_pool reqs; /* struct gdr_request; send/recv comms only */
+  struct gdr_pool reqs;    /* struct gdr_request; send/recv comms only */
+  struct gdr_connstat *cs; /* per-connection state (connstat.h) from the first isend/irecv; NULL before or if none */
+  int cs_tried;            /* gdr_connstat_open was called (once: out of memory leaves the comm untracked) */
 };
 
 enum { GDR_REQ_SEND = 1, GDR_REQ_RECV = 2, GDR_REQ_FLUSH = 3, GDR_REQ_FAILED = 4 };
@@ -228,7 +230,8 @@ ncclResult_t gdr_core_isend(void *send_comm, void *data, size_t size, int tag, v
 ncclResult_t gdr_core_irecv(void *recv_comm, int n, void **data, size_t *sizes, int *tags, void **mhandles,
                             void **phandles, void **request);
 ncclResult_t gdr_core_iflush(void *recv_comm, int n, void **data, int *sizes, void **mhandles, void **request);
-/* A send/recv comm closes with requests outstanding (a peer died, an abort): their profiler events stop. */
+/* A send/recv comm closes, maybe with requests outstanding (a peer died, an abort): their profiler events stop, and
+ * its per-connection state (connstat.h) is released, before the transport's close. */
 void gdr_core_requests_close(struct gdr_comm *c);
 /* sizes: NULL or GDR_MAX_RECVS entries, meaningful only once *done (the transport writes them directly); *n (may be
  * NULL) gets how many were filled (1 for a send, the group size for a receive, 0 for a flush). */

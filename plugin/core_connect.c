@@ -197,7 +197,7 @@ out:
 ncclResult_t gdr_core_close_claimed(struct gdr_comm *c) {
   ncclResult_t res = ncclSuccess;
   const struct gdr_transport *tp = c->tp;
-  if (c->kind != GDR_COMM_LISTEN && c->profiler != NULL) gdr_core_requests_close(c);
+  if (c->kind != GDR_COMM_LISTEN) gdr_core_requests_close(c);
   if (c->kind == GDR_COMM_SEND) res = tp->close_send(c->tcomm);
   if (c->kind == GDR_COMM_RECV) res = tp->close_recv(c->tcomm);
   if (c->kind == GDR_COMM_LISTEN) res = tp->close_listen(c->tcomm);

@@ -1,6 +1,10 @@
 /* Registration and the data path. isend/irecv/iflush/test run on NCCL's progress thread, one comm at a time per
  * thread: no lock here; the request pool belongs to the comm.
  *
+ * Per-connection state (connstat.h): a comm's first isend/irecv opens it; each accepted send/receive is noted at its
+ * pool index (start time, size, tag), an isend the transport refuses marks "waiting since", and test's verdict
+ * closes the note (latency, bytes). Plain relaxed stores: the stall detector and the stats writer only read.
+ *
  * Profiler events (v10+): one per message (per buffer of a grouped receive), started once the transport accepted
  * the operation, with the phandle NCCL passed (never a NULL one) and an eHandle initialised to NULL; stopped when
  * test reports the request done or failed, the eHandle reset after the stop (NCCL's callback writes it only when
@@ -9,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "connstat.h"
 #include "core.h"
 #include "log.h"
 #include "stats.h"
@@ -158,10 +163,21 @@ static void events_stop(struct gdr_request *r) {
 }
 
 void gdr_core_requests_close(struct gdr_comm *c) {
-  for (int i = 0; i < c->reqs.cap; i++) {
+  for (int i = 0; c->profiler != NULL && i < c->reqs.cap; i++) {
     struct gdr_request *r = (struct gdr_request *)(c->reqs.mem + (size_t)i * c->reqs.objsize);
     if (c->reqs.used[i] && r->magic == GDR_REQ_MAGIC && r->nev > 0) events_stop(r);
   }
+  gdr_connstat_close(c->cs);
+  c->cs = NULL;
+}
+
+/* The comm's per-connection state, opened on its first data call (connstat.h); NULL if it could not be. */
+static inline struct gdr_connstat *conn_state(struct gdr_comm *c) {
+  if (__builtin_expect(c->cs == NULL && !c->cs_tried, 0)) {
+    c->cs_tried = 1;
+    c->cs = gdr_connstat_open(c->tp, c->tcomm, c->kind == GDR_COMM_SEND, c->dev, c->reqs.cap);
+  }
+  return c->cs;
 }
 
 /* A message bigger than the device's maxP2pBytes (v9+ sizes are size_t): refused, never truncated. */
@@ -191,7 +207,10 @@ ncclResult_t gdr_core_isend(void *send_comm, void *data, size_t size, int tag, v
   if (treq != NULL) {
     struct gdr_request *r = wrap_req(c, GDR_REQ_SEND, 1, treq);
     if (c->profiler != NULL && phandle != NULL) events_start(r, 1, &phandle, &size, 0);
+    gdr_connstat_posted(conn_state(c), r->idx, size, tag);
     *request = r;
+  } else {
+    gdr_connstat_refused(conn_state(c), size, tag);
   }
   return ncclSuccess;
 }
@@ -236,6 +255,9 @@ ncclResult_t gdr_core_irecv(void *recv_comm, int n, void **data, size_t *sizes, 
   if (treq != NULL) {
     struct gdr_request *r = wrap_req(c, GDR_REQ_RECV, n, treq);
     if (c->profiler != NULL && phandles != NULL) events_start(r, n, phandles, sizes, 1);
+    size_t total = 0;
+    for (int i = 0; i < n; i++) total += sizes[i];
+    gdr_connstat_posted(conn_state(c), r->idx, total, tags[0]);
     *request = r;
   }
   return ncclSuccess;
@@ -282,11 +304,13 @@ ncclResult_t gdr_core_test(void *request, int *done, size_t *sizes, int *n) {
     struct gdr_tp_counters *tc = &gdr_stats_tp[gdr_stats_tp_index(c->tp->name)];
     if (res != ncclSuccess) {
       atomic_fetch_add_explicit(&tc->requests_failed, 1, memory_order_relaxed);
+      if (r->kind == GDR_REQ_SEND || r->kind == GDR_REQ_RECV) gdr_connstat_done(c->cs, r->idx, 0, 0);
     } else if (r->kind == GDR_REQ_SEND || r->kind == GDR_REQ_RECV) {
       uint64_t bytes = 0;
       for (int i = 0; i < (r->kind == GDR_REQ_SEND ? 1 : r->n); i++) bytes += sz[i];
       atomic_fetch_add_explicit(r->kind == GDR_REQ_SEND ? &tc->bytes_sent : &tc->bytes_received, bytes,
                                 memory_order_relaxed);
+      gdr_connstat_done(c->cs, r->idx, bytes, 1);
     }
     if (n && res == ncclSuccess) *n = r->n;
     r->magic = 0;

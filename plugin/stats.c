@@ -11,6 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "connstat.h"
 #include "log.h"
 #include "param.h"
 
@@ -33,6 +34,7 @@ static struct {
 static int g_ndevs;
 static pthread_t g_thread;
 static int g_running, g_stop, g_poked, g_warned;
+static int g_remove; /* GDRNET_STATS_DIR: the file goes at a clean stop */
 static char g_path[PATH_MAX];
 static long long g_interval_s;
 static pthread_once_t g_fork_once = PTHREAD_ONCE_INIT;
@@ -147,6 +149,178 @@ static const struct dev_metric dev_metrics[] = {
      "RDMA again", 0, revived, 0),
 };
 
+/* ------------------------------------------------------------------------------- per connection -- */
+
+#define MAX_CONNS_WRITTEN 512 /* the stalled and the longest-waiting ones first; the rest are counted */
+
+static void put_escaped(struct buf *b, const char *v) {
+  for (const char *c = v; *c; c++) {
+    if (*c == '"' || *c == '\\')
+      put(b, "\\%c", *c);
+    else if (*c == '\n')
+      put(b, "\\n");
+    else
+      put(b, "%c", *c);
+  }
+}
+
+static int snap_order(const void *pa, const void *pb) {
+  const struct gdr_conn_snap *a = pa, *b = pb;
+  if (a->stalled != b->stalled) return b->stalled - a->stalled;
+  if (a->oldest_age_s != b->oldest_age_s) return a->oldest_age_s < b->oldest_age_s ? 1 : -1;
+  return a->id < b->id ? -1 : a->id > b->id;
+}
+
+static void conn_labels(struct buf *b, int pid, const char *host, const char *lab, const struct gdr_conn_snap *s) {
+  put(b, "{pid=\"%d\",host=\"%s\",%sconn=\"%llu\",dir=\"%s\",peer=\"", pid, host, lab, (unsigned long long)s->id,
+      s->send ? "send" : "recv");
+  put_escaped(b, s->have_desc ? s->desc.peer : "");
+  put(b, "\",transport=\"%s\"", s->transport);
+}
+
+/* One gauge or counter per connection; value(s) says what. */
+struct conn_metric {
+  const char *name, *type, *help;
+  int kind; /* the field's type: 0 double, 1 uint64_t, 2 int, 3 int64_t */
+  size_t off;
+  int optional; /* an int64 field of desc that may be -1 (then no sample) */
+};
+#define CM(n, t, h, k, f) {n, t, h, k, offsetof(struct gdr_conn_snap, f), 0}
+#define CMD(n, t, h, f) {n, t, h, 1, offsetof(struct gdr_conn_snap, desc) + offsetof(struct gdr_conn_desc, f), 1}
+static const struct conn_metric conn_metrics[] = {
+  CM("gdrnet_conn_stalled", "gauge", "1 while the connection is stalled (GDRNET_STALL_WARN_MS without progress)", 2,
+     stalled),
+  CM("gdrnet_conn_stalls_total", "counter", "stalls of the connection so far", 1, stalls),
+  CM("gdrnet_conn_inflight_requests", "gauge", "requests the transport accepted and test() has not reported done", 3,
+     inflight),
+  CM("gdrnet_conn_oldest_request_seconds", "gauge", "age of the oldest waiting request (or of an isend the transport "
+     "keeps refusing); 0 when nothing waits", 0, oldest_age_s),
+  CM("gdrnet_conn_oldest_request_bytes", "gauge", "size of that request", 1, oldest_size),
+  CM("gdrnet_conn_oldest_request_tag", "gauge", "NCCL's tag of that request", 2, oldest_tag),
+  CM("gdrnet_conn_since_last_completion_seconds", "gauge", "time since the connection's last completed request (since "
+     "it opened when none)", 0, idle_s),
+  CM("gdrnet_conn_requests_total", "counter", "requests completed", 1, requests),
+  CM("gdrnet_conn_bytes_total", "counter", "bytes of completed requests (sent for dir=send, received for dir=recv)", 1,
+     bytes),
+  CM("gdrnet_conn_latency_p50_seconds", "gauge", "median request latency (post to test() done), a histogram bucket's "
+     "upper bound", 0, p50_s),
+  CM("gdrnet_conn_latency_p99_seconds", "gauge", "99th percentile request latency, a bucket's upper bound", 0, p99_s),
+  CMD("gdrnet_conn_recoveries_total", "counter", "recoveries of the connection in place (RDMA)", recoveries),
+  CMD("gdrnet_conn_moves_total", "counter", "moves of the connection to TCP (RDMA fallback)", moves),
+  CMD("gdrnet_conn_peer_silent_milliseconds", "gauge", "since the last bytes from the peer on the connection's control "
+      "socket", peer_silent_ms),
+  CMD("gdrnet_conn_unsent_bytes", "gauge", "bytes queued on the connection's sockets that the peer has not taken",
+      unsent),
+};
+
+static void render_conn_metric(struct buf *b, const struct conn_metric *cm, const struct gdr_conn_snap *v, int n,
+                               int pid, const char *host, const char *lab) {
+  head(b, cm->name, cm->type, cm->help);
+  for (int i = 0; i < n; i++) {
+    const char *p = (const char *)&v[i] + cm->off;
+    if (cm->optional && *(const int64_t *)p < 0) continue;
+    put(b, "%s", cm->name);
+    conn_labels(b, pid, host, lab, &v[i]);
+    if (cm->optional)
+      put(b, "} %lld\n", (long long)*(const int64_t *)p);
+    else if (cm->kind == 0)
+      put(b, "} %.6f\n", *(const double *)p);
+    else if (cm->kind == 1)
+      put(b, "} %llu\n", (unsigned long long)*(const uint64_t *)p);
+    else if (cm->kind == 2)
+      put(b, "} %d\n", *(const int *)p);
+    else
+      put(b, "} %lld\n", (long long)*(const int64_t *)p);
+  }
+}
+
+static void render_conn_hist(struct buf *b, const struct gdr_conn_snap *v, int n, int pid, const char *host,
+                             const char *lab) {
+  const char *name = "gdrnet_conn_latency_seconds";
+  head(b, name, "histogram", "request latency, post to test() done (log2 buckets)");
+  for (int i = 0; i < n; i++) {
+    uint64_t acc = 0, count = 0;
+    for (int k = 0; k < GDR_CONNSTAT_HIST; k++) count += v[i].hist[k];
+    for (int k = 0; k < GDR_CONNSTAT_HIST; k++) {
+      acc += v[i].hist[k];
+      if (k < 10 || k > 36 || k % 2 != 0) continue; /* 1 us .. 69 s, every factor 4 */
+      put(b, "%s_bucket", name);
+      conn_labels(b, pid, host, lab, &v[i]);
+      put(b, ",le=\"%.9g\"} %llu\n", (double)(1ull << k) / 1e9, (unsigned long long)acc);
+    }
+    put(b, "%s_bucket", name);
+    conn_labels(b, pid, host, lab, &v[i]);
+    put(b, ",le=\"+Inf\"} %llu\n", (unsigned long long)count);
+    put(b, "%s_sum", name);
+    conn_labels(b, pid, host, lab, &v[i]);
+    put(b, "} %.6f\n", v[i].lat_sum_s);
+    put(b, "%s_count", name);
+    conn_labels(b, pid, host, lab, &v[i]);
+    put(b, "} %llu\n", (unsigned long long)count);
+  }
+}
+
+/* The last connections closed, as they ended (a short run's, like gdrnet-perf's, are all here at its end). */
+static void render_closed(struct buf *b, int pid, const char *host, const char *lab) {
+  struct gdr_conn_snap v[16];
+  int n = gdr_connstat_closed(v, 16);
+  if (n == 0) return;
+  static const struct conn_metric cm[] = {
+    CM("gdrnet_closed_conn_requests_total", "counter", "requests a recently closed connection completed", 1, requests),
+    CM("gdrnet_closed_conn_bytes_total", "counter", "bytes of those requests", 1, bytes),
+    CM("gdrnet_closed_conn_latency_p50_seconds", "gauge", "its median request latency (a bucket's upper bound)", 0,
+       p50_s),
+    CM("gdrnet_closed_conn_latency_p99_seconds", "gauge", "its 99th percentile request latency", 0, p99_s),
+    CM("gdrnet_closed_conn_stalls_total", "counter", "its stalls", 1, stalls),
+    CMD("gdrnet_closed_conn_recoveries_total", "counter", "its recoveries in place (RDMA)", recoveries),
+    CMD("gdrnet_closed_conn_moves_total", "counter", "its moves to TCP (RDMA fallback)", moves),
+  };
+  head(b, "gdrnet_closed_conn_info", "gauge", "one of the last 16 connections closed: its state at the close");
+  for (int i = 0; i < n; i++) {
+    put(b, "gdrnet_closed_conn_info");
+    conn_labels(b, pid, host, lab, &v[i]);
+    put(b, ",dev=\"%d\",state=\"%s\",path=\"", v[i].dev,
+        v[i].have_desc ? gdr_conn_state_str(v[i].desc.state) : "unknown");
+    put_escaped(b, v[i].have_desc ? v[i].desc.path : "");
+    put(b, "\"} 1\n");
+  }
+  for (size_t m = 0; m < sizeof(cm) / sizeof(cm[0]); m++) render_conn_metric(b, &cm[m], v, n, pid, host, lab);
+}
+
+/* The per-connection series (connstat.h): the stalled and longest-waiting connections first. */
+static void render_conns(struct buf *b, int pid, const char *host, const char *lab) {
+  int cap = MAX_CONNS_WRITTEN;
+  struct gdr_conn_snap *v = calloc((size_t)cap, sizeof(*v));
+  if (v == NULL) {
+    b->oom = 1;
+    return;
+  }
+  int total = gdr_connstat_snapshot(v, cap);
+  int n = total < cap ? total : cap;
+  qsort(v, (size_t)n, sizeof(*v), snap_order);
+  head(b, "gdrnet_conns", "gauge", "send and receive connections with per-connection series (those that moved data)");
+  put(b, "gdrnet_conns{pid=\"%d\"} %d\n", pid, total);
+  head(b, "gdrnet_conns_omitted", "gauge", "connections left out of this file (more than it lists)");
+  put(b, "gdrnet_conns_omitted{pid=\"%d\"} %d\n", pid, total - n);
+  if (n > 0) {
+    head(b, "gdrnet_conn_info", "gauge", "a connection: its state (rdma, recovering, moved-to-tcp, tcp, tcp-only, "
+         "failed) and what carries it (device and QPs, or streams)");
+    for (int i = 0; i < n; i++) {
+      put(b, "gdrnet_conn_info");
+      conn_labels(b, pid, host, lab, &v[i]);
+      put(b, ",dev=\"%d\",state=\"%s\",path=\"", v[i].dev,
+          v[i].have_desc ? gdr_conn_state_str(v[i].desc.state) : "unknown");
+      put_escaped(b, v[i].have_desc ? v[i].desc.path : "");
+      put(b, "\"} 1\n");
+    }
+    for (size_t m = 0; m < sizeof(conn_metrics) / sizeof(conn_metrics[0]); m++)
+      render_conn_metric(b, &conn_metrics[m], v, n, pid, host, lab);
+    render_conn_hist(b, v, n, pid, host, lab);
+  }
+  free(v);
+  render_closed(b, pid, host, lab);
+}
+
 char *gdr_stats_render(void) {
   struct buf b = {malloc(4096), 0, 4096, 0};
   char host[256] = "";
@@ -157,12 +331,17 @@ char *gdr_stats_render(void) {
   for (char *c = host; *c; c++)
     if (*c == '"' || *c == '\\') *c = '_';
   const int pid = (int)getpid();
-  head(&b, "gdrnet_info", "gauge", "libnccl-net-gdr in this process (version, host)");
-  put(&b, "gdrnet_info{pid=\"%d\",host=\"%s\",version=\"%s\"} 1\n", pid, host, GDRNET_VERSION_STRING);
+  char lab[512];
+  gdr_connstat_labels(lab, sizeof(lab));
+  head(&b, "gdrnet_info", "gauge", "libnccl-net-gdr in this process (version, host, the launcher's rank and job)");
+  put(&b, "gdrnet_info{pid=\"%d\",host=\"%s\",%sversion=\"%s\"} 1\n", pid, host, lab, GDRNET_VERSION_STRING);
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
   head(&b, "gdrnet_stats_written_seconds", "gauge", "when this file was written (Unix time)");
   put(&b, "gdrnet_stats_written_seconds{pid=\"%d\"} %lld\n", pid, (long long)ts.tv_sec);
+  head(&b, "gdrnet_stats_interval_seconds", "gauge", "GDRNET_STATS_INTERVAL_S: a file older than a few of these is "
+       "stale (its process died or hangs)");
+  put(&b, "gdrnet_stats_interval_seconds{pid=\"%d\"} %lld\n", pid, g_interval_s);
   /* per transport */
   static const struct {
     const char *name, *type, *help;
@@ -225,6 +404,7 @@ char *gdr_stats_render(void) {
     }
   }
   pthread_mutex_unlock(&g_mu);
+  render_conns(&b, pid, host, lab);
   if (b.oom) {
     free(b.p);
     return NULL;
@@ -324,14 +504,28 @@ ncclResult_t gdr_stats_start(void) {
   ncclResult_t res = ncclSuccess;
   pthread_condattr_t ca;
   const char *pat = gdr_param_str(GDR_PARAM_STATS_FILE);
+  const char *dir = gdr_param_str(GDR_PARAM_STATS_DIR);
+  char dpat[PATH_MAX];
+  int in_dir = 0;
+  if ((pat == NULL || pat[0] == 0) && dir != NULL && dir[0] != 0) {
+    /* one file per process in the collector's directory: the name is what makes it unique */
+    if (snprintf(dpat, sizeof(dpat), "%s/gdrnet-%%h-%%p.prom", dir) >= (int)sizeof(dpat)) {
+      GDR_WARN("GDRNET_STATS_DIR=%s: the path is too long", dir);
+      return ncclInvalidArgument;
+    }
+    pat = dpat;
+    in_dir = 1;
+  }
   if (pat == NULL || pat[0] == 0) return ncclSuccess;
   pthread_mutex_lock(&g_mu);
   if (g_running) goto out;
   if (gdr_stats_path(pat, g_path, sizeof(g_path)) != 0) {
-    GDR_WARN("GDRNET_STATS_FILE=%s: the path is too long (or empty); %%p (pid) and %%h (host name) are expanded", pat);
+    GDR_WARN("%s=%s: the path is too long (or empty); %%p (pid) and %%h (host name) are expanded",
+             in_dir ? "GDRNET_STATS_DIR" : "GDRNET_STATS_FILE", in_dir ? dir : pat);
     res = ncclInvalidArgument;
     goto out;
   }
+  g_remove = in_dir;
   g_interval_s = gdr_param_int(GDR_PARAM_STATS_INTERVAL_S);
   if (pthread_condattr_init(&ca) != 0) {
     res = ncclSystemError;
@@ -354,9 +548,10 @@ ncclResult_t gdr_stats_start(void) {
     goto out;
   }
   g_running = 1;
+  gdr_connstat_on_change(gdr_stats_poke); /* a stall that starts or ends is in the file at once */
   if (g_interval_s > 0)
-    GDR_INFO(NCCL_INIT | NCCL_NET, "counters go to %s (Prometheus text format) every %llds and at each close", g_path,
-             g_interval_s);
+    GDR_INFO(NCCL_INIT | NCCL_NET, "counters go to %s (Prometheus text format) every %llds and at each close%s", g_path,
+             g_interval_s, g_remove ? "; removed at a clean exit" : "");
   else
     GDR_INFO(NCCL_INIT | NCCL_NET, "counters go to %s (Prometheus text format) at each close only", g_path);
 out:
@@ -383,7 +578,10 @@ void gdr_stats_stop(void) {
   pthread_cond_signal(&g_cv);
   pthread_mutex_unlock(&g_mu);
   (void)pthread_join(g_thread, NULL);
-  write_file(); /* the last word */
+  if (!g_remove)
+    write_file(); /* the last word */
+  else if (unlink(g_path) != 0 && errno != ENOENT) /* a clean end: the collector forgets the process */
+    GDR_INFO(NCCL_NET, "GDRNET_STATS_DIR: cannot remove %s: %s", g_path, strerror(errno));
   pthread_mutex_lock(&g_mu);
   g_running = 0;
   (void)pthread_cond_destroy(&g_cv);

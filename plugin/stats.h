@@ -3,7 +3,12 @@
  * Each device of a transport owns a struct gdr_dev_counters (relaxed atomics, bumped where the event happens) and
  * registers it; the core counts connections and bytes per transport. One thread of this module writes the file
  * (to PATH.tmp.<pid>, then rename: a node-exporter textfile collector never reads half a file), so the data path
- * never formats or writes anything. With GDRNET_STATS_FILE unset nothing runs. */
+ * never formats or writes anything. With GDRNET_STATS_FILE unset nothing runs.
+ *
+ * GDRNET_STATS_DIR (when GDRNET_STATS_FILE is unset): the file is DIR/gdrnet-<host>-<pid>.prom, for node-exporter's
+ * textfile collector and gdrnet-top, and is removed at a clean stop instead of written a last time. Every file
+ * carries the pid, the launcher's rank/job labels (gdrnet_info), when it was written and the interval, so that a
+ * dead process's file is recognisable; after the per-device counters come the per-connection series (connstat.h). */
 #ifndef GDRNET_STATS_H
 #define GDRNET_STATS_H
 

@@ -95,6 +95,21 @@ static inline struct gdr_conn_opts gdr_conn_opts_one(int dev) {
   return o;
 }
 
+/* A connection as its transport sees it now (describe, below): for the stall detector and the stats file
+ * (connstat.h). -1: not known. */
+enum { GDR_CONN_UNKNOWN = 0, GDR_CONN_RDMA, GDR_CONN_RECOVERING, GDR_CONN_MOVED_TCP, GDR_CONN_TCP, GDR_CONN_TCP_ONLY,
+       GDR_CONN_FAILED };
+struct gdr_conn_desc {
+  char peer[GDR_ADDR_STRLEN]; /* the peer's address ("10.0.0.2:43121") */
+  char path[128];             /* what carries it: "vemu0 port 1, QP 0x12 0x13", "4 streams"; "" if not known now */
+  int state;                  /* GDR_CONN_* */
+  int peer_closed;            /* the peer's socket saw EOF, a reset or an error */
+  int64_t peer_silent_ms;     /* since the last bytes from the peer on its control socket */
+  int64_t unsent;             /* bytes this side queued on its sockets that the peer has not taken */
+  int64_t recoveries, moves;  /* of this connection: recoveries in place, moves to TCP */
+  char note[256];             /* anything else worth a line ("recovery attempt 2, first fault: ...") */
+};
+
 struct gdr_transport {
   const char *name; /* "tcp", "rdma" */
   uint8_t id;       /* GDR_TP_* (sock.h): goes into handles and hellos */
@@ -134,6 +149,12 @@ struct gdr_transport {
   ncclResult_t (*close_send)(void *send_comm);
   ncclResult_t (*close_recv)(void *recv_comm);
   ncclResult_t (*close_listen)(void *listen_comm);
+
+  /* May be NULL. What the connection is now (peer, state, QPs or streams, the peer's socket): called from another
+   * thread than the one driving comm, while comm is open (never during or after its close). Reads only what
+   * connect/accept set, atomics and the kernel's socket state, and never waits for a lock of the connection (it
+   * may try one). out comes zeroed with the -1 fields set; 0, or -1 if nothing could be said. */
+  int (*describe)(void *comm, struct gdr_conn_desc *out);
 
   void (*quiesce)(void); /* may be NULL */
   void (*fini)(void);    /* forget the devices; init may follow (a new load or a re-init) */

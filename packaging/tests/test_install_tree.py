@@ -69,6 +69,7 @@ class InstallTree(unittest.TestCase):
         self.expect("%s/libnccl-net-gdr.so" % self.libdir)
         self.expect("bin/gdrnet-perf", executable=True)
         self.expect("bin/gdrnet-doctor", executable=True)
+        self.expect("bin/gdrnet-top", executable=True)
         with open(self.files["%s/libnccl-net-gdr.so" % self.libdir], "rb") as fh:
             self.assertEqual(fh.read(4), b"\x7fELF")
 
@@ -116,9 +117,9 @@ class InstallTree(unittest.TestCase):
             self.assertIn("gdrnet-" + s, p.stdout)
 
     def test_man_pages_and_completion(self):
-        for tool in ("gdrnet-perf", "gdrnet-doctor"):
+        for tool in ("gdrnet-perf", "gdrnet-doctor", "gdrnet-top"):
             self.expect("share/man/man1/%s.1" % tool)
-        for cmd in ("gdrnet-perf", "gdrnet-doctor", "gdrnet-run-matrix", "gdrnet-summarize"):
+        for cmd in ("gdrnet-perf", "gdrnet-doctor", "gdrnet-top", "gdrnet-run-matrix", "gdrnet-summarize"):
             rel = "share/bash-completion/completions/" + cmd
             self.expect(rel)
             with open(self.files[rel]) as fh:
@@ -127,12 +128,12 @@ class InstallTree(unittest.TestCase):
     def test_nothing_else(self):
         allowed = [
             r"^%s/libnccl-net-gdr\.so(\.\d+)*$" % re.escape(self.libdir),
-            r"^bin/gdrnet-(perf|doctor|run-matrix|summarize)$",
+            r"^bin/gdrnet-(perf|doctor|top|run-matrix|summarize)$",
             r"^share/doc/libnccl-net-gdr/",
             r"^share/libnccl-net-gdr/nccl-tests-configs/(run-matrix|summarize|bench-tcp-vs-socket\.sh|README\.md|[a-z-]+\.env|"
             r"pytorch/[\w.]+)$",
             r"^share/man/man\d/gdrnet-[\w-]+\.\d(\.gz)?$",
-            r"^share/bash-completion/completions/gdrnet-(perf|doctor|run-matrix|summarize)$",
+            r"^share/bash-completion/completions/gdrnet-(perf|doctor|top|run-matrix|summarize)$",
         ]
         if self.link_on:
             allowed.append(r"^%s/libnccl-net\.so$" % re.escape(self.libdir))

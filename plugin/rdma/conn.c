@@ -21,6 +21,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "../connstat.h"
 #include "fb_tcp.h"
 #include "gid.h"
 #include "rdma.h"
@@ -1137,3 +1138,47 @@ static ncclResult_t close_comm(struct gdr_rdma_comm *c) {
 
 ncclResult_t gdr_rdma_close_send(void *send_comm) { return close_comm(send_comm); }
 ncclResult_t gdr_rdma_close_recv(void *recv_comm) { return close_comm(recv_comm); }
+
+/* ---------------------------------------------------------------------------------------------- describe -- */
+
+/* transport.h describe, from another thread: the peer and the control socket (set at connect), the health state
+ * (atomic); the QPs, counters and the TCP comm of a moved connection only when its svc_mu is free (tried a few
+ * times, never waited for: the owner's calls hold it; the path is then left "" and the caller keeps the last one). */
+int gdr_rdma_describe(void *comm, struct gdr_conn_desc *out) {
+  struct gdr_rdma_comm *c = comm;
+  if (c == NULL) return -1;
+  snprintf(out->peer, sizeof(out->peer), "%s", c->peer);
+  const int st = gdr_health_state(&c->health);
+  out->state = gdr_health_failed(&c->health) ? GDR_CONN_FAILED
+               : c->tcp_only                 ? GDR_CONN_TCP_ONLY
+               : st == GDR_HEALTH_RECOVERING ? GDR_CONN_RECOVERING
+               : st == GDR_HEALTH_ON_TCP     ? GDR_CONN_MOVED_TCP
+                                             : GDR_CONN_RDMA;
+  gdr_connstat_sock_facts(c->fd, out);
+  int locked = 0;
+  for (int i = 0; i < 64 && !(locked = pthread_mutex_trylock(&c->svc_mu) == 0); i++) sched_yield();
+  if (!locked) return 0;
+  size_t o = (size_t)snprintf(out->path, sizeof(out->path), "%s port %d, QP", c->dev->name, c->dev->port);
+  for (int i = 0; i < c->nqps && c->qs.qps[i] != NULL && o < sizeof(out->path); i++)
+    o += (size_t)snprintf(out->path + o, sizeof(out->path) - o, " 0x%x", c->qs.qps[i]->qp_num);
+  if (c->qs.qps[0] == NULL && o < sizeof(out->path)) snprintf(out->path + o, sizeof(out->path) - o, "s: none now");
+  out->recoveries = (int64_t)c->rec.recoveries;
+  out->moves = (int64_t)c->fb.fallbacks;
+  if (st == GDR_HEALTH_RECOVERING && c->rec.attempt > 0)
+    snprintf(out->note, sizeof(out->note), "recovery attempt %u, first fault: %.200s", c->rec.attempt,
+             c->rec.first_fault);
+  if (c->fb.tcp != NULL) {
+    struct gdr_conn_desc t;
+    memset(&t, 0, sizeof(t));
+    t.peer_silent_ms = -1;
+    t.unsent = -1;
+    if (gdr_fb_tcp_describe(c->fb.tcp, &t) == 0) {
+      snprintf(out->note, sizeof(out->note), "over TCP (%.20s) to %.48s%s%.60s", t.path, t.peer, c->fb.reason[0] ? ": " : "",
+               c->fb.reason);
+      out->unsent = t.unsent;
+      out->peer_closed |= t.peer_closed;
+    }
+  }
+  pthread_mutex_unlock(&c->svc_mu);
+  return 0;
+}

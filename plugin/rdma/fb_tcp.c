@@ -101,4 +101,6 @@ int gdr_fb_tcp_tag_counts(const void *comm, int *tags, uint64_t *counts, int max
 
 uint64_t gdr_fb_tcp_tag_count(const void *comm, int tag) { return gdr_tcp_tag_count(comm, tag); }
 
+int gdr_fb_tcp_describe(void *comm, struct gdr_conn_desc *out) { return gdr_tcp_describe(comm, out); }
+
 uint64_t gdr_fb_tcp_next_seq(const void *comm) { return ((const struct tcp_comm *)comm)->next_seq; }

@@ -46,5 +46,7 @@ ncclResult_t gdr_fb_tcp_test(void *request, int *done, size_t *sizes);
 int gdr_fb_tcp_tag_counts(const void *comm, int *tags, uint64_t *counts, int max);
 uint64_t gdr_fb_tcp_tag_count(const void *comm, int tag);
 uint64_t gdr_fb_tcp_next_seq(const void *comm);
+/* The nested comm's facts for the per-connection state (transport.h's describe): 0, or -1 when none. */
+int gdr_fb_tcp_describe(void *comm, struct gdr_conn_desc *out);
 
 #endif /* GDRNET_RDMA_FB_TCP_H */

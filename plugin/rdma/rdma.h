@@ -566,6 +566,7 @@ ncclResult_t gdr_rdma_connect(int dev, const struct gdr_conn_opts *opts, struct 
 ncclResult_t gdr_rdma_accept(void *listen_comm, void **recv_comm);
 ncclResult_t gdr_rdma_close_send(void *send_comm);
 ncclResult_t gdr_rdma_close_recv(void *recv_comm);
+int gdr_rdma_describe(void *comm, struct gdr_conn_desc *out); /* transport.h describe (conn.c) */
 ncclResult_t gdr_rdma_close_listen(void *listen_comm);
 /* The connection gives up (first reason wins); thread-safe. */
 void gdr_rdma_comm_fail(struct gdr_rdma_comm *c, ncclResult_t res, const char *fmt, ...) __attribute__((format(printf, 3, 4)));

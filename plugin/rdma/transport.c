@@ -195,6 +195,7 @@ const struct gdr_transport gdr_transport_rdma = {
     .close_send = close_send_svc,
     .close_recv = close_recv_svc,
     .close_listen = gdr_rdma_close_listen,
+    .describe = gdr_rdma_describe,
     .quiesce = gdr_rdma_quiesce,
     .fini = gdr_rdma_fini,
 };

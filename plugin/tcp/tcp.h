@@ -515,5 +515,6 @@ ncclResult_t gdr_tcp_accept(void *listen_comm, void **recv_comm);
 ncclResult_t gdr_tcp_close_send(void *send_comm);
 ncclResult_t gdr_tcp_close_recv(void *recv_comm);
 ncclResult_t gdr_tcp_close_listen(void *listen_comm);
+int gdr_tcp_describe(void *comm, struct gdr_conn_desc *out); /* transport.h describe */
 
 #endif /* GDRNET_TCP_H */

@@ -9,6 +9,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "connstat.h"
 #include "log.h"
 #include "param.h"
 #include "tcp.h"
@@ -673,3 +674,23 @@ static ncclResult_t close_comm(struct tcp_comm *c) {
 
 ncclResult_t gdr_tcp_close_send(void *send_comm) { return close_comm(send_comm); }
 ncclResult_t gdr_tcp_close_recv(void *recv_comm) { return close_comm(recv_comm); }
+
+/* ---------------------------------------------------------------------------------------------- describe -- */
+
+/* transport.h describe: what connect/accept set (the peer, the streams, the sockets) and the kernel's view of the
+ * sockets; any thread, while the comm is open (its fds stay valid until close). */
+int gdr_tcp_describe(void *comm, struct gdr_conn_desc *out) {
+  struct tcp_comm *c = comm;
+  if (c == NULL) return -1;
+  snprintf(out->peer, sizeof(out->peer), "%s", c->peer_str);
+  snprintf(out->path, sizeof(out->path), "%d stream%s", c->nsocks, c->nsocks == 1 ? "" : "s");
+  out->state = atomic_load_explicit(&c->failed, memory_order_acquire) ? GDR_CONN_FAILED : GDR_CONN_TCP;
+  gdr_connstat_sock_facts(c->ctrl_fd, out);
+  if (c->is_send)
+    for (int s = 0; s < c->nsocks; s++) {
+      int64_t silent = out->peer_silent_ms; /* the control stream's: data streams carry nothing back */
+      gdr_connstat_sock_facts(c->fds[s], out);
+      out->peer_silent_ms = silent;
+    }
+  return 0;
+}

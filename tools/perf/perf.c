@@ -173,7 +173,9 @@ static void usage(FILE *f) {
           "                       every byte and every reported size on the receiver\n"
           "  --bidir              stream both directions at once in the bandwidth phase\n"
           "  --dev N              plugin device (default 0)\n"
-          "  --json FILE          also write the rows as JSON (-: to stdout, the table then goes to stderr)\n"
+          "  --json FILE          also write the rows as JSON (-: to stdout, the table then goes to stderr), with\n"
+          "                       each process's counters and connections (transport, state, p50/p99, stalls,\n"
+          "                       recoveries, moves to TCP) once the plugin is unloaded\n"
           "  --csv FILE           also write the rows as CSV (-: to stdout, likewise)\n"
           "  --plugin PATH        plugin to load (default: $GDRNET_PLUGIN, else <bindir>/../lib/libnccl-net-gdr.so,\n"
           "                       else libnccl-net-gdr.so from the loader's path)\n"
@@ -808,6 +810,14 @@ static int run_cmd(const cmd_t *c, double *lat_us, uint64_t *bw_ns) {
  * of the run writes its own in TMPDIR, read and removed at the end ("# counters" lines). */
 static char g_stats_pattern[512];
 static int g_stats_own; /* 1: the pattern is ours (the files are removed once read) */
+/* --json: the document up to its rows (write_outputs, before the unload), then each process's counters and
+ * connections as its counters file is read (print_counters), written out by finish_json at the very end. */
+static char *g_json_body;
+static size_t g_json_len;
+static FILE *g_json_procs; /* an open_memstream over g_json_procs_text */
+static char *g_json_procs_text;
+static size_t g_json_procs_len;
+static int g_json_nprocs;
 
 static void setup_stats_env(void) {
   const char *user = getenv("GDRNET_STATS_FILE");
@@ -816,7 +826,11 @@ static void setup_stats_env(void) {
     return;
   }
   const char *tmp = getenv("TMPDIR");
-  snprintf(g_stats_pattern, sizeof g_stats_pattern, "%s/gdrnet-perf-stats-%%p.prom", tmp && *tmp ? tmp : "/tmp");
+  const char *dir = getenv("GDRNET_STATS_DIR"); /* the user's collector directory: the files go there (gdrnet-top) */
+  if (dir != NULL && dir[0] != '\0')
+    snprintf(g_stats_pattern, sizeof g_stats_pattern, "%s/gdrnet-%%h-%%p.prom", dir);
+  else
+    snprintf(g_stats_pattern, sizeof g_stats_pattern, "%s/gdrnet-perf-stats-%%p.prom", tmp && *tmp ? tmp : "/tmp");
   if (setenv("GDRNET_STATS_FILE", g_stats_pattern, 1) != 0) {
     g_stats_pattern[0] = '\0';
     return;
@@ -867,11 +881,119 @@ static double stats_sum(const char *text, const char *metric) {
   return sum;
 }
 
+/* The value of label key in a Prometheus sample line (up to its '}'), into out; 0, or -1 if absent. */
+static int label_of(const char *line, const char *key, char *out, size_t len) {
+  const char *end = strchr(line, '}');
+  size_t kl = strlen(key);
+  for (const char *p = strchr(line, '{'); p != NULL && end != NULL && p < end; p = strchr(p + 1, ',')) {
+    const char *k = p + 1;
+    if (strncmp(k, key, kl) != 0 || k[kl] != '=' || k[kl + 1] != '"') continue;
+    const char *v = k + kl + 2;
+    size_t o = 0;
+    for (; *v && *v != '"' && o + 1 < len; v++) {
+      if (*v == '\\' && v[1]) v++;
+      out[o++] = *v;
+    }
+    out[o] = '\0';
+    return 0;
+  }
+  return -1;
+}
+
+/* The value of metric's sample whose conn label is conn, or -1 when there is none. */
+static double conn_value(const char *text, const char *metric, const char *conn) {
+  size_t ml = strlen(metric);
+  char c[32];
+  for (const char *l = text; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL) {
+    if (strncmp(l, metric, ml) != 0 || l[ml] != '{') continue;
+    if (label_of(l, "conn", c, sizeof c) != 0 || strcmp(c, conn) != 0) continue;
+    const char *v = strchr(l, '}');
+    return v != NULL ? strtod(v + 1, NULL) : -1;
+  }
+  return -1;
+}
+
+static void json_str(FILE *f, const char *s) {
+  fputc('"', f);
+  for (; *s; s++) {
+    if (*s == '"' || *s == '\\')
+      fprintf(f, "\\%c", *s);
+    else if ((unsigned char)*s < 0x20)
+      fprintf(f, "\\u%04x", *s);
+    else
+      fputc(*s, f);
+  }
+  fputc('"', f);
+}
+
+/* --json: one process's counters and the connections it closed (gdrnet_closed_conn_* of its last counters file). */
+static void json_process(pid_t pid, const char *who, const char *text, const char *const *metrics, const double *v,
+                         size_t nm) {
+  static const char *const cm[] = {"requests", "bytes", "stalls", "recoveries", "moves"};
+  if (!P.o.json) return;
+  if (g_json_procs == NULL && (g_json_procs = open_memstream(&g_json_procs_text, &g_json_procs_len)) == NULL) return;
+  FILE *f = g_json_procs;
+  fprintf(f, "%s    {\"process\": ", g_json_nprocs++ ? ",\n" : "");
+  json_str(f, who);
+  fprintf(f, ", \"pid\": %d, \"counters\": {", (int)pid);
+  for (size_t i = 0; i < nm; i++) fprintf(f, "%s\"%s\": %.0f", i ? ", " : "", metrics[i] + 7 /* "gdrnet_" */, v[i]);
+  fprintf(f, "},\n     \"connections\": [");
+  int nc = 0;
+  for (const char *l = text; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL) {
+    char conn[32], dir[8], peer[128], tp[16], state[32], path_[160];
+    if (strncmp(l, "gdrnet_closed_conn_info{", 24) != 0) continue;
+    if (label_of(l, "conn", conn, sizeof conn) || label_of(l, "dir", dir, sizeof dir) ||
+        label_of(l, "peer", peer, sizeof peer) || label_of(l, "transport", tp, sizeof tp) ||
+        label_of(l, "state", state, sizeof state) || label_of(l, "path", path_, sizeof path_))
+      continue;
+    fprintf(f, "%s\n       {\"conn\": %s, \"dir\": \"%s\", \"peer\": ", nc++ ? "," : "", conn, dir);
+    json_str(f, peer);
+    fprintf(f, ", \"transport\": \"%s\", \"state\": \"%s\", \"path\": ", tp, state);
+    json_str(f, path_);
+    for (size_t i = 0; i < sizeof cm / sizeof cm[0]; i++) {
+      char m[64];
+      snprintf(m, sizeof m, "gdrnet_closed_conn_%s_total", cm[i]);
+      double x = conn_value(text, m, conn);
+      if (x >= 0) fprintf(f, ", \"%s\": %.0f", cm[i], x);
+    }
+    fprintf(f, ", \"p50_us\": %.3f, \"p99_us\": %.3f}",
+            1e6 * conn_value(text, "gdrnet_closed_conn_latency_p50_seconds", conn),
+            1e6 * conn_value(text, "gdrnet_closed_conn_latency_p99_seconds", conn));
+  }
+  fprintf(f, "%s]}", nc ? "\n     " : "");
+}
+
+/* --json: the rows (write_outputs), then the processes' counters and connections; written once every counters file
+ * was read (the plugins were unloaded). 0, or -1 with the reason printed. */
+static int finish_json(void) {
+  int rc = 0;
+  if (g_json_body == NULL) return 0;
+  if (g_json_procs != NULL && fclose(g_json_procs) != 0) g_json_procs_text = NULL;
+  g_json_procs = NULL;
+  FILE *f = strcmp(P.o.json, "-") == 0 ? fdopen(P.json_fd, "w") : fopen(P.o.json, "w");
+  if (f == NULL) {
+    perr("--json %s: %s", P.o.json, strerror(errno));
+    rc = -1;
+    goto out;
+  }
+  fwrite(g_json_body, 1, g_json_len, f);
+  fprintf(f, ",\n  \"processes\": [\n%s\n  ]\n}\n", g_json_procs_text ? g_json_procs_text : "");
+  if (fclose(f) != 0) {
+    perr("--json %s: %s", P.o.json, strerror(errno));
+    rc = -1;
+  }
+out:
+  free(g_json_body);
+  free(g_json_procs_text);
+  g_json_body = g_json_procs_text = NULL;
+  return rc;
+}
+
 /* One "# counters" line for process pid (after its plugin was unloaded): faults, recoveries, fallbacks and returns.
  * show = 0 (a usage or setup error: the run never started) prints the line only when something was counted, so that
  * the error stands alone; a file of ours is removed either way, so no run leaves one behind. */
 static void print_counters(pid_t pid, const char *who, int show) {
-  char path[600], text[16384];
+  char path[600];
   if (g_stats_pattern[0] == '\0') return;
   stats_path(pid, path, sizeof path);
   FILE *f = fopen(path, "r");
@@ -880,9 +1002,21 @@ static void print_counters(pid_t pid, const char *who, int show) {
       printf("# counters (%s): none (%s not written: a plugin without GDRNET_STATS_FILE?)\n", who, path);
     return;
   }
-  size_t n = fread(text, 1, sizeof text - 1, f);
-  text[n] = '\0';
+  char *text = NULL;
+  size_t cap = 0, n = 0;
+  for (;;) {
+    if (n + 4096 + 1 > cap) {
+      char *t = realloc(text, cap = cap * 2 + 8192);
+      if (t == NULL) break;
+      text = t;
+    }
+    size_t got = fread(text + n, 1, cap - n - 1, f);
+    if (got == 0) break;
+    n += got;
+  }
   (void)fclose(f);
+  if (text == NULL) return;
+  text[n] = '\0';
   static const char *const metrics[] = {"gdrnet_faults_total",
                                         "gdrnet_recoveries_total",
                                         "gdrnet_recovery_replayed_messages_total",
@@ -907,6 +1041,8 @@ static void print_counters(pid_t pid, const char *who, int show) {
            g_stats_own ? "" : path);
     fflush(stdout);
   }
+  json_process(pid, who, text, metrics, v, sizeof metrics / sizeof metrics[0]);
+  free(text);
   if (g_stats_own && unlink(path) != 0 && errno != ENOENT) perr("removing %s: %s", path, strerror(errno));
 }
 
@@ -1198,8 +1334,8 @@ static void print_row(const row_t *r) {
 static int write_outputs(const row_t *rows, int nrows) {
   const char *tr = getenv("GDRNET_TRANSPORT");
   if (P.o.json) {
-    FILE *f = strcmp(P.o.json, "-") == 0 ? fdopen(P.json_fd, "w") : fopen(P.o.json, "w");
-    if (f == NULL) return fatal("--json %s: %s", P.o.json, strerror(errno));
+    FILE *f = open_memstream(&g_json_body, &g_json_len); /* written by finish_json, once the counters are read */
+    if (f == NULL) return fatal("--json: %s", strerror(errno));
     fprintf(f, "{\n  \"tool\": \"gdrnet-perf\",\n  \"version\": \"%s\",\n  \"plugin\": \"%s\",\n  \"name\": \"%s\",\n",
             GDRNET_VERSION, P.plug.path, P.net->name);
     fprintf(f,
@@ -1223,8 +1359,8 @@ static int write_outputs(const row_t *rows, int nrows) {
               rows[i].size, rows[i].bw_iters, rows[i].lat_iters, rows[i].gbps, rows[i].avg_us, rows[i].p50_us,
               rows[i].p99_us, rows[i].msgs, rows[i].reps, rows[i].gbps_min, rows[i].gbps_max, rows[i].p50_min,
               rows[i].p50_max, i + 1 < nrows ? "," : "");
-    fprintf(f, "  ]\n}\n");
-    if (fclose(f) != 0) return fatal("--json %s: %s", P.o.json, strerror(errno));
+    fprintf(f, "  ]");
+    if (fclose(f) != 0) return fatal("--json: %s", strerror(errno));
   }
   if (P.o.csv) {
     FILE *f = strcmp(P.o.csv, "-") == 0 ? fdopen(P.json_fd, "w") : fopen(P.o.csv, "w");
@@ -1526,6 +1662,7 @@ static int run_local(void) {
   }
   print_counters(getpid(), "process A", P.setup_ok);
   print_counters(pid, "process B", P.setup_ok);
+  if (finish_json() != 0 && rc == 0) rc = 1;
   if (WEXITSTATUS(st) != 0) {
     if (rc == 0) fprintf(stderr, "gdrnet-perf: error: peer process B exited with status %d\n", WEXITSTATUS(st));
     return 1;
@@ -1587,6 +1724,7 @@ int main(int argc, char **argv) {
     int rc = run_b();
     close(P.bootfd);
     print_counters(getpid(), "this server", P.setup_ok);
+    if (finish_json() != 0 && rc == 0) rc = 1;
     if (rc == 0) printf("# gdrnet-perf server: run complete\n");
     return rc;
   }
@@ -1600,5 +1738,6 @@ int main(int argc, char **argv) {
   int rc = run_a();
   close(P.bootfd);
   print_counters(getpid(), "this client", P.setup_ok);
+  if (finish_json() != 0 && rc == 0) rc = 1;
   return rc;
 }
