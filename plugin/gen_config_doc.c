@@ -75,9 +75,8 @@ static const char tcp_threads_doc[] =
 
 /* The README's knobs (between its knobs markers, checked by tests/readme/check_readme_table.cmake): the few a user
  * sets; docs/configuration.md has every knob. A name that leaves params.def makes --readme fail. */
-static const char *const readme_knobs[] = {"GDRNET_TRANSPORT", "GDRNET_SOCKET_IFNAME", "GDRNET_HCA",
-                                           "GDRNET_FALLBACK",  "GDRNET_STATS_FILE",    "GDRNET_STALL_WARN_MS",
-                                           NULL};
+static const char *const readme_knobs[] = {"GDRNET_TRANSPORT",  "GDRNET_SOCKET_IFNAME", "GDRNET_HCA", "GDRNET_FALLBACK",
+                                           "GDRNET_STATS_FILE", "GDRNET_STALL_WARN_MS", NULL};
 
 int main(int argc, char **argv) {
   int table = argc > 1 && strcmp(argv[1], "--table") == 0;

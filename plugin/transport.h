@@ -97,8 +97,15 @@ static inline struct gdr_conn_opts gdr_conn_opts_one(int dev) {
 
 /* A connection as its transport sees it now (describe, below): for the stall detector and the stats file
  * (connstat.h). -1: not known. */
-enum { GDR_CONN_UNKNOWN = 0, GDR_CONN_RDMA, GDR_CONN_RECOVERING, GDR_CONN_MOVED_TCP, GDR_CONN_TCP, GDR_CONN_TCP_ONLY,
-       GDR_CONN_FAILED };
+enum {
+  GDR_CONN_UNKNOWN = 0,
+  GDR_CONN_RDMA,
+  GDR_CONN_RECOVERING,
+  GDR_CONN_MOVED_TCP,
+  GDR_CONN_TCP,
+  GDR_CONN_TCP_ONLY,
+  GDR_CONN_FAILED
+};
 struct gdr_conn_desc {
   char peer[GDR_ADDR_STRLEN]; /* the peer's address ("10.0.0.2:43121") */
   char path[128];             /* what carries it: "vemu0 port 1, QP 0x12 0x13", "4 streams"; "" if not known now */

@@ -132,7 +132,7 @@ static int mesh_alloc(struct mesh *m, int n, void *handles[]) {
   m->smh = calloc((size_t)n, sizeof(void *)), m->rmh = calloc((size_t)n, sizeof(void *));
   m->sreq = calloc((size_t)n, sizeof(void *)), m->rreq = calloc((size_t)n, sizeof(void *));
   m->sdone = calloc((size_t)n, sizeof(int)), m->rdone = calloc((size_t)n, sizeof(int));
-  m->deadline = gdr_time_ns() + (uint64_t)gdr_param_int(GDR_PARAM_CONNECT_TIMEOUT_MS) * 1000000ull * 2;
+  m->deadline = gdr_time_ns() + gdr_connect_timeout_ns() * 2;
   if (!m->hc || !m->acc || !m->accc || !m->ids || !m->smh || !m->rmh || !m->sreq || !m->rreq || !m->sdone || !m->rdone)
     return 0;
   for (int r = 0; r < n; r++) memcpy(&m->hc[r], handles[r], sizeof(m->hc[r]));
@@ -176,7 +176,7 @@ static ncclResult_t mesh_connect(struct gin_comm *c, struct mesh *m, void *netct
     if (gdr_time_ns() > m->deadline) {
       GDR_WARN("GIN connect: rank %d of %d has %d of %d connections and %d of %d accepted after %lld ms: a rank "
                "is missing or unreachable",
-               c->rank, n, m->nconn, n, m->nacc, n, (long long)gdr_param_int(GDR_PARAM_CONNECT_TIMEOUT_MS) * 2);
+               c->rank, n, m->nconn, n, m->nacc, n, (long long)gdr_connect_timeout_ms() * 2);
       res = ncclRemoteError;
       goto out;
     }
@@ -343,7 +343,7 @@ static int quiescent(const struct gin_comm *c) {
  * failed comm, or one with operations in flight, says nothing (its peers had GIN_OP_ABORT, or see the connection
  * end). */
 static void say_bye(struct gin_comm *c) {
-  uint64_t deadline = gdr_time_ns() + (uint64_t)gdr_param_int(GDR_PARAM_CONNECT_TIMEOUT_MS) * 1000000ull;
+  uint64_t deadline = gdr_time_ns() + gdr_connect_timeout_ns();
   pthread_mutex_lock(&c->lock);
   if (c->error == ncclSuccess && !quiescent(c)) {
     GDR_INFO(NCCL_NET, "GIN rank %d closes with operations in flight: the peers see its connections end", c->rank);
@@ -596,7 +596,7 @@ ncclResult_t gdr_gin_reg_mr_sym(void *coll_comm, void *data, size_t size, int ty
   struct gin_comm *c = coll_comm;
   struct gin_mr *m = NULL;
   int locked = 0;
-  uint64_t deadline = gdr_time_ns() + (uint64_t)gdr_param_int(GDR_PARAM_CONNECT_TIMEOUT_MS) * 1000000ull;
+  uint64_t deadline = gdr_time_ns() + gdr_connect_timeout_ns();
   (void)mr_flags; /* every put is applied before its signal: ordering is strong already */
   if (mhandle == NULL) return ncclInternalError;
   *mhandle = NULL;

@@ -495,7 +495,7 @@ static ncclResult_t rdma_connect_all(struct gin_comm *c) {
  * GIN_OP_QP, and every rank goes on as messages; only a peer that does not answer in time fails the connect. */
 static ncclResult_t rdma_setup(struct gin_comm *c) {
   ncclResult_t res = ncclSuccess;
-  uint64_t deadline = gdr_time_ns() + (uint64_t)gdr_param_int(GDR_PARAM_CONNECT_TIMEOUT_MS) * 1000000ull;
+  uint64_t deadline = gdr_time_ns() + gdr_connect_timeout_ns();
   char why[192] = "";
   struct gin_rdma *g;
   if (!rdma_wanted(c)) return ncclSuccess;
@@ -804,13 +804,13 @@ static int atomic_in_flight(const struct gin_rdma *g, const struct rpeer *p) {
 /* recovery in place failed: the peer moves to the message path (GDRNET_FALLBACK=1), or the comm fails */
 static void rec_fail(struct gin_comm *c, int peer, const char *why) {
   struct rpeer *p = &c->rdma->p[peer];
-  if (gdr_param_int(GDR_PARAM_FALLBACK) && !atomic_in_flight(c->rdma, p)) {
+  if (gdr_fallback_allowed() && !atomic_in_flight(c->rdma, p)) {
     move_start(c, peer, why);
     return;
   }
   GDR_WARN("GIN rank %d: the one-sided RDMA QP to rank %d is not recovered: %s (attempt %d of at most %d, %llu ms "
            "after the fault); the GIN connection fails",
-           c->rank, peer, why, p->attempts, (int)gdr_param_int(GDR_PARAM_RECOVERY_ATTEMPTS),
+           c->rank, peer, why, p->attempts, gdr_recovery_attempts(),
            (unsigned long long)((gdr_time_ns() - p->t_fault) / 1000000ull));
   gin_fail(c, ncclRemoteError, why, peer);
 }
@@ -823,11 +823,11 @@ static void start_attempt(struct gin_comm *c, int peer, uint32_t epoch, const ch
   struct gin_rdma *g = c->rdma;
   struct rpeer *p = &g->p[peer];
   uint64_t now = gdr_time_ns();
-  int max = (int)gdr_param_int(GDR_PARAM_RECOVERY_ATTEMPTS);
+  int max = gdr_recovery_attempts();
   if (p->rs == RS_OK && !p->episode) {
     p->episode = 1;
     p->t_fault = now;
-    p->rec_until = now + (uint64_t)gdr_param_int(GDR_PARAM_RECOVERY_TIMEOUT_MS) * 1000000ull;
+    p->rec_until = now + gdr_recovery_timeout_ns();
     p->attempts = 0;
     GDR_WARN("GIN rank %d: the one-sided RDMA QP to rank %d: %s; %s", c->rank, peer, why,
              max > 0 ? "it recovers in place (GDRNET_RECOVERY_ATTEMPTS, GDRNET_RECOVERY_TIMEOUT_MS)"
@@ -975,7 +975,7 @@ static void move_start(struct gin_comm *c, int peer, const char *why) {
     GDR_INFO(NCCL_NET, "GIN rank %d: rank %d moved to the message path: the operations towards it move too", c->rank,
              peer);
   p->mv = MV_STOP;
-  p->mv_until = gdr_time_ns() + (uint64_t)gdr_param_int(GDR_PARAM_RECOVERY_TIMEOUT_MS) * 1000000ull;
+  p->mv_until = gdr_time_ns() + gdr_recovery_timeout_ns();
   p->episode = 0;
   if (p->rs != RS_DRAIN || p->marks == 0) qp_stop(c, peer); /* else the drain under way ends in move_drained */
 }
@@ -1069,7 +1069,7 @@ static void move_progress(struct gin_comm *c, int peer) {
     move_pump(c, peer);
   } else if (p->rs != RS_DRAIN && gdr_time_ns() > p->mv_until) {
     GDR_WARN("GIN rank %d: rank %d did not answer the move to the message path within GDRNET_RECOVERY_TIMEOUT_MS=%d",
-             c->rank, peer, (int)gdr_param_int(GDR_PARAM_RECOVERY_TIMEOUT_MS));
+             c->rank, peer, (int)gdr_recovery_timeout_ms());
     gin_fail(c, ncclRemoteError, "the move to the message path was not answered", peer);
   }
 }
@@ -1243,7 +1243,7 @@ static void wc_failed(struct gin_comm *c, int peer, const struct ibv_wc *wc) {
   if (p->rs == RS_DRAIN) return; /* flushed with the QP this attempt drains */
   snprintf(why, sizeof why, "a completion failed: %s (vendor error %u)", gdr_ibv_wc_status_str(wc->status),
            wc->vendor_err);
-  if (gdr_param_int(GDR_PARAM_RECOVERY_ATTEMPTS) == 0 && !gdr_param_int(GDR_PARAM_FALLBACK)) {
+  if (gdr_recovery_attempts() == 0 && !gdr_fallback_allowed()) {
     GDR_WARN("GIN rank %d: a completion towards rank %d failed: %s (vendor error %u)", c->rank, peer,
              gdr_ibv_wc_status_str(wc->status), wc->vendor_err);
     gin_fail(c, ncclRemoteError, "an RDMA operation failed", peer);
