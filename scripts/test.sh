@@ -11,8 +11,8 @@
 #             integration tests already move under ASan)
 #   tsan      a ThreadSanitizer build (build-tsan): the integration suite over TCP and the emulator (without the
 #             fault matrix and the ABI matrix: tsan-faults, and the other passes; nor the longest runs under TSan,
-#             closetail, large (both transports), perf-demo and the 4-QP variants: the other passes) and the
-#             multi-threaded unit tests (label threads), in one CTest run;
+#             closetail, large (both transports), perf-demo, the 4-QP variants and the stall scenarios: the other
+#             passes) and the multi-threaded unit tests (label threads), in one CTest run;
 #             any report fails
 #   tsan-faults  (by name only, not in the default run) the fault matrix under ThreadSanitizer
 #   fuzz      every fuzz target with libFuzzer for FUZZ_SECONDS each (default 20; scripts/fuzz.sh, build-fuzz)
@@ -105,8 +105,9 @@ stage_asan() {
     -E '^integration\.(tcp|rdma)\.perf-demo$'
 }
 # the longest runs under TSan (6 of its 11 minutes, and the RDMA 2 GiB message, whose every placed word TSan
-# watches): the tsan stage leaves them to tsan-faults
-tsan_long='^integration\.(tcp\.closetail|(tcp|rdma)\.large|(tcp|rdma)\.perf-demo|rdma\..*-qps4-split[01])$'
+# watches), and the stall scenarios (a peer stopped and continued with timed windows; unit_connstat runs their
+# bookkeeping under TSan here): the tsan stage leaves them to tsan-faults
+tsan_long='^integration\.(tcp\.closetail|(tcp|rdma)\.large|(tcp|rdma)\.perf-demo|rdma\..*-qps4-split[01]|(tcp|rdma)\.stall(-recovery)?)$'
 stage_tsan_build() {
   echo "== build (ThreadSanitizer) =="
   cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGDRNET_SANITIZE=thread -DGDRNET_WERROR="$werror" \
