@@ -122,31 +122,41 @@ struct dev_metric {
   int gauge;   /* an int64 gauge */
 };
 
-#define DM(n, t, h, s, f, g) {n, t, h, s, offsetof(struct gdr_dev_counters, f), g}
+#define DM(n, t, h, s, f, g)                                                                                           \
+  { n, t, h, s, offsetof(struct gdr_dev_counters, f), g }
 static const struct dev_metric dev_metrics[] = {
-  DM("gdrnet_faults_total", "counter", "RDMA faults seen (completion errors, failed posts, async events)", 0, faults, 0),
-  DM("gdrnet_recoveries_total", "counter", "recoveries of a connection on the same device that completed", 0,
-     recoveries, 0),
-  DM("gdrnet_recovery_replayed_messages_total", "counter", "messages replayed by recoveries", 0, replayed_msgs, 0),
-  DM("gdrnet_recovery_replayed_bytes_total", "counter", "bytes replayed by recoveries", 0, replayed_bytes, 0),
-  DM("gdrnet_recovery_seconds_total", "counter", "time spent recovering", 1, recover_ns, 0),
-  DM("gdrnet_failed_connections_total", "counter", "connections that failed (NCCL got an error)", 0, failed, 0),
-  DM("gdrnet_fallbacks_total", "counter", "moves of a connection from RDMA to TCP", 0, fallbacks, 0),
-  DM("gdrnet_returns_total", "counter", "returns of a connection from TCP to RDMA", 0, returns, 0),
-  DM("gdrnet_tcp_seconds_total", "counter", "time connections of the device spent on TCP (counted when they leave "
-     "it or close)", 1, tcp_ns, 0),
-  DM("gdrnet_tcp_bytes_total", "counter", "bytes connections of the device carried over TCP", 0, tcp_bytes, 0),
-  DM("gdrnet_fallback_handed_messages_total", "counter", "messages handed over to TCP when connections moved", 0,
-     handed_msgs, 0),
-  DM("gdrnet_fallback_handed_bytes_total", "counter", "bytes handed over to TCP when connections moved", 0,
-     handed_bytes, 0),
-  DM("gdrnet_tcp_only_connections_total", "counter", "connections that ran over TCP from the start (their RDMA "
-     "set-up failed, or the peer has no RDMA)", 0, tcp_only, 0),
-  DM("gdrnet_connections_on_tcp", "gauge", "connections of the device over TCP now", 0, on_tcp, 1),
-  DM("gdrnet_device_lost", "gauge", "1 while the device is lost (DEVICE_FATAL, not back yet): its connections run over "
-     "TCP", 0, lost, 1),
-  DM("gdrnet_device_revivals_total", "counter", "times the lost device came back (a new context): new connections use "
-     "RDMA again", 0, revived, 0),
+    DM("gdrnet_faults_total", "counter", "RDMA faults seen (completion errors, failed posts, async events)", 0, faults,
+       0),
+    DM("gdrnet_recoveries_total", "counter", "recoveries of a connection on the same device that completed", 0,
+       recoveries, 0),
+    DM("gdrnet_recovery_replayed_messages_total", "counter", "messages replayed by recoveries", 0, replayed_msgs, 0),
+    DM("gdrnet_recovery_replayed_bytes_total", "counter", "bytes replayed by recoveries", 0, replayed_bytes, 0),
+    DM("gdrnet_recovery_seconds_total", "counter", "time spent recovering", 1, recover_ns, 0),
+    DM("gdrnet_failed_connections_total", "counter", "connections that failed (NCCL got an error)", 0, failed, 0),
+    DM("gdrnet_fallbacks_total", "counter", "moves of a connection from RDMA to TCP", 0, fallbacks, 0),
+    DM("gdrnet_returns_total", "counter", "returns of a connection from TCP to RDMA", 0, returns, 0),
+    DM("gdrnet_tcp_seconds_total", "counter",
+       "time connections of the device spent on TCP (counted when they leave "
+       "it or close)",
+       1, tcp_ns, 0),
+    DM("gdrnet_tcp_bytes_total", "counter", "bytes connections of the device carried over TCP", 0, tcp_bytes, 0),
+    DM("gdrnet_fallback_handed_messages_total", "counter", "messages handed over to TCP when connections moved", 0,
+       handed_msgs, 0),
+    DM("gdrnet_fallback_handed_bytes_total", "counter", "bytes handed over to TCP when connections moved", 0,
+       handed_bytes, 0),
+    DM("gdrnet_tcp_only_connections_total", "counter",
+       "connections that ran over TCP from the start (their RDMA "
+       "set-up failed, or the peer has no RDMA)",
+       0, tcp_only, 0),
+    DM("gdrnet_connections_on_tcp", "gauge", "connections of the device over TCP now", 0, on_tcp, 1),
+    DM("gdrnet_device_lost", "gauge",
+       "1 while the device is lost (DEVICE_FATAL, not back yet): its connections run over "
+       "TCP",
+       0, lost, 1),
+    DM("gdrnet_device_revivals_total", "counter",
+       "times the lost device came back (a new context): new connections use "
+       "RDMA again",
+       0, revived, 0),
 };
 
 /* ------------------------------------------------------------------------------- per connection -- */
@@ -185,32 +195,42 @@ struct conn_metric {
   size_t off;
   int optional; /* an int64 field of desc that may be -1 (then no sample) */
 };
-#define CM(n, t, h, k, f) {n, t, h, k, offsetof(struct gdr_conn_snap, f), 0}
-#define CMD(n, t, h, f) {n, t, h, 1, offsetof(struct gdr_conn_snap, desc) + offsetof(struct gdr_conn_desc, f), 1}
+#define CM(n, t, h, k, f)                                                                                              \
+  { n, t, h, k, offsetof(struct gdr_conn_snap, f), 0 }
+#define CMD(n, t, h, f)                                                                                                \
+  { n, t, h, 1, offsetof(struct gdr_conn_snap, desc) + offsetof(struct gdr_conn_desc, f), 1 }
 static const struct conn_metric conn_metrics[] = {
-  CM("gdrnet_conn_stalled", "gauge", "1 while the connection is stalled (GDRNET_STALL_WARN_MS without progress)", 2,
-     stalled),
-  CM("gdrnet_conn_stalls_total", "counter", "stalls of the connection so far", 1, stalls),
-  CM("gdrnet_conn_inflight_requests", "gauge", "requests the transport accepted and test() has not reported done", 3,
-     inflight),
-  CM("gdrnet_conn_oldest_request_seconds", "gauge", "age of the oldest waiting request (or of an isend the transport "
-     "keeps refusing); 0 when nothing waits", 0, oldest_age_s),
-  CM("gdrnet_conn_oldest_request_bytes", "gauge", "size of that request", 1, oldest_size),
-  CM("gdrnet_conn_oldest_request_tag", "gauge", "NCCL's tag of that request", 2, oldest_tag),
-  CM("gdrnet_conn_since_last_completion_seconds", "gauge", "time since the connection's last completed request (since "
-     "it opened when none)", 0, idle_s),
-  CM("gdrnet_conn_requests_total", "counter", "requests completed", 1, requests),
-  CM("gdrnet_conn_bytes_total", "counter", "bytes of completed requests (sent for dir=send, received for dir=recv)", 1,
-     bytes),
-  CM("gdrnet_conn_latency_p50_seconds", "gauge", "median request latency (post to test() done), a histogram bucket's "
-     "upper bound", 0, p50_s),
-  CM("gdrnet_conn_latency_p99_seconds", "gauge", "99th percentile request latency, a bucket's upper bound", 0, p99_s),
-  CMD("gdrnet_conn_recoveries_total", "counter", "recoveries of the connection in place (RDMA)", recoveries),
-  CMD("gdrnet_conn_moves_total", "counter", "moves of the connection to TCP (RDMA fallback)", moves),
-  CMD("gdrnet_conn_peer_silent_milliseconds", "gauge", "since the last bytes from the peer on the connection's control "
-      "socket", peer_silent_ms),
-  CMD("gdrnet_conn_unsent_bytes", "gauge", "bytes queued on the connection's sockets that the peer has not taken",
-      unsent),
+    CM("gdrnet_conn_stalled", "gauge", "1 while the connection is stalled (GDRNET_STALL_WARN_MS without progress)", 2,
+       stalled),
+    CM("gdrnet_conn_stalls_total", "counter", "stalls of the connection so far", 1, stalls),
+    CM("gdrnet_conn_inflight_requests", "gauge", "requests the transport accepted and test() has not reported done", 3,
+       inflight),
+    CM("gdrnet_conn_oldest_request_seconds", "gauge",
+       "age of the oldest waiting request (or of an isend the transport "
+       "keeps refusing); 0 when nothing waits",
+       0, oldest_age_s),
+    CM("gdrnet_conn_oldest_request_bytes", "gauge", "size of that request", 1, oldest_size),
+    CM("gdrnet_conn_oldest_request_tag", "gauge", "NCCL's tag of that request", 2, oldest_tag),
+    CM("gdrnet_conn_since_last_completion_seconds", "gauge",
+       "time since the connection's last completed request (since "
+       "it opened when none)",
+       0, idle_s),
+    CM("gdrnet_conn_requests_total", "counter", "requests completed", 1, requests),
+    CM("gdrnet_conn_bytes_total", "counter", "bytes of completed requests (sent for dir=send, received for dir=recv)",
+       1, bytes),
+    CM("gdrnet_conn_latency_p50_seconds", "gauge",
+       "median request latency (post to test() done), a histogram bucket's "
+       "upper bound",
+       0, p50_s),
+    CM("gdrnet_conn_latency_p99_seconds", "gauge", "99th percentile request latency, a bucket's upper bound", 0, p99_s),
+    CMD("gdrnet_conn_recoveries_total", "counter", "recoveries of the connection in place (RDMA)", recoveries),
+    CMD("gdrnet_conn_moves_total", "counter", "moves of the connection to TCP (RDMA fallback)", moves),
+    CMD("gdrnet_conn_peer_silent_milliseconds", "gauge",
+        "since the last bytes from the peer on the connection's control "
+        "socket",
+        peer_silent_ms),
+    CMD("gdrnet_conn_unsent_bytes", "gauge", "bytes queued on the connection's sockets that the peer has not taken",
+        unsent),
 };
 
 static void render_conn_metric(struct buf *b, const struct conn_metric *cm, const struct gdr_conn_snap *v, int n,
@@ -266,14 +286,15 @@ static void render_closed(struct buf *b, int pid, const char *host, const char *
   int n = gdr_connstat_closed(v, 16);
   if (n == 0) return;
   static const struct conn_metric cm[] = {
-    CM("gdrnet_closed_conn_requests_total", "counter", "requests a recently closed connection completed", 1, requests),
-    CM("gdrnet_closed_conn_bytes_total", "counter", "bytes of those requests", 1, bytes),
-    CM("gdrnet_closed_conn_latency_p50_seconds", "gauge", "its median request latency (a bucket's upper bound)", 0,
-       p50_s),
-    CM("gdrnet_closed_conn_latency_p99_seconds", "gauge", "its 99th percentile request latency", 0, p99_s),
-    CM("gdrnet_closed_conn_stalls_total", "counter", "its stalls", 1, stalls),
-    CMD("gdrnet_closed_conn_recoveries_total", "counter", "its recoveries in place (RDMA)", recoveries),
-    CMD("gdrnet_closed_conn_moves_total", "counter", "its moves to TCP (RDMA fallback)", moves),
+      CM("gdrnet_closed_conn_requests_total", "counter", "requests a recently closed connection completed", 1,
+         requests),
+      CM("gdrnet_closed_conn_bytes_total", "counter", "bytes of those requests", 1, bytes),
+      CM("gdrnet_closed_conn_latency_p50_seconds", "gauge", "its median request latency (a bucket's upper bound)", 0,
+         p50_s),
+      CM("gdrnet_closed_conn_latency_p99_seconds", "gauge", "its 99th percentile request latency", 0, p99_s),
+      CM("gdrnet_closed_conn_stalls_total", "counter", "its stalls", 1, stalls),
+      CMD("gdrnet_closed_conn_recoveries_total", "counter", "its recoveries in place (RDMA)", recoveries),
+      CMD("gdrnet_closed_conn_moves_total", "counter", "its moves to TCP (RDMA fallback)", moves),
   };
   head(b, "gdrnet_closed_conn_info", "gauge", "one of the last 16 connections closed: its state at the close");
   for (int i = 0; i < n; i++) {
@@ -303,7 +324,8 @@ static void render_conns(struct buf *b, int pid, const char *host, const char *l
   head(b, "gdrnet_conns_omitted", "gauge", "connections left out of this file (more than it lists)");
   put(b, "gdrnet_conns_omitted{pid=\"%d\"} %d\n", pid, total - n);
   if (n > 0) {
-    head(b, "gdrnet_conn_info", "gauge", "a connection: its state (rdma, recovering, moved-to-tcp, tcp, tcp-only, "
+    head(b, "gdrnet_conn_info", "gauge",
+         "a connection: its state (rdma, recovering, moved-to-tcp, tcp, tcp-only, "
          "failed) and what carries it (device and QPs, or streams)");
     for (int i = 0; i < n; i++) {
       put(b, "gdrnet_conn_info");
@@ -339,7 +361,8 @@ char *gdr_stats_render(void) {
   clock_gettime(CLOCK_REALTIME, &ts);
   head(&b, "gdrnet_stats_written_seconds", "gauge", "when this file was written (Unix time)");
   put(&b, "gdrnet_stats_written_seconds{pid=\"%d\"} %lld\n", pid, (long long)ts.tv_sec);
-  head(&b, "gdrnet_stats_interval_seconds", "gauge", "GDRNET_STATS_INTERVAL_S: a file older than a few of these is "
+  head(&b, "gdrnet_stats_interval_seconds", "gauge",
+       "GDRNET_STATS_INTERVAL_S: a file older than a few of these is "
        "stale (its process died or hangs)");
   put(&b, "gdrnet_stats_interval_seconds{pid=\"%d\"} %lld\n", pid, g_interval_s);
   /* per transport */
@@ -348,28 +371,29 @@ char *gdr_stats_render(void) {
     size_t off;
     int gauge;
   } tpm[] = {
-    {"gdrnet_connections_total", "counter", "send and receive comms established",
-     offsetof(struct gdr_tp_counters, conns), 0},
-    {"gdrnet_connections_open", "gauge", "send and receive comms open now", offsetof(struct gdr_tp_counters, open), 1},
-    {"gdrnet_sent_bytes_total", "counter", "bytes of completed sends", offsetof(struct gdr_tp_counters, bytes_sent), 0},
-    {"gdrnet_received_bytes_total", "counter", "bytes of completed receives",
-     offsetof(struct gdr_tp_counters, bytes_received), 0},
-    {"gdrnet_failed_requests_total", "counter", "requests whose test() returned an error",
-     offsetof(struct gdr_tp_counters, requests_failed), 0},
-    {"gdrnet_gin_puts_total", "counter", "GIN/RMA puts issued", offsetof(struct gdr_tp_counters, gin_puts), 0},
-    {"gdrnet_gin_signals_total", "counter", "GIN/RMA signals issued",
-     offsetof(struct gdr_tp_counters, gin_signals), 0},
-    {"gdrnet_gin_gets_total", "counter", "GIN/RMA gets issued", offsetof(struct gdr_tp_counters, gin_gets), 0},
-    {"gdrnet_gin_bytes_total", "counter", "GIN/RMA bytes put or got", offsetof(struct gdr_tp_counters, gin_bytes),
-     0},
-    {"gdrnet_gin_errors_total", "counter", "GIN/RMA comms failed", offsetof(struct gdr_tp_counters, gin_errors), 0},
-    {"gdrnet_gin_recoveries_total", "counter", "GIN/RMA one-sided RDMA QPs recovered in place",
-     offsetof(struct gdr_tp_counters, gin_recoveries), 0},
-    {"gdrnet_gin_replayed_total", "counter", "GIN/RMA operations posted again by a recovery",
-     offsetof(struct gdr_tp_counters, gin_replayed), 0},
-    {"gdrnet_gin_moves_total", "counter",
-     "GIN/RMA peers moved from the one-sided RDMA path to the message path (recovery failed, GDRNET_FALLBACK=1)",
-     offsetof(struct gdr_tp_counters, gin_moves), 0},
+      {"gdrnet_connections_total", "counter", "send and receive comms established",
+       offsetof(struct gdr_tp_counters, conns), 0},
+      {"gdrnet_connections_open", "gauge", "send and receive comms open now", offsetof(struct gdr_tp_counters, open),
+       1},
+      {"gdrnet_sent_bytes_total", "counter", "bytes of completed sends", offsetof(struct gdr_tp_counters, bytes_sent),
+       0},
+      {"gdrnet_received_bytes_total", "counter", "bytes of completed receives",
+       offsetof(struct gdr_tp_counters, bytes_received), 0},
+      {"gdrnet_failed_requests_total", "counter", "requests whose test() returned an error",
+       offsetof(struct gdr_tp_counters, requests_failed), 0},
+      {"gdrnet_gin_puts_total", "counter", "GIN/RMA puts issued", offsetof(struct gdr_tp_counters, gin_puts), 0},
+      {"gdrnet_gin_signals_total", "counter", "GIN/RMA signals issued", offsetof(struct gdr_tp_counters, gin_signals),
+       0},
+      {"gdrnet_gin_gets_total", "counter", "GIN/RMA gets issued", offsetof(struct gdr_tp_counters, gin_gets), 0},
+      {"gdrnet_gin_bytes_total", "counter", "GIN/RMA bytes put or got", offsetof(struct gdr_tp_counters, gin_bytes), 0},
+      {"gdrnet_gin_errors_total", "counter", "GIN/RMA comms failed", offsetof(struct gdr_tp_counters, gin_errors), 0},
+      {"gdrnet_gin_recoveries_total", "counter", "GIN/RMA one-sided RDMA QPs recovered in place",
+       offsetof(struct gdr_tp_counters, gin_recoveries), 0},
+      {"gdrnet_gin_replayed_total", "counter", "GIN/RMA operations posted again by a recovery",
+       offsetof(struct gdr_tp_counters, gin_replayed), 0},
+      {"gdrnet_gin_moves_total", "counter",
+       "GIN/RMA peers moved from the one-sided RDMA path to the message path (recovery failed, GDRNET_FALLBACK=1)",
+       offsetof(struct gdr_tp_counters, gin_moves), 0},
   };
   for (size_t m = 0; m < sizeof(tpm) / sizeof(tpm[0]); m++) {
     head(&b, tpm[m].name, tpm[m].type, tpm[m].help);
@@ -579,7 +603,7 @@ void gdr_stats_stop(void) {
   pthread_mutex_unlock(&g_mu);
   (void)pthread_join(g_thread, NULL);
   if (!g_remove)
-    write_file(); /* the last word */
+    write_file();                                  /* the last word */
   else if (unlink(g_path) != 0 && errno != ENOENT) /* a clean end: the collector forgets the process */
     GDR_INFO(NCCL_NET, "GDRNET_STATS_DIR: cannot remove %s: %s", g_path, strerror(errno));
   pthread_mutex_lock(&g_mu);

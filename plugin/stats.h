@@ -19,40 +19,40 @@
 #include "gdrnet/net_v8.h"
 
 struct gdr_dev_counters {
-  _Atomic uint64_t faults;           /* RDMA faults seen (completion errors, failed posts, async events) */
-  _Atomic uint64_t recoveries;       /* recoveries on the same device that completed */
-  _Atomic uint64_t replayed_msgs;    /* messages replayed by them */
+  _Atomic uint64_t faults;        /* RDMA faults seen (completion errors, failed posts, async events) */
+  _Atomic uint64_t recoveries;    /* recoveries on the same device that completed */
+  _Atomic uint64_t replayed_msgs; /* messages replayed by them */
   _Atomic uint64_t replayed_bytes;
-  _Atomic uint64_t recover_ns;       /* time spent recovering */
-  _Atomic uint64_t failed;           /* connections that failed (NCCL got an error) */
-  _Atomic uint64_t fallbacks;        /* moves of a connection to TCP */
-  _Atomic uint64_t returns;          /* returns of a connection to RDMA */
-  _Atomic uint64_t tcp_ns;           /* time connections spent on TCP (added when they leave it or close) */
-  _Atomic uint64_t tcp_bytes;        /* bytes connections of this device carried over TCP */
-  _Atomic uint64_t handed_msgs;      /* messages handed over to TCP when connections moved */
+  _Atomic uint64_t recover_ns;  /* time spent recovering */
+  _Atomic uint64_t failed;      /* connections that failed (NCCL got an error) */
+  _Atomic uint64_t fallbacks;   /* moves of a connection to TCP */
+  _Atomic uint64_t returns;     /* returns of a connection to RDMA */
+  _Atomic uint64_t tcp_ns;      /* time connections spent on TCP (added when they leave it or close) */
+  _Atomic uint64_t tcp_bytes;   /* bytes connections of this device carried over TCP */
+  _Atomic uint64_t handed_msgs; /* messages handed over to TCP when connections moved */
   _Atomic uint64_t handed_bytes;
-  _Atomic uint64_t tcp_only;         /* connections that ran over TCP from the start (RDMA set-up failed) */
-  _Atomic int64_t on_tcp;            /* gauge: connections over TCP now */
-  _Atomic int64_t lost;              /* gauge: 1 while the device is lost (DEVICE_FATAL, not back yet) */
-  _Atomic int64_t revived;           /* a lost device back (a new context) */
+  _Atomic uint64_t tcp_only; /* connections that ran over TCP from the start (RDMA set-up failed) */
+  _Atomic int64_t on_tcp;    /* gauge: connections over TCP now */
+  _Atomic int64_t lost;      /* gauge: 1 while the device is lost (DEVICE_FATAL, not back yet) */
+  _Atomic int64_t revived;   /* a lost device back (a new context) */
 };
 
 /* Per transport ("rdma", "tcp"), counted by the core. */
 enum { GDR_STATS_TP_TCP = 0, GDR_STATS_TP_RDMA = 1, GDR_STATS_NTP = 2 };
 struct gdr_tp_counters {
-  _Atomic uint64_t conns;            /* send and receive comms established */
-  _Atomic int64_t open;              /* gauge: comms open now */
+  _Atomic uint64_t conns; /* send and receive comms established */
+  _Atomic int64_t open;   /* gauge: comms open now */
   _Atomic uint64_t bytes_sent, bytes_received;
-  _Atomic uint64_t requests_failed;  /* requests whose test() returned an error */
+  _Atomic uint64_t requests_failed; /* requests whose test() returned an error */
   /* GIN/RMA tables (plugin/gin/), by the transport under them */
-  _Atomic uint64_t gin_puts;         /* puts issued (with or without a signal) */
-  _Atomic uint64_t gin_signals;      /* signals issued (puts with a signal, signal-only ones) */
-  _Atomic uint64_t gin_gets;         /* gets issued */
-  _Atomic uint64_t gin_bytes;        /* bytes put or got by this process */
-  _Atomic uint64_t gin_errors;       /* GIN comms failed (a dead peer, a failed completion) */
-  _Atomic uint64_t gin_recoveries;   /* one-sided RDMA QPs recovered in place */
-  _Atomic uint64_t gin_replayed;     /* operations posted again by those recoveries */
-  _Atomic uint64_t gin_moves;        /* peers moved to the message path (a failed recovery, GDRNET_FALLBACK=1) */
+  _Atomic uint64_t gin_puts;       /* puts issued (with or without a signal) */
+  _Atomic uint64_t gin_signals;    /* signals issued (puts with a signal, signal-only ones) */
+  _Atomic uint64_t gin_gets;       /* gets issued */
+  _Atomic uint64_t gin_bytes;      /* bytes put or got by this process */
+  _Atomic uint64_t gin_errors;     /* GIN comms failed (a dead peer, a failed completion) */
+  _Atomic uint64_t gin_recoveries; /* one-sided RDMA QPs recovered in place */
+  _Atomic uint64_t gin_replayed;   /* operations posted again by those recoveries */
+  _Atomic uint64_t gin_moves;      /* peers moved to the message path (a failed recovery, GDRNET_FALLBACK=1) */
 };
 extern struct gdr_tp_counters gdr_stats_tp[GDR_STATS_NTP];
 static inline int gdr_stats_tp_index(const char *transport_name) {

@@ -160,9 +160,7 @@ static void handle_event(struct gdr_rdma_dev *d, struct ibv_async_event *ev) {
   case IBV_EVENT_PORT_ACTIVE:
     if (ev->element.port_num == d->port) GDR_INFO(NCCL_NET, "%s port %d: %s", d->name, d->port, what);
     break;
-  default:
-    GDR_INFO(NCCL_NET, "%s: async event %s (%d): %s", d->name, what, (int)ev->event_type, f->hint);
-    break;
+  default: GDR_INFO(NCCL_NET, "%s: async event %s (%d): %s", d->name, what, (int)ev->event_type, f->hint); break;
   }
   pthread_mutex_unlock(&d->lock);
 }

@@ -48,20 +48,21 @@ void gdr_rdma_addr_str(const struct gdr_rdma_comm *c, int remote, char *buf, siz
   } else {
     w = snprintf(buf, len, "LID %u", remote ? c->remote.dev[0].lid : c->m[0].lid);
   }
-  if (more > 0 && w >= 0 && (size_t)w < len) snprintf(buf + w, len - (size_t)w, " (+%d device%s)", more, more > 1 ? "s" : "");
+  if (more > 0 && w >= 0 && (size_t)w < len)
+    snprintf(buf + w, len - (size_t)w, " (+%d device%s)", more, more > 1 ? "s" : "");
 }
 
 static void set_desc(struct gdr_rdma_comm *c) {
   char devs[160];
   size_t off = 0;
   for (int i = 0; i < c->ndevs && off < sizeof(devs); i++) {
-    int w = snprintf(devs + off, sizeof(devs) - off, "%s%s port %d", i ? " + " : "", c->m[i].dev->name,
-                     c->m[i].dev->port);
+    int w =
+        snprintf(devs + off, sizeof(devs) - off, "%s%s port %d", i ? " + " : "", c->m[i].dev->name, c->m[i].dev->port);
     if (w < 0) break;
     off += (size_t)w;
   }
-  snprintf(c->desc, sizeof(c->desc), "RDMA %s connection %s %.64s (%.150s)", c->kind == GDR_RCOMM_SEND ? "send" : "receive",
-           c->kind == GDR_RCOMM_SEND ? "to" : "from", c->peer, devs);
+  snprintf(c->desc, sizeof(c->desc), "RDMA %s connection %s %.64s (%.150s)",
+           c->kind == GDR_RCOMM_SEND ? "send" : "receive", c->kind == GDR_RCOMM_SEND ? "to" : "from", c->peer, devs);
 }
 
 /* ------------------------------------------------------------------------------ control channel -- */
@@ -388,8 +389,9 @@ void gdr_rdma_dereg_own(struct gdr_rdma_comm *c) {
 ncclResult_t gdr_rdma_rekey(struct gdr_rdma_comm *c) {
   gdr_rdma_dereg_own(c);
   ncclResult_t res = reg_own(c); /* (what it could not register stays NULL: the next QP set registers it first) */
-  if (res == ncclSuccess) GDR_INFO(NCCL_NET, "%s: new keys for its own buffers (%s)", c->desc,
-                                   c->kind == GDR_RCOMM_SEND ? "CTS FIFO, sizes rows" : "sizes array, CTS staging");
+  if (res == ncclSuccess)
+    GDR_INFO(NCCL_NET, "%s: new keys for its own buffers (%s)", c->desc,
+             c->kind == GDR_RCOMM_SEND ? "CTS FIFO, sizes rows" : "sizes array, CTS staging");
   return res;
 }
 
@@ -528,8 +530,8 @@ static int go_tcp_only(struct gdr_rdma_comm *c, const char *why) {
       (c->remote.magic == GDR_RDMA_HS_MAGIC && !(c->remote.caps & GDR_RDMA_CAP_FALLBACK))) {
     GDR_WARN("%s: %s, and no fallback to TCP (%s)", c->desc, why,
              !gdr_fallback_allowed() ? gdr_fallback_off_reason()
-             : !gdr_rdma.tcp_ok                     ? "no TCP transport here"
-                                                    : "the peer cannot (an older plugin)");
+             : !gdr_rdma.tcp_ok      ? "no TCP transport here"
+                                     : "the peer cannot (an older plugin)");
     return -1;
   }
   if (!c->tcp_only) {
@@ -619,8 +621,8 @@ static ncclResult_t connect_qps(struct gdr_rdma_comm *c, int expected_role) {
     return ncclSystemError; /* no RDMA path between the two: TCP may carry the connection (fallback) */
   }
   if (expected_role == GDR_RDMA_ROLE_RECV && (r->nqps != c->nqps || r->split != c->split)) {
-    GDR_WARN("%s: the receiver %s answered %d QPs split %d, asked %d split %d; connection rejected", d->name,
-             c->peer, r->nqps, r->split, c->nqps, c->split);
+    GDR_WARN("%s: the receiver %s answered %d QPs split %d, asked %d split %d; connection rejected", d->name, c->peer,
+             r->nqps, r->split, c->nqps, c->split);
     return ncclRemoteError;
   }
   if (gdr_rdma_qpset_connect(c, &c->qs, r->qpn, r->psn, r->dev, r->ndevs) != ncclSuccess) return ncclSystemError;
@@ -639,7 +641,10 @@ static ncclResult_t connect_qps(struct gdr_rdma_comm *c, int expected_role) {
   gdr_rdma_addr_str(c, 1, rg, sizeof(rg));
   GDR_INFO(NCCL_NET, "%s connection %s %s <-> %s %.64s %s: %d QP%s (%s)%s, MTU %d, WRs of at most %llu bytes%s%s",
            c->kind == GDR_RCOMM_SEND ? "send" : "recv", c->local.devname, lg, c->peer, r->devname, rg, c->nqps,
-           c->nqps > 1 ? "s" : "", c->split ? "split, 128-byte chunks" : c->nparts > 1 ? "striped" : "whole messages",
+           c->nqps > 1 ? "s" : "",
+           c->split        ? "split, 128-byte chunks"
+           : c->nparts > 1 ? "striped"
+                           : "whole messages",
            c->ndevs > 1 || r->ndevs > 1 ? ", QP i on device i mod n of each side" : "", 128 << c->mtu,
            (unsigned long long)c->max_wr, c->qs.flush_qp[0] ? ", GDR flush" : "",
            (r->caps & GDR_RDMA_CAP_RECOVERY) ? "" : ", peer without recovery (an older plugin): faults fail");
@@ -673,8 +678,7 @@ static void open_door(struct gdr_rdma_listen *l) {
   }
 }
 
-ncclResult_t gdr_rdma_listen(int dev, const struct gdr_conn_opts *opts, struct gdr_handle *handle,
-                             void **listen_comm) {
+ncclResult_t gdr_rdma_listen(int dev, const struct gdr_conn_opts *opts, struct gdr_handle *handle, void **listen_comm) {
   *listen_comm = NULL;
   if (devs_check(dev, opts) != ncclSuccess) return ncclInvalidArgument;
   struct gdr_rdma_listen *l = calloc(1, sizeof(*l));
@@ -707,16 +711,14 @@ ncclResult_t gdr_rdma_close_listen(void *listen_comm) {
 
 static ncclResult_t stage_deadline(struct gdr_rdma_comm *c, const char *what) {
   if (c->deadline_ns && gdr_time_ns() > c->deadline_ns) {
-    GDR_WARN("%s: RDMA handshake with %s timed out (%s) after GDRNET_CONNECT_TIMEOUT_MS=%lld",
-             c->dev->name, c->peer, what, (long long)gdr_connect_timeout_ms());
+    GDR_WARN("%s: RDMA handshake with %s timed out (%s) after GDRNET_CONNECT_TIMEOUT_MS=%lld", c->dev->name, c->peer,
+             what, (long long)gdr_connect_timeout_ms());
     return ncclRemoteError;
   }
   return ncclSuccess;
 }
 
-static void arm_deadline(struct gdr_rdma_comm *c) {
-  c->deadline_ns = gdr_time_ns() + gdr_connect_timeout_ns();
-}
+static void arm_deadline(struct gdr_rdma_comm *c) { c->deadline_ns = gdr_time_ns() + gdr_connect_timeout_ns(); }
 
 /* One non-blocking step of a handshake blob on the control stream. *done once it is through (the blob
  * io is then reset for the next step); waiting past the handshake deadline fails. A received blob must
@@ -857,8 +859,8 @@ static ncclResult_t cs_send_ready(struct gdr_rdma_comm *c, int *wait) {
 
 static ncclResult_t cs_recv_tcph(struct gdr_rdma_comm *c, int *wait) {
   int done = 0;
-  ncclResult_t res = hs_recv(c, GDR_RDMA_BLOB_TCPH, &c->fb.tcp_handle, sizeof(c->fb.tcp_handle),
-                             "the receiver's TCP listener", &done);
+  ncclResult_t res =
+      hs_recv(c, GDR_RDMA_BLOB_TCPH, &c->fb.tcp_handle, sizeof(c->fb.tcp_handle), "the receiver's TCP listener", &done);
   if (res != ncclSuccess || (*wait = !done)) return res;
   c->stage = CS_TCP_CONNECT;
   return ncclSuccess;
@@ -935,8 +937,7 @@ out:
   return res;
 }
 
-ncclResult_t gdr_rdma_connect(int dev, const struct gdr_conn_opts *opts, struct gdr_handle *handle,
-                              void **send_comm) {
+ncclResult_t gdr_rdma_connect(int dev, const struct gdr_conn_opts *opts, struct gdr_handle *handle, void **send_comm) {
   ncclResult_t res = ncclSuccess;
   struct gdr_rdma_comm *c = NULL;
   int wait = 0;
@@ -977,19 +978,20 @@ static ncclResult_t as_recv_hs(struct gdr_rdma_comm *c, int *wait) {
   c->nqps = c->remote.nqps; /* the sender decides */
   c->split = c->remote.split;
   if (c->nqps != gdr_rdma.nqps * c->ndevs || c->split != gdr_rdma.split)
-    GDR_INFO(NCCL_NET, "%s: sender %s asks %d QPs split %d (local setting %d per device, split %d; %d device(s)): "
+    GDR_INFO(NCCL_NET,
+             "%s: sender %s asks %d QPs split %d (local setting %d per device, split %d; %d device(s)): "
              "following the sender",
              c->dev->name, c->peer, c->nqps, c->split, gdr_rdma.nqps, gdr_rdma.split, c->ndevs);
   if (c->ndevs > c->nqps) { /* every device carries a QP: the devices past the QPs are left out */
-    GDR_INFO(NCCL_NET, "%s: %d QP(s) for %d devices: the connection runs on the first %d", c->desc, c->nqps,
-             c->ndevs, c->nqps);
+    GDR_INFO(NCCL_NET, "%s: %d QP(s) for %d devices: the connection runs on the first %d", c->desc, c->nqps, c->ndevs,
+             c->nqps);
     c->ndevs = c->nqps;
     set_desc(c);
   }
   const char *tcp_why = (c->remote.caps & GDR_RDMA_CAP_TCP_ONLY) ? "the sender's RDMA part failed"
-                        : comm_lost(c)                          ? "the device is lost (DEVICE_FATAL)"
-                        : comm_setup_verbs(c) != ncclSuccess    ? "setting up the RDMA part failed"
-                                                                : NULL;
+                        : comm_lost(c)                           ? "the device is lost (DEVICE_FATAL)"
+                        : comm_setup_verbs(c) != ncclSuccess     ? "setting up the RDMA part failed"
+                                                                 : NULL;
   if (tcp_why != NULL && go_tcp_only(c, tcp_why) != 0) return ncclSystemError;
   if ((res = fill_local_hs(c, GDR_RDMA_ROLE_RECV)) != ncclSuccess) return res;
   if (!c->tcp_only) {
@@ -1026,20 +1028,18 @@ static ncclResult_t as_recv_ready(struct gdr_rdma_comm *c, int *wait) {
     GDR_WARN("%s: bad READY from %s; connection rejected", c->dev->name, c->peer);
     return ncclRemoteError;
   }
-  if (go_tcp_only(c, c->tcp_only ? c->fb.reason : "the sender could not bring its QPs up") != 0)
-    return ncclSystemError;
+  if (go_tcp_only(c, c->tcp_only ? c->fb.reason : "the sender could not bring its QPs up") != 0) return ncclSystemError;
   memset(&c->fb.tcp_handle, 0, sizeof(c->fb.tcp_handle));
   struct gdr_conn_opts to = gdr_rdma_tcp_opts(c->tc);
-  if ((res = gdr_fb_tcp_listen(gdr_rdma.tcp_dev, &to, &c->fb.tcp_handle, &c->fb.tcp_listen)) != ncclSuccess)
-    return res;
+  if ((res = gdr_fb_tcp_listen(gdr_rdma.tcp_dev, &to, &c->fb.tcp_handle, &c->fb.tcp_listen)) != ncclSuccess) return res;
   c->stage = AS_SEND_TCPH;
   return ncclSuccess;
 }
 
 static ncclResult_t as_send_tcph(struct gdr_rdma_comm *c, int *wait) {
   int done = 0;
-  ncclResult_t res = hs_send(c, GDR_RDMA_BLOB_TCPH, &c->fb.tcp_handle, sizeof(c->fb.tcp_handle),
-                             "sending our TCP listener", &done);
+  ncclResult_t res =
+      hs_send(c, GDR_RDMA_BLOB_TCPH, &c->fb.tcp_handle, sizeof(c->fb.tcp_handle), "sending our TCP listener", &done);
   if (res != ncclSuccess || (*wait = !done)) return res;
   c->stage = AS_TCP_ACCEPT;
   return ncclSuccess;
@@ -1061,11 +1061,8 @@ static ncclResult_t as_tcp_accept(struct gdr_rdma_comm *c, int *wait) {
 }
 
 static hs_stage_fn *const accept_stages[] = {
-    [AS_RECV_HS] = as_recv_hs,
-    [AS_SEND_HS] = as_send_hs,
-    [AS_RECV_READY] = as_recv_ready,
-    [AS_SEND_TCPH] = as_send_tcph,
-    [AS_TCP_ACCEPT] = as_tcp_accept,
+    [AS_RECV_HS] = as_recv_hs,     [AS_SEND_HS] = as_send_hs,       [AS_RECV_READY] = as_recv_ready,
+    [AS_SEND_TCPH] = as_send_tcph, [AS_TCP_ACCEPT] = as_tcp_accept,
 };
 
 /* A new connection at the listener: through the TCP door (a peer without RDMA: *recv_comm, done), or on the
@@ -1173,8 +1170,8 @@ int gdr_rdma_describe(void *comm, struct gdr_conn_desc *out) {
     t.peer_silent_ms = -1;
     t.unsent = -1;
     if (gdr_fb_tcp_describe(c->fb.tcp, &t) == 0) {
-      snprintf(out->note, sizeof(out->note), "over TCP (%.20s) to %.48s%s%.60s", t.path, t.peer, c->fb.reason[0] ? ": " : "",
-               c->fb.reason);
+      snprintf(out->note, sizeof(out->note), "over TCP (%.20s) to %.48s%s%.60s", t.path, t.peer,
+               c->fb.reason[0] ? ": " : "", c->fb.reason);
       out->unsent = t.unsent;
       out->peer_closed |= t.peer_closed;
     }

@@ -18,13 +18,13 @@ struct gdr_rdma_state gdr_rdma;
 /* Mbps per lane of ibv_port_attr.active_speed, or of active_speed_ex (XDR: 256) where the library has it. */
 static int lane_mbps(int active_speed) {
   switch (active_speed) {
-  case 1: return 2500;    /* SDR */
-  case 2: return 5000;    /* DDR */
-  case 4: return 10000;   /* QDR */
-  case 8: return 10000;   /* FDR10 (10.3125 Gb/s, 64/66) */
-  case 16: return 14000;  /* FDR */
-  case 32: return 25000;  /* EDR */
-  case 64: return 50000;  /* HDR */
+  case 1: return 2500;     /* SDR */
+  case 2: return 5000;     /* DDR */
+  case 4: return 10000;    /* QDR */
+  case 8: return 10000;    /* FDR10 (10.3125 Gb/s, 64/66) */
+  case 16: return 14000;   /* FDR */
+  case 32: return 25000;   /* EDR */
+  case 64: return 50000;   /* HDR */
   case 128: return 100000; /* NDR */
   case 256: return 200000; /* XDR */
   default: return 10000;
@@ -92,8 +92,8 @@ static int select_gid(struct gdr_rdma_dev *d, const char *ibdev_path, const stru
                                                                                        : GDR_GID_FAMILY_IPV4;
       int idx = gdr_gid_select(tbl, n, family, (int)gdr_param_int(GDR_PARAM_IB_ROCE_VERSION));
       if (idx < 0) {
-        GDR_INFO(NCCL_NET | NCCL_INIT,
-                 "%s: no routable RoCE GID (only link-local or empty entries); using GID index 0", d->name);
+        GDR_INFO(NCCL_NET | NCCL_INIT, "%s: no routable RoCE GID (only link-local or empty entries); using GID index 0",
+                 d->name);
         idx = 0;
       }
       *index = idx;
@@ -147,7 +147,7 @@ int gdr_rdma_dev_refresh(struct gdr_rdma_dev *d, int *active, union ibv_gid *gid
 
 /* ----------------------------------------------------------------------------- a lost device back -- */
 
-#define REVIVE_EVERY_NS 1000000000ull /* a lost device is looked for at most once a second */
+#define REVIVE_EVERY_NS 1000000000ull                         /* a lost device is looked for at most once a second */
 static pthread_mutex_t revive_mu = PTHREAD_MUTEX_INITIALIZER; /* one revival at a time (connect and accept may
                                                                   run on different threads) */
 
@@ -283,8 +283,9 @@ static void probe_gdr(struct gdr_rdma_dev *d) {
   if (dmabuf) d->ptr_support |= NCCL_PTR_DMABUF;
 
   if (cuda || dmabuf) {
-    snprintf(d->gdr_desc, sizeof(d->gdr_desc), "GDR on:%s%s%s", cuda ? (mode == 1 ? " GDRNET_GDR=1" : " nvidia-peermem") : "",
-             cuda && dmabuf ? "," : "", dmabuf ? " DMA-BUF" : "");
+    snprintf(d->gdr_desc, sizeof(d->gdr_desc), "GDR on:%s%s%s",
+             cuda ? (mode == 1 ? " GDRNET_GDR=1" : " nvidia-peermem") : "", cuda && dmabuf ? "," : "",
+             dmabuf ? " DMA-BUF" : "");
     return;
   }
   /* off: say every reason */
@@ -318,8 +319,7 @@ static void probe_relaxed(struct gdr_rdma_dev *d, int *warned) {
     gdr_ibv.dereg_mr(mr);
     d->relaxed = 1;
   } else if (mode == 1) {
-    GDR_WARN("%s: relaxed-ordering registration refused (%s): relaxed ordering off", d->name,
-             strerror(errno));
+    GDR_WARN("%s: relaxed-ordering registration refused (%s): relaxed ordering off", d->name, strerror(errno));
   }
   free(buf);
 }
@@ -331,13 +331,10 @@ const char *gdr_rdma_reg_hint(int err) {
   case ENOMEM:
   case EAGAIN:
     return " (locked-memory limit too low? raise `ulimit -l` to unlimited; in containers grant IPC_LOCK and memlock)";
-  case EFAULT:
-    return " (address not mapped, or device memory without nvidia-peermem/DMA-BUF)";
+  case EFAULT: return " (address not mapped, or device memory without nvidia-peermem/DMA-BUF)";
   case EPERM:
-  case EACCES:
-    return " (permission: check /dev/infiniband access and memlock/IPC_LOCK)";
-  default:
-    return "";
+  case EACCES: return " (permission: check /dev/infiniband access and memlock/IPC_LOCK)";
+  default: return "";
   }
 }
 
@@ -417,8 +414,8 @@ static ncclResult_t reg_common(struct gdr_rdma_comm *c, void *data, size_t size,
   for (int i = 0; i < c->ndevs; i++) {
     struct gdr_rdma_dev *d = c->m[i].dev;
     if (type == NCCL_PTR_CUDA && !(d->ptr_support & (NCCL_PTR_CUDA | NCCL_PTR_DMABUF))) {
-      GDR_WARN("%s: registration of CUDA memory %p (%zu bytes) but GPUDirect RDMA is off on this device (%s)",
-               d->name, data, size, d->gdr_desc);
+      GDR_WARN("%s: registration of CUDA memory %p (%zu bytes) but GPUDirect RDMA is off on this device (%s)", d->name,
+               data, size, d->gdr_desc);
       res = ncclInvalidUsage;
       goto out;
     }
@@ -440,8 +437,8 @@ static ncclResult_t reg_common(struct gdr_rdma_comm *c, void *data, size_t size,
       res = ncclSystemError;
       goto out;
     }
-    GDR_TRACE(NCCL_NET | NCCL_REG, "%s: reg %p+%zu kind %d access 0x%x -> lkey 0x%x rkey 0x%x", d->name, data,
-              size, kind, access, e->lkey, e->rkey);
+    GDR_TRACE(NCCL_NET | NCCL_REG, "%s: reg %p+%zu kind %d access 0x%x -> lkey 0x%x rkey 0x%x", d->name, data, size,
+              kind, access, e->lkey, e->rkey);
     h->e[i] = e;
     h->lkey[i] = e->lkey;
     h->rkey[i] = e->rkey;
@@ -560,8 +557,8 @@ static int open_port(struct ibv_device *ibdev, const struct ibv_device_attr *da,
   snprintf(path, sizeof(path), "%s/device", ibdev->ibdev_path);
   d->pci_path = realpath(path, NULL); /* NULL: NCCL then places the NIC on the CPU */
   if (d->pci_path == NULL)
-    GDR_INFO(NCCL_NET | NCCL_INIT, "%s: no PCI path (%s: %s): NCCL will treat the NIC as far from the GPUs",
-             d->name, path, strerror(errno));
+    GDR_INFO(NCCL_NET | NCCL_INIT, "%s: no PCI path (%s: %s): NCCL will treat the NIC as far from the GPUs", d->name,
+             path, strerror(errno));
   choose_gid(d, ibdev, pa);
   probe_gdr(d);
   probe_relaxed(d, ro_warned);
@@ -590,7 +587,8 @@ static void init_fallback(void) {
 static void note_port(const struct gdr_filter *f, const char *name, int port, int active, char *ports, size_t len,
                       size_t *off, int *entry_hit) {
   if (*off < len) {
-    int w = snprintf(ports + *off, len - *off, "%s%s:%d (%s)", *off ? ", " : "", name, port, active ? "ACTIVE" : "down");
+    int w =
+        snprintf(ports + *off, len - *off, "%s%s:%d (%s)", *off ? ", " : "", name, port, active ? "ACTIVE" : "down");
     if (w > 0) *off += (size_t)w;
   }
   if (f->exclude) return;
@@ -624,8 +622,7 @@ static void warn_hca(const struct gdr_filter *f, const char *spec, const char *p
 static int init_setup(char *why, size_t whylen) {
   char w[512];
   if (gdr_param_int(GDR_PARAM_IB_DISABLE)) {
-    snprintf(why, whylen, "%s=1 turns the RDMA transport off",
-             gdr_param_set_name(GDR_PARAM_IB_DISABLE));
+    snprintf(why, whylen, "%s=1 turns the RDMA transport off", gdr_param_set_name(GDR_PARAM_IB_DISABLE));
     return -1;
   }
   if (gdr_ibv_load(w, sizeof(w)) != 0) {
@@ -640,8 +637,7 @@ static int init_setup(char *why, size_t whylen) {
   /* the address our listeners bind (handshake and control channel) */
   struct gdr_if ifs[1];
   int nif = 0;
-  if (gdr_if_find_configured(ifs, 1, &nif) != ncclSuccess ||
-      nif == 0) {
+  if (gdr_if_find_configured(ifs, 1, &nif) != ncclSuccess || nif == 0) {
     snprintf(why, whylen, "no usable IP interface for the RDMA handshake (GDRNET_SOCKET_IFNAME=\"%s\")",
              gdr_param_str(GDR_PARAM_SOCKET_IFNAME));
     return -1;
@@ -765,8 +761,9 @@ ncclResult_t gdr_rdma_init(int *ndev, char *why, size_t whylen) {
   if (list == NULL || nib == 0) {
     int e = errno;
     snprintf(why, whylen, "no RDMA device found by %s%s%s", gdr_ibv_lib_name(), list ? "" : ": ",
-             list ? "" : (e == ENOSYS ? "the kernel has no RDMA support (ib_uverbs not loaded, or no RDMA NIC driver)"
-                                      : strerror(e)));
+             list ? ""
+                  : (e == ENOSYS ? "the kernel has no RDMA support (ib_uverbs not loaded, or no RDMA NIC driver)"
+                                 : strerror(e)));
     if (list) gdr_ibv.free_device_list(list);
     return ncclSuccess;
   }

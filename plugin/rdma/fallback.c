@@ -51,8 +51,7 @@ static int is_sender(const struct gdr_rdma_comm *c) { return c->kind == GDR_RCOM
 static uint64_t ms_ns(int64_t ms) { return (uint64_t)ms * 1000000ull; }
 
 int gdr_rdma_fb_allowed(const struct gdr_rdma_comm *c) {
-  return gdr_fallback_allowed() && (c->remote.caps & GDR_RDMA_CAP_FALLBACK) && c->fd >= 0 &&
-         !c->peer_gone;
+  return gdr_fallback_allowed() && (c->remote.caps & GDR_RDMA_CAP_FALLBACK) && c->fd >= 0 && !c->peer_gone;
 }
 
 static void fail(struct gdr_rdma_comm *c, ncclResult_t res, const char *why) {
@@ -165,7 +164,7 @@ void gdr_rdma_fb_begin(struct gdr_rdma_comm *c, const char *why) {
   if (!gdr_rdma_fb_allowed(c)) {
     char full[sizeof(c->health.why)];
     snprintf(full, sizeof(full), "%.380s; no fallback to TCP (%s)", why,
-             !gdr_fallback_allowed()      ? gdr_fallback_off_reason()
+             !gdr_fallback_allowed()                     ? gdr_fallback_off_reason()
              : !(c->remote.caps & GDR_RDMA_CAP_FALLBACK) ? "the peer cannot (an older plugin)"
                                                          : "the control channel is gone");
     fail(c, ncclRemoteError, full);
@@ -265,12 +264,12 @@ static void sender_apply(struct gdr_rdma_comm *c) {
     }
     memset(m, 0, sizeof(*m)); /* the RDMA path forgets the message: TCP (or nothing) completes its requests */
   }
-  GDR_INFO(NCCL_NET, "%s: move %u: the receiver has %llu message(s) (incomplete mask 0x%x), this side sent up to #%llu; "
-           "%d partly placed; %d request(s) to TCP from TCP message %llu", c->desc, c->fb.epoch,
-           (unsigned long long)p->head, p->incomplete, (unsigned long long)c->head, ns, c->fb.qtail - c->fb.qhead,
-           c->fb.tcp ? (unsigned long long)gdr_fb_tcp_next_seq(c->fb.tcp) : 0ull);
-  if (gdr_rdma_ctrl_send(c, GDR_CTRL_FB_SSTATE, c->fb.epoch, 0, 0, sent, (size_t)ns * sizeof(sent[0])) !=
-      ncclSuccess)
+  GDR_INFO(NCCL_NET,
+           "%s: move %u: the receiver has %llu message(s) (incomplete mask 0x%x), this side sent up to #%llu; "
+           "%d partly placed; %d request(s) to TCP from TCP message %llu",
+           c->desc, c->fb.epoch, (unsigned long long)p->head, p->incomplete, (unsigned long long)c->head, ns,
+           c->fb.qtail - c->fb.qhead, c->fb.tcp ? (unsigned long long)gdr_fb_tcp_next_seq(c->fb.tcp) : 0ull);
+  if (gdr_rdma_ctrl_send(c, GDR_CTRL_FB_SSTATE, c->fb.epoch, 0, 0, sent, (size_t)ns * sizeof(sent[0])) != ncclSuccess)
     return;
   memcpy(&c->fb.tcp_handle, p->tcp_handle, sizeof(c->fb.tcp_handle));
   c->fb.phase = GDR_FB_CONNECT;
@@ -312,8 +311,10 @@ static void receiver_apply(struct gdr_rdma_comm *c, const struct gdr_rdma_fb_sen
       DEV_ADD(c, handed_msgs, 1);
     }
   }
-  GDR_INFO(NCCL_NET, "%s: move %u: %llu receive(s) posted over RDMA, %d partly placed by the sender; %d receive(s) to TCP "
-           "from TCP message %llu", c->desc, c->fb.epoch, (unsigned long long)c->head, ns, c->fb.qtail - c->fb.qhead,
+  GDR_INFO(NCCL_NET,
+           "%s: move %u: %llu receive(s) posted over RDMA, %d partly placed by the sender; %d receive(s) to TCP "
+           "from TCP message %llu",
+           c->desc, c->fb.epoch, (unsigned long long)c->head, ns, c->fb.qtail - c->fb.qhead,
            c->fb.tcp ? (unsigned long long)gdr_fb_tcp_next_seq(c->fb.tcp) : 0ull);
   /* a GDR flush waiting on the destroyed flush QP: the writes it orders were made by the NIC long ago */
   for (int i = 0; i < c->nreqs_pool; i++)
@@ -410,7 +411,6 @@ static int flapping(struct gdr_rdma_comm *c) {
   }
   return 1;
 }
-
 
 /* The way back is abandoned before the switch point is agreed: the new QPs go, the probe backs off; tell: the peer
  * is told (it may hold QPs for this offer, or wait for its switch point). */
@@ -620,9 +620,9 @@ ncclResult_t gdr_rdma_back_on_ready(struct gdr_rdma_comm *c, const struct gdr_rd
 ncclResult_t gdr_rdma_back_on_not_yet(struct gdr_rdma_comm *c, const struct gdr_rdma_ctrl *m, const void *payload) {
   const int b = c->fb.back;
   (void)payload;
-  if (ours(c, m) && (is_sender(c) ? b == GDR_BACK_READY || b == GDR_BACK_AT_WAIT
-                                  : b == GDR_BACK_OFFERED || b == GDR_BACK_PROBING || b == GDR_BACK_FROZEN ||
-                                        b == GDR_BACK_AT_WAIT))
+  if (ours(c, m) &&
+      (is_sender(c) ? b == GDR_BACK_READY || b == GDR_BACK_AT_WAIT
+                    : b == GDR_BACK_OFFERED || b == GDR_BACK_PROBING || b == GDR_BACK_FROZEN || b == GDR_BACK_AT_WAIT))
     back_abort(c, 0, is_sender(c) ? "the peer's probe of the new QPs did not go through" : "the peer is not ready");
   return ncclSuccess;
 }
@@ -683,9 +683,10 @@ ncclResult_t gdr_rdma_back_on_switch(struct gdr_rdma_comm *c, const struct gdr_r
   fb->switch_at = tags_sum(own, nown);
   fb->back = GDR_BACK_AT_WAIT;
   fb->deadline_ns = gdr_time_ns() + gdr_recovery_timeout_ns();
-  GDR_INFO(NCCL_NET, "%s: the way back: the receiver has %llu TCP buffer(s) over %d tag(s), this side sent %llu "
-           "message(s) over %d tag(s) over TCP", c->desc, (unsigned long long)tags_sum(v, n), n,
-           (unsigned long long)fb->switch_at, nown);
+  GDR_INFO(NCCL_NET,
+           "%s: the way back: the receiver has %llu TCP buffer(s) over %d tag(s), this side sent %llu "
+           "message(s) over %d tag(s) over TCP",
+           c->desc, (unsigned long long)tags_sum(v, n), n, (unsigned long long)fb->switch_at, nown);
   return send_counts(c, GDR_CTRL_BACK_AT, own, nown);
 }
 
@@ -719,9 +720,10 @@ ncclResult_t gdr_rdma_back_on_final(struct gdr_rdma_comm *c, const struct gdr_rd
   for (int i = 0; i < nown; i++)
     if (own[i].n > tags_of(v, n, own[i].tag)) {
       char why[200];
-      snprintf(why, sizeof(why), "the peer's switch point back to RDMA for tag %d (%llu) is below the %llu "
-               "message(s) this side sent over TCP with that tag", own[i].tag,
-               (unsigned long long)tags_of(v, n, own[i].tag), (unsigned long long)own[i].n);
+      snprintf(why, sizeof(why),
+               "the peer's switch point back to RDMA for tag %d (%llu) is below the %llu "
+               "message(s) this side sent over TCP with that tag",
+               own[i].tag, (unsigned long long)tags_of(v, n, own[i].tag), (unsigned long long)own[i].n);
       fail(c, ncclRemoteError, why);
       return gdr_rdma_comm_check(c);
     }
@@ -825,7 +827,8 @@ void gdr_rdma_fb_step(struct gdr_rdma_comm *c, int *busy) {
   if (fb->path == GDR_PATH_MOVING) {
     if (gdr_time_ns() > fb->deadline_ns) {
       char why[420];
-      snprintf(why, sizeof(why), "the move to TCP did not finish within GDRNET_RECOVERY_TIMEOUT_MS=%lld (%s); it was "
+      snprintf(why, sizeof(why),
+               "the move to TCP did not finish within GDRNET_RECOVERY_TIMEOUT_MS=%lld (%s); it was "
                "for: %.255s",
                (long long)gdr_recovery_timeout_ms(),
                fb->phase == GDR_FB_CONNECT ? "the TCP connection" : "waiting for the peer", fb->reason);
@@ -893,8 +896,8 @@ ncclResult_t gdr_rdma_fb_isend(struct gdr_rdma_comm *c, void *data, size_t size,
   return ncclSuccess;
 }
 
-ncclResult_t gdr_rdma_fb_irecv(struct gdr_rdma_comm *c, int n, void **data, size_t *sizes, int *tags,
-                               void **mhandles, void **request) {
+ncclResult_t gdr_rdma_fb_irecv(struct gdr_rdma_comm *c, int n, void **data, size_t *sizes, int *tags, void **mhandles,
+                               void **request) {
   struct gdr_rdma_req *r;
   struct gdr_rdma_mh *mhs[GDR_RDMA_MAX_RECVS];
   void *treq = NULL;
@@ -988,8 +991,8 @@ void gdr_rdma_fb_report(struct gdr_rdma_comm *c) {
            c->desc, (unsigned long long)fb->fallbacks, (unsigned long long)fb->returns,
            (unsigned long long)(fb->tcp_ns / 1000000ull), (unsigned long long)fb->tcp_bytes,
            (unsigned long long)fb->replayed_msgs, (unsigned long long)fb->replayed_bytes,
-           c->tcp_only   ? "over TCP from the start"
-           : fb->pinned  ? "pinned to TCP (flapping)"
+           c->tcp_only                ? "over TCP from the start"
+           : fb->pinned               ? "pinned to TCP (flapping)"
            : fb->path == GDR_PATH_TCP ? "on TCP at close"
                                       : "on RDMA at close");
 }

@@ -21,7 +21,8 @@ struct sym {
   int required;
 };
 
-#define SYM(field, name, ver, req) {name, ver, (void **)&gdr_ibv.field, req}
+#define SYM(field, name, ver, req)                                                                                     \
+  { name, ver, (void **)&gdr_ibv.field, req }
 
 static void do_load(void) {
   const char *env = getenv("GDRNET_IBVERBS_LIB");
@@ -39,38 +40,38 @@ static void do_load(void) {
   }
 
   struct sym syms[] = {
-    SYM(get_device_list, "ibv_get_device_list", "IBVERBS_1.1", 1),
-    SYM(free_device_list, "ibv_free_device_list", "IBVERBS_1.1", 1),
-    SYM(get_device_name, "ibv_get_device_name", "IBVERBS_1.1", 1),
-    SYM(open_device, "ibv_open_device", "IBVERBS_1.1", 1),
-    SYM(close_device, "ibv_close_device", "IBVERBS_1.1", 1),
-    SYM(get_async_event, "ibv_get_async_event", "IBVERBS_1.1", 1),
-    SYM(ack_async_event, "ibv_ack_async_event", "IBVERBS_1.1", 1),
-    SYM(query_device, "ibv_query_device", "IBVERBS_1.1", 1),
-    SYM(query_port_compat, "ibv_query_port", "IBVERBS_1.1", 1),
-    SYM(query_gid, "ibv_query_gid", "IBVERBS_1.1", 1),
-    SYM(query_qp, "ibv_query_qp", "IBVERBS_1.1", 1),
-    SYM(alloc_pd, "ibv_alloc_pd", "IBVERBS_1.1", 1),
-    SYM(dealloc_pd, "ibv_dealloc_pd", "IBVERBS_1.1", 1),
-    SYM(reg_mr, "ibv_reg_mr", "IBVERBS_1.1", 1),
-    SYM(dereg_mr, "ibv_dereg_mr", "IBVERBS_1.1", 1),
-    SYM(create_cq, "ibv_create_cq", "IBVERBS_1.1", 1),
-    SYM(destroy_cq, "ibv_destroy_cq", "IBVERBS_1.1", 1),
-    SYM(create_qp, "ibv_create_qp", "IBVERBS_1.1", 1),
-    SYM(modify_qp, "ibv_modify_qp", "IBVERBS_1.1", 1),
-    SYM(destroy_qp, "ibv_destroy_qp", "IBVERBS_1.1", 1),
-    SYM(wc_status_str, "ibv_wc_status_str", "IBVERBS_1.1", 0),
-    SYM(event_type_str, "ibv_event_type_str", "IBVERBS_1.1", 0),
-    SYM(reg_mr_iova2, "ibv_reg_mr_iova2", "IBVERBS_1.8", 0),
-    SYM(reg_dmabuf_mr, "ibv_reg_dmabuf_mr", "IBVERBS_1.12", 0),
+      SYM(get_device_list, "ibv_get_device_list", "IBVERBS_1.1", 1),
+      SYM(free_device_list, "ibv_free_device_list", "IBVERBS_1.1", 1),
+      SYM(get_device_name, "ibv_get_device_name", "IBVERBS_1.1", 1),
+      SYM(open_device, "ibv_open_device", "IBVERBS_1.1", 1),
+      SYM(close_device, "ibv_close_device", "IBVERBS_1.1", 1),
+      SYM(get_async_event, "ibv_get_async_event", "IBVERBS_1.1", 1),
+      SYM(ack_async_event, "ibv_ack_async_event", "IBVERBS_1.1", 1),
+      SYM(query_device, "ibv_query_device", "IBVERBS_1.1", 1),
+      SYM(query_port_compat, "ibv_query_port", "IBVERBS_1.1", 1),
+      SYM(query_gid, "ibv_query_gid", "IBVERBS_1.1", 1),
+      SYM(query_qp, "ibv_query_qp", "IBVERBS_1.1", 1),
+      SYM(alloc_pd, "ibv_alloc_pd", "IBVERBS_1.1", 1),
+      SYM(dealloc_pd, "ibv_dealloc_pd", "IBVERBS_1.1", 1),
+      SYM(reg_mr, "ibv_reg_mr", "IBVERBS_1.1", 1),
+      SYM(dereg_mr, "ibv_dereg_mr", "IBVERBS_1.1", 1),
+      SYM(create_cq, "ibv_create_cq", "IBVERBS_1.1", 1),
+      SYM(destroy_cq, "ibv_destroy_cq", "IBVERBS_1.1", 1),
+      SYM(create_qp, "ibv_create_qp", "IBVERBS_1.1", 1),
+      SYM(modify_qp, "ibv_modify_qp", "IBVERBS_1.1", 1),
+      SYM(destroy_qp, "ibv_destroy_qp", "IBVERBS_1.1", 1),
+      SYM(wc_status_str, "ibv_wc_status_str", "IBVERBS_1.1", 0),
+      SYM(event_type_str, "ibv_event_type_str", "IBVERBS_1.1", 0),
+      SYM(reg_mr_iova2, "ibv_reg_mr_iova2", "IBVERBS_1.8", 0),
+      SYM(reg_dmabuf_mr, "ibv_reg_dmabuf_mr", "IBVERBS_1.12", 0),
   };
   for (size_t i = 0; i < sizeof(syms) / sizeof(syms[0]); i++) {
     dlerror();
     void *p = dlvsym(h, syms[i].name, syms[i].version);
     *syms[i].slot = p;
     if (p == NULL && syms[i].required) {
-      snprintf(load_why, sizeof(load_why), "%s has no %s@%s: not a usable rdma-core libibverbs", name,
-               syms[i].name, syms[i].version);
+      snprintf(load_why, sizeof(load_why), "%s has no %s@%s: not a usable rdma-core libibverbs", name, syms[i].name,
+               syms[i].version);
       memset(&gdr_ibv, 0, sizeof(gdr_ibv));
       /* keep h open: harmless, and dlclose of a half-initialised provider stack is not */
       return;
@@ -103,7 +104,7 @@ int gdr_ibv_query_port(struct ibv_context *ctx, uint8_t port, struct ibv_port_at
   /* verbs_get_ctx_op(), open-coded in ISO C: an extended context carries query_port with a size. */
   if (ctx->abi_compat == __VERBS_ABI_IS_EXTENDED) {
     struct verbs_context *vctx =
-      (struct verbs_context *)(void *)((uint8_t *)ctx - offsetof(struct verbs_context, context));
+        (struct verbs_context *)(void *)((uint8_t *)ctx - offsetof(struct verbs_context, context));
     if (vctx->sz >= sizeof(*vctx) - offsetof(struct verbs_context, query_port) && vctx->query_port) {
       /* room for the fields newer libraries append (zeroed by them when they know fewer) */
       union {

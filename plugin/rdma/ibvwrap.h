@@ -39,8 +39,8 @@ struct gdr_ibv_api {
   int (*dealloc_pd)(struct ibv_pd *pd);
   struct ibv_mr *(*reg_mr)(struct ibv_pd *pd, void *addr, size_t length, int access);
   int (*dereg_mr)(struct ibv_mr *mr);
-  struct ibv_cq *(*create_cq)(struct ibv_context *context, int cqe, void *cq_context,
-                              struct ibv_comp_channel *channel, int comp_vector);
+  struct ibv_cq *(*create_cq)(struct ibv_context *context, int cqe, void *cq_context, struct ibv_comp_channel *channel,
+                              int comp_vector);
   int (*destroy_cq)(struct ibv_cq *cq);
   struct ibv_qp *(*create_qp)(struct ibv_pd *pd, struct ibv_qp_init_attr *attr);
   int (*modify_qp)(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask);
@@ -50,8 +50,7 @@ struct gdr_ibv_api {
   /* IBVERBS_1.8 (optional) */
   struct ibv_mr *(*reg_mr_iova2)(struct ibv_pd *pd, void *addr, size_t length, uint64_t iova, unsigned int access);
   /* IBVERBS_1.12 (optional) */
-  struct ibv_mr *(*reg_dmabuf_mr)(struct ibv_pd *pd, uint64_t offset, size_t length, uint64_t iova, int fd,
-                                  int access);
+  struct ibv_mr *(*reg_dmabuf_mr)(struct ibv_pd *pd, uint64_t offset, size_t length, uint64_t iova, int fd, int access);
 };
 
 /* The resolved table; valid after gdr_ibv_load() returned 0. */

@@ -36,9 +36,7 @@ struct gdr_rdma_req *gdr_rdma_req_get(struct gdr_rdma_comm *c) {
   return NULL;
 }
 
-static inline int req_index(const struct gdr_rdma_comm *c, const struct gdr_rdma_req *r) {
-  return (int)(r - c->reqs);
-}
+static inline int req_index(const struct gdr_rdma_comm *c, const struct gdr_rdma_req *r) { return (int)(r - c->reqs); }
 
 /* A fault the data path found goes up to the resiliency layer (c->up: recover, move to TCP, or fail); a connection
  * handed to none (a comm built by hand, as a unit harness does) fails. */
@@ -340,8 +338,8 @@ ncclResult_t gdr_rdma_dp_isend(struct gdr_rdma_comm *c, void *data, size_t size,
     m->imm_req = req; /* the receive completes with the immediates: this part's request waits for them */
     c->head++;
   }
-  GDR_TRACE(NCCL_NET, "RDMA isend %s #%llu part %d/%d tag %d size %zu", c->peer, (unsigned long long)m->seq, r, n,
-            tag, size);
+  GDR_TRACE(NCCL_NET, "RDMA isend %s #%llu part %d/%d tag %d size %zu", c->peer, (unsigned long long)m->seq, r, n, tag,
+            size);
   GDR_CHECK(gdr_rdma_post_part(c, slot, r));
   if (last && m->row) {
     if (gdr_health_state(&c->health) == GDR_HEALTH_OK)
@@ -394,8 +392,8 @@ ncclResult_t gdr_rdma_post_cts(struct gdr_rdma_comm *c, struct gdr_rdma_req *req
   return ncclSuccess;
 }
 
-ncclResult_t gdr_rdma_dp_irecv(struct gdr_rdma_comm *c, int n, void **data, size_t *sizes, int *tags,
-                               void **mhandles, void **request) {
+ncclResult_t gdr_rdma_dp_irecv(struct gdr_rdma_comm *c, int n, void **data, size_t *sizes, int *tags, void **mhandles,
+                               void **request) {
   ncclResult_t res = ncclSuccess;
   *request = NULL;
   const uint64_t seq = c->head;
@@ -521,9 +519,9 @@ static void wc_failed(struct gdr_rdma_comm *c, const struct ibv_wc *wc) {
   gdr_rdma_addr_str(c, 1, rg, sizeof(rg));
   /* a key fault: whose key it names, this side's buffer or the peer's (the loopback flush READ reads only this
    * side's); any other fault asks nobody for new keys */
-  unsigned side = f->action != GDR_FAULT_REKEY              ? 0
+  unsigned side = f->action != GDR_FAULT_REKEY             ? 0
                   : gdr_wr_kind(wc->wr_id) == GDR_WR_FLUSH ? GDR_REKEY_LOCAL
-                                                            : gdr_rdma_rekey_side_wc(wc->status);
+                                                           : gdr_rdma_rekey_side_wc(wc->status);
   unsigned me = gdr_rekey_role_bit(c->kind), peer = me ^ (GDR_REKEY_SEND | GDR_REKEY_RECV);
   unsigned rekey = ((side & GDR_REKEY_LOCAL) ? me : 0) | ((side & GDR_REKEY_REMOTE) ? peer : 0);
   fault(c, f->action, rekey, f->res,
@@ -539,8 +537,8 @@ static void unexpected(struct gdr_rdma_comm *c, const struct ibv_wc *wc) {
                      "unexpected completion: %s, wr_id 0x%llx, QP 0x%x, imm 0x%x (its slot holds %s #%lld with %d "
                      "completion(s) awaited; head %llu, recovery attempt %u)",
                      gdr_ibv_wc_opcode_str(wc->opcode), (unsigned long long)wc->wr_id, wc->qp_num,
-                     be32toh(wc->imm_data), q ? "receive" : "nothing", q ? (long long)q->seq : -1LL,
-                     q ? q->events : 0, (unsigned long long)c->head, c->rec.attempt);
+                     be32toh(wc->imm_data), q ? "receive" : "nothing", q ? (long long)q->seq : -1LL, q ? q->events : 0,
+                     (unsigned long long)c->head, c->rec.attempt);
 }
 
 /* A successful completion. */
@@ -565,8 +563,7 @@ static void process_wc(struct gdr_rdma_comm *c, const struct ibv_wc *wc) {
   }
   case GDR_WR_RECV: {
     struct gdr_rdma_req *q = c->recv_slot[gdr_wr_arg(wc->wr_id) & 0x1f];
-    if (q == NULL || (q->seq & 0xffffffffffffull) != seq48 || wc->opcode != IBV_WC_RECV_RDMA_WITH_IMM ||
-        q->events <= 0)
+    if (q == NULL || (q->seq & 0xffffffffffffull) != seq48 || wc->opcode != IBV_WC_RECV_RDMA_WITH_IMM || q->events <= 0)
       return unexpected(c, wc);
     uint32_t imm = be32toh(wc->imm_data);
     if (gdr_imm_is_group(imm)) { /* the sizes are in the row (grouped, or one buffer of 2^31 bytes or more) */
@@ -585,16 +582,14 @@ static void process_wc(struct gdr_rdma_comm *c, const struct ibv_wc *wc) {
     return;
   }
   case GDR_WR_CTS:
-  case GDR_WR_PROBE: /* a late probe of the way back (fallback.c) */
-    return;
+  case GDR_WR_PROBE: /* a late probe of the way back (fallback.c) */ return;
   case GDR_WR_FLUSH: {
     int i = gdr_wr_arg(wc->wr_id);
     if (i >= c->nreqs_pool || c->reqs[i].type != GDR_RREQ_FLUSH || c->reqs[i].events <= 0) return unexpected(c, wc);
     c->reqs[i].events--;
     return;
   }
-  default:
-    return unexpected(c, wc);
+  default: return unexpected(c, wc);
   }
 }
 
@@ -616,30 +611,30 @@ ncclResult_t gdr_rdma_poll(struct gdr_rdma_comm *c, int *progress) {
     struct ibv_cq *cq = c->qs.cqs[k];
     int n;
     do {
-    n = gdr_ibv_poll_cq(cq, GDR_RDMA_CQ_BATCH, wcs);
-    if (n < 0) {
-      fault(c, GDR_FAULT_RECOVER, 0, ncclSystemError, "ibv_poll_cq failed (%d) on %s", n, c->m[k].dev->name);
-      break;
-    }
-    /* every completion, in order: a failed one does not hide the successes after it */
-    for (int i = 0; i < n; i++) {
-      if (sender) sq_release(c, wcs[i].qp_num);
-      if (gdr_wr_kind(wcs[i].wr_id) == GDR_WR_DRAIN) {
-        c->drain_seen++; /* a quiesce marker: every completion of its queue came before it */
-      } else if (wcs[i].status == IBV_WC_SUCCESS) {
-        process_wc(c, &wcs[i]);
-        /* the episode ends with a completion the peer's NIC answered: a flush READ on this side's own loopback
+      n = gdr_ibv_poll_cq(cq, GDR_RDMA_CQ_BATCH, wcs);
+      if (n < 0) {
+        fault(c, GDR_FAULT_RECOVER, 0, ncclSystemError, "ibv_poll_cq failed (%d) on %s", n, c->m[k].dev->name);
+        break;
+      }
+      /* every completion, in order: a failed one does not hide the successes after it */
+      for (int i = 0; i < n; i++) {
+        if (sender) sq_release(c, wcs[i].qp_num);
+        if (gdr_wr_kind(wcs[i].wr_id) == GDR_WR_DRAIN) {
+          c->drain_seen++; /* a quiesce marker: every completion of its queue came before it */
+        } else if (wcs[i].status == IBV_WC_SUCCESS) {
+          process_wc(c, &wcs[i]);
+          /* the episode ends with a completion the peer's NIC answered: a flush READ on this side's own loopback
          * QP proves nothing about the path, and ending the episode with it lets a peer that is gone restart the
          * recovery for ever */
-        if (gdr_health_state(&c->health) == GDR_HEALTH_OK && gdr_wr_kind(wcs[i].wr_id) != GDR_WR_FLUSH)
-          c->rec.healthy = 1;
-      } else if (gdr_health_state(&c->health) == GDR_HEALTH_OK && nbad++ == 0) {
-        bad = wcs[i]; /* the first fault decides; the recovery starts once the CQ is drained */
-      } else {
-        c->rec.ignored_wcs++; /* flushed after the fault that starts (or started) the recovery */
+          if (gdr_health_state(&c->health) == GDR_HEALTH_OK && gdr_wr_kind(wcs[i].wr_id) != GDR_WR_FLUSH)
+            c->rec.healthy = 1;
+        } else if (gdr_health_state(&c->health) == GDR_HEALTH_OK && nbad++ == 0) {
+          bad = wcs[i]; /* the first fault decides; the recovery starts once the CQ is drained */
+        } else {
+          c->rec.ignored_wcs++; /* flushed after the fault that starts (or started) the recovery */
+        }
       }
-    }
-    total += n;
+      total += n;
     } while (n == GDR_RDMA_CQ_BATCH && !gdr_health_failed(&c->health) && c->qs.cq != NULL);
     if (n < 0 || gdr_health_failed(&c->health)) break;
   }
@@ -676,8 +671,7 @@ ncclResult_t gdr_rdma_dp_done(struct gdr_rdma_req *r, int *done, size_t *sizes) 
       for (int i = 0; i < r->nreqs; i++) {
         uint64_t v = s->size[i];
         if (v > r->cap[i]) {
-          gdr_rdma_comm_fail(c, ncclRemoteError,
-                             "message #%llu from %s: buffer %d got %llu bytes for a receive of %zu",
+          gdr_rdma_comm_fail(c, ncclRemoteError, "message #%llu from %s: buffer %d got %llu bytes for a receive of %zu",
                              (unsigned long long)r->seq, c->peer, i, (unsigned long long)v, r->cap[i]);
           gdr_rdma_req_release(c, r);
           return gdr_rdma_comm_check(c);

@@ -51,25 +51,25 @@
 extern "C" {
 #endif
 
-#define GDR_RDMA_MAX_REQS 32      /* NCCL_NET_MAX_REQUESTS: in-flight messages per comm */
-#define GDR_RDMA_MAX_RECVS 8      /* maxRecvs: buffers of one grouped receive */
+#define GDR_RDMA_MAX_REQS 32 /* NCCL_NET_MAX_REQUESTS: in-flight messages per comm */
+#define GDR_RDMA_MAX_RECVS 8 /* maxRecvs: buffers of one grouped receive */
 #define GDR_RDMA_FIFO_SLOTS GDR_RDMA_MAX_REQS
-#define GDR_RDMA_MAX_QPS 16       /* GDRNET_QPS_PER_CONN upper bound */
-#define GDR_RDMA_CHUNK_ALIGN 128  /* LL128 line: never split across QPs */
-#define GDR_RDMA_MAX_CONN_DEVS 8  /* devices one connection stripes over (a fused device; GDR_MAX_FUSED) */
+#define GDR_RDMA_MAX_QPS 16           /* GDRNET_QPS_PER_CONN upper bound */
+#define GDR_RDMA_CHUNK_ALIGN 128      /* LL128 line: never split across QPs */
+#define GDR_RDMA_MAX_CONN_DEVS 8      /* devices one connection stripes over (a fused device; GDR_MAX_FUSED) */
 #define GDR_RDMA_MAX_MSG (1ull << 40) /* largest message: NCCL_MAX_NET_SIZE_BYTES, as the TCP transport */
 #define GDR_RDMA_MIN_MAX_MSG 4096ull  /* the smallest max_msg a peer may announce */
 
 /* ---- CTS entry ---- */
 struct gdr_cts_entry {
-  uint64_t addr;  /* receive buffer (iova = VA) */
-  uint64_t size;  /* receive buffer size (the most the sender may write) */
-  uint32_t tag;   /* the receive's tag: matches isend's tag within a group */
-  uint8_t nreqs;  /* n of the grouped receive, identical in the group's n entries */
-  uint8_t idx;    /* position of this entry in the group */
-  uint16_t rsvd;  /* 0 */
+  uint64_t addr;                         /* receive buffer (iova = VA) */
+  uint64_t size;                         /* receive buffer size (the most the sender may write) */
+  uint32_t tag;                          /* the receive's tag: matches isend's tag within a group */
+  uint8_t nreqs;                         /* n of the grouped receive, identical in the group's n entries */
+  uint8_t idx;                           /* position of this entry in the group */
+  uint16_t rsvd;                         /* 0 */
   uint32_t rkey[GDR_RDMA_MAX_CONN_DEVS]; /* the buffer's rkey on each of the receiver's devices (unused ones 0) */
-  uint64_t seq;   /* message sequence + 1 (never 0); written last, polled by the sender */
+  uint64_t seq;                          /* message sequence + 1 (never 0); written last, polled by the sender */
 };
 
 _Static_assert(sizeof(struct gdr_cts_entry) == 64, "a CTS entry is 64 bytes");
@@ -145,40 +145,41 @@ enum { GDR_RDMA_ROLE_SEND = 1, GDR_RDMA_ROLE_RECV = 2 };
 #define GDR_RDMA_CAP_RECOVERY 0x8u         /* speaks the REC_* control records (recover.c); else a fault fails */
 #define GDR_RDMA_CAP_FALLBACK 0x10u        /* speaks FB_* / BACK_* (fallback.c): can move the connection to TCP */
 #define GDR_RDMA_CAP_TCP_ONLY 0x20u        /* this side's RDMA part could not be set up: the connection runs on TCP */
-#define GDR_RDMA_CAP_BACK_TAGS 0x40u       /* BACK_SWITCH/AT/FINAL carry per-tag counts (struct gdr_rdma_back_tag):
+#define GDR_RDMA_CAP_BACK_TAGS                                                                                         \
+  0x40u /* BACK_SWITCH/AT/FINAL carry per-tag counts (struct gdr_rdma_back_tag):
                                             * without it on both sides a connection on TCP stays there */
 
 /* One device of a side: where its QPs are, and the rkey of the side's own buffer (sender: FIFO; receiver: sizes
  * array) on it. */
 struct gdr_rdma_addr {
-  uint8_t link_layer;  /* IBV_LINK_LAYER_INFINIBAND (1) or _ETHERNET (2) */
+  uint8_t link_layer; /* IBV_LINK_LAYER_INFINIBAND (1) or _ETHERNET (2) */
   uint8_t port;
-  uint8_t mtu;         /* active MTU, enum ibv_mtu 1..5 (or the GDRNET_IB_MTU cap) */
+  uint8_t mtu; /* active MTU, enum ibv_mtu 1..5 (or the GDRNET_IB_MTU cap) */
   uint8_t gid_index;
-  uint8_t is_global;   /* GID valid/needed: RoCE, or IB with a GRH */
+  uint8_t is_global; /* GID valid/needed: RoCE, or IB with a GRH */
   uint8_t rsvd0;
   uint16_t lid;
   uint32_t rkey;
   uint32_t rsvd1;
-  uint8_t gid[16];     /* port GID at gid_index (IB: the subnet prefix decides whether a GRH is needed) */
+  uint8_t gid[16]; /* port GID at gid_index (IB: the subnet prefix decides whether a GRH is needed) */
 };
 _Static_assert(sizeof(struct gdr_rdma_addr) == 32, "a device address is 32 bytes");
 
 struct gdr_rdma_hs {
   uint32_t magic;
   uint16_t version;
-  uint16_t size;       /* sizeof(struct gdr_rdma_hs) */
-  uint32_t caps;       /* GDR_RDMA_CAP_* */
-  uint8_t role;        /* GDR_RDMA_ROLE_* of the writer */
-  uint8_t nqps;        /* data QPs (the sender decides; the receiver echoes) */
-  uint8_t split;       /* GDRNET_SPLIT_DATA (the sender decides; the receiver echoes) */
-  uint8_t ndevs;       /* this side's devices (1..8): QP i is on dev[i % ndevs] */
-  uint64_t max_msg;    /* the longest work request this side's devices take (the smallest port max_msg_sz) */
-  uint64_t raddr;      /* sender: its CTS FIFO; receiver: its sizes array (rkeys in dev[]) */
+  uint16_t size;    /* sizeof(struct gdr_rdma_hs) */
+  uint32_t caps;    /* GDR_RDMA_CAP_* */
+  uint8_t role;     /* GDR_RDMA_ROLE_* of the writer */
+  uint8_t nqps;     /* data QPs (the sender decides; the receiver echoes) */
+  uint8_t split;    /* GDRNET_SPLIT_DATA (the sender decides; the receiver echoes) */
+  uint8_t ndevs;    /* this side's devices (1..8): QP i is on dev[i % ndevs] */
+  uint64_t max_msg; /* the longest work request this side's devices take (the smallest port max_msg_sz) */
+  uint64_t raddr;   /* sender: its CTS FIFO; receiver: its sizes array (rkeys in dev[]) */
   uint32_t qpn[GDR_RDMA_MAX_QPS];
   uint32_t psn[GDR_RDMA_MAX_QPS];
   struct gdr_rdma_addr dev[GDR_RDMA_MAX_CONN_DEVS];
-  char devname[64];    /* for logs: the device NCCL connected (a fused one's "a+b") */
+  char devname[64]; /* for logs: the device NCCL connected (a fused one's "a+b") */
 };
 _Static_assert(sizeof(struct gdr_rdma_hs) == 480, "the handshake blob is 480 bytes");
 _Static_assert(offsetof(struct gdr_rdma_hs, version) == 4 && offsetof(struct gdr_rdma_hs, size) == 6,
@@ -202,17 +203,17 @@ enum {
   GDR_CTRL_FB_RSTATE = 8, /* receiver -> sender: what it has (struct gdr_rdma_fb_rstate), where its TCP listener is */
   GDR_CTRL_FB_SSTATE = 9, /* sender -> receiver: the parts already placed of what the receiver lacks */
   /* the way back; a = the offer number (both directions), seq = the epoch */
-  GDR_CTRL_BACK_OFFER = 10, /* receiver -> sender: its port is up again: new QPs (struct gdr_rdma_rec_state) */
-  GDR_CTRL_BACK_READY = 11, /* sender -> receiver: its new QPs are RTS (struct gdr_rdma_rec_state), FIFO cleared */
+  GDR_CTRL_BACK_OFFER = 10,   /* receiver -> sender: its port is up again: new QPs (struct gdr_rdma_rec_state) */
+  GDR_CTRL_BACK_READY = 11,   /* sender -> receiver: its new QPs are RTS (struct gdr_rdma_rec_state), FIFO cleared */
   GDR_CTRL_BACK_NOT_YET = 12, /* either way: not now (a port is down, the probe over the new QPs failed): later */
   /* BACK_SWITCH/AT/FINAL: payload struct gdr_rdma_back_tag[] (per tag, TCP messages of the whole connection), b =
    * their sum (for logs) */
-  GDR_CTRL_BACK_SWITCH = 13,  /* receiver -> sender: the probe went through; R = its TCP buffers per tag; it posts no
+  GDR_CTRL_BACK_SWITCH = 13, /* receiver -> sender: the probe went through; R = its TCP buffers per tag; it posts no
                                * more receives until BACK_AT; again while it posts TCP receives after BACK_AT (R grew:
                                * the sender may fill those over TCP) */
-  GDR_CTRL_BACK_AT = 14,      /* sender -> receiver: S = its TCP messages per tag (accepted, or announced by an RTS):
+  GDR_CTRL_BACK_AT = 14,     /* sender -> receiver: S = its TCP messages per tag (accepted, or announced by an RTS):
                                * the receiver posts TCP receives until it has S_t buffers of every tag t */
-  GDR_CTRL_BACK_FINAL = 15,   /* receiver -> sender: F >= S, its TCP buffers per tag when they covered S: the k-th
+  GDR_CTRL_BACK_FINAL = 15,  /* receiver -> sender: F >= S, its TCP buffers per tag when they covered S: the k-th
                                * message with tag t goes over TCP for k < F_t, else over RDMA (numbered from 0) */
   GDR_CTRL_TYPE_MAX = 15,
 };
@@ -238,7 +239,7 @@ struct gdr_rdma_rec_state {
   uint32_t qpn[GDR_RDMA_MAX_QPS];
   uint32_t psn[GDR_RDMA_MAX_QPS];
   struct gdr_rdma_addr dev[GDR_RDMA_MAX_CONN_DEVS]; /* the devices' addresses now, and the rkeys of raddr */
-  uint64_t raddr; /* sender: its FIFO; receiver: its sizes array (new keys after a REKEY fault) */
+  uint64_t raddr;      /* sender: its FIFO; receiver: its sizes array (new keys after a REKEY fault) */
   uint64_t head;       /* receiver: receives posted so far (messages < head) */
   uint32_t incomplete; /* receiver: bit i set = message head - 1 - i is posted and not complete */
   uint32_t rsvd2;
@@ -246,9 +247,9 @@ struct gdr_rdma_rec_state {
 _Static_assert(sizeof(struct gdr_rdma_rec_state) == 416, "REC_STATE payload");
 /* FB_RSTATE: the receiver's view when the connection moves to TCP, and its TCP listener's handle. */
 struct gdr_rdma_fb_rstate {
-  uint64_t head;       /* receives posted so far */
-  uint32_t incomplete; /* bit i set = message head - 1 - i is posted and not complete (as REC_STATE) */
-  uint32_t flags;      /* GDR_RDMA_FB_REUSE: the TCP connection of an earlier fallback carries on (no listener) */
+  uint64_t head;           /* receives posted so far */
+  uint32_t incomplete;     /* bit i set = message head - 1 - i is posted and not complete (as REC_STATE) */
+  uint32_t flags;          /* GDR_RDMA_FB_REUSE: the TCP connection of an earlier fallback carries on (no listener) */
   uint8_t tcp_handle[128]; /* the TCP transport's handle (struct gdr_handle) of the listener for this connection */
 };
 _Static_assert(sizeof(struct gdr_rdma_fb_rstate) == 144, "FB_RSTATE payload");
@@ -285,7 +286,6 @@ const char *gdr_rdma_back_tags_check(const void *payload, size_t len);
 /* A REC_STATE payload from a peer of writer_role for a connection of nqps QPs: NULL if well-formed, else what is
  * wrong. (Its device count is checked against the handshake's where it is used.) */
 const char *gdr_rdma_rec_state_check(const struct gdr_rdma_rec_state *st, size_t len, int writer_role, int nqps);
-
 
 /* Checks a received blob (sizes, magic, version, role, ranges). Returns NULL if well-formed,
  * else a static string naming what is wrong. A blob of another version says "protocol version mismatch"

@@ -58,26 +58,26 @@ struct gdr_rdma_link {
 };
 
 struct gdr_rdma_dev {
-  char name[80];       /* as NCCL sees it: "mlx5_0", or "mlx5_0:2" on multi-port devices */
-  char ibname[64];     /* verbs device name */
-  char *pci_path;      /* realpath of <ibdev_path>/device, or NULL */
+  char name[80];   /* as NCCL sees it: "mlx5_0", or "mlx5_0:2" on multi-port devices */
+  char ibname[64]; /* verbs device name */
+  char *pci_path;  /* realpath of <ibdev_path>/device, or NULL */
   struct ibv_context *ctx;
   struct ibv_pd *pd;
   int port;
-  int link_layer;      /* IBV_LINK_LAYER_* */
-  int active_mtu;      /* enum ibv_mtu */
+  int link_layer; /* IBV_LINK_LAYER_* */
+  int active_mtu; /* enum ibv_mtu */
   int gid_index;
   union ibv_gid gid;
   uint16_t lid;
-  int grh_required;    /* the port says every packet needs a GRH (IBV_QPF_GRH_REQUIRED) */
-  uint64_t guid;       /* sys_image_guid, as NCCL's IB transport */
-  int speed;           /* Mbps */
+  int grh_required; /* the port says every packet needs a GRH (IBV_QPF_GRH_REQUIRED) */
+  uint64_t guid;    /* sys_image_guid, as NCCL's IB transport */
+  int speed;        /* Mbps */
   int max_qp;
   int max_qp_wr;
-  uint64_t max_msg;    /* the port's max_msg_sz: the longest work request it takes */
-  int ptr_support;     /* NCCL_PTR_* */
-  int relaxed;         /* register data buffers with IBV_ACCESS_RELAXED_ORDERING */
-  char gdr_desc[512];  /* "GDR via nvidia-peermem", "GDR off: ..." */
+  uint64_t max_msg;   /* the port's max_msg_sz: the longest work request it takes */
+  int ptr_support;    /* NCCL_PTR_* */
+  int relaxed;        /* register data buffers with IBV_ACCESS_RELAXED_ORDERING */
+  char gdr_desc[512]; /* "GDR via nvidia-peermem", "GDR off: ..." */
   struct gdr_regcache cache;
 
   /* comms of this device, for the async thread */
@@ -86,10 +86,10 @@ struct gdr_rdma_dev {
   int ncomms;
   pthread_t thread;
   int thread_running;
-  int stop_fd;         /* eventfd: wakes the async thread to stop */
-  int fatal;           /* DEVICE_FATAL seen, and not back yet (gdr_rdma_dev_revive) */
-  uint64_t revive_ns;  /* the next time a lost device is looked for again */
-  int nretired;        /* contexts (and PDs) of earlier lives of the device, closed at fini */
+  int stop_fd;        /* eventfd: wakes the async thread to stop */
+  int fatal;          /* DEVICE_FATAL seen, and not back yet (gdr_rdma_dev_revive) */
+  uint64_t revive_ns; /* the next time a lost device is looked for again */
+  int nretired;       /* contexts (and PDs) of earlier lives of the device, closed at fini */
   struct ibv_context *retired_ctx[4];
   struct ibv_pd *retired_pd[4];
   char ibdev_path[256]; /* sysfs directory of the verbs device (GID types are read again after a port flap) */
@@ -103,10 +103,10 @@ struct gdr_rdma_state {
   struct gdr_rdma_dev devs[GDR_RDMA_MAX_DEVS];
   union gdr_sockaddr if_addr; /* local address for listeners */
   char if_name[IF_NAMESIZE];
-  int nqps;                   /* GDRNET_QPS_PER_CONN */
-  int split;                  /* GDRNET_SPLIT_DATA */
-  int tcp_ok;                 /* the TCP transport is initialised for the fallback (GDRNET_FALLBACK=1) */
-  int tcp_dev;                /* its device on the handshake's interface */
+  int nqps;    /* GDRNET_QPS_PER_CONN */
+  int split;   /* GDRNET_SPLIT_DATA */
+  int tcp_ok;  /* the TCP transport is initialised for the fallback (GDRNET_FALLBACK=1) */
+  int tcp_dev; /* its device on the handshake's interface */
 };
 extern struct gdr_rdma_state gdr_rdma;
 
@@ -179,7 +179,7 @@ struct gdr_rdma_req {
   /* receive */
   size_t sent[GDR_RDMA_MAX_RECVS];
   size_t cap[GDR_RDMA_MAX_RECVS];
-  int row;           /* receive: the sent sizes ride in the sizes row (grouped, or 2^31 bytes and more) */
+  int row; /* receive: the sent sizes ride in the sizes row (grouped, or 2^31 bytes and more) */
   /* flush: what the loopback READs read, one per device that carries data (re-posted after a recovery) */
   uint64_t flush_addr;
   const struct gdr_rdma_mh *flush_mh;
@@ -233,7 +233,7 @@ struct gdr_rdma_qpset {
   struct ibv_cq *cq;                          /* cqs[0]; NULL when there is no set */
   struct ibv_cq *cqs[GDR_RDMA_MAX_CONN_DEVS]; /* one per device that carries QPs (a QP and its CQ share a context) */
   int ncq;
-  struct ibv_qp *qps[GDR_RDMA_MAX_QPS];       /* QP i on the connection's device i % ndevs */
+  struct ibv_qp *qps[GDR_RDMA_MAX_QPS];            /* QP i on the connection's device i % ndevs */
   struct ibv_qp *flush_qp[GDR_RDMA_MAX_CONN_DEVS]; /* receiver with GDR: a QP connected to itself on each device */
   uint32_t psn[GDR_RDMA_MAX_QPS];
   uint32_t cts_count[GDR_RDMA_MAX_QPS]; /* receiver: CTS writes posted per QP */
@@ -286,16 +286,16 @@ struct gdr_rdma_pending {
 /* Recovery (recover.c). */
 enum { GDR_REC_IDLE = 0, GDR_REC_WAIT_PORT, GDR_REC_WAIT_PEER, GDR_REC_WAIT_GO };
 struct gdr_rdma_rec {
-  int phase;              /* GDR_REC_* */
-  uint32_t attempt;       /* the attempt both sides are in (0: none yet) */
-  int action;             /* the worst action asked in this attempt (RECOVER or REKEY) */
-  unsigned rekey;         /* GDR_REKEY_SEND/RECV: whose own buffers get new keys in this attempt (both sides
+  int phase;            /* GDR_REC_* */
+  uint32_t attempt;     /* the attempt both sides are in (0: none yet) */
+  int action;           /* the worst action asked in this attempt (RECOVER or REKEY) */
+  unsigned rekey;       /* GDR_REKEY_SEND/RECV: whose own buffers get new keys in this attempt (both sides
                            * agree: REC_REQ/REC_STATE carry it) */
-  int rekeyed;            /* this side registered its own buffers again in this attempt */
-  int episode_attempts;   /* attempts since the connection last worked */
+  int rekeyed;          /* this side registered its own buffers again in this attempt */
+  int episode_attempts; /* attempts since the connection last worked */
   uint64_t episode_start_ns, deadline_ns, retry_ns, port_check_ns;
-  int healthy;            /* a completion succeeded since the last recovery (ends the episode) */
-  int have_peer;          /* peer's REC_STATE for `attempt` received */
+  int healthy;   /* a completion succeeded since the last recovery (ends the episode) */
+  int have_peer; /* peer's REC_STATE for `attempt` received */
   struct gdr_rdma_rec_state peer;
   uint32_t peer_attempt_seen; /* highest attempt the peer named */
   /* counters (this connection) */
@@ -310,21 +310,29 @@ enum { GDR_FB_IDLE = 0, GDR_FB_WAIT_RSTATE, GDR_FB_WAIT_SSTATE, GDR_FB_CONNECT, 
 /* the way back: receiver NONE -> OFFERED -> PROBING -> FROZEN -> [AT_WAIT: P > R] -> AT -> SWITCHED; sender NONE
  * -> READY -> [AT_WAIT: P > R, its switch point not final] -> AT -> SWITCHED; SWITCHED -> (nothing left on TCP)
  * path RDMA, NONE. From FROZEN on, a fault is a new fallback (the peer may have switched). */
-enum { GDR_BACK_NONE = 0, GDR_BACK_OFFERED, GDR_BACK_READY, GDR_BACK_PROBING, GDR_BACK_FROZEN, GDR_BACK_AT_WAIT,
-       GDR_BACK_AT, GDR_BACK_SWITCHED };
+enum {
+  GDR_BACK_NONE = 0,
+  GDR_BACK_OFFERED,
+  GDR_BACK_READY,
+  GDR_BACK_PROBING,
+  GDR_BACK_FROZEN,
+  GDR_BACK_AT_WAIT,
+  GDR_BACK_AT,
+  GDR_BACK_SWITCHED
+};
 /* where the next message of a connection goes (gdr_rdma_fb_route) */
 enum { GDR_ROUTE_RDMA = 0, GDR_ROUTE_TCP, GDR_ROUTE_WAIT };
 #define GDR_FB_QUEUE (GDR_RDMA_SEND_REQS)
 struct gdr_rdma_fb {
-  int path;           /* GDR_PATH_* */
-  int phase;          /* GDR_FB_* while moving */
-  uint32_t epoch;     /* fallbacks of this connection (both sides count alike) */
+  int path;       /* GDR_PATH_* */
+  int phase;      /* GDR_FB_* while moving */
+  uint32_t epoch; /* fallbacks of this connection (both sides count alike) */
   uint64_t deadline_ns, since_ns;
   char reason[256];
   int tcp_dev;
-  void *tcp_listen;   /* receiver: the TCP listener announced in FB_RSTATE */
+  void *tcp_listen; /* receiver: the TCP listener announced in FB_RSTATE */
   struct gdr_handle tcp_handle;
-  void *tcp;          /* the TCP comm */
+  void *tcp; /* the TCP comm */
   struct gdr_rdma_fb_rstate rstate;
   int have_rstate;
   /* requests to hand to TCP, in message order, before any new one */
@@ -333,7 +341,7 @@ struct gdr_rdma_fb {
   uint64_t replayed_msgs, replayed_bytes;
   uint64_t move_msgs0, move_bytes0; /* the two above when the current move began */
   /* back to RDMA */
-  int back;           /* GDR_BACK_* */
+  int back; /* GDR_BACK_* */
   uint64_t probe_ns, probe_backoff_ns;
   uint32_t offer;     /* the number of the current offer (a in BACK_*) */
   int probes;         /* receiver: probe WRITEs still to complete */
@@ -343,12 +351,12 @@ struct gdr_rdma_fb {
    * BACK_AT (AT_WAIT: its receives go over TCP until they cover S) */
   struct gdr_rdma_back_tag bound[GDR_RDMA_BACK_MAX_TAGS];
   int nbound;
-  uint64_t told; /* receiver, AT_WAIT: the sum of the counts it last sent (BACK_SWITCH again when it grew) */
-  int tcp_pending;    /* requests on TCP not yet complete */
+  uint64_t told;   /* receiver, AT_WAIT: the sum of the counts it last sent (BACK_SWITCH again when it grew) */
+  int tcp_pending; /* requests on TCP not yet complete */
   uint64_t probes_failed;
   uint64_t flap_ns[8];
   int nflaps;
-  int pinned;         /* stays on TCP for good (flapped too often, or cannot return) */
+  int pinned; /* stays on TCP for good (flapped too often, or cannot return) */
   /* counters */
   uint64_t fallbacks, returns, tcp_ns, tcp_bytes;
 };
@@ -372,7 +380,7 @@ enum { GDR_PQ_PART = 1, GDR_PQ_IMM };
 struct gdr_rdma_pq_item {
   uint8_t kind, slot, r, p; /* GDR_PQ_*, the message's slot, its part, the next stripe to post */
   uint32_t rsvd;
-  uint64_t off;             /* bytes of stripe p already posted */
+  uint64_t off; /* bytes of stripe p already posted */
 };
 #define GDR_RDMA_PQ 512 /* >= 32 messages x (8 parts + 1) */
 struct gdr_rdma_pq {
@@ -381,7 +389,7 @@ struct gdr_rdma_pq {
 };
 
 struct gdr_rdma_comm {
-  int kind; /* GDR_RCOMM_* */
+  int kind;                 /* GDR_RCOMM_* */
   struct gdr_rdma_dev *dev; /* m[0]'s: names, counters */
   int devidx;
   int ndevs; /* devices the connection runs on (m[]) */
@@ -392,14 +400,14 @@ struct gdr_rdma_comm {
   int fd;
   char peer[GDR_ADDR_STRLEN];
   struct gdr_rdma_ctrl ctrl_in;
-  size_t ctrl_in_off;           /* over header + payload */
+  size_t ctrl_in_off; /* over header + payload */
   uint8_t ctrl_payload[GDR_RDMA_CTRL_MAX_PAYLOAD];
-  uint8_t ctrl_out[4096];       /* records not yet written (non-blocking socket) */
+  uint8_t ctrl_out[4096]; /* records not yet written (non-blocking socket) */
   size_t ctrl_out_len, ctrl_out_off;
   uint64_t ctrl_next_check_ns;
-  uint64_t eof_ns;              /* when the peer's EOF (or BYE) was seen (0: not seen) */
-  uint64_t peer_bye_head;       /* BYE's seq: messages the peer posted before it closed */
-  int peer_gone;                /* EOF or BYE seen */
+  uint64_t eof_ns;        /* when the peer's EOF (or BYE) was seen (0: not seen) */
+  uint64_t peer_bye_head; /* BYE's seq: messages the peer posted before it closed */
+  int peer_gone;          /* EOF or BYE seen */
 
   /* handshake */
   int stage;
@@ -411,11 +419,11 @@ struct gdr_rdma_comm {
 
   /* verbs */
   struct gdr_rdma_qpset qs;
-  unsigned qs_gen;              /* incremented with every new qpset (under dev->lock: the async thread reads qs) */
-  int drain_seen;               /* quiesce: the markers' completions polled so far */
+  unsigned qs_gen; /* incremented with every new qpset (under dev->lock: the async thread reads qs) */
+  int drain_seen;  /* quiesce: the markers' completions polled so far */
   int nqps, split, nparts;
-  enum ibv_mtu mtu;             /* the smallest path MTU of its QPs */
-  uint64_t max_wr;              /* the longest work request: both sides' max_msg, a multiple of 128 */
+  enum ibv_mtu mtu;                  /* the smallest path MTU of its QPs */
+  uint64_t max_wr;                   /* the longest work request: both sides' max_msg, a multiple of 128 */
   uint8_t qp_ldev[GDR_RDMA_MAX_QPS]; /* QP i's device on this side (i % ndevs) and on the peer's (i % remote.ndevs) */
   uint8_t qp_rdev[GDR_RDMA_MAX_QPS];
 
@@ -426,12 +434,12 @@ struct gdr_rdma_comm {
   struct gdr_rdma_pending pending; /* from the async thread */
   struct gdr_rdma_rec rec;
   struct gdr_rdma_fb fb;
-  int tcp_only;   /* the RDMA part could not be set up at connect: TCP from the start */
+  int tcp_only; /* the RDMA part could not be set up at connect: TCP from the start */
 
   uint64_t head; /* next message sequence number */
 
   /* sender */
-  struct gdr_cts_slot *fifo; /* written by the receiver */
+  struct gdr_cts_slot *fifo;        /* written by the receiver */
   struct gdr_sizes_slot *sizes_src; /* sizes of grouped sends, source of the WRITE_WITH_IMM */
   uint64_t rsizes_addr;
   uint32_t rsizes_rkey[GDR_RDMA_MAX_CONN_DEVS]; /* on each of the receiver's devices */
@@ -444,7 +452,7 @@ struct gdr_rdma_comm {
   uint64_t rfifo_addr;
   uint32_t rfifo_rkey[GDR_RDMA_MAX_CONN_DEVS]; /* on each of the sender's devices */
   struct gdr_rdma_req *recv_slot[GDR_RDMA_FIFO_SLOTS];
-  int gdr_flush;  /* receiver on a GDR device: flushes with a loopback READ */
+  int gdr_flush; /* receiver on a GDR device: flushes with a loopback READ */
   void *flush_buf;
   struct ibv_mr *flush_mr;
 
@@ -454,18 +462,18 @@ struct gdr_rdma_comm {
 
   /* service.c: the owner's calls (every entry of the table, under svc_mu) and the idle-peer service's view */
   pthread_mutex_t svc_mu;
-  uint64_t svc_calls;  /* test() calls of the owner so far (under svc_mu) */
-  uint64_t svc_seen;   /* svc_calls at the service's last look (under svc_mu) */
-  uint64_t svc_id;     /* 0: not attached; else its key in the service's epoll set */
-  int svc_watch;       /* a record arrived, or a recovery or move runs: looked at every tick (under the list lock) */
-  int svc_fresh;       /* watched since this tick: its owner gets one tick to read the record itself */
-  int svc_acted;       /* the service progressed it in this watch (one INFO line per watch) */
-  int svc_hup;         /* its channel's EOF or error arrived: looked at until it is read (under the list lock) */
+  uint64_t svc_calls; /* test() calls of the owner so far (under svc_mu) */
+  uint64_t svc_seen;  /* svc_calls at the service's last look (under svc_mu) */
+  uint64_t svc_id;    /* 0: not attached; else its key in the service's epoll set */
+  int svc_watch;      /* a record arrived, or a recovery or move runs: looked at every tick (under the list lock) */
+  int svc_fresh;      /* watched since this tick: its owner gets one tick to read the record itself */
+  int svc_acted;      /* the service progressed it in this watch (one INFO line per watch) */
+  int svc_hup;        /* its channel's EOF or error arrived: looked at until it is read (under the list lock) */
 };
 
 struct gdr_rdma_listen {
   int dev;
-  int tc; /* the communicator's traffic class for the accepted comms (-1 undefined) */
+  int tc;                                  /* the communicator's traffic class for the accepted comms (-1 undefined) */
   int ndevs, devs[GDR_RDMA_MAX_CONN_DEVS]; /* the devices of the accepted comms */
   struct gdr_listener l;
   struct gdr_rdma_comm *pending; /* the connection being accepted */
@@ -493,8 +501,7 @@ const struct gdr_fault_class *gdr_rdma_fault_event_table(int *n);
 /* The GRH traffic class of a connection's QPs, NCCL's IB precedence: GDRNET_IB_TC /
  * NCCL_IB_TC when set, else the communicator's (comm_tc, -1 undefined), else the knob's default. */
 static inline int gdr_rdma_traffic_class(int comm_tc) {
-  if (comm_tc < 0 || gdr_param_source(GDR_PARAM_IB_TC) != GDR_PSRC_DEFAULT)
-    return (int)gdr_param_int(GDR_PARAM_IB_TC);
+  if (comm_tc < 0 || gdr_param_source(GDR_PARAM_IB_TC) != GDR_PSRC_DEFAULT) return (int)gdr_param_int(GDR_PARAM_IB_TC);
   return comm_tc & 0xff;
 }
 
@@ -538,8 +545,8 @@ struct gdr_rdma_qp_end {
 int gdr_rdma_dev_mtu(struct gdr_rdma_dev *d);
 /* One RC QP on d's PD, both queues on cq (context: its qp_context), max_inline_data GDR_RDMA_INLINE if the provider
  * takes it (*max_inline: what it took; may be NULL). NULL (a WARN) on failure. */
-struct ibv_qp *gdr_rdma_qp_create(struct gdr_rdma_dev *d, struct ibv_cq *cq, void *context, int max_send,
-                                  int max_recv, int *max_inline);
+struct ibv_qp *gdr_rdma_qp_create(struct gdr_rdma_dev *d, struct ibv_cq *cq, void *context, int max_send, int max_recv,
+                                  int *max_inline);
 /* RESET -> INIT on d's port with these access flags; INIT -> RTR -> RTS from near towards far (path MTU mtu, the GRH's
  * traffic class); -> ERR. 0, or the errno of the failed ibv_modify_qp (a WARN names it; not for ERR). */
 int gdr_rdma_qp_init(const struct gdr_rdma_dev *d, struct ibv_qp *qp, int access);
@@ -559,17 +566,16 @@ int gdr_rdma_poll_cqs(struct gdr_rdma_qpset *qs, int n, struct ibv_wc *wc);
 /* conn.c */
 /* opts: the connection's devices (ndevs > 1: a fused device, its QPs spread over them) and its traffic class (the
  * accepted recv comms get the listen's). */
-ncclResult_t gdr_rdma_listen(int dev, const struct gdr_conn_opts *opts, struct gdr_handle *handle,
-                             void **listen_comm);
-ncclResult_t gdr_rdma_connect(int dev, const struct gdr_conn_opts *opts, struct gdr_handle *handle,
-                              void **send_comm);
+ncclResult_t gdr_rdma_listen(int dev, const struct gdr_conn_opts *opts, struct gdr_handle *handle, void **listen_comm);
+ncclResult_t gdr_rdma_connect(int dev, const struct gdr_conn_opts *opts, struct gdr_handle *handle, void **send_comm);
 ncclResult_t gdr_rdma_accept(void *listen_comm, void **recv_comm);
 ncclResult_t gdr_rdma_close_send(void *send_comm);
 ncclResult_t gdr_rdma_close_recv(void *recv_comm);
 int gdr_rdma_describe(void *comm, struct gdr_conn_desc *out); /* transport.h describe (conn.c) */
 ncclResult_t gdr_rdma_close_listen(void *listen_comm);
 /* The connection gives up (first reason wins); thread-safe. */
-void gdr_rdma_comm_fail(struct gdr_rdma_comm *c, ncclResult_t res, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+void gdr_rdma_comm_fail(struct gdr_rdma_comm *c, ncclResult_t res, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 /* The error a comm's calls return once it failed (WARNs the reason once). ncclSuccess if not failed. */
 ncclResult_t gdr_rdma_comm_check(struct gdr_rdma_comm *c);
 /* "::ffff:10.0.0.1" (RoCE GID) or "LID 5" (IB) of this side (remote = 0) or of the peer (remote = 1). */
@@ -611,8 +617,8 @@ int gdr_rdma_own_registered(const struct gdr_rdma_comm *c);
  * yet, no free request, 32 receives in flight: try again). irecv's n is checked by the caller. */
 ncclResult_t gdr_rdma_dp_isend(struct gdr_rdma_comm *c, void *data, size_t size, int tag, void *mhandle,
                                void **request);
-ncclResult_t gdr_rdma_dp_irecv(struct gdr_rdma_comm *c, int n, void **data, size_t *sizes, int *tags,
-                               void **mhandles, void **request);
+ncclResult_t gdr_rdma_dp_irecv(struct gdr_rdma_comm *c, int n, void **data, size_t *sizes, int *tags, void **mhandles,
+                               void **request);
 /* The GDR flush READs of a receive on RDMA (busy: a recovery runs, which posts them with the rest). */
 ncclResult_t gdr_rdma_dp_iflush(struct gdr_rdma_comm *c, int n, void **data, int *sizes, void **mhandles, int busy,
                                 void **request);
@@ -653,8 +659,8 @@ void gdr_rdma_fb_step(struct gdr_rdma_comm *c, int *busy);
 int gdr_rdma_fb_route(struct gdr_rdma_comm *c, int tag); /* tag: the isend's (a receiver's call: any) */
 ncclResult_t gdr_rdma_fb_isend(struct gdr_rdma_comm *c, void *data, size_t size, int tag, void *mhandle,
                                void **request);
-ncclResult_t gdr_rdma_fb_irecv(struct gdr_rdma_comm *c, int n, void **data, size_t *sizes, int *tags,
-                               void **mhandles, void **request);
+ncclResult_t gdr_rdma_fb_irecv(struct gdr_rdma_comm *c, int n, void **data, size_t *sizes, int *tags, void **mhandles,
+                               void **request);
 ncclResult_t gdr_rdma_fb_test(struct gdr_rdma_req *r, int *done, size_t *sizes);
 void gdr_rdma_fb_close(struct gdr_rdma_comm *c);
 void gdr_rdma_fb_report(struct gdr_rdma_comm *c);

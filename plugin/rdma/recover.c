@@ -33,7 +33,6 @@
 #define BACKOFF_BASE_NS 10000000ull /* attempt n >= 2 waits 10 ms x 2^(n-2), at most 1 s */
 #define BACKOFF_MAX_NS 1000000000ull
 
-
 static int is_sender(const struct gdr_rdma_comm *c) { return c->kind == GDR_RCOMM_SEND; }
 
 /* --------------------------------------------------------------------------------------- giving up -- */
@@ -127,8 +126,8 @@ static void fault(struct gdr_rdma_comm *c, int action, unsigned rekey, ncclResul
   }
   if (!recover) {
     const char *reason = !(c->remote.caps & GDR_RDMA_CAP_RECOVERY) ? "the peer cannot recover (older plugin)"
-                         : gdr_recovery_attempts() == 0 ? gdr_recovery_off_reason()
-                                                                           : gdr_fault_action_str(action);
+                         : gdr_recovery_attempts() == 0            ? gdr_recovery_off_reason()
+                                                                   : gdr_fault_action_str(action);
     char full[sizeof(c->health.why)];
     snprintf(full, sizeof(full), "%.360s; decision: give up (%.60s)", why, reason);
     give_up(c, res, 1, full);
@@ -142,12 +141,11 @@ static void fault(struct gdr_rdma_comm *c, int action, unsigned rekey, ncclResul
   if (action == GDR_FAULT_REKEY && (rekey & REKEY_BOTH) == 0) rekey = REKEY_BOTH;
   GDR_WARN("%s: %s; decision: %s%s, attempt %u (%d of at most %lld in this episode, %llu ms left)", c->desc, why,
            gdr_fault_action_str(action),
-           action != GDR_FAULT_REKEY           ? ""
+           action != GDR_FAULT_REKEY            ? ""
            : (rekey & REKEY_BOTH) == REKEY_BOTH ? " (both sides' own buffers)"
            : (rekey & GDR_REKEY_SEND)           ? " (the sender's own buffers)"
                                                 : " (the receiver's own buffers)",
-           k, rc->episode_attempts + 1,
-           (long long)gdr_recovery_attempts(),
+           k, rc->episode_attempts + 1, (long long)gdr_recovery_attempts(),
            (unsigned long long)(now < rc->deadline_ns ? (rc->deadline_ns - now) / 1000000ull : 0));
   start_attempt(c, k, action, rekey);
 }
@@ -210,10 +208,11 @@ static void recovered(struct gdr_rdma_comm *c, uint64_t msgs, uint64_t bytes) {
   gdr_health_set_state(&c->health, GDR_HEALTH_OK);
   gdr_rdma_addr_str(c, 0, lg, sizeof(lg));
   gdr_rdma_addr_str(c, 1, rg, sizeof(rg));
-  GDR_INFO(NCCL_NET, "%s recovered: attempt %u, %d attempt(s) in %llu ms, new QP 0x%x (local %s) <-> 0x%x (remote %s), "
+  GDR_INFO(NCCL_NET,
+           "%s recovered: attempt %u, %d attempt(s) in %llu ms, new QP 0x%x (local %s) <-> 0x%x (remote %s), "
            "%llu message(s) / %llu bytes replayed",
-           c->desc, rc->attempt, rc->episode_attempts, (unsigned long long)(ns / 1000000ull), c->qs.qps[0]->qp_num,
-           lg, rc->peer.qpn[0], rg, (unsigned long long)msgs, (unsigned long long)bytes);
+           c->desc, rc->attempt, rc->episode_attempts, (unsigned long long)(ns / 1000000ull), c->qs.qps[0]->qp_num, lg,
+           rc->peer.qpn[0], rg, (unsigned long long)msgs, (unsigned long long)bytes);
 }
 
 /* Receiver, once its new QPs and the sender's REC_STATE are there. */

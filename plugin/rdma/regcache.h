@@ -31,9 +31,9 @@ enum gdr_reg_kind {
 struct gdr_reg_req {
   uintptr_t addr;
   size_t len;
-  int access;       /* IBV_ACCESS_* bits (opaque to the cache: compared as a superset) */
-  int kind;         /* enum gdr_reg_kind */
-  int dmabuf_fd;    /* GDR_REG_DMABUF only */
+  int access;    /* IBV_ACCESS_* bits (opaque to the cache: compared as a superset) */
+  int kind;      /* enum gdr_reg_kind */
+  int dmabuf_fd; /* GDR_REG_DMABUF only */
   uint64_t dmabuf_offset;
 };
 
@@ -45,15 +45,15 @@ struct gdr_reg_entry {
   int access;
   int kind;
   int refs;
-  void *mr;       /* what the reg callback returned (struct ibv_mr *) */
+  void *mr; /* what the reg callback returned (struct ibv_mr *) */
   uint32_t lkey, rkey;
 };
 
 /* reg: register [base, base+len) for `req` (base/len already aligned); return the registration or
  * NULL with *err set (an errno).  dereg: undo it, return 0 or an errno. */
 struct gdr_regcache_ops {
-  void *(*reg)(void *ctx, uintptr_t base, size_t len, const struct gdr_reg_req *req, uint32_t *lkey,
-               uint32_t *rkey, int *err);
+  void *(*reg)(void *ctx, uintptr_t base, size_t len, const struct gdr_reg_req *req, uint32_t *lkey, uint32_t *rkey,
+               int *err);
   int (*dereg)(void *ctx, void *mr);
 };
 
@@ -63,8 +63,8 @@ struct gdr_regcache {
   struct gdr_regcache_ops ops;
   void *ctx;
   size_t page;
-  int nentries;      /* live entries (for tests and logs) */
-  int released;      /* the device was lost: the NIC registrations are gone, the entries stay for NCCL's deregMr */
+  int nentries; /* live entries (for tests and logs) */
+  int released; /* the device was lost: the NIC registrations are gone, the entries stay for NCCL's deregMr */
   uint64_t hits, misses;
 };
 

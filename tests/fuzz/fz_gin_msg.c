@@ -155,6 +155,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   f->c.nranks = 2;
   f->c.depth = 2;
   f->c.max_bytes = (size_t)1 << 20;
+  f->c.path[GIN_PATH_RDMA] = &gin_rdma_path; /* its record check sees the QP records; no RDMA state: refused */
   f->c.peers = calloc(2, sizeof(*f->c.peers));
   if (f->c.peers == NULL || gin_os_alloc(&f->c) != ncclSuccess) fz_fail("gin_os_alloc failed");
   for (int i = 0; i < NWIN; i++) win_init(f, i);
