@@ -36,12 +36,12 @@ for rep in $(seq 1 $REPS); do
     t8=$(awk '$1==8 && NF>10 {print $6}' $O/$tp-$v-8-$rep.log | head -1)
     rc2=$(run $O/$tp-$v-128m-$rep.log $tp.env $B/$v $NT/all_reduce_perf_mpi -b 128M -e 128M -n 20 -w 5 -c 1)
     bw=$(awk '$1==134217728 && NF>10 {print $8}' $O/$tp-$v-128m-$rep.log | head -1)
-    echo "rep $rep $tp $v: 8 B ${t8:-?} us (rc $rc), 128 MB busbw ${bw:-?} GB/s (rc $rc2), wrong $(grep -c 'FAILED\|Out of bounds values : [1-9]' $O/$tp-$v-*-$rep.log | paste -sd+ | bc)"
+    echo "rep $rep $tp $v: 8 B ${t8:-?} us (rc $rc), 128 MB busbw ${bw:-?} GB/s (rc $rc2), wrong lines $(cat $O/$tp-$v-*-$rep.log | grep -c "FAILED\|Out of bounds values : [1-9]")"
   done; done
 done
-for rep in 1 2; do for v in before after; do
+for rep in $(seq 1 ${MREPS:-2}); do for v in before after; do
   [ $(( $(date +%s) - t0 )) -gt $(( ${BUDGET_S:-540} + 30 )) ] && break 2
-  echo "msgrate $v rep $rep:"; timeout 45 python3 $R/bench/msgrate --build $B/$v --sizes 8:4096:8 --reps 1 --transports tcp,rdma 2>&1 | grep -v "^#" | tail -6
+  echo "msgrate $v rep $rep:"; timeout 45 python3 $R/bench/msgrate --build $B/$v --sizes 8:4096:8 --reps 1 --transports tcp,rdma 2>&1 | grep -v "^#" | tail -8
 done; done
 echo "total $(( $(date +%s) - t0 )) s"
 ( cd $O && tar czf logs.tgz *.log && rm -f *.log )
