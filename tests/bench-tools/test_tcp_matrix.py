@@ -67,10 +67,11 @@ echo "host$rank: NCCL INFO Using network $net"
 if [ "$prof" = hang ]; then echo $$ >>"$FAKE_DIR/hung"; exec sleep 30; fi
 [ "$prof" = crash ] && exit 1
 big=0; [ "$size" = 134217728 ] && big=1
-# CPU for bench/cpu-per-gb's window (the 128 MB all_reduce of two ranks): 0.4 s after its start every rank uses 0.3 s
+# CPU for bench/cpu-per-gb's window (the 128 MB all_reduce of two ranks): 1 s after its start every rank uses 0.3 s
 # of CPU (30 clock ticks of its own, counted from /proc, not a wall-clock burn), with FAKE_CPU=light Socket's ranks
-# 0.02 s; then each sleeps out 1.5 s from its start. The CPU in the window and the window's length do not depend on the machine's load
-# (a wall-clock burn on a loaded CI machine got a share of a core that varied between runs, and flipped the CPU row)
+# 0.02 s; then each sleeps out 2.2 s from its start. The CPU in the window and the window's length do not depend on the machine's load
+# (a wall-clock burn on a loaded CI machine got a share of a core that varied between runs, and flipped the CPU row;
+# with 0.4 s before the burn a sampler that a loaded machine kept waiting saw the header only after the burn)
 burn() { # until this shell has used $1 more clock ticks of CPU
   local s end
   read -r -a s </proc/$BASHPID/stat; end=$(( s[13] + s[14] + $1 ))
@@ -79,9 +80,9 @@ burn() { # until this shell has used $1 more clock ticks of CPU
 cpu() {
   [ $big -eq 1 ] && [ "$FAKE_NP" = 2 ] || return 0
   local t0=${EPOCHREALTIME/./} left
-  sleep 0.4 # the burn inside rank 0's timed part, the window
+  sleep 1 # the burn inside rank 0's timed part, the window
   if [ "$prof" = socket ] && [ "${FAKE_CPU:-}" = light ]; then burn 2; else burn 30; fi
-  left=$(( t0 + 1500000 - ${EPOCHREALTIME/./} ))
+  left=$(( t0 + 2200000 - ${EPOCHREALTIME/./} ))
   if (( left > 0 )); then sleep "$(( left / 1000000 )).$(printf '%06d' $(( left % 1000000 )))"; fi
 }
 [ "$rank" = 0 ] || { cpu; exit 0; }
