@@ -167,88 +167,34 @@ static uint64_t wr_user(const struct gin_req *r) {
 }
 
 /* ------------------------------------------------------------------------------------------------- the QPs -- */
-/* Every verbs call on a peer's QP's life is here: made (RESET -> INIT), connected (RTR, RTS), its receives, moved to
- * ERR, destroyed (the work posted on it is the data path's, below). Nothing else makes, moves or destroys one. */
+/* Every verbs call on a peer's QP's life is here: made (RESET -> INIT), connected (RTR, RTS) and moved to ERR through
+ * rdma/'s QP API (qpset.c: the same verbs the RDMA connections' QPs go through), its receives, destroyed (the work
+ * posted on it is the data path's, below). Nothing else makes, moves or destroys one. */
 
-static ncclResult_t qp_create(struct gin_comm *c, struct gin_rdma *g, struct rpeer *p) {
-  struct ibv_qp_init_attr a;
-  struct ibv_qp_attr at;
-  int rc;
-  memset(&a, 0, sizeof(a));
-  a.send_cq = a.recv_cq = g->cq;
-  a.qp_type = IBV_QPT_RC;
-  a.cap.max_send_wr = GIN_RDMA_SQ;
-  a.cap.max_recv_wr = GIN_RDMA_RING;
-  a.cap.max_send_sge = a.cap.max_recv_sge = 1;
-  p->qp = gdr_ibv.create_qp(g->d->pd, &a);
-  if (p->qp == NULL) {
-    GDR_WARN("GIN %s: ibv_create_qp failed: %s", g->d->name, strerror(errno));
-    return ncclSystemError;
-  }
-  memset(&at, 0, sizeof(at));
-  at.qp_state = IBV_QPS_INIT;
-  at.port_num = (uint8_t)g->d->port;
-  at.qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
-                       (g->atomic ? IBV_ACCESS_REMOTE_ATOMIC : 0);
-  rc = gdr_ibv.modify_qp(p->qp, &at, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
-  if (rc) {
-    GDR_WARN("GIN %s: QP 0x%x RESET->INIT failed: %s", g->d->name, p->qp->qp_num, strerror(rc));
-    return ncclSystemError;
-  }
+static ncclResult_t qp_create(struct gin_rdma *g, struct rpeer *p) {
+  const int access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
+                     (g->atomic ? IBV_ACCESS_REMOTE_ATOMIC : 0);
+  p->qp = gdr_rdma_qp_create(g->d, g->cq, NULL, g->sq, g->ring, NULL);
+  if (p->qp == NULL) return ncclSystemError; /* WARNed by the QP API */
+  if (gdr_rdma_qp_init(g->d, p->qp, access) != 0) return ncclSystemError;
   if (gdr_random_bytes(&p->psn, sizeof(p->psn)) != ncclSuccess) p->psn = 0;
   p->psn &= 0xffffffu;
   return ncclSuccess;
 }
 
+/* INIT -> RTR -> RTS towards the peer's QP through rdma/'s QP API (the connections' own rule for the GRH; traffic
+ * class 0: the GIN QPs carry none). */
 static ncclResult_t qp_connect(struct gin_rdma *g, struct rpeer *p) {
   struct gdr_rdma_dev *d = g->d;
   const struct qpinfo *r = &p->remote;
-  struct ibv_qp_attr at;
-  int rc, global;
   if (r->link_layer != d->link_layer) {
     GDR_WARN("GIN %s: the peer's device has another link layer", d->name);
     return ncclSystemError;
   }
-  memset(&at, 0, sizeof(at));
-  at.qp_state = IBV_QPS_RTR;
-  at.path_mtu = (enum ibv_mtu)(r->mtu < d->active_mtu ? r->mtu : d->active_mtu);
-  at.dest_qp_num = r->qpn;
-  at.rq_psn = r->psn;
-  at.max_dest_rd_atomic = 1;
-  at.min_rnr_timer = 12;
-  at.ah_attr.dlid = r->lid;
-  at.ah_attr.sl = (uint8_t)gdr_param_int(GDR_PARAM_IB_SL);
-  at.ah_attr.port_num = (uint8_t)d->port;
-  global = d->link_layer == IBV_LINK_LAYER_ETHERNET || d->grh_required || memcmp(r->gid, d->gid.raw, 8) != 0;
-  if (d->link_layer == IBV_LINK_LAYER_INFINIBAND && !d->grh_required && gdr_gid_is_zero(r->gid)) global = 0;
-  if (global) {
-    at.ah_attr.is_global = 1;
-    memcpy(at.ah_attr.grh.dgid.raw, r->gid, 16);
-    at.ah_attr.grh.sgid_index = (uint8_t)d->gid_index;
-    at.ah_attr.grh.hop_limit = 255;
-  }
-  rc = gdr_ibv.modify_qp(p->qp, &at,
-                         IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-                             IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
-  if (rc) {
-    GDR_WARN("GIN %s: QP 0x%x INIT->RTR towards QP 0x%x failed: %s", d->name, p->qp->qp_num, r->qpn, strerror(rc));
-    return ncclSystemError;
-  }
-  memset(&at, 0, sizeof(at));
-  at.qp_state = IBV_QPS_RTS;
-  at.timeout = (uint8_t)gdr_param_int(GDR_PARAM_IB_TIMEOUT);
-  at.retry_cnt = (uint8_t)gdr_param_int(GDR_PARAM_IB_RETRY_CNT);
-  at.rnr_retry = (uint8_t)gdr_param_int(GDR_PARAM_RNR_RETRY);
-  at.sq_psn = p->psn;
-  at.max_rd_atomic = 1;
-  rc = gdr_ibv.modify_qp(p->qp, &at,
-                         IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
-                             IBV_QP_MAX_QP_RD_ATOMIC);
-  if (rc) {
-    GDR_WARN("GIN %s: QP 0x%x RTR->RTS failed: %s", d->name, p->qp->qp_num, strerror(rc));
-    return ncclSystemError;
-  }
-  return ncclSuccess;
+  const struct gdr_rdma_qp_end near = {p->qp->qp_num, p->psn, d->lid, d->gid_index, d->gid.raw};
+  const struct gdr_rdma_qp_end far = {r->qpn, r->psn, r->lid, 0, r->gid};
+  const enum ibv_mtu mtu = (enum ibv_mtu)(r->mtu < d->active_mtu ? r->mtu : d->active_mtu);
+  return gdr_rdma_qp_rts(p->qp, d, &near, &far, mtu, 0) == 0 ? ncclSuccess : ncclSystemError;
 }
 
 static int qp_post_recv(struct rpeer *p) {
@@ -260,12 +206,7 @@ static int qp_post_recv(struct rpeer *p) {
 }
 
 /* to ERR: what is posted completes, flushed (1), or the QP is not there or would not move (0) */
-static int qp_to_err(struct rpeer *p) {
-  struct ibv_qp_attr at;
-  memset(&at, 0, sizeof(at));
-  at.qp_state = IBV_QPS_ERR;
-  return p->qp != NULL && gdr_ibv.modify_qp(p->qp, &at, IBV_QP_STATE) == 0;
-}
+static int qp_to_err(struct rpeer *p) { return p->qp != NULL && gdr_rdma_qp_err(p->qp) == 0; }
 
 static void qp_destroy(struct rpeer *p) {
   if (p->qp != NULL) (void)gdr_ibv.destroy_qp(p->qp);
@@ -421,7 +362,7 @@ static int rdma_qps(struct gin_comm *c, struct gin_rdma *g, char *why, size_t le
   for (int r = 0; r < c->nranks; r++) {
     struct rpeer *p = &g->p[r];
     if (peer_tcp_only(c, r)) continue; /* on the message path from the start (rdma_alloc) */
-    if (qp_create(c, g, p) != ncclSuccess) {
+    if (qp_create(g, p) != ncclSuccess) {
       snprintf(why, len, "a QP could not be made");
       return 0;
     }
@@ -907,7 +848,7 @@ static void drain_done(struct gin_comm *c, int peer) {
   p->sq_used = 0;
   p->credit_inflight = 0;
   p->credit_sent = 0; /* the count is written again on the new QP */
-  if (qp_create(c, g, p) != ncclSuccess) {
+  if (qp_create(g, p) != ncclSuccess) {
     qp_destroy(p);
     rec_fail(c, peer, "a new QP could not be made");
     return;
