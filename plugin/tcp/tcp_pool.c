@@ -483,11 +483,11 @@ static void adapt_progress(struct tcp_io *io, uint64_t now) {
   io->last_prog = now;
 }
 
-/* The again list's slots, served from a copy (a slot may push itself again); 1 if any made progress. */
-static int serve_again(struct tcp_io *io) {
-  int na = io->nagain, prog = 0;
+/* The front of the again list, at most max slots (<= TCP_IO_EVENTS), served from a copy (a slot may push itself
+ * again); 1 if any made progress. */
+static int serve_again(struct tcp_io *io, int max) {
+  int na = io->nagain < max ? io->nagain : max, prog = 0;
   int tmp[TCP_IO_EVENTS];
-  if (na > TCP_IO_EVENTS) na = TCP_IO_EVENTS;
   memcpy(tmp, io->again, (size_t)na * sizeof(int));
   memmove(io->again, io->again + na, (size_t)(io->nagain - na) * sizeof(int));
   io->nagain -= na;
@@ -550,7 +550,7 @@ static void *io_thread(void *arg) {
     int prog = 0, timeout, n, werr, stop;
     void (*hook)(int, int);
     if (atomic_load(&io->has_ready) && take_ready(io)) prog = 1;
-    if (io->nagain > 0 && serve_again(io)) prog = 1;
+    if (io->nagain > 0 && serve_again(io, TCP_IO_EVENTS)) prog = 1;
     if (prog) note_progress(io, &since);
     timeout = next_timeout(io, since, &token, &stop);
     if (timeout < 0) {
@@ -617,19 +617,10 @@ void gdr_tcp_lane_kick(struct tcp_thread *th) {
  * TCP_HELP_BUDGET. Under io->mu. The eventfd's readiness is left to the thread (level-triggered: it sees it). */
 static int io_pass(struct tcp_io *io) {
   struct epoll_event ev[TCP_HELP_TURNS];
-  int prog = 0, n, na;
+  int prog = 0, n;
   io->budget = TCP_HELP_BUDGET;
   if (atomic_load(&io->has_ready) && take_ready(io)) prog = 1;
-  na = io->nagain < TCP_HELP_TURNS ? io->nagain : TCP_HELP_TURNS;
-  if (na > 0) {
-    int tmp[TCP_HELP_TURNS];
-    memcpy(tmp, io->again, (size_t)na * sizeof(int));
-    memmove(io->again, io->again + na, (size_t)(io->nagain - na) * sizeof(int));
-    io->nagain -= na;
-    for (int i = 0; i < na; i++) io->slots[tmp[i]].in_again = 0;
-    for (int i = 0; i < na; i++)
-      if (slot_progress(io, tmp[i])) prog = 1;
-  }
+  if (io->nagain > 0 && serve_again(io, TCP_HELP_TURNS)) prog = 1;
   n = epoll_wait(io->ep, ev, TCP_HELP_TURNS, 0);
   for (int i = 0; i < n; i++) {
     uint64_t d = ev[i].data.u64;
