@@ -115,6 +115,7 @@ uint64_t gdr_tcp_resolve_spin_max_ns(void);
  * auto: TCP_SPIN_THREADS_AUTO, or with GDRNET_TCP_PROGRESS adaptive the rank's cores less TCP_IO_NCCL_THREADS (at
  * least 1; only threads with work poll). */
 int gdr_tcp_resolve_spin_threads(int nthreads);
+int gdr_tcp_resolve_spin_share(void); /* GDRNET_TCP_SPIN_SHARE resolved: 1 on */
 /* GDRNET_TCP_PROXY_IO resolved: test() helps the I/O threads (gdr_tcp_pool_help). auto: where this rank has fewer
  * than TCP_SPIN_AUTO_CORES cores (its I/O threads then share them with NCCL's busy threads). */
 int gdr_tcp_resolve_proxy_io(void);
@@ -127,6 +128,7 @@ int gdr_tcp_resolve_progress(const char **why);
 #define TCP_SPIN_AUTO_US 200
 #define TCP_SPIN_AUTO_CORES 8
 #define TCP_SPIN_THREADS_AUTO 1 /* GDRNET_TCP_SPIN_THREADS auto: one polling thread per process */
+#define TCP_SPIN_SHARE_AUTO 1   /* GDRNET_TCP_SPIN_SHARE auto: the polling thread serves the sleeping ones' work */
 #define TCP_IO_NCCL_THREADS 2 /* busy threads of NCCL per rank (proxy progress + the application's), left their cores */
 #define TCP_IO_MAX_AUTO 16    /* GDRNET_TCP_IO_THREADS auto: at most this many I/O threads per process */
 /* GDRNET_TCP_CTS_INLINE auto: this where TCP_SPIN_AUTO_CORES cores run the helpers beside NCCL, else GDRNET_TCP_INLINE */
@@ -459,7 +461,8 @@ int gdr_tcp_rank_cores(const char **from);
 /* One bounded non-blocking pass of the I/O threads serving c, each only if it is not at work itself (trylock), by
  * a thread that is not one of them (NCCL's proxy thread in test()). 1 if it moved bytes. */
 int gdr_tcp_pool_help(struct tcp_comm *c);
-uint64_t gdr_tcp_pool_help_passes(void); /* help passes that moved bytes, process-wide (tests) */
+uint64_t gdr_tcp_pool_help_passes(void);  /* help passes that moved bytes, process-wide (tests) */
+uint64_t gdr_tcp_pool_share_passes(void); /* a polling thread's passes over a sleeping one that moved bytes (tests) */
 /* The pool size for this process: GDRNET_TCP_IO_THREADS, auto from the cores (*why: how it was chosen). */
 int gdr_tcp_pool_size(char *why, size_t whylen);
 /* The most I/O threads seen polling at once since the pool started (tests: GDRNET_TCP_SPIN_THREADS holds) */

@@ -61,6 +61,11 @@ int gdr_tcp_resolve_spin_threads(int nthreads) {
   return v < 1 ? 1 : (int)v;
 }
 
+int gdr_tcp_resolve_spin_share(void) {
+  int64_t v = gdr_param_int(GDR_PARAM_TCP_SPIN_SHARE);
+  return v == GDR_PARAM_AUTO ? TCP_SPIN_SHARE_AUTO : v != 0;
+}
+
 uint64_t gdr_tcp_resolve_spin_max_ns(void) {
   int64_t us = gdr_param_int(GDR_PARAM_TCP_SPIN_MAX_US);
   if (us == GDR_PARAM_AUTO) us = gdr_tcp_resolve_spin_ns() > 0 ? TCP_SPIN_MAX_AUTO_US : 0;
@@ -157,9 +162,10 @@ static ncclResult_t tcp_init(int *ndev, char *why, size_t whylen) {
     GDR_INFO(NCCL_NET, "TCP: %d I/O thread(s) per process: %s", np, pw);
     GDR_INFO(NCCL_NET,
              "TCP: progress %s (%s): I/O threads poll %llu us before sleeping (up to %llu us while traffic "
-             "is expected; at most %d at a time)",
+             "is expected; at most %d at a time%s)",
              adaptive ? "adaptive" : "fixed", pwhy, (unsigned long long)(gdr_tcp_resolve_spin_ns() / 1000u),
-             (unsigned long long)(gdr_tcp_resolve_spin_max_ns() / 1000u), gdr_tcp_resolve_spin_threads(np));
+             (unsigned long long)(gdr_tcp_resolve_spin_max_ns() / 1000u), gdr_tcp_resolve_spin_threads(np),
+             gdr_tcp_resolve_spin_share() ? ", and a polling one also serves sleeping threads" : "");
     GDR_INFO(NCCL_NET, "TCP: NCCL's proxy thread %s",
              gdr_tcp_resolve_proxy_io() ? "helps the I/O threads in test() (GDRNET_TCP_PROXY_IO)"
                                         : "does not help the I/O threads");

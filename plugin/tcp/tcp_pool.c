@@ -118,6 +118,8 @@ static struct {
    * the threads start (GDRNET_TCP_SPIN_THREADS) */
   int spin_cap;
   int adaptive; /* GDRNET_TCP_PROGRESS adaptive (set before the threads start) */
+  int share;    /* GDRNET_TCP_SPIN_SHARE: a polling thread serves the sleeping threads' work too (set before start) */
+  _Atomic int nrun; /* threads a sharing poller may serve: all of them once started, 0 while starting or stopping */
   _Atomic int spinners;
   _Atomic int spin_peak; /* the most held at once (tests) */
   _Atomic unsigned gen;  /* fork generation: +1 in each child (the comms attached before are the parent's) */
@@ -534,6 +536,43 @@ static int serve_events(struct tcp_io *io, const struct epoll_event *ev, int n) 
   return prog;
 }
 
+static int io_pass(struct tcp_io *io, int with_epoll);
+static _Atomic uint64_t g_share_passes; /* a poller's passes over another thread that moved bytes (tests) */
+
+uint64_t gdr_tcp_pool_share_passes(void) { return atomic_load_explicit(&g_share_passes, memory_order_relaxed); }
+
+/* A polling thread with nothing of its own (GDRNET_TCP_SPIN_SHARE) serves the threads that sleep: each one's kicked
+ * lanes and again list at once, and what epoll reports for one of them per call (*rr, a syscall each), in bounded
+ * passes under trylock, so that a hand-over does not wait for the sleeper's wake-up. What a pass leaves wakes its
+ * owner, as after the proxy's passes. Called without io->mu. 1 if any moved bytes. */
+static int share_pass(struct tcp_io *io, int *rr) {
+  int n = atomic_load_explicit(&g_pool.nrun, memory_order_acquire), prog = 0;
+  if (n < 2) return 0;
+  *rr = (*rr + 1) % n;
+  for (int i = 0; i < n; i++) {
+    struct tcp_io *o = &g_pool.io[i];
+    int polled = i == *rr, wake = 0, moved = 0;
+    if (o == io || !atomic_load(&o->sleeping)) continue; /* an awake thread serves its own */
+    if (!polled && !atomic_load(&o->has_ready)) continue;
+    if (pthread_mutex_trylock(&o->mu) != 0) continue;
+    if (!o->stop) {
+      moved = io_pass(o, polled);
+      wake = o->nagain > 0 || atomic_load(&o->has_ready);
+    }
+    pthread_mutex_unlock(&o->mu);
+    if (wake && atomic_load(&o->sleeping)) {
+      uint64_t one = 1;
+      if (write(o->evfd, &one, sizeof(one)) < 0 && errno != EAGAIN)
+        GDR_WARN("TCP: waking I/O thread %d failed: %s", o->idx, strerror(errno));
+    }
+    if (moved) {
+      prog = 1;
+      atomic_fetch_add_explicit(&g_share_passes, 1, memory_order_relaxed);
+    }
+  }
+  return prog;
+}
+
 static void note_progress(struct tcp_io *io, uint64_t *since) {
   *since = gdr_time_ns();
   if (g_pool.adaptive) adapt_progress(io, *since);
@@ -544,6 +583,8 @@ static void *io_thread(void *arg) {
   struct epoll_event ev[TCP_IO_EVENTS];
   uint64_t since = 0; /* last progress */
   int token = 0;      /* holds a polling token (spin_take) */
+  int rr = io->idx;   /* share_pass: the thread whose epoll it looks at next */
+  int shared = 0;     /* share_pass moved bytes */
   atomic_store(&io->entered, 1);
   pthread_mutex_lock(&io->mu);
   while (!io->stop) {
@@ -571,10 +612,18 @@ static void *io_thread(void *arg) {
     werr = errno;
     if (timeout < 0) atomic_store(&io->sleeping, 0);
     if (n == 0 && timeout == 0 && !atomic_load(&io->has_ready)) {
-      cpu_relax();
-      sched_yield(); /* polling: hand the core to whoever has work on a busy host */
+      if (g_pool.share && share_pass(io, &rr)) {
+        shared = 1;
+      } else {
+        cpu_relax();
+        sched_yield(); /* polling: hand the core to whoever has work on a busy host */
+      }
     }
     pthread_mutex_lock(&io->mu);
+    if (shared) {
+      shared = 0;
+      note_progress(io, &since); /* the process's poller: its window follows the work it did for the others */
+    }
     if (n < 0) {
       if (werr != EINTR) {
         GDR_WARN("TCP I/O thread %d: epoll_wait failed: %s", io->idx, strerror(werr));
@@ -615,13 +664,13 @@ void gdr_tcp_lane_kick(struct tcp_thread *th) {
 /* One bounded, non-blocking pass over io's work by a thread that is not its own (NCCL's proxy thread in test()):
  * the lanes kicked, the front of the again list, what epoll reports now; each lane or stream moves at most
  * TCP_HELP_BUDGET. Under io->mu. The eventfd's readiness is left to the thread (level-triggered: it sees it). */
-static int io_pass(struct tcp_io *io) {
+static int io_pass(struct tcp_io *io, int with_epoll) {
   struct epoll_event ev[TCP_HELP_TURNS];
   int prog = 0, n;
   io->budget = TCP_HELP_BUDGET;
   if (atomic_load(&io->has_ready) && take_ready(io)) prog = 1;
   if (io->nagain > 0 && serve_again(io, TCP_HELP_TURNS)) prog = 1;
-  n = epoll_wait(io->ep, ev, TCP_HELP_TURNS, 0);
+  n = with_epoll ? epoll_wait(io->ep, ev, TCP_HELP_TURNS, 0) : 0;
   for (int i = 0; i < n; i++) {
     uint64_t d = ev[i].data.u64;
     int s = (int)(d >> 32);
@@ -643,7 +692,7 @@ static int help_one(struct tcp_io *io, struct tcp_io **seen, int *nseen) {
   seen[(*nseen)++] = io;
   if (pthread_mutex_trylock(&io->mu) != 0) return 0; /* its thread is at work */
   if (!io->stop) {
-    prog = io_pass(io);
+    prog = io_pass(io, 1);
     /* what the pass left (a turn cut at its budget, a lane kicked meanwhile) is the thread's again */
     wake = io->nagain > 0 || atomic_load(&io->has_ready);
   }
@@ -674,6 +723,8 @@ int gdr_tcp_pool_help(struct tcp_comm *c) {
 /* ------------------------------------------------------------------------------------ start, stop, attach -- */
 
 static void pool_stop(void) { /* under g_pool.mu */
+  /* every thread stops and is joined before any is freed: a sharing poller may be in another's pass */
+  atomic_store_explicit(&g_pool.nrun, 0, memory_order_release);
   for (int i = 0; i < g_pool.n; i++) {
     struct tcp_io *io = &g_pool.io[i];
     if (io->started) {
@@ -683,8 +734,12 @@ static void pool_stop(void) { /* under g_pool.mu */
       pthread_mutex_unlock(&io->mu);
       if (write(io->evfd, &one, sizeof(one)) < 0 && errno != EAGAIN)
         GDR_WARN("TCP: waking I/O thread %d failed: %s", i, strerror(errno));
-      pthread_join(io->tid, NULL);
     }
+  }
+  for (int i = 0; i < g_pool.n; i++)
+    if (g_pool.io[i].started) pthread_join(g_pool.io[i].tid, NULL);
+  for (int i = 0; i < g_pool.n; i++) {
+    struct tcp_io *io = &g_pool.io[i];
     if (io->ep >= 0) close(io->ep);
     if (io->evfd >= 0) close(io->evfd);
     pthread_mutex_destroy(&io->mu);
@@ -707,6 +762,7 @@ static ncclResult_t pool_start(void) { /* under g_pool.mu */
   if (n > TCP_IO_MAX) n = TCP_IO_MAX;
   g_pool.spin_cap = gdr_tcp_resolve_spin_threads(n);
   g_pool.adaptive = gdr_tcp_resolve_progress(NULL) == TCP_PROGRESS_ADAPTIVE;
+  g_pool.share = gdr_tcp_resolve_spin_share();
   if (!g_pool.pinned) {
     gdr_core_pin();
     g_pool.pinned = 1;
@@ -755,6 +811,7 @@ static ncclResult_t pool_start(void) { /* under g_pool.mu */
       (void)pthread_setname_np(io->tid, name); /* a name is a convenience: no failure to report */
     }
   }
+  atomic_store_explicit(&g_pool.nrun, n, memory_order_release);
   GDR_INFO(NCCL_NET, "TCP: %d I/O thread(s) started for the data streams of every connection of this process", n);
 out:
   if (res != ncclSuccess) pool_stop();
@@ -880,6 +937,7 @@ static void pool_atfork_child(void) {
   }
   g_pool.n = 0;
   g_pool.users = 0;
+  atomic_store(&g_pool.nrun, 0);
   atomic_store(&g_pool.spinners, 0);
   pthread_mutex_init(&g_pool.mu, NULL);
 }

@@ -271,22 +271,25 @@ static struct {
   pthread_cond_t cv;
   int last_why[64]; /* per I/O thread: TCP_POLL_* of its last stop (TCP_POLL_ON: none yet) */
   int park_idx;     /* park this thread at its next stop for park_why (-1: none) */
-  int park_why;
+  int park_why;     /* -1: any */
   int parked, release;
+  int inside; /* threads parked in the hook now */
 } hk = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER, .park_idx = -1};
 
 static void sleep_hook(int idx, int why) {
   pthread_mutex_lock(&hk.mu);
   if (idx >= 0 && idx < 64 && why != TCP_POLL_ON) hk.last_why[idx] = why;
-  if (idx == hk.park_idx && why == hk.park_why) {
+  if (idx == hk.park_idx && (hk.park_why < 0 || why == hk.park_why)) {
     struct timespec until;
     hk.park_idx = -1;
     hk.parked = 1;
     pthread_cond_broadcast(&hk.cv);
     clock_gettime(CLOCK_REALTIME, &until);
     until.tv_sec += 60; /* a bound: the test releases it */
+    hk.inside++;
     while (!hk.release)
       if (pthread_cond_timedwait(&hk.cv, &hk.mu, &until) == ETIMEDOUT) break;
+    hk.inside--;
   }
   pthread_cond_broadcast(&hk.cv);
   pthread_mutex_unlock(&hk.mu);
@@ -322,6 +325,7 @@ static void adaptive_env(const char *mode, const char *spin_us, const char *spin
   setenv("GDRNET_TCP_NSOCKS", "1", 1);
   setenv("GDRNET_TCP_PROXY_IO", "0", 1);     /* only the I/O threads move the streams' bytes */
   setenv("GDRNET_TCP_SPIN_THREADS", "2", 1); /* fixed: each thread may poll (auto is 1 token) */
+  setenv("GDRNET_TCP_SPIN_SHARE", "0", 1);   /* each thread's own wake-ups are under test, not a poller's help */
   ut_warn_reset();
   gdr_params_reset();
   hook_reset();
@@ -339,6 +343,7 @@ static void adaptive_unenv(void) {
   unsetenv("GDRNET_TCP_NSOCKS");
   unsetenv("GDRNET_TCP_PROXY_IO");
   unsetenv("GDRNET_TCP_SPIN_THREADS");
+  unsetenv("GDRNET_TCP_SPIN_SHARE");
 }
 
 struct msg {
@@ -537,6 +542,106 @@ static void test_adaptive_window_then_wake(void **state) {
     assert_int_equal(c.rdone, 0);
   }
   msg_finish(&p, &c);
+  pair_close(&p);
+  adaptive_unenv();
+}
+
+/* ------------------------------------------------------------------------------- GDRNET_TCP_SPIN_SHARE -- */
+
+static int hook_parked(void) {
+  int parked;
+  pthread_mutex_lock(&hk.mu);
+  parked = hk.parked;
+  pthread_mutex_unlock(&hk.mu);
+  return parked;
+}
+
+/* Drives m until it is received (1) or it cannot move: the held thread is parked and no thread polls (0). */
+static int share_drive(struct pair *p, struct msg *m) {
+  double t0 = ut_now(), idle_since = 0;
+  msg_post_send(p, m);
+  while (!m->rdone) {
+    size_t got[GDR_MAX_RECVS] = {0};
+    int n = 0;
+    if (!m->sdone) assert_int_equal(gdr_core_test(m->sreq, &m->sdone, NULL, NULL), ncclSuccess);
+    assert_int_equal(gdr_core_test(m->rreq, &m->rdone, got, &n), ncclSuccess);
+    if (m->rdone) break;
+    if (hook_parked() && gdr_tcp_pool_spinning() == 0) { /* only the held thread could move its bytes now */
+      if (idle_since == 0) idle_since = ut_now();
+      if (ut_now() - idle_since > 0.05) return 0;
+    } else {
+      idle_since = 0;
+    }
+    sched_yield();
+    assert_true(ut_now() - t0 < 30.0);
+  }
+  return 1;
+}
+
+/* One try of test_share_serves_sleeper: the thread is held from its next sleep on (during or after message a), then
+ * message b moves. 1: a message completed while that thread was held and the poller's passes moved bytes; 0: not
+ * shown this time (the poller's window ran out first, as on a loaded machine). Either way the thread is released and
+ * the messages complete with every byte checked. */
+static int share_try(struct pair *p, int held, unsigned seed) {
+  struct msg a, b;
+  uint64_t shared0 = gdr_tcp_pool_share_passes();
+  double t0;
+  int shown = 0, moved;
+  hook_reset();
+  pthread_mutex_lock(&hk.mu);
+  hk.park_idx = held;
+  hk.park_why = -1;
+  pthread_mutex_unlock(&hk.mu);
+  memset(&b, 0, sizeof(b));
+  msg_post_recv(p, &a, 1u << 20, seed);
+  moved = share_drive(p, &a);
+  if (moved) {
+    shown = hook_parked(); /* a completed after the thread was held */
+    t0 = ut_now();
+    while (!hook_parked() && ut_now() - t0 < 30.0) sched_yield(); /* idle, it sleeps once its window has passed */
+    assert_true(hook_parked());
+    if (!shown) {
+      msg_post_recv(p, &b, 1u << 20, seed + 1000);
+      moved = share_drive(p, &b);
+      shown = moved;
+    }
+  }
+  t0 = ut_now();
+  while (shown && gdr_tcp_pool_share_passes() == shared0 && ut_now() - t0 < 30.0)
+    sched_yield(); /* the pass that read the last bytes counts itself once it has let the stream go */
+  shown = shown && gdr_tcp_pool_share_passes() > shared0;
+  pthread_mutex_lock(&hk.mu); /* released before anything else: the pool must stop whatever happened */
+  hk.park_idx = -1;
+  hk.release = 1;
+  pthread_cond_broadcast(&hk.cv);
+  while (hk.inside > 0) pthread_cond_wait(&hk.cv, &hk.mu); /* out of the hook before the next try resets it */
+  pthread_mutex_unlock(&hk.mu);
+  msg_finish(p, &a); /* every byte checked */
+  if (b.size) msg_finish(p, &b);
+  return shown;
+}
+
+/* The polling thread serves a sleeping thread's work: the receiving stream's I/O thread is held at its next sleep (as
+ * a thread whose wake-up is slow), and the sender's lane is on the other thread, which polls once it has sent (the
+ * process's one token). The message completes while the stream's thread is held, through the poller's passes
+ * (NCCL's proxy does not help: GDRNET_TCP_PROXY_IO=0). Without the sharing it never would. */
+static void test_share_serves_sleeper(void **state) {
+  struct pair p;
+  int held, tries, shown = 0;
+  (void)state;
+  adaptive_env("fixed", "10000", "0");
+  gdr_core_fini(); /* adaptive_env's settings, with the poller's sharing on and one token */
+  setenv("GDRNET_TCP_SPIN_SHARE", "1", 1);
+  setenv("GDRNET_TCP_SPIN_THREADS", "1", 1);
+  gdr_params_reset();
+  assert_int_equal(gdr_core_init(ut_logger), ncclSuccess);
+  pair_open(&p);
+  held = recv_io(&p);
+  assert_int_not_equal(held, gdr_tcp_pool_io_of(((struct gdr_comm *)p.s)->tcomm, 0)); /* the lane elsewhere */
+  for (tries = 1; tries <= 20 && !shown; tries++) shown = share_try(&p, held, 8u + (unsigned)tries);
+  print_message("a message moved while its stream's I/O thread was held, through the poller: %s (try %d)\n",
+                shown ? "yes" : "no", tries - 1);
+  assert_true(shown);
   pair_close(&p);
   adaptive_unenv();
 }
@@ -753,6 +858,7 @@ int main(void) {
       cmocka_unit_test(test_adaptive_idle_stops),
       cmocka_unit_test(test_adaptive_no_lost_wakeup),
       cmocka_unit_test(test_adaptive_window_then_wake),
+      cmocka_unit_test(test_share_serves_sleeper),
       cmocka_unit_test(test_fork_child),
       cmocka_unit_test(test_fork_child_closes_inherited),
   };
