@@ -660,34 +660,51 @@ static ncclResult_t switch_grew(struct gdr_rdma_comm *c, const struct gdr_rdma_b
   return ncclSuccess;
 }
 
+/* The sender's reading of BACK_SWITCH and BACK_FINAL: the receiver's counts (v, n) and, once the way back stands at
+ * `at`, this side's own (own, nown: tag_counts). */
+struct back_counts {
+  const struct gdr_rdma_back_tag *v; /* the record's payload */
+  int n;
+  struct gdr_rdma_back_tag own[GDR_RDMA_BACK_MAX_TAGS];
+  int nown; /* -1: more tags than the way back carries */
+};
+
+/* 1: both counted; 0: the payload is well-formed (v, n) but the way back is not at `at`; -1: the record is ignored,
+ * or failed the connection (*res). *res is ncclSuccess unless the connection failed. */
+static int back_counts(struct gdr_rdma_comm *c, const struct gdr_rdma_ctrl *m, const void *payload, int at,
+                       struct back_counts *b, ncclResult_t *res) {
+  b->v = payload;
+  b->n = (int)(m->len / sizeof(*b->v));
+  if (!tags_payload(c, m, payload, res)) return -1;
+  if (c->fb.back != at) return 0;
+  memset(b->own, 0, sizeof(b->own));
+  b->nown = tag_counts(c, b->own);
+  return 1;
+}
+
 /* Sender: the receiver's probe went through; R = its TCP buffers per tag. */
 ncclResult_t gdr_rdma_back_on_switch(struct gdr_rdma_comm *c, const struct gdr_rdma_ctrl *m, const void *payload) {
   struct gdr_rdma_fb *fb = &c->fb;
-  const struct gdr_rdma_back_tag *v = payload;
-  const int n = (int)(m->len / sizeof(*v));
-  struct gdr_rdma_back_tag own[GDR_RDMA_BACK_MAX_TAGS];
+  struct back_counts b;
   ncclResult_t res;
-  int nown;
-  if (!tags_payload(c, m, payload, &res)) return res;
-  if (fb->back == GDR_BACK_AT_WAIT) return switch_grew(c, v, n);
-  if (fb->back != GDR_BACK_READY) return ncclSuccess;
-  memset(own, 0, sizeof(own));
-  nown = tag_counts(c, own);
-  if (nown < 0) {
+  int got = back_counts(c, m, payload, GDR_BACK_READY, &b, &res);
+  if (got < 0) return res;
+  if (got == 0) return fb->back == GDR_BACK_AT_WAIT ? switch_grew(c, b.v, b.n) : ncclSuccess;
+  if (b.nown < 0) {
     fb->pinned = 1;
     back_abort(c, 1, "more tags on TCP than the way back to RDMA can carry: the connection stays on TCP");
     return ncclSuccess;
   }
-  memcpy(fb->bound, v, (size_t)n * sizeof(*v));
-  fb->nbound = n;
-  fb->switch_at = tags_sum(own, nown);
+  memcpy(fb->bound, b.v, (size_t)b.n * sizeof(*b.v));
+  fb->nbound = b.n;
+  fb->switch_at = tags_sum(b.own, b.nown);
   fb->back = GDR_BACK_AT_WAIT;
   fb->deadline_ns = gdr_time_ns() + gdr_recovery_timeout_ns();
   GDR_INFO(NCCL_NET,
            "%s: the way back: the receiver has %llu TCP buffer(s) over %d tag(s), this side sent %llu "
            "message(s) over %d tag(s) over TCP",
-           c->desc, (unsigned long long)tags_sum(v, n), n, (unsigned long long)fb->switch_at, nown);
-  return send_counts(c, GDR_CTRL_BACK_AT, own, nown);
+           c->desc, (unsigned long long)tags_sum(b.v, b.n), b.n, (unsigned long long)fb->switch_at, b.nown);
+  return send_counts(c, GDR_CTRL_BACK_AT, b.own, b.nown);
 }
 
 /* Receiver: S = the sender's TCP messages per tag: TCP receives until they cover S, then BACK_FINAL
@@ -708,28 +725,22 @@ ncclResult_t gdr_rdma_back_on_at(struct gdr_rdma_comm *c, const struct gdr_rdma_
 /* Sender: F = the receiver's TCP buffers per tag once they covered S: below F_t over TCP, the rest over RDMA. */
 ncclResult_t gdr_rdma_back_on_final(struct gdr_rdma_comm *c, const struct gdr_rdma_ctrl *m, const void *payload) {
   struct gdr_rdma_fb *fb = &c->fb;
-  const struct gdr_rdma_back_tag *v = payload;
-  const int n = (int)(m->len / sizeof(*v));
-  struct gdr_rdma_back_tag own[GDR_RDMA_BACK_MAX_TAGS];
+  struct back_counts b;
   ncclResult_t res;
-  int nown;
-  if (!tags_payload(c, m, payload, &res)) return res;
-  if (fb->back != GDR_BACK_AT_WAIT) return ncclSuccess;
-  memset(own, 0, sizeof(own));
-  nown = tag_counts(c, own);
-  for (int i = 0; i < nown; i++)
-    if (own[i].n > tags_of(v, n, own[i].tag)) {
+  if (back_counts(c, m, payload, GDR_BACK_AT_WAIT, &b, &res) <= 0) return res;
+  for (int i = 0; i < b.nown; i++)
+    if (b.own[i].n > tags_of(b.v, b.n, b.own[i].tag)) {
       char why[200];
       snprintf(why, sizeof(why),
                "the peer's switch point back to RDMA for tag %d (%llu) is below the %llu "
                "message(s) this side sent over TCP with that tag",
-               own[i].tag, (unsigned long long)tags_of(v, n, own[i].tag), (unsigned long long)own[i].n);
+               b.own[i].tag, (unsigned long long)tags_of(b.v, b.n, b.own[i].tag), (unsigned long long)b.own[i].n);
       fail(c, ncclRemoteError, why);
       return gdr_rdma_comm_check(c);
     }
-  memcpy(fb->bound, v, (size_t)n * sizeof(*v));
-  fb->nbound = n;
-  fb->switch_at = tags_sum(v, n);
+  memcpy(fb->bound, b.v, (size_t)b.n * sizeof(*b.v));
+  fb->nbound = b.n;
+  fb->switch_at = tags_sum(b.v, b.n);
   back_on_rdma(c);
   return ncclSuccess;
 }

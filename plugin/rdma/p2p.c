@@ -38,11 +38,8 @@ struct gdr_rdma_req *gdr_rdma_req_get(struct gdr_rdma_comm *c) {
 
 static inline int req_index(const struct gdr_rdma_comm *c, const struct gdr_rdma_req *r) { return (int)(r - c->reqs); }
 
-/* A fault the data path found goes up to the resiliency layer (c->up: recover, move to TCP, or fail); a connection
- * handed to none (a comm built by hand, as a unit harness does) fails. */
-static void fault(struct gdr_rdma_comm *c, int action, unsigned rekey, ncclResult_t res, const char *fmt, ...)
-    __attribute__((format(printf, 5, 6)));
-static void fault(struct gdr_rdma_comm *c, int action, unsigned rekey, ncclResult_t res, const char *fmt, ...) {
+/* A fault the data path found goes up to the resiliency layer (rdma.h). */
+void gdr_rdma_fault(struct gdr_rdma_comm *c, int action, unsigned rekey, ncclResult_t res, const char *fmt, ...) {
   char why[sizeof(c->health.why)];
   va_list ap;
   va_start(ap, fmt);
@@ -56,8 +53,8 @@ static void fault(struct gdr_rdma_comm *c, int action, unsigned rekey, ncclResul
 
 /* A failed post: the work request is accounted as posted (a recovery replays it), the connection recovers. */
 static void post_failed(struct gdr_rdma_comm *c, struct ibv_qp *qp, int rc, const char *what, uint64_t seq) {
-  fault(c, GDR_FAULT_RECOVER, 0, ncclSystemError, "%s of message #%llu on QP 0x%x failed: %s", what,
-        (unsigned long long)seq, qp->qp_num, strerror(rc));
+  gdr_rdma_fault(c, GDR_FAULT_RECOVER, 0, ncclSystemError, "%s of message #%llu on QP 0x%x failed: %s", what,
+                 (unsigned long long)seq, qp->qp_num, strerror(rc));
 }
 
 /* ------------------------------------------------------------------------------------------ send -- */
@@ -524,11 +521,12 @@ static void wc_failed(struct gdr_rdma_comm *c, const struct ibv_wc *wc) {
                                                            : gdr_rdma_rekey_side_wc(wc->status);
   unsigned me = gdr_rekey_role_bit(c->kind), peer = me ^ (GDR_REKEY_SEND | GDR_REKEY_RECV);
   unsigned rekey = ((side & GDR_REKEY_LOCAL) ? me : 0) | ((side & GDR_REKEY_REMOTE) ? peer : 0);
-  fault(c, f->action, rekey, f->res,
-        "work completion error %s (%d, vendor_err 0x%x) on %s of message #%llu, QP 0x%x, %s port %d, local %s, peer %s "
-        "remote %s: %s",
-        gdr_ibv_wc_status_str(wc->status), (int)wc->status, wc->vendor_err, wr_kind_str(gdr_wr_kind(wc->wr_id)),
-        (unsigned long long)gdr_wr_seq(wc->wr_id), wc->qp_num, d->name, d->port, lg, c->peer, rg, f->hint);
+  gdr_rdma_fault(
+      c, f->action, rekey, f->res,
+      "work completion error %s (%d, vendor_err 0x%x) on %s of message #%llu, QP 0x%x, %s port %d, local %s, peer %s "
+      "remote %s: %s",
+      gdr_ibv_wc_status_str(wc->status), (int)wc->status, wc->vendor_err, wr_kind_str(gdr_wr_kind(wc->wr_id)),
+      (unsigned long long)gdr_wr_seq(wc->wr_id), wc->qp_num, d->name, d->port, lg, c->peer, rg, f->hint);
 }
 
 static void unexpected(struct gdr_rdma_comm *c, const struct ibv_wc *wc) {
@@ -613,7 +611,7 @@ ncclResult_t gdr_rdma_poll(struct gdr_rdma_comm *c, int *progress) {
     do {
       n = gdr_ibv_poll_cq(cq, GDR_RDMA_CQ_BATCH, wcs);
       if (n < 0) {
-        fault(c, GDR_FAULT_RECOVER, 0, ncclSystemError, "ibv_poll_cq failed (%d) on %s", n, c->m[k].dev->name);
+        gdr_rdma_fault(c, GDR_FAULT_RECOVER, 0, ncclSystemError, "ibv_poll_cq failed (%d) on %s", n, c->m[k].dev->name);
         break;
       }
       /* every completion, in order: a failed one does not hide the successes after it */

@@ -613,6 +613,11 @@ ncclResult_t gdr_rdma_rekey(struct gdr_rdma_comm *c);
 int gdr_rdma_own_registered(const struct gdr_rdma_comm *c);
 
 /* p2p.c: the RDMA data path. It never calls up: a fault goes to c->up->fault. */
+/* A fault, as one line, goes up to c->up->fault (recover, move to TCP, or fail): the data path's (failed posts and
+ * completions) and those a control record names (recover.c); a connection handed to none (a comm built by hand, as a
+ * unit harness does) fails unless the action is GDR_FAULT_NONE. */
+void gdr_rdma_fault(struct gdr_rdma_comm *c, int action, unsigned rekey, ncclResult_t res, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
 /* An isend / irecv over RDMA (the connection is not recovering, not on TCP): the request, or NULL (no clear-to-send
  * yet, no free request, 32 receives in flight: try again). irecv's n is checked by the caller. */
 ncclResult_t gdr_rdma_dp_isend(struct gdr_rdma_comm *c, void *data, size_t size, int tag, void *mhandle,

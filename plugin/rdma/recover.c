@@ -22,7 +22,6 @@
  *   the peer) and every pending request ends with the error. */
 #include <errno.h>
 #include <sched.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -148,17 +147,6 @@ static void fault(struct gdr_rdma_comm *c, int action, unsigned rekey, ncclResul
            k, rc->episode_attempts + 1, (long long)gdr_recovery_attempts(),
            (unsigned long long)(now < rc->deadline_ns ? (rc->deadline_ns - now) / 1000000ull : 0));
   start_attempt(c, k, action, rekey);
-}
-
-static void fault_keys(struct gdr_rdma_comm *c, int action, unsigned rekey, ncclResult_t res, const char *fmt, ...)
-    __attribute__((format(printf, 5, 6)));
-static void fault_keys(struct gdr_rdma_comm *c, int action, unsigned rekey, ncclResult_t res, const char *fmt, ...) {
-  char why[sizeof(c->health.why)];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(why, sizeof(why), fmt, ap);
-  va_end(ap);
-  fault(c, action, rekey, res, why);
 }
 
 /* ------------------------------------------------------------------------------------------------ state -- */
@@ -373,8 +361,8 @@ static int rec_join(struct gdr_rdma_comm *c, const struct gdr_rdma_ctrl *m, nccl
   if (k > rc->attempt) {
     /* the peer saw a fault (or gave up an attempt): join it, with new keys for this side if it says so */
     if (rc->phase == GDR_REC_IDLE)
-      fault_keys(c, action, rekey, ncclRemoteError, "the peer asks to recover (attempt %u%s)", k,
-                 action == GDR_FAULT_REKEY ? ", new keys for this side's own buffers" : "");
+      gdr_rdma_fault(c, action, rekey, ncclRemoteError, "the peer asks to recover (attempt %u%s)", k,
+                     action == GDR_FAULT_REKEY ? ", new keys for this side's own buffers" : "");
     else
       start_attempt(c, k, action, rekey);
     if (gdr_health_failed(&c->health)) {
@@ -389,8 +377,8 @@ static int rec_join(struct gdr_rdma_comm *c, const struct gdr_rdma_ctrl *m, nccl
       rc->rekey = want; /* (the peer's own, or ours before our QPs exist: step registers them) */
       if (rc->phase != GDR_REC_WAIT_PORT && (rekey & my_rekey_bit(c))) {
         /* our QPs and state went out with the old keys: a new attempt, with the new keys */
-        fault_keys(c, GDR_FAULT_REKEY, want, ncclRemoteError,
-                   "the peer asks for new keys of this side's own buffers (attempt %u)", k);
+        gdr_rdma_fault(c, GDR_FAULT_REKEY, want, ncclRemoteError,
+                       "the peer asks for new keys of this side's own buffers (attempt %u)", k);
         *res = gdr_rdma_comm_check(c);
         return 0;
       }

@@ -8,6 +8,10 @@
 #   - gdrnet-top --once lists the client's stalled connections first, the WARN's among them;
 # then SIGCONT: both processes complete with every byte checked (--check), and the client says "resumed".
 # Every wait is for a line or a file, bounded; none orders anything by sleeping.
+# The run is short (5,000 round trips, then as many messages streamed): what is left after SIGCONT must end well
+# within each phase's --timeout on a slow host (under TSan on a loaded 2-core machine a round trip takes 1-3 ms). On
+# a fast host the client may be done before the stop lands (its row printed, no stall seen): both must then have
+# ended cleanly, and the run goes again with four times the iterations, at most four runs.
 set -u
 perf=$1
 plugin=${GDRNET_TEST_PLUGIN:-$2}
@@ -43,17 +47,33 @@ wait_for() {
 }
 mkdir "$dir/stats" || exit 1
 export GDRNET_STALL_WARN_MS=300 GDRNET_STATS_DIR="$dir/stats" GDRNET_STATS_INTERVAL_S=1
-mkfifo "$dir/out" || exit 1
-"$perf" --server --port 0 --timeout 120 --plugin "$plugin" >"$dir/out" 2>"$dir/server.err" &
-spid=$!
-exec 3<"$dir/out"
-read -r line <&3 || fail "the server printed nothing"
-port=$(printf '%s\n' "$line" | sed -n 's/.*waiting for a client on port \([0-9][0-9]*\).*/\1/p')
-[ -n "$port" ] || fail "no port in the server's first line: $line"
-cat <&3 >"$dir/server.out" &
-"$perf" --client 127.0.0.1 --port "$port" --transport "$transport" --check --sizes 8K:8K --iters 50000 -v \
-  --timeout 120 --plugin "$plugin" >"$dir/client.out" 2>"$dir/client.err" &
-cpid=$!
+# the server, then the client with ITERS round trips and as many messages streamed
+start() {
+  rm -f "$dir/out"
+  mkfifo "$dir/out" || exit 1
+  "$perf" --server --port 0 --timeout 120 --plugin "$plugin" >"$dir/out" 2>"$dir/server.err" &
+  spid=$!
+  exec 3<"$dir/out"
+  read -r line <&3 || fail "the server printed nothing"
+  port=$(printf '%s\n' "$line" | sed -n 's/.*waiting for a client on port \([0-9][0-9]*\).*/\1/p')
+  [ -n "$port" ] || fail "no port in the server's first line: $line"
+  cat <&3 >"$dir/server.out" &
+  exec 3<&-
+  "$perf" --client 127.0.0.1 --port "$port" --transport "$transport" --check --sizes 8K:8K --iters "$1" -v \
+    --timeout 120 --plugin "$plugin" >"$dir/client.out" 2>"$dir/client.err" &
+  cpid=$!
+}
+# both processes ended, each with 0
+finish() {
+  wait "$cpid"
+  crc=$?
+  cpid=
+  wait "$spid"
+  src=$?
+  spid=
+  [ "$crc" -eq 0 ] || fail "the client exited $crc"
+  [ "$src" -eq 0 ] || fail "the server exited $src"
+}
 
 # the client's file, once its connections moved data
 cfile() { ls "$dir/stats"/gdrnet-*-"$cpid".prom 2>/dev/null; }
@@ -61,12 +81,30 @@ moving() {
   f=$(cfile) && [ -n "$f" ] &&
     awk '/^gdrnet_conn_requests_total\{/ && $NF + 0 > 10 { ok = 1 } END { exit !ok }' "$f"
 }
-wait_for 60 moving || fail "the client's stats file never showed traffic"
-kill -STOP "$spid" || fail "cannot stop the server"
-echo "server $spid stopped"
-
+# the client's row: its messages are all done
+finished() { grep -qE '^ +8192 +[0-9]+ ' "$dir/client.out"; }
 stalled() { grep -q 'stall: .* connection of this process' "$dir/client.err"; }
-wait_for 30 stalled || fail "no stall WARN from the client"
+moving_or_finished() { moving || finished; }
+stalled_or_finished() { stalled || finished; }
+
+iters=5000
+run=1
+while :; do
+  start "$iters"
+  wait_for 60 moving_or_finished || fail "the client's stats file never showed traffic"
+  if ! finished; then
+    kill -STOP "$spid" || fail "cannot stop the server"
+    echo "server $spid stopped ($iters iterations)"
+    wait_for 30 stalled_or_finished || fail "no stall WARN from the client"
+    stalled && ! finished && break
+    kill -CONT "$spid" || fail "cannot continue the server"
+  fi
+  finish
+  [ "$run" -lt 4 ] || fail "the client was done before the stop landed in $run runs (the last of $iters iterations)"
+  echo "the client was done before the stop landed: again with $((iters * 4)) iterations"
+  iters=$((iters * 4))
+  run=$((run + 1))
+done
 warn=$(grep -m1 'stall: .* connection of this process' "$dir/client.err")
 echo "WARN: $warn"
 peer=$(printf '%s\n' "$warn" | sed -n 's/.* connection of this process ([^)]*) [a-z]* \([^ ]*\) over .*/\1/p')
@@ -105,14 +143,7 @@ grep -q '"stalled": [1-9]' "$dir/top.json" || fail "gdrnet-top --json counts no 
 
 kill -CONT "$spid" || fail "cannot continue the server"
 echo "server $spid continued"
-wait "$cpid"
-crc=$?
-cpid=
-wait "$spid"
-src=$?
-spid=
-[ "$crc" -eq 0 ] || fail "the client exited $crc"
-[ "$src" -eq 0 ] || fail "the server exited $src"
+finish
 grep -q 'mismatch' "$dir/client.out" "$dir/client.err" && fail "data mismatch"
 grep -q 'stall: .* resumed after [0-9.]* s' "$dir/client.err" || fail "no \"resumed\" line after SIGCONT"
 grep -m1 'resumed after' "$dir/client.err"
