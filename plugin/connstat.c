@@ -88,6 +88,10 @@ static void connstat_atfork_register(void) {
   if (pthread_atfork(NULL, NULL, connstat_atfork_child) != 0) GDR_WARN("stall detector: pthread_atfork failed");
 }
 
+static const char *dir_word(const struct gdr_connstat *cs) {
+  return cs->fifo ? "one-sided" : cs->send ? "send" : "recv";
+}
+
 static void *detector_main(void *arg);
 static void snap_locked(struct gdr_connstat *cs, uint64_t now, struct gdr_conn_snap *o);
 
@@ -133,7 +137,8 @@ static void detector_join(struct detector *d) {
   free(d);
 }
 
-struct gdr_connstat *gdr_connstat_open(const struct gdr_transport *tp, void *tcomm, int send, int dev, int nslots) {
+static struct gdr_connstat *open_common(const struct gdr_transport *tp, void *tcomm, int send, int dev, int nslots,
+                                        int fifo) {
   const char *file = gdr_param_str(GDR_PARAM_STATS_FILE), *dir = gdr_param_str(GDR_PARAM_STATS_DIR);
   if (gdr_param_int(GDR_PARAM_STALL_WARN_MS) <= 0 && (file == NULL || file[0] == 0) && (dir == NULL || dir[0] == 0))
     return NULL; /* nobody reads it: no bookkeeping at all */
@@ -145,6 +150,7 @@ struct gdr_connstat *gdr_connstat_open(const struct gdr_transport *tp, void *tco
     return NULL;
   }
   cs->nslots = nslots;
+  cs->fifo = fifo;
   cs->send = send;
   cs->dev = dev;
   cs->tp = tp;
@@ -161,6 +167,24 @@ struct gdr_connstat *gdr_connstat_open(const struct gdr_transport *tp, void *tco
   return cs;
 }
 
+struct gdr_connstat *gdr_connstat_open(const struct gdr_transport *tp, void *tcomm, int send, int dev, int nslots) {
+  return open_common(tp, tcomm, send, dev, nslots, 0);
+}
+
+struct gdr_connstat *gdr_connstat_open_fifo(const struct gdr_transport *tp, void *tcomm, int dev) {
+  return open_common(tp, tcomm, 1, dev, 1, 1);
+}
+
+const char *gdr_connstat_op_str(int tag) {
+  switch (tag) {
+  case GDR_CS_OP_PUT: return "put";
+  case GDR_CS_OP_PUT | GDR_CS_OP_SIGNAL: return "put+signal";
+  case GDR_CS_OP_GET: return "get";
+  case GDR_CS_OP_FLUSH: return "flush";
+  default: return "operation";
+  }
+}
+
 void gdr_connstat_close(struct gdr_connstat *cs) {
   struct detector *d = NULL;
   if (cs == NULL) return;
@@ -173,7 +197,7 @@ void gdr_connstat_close(struct gdr_connstat *cs) {
     }
   snap_locked(cs, gdr_connstat_now_ns(), &g_closed[g_nclosed++ % NCLOSED]); /* the transport's comm is still open */
   if (cs->stalled && cs->stall_warned_ns != 0)
-    GDR_INFO(NCCL_NET, "stall: the %s connection %s %s closed while stalled (for %.1f s)", cs->send ? "send" : "recv",
+    GDR_INFO(NCCL_NET, "stall: the %s connection %s %s closed while stalled (for %.1f s)", dir_word(cs),
              cs->send ? "to" : "from", cs->desc.peer, (double)(gdr_connstat_now_ns() - cs->stall_since_ns) / 1e9);
   if (g_list == NULL) d = detector_claim_locked(); /* the last connection: the thread ends with it */
   pthread_mutex_unlock(&g_mu);
@@ -229,6 +253,7 @@ static void measure(struct gdr_connstat *cs, struct measure *m) {
     m->size = size;
     m->tag = tag;
   }
+  if (cs->fifo) m->inflight = atomic_load_explicit(&cs->pending, memory_order_relaxed);
   uint64_t r = atomic_load_explicit(&cs->refused_ns, memory_order_acquire);
   if (r != 0 && (m->since == 0 || r < m->since)) {
     m->since = r;
@@ -247,8 +272,10 @@ static void describe_locked(struct gdr_connstat *cs) {
   d.unsent = -1;
   d.recoveries = -1;
   d.moves = -1;
+  d.peer_rank = -1;
   if (cs->tp->describe(cs->tcomm, &d) != 0) return;
   if (cs->have_desc) {
+    if (d.peer_rank < 0) d.peer_rank = cs->desc.peer_rank;
     if (d.path[0] == 0) memcpy(d.path, cs->desc.path, sizeof(d.path));
     if (d.recoveries < 0) d.recoveries = cs->desc.recoveries;
     if (d.moves < 0) d.moves = cs->desc.moves;
@@ -266,6 +293,7 @@ static void snap_locked(struct gdr_connstat *cs, uint64_t now, struct gdr_conn_s
   measure(cs, &m);
   o->id = cs->id;
   o->send = cs->send;
+  o->onesided = cs->fifo;
   o->dev = cs->dev;
   o->transport = cs->tp->name;
   o->desc = cs->desc;
@@ -377,6 +405,10 @@ static void known_facts(const struct gdr_connstat *cs, const struct measure *m, 
         (long long)d->unsent);
   if (cs->have_desc && d->state == GDR_CONN_RECOVERING)
     ADD("both sides wait for the recovery (bounded by GDRNET_RECOVERY_TIMEOUT_MS)");
+  else if (cs->fifo)
+    ADD("this side (initiator) has no completion of its one-sided operation on the QP: the peer's NIC has not "
+        "acknowledged it (the peer needs no call for it: a stopped or hung peer process does not explain this on "
+        "a real NIC; a port, link or fabric problem does)");
   else if (!cs->send)
     ADD("this side (receiver) waits for the peer's data");
   else if (m->refused)
@@ -388,23 +420,34 @@ static void known_facts(const struct gdr_connstat *cs, const struct measure *m, 
 #undef ADD
 }
 
+/* "peer rank 3 at " where the peer's rank is known (the handle or HELLO carried it, or GIN's), else "" */
+static const char *peer_rank_at(const struct gdr_connstat *cs, char *out, size_t len) {
+  out[0] = 0;
+  if (cs->have_desc && cs->desc.peer_rank >= 0) snprintf(out, len, "peer rank %d at ", cs->desc.peer_rank);
+  return out;
+}
+
 static void warn_stall(struct gdr_connstat *cs, const struct measure *m, uint64_t now) {
-  char self[256], facts[768];
+  char self[256], facts[768], tag[32] = "";
   const struct gdr_conn_desc *d = &cs->desc;
+  char prank[32];
+  if (!cs->fifo) snprintf(tag, sizeof(tag), ", tag %d", m->tag); /* a one-sided operation has none */
+  (void)peer_rank_at(cs, prank, sizeof(prank));
   self_name(self, sizeof(self));
   known_facts(cs, m, facts, sizeof(facts));
   const char *state = cs->have_desc ? gdr_conn_state_str(d->state) : "unknown";
   const int same = strcmp(state, cs->tp->name) == 0;
-  GDR_WARN("stall: %s connection of this process (%s) %s %s over %s%s%s (%s): no progress for %.1f s; oldest "
-           "waiting: %s of %llu bytes, tag %d, for %.1f s; %lld request(s) in flight; %s. Reported, not an error: "
+  GDR_WARN("stall: %s connection of this process (%s) %s %s%s over %s%s%s (%s): no progress for %.1f s; oldest "
+           "waiting: %s of %llu bytes%s, for %.1f s; %lld request(s) in flight; %s. Reported, not an error: "
            "NCCL's own timeout decides (docs/recovery.md, \"Diagnosing a hang\"; gdrnet-top)",
-           cs->send ? "send" : "recv", self, cs->send ? "to" : "from", cs->have_desc && d->peer[0] ? d->peer : "?",
+           dir_word(cs), self, cs->send ? "to" : "from", prank, cs->have_desc && d->peer[0] ? d->peer : "?",
            cs->tp->name, same ? "" : ", ", same ? "" : state, cs->have_desc && d->path[0] ? d->path : "no detail",
            secs(now, cs->stall_since_ns),
-           m->refused ? "isend (not accepted yet)"
-           : cs->send ? "isend"
-                      : "irecv",
-           (unsigned long long)m->size, m->tag, secs(now, m->since), (long long)m->inflight, facts);
+           cs->fifo     ? gdr_connstat_op_str(m->tag)
+           : m->refused ? "isend (not accepted yet)"
+           : cs->send   ? "isend"
+                        : "irecv",
+           (unsigned long long)m->size, tag, secs(now, m->since), (long long)m->inflight, facts);
 }
 
 /* Caller holds g_mu. Returns 1 if the connection's stall state changed. */
@@ -413,11 +456,12 @@ static int check_one(struct gdr_connstat *cs, uint64_t now, uint64_t warn_ns) {
   measure(cs, &m);
   const uint64_t last = atomic_load_explicit(&cs->last_done_ns, memory_order_acquire);
   if (cs->stalled) {
+    char rk[32];
     if (m.since != 0 && last <= cs->stall_since_ns) return 0;
     const uint64_t end = last > cs->stall_since_ns ? last : now;
     if (cs->stall_warned_ns != 0)
-      GDR_WARN("stall: %s connection %s %s (%s) resumed after %.1f s", cs->send ? "send" : "recv",
-               cs->send ? "to" : "from", cs->have_desc ? cs->desc.peer : "?", cs->tp->name,
+      GDR_WARN("stall: %s connection %s %s%s (%s) resumed after %.1f s", dir_word(cs), cs->send ? "to" : "from",
+               peer_rank_at(cs, rk, sizeof(rk)), cs->have_desc ? cs->desc.peer : "?", cs->tp->name,
                secs(end, cs->stall_since_ns));
     cs->stalled = 0;
     cs->stall_warned_ns = 0;

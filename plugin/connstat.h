@@ -53,6 +53,9 @@ struct gdr_connstat {
   _Atomic uint64_t refused_ns; /* isend refused ("try again") since, 0: the last one was accepted */
   _Atomic uint64_t refused_size;
   _Atomic int32_t refused_tag;
+  /* a one-sided record (gdr_connstat_open_fifo): the operations in flight are counted here, slot 0 is the oldest */
+  int fifo;
+  _Atomic int64_t pending;
   /* the detector's and the writer's (under the registry lock) */
   struct gdr_conn_desc desc; /* the transport's last description */
   int have_desc;
@@ -110,16 +113,66 @@ static inline void gdr_connstat_done(struct gdr_connstat *cs, int idx, uint64_t 
   atomic_store_explicit(&cs->last_done_ns, now, memory_order_release);
 }
 
+/* A one-sided peer (GIN's RDMA path, gin/rdma_os.c): its operations complete in issue order per peer (one RC QP, a
+ * list in issue order), so the record keeps a count and one slot, the oldest: an operation issued at t0 (its
+ * owner keeps t0, size and tag, the oldest's are in slot 0); left: the oldest one is over (done or handed to another
+ * path), next_t0/next_size/next_tag the new oldest (next_t0 0: none). Under the owner's lock, as the p2p calls. */
+static inline void gdr_connstat_os_issued(struct gdr_connstat *cs, uint64_t t0, size_t size, int tag) {
+  const int64_t n = atomic_load_explicit(&cs->pending, memory_order_relaxed);
+  atomic_store_explicit(&cs->pending, n + 1, memory_order_relaxed);
+  if (n == 0) {
+    atomic_store_explicit(&cs->slots[0].size, size, memory_order_relaxed);
+    atomic_store_explicit(&cs->slots[0].tag, tag, memory_order_relaxed);
+    atomic_store_explicit(&cs->slots[0].t0, t0, memory_order_release);
+  }
+}
+
+static inline void gdr_connstat_os_left(struct gdr_connstat *cs, uint64_t t0, uint64_t bytes, int ok, uint64_t next_t0,
+                                        size_t next_size, int next_tag) {
+  const uint64_t now = gdr_connstat_now_ns();
+  const int64_t n = atomic_load_explicit(&cs->pending, memory_order_relaxed);
+  atomic_store_explicit(&cs->pending, n > 0 ? n - 1 : 0, memory_order_relaxed);
+  atomic_store_explicit(&cs->slots[0].t0, 0, memory_order_release);
+  if (next_t0 != 0) {
+    atomic_store_explicit(&cs->slots[0].size, next_size, memory_order_relaxed);
+    atomic_store_explicit(&cs->slots[0].tag, next_tag, memory_order_relaxed);
+    atomic_store_explicit(&cs->slots[0].t0, next_t0, memory_order_release);
+  }
+  if (ok && t0 != 0) {
+    const uint64_t lat = now > t0 ? now - t0 : 0;
+    int b = lat == 0 ? 0 : 64 - __builtin_clzll(lat);
+    if (b >= GDR_CONNSTAT_HIST) b = GDR_CONNSTAT_HIST - 1;
+    gdr_cs_bump(&cs->bytes, bytes);
+    gdr_cs_bump(&cs->lat_sum_ns, lat);
+    gdr_cs_bump(&cs->hist[b], 1);
+  }
+  atomic_store_explicit(&cs->last_done_ns, now, memory_order_release);
+}
+
+/* Every operation of a one-sided record forgotten (its peer left: they failed). */
+static inline void gdr_connstat_os_clear(struct gdr_connstat *cs) {
+  atomic_store_explicit(&cs->pending, 0, memory_order_relaxed);
+  atomic_store_explicit(&cs->slots[0].t0, 0, memory_order_release);
+  atomic_store_explicit(&cs->last_done_ns, gdr_connstat_now_ns(), memory_order_release);
+}
+
 /* Registry: a comm's state on its first data call, released at its close (any thread but the detector; the comm's
  * data path has ended). NULL (the comm is not tracked, its data path pays one branch per call) when out of memory,
  * or when nothing would read it: GDRNET_STALL_WARN_MS=0 and no stats file. */
 struct gdr_connstat *gdr_connstat_open(const struct gdr_transport *tp, void *tcomm, int send, int dev, int nslots);
 void gdr_connstat_close(struct gdr_connstat *cs);
+/* A one-sided peer's record (above): tp names it ("rdma-gin") and describes tcomm; dev: NCCL's device. NULL as
+ * gdr_connstat_open. Its tags are GDR_CS_OP_* (the WARN and the stats file name the operation). */
+struct gdr_connstat *gdr_connstat_open_fifo(const struct gdr_transport *tp, void *tcomm, int dev);
+enum { GDR_CS_OP_PUT = 1, GDR_CS_OP_GET = 2, GDR_CS_OP_FLUSH = 3, GDR_CS_OP_SIGNAL = 4 /* or'ed into a put */ };
+/* "put", "put+signal", "get", "flush" for a one-sided record's tag */
+const char *gdr_connstat_op_str(int tag);
 
 /* A copy of one connection, for the stats file, gdrnet-top and tests. */
 struct gdr_conn_snap {
   uint64_t id;
   int send, dev;
+  int onesided;          /* a one-sided peer (GIN): oldest_tag is GDR_CS_OP_* */
   const char *transport; /* the transport's name (static) */
   struct gdr_conn_desc desc;
   int have_desc;
