@@ -17,6 +17,7 @@
 
 #include "log.h"
 #include "param.h"
+#include "sock.h"
 
 /* The registry and the detector: g_mu guards the list, the detector's fields of each entry and g_det. */
 struct detector {
@@ -274,6 +275,7 @@ static void describe_locked(struct gdr_connstat *cs) {
   d.moves = -1;
   d.peer_rank = -1;
   if (cs->tp->describe(cs->tcomm, &d) != 0) return;
+  if (d.peer_rank < 0) d.peer_rank = gdr_peer_rank_of(d.peer); /* what its handle or HELLO said (sock.h) */
   if (cs->have_desc) {
     if (d.peer_rank < 0) d.peer_rank = cs->desc.peer_rank;
     if (d.path[0] == 0) memcpy(d.path, cs->desc.path, sizeof(d.path));

@@ -44,14 +44,15 @@ wait_for() {
 mkdir "$dir/stats" || exit 1
 export GDRNET_STALL_WARN_MS=300 GDRNET_STATS_DIR="$dir/stats" GDRNET_STATS_INTERVAL_S=1
 mkfifo "$dir/out" || exit 1
-"$perf" --server --port 0 --timeout 120 --plugin "$plugin" >"$dir/out" 2>"$dir/server.err" &
+# the launcher's ranks (RANK): each side learns the other's from the handle or the HELLO and the WARN names it
+RANK=3 "$perf" --server --port 0 --timeout 120 --plugin "$plugin" >"$dir/out" 2>"$dir/server.err" &
 spid=$!
 exec 3<"$dir/out"
 read -r line <&3 || fail "the server printed nothing"
 port=$(printf '%s\n' "$line" | sed -n 's/.*waiting for a client on port \([0-9][0-9]*\).*/\1/p')
 [ -n "$port" ] || fail "no port in the server's first line: $line"
 cat <&3 >"$dir/server.out" &
-"$perf" --client 127.0.0.1 --port "$port" --transport "$transport" --check --sizes 8K:8K --iters 50000 -v \
+RANK=1 "$perf" --client 127.0.0.1 --port "$port" --transport "$transport" --check --sizes 8K:8K --iters 50000 -v \
   --timeout 120 --plugin "$plugin" >"$dir/client.out" 2>"$dir/client.err" &
 cpid=$!
 
@@ -69,8 +70,9 @@ stalled() { grep -q 'stall: .* connection of this process' "$dir/client.err"; }
 wait_for 30 stalled || fail "no stall WARN from the client"
 warn=$(grep -m1 'stall: .* connection of this process' "$dir/client.err")
 echo "WARN: $warn"
-peer=$(printf '%s\n' "$warn" | sed -n 's/.* connection of this process ([^)]*) [a-z]* \([^ ]*\) over .*/\1/p')
-[ -n "$peer" ] || fail "the WARN names no peer"
+peer=$(printf '%s\n' "$warn" | sed -n 's/.* connection of this process ([^)]*) [a-z]* peer rank 3 at \([^ ]*\) over .*/\1/p')
+[ -n "$peer" ] || fail "the WARN names no peer, or not as \"peer rank 3 at ADDRESS\" (the server's RANK)"
+printf '%s\n' "$warn" | grep -q '(host [^,]*, pid [0-9]*, rank 1)' || fail "the WARN does not name this side's rank 1"
 # the peer is the address the client connected to or accepted (its INFO lines, -v)
 grep -F "$peer" "$dir/client.err" | grep -v 'stall' | grep -qE 'connected to|accepted|connection (to|from)|<->' ||
   fail "the WARN's peer $peer is not an address the client connected to"
