@@ -102,6 +102,9 @@ case "$first" in
 esac
 grep -E '^! +[0-9]+ ' "$dir/top.out" | grep -F " $peer " | grep -q 'STALLED$' ||
   fail "gdrnet-top does not list the connection to $peer as stalled"
+# which side waits for which: the client (rank 1) for the server (rank 3), from both files
+grep -q "^waits: rank 1 (pid $cpid) waits for rank 3: " "$dir/top.out" ||
+  fail "gdrnet-top does not say that rank 1 waits for rank 3"
 "$top" --json "$dir/stats" >"$dir/top.json" || fail "gdrnet-top --json failed"
 grep -q '"stalled": [1-9]' "$dir/top.json" || fail "gdrnet-top --json counts no stalled connection"
 
