@@ -240,13 +240,14 @@ struct measure {
 };
 
 static void measure(struct gdr_connstat *cs, struct measure *m) {
+  const int standing = atomic_load_explicit(&cs->standing, memory_order_relaxed);
   memset(m, 0, sizeof(*m));
   for (int i = 0; i < cs->nslots; i++) {
     struct gdr_connstat_slot *s = &cs->slots[i];
     uint64_t t0 = atomic_load_explicit(&s->t0, memory_order_acquire);
     if (t0 == 0) continue;
     m->inflight++;
-    if (m->since != 0 && t0 >= m->since) continue;
+    if (standing || (m->since != 0 && t0 >= m->since)) continue;
     uint64_t size = atomic_load_explicit(&s->size, memory_order_relaxed);
     int tag = atomic_load_explicit(&s->tag, memory_order_relaxed);
     if (atomic_load_explicit(&s->t0, memory_order_acquire) != t0) continue; /* reused meanwhile */

@@ -56,6 +56,9 @@ struct gdr_connstat {
   /* a one-sided record (gdr_connstat_open_fifo): the operations in flight are counted here, slot 0 is the oldest */
   int fifo;
   _Atomic int64_t pending;
+  /* its receives stand posted whether or not anything is expected (gdr_core_recv_standing): they are in flight,
+   * not waiting (no stall) */
+  _Atomic int standing;
   /* the detector's and the writer's (under the registry lock) */
   struct gdr_conn_desc desc; /* the transport's last description */
   int have_desc;

@@ -249,6 +249,22 @@ static void test_onesided(void **state) {
   assert_int_equal(gdr_connstat_count(), 0);
 }
 
+/* A comm whose receives stand posted (GIN's message path): in flight, never a stall. */
+static void test_standing(void **state) {
+  struct gdr_conn_snap v[8];
+  (void)state;
+  struct gdr_connstat *cs = gdr_connstat_open(&fake_tp, NULL, 0, 0, 4);
+  assert_non_null(cs);
+  atomic_store(&cs->standing, 1);
+  gdr_connstat_posted(cs, 0, 328, 0);
+  assert_int_equal(gdr_connstat_check(gdr_connstat_now_ns() + 10000000000ull, 1000), 0);
+  assert_int_equal(ut_nwarn, 0);
+  int n = gdr_connstat_snapshot(v, 8);
+  assert_int_equal(find(v, n, cs->id)->inflight, 1);
+  assert_false(find(v, n, cs->id)->waiting);
+  gdr_connstat_close(cs);
+}
+
 static void test_concurrent(void **state) {
   pthread_t th;
   struct gdr_conn_snap v[4];
@@ -275,6 +291,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_quantile, setup, teardown),
       cmocka_unit_test_setup_teardown(test_bookkeeping_and_stall, setup, teardown),
       cmocka_unit_test_setup_teardown(test_onesided, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_standing, setup, teardown),
       cmocka_unit_test_setup_teardown(test_concurrent, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
