@@ -67,12 +67,35 @@ struct gdr_connstat {
   struct gdr_connstat *next;
 };
 
-/* The thread-free part of the data path: inlined into core_p2p.c. now_ns: CLOCK_MONOTONIC. */
-static inline uint64_t gdr_connstat_now_ns(void) {
+/* The data path's clock: CLOCK_MONOTONIC in ns. Where the kernel keeps time with the TSC (its clocksource is "tsc":
+ * invariant and synchronised across CPUs, the kernel checked), it reads the TSC and scales it (rdtsc, a subtraction,
+ * one multiply) instead of clock_gettime (a libc call into the vDSO, its sequence lock, the same rdtsc and the
+ * kernel's scaling): scaled against CLOCK_MONOTONIC once, at the first connection of the process
+ * (gdr_connstat_open), so both agree within microseconds. Elsewhere, or before that, clock_gettime. */
+struct gdr_cs_clock {
+  _Atomic uint64_t tsc0, ns0, mult; /* ns = ns0 + (tsc - tsc0) * mult / 2^32 */
+  _Atomic int ok;                   /* set last (release) */
+};
+extern struct gdr_cs_clock gdr_cs_clock; /* connstat.c: written once (pthread_once), read by every data path */
+
+static inline uint64_t gdr_connstat_clock_ns(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
+
+static inline uint64_t gdr_connstat_now_ns(void) {
+#if defined(__x86_64__)
+  if (__builtin_expect(atomic_load_explicit(&gdr_cs_clock.ok, memory_order_acquire), 1)) {
+    const uint64_t d = __builtin_ia32_rdtsc() - atomic_load_explicit(&gdr_cs_clock.tsc0, memory_order_relaxed);
+    return atomic_load_explicit(&gdr_cs_clock.ns0, memory_order_relaxed) +
+           (uint64_t)(((unsigned __int128)d * atomic_load_explicit(&gdr_cs_clock.mult, memory_order_relaxed)) >> 32);
+  }
+#endif
+  return gdr_connstat_clock_ns();
+}
+/* Whether gdr_connstat_now_ns reads the TSC (for tests and the INFO line). */
+int gdr_connstat_clock_is_tsc(void);
 
 static inline void gdr_cs_bump(_Atomic uint64_t *a, uint64_t d) {
   atomic_store_explicit(a, atomic_load_explicit(a, memory_order_relaxed) + d, memory_order_relaxed);

@@ -249,6 +249,23 @@ static void test_onesided(void **state) {
   assert_int_equal(gdr_connstat_count(), 0);
 }
 
+/* The data path's clock (the TSC scaled where the kernel's clocksource is the TSC, else clock_gettime) agrees with
+ * CLOCK_MONOTONIC and never goes back. */
+static void test_clock(void **state) {
+  (void)state;
+  struct gdr_connstat *cs = gdr_connstat_open(&fake_tp, NULL, 1, 0, 1); /* calibrates, once per process */
+  assert_non_null(cs);
+  uint64_t prev = 0;
+  for (int i = 0; i < 1000; i++) {
+    const uint64_t a = gdr_connstat_clock_ns(), t = gdr_connstat_now_ns(), b = gdr_connstat_clock_ns();
+    assert_true(t + 5000000ull >= a && t <= b + 5000000ull); /* within 5 ms: the scale's error, not a timing */
+    assert_true(t >= prev);
+    prev = t;
+  }
+  print_message("data path clock: %s\n", gdr_connstat_clock_is_tsc() ? "TSC" : "clock_gettime");
+  gdr_connstat_close(cs);
+}
+
 /* A comm whose receives stand posted (GIN's message path): in flight, never a stall. */
 static void test_standing(void **state) {
   struct gdr_conn_snap v[8];
@@ -292,6 +309,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_bookkeeping_and_stall, setup, teardown),
       cmocka_unit_test_setup_teardown(test_onesided, setup, teardown),
       cmocka_unit_test_setup_teardown(test_standing, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_clock, setup, teardown),
       cmocka_unit_test_setup_teardown(test_concurrent, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
