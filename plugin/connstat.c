@@ -17,6 +17,7 @@
 
 #include "log.h"
 #include "param.h"
+#include "sock.h"
 
 /* The registry and the detector: g_mu guards the list, the detector's fields of each entry and g_det. */
 struct detector {
@@ -84,8 +85,63 @@ static void connstat_atfork_child(void) {
   pthread_mutex_init(&g_mu, NULL);
 }
 
+/* ---------------------------------------------------------------------------------------------- clock -- */
+
+struct gdr_cs_clock gdr_cs_clock;
+
+#if defined(__x86_64__)
+/* one (CLOCK_MONOTONIC, TSC) pair: the clock read between two TSC reads, the closest of a few tries (a preemption
+ * between the reads is not taken) */
+static void clock_pair(uint64_t *ns, uint64_t *tsc) {
+  uint64_t best = UINT64_MAX;
+  for (int i = 0; i < 5; i++) {
+    const uint64_t a = __builtin_ia32_rdtsc(), n = gdr_connstat_clock_ns(), b = __builtin_ia32_rdtsc();
+    if (b - a < best) {
+      best = b - a;
+      *ns = n;
+      *tsc = a + (b - a) / 2;
+    }
+  }
+}
+
+static int clocksource_is_tsc(void) {
+  char cs[32] = "";
+  FILE *f = fopen("/sys/devices/system/clocksource/clocksource0/current_clocksource", "r");
+  if (f == NULL) return 0;
+  int ok = fgets(cs, sizeof(cs), f) != NULL && strcmp(cs, "tsc\n") == 0;
+  (void)fclose(f);
+  return ok;
+}
+#endif
+
+/* The TSC's scale against CLOCK_MONOTONIC over 2 ms (connstat.h), where the kernel's clocksource is the TSC. */
+static void clock_calibrate(void) {
+#if defined(__x86_64__)
+  uint64_t n0, t0, n1, t1;
+  const struct timespec wait = {0, 2000000};
+  if (getenv("GDRNET_TEST_NO_TSC") != NULL || !clocksource_is_tsc()) return; /* (a test's control) */
+  clock_pair(&n0, &t0);
+  if (nanosleep(&wait, NULL) != 0) return;
+  clock_pair(&n1, &t1);
+  if (t1 <= t0 || n1 <= n0) return;
+  const unsigned __int128 mult = ((unsigned __int128)(n1 - n0) << 32) / (t1 - t0);
+  if (mult == 0 || mult > UINT32_MAX * (unsigned __int128)64) return; /* a TSC under 62.5 MHz: not this one */
+  atomic_store_explicit(&gdr_cs_clock.tsc0, t1, memory_order_relaxed);
+  atomic_store_explicit(&gdr_cs_clock.ns0, n1, memory_order_relaxed);
+  atomic_store_explicit(&gdr_cs_clock.mult, (uint64_t)mult, memory_order_relaxed);
+  atomic_store_explicit(&gdr_cs_clock.ok, 1, memory_order_release);
+#endif
+}
+
+int gdr_connstat_clock_is_tsc(void) { return atomic_load_explicit(&gdr_cs_clock.ok, memory_order_acquire); }
+
 static void connstat_atfork_register(void) {
   if (pthread_atfork(NULL, NULL, connstat_atfork_child) != 0) GDR_WARN("stall detector: pthread_atfork failed");
+  clock_calibrate(); /* once, before the first connection's data path */
+}
+
+static const char *dir_word(const struct gdr_connstat *cs) {
+  return cs->fifo ? "one-sided" : cs->send ? "send" : "recv";
 }
 
 static void *detector_main(void *arg);
@@ -133,7 +189,8 @@ static void detector_join(struct detector *d) {
   free(d);
 }
 
-struct gdr_connstat *gdr_connstat_open(const struct gdr_transport *tp, void *tcomm, int send, int dev, int nslots) {
+static struct gdr_connstat *open_common(const struct gdr_transport *tp, void *tcomm, int send, int dev, int nslots,
+                                        int fifo) {
   const char *file = gdr_param_str(GDR_PARAM_STATS_FILE), *dir = gdr_param_str(GDR_PARAM_STATS_DIR);
   if (gdr_param_int(GDR_PARAM_STALL_WARN_MS) <= 0 && (file == NULL || file[0] == 0) && (dir == NULL || dir[0] == 0))
     return NULL; /* nobody reads it: no bookkeeping at all */
@@ -145,12 +202,13 @@ struct gdr_connstat *gdr_connstat_open(const struct gdr_transport *tp, void *tco
     return NULL;
   }
   cs->nslots = nslots;
+  cs->fifo = fifo;
   cs->send = send;
   cs->dev = dev;
   cs->tp = tp;
   cs->tcomm = tcomm;
-  atomic_store_explicit(&cs->last_done_ns, gdr_connstat_now_ns(), memory_order_relaxed);
   pthread_once(&g_fork_once, connstat_atfork_register);
+  atomic_store_explicit(&cs->last_done_ns, gdr_connstat_now_ns(), memory_order_relaxed);
   pthread_mutex_lock(&g_mu);
   cs->id = ++g_next_id;
   cs->next = g_list;
@@ -159,6 +217,24 @@ struct gdr_connstat *gdr_connstat_open(const struct gdr_transport *tp, void *tco
   detector_start_locked();
   pthread_mutex_unlock(&g_mu);
   return cs;
+}
+
+struct gdr_connstat *gdr_connstat_open(const struct gdr_transport *tp, void *tcomm, int send, int dev, int nslots) {
+  return open_common(tp, tcomm, send, dev, nslots, 0);
+}
+
+struct gdr_connstat *gdr_connstat_open_fifo(const struct gdr_transport *tp, void *tcomm, int dev) {
+  return open_common(tp, tcomm, 1, dev, 1, 1);
+}
+
+const char *gdr_connstat_op_str(int tag) {
+  switch (tag) {
+  case GDR_CS_OP_PUT: return "put";
+  case GDR_CS_OP_PUT | GDR_CS_OP_SIGNAL: return "put+signal";
+  case GDR_CS_OP_GET: return "get";
+  case GDR_CS_OP_FLUSH: return "flush";
+  default: return "operation";
+  }
 }
 
 void gdr_connstat_close(struct gdr_connstat *cs) {
@@ -173,7 +249,7 @@ void gdr_connstat_close(struct gdr_connstat *cs) {
     }
   snap_locked(cs, gdr_connstat_now_ns(), &g_closed[g_nclosed++ % NCLOSED]); /* the transport's comm is still open */
   if (cs->stalled && cs->stall_warned_ns != 0)
-    GDR_INFO(NCCL_NET, "stall: the %s connection %s %s closed while stalled (for %.1f s)", cs->send ? "send" : "recv",
+    GDR_INFO(NCCL_NET, "stall: the %s connection %s %s closed while stalled (for %.1f s)", dir_word(cs),
              cs->send ? "to" : "from", cs->desc.peer, (double)(gdr_connstat_now_ns() - cs->stall_since_ns) / 1e9);
   if (g_list == NULL) d = detector_claim_locked(); /* the last connection: the thread ends with it */
   pthread_mutex_unlock(&g_mu);
@@ -215,13 +291,14 @@ struct measure {
 };
 
 static void measure(struct gdr_connstat *cs, struct measure *m) {
+  const int standing = atomic_load_explicit(&cs->standing, memory_order_relaxed);
   memset(m, 0, sizeof(*m));
   for (int i = 0; i < cs->nslots; i++) {
     struct gdr_connstat_slot *s = &cs->slots[i];
     uint64_t t0 = atomic_load_explicit(&s->t0, memory_order_acquire);
     if (t0 == 0) continue;
     m->inflight++;
-    if (m->since != 0 && t0 >= m->since) continue;
+    if (standing || (m->since != 0 && t0 >= m->since)) continue;
     uint64_t size = atomic_load_explicit(&s->size, memory_order_relaxed);
     int tag = atomic_load_explicit(&s->tag, memory_order_relaxed);
     if (atomic_load_explicit(&s->t0, memory_order_acquire) != t0) continue; /* reused meanwhile */
@@ -229,6 +306,7 @@ static void measure(struct gdr_connstat *cs, struct measure *m) {
     m->size = size;
     m->tag = tag;
   }
+  if (cs->fifo) m->inflight = atomic_load_explicit(&cs->pending, memory_order_relaxed);
   uint64_t r = atomic_load_explicit(&cs->refused_ns, memory_order_acquire);
   if (r != 0 && (m->since == 0 || r < m->since)) {
     m->since = r;
@@ -247,8 +325,11 @@ static void describe_locked(struct gdr_connstat *cs) {
   d.unsent = -1;
   d.recoveries = -1;
   d.moves = -1;
+  d.peer_rank = -1;
   if (cs->tp->describe(cs->tcomm, &d) != 0) return;
+  if (d.peer_rank < 0) d.peer_rank = gdr_peer_rank_of(d.peer); /* what its handle or HELLO said (sock.h) */
   if (cs->have_desc) {
+    if (d.peer_rank < 0) d.peer_rank = cs->desc.peer_rank;
     if (d.path[0] == 0) memcpy(d.path, cs->desc.path, sizeof(d.path));
     if (d.recoveries < 0) d.recoveries = cs->desc.recoveries;
     if (d.moves < 0) d.moves = cs->desc.moves;
@@ -266,6 +347,7 @@ static void snap_locked(struct gdr_connstat *cs, uint64_t now, struct gdr_conn_s
   measure(cs, &m);
   o->id = cs->id;
   o->send = cs->send;
+  o->onesided = cs->fifo;
   o->dev = cs->dev;
   o->transport = cs->tp->name;
   o->desc = cs->desc;
@@ -377,6 +459,10 @@ static void known_facts(const struct gdr_connstat *cs, const struct measure *m, 
         (long long)d->unsent);
   if (cs->have_desc && d->state == GDR_CONN_RECOVERING)
     ADD("both sides wait for the recovery (bounded by GDRNET_RECOVERY_TIMEOUT_MS)");
+  else if (cs->fifo)
+    ADD("this side (initiator) has no completion of its one-sided operation on the QP: the peer's NIC has not "
+        "acknowledged it (the peer needs no call for it: a stopped or hung peer process does not explain this on "
+        "a real NIC; a port, link or fabric problem does)");
   else if (!cs->send)
     ADD("this side (receiver) waits for the peer's data");
   else if (m->refused)
@@ -388,23 +474,34 @@ static void known_facts(const struct gdr_connstat *cs, const struct measure *m, 
 #undef ADD
 }
 
+/* "peer rank 3 at " where the peer's rank is known (the handle or HELLO carried it, or GIN's), else "" */
+static const char *peer_rank_at(const struct gdr_connstat *cs, char *out, size_t len) {
+  out[0] = 0;
+  if (cs->have_desc && cs->desc.peer_rank >= 0) snprintf(out, len, "peer rank %d at ", cs->desc.peer_rank);
+  return out;
+}
+
 static void warn_stall(struct gdr_connstat *cs, const struct measure *m, uint64_t now) {
-  char self[256], facts[768];
+  char self[256], facts[768], tag[32] = "";
   const struct gdr_conn_desc *d = &cs->desc;
+  char prank[32];
+  if (!cs->fifo) snprintf(tag, sizeof(tag), ", tag %d", m->tag); /* a one-sided operation has none */
+  (void)peer_rank_at(cs, prank, sizeof(prank));
   self_name(self, sizeof(self));
   known_facts(cs, m, facts, sizeof(facts));
   const char *state = cs->have_desc ? gdr_conn_state_str(d->state) : "unknown";
   const int same = strcmp(state, cs->tp->name) == 0;
-  GDR_WARN("stall: %s connection of this process (%s) %s %s over %s%s%s (%s): no progress for %.1f s; oldest "
-           "waiting: %s of %llu bytes, tag %d, for %.1f s; %lld request(s) in flight; %s. Reported, not an error: "
+  GDR_WARN("stall: %s connection of this process (%s) %s %s%s over %s%s%s (%s): no progress for %.1f s; oldest "
+           "waiting: %s of %llu bytes%s, for %.1f s; %lld request(s) in flight; %s. Reported, not an error: "
            "NCCL's own timeout decides (docs/recovery.md, \"Diagnosing a hang\"; gdrnet-top)",
-           cs->send ? "send" : "recv", self, cs->send ? "to" : "from", cs->have_desc && d->peer[0] ? d->peer : "?",
+           dir_word(cs), self, cs->send ? "to" : "from", prank, cs->have_desc && d->peer[0] ? d->peer : "?",
            cs->tp->name, same ? "" : ", ", same ? "" : state, cs->have_desc && d->path[0] ? d->path : "no detail",
            secs(now, cs->stall_since_ns),
-           m->refused ? "isend (not accepted yet)"
-           : cs->send ? "isend"
-                      : "irecv",
-           (unsigned long long)m->size, m->tag, secs(now, m->since), (long long)m->inflight, facts);
+           cs->fifo     ? gdr_connstat_op_str(m->tag)
+           : m->refused ? "isend (not accepted yet)"
+           : cs->send   ? "isend"
+                        : "irecv",
+           (unsigned long long)m->size, tag, secs(now, m->since), (long long)m->inflight, facts);
 }
 
 /* Caller holds g_mu. Returns 1 if the connection's stall state changed. */
@@ -413,11 +510,12 @@ static int check_one(struct gdr_connstat *cs, uint64_t now, uint64_t warn_ns) {
   measure(cs, &m);
   const uint64_t last = atomic_load_explicit(&cs->last_done_ns, memory_order_acquire);
   if (cs->stalled) {
+    char rk[32];
     if (m.since != 0 && last <= cs->stall_since_ns) return 0;
     const uint64_t end = last > cs->stall_since_ns ? last : now;
     if (cs->stall_warned_ns != 0)
-      GDR_WARN("stall: %s connection %s %s (%s) resumed after %.1f s", cs->send ? "send" : "recv",
-               cs->send ? "to" : "from", cs->have_desc ? cs->desc.peer : "?", cs->tp->name,
+      GDR_WARN("stall: %s connection %s %s%s (%s) resumed after %.1f s", dir_word(cs), cs->send ? "to" : "from",
+               peer_rank_at(cs, rk, sizeof(rk)), cs->have_desc ? cs->desc.peer : "?", cs->tp->name,
                secs(end, cs->stall_since_ns));
     cs->stalled = 0;
     cs->stall_warned_ns = 0;

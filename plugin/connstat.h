@@ -53,6 +53,12 @@ struct gdr_connstat {
   _Atomic uint64_t refused_ns; /* isend refused ("try again") since, 0: the last one was accepted */
   _Atomic uint64_t refused_size;
   _Atomic int32_t refused_tag;
+  /* a one-sided record (gdr_connstat_open_fifo): the operations in flight are counted here, slot 0 is the oldest */
+  int fifo;
+  _Atomic int64_t pending;
+  /* its receives stand posted whether or not anything is expected (gdr_core_recv_standing): they are in flight,
+   * not waiting (no stall) */
+  _Atomic int standing;
   /* the detector's and the writer's (under the registry lock) */
   struct gdr_conn_desc desc; /* the transport's last description */
   int have_desc;
@@ -61,12 +67,35 @@ struct gdr_connstat {
   struct gdr_connstat *next;
 };
 
-/* The thread-free part of the data path: inlined into core_p2p.c. now_ns: CLOCK_MONOTONIC. */
-static inline uint64_t gdr_connstat_now_ns(void) {
+/* The data path's clock: CLOCK_MONOTONIC in ns. Where the kernel keeps time with the TSC (its clocksource is "tsc":
+ * invariant and synchronised across CPUs, the kernel checked), it reads the TSC and scales it (rdtsc, a subtraction,
+ * one multiply) instead of clock_gettime (a libc call into the vDSO, its sequence lock, the same rdtsc and the
+ * kernel's scaling): scaled against CLOCK_MONOTONIC once, at the first connection of the process
+ * (gdr_connstat_open), so both agree within microseconds. Elsewhere, or before that, clock_gettime. */
+struct gdr_cs_clock {
+  _Atomic uint64_t tsc0, ns0, mult; /* ns = ns0 + (tsc - tsc0) * mult / 2^32 */
+  _Atomic int ok;                   /* set last (release) */
+};
+extern struct gdr_cs_clock gdr_cs_clock; /* connstat.c: written once (pthread_once), read by every data path */
+
+static inline uint64_t gdr_connstat_clock_ns(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
+
+static inline uint64_t gdr_connstat_now_ns(void) {
+#if defined(__x86_64__)
+  if (__builtin_expect(atomic_load_explicit(&gdr_cs_clock.ok, memory_order_acquire), 1)) {
+    const uint64_t d = __builtin_ia32_rdtsc() - atomic_load_explicit(&gdr_cs_clock.tsc0, memory_order_relaxed);
+    return atomic_load_explicit(&gdr_cs_clock.ns0, memory_order_relaxed) +
+           (uint64_t)(((unsigned __int128)d * atomic_load_explicit(&gdr_cs_clock.mult, memory_order_relaxed)) >> 32);
+  }
+#endif
+  return gdr_connstat_clock_ns();
+}
+/* Whether gdr_connstat_now_ns reads the TSC (for tests and the INFO line). */
+int gdr_connstat_clock_is_tsc(void);
 
 static inline void gdr_cs_bump(_Atomic uint64_t *a, uint64_t d) {
   atomic_store_explicit(a, atomic_load_explicit(a, memory_order_relaxed) + d, memory_order_relaxed);
@@ -110,16 +139,66 @@ static inline void gdr_connstat_done(struct gdr_connstat *cs, int idx, uint64_t 
   atomic_store_explicit(&cs->last_done_ns, now, memory_order_release);
 }
 
+/* A one-sided peer (GIN's RDMA path, gin/rdma_os.c): its operations complete in issue order per peer (one RC QP, a
+ * list in issue order), so the record keeps a count and one slot, the oldest: an operation issued at t0 (its
+ * owner keeps t0, size and tag, the oldest's are in slot 0); left: the oldest one is over (done or handed to another
+ * path), next_t0/next_size/next_tag the new oldest (next_t0 0: none). Under the owner's lock, as the p2p calls. */
+static inline void gdr_connstat_os_issued(struct gdr_connstat *cs, uint64_t t0, size_t size, int tag) {
+  const int64_t n = atomic_load_explicit(&cs->pending, memory_order_relaxed);
+  atomic_store_explicit(&cs->pending, n + 1, memory_order_relaxed);
+  if (n == 0) {
+    atomic_store_explicit(&cs->slots[0].size, size, memory_order_relaxed);
+    atomic_store_explicit(&cs->slots[0].tag, tag, memory_order_relaxed);
+    atomic_store_explicit(&cs->slots[0].t0, t0, memory_order_release);
+  }
+}
+
+static inline void gdr_connstat_os_left(struct gdr_connstat *cs, uint64_t t0, uint64_t bytes, int ok, uint64_t next_t0,
+                                        size_t next_size, int next_tag) {
+  const uint64_t now = gdr_connstat_now_ns();
+  const int64_t n = atomic_load_explicit(&cs->pending, memory_order_relaxed);
+  atomic_store_explicit(&cs->pending, n > 0 ? n - 1 : 0, memory_order_relaxed);
+  atomic_store_explicit(&cs->slots[0].t0, 0, memory_order_release);
+  if (next_t0 != 0) {
+    atomic_store_explicit(&cs->slots[0].size, next_size, memory_order_relaxed);
+    atomic_store_explicit(&cs->slots[0].tag, next_tag, memory_order_relaxed);
+    atomic_store_explicit(&cs->slots[0].t0, next_t0, memory_order_release);
+  }
+  if (ok && t0 != 0) {
+    const uint64_t lat = now > t0 ? now - t0 : 0;
+    int b = lat == 0 ? 0 : 64 - __builtin_clzll(lat);
+    if (b >= GDR_CONNSTAT_HIST) b = GDR_CONNSTAT_HIST - 1;
+    gdr_cs_bump(&cs->bytes, bytes);
+    gdr_cs_bump(&cs->lat_sum_ns, lat);
+    gdr_cs_bump(&cs->hist[b], 1);
+  }
+  atomic_store_explicit(&cs->last_done_ns, now, memory_order_release);
+}
+
+/* Every operation of a one-sided record forgotten (its peer left: they failed). */
+static inline void gdr_connstat_os_clear(struct gdr_connstat *cs) {
+  atomic_store_explicit(&cs->pending, 0, memory_order_relaxed);
+  atomic_store_explicit(&cs->slots[0].t0, 0, memory_order_release);
+  atomic_store_explicit(&cs->last_done_ns, gdr_connstat_now_ns(), memory_order_release);
+}
+
 /* Registry: a comm's state on its first data call, released at its close (any thread but the detector; the comm's
  * data path has ended). NULL (the comm is not tracked, its data path pays one branch per call) when out of memory,
  * or when nothing would read it: GDRNET_STALL_WARN_MS=0 and no stats file. */
 struct gdr_connstat *gdr_connstat_open(const struct gdr_transport *tp, void *tcomm, int send, int dev, int nslots);
 void gdr_connstat_close(struct gdr_connstat *cs);
+/* A one-sided peer's record (above): tp names it ("rdma-gin") and describes tcomm; dev: NCCL's device. NULL as
+ * gdr_connstat_open. Its tags are GDR_CS_OP_* (the WARN and the stats file name the operation). */
+struct gdr_connstat *gdr_connstat_open_fifo(const struct gdr_transport *tp, void *tcomm, int dev);
+enum { GDR_CS_OP_PUT = 1, GDR_CS_OP_GET = 2, GDR_CS_OP_FLUSH = 3, GDR_CS_OP_SIGNAL = 4 /* or'ed into a put */ };
+/* "put", "put+signal", "get", "flush" for a one-sided record's tag */
+const char *gdr_connstat_op_str(int tag);
 
 /* A copy of one connection, for the stats file, gdrnet-top and tests. */
 struct gdr_conn_snap {
   uint64_t id;
   int send, dev;
+  int onesided;          /* a one-sided peer (GIN): oldest_tag is GDR_CS_OP_* */
   const char *transport; /* the transport's name (static) */
   struct gdr_conn_desc desc;
   int have_desc;

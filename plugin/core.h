@@ -213,6 +213,9 @@ ncclResult_t gdr_core_accept(void *listen_comm, void **recv_comm);
 ncclResult_t gdr_core_close_claimed(struct gdr_comm *c);
 ncclResult_t gdr_core_close_send(void *send_comm);
 ncclResult_t gdr_core_close_recv(void *recv_comm);
+/* The receives of this comm stand posted whether or not anything is expected (GIN's message path: a one-sided
+ * target expects nothing): the stall detector does not count them as waiting (connstat.h, standing). Its thread. */
+void gdr_core_recv_standing(void *recv_comm);
 ncclResult_t gdr_core_close_listen(void *listen_comm);
 
 /* core_p2p.c */

@@ -180,6 +180,12 @@ static inline struct gdr_connstat *conn_state(struct gdr_comm *c) {
   return c->cs;
 }
 
+void gdr_core_recv_standing(void *recv_comm) {
+  struct gdr_comm *c = recv_comm;
+  struct gdr_connstat *cs = c != NULL ? conn_state(c) : NULL;
+  if (cs != NULL) atomic_store_explicit(&cs->standing, 1, memory_order_relaxed);
+}
+
 /* A message bigger than the device's maxP2pBytes (v9+ sizes are size_t): refused, never truncated. */
 static ncclResult_t size_check(const struct gdr_comm *c, size_t size, const char *op) {
   if (size <= c->max_bytes) return ncclSuccess;

@@ -381,6 +381,7 @@ void gdr_handle_door_set(struct gdr_handle *h, const struct gdr_handle *tcp) {
   d.nonce = tcp->nonce;
   d.port = tcp->addr.port;
   memcpy(h->spare, &d, sizeof(d));
+  gdr_handle_rank_set(h, gdr_handle_rank(tcp)); /* the same process: either handle's */
   h->nstreams = tcp->nstreams;
   h->nthreads = tcp->nthreads;
   memcpy(h->tp_data, tcp->tp_data, sizeof(h->tp_data));
@@ -396,7 +397,67 @@ int gdr_handle_door_get(const struct gdr_handle *h, struct gdr_handle *tcp) {
   tcp->nonce = d.nonce;
   tcp->addr.port = d.port;
   memset(tcp->spare, 0, sizeof(tcp->spare));
+  gdr_handle_rank_set(tcp, gdr_handle_rank(h)); /* the same listener process */
   return 0;
+}
+
+/* ------------------------------------------------------------------------------------------- peer ranks -- */
+
+int gdr_launcher_rank(void) {
+  static const char *const vars[] = {"RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID", NULL};
+  for (int i = 0; vars[i] != NULL; i++) {
+    const char *v = getenv(vars[i]);
+    char *end = NULL;
+    if (v == NULL || v[0] == 0) continue;
+    errno = 0;
+    long r = strtol(v, &end, 10);
+    if (errno == 0 && end != v && *end == 0 && r >= 0 && r < (1l << 24) - 1) return (int)r;
+  }
+  return -1;
+}
+
+void gdr_handle_rank_set(struct gdr_handle *h, int rank) {
+  struct gdr_handle_door d;
+  memcpy(&d, h->spare, sizeof(d));
+  d.rank1 = rank >= 0 && rank < (1 << 24) - 1 ? (uint32_t)rank + 1 : 0;
+  memcpy(h->spare, &d, sizeof(d));
+}
+
+int gdr_handle_rank(const struct gdr_handle *h) {
+  struct gdr_handle_door d;
+  memcpy(&d, h->spare, sizeof(d));
+  return d.rank1 > 0 && d.rank1 < (1u << 24) ? (int)d.rank1 - 1 : -1;
+}
+
+#define PEER_RANKS 1024 /* the last addresses noted (a ring): a process's peers, and then some */
+static pthread_mutex_t g_peer_rank_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+  char addr[GDR_ADDR_STRLEN];
+  int rank;
+} g_peer_rank[PEER_RANKS];
+static unsigned g_peer_rank_next;
+
+void gdr_peer_rank_note(const union gdr_sockaddr *peer, int rank) {
+  char a[GDR_ADDR_STRLEN];
+  unsigned i;
+  if (rank < 0) return;
+  gdr_sockaddr_str(peer, a, sizeof(a));
+  pthread_mutex_lock(&g_peer_rank_mu);
+  for (i = 0; i < PEER_RANKS && strcmp(g_peer_rank[i].addr, a) != 0; i++) continue;
+  if (i == PEER_RANKS) i = g_peer_rank_next++ % PEER_RANKS; /* new, or a port reused: the latest wins */
+  memcpy(g_peer_rank[i].addr, a, sizeof(a));
+  g_peer_rank[i].rank = rank;
+  pthread_mutex_unlock(&g_peer_rank_mu);
+}
+
+int gdr_peer_rank_of(const char *addr) {
+  int rank = -1;
+  if (addr == NULL || addr[0] == 0) return -1;
+  pthread_mutex_lock(&g_peer_rank_mu);
+  for (unsigned i = 0; i < PEER_RANKS && rank < 0; i++)
+    if (strcmp(g_peer_rank[i].addr, addr) == 0) rank = g_peer_rank[i].rank;
+  pthread_mutex_unlock(&g_peer_rank_mu);
+  return rank;
 }
 
 /* -------------------------------------------------------------------------------------------------- hello -- */
@@ -653,6 +714,7 @@ void gdr_listener_handle(const struct gdr_listener *l, uint32_t dev, struct gdr_
   h->nonce = l->nonce;
   wire_from_sockaddr(&h->addr, &l->addr);
   h->dev = dev;
+  gdr_handle_rank_set(h, gdr_launcher_rank());
 }
 
 /* A peer gets this long to say hello: GDR_HELLO_TIMEOUT_MS, or less if the connect timeout is shorter. */
@@ -770,6 +832,7 @@ static int pending_hello(struct gdr_listener *l, struct gdr_pending_conn *p, uin
     pending_reject(l, p, why);
     return PEND_WAIT;
   }
+  gdr_peer_rank_note(&p->peer, (int)(p->hello.caps >> GDR_HELLO_RANK_SHIFT) - 1);
   p->acking = 1;
   p->off = 0;
   p->ack.magic = GDR_ACK_MAGIC;
@@ -873,8 +936,10 @@ ncclResult_t gdr_connector_start(struct gdr_connector *c, const struct gdr_handl
   c->hello.conn_id = conn_id;
   c->hello.stream = stream;
   c->hello.nstreams = nstreams;
-  c->hello.caps = caps;
+  c->hello.caps = caps & GDR_HELLO_CAPS_MASK;
+  if (gdr_launcher_rank() >= 0) c->hello.caps |= (uint32_t)(gdr_launcher_rank() + 1) << GDR_HELLO_RANK_SHIFT;
   if (tp_data != NULL) memcpy(c->hello.tp_data, tp_data, sizeof(c->hello.tp_data));
+  if (kind == GDR_STREAM_CTRL) gdr_peer_rank_note(&c->peer, gdr_handle_rank(h));
 out:
   return res;
 }

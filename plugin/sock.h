@@ -114,7 +114,8 @@ _Static_assert(sizeof(struct gdr_handle) == NCCL_NET_HANDLE_MAXSIZE, "handle is 
 struct gdr_handle_door {
   uint64_t nonce;
   uint16_t port; /* network byte order; 0: no door */
-  uint8_t pad[6];
+  uint8_t pad[2];
+  uint32_t rank1; /* every handle, door or not: the listener's launcher rank + 1, 0 unknown (gdr_handle_rank) */
 };
 _Static_assert(sizeof(struct gdr_handle_door) == 16, "the door fills handle.spare");
 /* Writes the door (the TCP handle tcp, whose address must be h's but for the port) into the RDMA handle h. */
@@ -122,6 +123,22 @@ void gdr_handle_door_set(struct gdr_handle *h, const struct gdr_handle *tcp);
 /* The TCP handle of h's door, state[] included (a connect keeps its progress there: copy it back into h after each
  * call). -1 when h names no door. */
 int gdr_handle_door_get(const struct gdr_handle *h, struct gdr_handle *tcp);
+
+/* The peers' launcher ranks (RANK, OMPI_COMM_WORLD_RANK, SLURM_PROCID, ...: gdr_launcher_rank), carried without a
+ * wire change older plugins notice: the listener's in its handle (struct gdr_handle_door.rank1, bytes 92..95, zero
+ * in every older handle), the connector's in its HELLO's caps above GDR_HELLO_RANK_SHIFT (rank + 1, 24 bits; older
+ * plugins test only the GDR_CAP_* bits). 0 there: not known. */
+#define GDR_HELLO_RANK_SHIFT 8
+#define GDR_HELLO_CAPS_MASK 0xffu
+/* This process's launcher rank, or -1 (read once from the environment). */
+int gdr_launcher_rank(void);
+void gdr_handle_rank_set(struct gdr_handle *h, int rank);
+int gdr_handle_rank(const struct gdr_handle *h); /* -1: not known */
+/* A directory of the peers' ranks by address ("10.0.0.2:43121", gdr_sockaddr_str): a connector notes its
+ * listener's (from the handle), a listener its connector's (from the HELLO); describe's callers look them up. Only
+ * at connection set-up and by the stall detector, never on the data path. rank < 0: nothing noted. */
+void gdr_peer_rank_note(const union gdr_sockaddr *peer, int rank);
+int gdr_peer_rank_of(const char *addr); /* -1: not known */
 
 /* Checks magic, version and address family of a handle received from NCCL (the connect side): ncclInvalidUsage
  * with a WARN otherwise (e.g. a handle from another plugin/version). Fills peer from handle->addr. */

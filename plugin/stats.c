@@ -183,8 +183,12 @@ static int snap_order(const void *pa, const void *pb) {
 
 static void conn_labels(struct buf *b, int pid, const char *host, const char *lab, const struct gdr_conn_snap *s) {
   put(b, "{pid=\"%d\",host=\"%s\",%sconn=\"%llu\",dir=\"%s\",peer=\"", pid, host, lab, (unsigned long long)s->id,
-      s->send ? "send" : "recv");
+      s->onesided ? "onesided"
+      : s->send   ? "send"
+                  : "recv");
   put_escaped(b, s->have_desc ? s->desc.peer : "");
+  put(b, "\",peer_rank=\"");
+  if (s->have_desc && s->desc.peer_rank >= 0) put(b, "%d", s->desc.peer_rank);
   put(b, "\",transport=\"%s\"", s->transport);
 }
 
@@ -280,6 +284,16 @@ static void render_conn_hist(struct buf *b, const struct gdr_conn_snap *v, int n
   }
 }
 
+/* A connection's info line (gdrnet_conn_info, gdrnet_closed_conn_info): its labels, device, state and path. */
+static void conn_info_line(struct buf *b, const char *name, int pid, const char *host, const char *lab,
+                           const struct gdr_conn_snap *v) {
+  put(b, "%s", name);
+  conn_labels(b, pid, host, lab, v);
+  put(b, ",dev=\"%d\",state=\"%s\",path=\"", v->dev, v->have_desc ? gdr_conn_state_str(v->desc.state) : "unknown");
+  put_escaped(b, v->have_desc ? v->desc.path : "");
+  put(b, "\"} 1\n");
+}
+
 /* The last connections closed, as they ended (a short run's, like gdrnet-perf's, are all here at its end). */
 static void render_closed(struct buf *b, int pid, const char *host, const char *lab) {
   struct gdr_conn_snap v[16];
@@ -297,14 +311,7 @@ static void render_closed(struct buf *b, int pid, const char *host, const char *
       CMD("gdrnet_closed_conn_moves_total", "counter", "its moves to TCP (RDMA fallback)", moves),
   };
   head(b, "gdrnet_closed_conn_info", "gauge", "one of the last 16 connections closed: its state at the close");
-  for (int i = 0; i < n; i++) {
-    put(b, "gdrnet_closed_conn_info");
-    conn_labels(b, pid, host, lab, &v[i]);
-    put(b, ",dev=\"%d\",state=\"%s\",path=\"", v[i].dev,
-        v[i].have_desc ? gdr_conn_state_str(v[i].desc.state) : "unknown");
-    put_escaped(b, v[i].have_desc ? v[i].desc.path : "");
-    put(b, "\"} 1\n");
-  }
+  for (int i = 0; i < n; i++) conn_info_line(b, "gdrnet_closed_conn_info", pid, host, lab, &v[i]);
   for (size_t m = 0; m < sizeof(cm) / sizeof(cm[0]); m++) render_conn_metric(b, &cm[m], v, n, pid, host, lab);
 }
 
@@ -327,14 +334,7 @@ static void render_conns(struct buf *b, int pid, const char *host, const char *l
     head(b, "gdrnet_conn_info", "gauge",
          "a connection: its state (rdma, recovering, moved-to-tcp, tcp, tcp-only, "
          "failed) and what carries it (device and QPs, or streams)");
-    for (int i = 0; i < n; i++) {
-      put(b, "gdrnet_conn_info");
-      conn_labels(b, pid, host, lab, &v[i]);
-      put(b, ",dev=\"%d\",state=\"%s\",path=\"", v[i].dev,
-          v[i].have_desc ? gdr_conn_state_str(v[i].desc.state) : "unknown");
-      put_escaped(b, v[i].have_desc ? v[i].desc.path : "");
-      put(b, "\"} 1\n");
-    }
+    for (int i = 0; i < n; i++) conn_info_line(b, "gdrnet_conn_info", pid, host, lab, &v[i]);
     for (size_t m = 0; m < sizeof(conn_metrics) / sizeof(conn_metrics[0]); m++)
       render_conn_metric(b, &conn_metrics[m], v, n, pid, host, lab);
     render_conn_hist(b, v, n, pid, host, lab);

@@ -108,6 +108,7 @@ enum {
 };
 struct gdr_conn_desc {
   char peer[GDR_ADDR_STRLEN]; /* the peer's address ("10.0.0.2:43121") */
+  int peer_rank;              /* its launcher's rank (RANK, SLURM_PROCID, ...) or GIN rank; -1: not known */
   char path[128];             /* what carries it: "vemu0 port 1, QP 0x12 0x13", "4 streams"; "" if not known now */
   int state;                  /* GDR_CONN_* */
   int peer_closed;            /* the peer's socket saw EOF, a reset or an error */

@@ -310,6 +310,9 @@ ncclResult_t gdr_gin_connect(void *ctx, void *handles[], int nranks, int rank, i
   for (int r = 0; r < nranks; r++) { /* what the RDMA path asks of the transport's comms, without the net core's */
     c->peers[r].send_tc = ((struct gdr_comm *)c->peers[r].send)->tcomm;
     c->peers[r].recv_tc = ((struct gdr_comm *)c->peers[r].recv)->tcomm;
+    /* its receive stands posted for whatever a peer may send: not a stall when none comes (a one-sided target
+     * expects nothing; the initiator's sends and its one-sided records are watched) */
+    gdr_core_recv_standing(c->peers[r].recv);
   }
   for (int k = 0; k < GIN_NPATHS; k++)
     if (c->path[k]->setup != NULL) GDR_CHECK(c->path[k]->setup(c));

@@ -33,9 +33,11 @@
  * towards the peer are listed behind (rdma_carries), then core.c sends them down the message path: nothing
  * passes an operation issued before it, and the messages apply each put's data before its signal. No answer
  * within GDRNET_RECOVERY_TIMEOUT_MS fails the comm. Everything runs under the comm's lock and never blocks. */
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "connstat.h"
 #include "core.h"
 #include "gin/gin_int.h"
 #include "log.h"
@@ -73,6 +75,7 @@ struct rop {
   uint64_t seq; /* its signal's number towards the peer (WRITE_WITH_IMM signals) */
   int nwr;      /* work requests it takes */
   int next;     /* the peer's next operation in issue order, -1 */
+  uint64_t t0;  /* its issue (connstat's clock), with the peer's record; 0 without */
 };
 
 /* a peer's QP: running, or an attempt of recovery (drain the old QP, wait for the peer's new one, wait for its READY),
@@ -143,6 +146,11 @@ struct rpeer {
   int mv;                   /* MV_* */
   int mv_heard;             /* the peer's GIN_OP_MOVE is in (its count in remote_consumed) */
   uint64_t mv_until;        /* the peer's GIN_OP_MOVE awaited until then (GDRNET_RECOVERY_TIMEOUT_MS) */
+  /* its per-connection record (connstat.h, "rdma-gin": the stall detector, the stats file, gdrnet-top) from the
+   * bring-up to the teardown, NULL without (a peer on the message path from the start is the net core's) */
+  struct gdr_connstat *cs;
+  struct gin_comm *c; /* for the record's describe */
+  int rank;
 };
 
 struct gin_rdma {
@@ -431,6 +439,43 @@ static ncclResult_t rdma_connect_all(struct gin_comm *c) {
   return ncclSuccess;
 }
 
+/* The record's describe (connstat.h), from the detector's thread: the peer's address (set at connect) and its NCCL
+ * rank (the GIN comm's), and, when the comm's lock is free (tried a few times, never waited for: the data path holds
+ * it), the peer's QP and state; else the path is left "" and connstat keeps the last one. */
+static int gin_cs_describe(void *comm, struct gdr_conn_desc *out) {
+  struct rpeer *p = comm;
+  struct gin_comm *c = p->c;
+  const struct gdr_rdma_comm *tc = c->peers[p->rank].send_tc;
+  int locked = 0;
+  if (tc != NULL) snprintf(out->peer, sizeof(out->peer), "%s", tc->peer);
+  out->peer_rank = p->rank;
+  for (int i = 0; i < 64 && !(locked = pthread_mutex_trylock(&c->lock) == 0); i++) sched_yield();
+  if (!locked) {
+    out->state = GDR_CONN_RDMA;
+    return 0;
+  }
+  out->state = c->error != ncclSuccess ? GDR_CONN_FAILED
+               : p->mv != MV_NONE      ? GDR_CONN_MOVED_TCP
+               : p->rs != RS_OK        ? GDR_CONN_RECOVERING
+                                       : GDR_CONN_RDMA;
+  if (p->qp != NULL)
+    snprintf(out->path, sizeof(out->path), "%s port %d, QP 0x%x (GIN one-sided, rank %d)", c->rdma->d->name,
+             c->rdma->d->port, p->qp->qp_num, p->rank);
+  else
+    snprintf(out->path, sizeof(out->path), "%s port %d, no QP now (GIN one-sided, rank %d)", c->rdma->d->name,
+             c->rdma->d->port, p->rank);
+  out->recoveries = (int64_t)p->epoch;
+  out->moves = p->mv != MV_NONE;
+  if (p->rs != RS_OK && p->rs != RS_MOVED)
+    snprintf(out->note, sizeof(out->note), "one-sided recovery attempt %d (epoch %u)", p->attempts, p->epoch);
+  else if (p->mv == MV_ON)
+    snprintf(out->note, sizeof(out->note), "moved to the message path: its operations go as messages");
+  pthread_mutex_unlock(&c->lock);
+  return 0;
+}
+
+static const struct gdr_transport gin_cs_tp = {.name = "rdma-gin", .describe = gin_cs_describe};
+
 /* gin_rdma_path.setup: the device's resources, then every rank's QP address, then every QP ready on both ends
  * before anything is written. A rank that cannot (the device's limits, memory, a QP) says so with an empty
  * GIN_OP_QP, and every rank goes on as messages; only a peer that does not answer in time fails the connect. */
@@ -459,6 +504,12 @@ static ncclResult_t rdma_setup(struct gin_comm *c) {
   }
   GDR_CHECK(rdma_connect_all(c));
   GDR_CHECK(rdma_await(c, 1, deadline));
+  for (int r = 0; r < c->nranks; r++) /* the peers with a QP: a record each (connstat.h) */
+    if (g->p[r].rs != RS_MOVED) {
+      g->p[r].c = c;
+      g->p[r].rank = r;
+      g->p[r].cs = gdr_connstat_open_fifo(&gin_cs_tp, &g->p[r], c->dev);
+    }
   GDR_INFO(NCCL_INIT | NCCL_NET,
            "GIN rank %d: one-sided RDMA on %s (port %d): %d-deep send queues, %d-slot signal rings, a CQ of %d; "
            "RDMA WRITE puts, READ gets, %s",
@@ -474,7 +525,11 @@ static void rdma_teardown(struct gin_comm *c) {
   struct gin_rdma *g = c->rdma;
   struct ibv_mr *mrs[5];
   if (g == NULL) return;
-  for (int r = 0; g->p != NULL && r < c->nranks; r++) qp_destroy(&g->p[r]);
+  for (int r = 0; g->p != NULL && r < c->nranks; r++) {
+    gdr_connstat_close(g->p[r].cs); /* first: its describe reads the peer's QP */
+    g->p[r].cs = NULL;
+    qp_destroy(&g->p[r]);
+  }
   mrs[0] = g->inbox_mr, mrs[1] = g->outbox_mr, mrs[2] = g->credits_mr, mrs[3] = g->credit_src_mr;
   mrs[4] = g->scratch_mr;
   for (int i = 0; i < 5; i++)
@@ -529,6 +584,13 @@ static int rdma_room(struct gin_comm *c, int peer, const struct gin_op *o) {
 
 /* ---------------------------------------------------------------------------- the operations' list -- */
 
+/* an operation's tag in its peer's record (GDR_CS_OP_*) */
+static int cs_tag(const struct gin_op *o) {
+  return o->kind == GIN_K_GET     ? GDR_CS_OP_GET
+         : o->kind == GIN_K_FLUSH ? GDR_CS_OP_FLUSH
+                                  : GDR_CS_OP_PUT | (o->signal ? GDR_CS_OP_SIGNAL : 0);
+}
+
 static void op_link(struct gin_rdma *g, struct rpeer *p, int i) {
   g->ops[i].next = -1;
   if (p->tail >= 0)
@@ -548,6 +610,11 @@ static void op_unlink(struct gin_rdma *g, struct rpeer *p, int i) {
       g->ops[prev].next = g->ops[k].next;
     if (p->tail == k) p->tail = prev;
     p->listed_wr -= g->ops[k].nwr;
+    if (p->cs != NULL) { /* over (done, or complete by the replay's rule, or handed to the message path) */
+      const struct rop *n = p->head >= 0 ? &g->ops[p->head] : NULL;
+      gdr_connstat_os_left(p->cs, g->ops[k].t0, g->ops[k].op.size, 1, n != NULL ? n->t0 : 0, n != NULL ? n->op.size : 0,
+                           n != NULL ? cs_tag(&n->op) : 0);
+    }
     return;
   }
 }
@@ -682,6 +749,10 @@ static void rdma_issue(struct gin_comm *c, struct gin_req *r, const struct gin_o
   o->op = *op;
   if (op->kind == GIN_K_PUT && op->signal && !g->atomic) o->seq = p->sig_sent++;
   o->nwr = op->kind == GIN_K_FLUSH ? 1 : (op->size > 0 ? nwr_of(g, op->size) : 0) + (op->signal ? 1 : 0);
+  if (p->cs != NULL) {
+    o->t0 = gdr_connstat_now_ns();
+    gdr_connstat_os_issued(p->cs, o->t0, op->size, cs_tag(op));
+  }
   op_link(g, p, (int)r->idx);
   if (p->rs == RS_OK)
     post_op(c, r);
@@ -705,6 +776,7 @@ static void rdma_peer_gone(struct gin_comm *c, int peer) {
   p = &c->rdma->p[peer];
   p->head = p->tail = -1; /* those requests failed: their pool slots are free for others */
   p->listed_wr = 0;
+  if (p->cs != NULL) gdr_connstat_os_clear(p->cs);
 }
 
 static int peer_of_qp(struct gin_comm *c, uint32_t qpn) {

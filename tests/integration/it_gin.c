@@ -17,6 +17,7 @@
  * and refuses a NULL collComm or properties. */
 #include <dlfcn.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -31,7 +32,7 @@
 
 #define MAXR 4
 #define WIN ((size_t)40 << 20)
-#define NSIG 512
+#define NSIGW 512
 
 /* ---- the table, in one shape ---- */
 typedef struct {
@@ -72,6 +73,12 @@ static atomic_int g_table_logged;
  * names was taken: e.g. which signal path the one-sided RDMA path chose) */
 static atomic_int g_expect_seen;
 
+/* GNIT_GIN_MODE=stall: the stall detector's WARNs about a one-sided peer ("rdma-gin") and its resumption */
+static atomic_int g_gin_stall_warns, g_gin_resumed;
+static atomic_int g_recv_stall_warns; /* about a net-core receive of the message path: it stands, expects nothing */
+static char g_gin_stall_line[1024];
+static pthread_mutex_t g_gin_stall_mu = PTHREAD_MUTEX_INITIALIZER;
+
 static atomic_int
     g_fallback_warns; /* WARNs that the one-sided RDMA path is not brought up (GNIT_GIN_EXPECT_FALLBACK) */
 
@@ -86,6 +93,18 @@ static void logger(ncclDebugLogLevel level, unsigned long flags, const char *fil
   if (want != NULL && strstr(msg, want) != NULL) atomic_store(&g_expect_seen, 1);
   if (level == NCCL_LOG_WARN && strstr(msg, "one-sided operations go as messages") != NULL)
     atomic_fetch_add(&g_fallback_warns, 1);
+  if (level == NCCL_LOG_WARN && strstr(msg, "stall: recv connection of this process") != NULL)
+    atomic_fetch_add(&g_recv_stall_warns, 1);
+  if (level == NCCL_LOG_WARN && strstr(msg, "stall: ") != NULL && strstr(msg, "rdma-gin") != NULL) {
+    if (strstr(msg, "resumed after") != NULL) {
+      atomic_fetch_add(&g_gin_resumed, 1);
+    } else {
+      pthread_mutex_lock(&g_gin_stall_mu);
+      snprintf(g_gin_stall_line, sizeof(g_gin_stall_line), "%s", msg);
+      pthread_mutex_unlock(&g_gin_stall_mu);
+      atomic_fetch_add(&g_gin_stall_warns, 1);
+    }
+  }
   if (level == NCCL_LOG_INFO) {
     snprintf(tv, sizeof tv, "table v%d:", T.v);
     if (strstr(msg, tv) != NULL) atomic_store(&g_table_logged, 1);
@@ -125,6 +144,7 @@ static int g_n, g_rank;
 static int g_live;     /* the ranks in the barriers: ranks [0, g_live) (mode "bye": the last one leaves) */
 static int g_fd[MAXR]; /* parent: to each child; child: g_fd[0] to the parent */
 static int g_max_recvs;
+static pid_t g_pid[MAXR]; /* parent: the children's pids */
 
 static void hub_barrier(void) {
   for (int round = 0; round < 2; round++) {
@@ -225,7 +245,7 @@ static void conn_open(conn_t *c, int ncontexts, int depth) {
   IT_OK(CALL(closeListen, lc));
   c->ctx = c->cc;
   if (T.v == 13) {
-    ncclGinConfig_v13_t cfg = {NSIG, 16, ncontexts, depth, -1};
+    ncclGinConfig_v13_t cfg = {NSIGW, 16, ncontexts, depth, -1};
     IT_OK(G13->createContext(c->cc, &cfg, &c->gctx, NULL));
     c->ctx = c->gctx;
   } else if (T.v >= 14) {
@@ -244,11 +264,11 @@ static void conn_open(conn_t *c, int ncontexts, int depth) {
   }
   c->win = calloc(1, WIN);
   c->loc = calloc(1, WIN);
-  c->sig = calloc(NSIG, sizeof(uint64_t));
+  c->sig = calloc(NSIGW, sizeof(uint64_t));
   IT_CHECK(c->win && c->loc && c->sig, "out of memory");
   it_step("registering the windows");
   reg(c, c->win, WIN, &c->wmh);
-  reg(c, c->sig, NSIG * sizeof(uint64_t), &c->smh);
+  reg(c, c->sig, NSIGW * sizeof(uint64_t), &c->smh);
   reg(c, c->loc, WIN, &c->lmh);
   IT_CHECK(pthread_mutex_init(&c->pmu, NULL) == 0, "mutex");
   IT_CHECK(pthread_create(&c->prog, NULL, progress_main, c) == 0, "pthread_create");
@@ -275,7 +295,7 @@ static void wait_req(conn_t *c, void *req, const char *what);
 static void publish(conn_t *c) {
   void *r = NULL;
   sync_progress(c);
-  IT_OK(op_put_signal(c, 0, 0, 0, 0, g_rank, NSIG - 1, 0, NCCL_NET_SIGNAL_OP_ADD, &r));
+  IT_OK(op_put_signal(c, 0, 0, 0, 0, g_rank, NSIGW - 1, 0, NCCL_NET_SIGNAL_OP_ADD, &r));
   wait_req(c, r, "publish");
   sync_progress(c);
 }
@@ -459,7 +479,7 @@ static void check_puts(conn_t *c) {
     void *r = NULL;
     IT_CHECK(op_put(c, 0, 0, c->wmh, 16, WIN - 8, c->wmh, to, &r) != ncclSuccess && r == NULL,
              "a put past the peer's window was accepted");
-    IT_CHECK(op_put_signal(c, 0, 0, 8, 0, to, NSIG, 1, NCCL_NET_SIGNAL_OP_INC, &r) != ncclSuccess && r == NULL,
+    IT_CHECK(op_put_signal(c, 0, 0, 8, 0, to, NSIGW, 1, NCCL_NET_SIGNAL_OP_INC, &r) != ncclSuccess && r == NULL,
              "a signal past the peer's signal window was accepted");
     IT_CHECK(op_put_signal(c, 0, 0, 8, 0, to, 0, 1, 9, &r) != ncclSuccess && r == NULL, "signal op 9 was accepted");
     /* offset + length sums that wrap: refused with ncclInvalidArgument, nothing sent (the peer would fail the comm,
@@ -755,6 +775,112 @@ static void bye_run(conn_t *c) {
   hub_barrier();
 }
 
+/* this process's stats file (GDRNET_STATS_FILE with %p) into text; 0 if none */
+static int read_stats(char *text, size_t len) {
+  const char *pat_env = getenv("GDRNET_STATS_FILE");
+  char path[512];
+  size_t o = 0, n;
+  FILE *f;
+  if (pat_env == NULL) return 0;
+  for (const char *p = pat_env; *p && o + 16 < sizeof(path); p++) {
+    if (p[0] == '%' && p[1] == 'p')
+      o += (size_t)snprintf(path + o, sizeof(path) - o, "%d", (int)getpid()), p++;
+    else
+      path[o++] = *p;
+  }
+  path[o] = 0;
+  f = fopen(path, "r");
+  if (f == NULL) return 0;
+  n = fread(text, 1, len - 1, f);
+  fclose(f);
+  text[n] = 0;
+  return 1;
+}
+
+/* the value of series name (a gdrnet_conn_* gauge or counter) of this process's one-sided connection to rank 1 in
+ * its stats file ("rdma-gin", dir "onesided", peer_rank 1); -1 if there is none */
+static double stats_gin(const char *name) {
+  static char text[1 << 18];
+  char key[128];
+  if (!read_stats(text, sizeof(text))) return -1;
+  snprintf(key, sizeof(key), "\n%s{", name);
+  for (const char *p = strstr(text, key); p != NULL; p = strstr(p + 1, key)) {
+    const char *e = strchr(p + 1, '\n');
+    if (e == NULL) break;
+    char line[1024];
+    snprintf(line, sizeof(line), "%.*s", (int)(e - p - 1), p + 1);
+    const char *v = strrchr(line, ' ');
+    if (strstr(line, "transport=\"rdma-gin\"") != NULL && strstr(line, "dir=\"onesided\"") != NULL &&
+        strstr(line, "peer_rank=\"1\"") != NULL && v != NULL)
+      return strtod(v + 1, NULL);
+  }
+  return -1;
+}
+
+/* GNIT_GIN_MODE=stall (2 ranks, the one-sided RDMA path, GDRNET_STALL_WARN_MS small): rank 0 stops rank 1 (SIGSTOP:
+ * the emulated NIC of its process stops with it, so nothing rank 0 writes there is acknowledged), puts with a
+ * signal towards it, and sees the stall detector's WARN name the one-sided peer ("rdma-gin", rank 1, the put+signal
+ * of that size) and the stats file show the connection stalled; then SIGCONT: the put completes, its bytes and
+ * signal arrive, and a "resumed" line follows. Every wait is for a condition, bounded. */
+static void stall_run(conn_t *c) {
+  const size_t size = 65536;
+  void *r = NULL;
+  hub_barrier();
+  if (g_rank == 0) {
+    char state = 0;
+    for (size_t k = 0; k < size; k++) c->win[WIN / 2 + k] = pat(60, 0, k);
+    sync_progress(c);
+    it_step("stopping rank 1 (pid %d)", (int)g_pid[1]);
+    IT_CHECK(kill(g_pid[1], SIGSTOP) == 0, "kill SIGSTOP");
+    for (uint64_t t0 = now_ns(); state != 'T' && state != 't';) {
+      char path[64], buf[512];
+      snprintf(path, sizeof(path), "/proc/%d/stat", (int)g_pid[1]);
+      FILE *f = fopen(path, "r");
+      IT_CHECK(f != NULL, "%s: cannot read", path);
+      size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+      fclose(f);
+      buf[n] = 0;
+      const char *e = strrchr(buf, ')');
+      state = e != NULL && e[1] == ' ' ? e[2] : 0;
+      IT_CHECK(now_ns() - t0 < 10ull * 1000000000ull, "rank 1 not stopped after 10 s (state %c)", state);
+    }
+    it_step("a put with a signal towards the stopped rank 1");
+    IT_OK(op_put_signal(c, 0, WIN / 2, size, 0, 1, 300, 1, NCCL_NET_SIGNAL_OP_ADD, &r));
+    IT_CHECK(r != NULL, "no request");
+    for (uint64_t t0 = now_ns(); atomic_load(&g_gin_stall_warns) == 0 || stats_gin("gdrnet_conn_stalled") != 1;)
+      IT_CHECK(now_ns() - t0 < 30ull * 1000000000ull, "%s after 30 s",
+               atomic_load(&g_gin_stall_warns) == 0 ? "no stall WARN naming the one-sided peer"
+                                                    : "the stats file does not show the one-sided peer stalled");
+    pthread_mutex_lock(&g_gin_stall_mu);
+    it_log("WARN: %s", g_gin_stall_line);
+    IT_CHECK(strstr(g_gin_stall_line, "peer rank 1") != NULL, "the WARN does not name peer rank 1");
+    IT_CHECK(strstr(g_gin_stall_line, "put+signal of 65536 bytes") != NULL, "the WARN does not name the put");
+    IT_CHECK(strstr(g_gin_stall_line, "1 request(s) in flight") != NULL, "the WARN does not count 1 in flight");
+    pthread_mutex_unlock(&g_gin_stall_mu);
+    /* the message path's receives from the stopped rank stand posted for what it may send: not a stall */
+    IT_CHECK(atomic_load(&g_recv_stall_warns) == 0, "%d stall WARN(s) about a standing receive of the message path",
+             atomic_load(&g_recv_stall_warns));
+    IT_CHECK(kill(g_pid[1], SIGCONT) == 0, "kill SIGCONT");
+    wait_req(c, r, "the put towards the resumed rank");
+    for (uint64_t t0 = now_ns(); atomic_load(&g_gin_resumed) == 0;)
+      IT_CHECK(now_ns() - t0 < 30ull * 1000000000ull, "no \"resumed\" line 30 s after SIGCONT");
+    /* the record counted it (the file is written at the resumption, or within GDRNET_STATS_INTERVAL_S) */
+    for (uint64_t t0 = now_ns(); stats_gin("gdrnet_conn_stalled") != 0 || stats_gin("gdrnet_conn_bytes_total") < size ||
+                                 stats_gin("gdrnet_conn_requests_total") < 1;)
+      IT_CHECK(now_ns() - t0 < 30ull * 1000000000ull,
+               "the stats file: the one-sided connection stalled %g, %g bytes in %g requests (%zu, 1 expected)",
+               stats_gin("gdrnet_conn_stalled"), stats_gin("gdrnet_conn_bytes_total"),
+               stats_gin("gdrnet_conn_requests_total"), size);
+  } else {
+    for (uint64_t t0 = now_ns(); __atomic_load_n(&c->sig[300], __ATOMIC_ACQUIRE) < 1;)
+      IT_CHECK(now_ns() - t0 < 90ull * 1000000000ull, "the signal from rank 0 never came");
+    sync_progress(c);
+    for (size_t k = 0; k < size; k++)
+      IT_CHECK(c->win[k] == pat(60, 0, k), "byte %zu is %u, not %u", k, c->win[k], pat(60, 0, k));
+  }
+  hub_barrier();
+}
+
 /* as NCCL >= 2.28 after the last finalize; the dl error state of a failed lookup (the verbs loader's optional symbols)
  * is released with it (LeakSanitizer does not scan TLS here) */
 static void unload(void *lib) {
@@ -799,6 +925,13 @@ static int rank_main(int rank) {
     IT_OK(CALL(closeColl, c.cc)); /* with the failed connection: returns */
     IT_OK(CALL(finalize, c.inst));
     free(c.win), free(c.loc), free(c.sig);
+    unload(lib);
+    return 0;
+  }
+  if (mode != NULL && !strcmp(mode, "stall")) {
+    stall_run(&c);
+    conn_close(&c, 1);
+    hub_barrier();
     unload(lib);
     return 0;
   }
@@ -853,6 +986,7 @@ int main(void) {
   for (int r = 1; r < g_n; r++) {
     it_fork(&ch[r], child_main, (void *)(intptr_t)r);
     g_fd[r] = ch[r].fd;
+    g_pid[r] = ch[r].pid;
   }
   rank_main(0);
   for (int r = 1; r < g_n; r++) {

@@ -47,11 +47,12 @@ wait_for() {
 }
 mkdir "$dir/stats" || exit 1
 export GDRNET_STALL_WARN_MS=300 GDRNET_STATS_DIR="$dir/stats" GDRNET_STATS_INTERVAL_S=1
-# the server, then the client with ITERS round trips and as many messages streamed
+# the server, then the client with ITERS round trips and as many messages streamed; the launcher's ranks (RANK):
+# each side learns the other's from the handle or the HELLO and the WARN names it
 start() {
   rm -f "$dir/out"
   mkfifo "$dir/out" || exit 1
-  "$perf" --server --port 0 --timeout 120 --plugin "$plugin" >"$dir/out" 2>"$dir/server.err" &
+  RANK=3 "$perf" --server --port 0 --timeout 120 --plugin "$plugin" >"$dir/out" 2>"$dir/server.err" &
   spid=$!
   exec 3<"$dir/out"
   read -r line <&3 || fail "the server printed nothing"
@@ -59,7 +60,7 @@ start() {
   [ -n "$port" ] || fail "no port in the server's first line: $line"
   cat <&3 >"$dir/server.out" &
   exec 3<&-
-  "$perf" --client 127.0.0.1 --port "$port" --transport "$transport" --check --sizes 8K:8K --iters "$1" -v \
+  RANK=1 "$perf" --client 127.0.0.1 --port "$port" --transport "$transport" --check --sizes 8K:8K --iters "$1" -v \
     --timeout 120 --plugin "$plugin" >"$dir/client.out" 2>"$dir/client.err" &
   cpid=$!
 }
@@ -107,8 +108,9 @@ while :; do
 done
 warn=$(grep -m1 'stall: .* connection of this process' "$dir/client.err")
 echo "WARN: $warn"
-peer=$(printf '%s\n' "$warn" | sed -n 's/.* connection of this process ([^)]*) [a-z]* \([^ ]*\) over .*/\1/p')
-[ -n "$peer" ] || fail "the WARN names no peer"
+peer=$(printf '%s\n' "$warn" | sed -n 's/.* connection of this process ([^)]*) [a-z]* peer rank 3 at \([^ ]*\) over .*/\1/p')
+[ -n "$peer" ] || fail "the WARN names no peer, or not as \"peer rank 3 at ADDRESS\" (the server's RANK)"
+printf '%s\n' "$warn" | grep -q '(host [^,]*, pid [0-9]*, rank 1)' || fail "the WARN does not name this side's rank 1"
 # the peer is the address the client connected to or accepted (its INFO lines, -v)
 grep -F "$peer" "$dir/client.err" | grep -v 'stall' | grep -qE 'connected to|accepted|connection (to|from)|<->' ||
   fail "the WARN's peer $peer is not an address the client connected to"
@@ -138,6 +140,9 @@ case "$first" in
 esac
 grep -E '^! +[0-9]+ ' "$dir/top.out" | grep -F " $peer " | grep -q 'STALLED$' ||
   fail "gdrnet-top does not list the connection to $peer as stalled"
+# which side waits for which: the client (rank 1) for the server (rank 3), from both files
+grep -q "^waits: rank 1 (pid $cpid) waits for rank 3: " "$dir/top.out" ||
+  fail "gdrnet-top does not say that rank 1 waits for rank 3"
 "$top" --json "$dir/stats" >"$dir/top.json" || fail "gdrnet-top --json failed"
 grep -q '"stalled": [1-9]' "$dir/top.json" || fail "gdrnet-top --json counts no stalled connection"
 

@@ -23,6 +23,17 @@ static int fake_describe(void *comm, struct gdr_conn_desc *out) {
 
 static const struct gdr_transport fake_tp = {.name = "rdma", .describe = fake_describe};
 
+static int fake_gin_describe(void *comm, struct gdr_conn_desc *out) {
+  (void)comm;
+  snprintf(out->peer, sizeof(out->peer), "10.9.8.6:4343");
+  snprintf(out->path, sizeof(out->path), "fake0 port 1, QP 0x2b (GIN one-sided, rank 3)");
+  out->peer_rank = 3;
+  out->state = GDR_CONN_RDMA;
+  return 0;
+}
+
+static const struct gdr_transport fake_gin_tp = {.name = "rdma-gin", .describe = fake_gin_describe};
+
 static int setup(void **state) {
   (void)state;
   gdr_log_init(ut_logger);
@@ -147,8 +158,9 @@ static void test_bookkeeping_and_stall(void **state) {
   char *text = gdr_stats_render();
   assert_non_null(text);
   assert_non_null(strstr(text, "# TYPE gdrnet_conn_oldest_request_seconds gauge\n"));
-  assert_non_null(strstr(text, ",dir=\"send\",peer=\"10.9.8.7:4242\",transport=\"rdma\",dev=\"0\",state=\"recovering\","
-                               "path=\"fake0 port 1, QP 0x2a\"} 1\n"));
+  assert_non_null(strstr(
+      text, ",dir=\"send\",peer=\"10.9.8.7:4242\",peer_rank=\"\",transport=\"rdma\",dev=\"0\",state=\"recovering\","
+            "path=\"fake0 port 1, QP 0x2a\"} 1\n"));
   assert_non_null(strstr(text, "gdrnet_conn_oldest_request_bytes{"));
   assert_non_null(strstr(text, ",transport=\"rdma\"} 777\n"));
   assert_non_null(strstr(text, "gdrnet_conn_recoveries_total{"));
@@ -180,6 +192,96 @@ static void *writer(void *arg) {
   return NULL;
 }
 
+/* A one-sided peer's record (gdr_connstat_open_fifo): a count in flight and the oldest operation in one slot, the
+ * next oldest taking its place when it leaves; a stall WARN names the one-sided peer, its rank and the operation. */
+static void test_onesided(void **state) {
+  struct gdr_conn_snap v[8];
+  (void)state;
+  struct gdr_connstat *cs = gdr_connstat_open_fifo(&fake_gin_tp, NULL, 0);
+  assert_non_null(cs);
+  const uint64_t t0 = gdr_connstat_now_ns();
+  gdr_connstat_os_issued(cs, t0, 4096, GDR_CS_OP_PUT | GDR_CS_OP_SIGNAL);
+  gdr_connstat_os_issued(cs, t0 + 10, 8, GDR_CS_OP_FLUSH); /* not the oldest: slot 0 keeps the put */
+  gdr_connstat_os_issued(cs, t0 + 20, 512, GDR_CS_OP_GET);
+  int n = gdr_connstat_snapshot(v, 8);
+  struct gdr_conn_snap *s = find(v, n, cs->id);
+  assert_non_null(s);
+  assert_true(s->onesided);
+  assert_string_equal(s->transport, "rdma-gin");
+  assert_int_equal(s->inflight, 3);
+  assert_int_equal(s->oldest_size, 4096);
+  assert_int_equal(s->oldest_tag, GDR_CS_OP_PUT | GDR_CS_OP_SIGNAL);
+  assert_int_equal(s->desc.peer_rank, 3);
+  assert_string_equal(s->desc.peer, "10.9.8.6:4343");
+  /* the put leaves (done): the flush is the oldest */
+  gdr_connstat_os_left(cs, t0, 4096, 1, t0 + 10, 8, GDR_CS_OP_FLUSH);
+  n = gdr_connstat_snapshot(v, 8);
+  s = find(v, n, cs->id);
+  assert_int_equal(s->inflight, 2);
+  assert_int_equal(s->oldest_tag, GDR_CS_OP_FLUSH);
+  assert_int_equal(s->requests, 1);
+  assert_int_equal(s->bytes, 4096);
+  /* nothing more for 2 s: one WARN naming the one-sided peer, its rank and the flush */
+  assert_int_equal(gdr_connstat_check(gdr_connstat_now_ns() + 2000000000ull, 1000), 1);
+  assert_int_equal(ut_nwarn, 1);
+  assert_true(ut_warned("stall: one-sided connection of this process"));
+  assert_true(ut_warned("to peer rank 3 at 10.9.8.6:4343 over rdma-gin, rdma (fake0 port 1, QP 0x2b"));
+  assert_true(ut_warned("oldest waiting: flush of 8 bytes, for"));
+  assert_true(ut_warned("2 request(s) in flight"));
+  assert_true(ut_warned("this side (initiator) has no completion of its one-sided operation"));
+  gdr_connstat_os_left(cs, t0 + 10, 8, 1, t0 + 20, 512, GDR_CS_OP_GET);
+  gdr_connstat_os_left(cs, t0 + 20, 512, 1, 0, 0, 0);
+  assert_int_equal(gdr_connstat_check(gdr_connstat_now_ns(), 1000), 0);
+  assert_true(ut_warned("stall: one-sided connection to peer rank 3 at 10.9.8.6:4343 (rdma-gin) resumed after"));
+  n = gdr_connstat_snapshot(v, 8);
+  s = find(v, n, cs->id);
+  assert_int_equal(s->inflight, 0);
+  assert_false(s->waiting);
+  assert_int_equal(s->requests, 3);
+  assert_int_equal(s->bytes, 4096 + 8 + 512);
+  /* its peer left: everything forgotten */
+  gdr_connstat_os_issued(cs, gdr_connstat_now_ns(), 64, GDR_CS_OP_PUT);
+  gdr_connstat_os_clear(cs);
+  n = gdr_connstat_snapshot(v, 8);
+  assert_int_equal(find(v, n, cs->id)->inflight, 0);
+  assert_false(find(v, n, cs->id)->waiting);
+  gdr_connstat_close(cs);
+  assert_int_equal(gdr_connstat_count(), 0);
+}
+
+/* The data path's clock (the TSC scaled where the kernel's clocksource is the TSC, else clock_gettime) agrees with
+ * CLOCK_MONOTONIC and never goes back. */
+static void test_clock(void **state) {
+  (void)state;
+  struct gdr_connstat *cs = gdr_connstat_open(&fake_tp, NULL, 1, 0, 1); /* calibrates, once per process */
+  assert_non_null(cs);
+  uint64_t prev = 0;
+  for (int i = 0; i < 1000; i++) {
+    const uint64_t a = gdr_connstat_clock_ns(), t = gdr_connstat_now_ns(), b = gdr_connstat_clock_ns();
+    assert_true(t + 5000000ull >= a && t <= b + 5000000ull); /* within 5 ms: the scale's error, not a timing */
+    assert_true(t >= prev);
+    prev = t;
+  }
+  print_message("data path clock: %s\n", gdr_connstat_clock_is_tsc() ? "TSC" : "clock_gettime");
+  gdr_connstat_close(cs);
+}
+
+/* A comm whose receives stand posted (GIN's message path): in flight, never a stall. */
+static void test_standing(void **state) {
+  struct gdr_conn_snap v[8];
+  (void)state;
+  struct gdr_connstat *cs = gdr_connstat_open(&fake_tp, NULL, 0, 0, 4);
+  assert_non_null(cs);
+  atomic_store(&cs->standing, 1);
+  gdr_connstat_posted(cs, 0, 328, 0);
+  assert_int_equal(gdr_connstat_check(gdr_connstat_now_ns() + 10000000000ull, 1000), 0);
+  assert_int_equal(ut_nwarn, 0);
+  int n = gdr_connstat_snapshot(v, 8);
+  assert_int_equal(find(v, n, cs->id)->inflight, 1);
+  assert_false(find(v, n, cs->id)->waiting);
+  gdr_connstat_close(cs);
+}
+
 static void test_concurrent(void **state) {
   pthread_t th;
   struct gdr_conn_snap v[4];
@@ -205,6 +307,9 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_off, setup, teardown),
       cmocka_unit_test_setup_teardown(test_quantile, setup, teardown),
       cmocka_unit_test_setup_teardown(test_bookkeeping_and_stall, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_onesided, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_standing, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_clock, setup, teardown),
       cmocka_unit_test_setup_teardown(test_concurrent, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -292,6 +292,59 @@ static void test_connect_accept_blob(void **state) {
   gdr_listener_close(&l);
 }
 
+/* The launcher's rank both ways (sock.h): the listener's in its handle (kept by the door), the connector's in its
+ * HELLO's caps above the GDR_CAP_* bits; each side notes the other's by address. A handle or HELLO of an older
+ * plugin (zeros there) says nothing. */
+static void test_peer_rank(void **state) {
+  static const char *const vars[] = {"RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"};
+  struct gdr_listener l;
+  struct gdr_connector c;
+  struct gdr_stream s;
+  union gdr_sockaddr a, local;
+  struct gdr_handle h, th, d;
+  char name[GDR_ADDR_STRLEN];
+  socklen_t len = sizeof(local);
+  (void)state;
+  for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++) unsetenv(vars[i]);
+  assert_int_equal(gdr_launcher_rank(), -1);
+  setenv("SLURM_PROCID", "12", 1);
+  assert_int_equal(gdr_launcher_rank(), 12);
+  setenv("RANK", "x3", 1); /* not a number: the next variable */
+  assert_int_equal(gdr_launcher_rank(), 12);
+  setenv("RANK", "5", 1);
+  assert_int_equal(gdr_launcher_rank(), 5);
+  loopback(&a);
+  assert_int_equal(gdr_listener_open(&l, &a, GDR_TP_RDMA, GDR_CAP_RDMA | GDR_CAP_TCP), ncclSuccess);
+  gdr_listener_handle(&l, 0, &h);
+  assert_int_equal(gdr_handle_rank(&h), 5);
+  th = h;
+  th.transport = GDR_TP_TCP;
+  th.addr.port = htons(1);
+  gdr_handle_door_set(&h, &th);
+  assert_int_equal(gdr_handle_rank(&h), 5);
+  assert_int_equal(gdr_handle_door_get(&h, &d), 0);
+  assert_int_equal(gdr_handle_rank(&d), 5);
+  setenv("RANK", "7", 1); /* the connector's process, as it were */
+  assert_int_equal(gdr_connector_start(&c, &h, GDR_STREAM_CTRL, 0, 0, 0x1234, GDR_CAP_RDMA, NULL), ncclSuccess);
+  handshake(&l, &c, &s);
+  assert_int_equal(s.hello.caps & GDR_HELLO_CAPS_MASK, GDR_CAP_RDMA);
+  assert_int_equal(s.hello.caps >> GDR_HELLO_RANK_SHIFT, 8);
+  gdr_sockaddr_str(&c.peer, name, sizeof(name)); /* the connector's view: the listener */
+  assert_int_equal(gdr_peer_rank_of(name), 5);
+  assert_int_equal(getsockname(c.fd, &local.sa, &len), 0);
+  gdr_sockaddr_str(&local, name, sizeof(name)); /* the listener's view: the connector's address */
+  assert_int_equal(gdr_peer_rank_of(name), 7);
+  assert_int_equal(gdr_peer_rank_of("192.0.2.99:1"), -1);
+  close(s.fd);
+  close(c.fd);
+  /* an older plugin's handle: nothing */
+  memset(h.spare, 0, sizeof(h.spare));
+  assert_int_equal(gdr_handle_rank(&h), -1);
+  gdr_listener_close(&l);
+  unsetenv("RANK");
+  unsetenv("SLURM_PROCID");
+}
+
 static int raw_connect(const union gdr_sockaddr *a) {
   int fd = socket(AF_INET, SOCK_STREAM, 0);
   assert_true(fd >= 0);
@@ -707,6 +760,7 @@ int main(void) {
       cmocka_unit_test_setup(test_connect_accept_blob, setup),
       cmocka_unit_test_setup(test_rejects_garbage_and_strays, setup),
       cmocka_unit_test_setup(test_mixed_door_and_mismatch, setup),
+      cmocka_unit_test_setup(test_peer_rank, setup),
       cmocka_unit_test_setup(test_connect_timeout_bounded, setup),
       cmocka_unit_test_setup(test_connect_loopback_hint, setup),
       cmocka_unit_test_setup(test_tune_and_io, setup),

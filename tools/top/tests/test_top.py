@@ -35,6 +35,60 @@ def dead_pid():
     return p.pid
 
 
+def pair_stats(pid, rank, written, conns):
+    """a process of launcher rank `rank` whose connections name their peer's rank"""
+    host = os.uname().nodename
+    out = ['gdrnet_info{pid="%d",host="%s",rank="%s",version="0"} 1' % (pid, host, rank),
+           'gdrnet_stats_written_seconds{pid="%d"} %d' % (pid, written),
+           'gdrnet_stats_interval_seconds{pid="%d"} 1' % pid]
+    for c in conns:
+        lab = 'pid="%d",host="%s",rank="%s",conn="%d",dir="%s",peer="%s",peer_rank="%s",transport="tcp"' % (
+            pid, host, rank, c["id"], c["dir"], c["peer"], c["peer_rank"])
+        out.append('gdrnet_conn_info{%s,dev="0",state="tcp",path="2 streams"} 1' % lab)
+        for k in ("stalled", "inflight_requests", "oldest_request_seconds"):
+            out.append('gdrnet_conn_%s{%s} %s' % (k, lab, c.get(k, 0)))
+    return "\n".join(out) + "\n"
+
+
+class WhoWaits(unittest.TestCase):
+    """rank 1's send to rank 3 is stalled; rank 3's own file shows its receive from rank 1 with nothing posted, or
+    stalled too: gdrnet-top says which rank waits for which"""
+
+    def run_pair(self, peer_end):
+        d = tempfile.mkdtemp(prefix="top-pair.")
+        now = int(time.time())
+        try:
+            with open(os.path.join(d, "gdrnet-h-1.prom"), "w") as f:
+                f.write(pair_stats(os.getpid(), "1", now, [
+                    {"id": 1, "dir": "send", "peer": "10.0.0.3:4000", "peer_rank": "3", "stalled": 1,
+                     "oldest_request_seconds": 9}]))
+            with open(os.path.join(d, "gdrnet-h-2.prom"), "w") as f:
+                f.write(pair_stats(os.getppid(), "3", now, [dict(peer_end, id=1, dir="recv", peer="10.0.0.1:5000",
+                                                                 peer_rank="1")]))
+            r = subprocess.run([TOP, "--once", d], capture_output=True, text=True, timeout=30)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            me = "waits: rank 1 (pid %d) waits for rank 3: " % os.getpid()
+            waits = [l for l in r.stdout.splitlines() if l.startswith(me)]
+            self.assertEqual(len(waits), 1, r.stdout)
+            r = subprocess.run([TOP, "--json", d], capture_output=True, text=True, timeout=30)
+            doc = json.loads(r.stdout)
+            self.assertIn(waits[0][7:], [c.get("waits_for") for c in doc["connections"]])
+            return waits[0]
+        finally:
+            for n in os.listdir(d):
+                os.unlink(os.path.join(d, n))
+            os.rmdir(d)
+
+    def test_not_posted(self):
+        self.assertIn("it has no receive from rank 1 posted", self.run_pair({"inflight_requests": 0}))
+
+    def test_both_stalled(self):
+        self.assertIn("its end is stalled too", self.run_pair({"inflight_requests": 1, "stalled": 1}))
+
+    def test_moving(self):
+        self.assertIn("1 request(s) in flight and is not stalled", self.run_pair({"inflight_requests": 1}))
+
+
 class Top(unittest.TestCase):
     def setUp(self):
         self.dir = tempfile.mkdtemp(prefix="top-test.")
