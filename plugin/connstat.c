@@ -505,13 +505,25 @@ static void warn_stall(struct gdr_connstat *cs, const struct measure *m, uint64_
 }
 
 /* Caller holds g_mu. Returns 1 if the connection's stall state changed. */
+/* Bytes moving count as progress where the transport counts them as they go (a long message on a slow link is not
+ * a stall): 1 if its count changed since the last look (under g_mu). */
+static int bytes_moved(struct gdr_connstat *cs, uint64_t now) {
+  if (cs->tp->moved == NULL) return 0;
+  const uint64_t v = cs->tp->moved(cs->tcomm);
+  if (v == cs->moved_seen) return 0;
+  cs->moved_seen = v;
+  cs->moved_ns = now;
+  return 1;
+}
+
 static int check_one(struct gdr_connstat *cs, uint64_t now, uint64_t warn_ns) {
   struct measure m;
   measure(cs, &m);
   const uint64_t last = atomic_load_explicit(&cs->last_done_ns, memory_order_acquire);
+  const int moving = bytes_moved(cs, now) && m.since != 0; /* looked at every tick: moved_ns stays fresh */
   if (cs->stalled) {
     char rk[32];
-    if (m.since != 0 && last <= cs->stall_since_ns) return 0;
+    if (m.since != 0 && last <= cs->stall_since_ns && !moving) return 0;
     const uint64_t end = last > cs->stall_since_ns ? last : now;
     if (cs->stall_warned_ns != 0)
       GDR_WARN("stall: %s connection %s %s%s (%s) resumed after %.1f s", dir_word(cs), cs->send ? "to" : "from",
@@ -523,6 +535,7 @@ static int check_one(struct gdr_connstat *cs, uint64_t now, uint64_t warn_ns) {
   }
   if (m.since == 0) return 0;
   uint64_t ref = last > m.since ? last : m.since;
+  if (ref < cs->moved_ns) ref = cs->moved_ns;
   if (ref < g_thawed_ns) ref = g_thawed_ns;
   if (now < ref || now - ref < warn_ns) return 0;
   cs->stalled = 1;

@@ -64,6 +64,7 @@ struct gdr_connstat {
   int have_desc;
   int stalled;
   uint64_t stall_since_ns, stall_warned_ns, last_warn_ns, stalls;
+  uint64_t moved_seen, moved_ns; /* the transport's moved count at the last look, and when it last changed */
   struct gdr_connstat *next;
 };
 

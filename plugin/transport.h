@@ -164,6 +164,11 @@ struct gdr_transport {
    * may try one). out comes zeroed with the -1 fields set; 0, or -1 if nothing could be said. */
   int (*describe)(void *comm, struct gdr_conn_desc *out);
 
+  /* May be NULL. Bytes the connection has moved so far, counted as they go (each write or read of its streams), so
+   * that a long message that is moving is not taken for a stall; NULL where only whole requests are seen. Called as
+   * describe is: from another thread, while comm is open; an atomic read. */
+  uint64_t (*moved)(void *comm);
+
   void (*quiesce)(void); /* may be NULL */
   void (*fini)(void);    /* forget the devices; init may follow (a new load or a re-init) */
 };

@@ -1164,6 +1164,16 @@ int gdr_rdma_describe(void *comm, struct gdr_conn_desc *out) {
   if (st == GDR_HEALTH_RECOVERING && c->rec.attempt > 0)
     snprintf(out->note, sizeof(out->note), "recovery attempt %u, first fault: %.200s", c->rec.attempt,
              c->rec.first_fault);
+  if (out->state == GDR_CONN_RDMA && atomic_load_explicit(&c->pending.n, memory_order_acquire) > 0 &&
+      pthread_mutex_trylock(&c->pending.lock) == 0) {
+    /* a fault the event thread queued: its handling (a recovery, a move) starts at the next progress call */
+    if (c->pending.n > 0) {
+      out->state = GDR_CONN_RECOVERING;
+      snprintf(out->note, sizeof(out->note), "fault queued, handled at the next progress call: %.200s",
+               c->pending.ev[c->pending.head % GDR_RDMA_PENDING_MAX].why);
+    }
+    pthread_mutex_unlock(&c->pending.lock);
+  }
   if (c->fb.tcp != NULL) {
     struct gdr_conn_desc t;
     memset(&t, 0, sizeof(t));

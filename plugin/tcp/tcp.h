@@ -413,6 +413,7 @@ struct tcp_comm {
 
   /* shared with the I/O threads */
   _Atomic int streams_eof; /* data streams that saw a clean EOF */
+  _Atomic uint64_t moved;  /* bytes the I/O threads wrote or read on the data streams (gdr_tcp_moved) */
   _Atomic int failed;      /* fail_res is set */
   _Atomic int stopping;    /* the comm is leaving the I/O pool (close): I/O errors are no longer reported */
   _Atomic int rx_expect;   /* receiver: receives whose CTS went out and that are not complete (written by the
@@ -519,5 +520,6 @@ ncclResult_t gdr_tcp_close_send(void *send_comm);
 ncclResult_t gdr_tcp_close_recv(void *recv_comm);
 ncclResult_t gdr_tcp_close_listen(void *listen_comm);
 int gdr_tcp_describe(void *comm, struct gdr_conn_desc *out); /* transport.h describe */
+uint64_t gdr_tcp_moved(void *comm);                          /* the transport's moved (transport.h) */
 
 #endif /* GDRNET_TCP_H */

@@ -224,6 +224,7 @@ const struct gdr_transport gdr_transport_tcp = {
     .close_recv = gdr_tcp_close_recv,
     .close_listen = gdr_tcp_close_listen,
     .describe = gdr_tcp_describe,
+    .moved = gdr_tcp_moved,
     .quiesce = NULL, /* the I/O threads are joined when the last comm closes (tcp_pool.c) */
     .fini = tcp_fini,
 };

@@ -269,6 +269,7 @@ static int stream_progress(struct tcp_io *io, struct tcp_stream *st, int *more) 
     }
     prog = 1;
     moved += (size_t)n;
+    atomic_fetch_add_explicit(&c->moved, (uint64_t)n, memory_order_relaxed);
     if (st->r == NULL) {
       st->hgot += (size_t)n;
       if (st->hgot < sizeof(st->h)) continue;
@@ -372,6 +373,7 @@ static int lane_progress(struct tcp_thread *ln, int *more) {
     }
     prog = 1;
     moved += (size_t)n;
+    atomic_fetch_add_explicit(&c->moved, (uint64_t)n, memory_order_relaxed);
     ln->csent += (size_t)n;
     if (ln->csent < hl + len) continue;
     atomic_fetch_add_explicit(&ln->cur.req->done, len, memory_order_release);

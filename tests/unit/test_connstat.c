@@ -34,6 +34,13 @@ static int fake_gin_describe(void *comm, struct gdr_conn_desc *out) {
 
 static const struct gdr_transport fake_gin_tp = {.name = "rdma-gin", .describe = fake_gin_describe};
 
+static uint64_t g_moved; /* what fake_moving_tp reports as moved */
+static uint64_t fake_moved(void *comm) {
+  (void)comm;
+  return g_moved;
+}
+static const struct gdr_transport fake_moving_tp = {.name = "tcp", .describe = fake_describe, .moved = fake_moved};
+
 static int setup(void **state) {
   (void)state;
   gdr_log_init(ut_logger);
@@ -266,6 +273,33 @@ static void test_clock(void **state) {
   gdr_connstat_close(cs);
 }
 
+/* A long message whose bytes keep moving is not a stall (the transport counts them as they go); once they stop, the
+ * WARN comes one threshold after the last movement the detector saw, and movement again is a "resumed". */
+static void test_bytes_moving(void **state) {
+  (void)state;
+  struct gdr_connstat *cs = gdr_connstat_open(&fake_moving_tp, NULL, 1, 0, 16);
+  assert_non_null(cs);
+  g_moved = 0;
+  const uint64_t t = gdr_connstat_now_ns();
+  gdr_connstat_posted(cs, 0, 1ull << 31, 1);
+  for (int s = 1; s <= 10; s++) { /* 10 s of one 2 GiB isend, bytes moving at every look */
+    g_moved += 100u << 20;
+    assert_int_equal(gdr_connstat_check(t + (uint64_t)s * 1000000000ull, 1000), 0);
+  }
+  assert_int_equal(ut_nwarn, 0);
+  /* the bytes stop: nothing at 10.5 s, a stall at 11.5 s (1 s after the last movement seen, at 10 s) */
+  assert_int_equal(gdr_connstat_check(t + 10500000000ull, 1000), 0);
+  assert_int_equal(gdr_connstat_check(t + 11500000000ull, 1000), 1);
+  assert_int_equal(ut_nwarn, 1);
+  assert_true(ut_warned("oldest waiting: isend of 2147483648 bytes"));
+  g_moved += 4096; /* moving again: resumed, without a completion */
+  assert_int_equal(gdr_connstat_check(t + 12000000000ull, 1000), 0);
+  assert_int_equal(ut_nwarn, 2);
+  assert_true(ut_warned("resumed after"));
+  gdr_connstat_done(cs, 0, 1ull << 31, 1);
+  gdr_connstat_close(cs);
+}
+
 /* A comm whose receives stand posted (GIN's message path): in flight, never a stall. */
 static void test_standing(void **state) {
   struct gdr_conn_snap v[8];
@@ -310,6 +344,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_onesided, setup, teardown),
       cmocka_unit_test_setup_teardown(test_standing, setup, teardown),
       cmocka_unit_test_setup_teardown(test_clock, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_bytes_moving, setup, teardown),
       cmocka_unit_test_setup_teardown(test_concurrent, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
