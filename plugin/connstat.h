@@ -102,6 +102,15 @@ static inline void gdr_cs_bump(_Atomic uint64_t *a, uint64_t d) {
   atomic_store_explicit(a, atomic_load_explicit(a, memory_order_relaxed) + d, memory_order_relaxed);
 }
 
+/* A completed request's bytes and latency, in the log2 histogram (the writer's side). */
+static inline void gdr_cs_count_done(struct gdr_connstat *cs, uint64_t bytes, uint64_t lat) {
+  int b = lat == 0 ? 0 : 64 - __builtin_clzll(lat);
+  if (b >= GDR_CONNSTAT_HIST) b = GDR_CONNSTAT_HIST - 1;
+  gdr_cs_bump(&cs->bytes, bytes);
+  gdr_cs_bump(&cs->lat_sum_ns, lat);
+  gdr_cs_bump(&cs->hist[b], 1);
+}
+
 /* A request the transport accepted, at pool index idx. */
 static inline void gdr_connstat_posted(struct gdr_connstat *cs, int idx, size_t size, int tag) {
   if (cs == NULL || (unsigned)idx >= (unsigned)cs->nslots) return;
@@ -129,14 +138,7 @@ static inline void gdr_connstat_done(struct gdr_connstat *cs, int idx, uint64_t 
   if (t0 == 0) return;
   const uint64_t now = gdr_connstat_now_ns();
   atomic_store_explicit(&s->t0, 0, memory_order_release);
-  if (ok) {
-    const uint64_t lat = now > t0 ? now - t0 : 0;
-    int b = lat == 0 ? 0 : 64 - __builtin_clzll(lat);
-    if (b >= GDR_CONNSTAT_HIST) b = GDR_CONNSTAT_HIST - 1;
-    gdr_cs_bump(&cs->bytes, bytes);
-    gdr_cs_bump(&cs->lat_sum_ns, lat);
-    gdr_cs_bump(&cs->hist[b], 1);
-  }
+  if (ok) gdr_cs_count_done(cs, bytes, now > t0 ? now - t0 : 0);
   atomic_store_explicit(&cs->last_done_ns, now, memory_order_release);
 }
 
@@ -165,14 +167,7 @@ static inline void gdr_connstat_os_left(struct gdr_connstat *cs, uint64_t t0, ui
     atomic_store_explicit(&cs->slots[0].tag, next_tag, memory_order_relaxed);
     atomic_store_explicit(&cs->slots[0].t0, next_t0, memory_order_release);
   }
-  if (ok && t0 != 0) {
-    const uint64_t lat = now > t0 ? now - t0 : 0;
-    int b = lat == 0 ? 0 : 64 - __builtin_clzll(lat);
-    if (b >= GDR_CONNSTAT_HIST) b = GDR_CONNSTAT_HIST - 1;
-    gdr_cs_bump(&cs->bytes, bytes);
-    gdr_cs_bump(&cs->lat_sum_ns, lat);
-    gdr_cs_bump(&cs->hist[b], 1);
-  }
+  if (ok && t0 != 0) gdr_cs_count_done(cs, bytes, now > t0 ? now - t0 : 0);
   atomic_store_explicit(&cs->last_done_ns, now, memory_order_release);
 }
 

@@ -539,6 +539,15 @@ static int serve_events(struct tcp_io *io, const struct epoll_event *ev, int n) 
 }
 
 static int io_pass(struct tcp_io *io, int with_epoll);
+
+/* What another thread's pass left for io's own thread: woken if it sleeps (an awake one sees it in its loop). */
+static void wake_sleeper(struct tcp_io *io) {
+  uint64_t one = 1;
+  if (!atomic_load(&io->sleeping)) return;
+  /* EAGAIN: the counter is full, the thread is being woken anyway */
+  if (write(io->evfd, &one, sizeof(one)) < 0 && errno != EAGAIN)
+    GDR_WARN("TCP: waking I/O thread %d failed: %s", io->idx, strerror(errno));
+}
 static _Atomic uint64_t g_share_passes; /* a poller's passes over another thread that moved bytes (tests) */
 
 uint64_t gdr_tcp_pool_share_passes(void) { return atomic_load_explicit(&g_share_passes, memory_order_relaxed); }
@@ -562,11 +571,7 @@ static int share_pass(struct tcp_io *io, int *rr) {
       wake = o->nagain > 0 || atomic_load(&o->has_ready);
     }
     pthread_mutex_unlock(&o->mu);
-    if (wake && atomic_load(&o->sleeping)) {
-      uint64_t one = 1;
-      if (write(o->evfd, &one, sizeof(one)) < 0 && errno != EAGAIN)
-        GDR_WARN("TCP: waking I/O thread %d failed: %s", o->idx, strerror(errno));
-    }
+    if (wake) wake_sleeper(o);
     if (moved) {
       prog = 1;
       atomic_fetch_add_explicit(&g_share_passes, 1, memory_order_relaxed);
@@ -699,11 +704,7 @@ static int help_one(struct tcp_io *io, struct tcp_io **seen, int *nseen) {
     wake = io->nagain > 0 || atomic_load(&io->has_ready);
   }
   pthread_mutex_unlock(&io->mu);
-  if (wake && atomic_load(&io->sleeping)) {
-    uint64_t one = 1;
-    if (write(io->evfd, &one, sizeof(one)) < 0 && errno != EAGAIN)
-      GDR_WARN("TCP: waking I/O thread %d failed: %s", io->idx, strerror(errno));
-  }
+  if (wake) wake_sleeper(io);
   if (prog) atomic_fetch_add_explicit(&g_help_passes, 1, memory_order_relaxed);
   return prog;
 }
