@@ -679,11 +679,6 @@ ncclResult_t gdr_tcp_close_recv(void *recv_comm) { return close_comm(recv_comm);
 
 /* transport.h describe: what connect/accept set (the peer, the streams, the sockets) and the kernel's view of the
  * sockets; any thread, while the comm is open (its fds stay valid until close). */
-uint64_t gdr_tcp_moved(void *comm) {
-  const struct tcp_comm *c = comm;
-  return c ? atomic_load_explicit(&c->moved, memory_order_relaxed) : 0;
-}
-
 int gdr_tcp_describe(void *comm, struct gdr_conn_desc *out) {
   struct tcp_comm *c = comm;
   if (c == NULL) return -1;
@@ -698,4 +693,10 @@ int gdr_tcp_describe(void *comm, struct gdr_conn_desc *out) {
       out->peer_silent_ms = silent;
     }
   return 0;
+}
+
+/* transport.h moved: what the I/O threads wrote or read on the comm's data streams so far. */
+uint64_t gdr_tcp_moved(void *comm) {
+  const struct tcp_comm *c = comm;
+  return c ? atomic_load_explicit(&c->moved, memory_order_relaxed) : 0;
 }

@@ -269,7 +269,6 @@ static int stream_progress(struct tcp_io *io, struct tcp_stream *st, int *more) 
     }
     prog = 1;
     moved += (size_t)n;
-    atomic_fetch_add_explicit(&c->moved, (uint64_t)n, memory_order_relaxed);
     if (st->r == NULL) {
       st->hgot += (size_t)n;
       if (st->hgot < sizeof(st->h)) continue;
@@ -296,6 +295,7 @@ static int stream_progress(struct tcp_io *io, struct tcp_stream *st, int *more) 
       }
     }
   }
+  if (moved > 0) atomic_fetch_add_explicit(&c->moved, (uint64_t)moved, memory_order_relaxed); /* connstat */
   return prog;
 }
 
@@ -373,7 +373,6 @@ static int lane_progress(struct tcp_thread *ln, int *more) {
     }
     prog = 1;
     moved += (size_t)n;
-    atomic_fetch_add_explicit(&c->moved, (uint64_t)n, memory_order_relaxed);
     ln->csent += (size_t)n;
     if (ln->csent < hl + len) continue;
     atomic_fetch_add_explicit(&ln->cur.req->done, len, memory_order_release);
@@ -384,6 +383,7 @@ static int lane_progress(struct tcp_thread *ln, int *more) {
     else
       lane_fill_header(ln);
   }
+  if (moved > 0) atomic_fetch_add_explicit(&c->moved, (uint64_t)moved, memory_order_relaxed); /* connstat */
   return prog;
 }
 
@@ -540,7 +540,8 @@ static int serve_events(struct tcp_io *io, const struct epoll_event *ev, int n) 
 
 static int io_pass(struct tcp_io *io, int with_epoll);
 
-/* What another thread's pass left for io's own thread: woken if it sleeps (an awake one sees it in its loop). */
+/* New work for io's own thread (a kick, what another thread's pass left): woken if it sleeps (an awake one sees it
+ * in its loop). */
 static void wake_sleeper(struct tcp_io *io) {
   uint64_t one = 1;
   if (!atomic_load(&io->sleeping)) return;
@@ -548,6 +549,7 @@ static void wake_sleeper(struct tcp_io *io) {
   if (write(io->evfd, &one, sizeof(one)) < 0 && errno != EAGAIN)
     GDR_WARN("TCP: waking I/O thread %d failed: %s", io->idx, strerror(errno));
 }
+
 static _Atomic uint64_t g_share_passes; /* a poller's passes over another thread that moved bytes (tests) */
 
 uint64_t gdr_tcp_pool_share_passes(void) { return atomic_load_explicit(&g_share_passes, memory_order_relaxed); }
@@ -658,12 +660,7 @@ void gdr_tcp_lane_kick(struct tcp_thread *th) {
     wake = 1;
   }
   pthread_mutex_unlock(&io->rmu);
-  if (wake && atomic_load(&io->sleeping)) {
-    uint64_t one = 1;
-    /* EAGAIN: the counter is full, the thread is being woken anyway */
-    if (write(io->evfd, &one, sizeof(one)) < 0 && errno != EAGAIN)
-      GDR_WARN("TCP: waking I/O thread %d failed: %s", io->idx, strerror(errno));
-  }
+  if (wake) wake_sleeper(io);
 }
 
 /* ------------------------------------------------------------------------------------------ help passes -- */
