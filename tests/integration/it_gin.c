@@ -20,6 +20,7 @@
 #include <signal.h>
 #include <stdarg.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -390,10 +391,33 @@ static const size_t k_sizes[] = {0,
 static size_t off_of(int i) { return (size_t)i * 13 + (i % 2); } /* odd offsets too */
 
 /* region i of a window: sizes are laid out one after the other */
-static size_t region(int i) {
+static size_t g_region[NSIZES + 1];
+static pthread_once_t g_region_once = PTHREAD_ONCE_INIT;
+
+static void region_init(void) {
   size_t o = 0;
-  for (int k = 0; k < i; k++) o += k_sizes[k] + 64;
-  return o + off_of(i) % 8;
+  for (int i = 0; i <= NSIZES; i++) {
+    g_region[i] = o + off_of(i) % 8;
+    if (i < NSIZES) o += k_sizes[i] + 64;
+  }
+}
+
+/* (a table: the checks below look it up per byte, and the sanitizer builds are -O0) */
+static size_t region(int i) {
+  IT_CHECK(pthread_once(&g_region_once, region_init) == 0, "pthread_once");
+  return g_region[i];
+}
+
+/* size i's pattern from `from` written at p */
+static void fill(unsigned char *p, int from, int i) {
+  for (size_t k = 0; k < k_sizes[i]; k++) p[k] = pat(from, i, k);
+}
+
+/* the first byte at p that is not size i's pattern from `from`, or SIZE_MAX */
+static size_t mismatch(const unsigned char *p, int from, int i) {
+  for (size_t k = 0; k < k_sizes[i]; k++)
+    if (p[k] != pat(from, i, k)) return k;
+  return SIZE_MAX;
 }
 
 typedef struct {
@@ -417,10 +441,11 @@ static void *reader_main(void *arg) {
         return NULL;
       }
     }
+    const unsigned char *w = c->win + region(i);
     for (size_t k = 0; k < k_sizes[i]; k++)
-      if (c->win[region(i) + k] != pat(rd->from, i, k)) {
+      if (w[k] != pat(rd->from, i, k)) {
         rd->err = "a signal was seen before its data";
-        fprintf(stderr, "size %zu byte %zu: %u, not %u\n", k_sizes[i], k, c->win[region(i) + k], pat(rd->from, i, k));
+        fprintf(stderr, "size %zu byte %zu: %u, not %u\n", k_sizes[i], k, w[k], pat(rd->from, i, k));
         return NULL;
       }
     atomic_fetch_add(&rd->checked, 1);
@@ -435,8 +460,7 @@ static void check_puts(conn_t *c) {
   pthread_t th;
   void *reqs[NSIZES];
   IT_CHECK(region(NSIZES) < WIN / 2 - 4096, "layout");
-  for (int i = 0; i < NSIZES; i++)
-    for (size_t k = 0; k < k_sizes[i]; k++) c->loc[region(i) + k] = pat(g_rank, i, k);
+  for (int i = 0; i < NSIZES; i++) fill(c->loc + region(i), g_rank, i);
   memcpy(c->win + WIN / 2, c->loc, region(NSIZES)); /* the source: the upper half of the window */
   publish(c);
   hub_barrier();
@@ -509,8 +533,7 @@ static void check_gets_flush(conn_t *c) {
   int to = (g_rank + 1) % g_n, from = (g_rank - 1 + g_n) % g_n;
   void *reqs[NSIZES];
   if (T.v < 13) return;
-  for (int i = 0; i < NSIZES; i++)
-    for (size_t k = 0; k < k_sizes[i]; k++) c->win[region(i) + k] = pat(g_rank + 10, i, k);
+  for (int i = 0; i < NSIZES; i++) fill(c->win + region(i), g_rank + 10, i);
   memset(c->loc, 0, WIN);
   publish(c);
   hub_barrier();
@@ -521,15 +544,15 @@ static void check_gets_flush(conn_t *c) {
     IT_CHECK(reqs[i] != NULL, "get %d refused", i);
   }
   for (int i = 0; i < NSIZES; i++) wait_req(c, reqs[i], "get");
-  for (int i = 0; i < NSIZES; i++)
-    for (size_t k = 0; k < k_sizes[i]; k++)
-      IT_CHECK(c->loc[region(i) + k] == pat(to + 10, i, k), "get of %zu bytes: byte %zu is %u, not %u", k_sizes[i], k,
-               c->loc[region(i) + k], pat(to + 10, i, k));
+  for (int i = 0; i < NSIZES; i++) {
+    size_t k = mismatch(c->loc + region(i), to + 10, i);
+    IT_CHECK(k == SIZE_MAX, "get of %zu bytes: byte %zu is %u, not %u", k_sizes[i], k, c->loc[region(i) + k],
+             pat(to + 10, i, k));
+  }
   hub_barrier();
   /* flush: puts without signals, then a flush; once it is done the bytes are at the target */
   it_step("puts then a flush to rank %d", to);
-  for (int i = 0; i < NSIZES; i++)
-    for (size_t k = 0; k < k_sizes[i]; k++) c->win[WIN / 2 + region(i) + k] = pat(g_rank + 20, i, k);
+  for (int i = 0; i < NSIZES; i++) fill(c->win + WIN / 2 + region(i), g_rank + 20, i);
   publish(c);
   hub_barrier();
   for (int i = 0; i < NSIZES; i++) {
@@ -544,10 +567,11 @@ static void check_gets_flush(conn_t *c) {
   for (int i = 0; i < NSIZES; i++) wait_req(c, reqs[i], "put");
   hub_barrier(); /* every rank's flush is done: its target has the bytes */
   publish(c);
-  for (int i = 0; i < NSIZES; i++)
-    for (size_t k = 0; k < k_sizes[i]; k++)
-      IT_CHECK(c->win[region(i) + k] == pat(from + 20, i, k), "after the flush: %zu bytes, byte %zu is %u, not %u",
-               k_sizes[i], k, c->win[region(i) + k], pat(from + 20, i, k));
+  for (int i = 0; i < NSIZES; i++) {
+    size_t k = mismatch(c->win + region(i), from + 20, i);
+    IT_CHECK(k == SIZE_MAX, "after the flush: %zu bytes, byte %zu is %u, not %u", k_sizes[i], k, c->win[region(i) + k],
+             pat(from + 20, i, k));
+  }
   publish(c); /* these reads before the plugin's next writes there */
   hub_barrier();
 }
