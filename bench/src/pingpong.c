@@ -5,7 +5,10 @@
  *
  *   --mode raw-block  one TCP connection over loopback (TCP_NODELAY), blocking write() / read(): 1 system call
  *                     per message per side, the calling thread sleeps in read() (a wake-up per message).
- *   --mode raw-spin   the same, but the reader spins on recv(MSG_DONTWAIT) as NCCL's proxy thread spins on
+ *   --mode raw-busypoll  raw-block with SO_BUSY_POLL (--busy-poll US, default 50) on both sockets: the kernel
+ *                     spins on the device queue in read() before it sleeps, where the socket has a NAPI id (a NIC
+ *                     driver's; loopback and veth give none, so there it should equal raw-block).
+ *   --mode raw-spin   the same as raw-block, but the reader spins on recv(MSG_DONTWAIT) as NCCL's proxy thread spins on
  *                     test(): the lower bound for a plugin whose test() reads the socket (1 write + 1 read per
  *                     message, plus the empty reads while waiting).
  *   --mode raw-spin2  raw-spin over two connections, one per direction, as the plugin (and NCCL's Socket
@@ -16,8 +19,8 @@
  *                     steps: 65536 for LL; default: --size), isend, then test() in a loop until done.
  *
  * A benchmark helper (bench/latency builds and runs it), not a test.
- * usage: pingpong --mode raw-block|raw-spin|raw-spin2|plugin [--plugin SO] [--size S] [--recv-size R] [--iters N]
- *                 [--warmup W]
+ * usage: pingpong --mode raw-block|raw-busypoll|raw-spin|raw-spin2|plugin [--plugin SO] [--size S] [--recv-size R]
+ *                 [--iters N] [--warmup W] [--busy-poll US]
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -61,7 +64,9 @@ static int cmp_u64(const void *a, const void *b) {
 
 /* ------------------------------------------------------------------------------------------- raw sockets -- */
 
-static void raw_pair(int ctl, int *fd) {
+static int busy_poll_us = 50; /* raw-busypoll: SO_BUSY_POLL's value */
+
+static void raw_pair(int ctl, int *fd, int busy) {
   if (role == 'B') {
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
     socklen_t al = sizeof a;
@@ -81,6 +86,8 @@ static void raw_pair(int ctl, int *fd) {
   }
   int one = 1;
   if (setsockopt(*fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one) != 0) die("TCP_NODELAY: %s", strerror(errno));
+  if (busy && setsockopt(*fd, SOL_SOCKET, SO_BUSY_POLL, &busy_poll_us, sizeof busy_poll_us) != 0)
+    die("SO_BUSY_POLL %d: %s", busy_poll_us, strerror(errno));
 }
 
 /* ------------------------------------------------------------------------------------------------ plugin -- */
@@ -144,19 +151,22 @@ int main(int argc, char **argv) {
       iters = atol(v);
     else if (!strcmp(a, "--warmup"))
       warmup = atol(v);
+    else if (!strcmp(a, "--busy-poll"))
+      busy_poll_us = atoi(v);
     else
       die("unknown option %s", a);
     i++;
   }
   if (rsize < 0) rsize = size;
   if (!mode ||
-      (strcmp(mode, "raw-block") && strcmp(mode, "raw-spin") && strcmp(mode, "raw-spin2") && strcmp(mode, "plugin")) ||
+      (strcmp(mode, "raw-block") && strcmp(mode, "raw-busypoll") && strcmp(mode, "raw-spin") &&
+       strcmp(mode, "raw-spin2") && strcmp(mode, "plugin")) ||
       (!strcmp(mode, "plugin") && !plugin) || size < 0 || size > (1 << 24) || rsize < size || rsize > (1 << 24) ||
-      iters < 1 || warmup < 0)
-    die("usage: pingpong --mode raw-block|raw-spin|raw-spin2|plugin [--plugin SO] [--size S] [--recv-size R >= S] "
-        "[--iters N] [--warmup W]");
+      iters < 1 || warmup < 0 || busy_poll_us < 1)
+    die("usage: pingpong --mode raw-block|raw-busypoll|raw-spin|raw-spin2|plugin [--plugin SO] [--size S] "
+        "[--recv-size R >= S] [--iters N] [--warmup W] [--busy-poll US >= 1]");
   int is_plugin = !strcmp(mode, "plugin"), two = !strcmp(mode, "raw-spin2");
-  int spin = two || !strcmp(mode, "raw-spin");
+  int spin = two || !strcmp(mode, "raw-spin"), busy = !strcmp(mode, "raw-busypoll");
 
   int sp[2];
   if (socketpair(AF_UNIX, SOCK_STREAM, 0, sp) != 0) die("socketpair: %s", strerror(errno));
@@ -176,11 +186,11 @@ int main(int argc, char **argv) {
   if (is_plugin) {
     plugin_open(plugin, ctl, (size_t)size, (size_t)rsize, &p);
   } else {
-    raw_pair(ctl, &fd);
+    raw_pair(ctl, &fd, busy);
     ofd = fd;
     if (two) { /* a second connection, listened for by A: A writes on the first, B on the second */
       role = role == 'A' ? 'B' : 'A';
-      raw_pair(ctl, &ofd);
+      raw_pair(ctl, &ofd, busy);
       role = role == 'A' ? 'B' : 'A';
       if (role == 'A') {
         int t = fd;
