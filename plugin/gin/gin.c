@@ -643,6 +643,22 @@ ncclResult_t gdr_gin_dereg_mr_sym(void *coll_comm, void *mhandle) {
 
 /* ---------------------------------------------------------------------------------------------- operations -- */
 
+/* Every operation's prologue: *request cleared, the comm of target and its depth; NULL with *res set if either is
+ * not usable. */
+static struct gin_comm *op_begin(void *target, void **request, int *depth, const char *what, ncclResult_t *res) {
+  int ncontexts = 1;
+  struct gin_comm *c;
+  *depth = 1;
+  if (request == NULL) {
+    *res = ncclInternalError;
+    return NULL;
+  }
+  *request = NULL;
+  c = resolve(target, &ncontexts, depth, what);
+  if (c == NULL) *res = ncclInvalidArgument;
+  return c;
+}
+
 static struct gin_mr *mr_of(struct gin_comm *c, void *mh) {
   struct gin_mr *m = mh;
   return m != NULL && m->magic == GDR_GIN_MR_MAGIC && m->comm == c ? m : NULL;
@@ -692,16 +708,14 @@ static ncclResult_t put_common(void *target, int context, uint64_t src_off, void
                                void *dst_mh, uint32_t rank, int signal, uint64_t sig_off, void *sig_mh,
                                uint64_t sig_val, uint32_t sig_op, void **request, const char *what) {
   ncclResult_t res = ncclSuccess;
-  int ncontexts = 1, depth = 1;
-  struct gin_comm *c = resolve(target, &ncontexts, &depth, what);
+  int depth;
+  struct gin_comm *c = op_begin(target, request, &depth, what, &res);
   struct gin_mr *src, *dst, *sig = NULL;
   struct gin_req *r = NULL;
   const struct gin_path *via = NULL;
   struct gin_op op;
   memset(&op, 0, sizeof(op));
-  if (request == NULL) return ncclInternalError;
-  *request = NULL;
-  if (c == NULL) return ncclInvalidArgument;
+  if (c == NULL) return res;
   src = mr_of(c, src_mh);
   dst = mr_of(c, dst_mh);
   if (signal) sig = mr_of(c, sig_mh);
@@ -757,16 +771,14 @@ ncclResult_t gdr_gin_iput_signal(void *target, int context, uint64_t src_off, vo
 ncclResult_t gdr_gin_iget(void *target, int context, uint64_t remote_off, void *remote_mh, size_t size,
                           uint64_t local_off, void *local_mh, uint32_t rank, void **request) {
   ncclResult_t res = ncclSuccess;
-  int ncontexts = 1, depth = 1;
-  struct gin_comm *c = resolve(target, &ncontexts, &depth, "iget");
+  int depth;
+  struct gin_comm *c = op_begin(target, request, &depth, "iget", &res);
   struct gin_mr *rm, *lm;
   struct gin_req *r = NULL;
   const struct gin_path *via = NULL;
   struct gin_op op;
   memset(&op, 0, sizeof(op));
-  if (request == NULL) return ncclInternalError;
-  *request = NULL;
-  if (c == NULL) return ncclInvalidArgument;
+  if (c == NULL) return res;
   rm = mr_of(c, remote_mh);
   lm = mr_of(c, local_mh);
   if (rank >= (uint32_t)c->nranks || context < 0 || rm == NULL || lm == NULL) {
@@ -798,17 +810,15 @@ out:
 
 ncclResult_t gdr_gin_iflush(void *target, int context, void *mh, uint32_t rank, void **request) {
   ncclResult_t res = ncclSuccess;
-  int ncontexts = 1, depth = 1;
-  struct gin_comm *c = resolve(target, &ncontexts, &depth, "iflush");
+  int depth;
+  struct gin_comm *c = op_begin(target, request, &depth, "iflush", &res);
   struct gin_req *r = NULL;
   const struct gin_path *via = NULL;
   struct gin_op op;
   (void)mh; /* a flush covers every window: the target acknowledges once all that came before is applied */
   memset(&op, 0, sizeof(op));
   op.kind = GIN_K_FLUSH;
-  if (request == NULL) return ncclInternalError;
-  *request = NULL;
-  if (c == NULL) return ncclInvalidArgument;
+  if (c == NULL) return res;
   if (rank >= (uint32_t)c->nranks || context < 0) {
     GDR_WARN("GIN iflush: bad arguments (rank %u of %d, context %d)", rank, c->nranks, context);
     return ncclInvalidArgument;
