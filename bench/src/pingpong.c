@@ -11,6 +11,9 @@
  *   --mode raw-spin   the same as raw-block, but the reader spins on recv(MSG_DONTWAIT) as NCCL's proxy thread spins on
  *                     test(): the lower bound for a plugin whose test() reads the socket (1 write + 1 read per
  *                     message, plus the empty reads while waiting).
+ *   --mode raw-nap    raw-spin, but an empty read is followed by ppoll() with a short timeout (--nap-us, default 50):
+ *                     the thread sleeps, but never for long, which might keep its core out of deep idle states
+ *                     and make the wake-up by the data cheaper than raw-block's.
  *   --mode raw-spin2  raw-spin over two connections, one per direction, as the plugin (and NCCL's Socket
  *                     transport) use them: the receiving socket of each never sends data, so the kernel sends a
  *                     pure ACK per message from inside the reader's recv() instead of piggybacking it.
@@ -19,8 +22,8 @@
  *                     steps: 65536 for LL; default: --size), isend, then test() in a loop until done.
  *
  * A benchmark helper (bench/latency builds and runs it), not a test.
- * usage: pingpong --mode raw-block|raw-busypoll|raw-spin|raw-spin2|plugin [--plugin SO] [--size S] [--recv-size R]
- *                 [--iters N] [--warmup W] [--busy-poll US]
+ * usage: pingpong --mode raw-block|raw-busypoll|raw-spin|raw-nap|raw-spin2|plugin [--plugin SO] [--size S]
+ *                 [--recv-size R] [--iters N] [--warmup W] [--busy-poll US] [--nap-us US]
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -28,6 +31,7 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -44,6 +48,8 @@
 
 static ncclNet_v8_t *net;
 
+static int nap_us; /* raw-nap: the reader's ppoll timeout between empty reads (0: spins) */
+
 static void recv_spin(int fd, void *buf, size_t len) {
   size_t off = 0;
   while (off < len) {
@@ -54,6 +60,11 @@ static void recv_spin(int fd, void *buf, size_t len) {
     }
     if (n == 0) die("recv: EOF");
     if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) die("recv: %s", strerror(errno));
+    if (nap_us > 0) {
+      struct pollfd pf = {.fd = fd, .events = POLLIN};
+      struct timespec ts = {.tv_sec = nap_us / 1000000, .tv_nsec = (long)(nap_us % 1000000) * 1000};
+      if (ppoll(&pf, 1, &ts, NULL) < 0 && errno != EINTR) die("ppoll: %s", strerror(errno));
+    }
   }
 }
 
@@ -153,6 +164,8 @@ int main(int argc, char **argv) {
       warmup = atol(v);
     else if (!strcmp(a, "--busy-poll"))
       busy_poll_us = atoi(v);
+    else if (!strcmp(a, "--nap-us"))
+      nap_us = atoi(v);
     else
       die("unknown option %s", a);
     i++;
@@ -160,13 +173,15 @@ int main(int argc, char **argv) {
   if (rsize < 0) rsize = size;
   if (!mode ||
       (strcmp(mode, "raw-block") && strcmp(mode, "raw-busypoll") && strcmp(mode, "raw-spin") &&
-       strcmp(mode, "raw-spin2") && strcmp(mode, "plugin")) ||
+       strcmp(mode, "raw-nap") && strcmp(mode, "raw-spin2") && strcmp(mode, "plugin")) ||
       (!strcmp(mode, "plugin") && !plugin) || size < 0 || size > (1 << 24) || rsize < size || rsize > (1 << 24) ||
-      iters < 1 || warmup < 0 || busy_poll_us < 1)
-    die("usage: pingpong --mode raw-block|raw-busypoll|raw-spin|raw-spin2|plugin [--plugin SO] [--size S] "
-        "[--recv-size R >= S] [--iters N] [--warmup W] [--busy-poll US >= 1]");
+      iters < 1 || warmup < 0 || busy_poll_us < 1 || nap_us < 0)
+    die("usage: pingpong --mode raw-block|raw-busypoll|raw-spin|raw-nap|raw-spin2|plugin [--plugin SO] [--size S] "
+        "[--recv-size R >= S] [--iters N] [--warmup W] [--busy-poll US >= 1] [--nap-us US]");
   int is_plugin = !strcmp(mode, "plugin"), two = !strcmp(mode, "raw-spin2");
-  int spin = two || !strcmp(mode, "raw-spin"), busy = !strcmp(mode, "raw-busypoll");
+  int nap = !strcmp(mode, "raw-nap"), spin = two || nap || !strcmp(mode, "raw-spin"), busy = !strcmp(mode, "raw-busypoll");
+  if (nap && nap_us == 0) nap_us = 50;
+  if (!nap) nap_us = 0;
 
   int sp[2];
   if (socketpair(AF_UNIX, SOCK_STREAM, 0, sp) != 0) die("socketpair: %s", strerror(errno));
