@@ -277,6 +277,23 @@ class TcpMatrix(unittest.TestCase):
                 continue
             self.assertIn(state, ("Z", "X"), "process %d still runs" % pid)
 
+    def test_budget_stops_starting_runs(self):
+        # the first group always runs; after it, no group whose estimate (the groups run) ends after the budget
+        p = self.run_matrix("--plugin", self.so, "--rows", "ar8,ar4k", "--reps", "2", "--budget", "0.001")
+        self.assertEqual(p.returncode, 1, p.stdout + p.stderr)
+        out = p.stdout
+        self.assertIn("# --budget 0.001 s: 3 group(s) of runs not started: ar4k rep 1, ar8 rep 2, ar4k rep 2", out)
+        self.assertEqual(self.row(out, "ar8", "GDR"),
+                         ["20.0 [20.0..20.0]", "10.0 [10.0..10.0]", "0.50x", "2.00x", "PASS (goal 1)"])
+        self.assertNotRegex(out, r"(?m)^ar4k ")
+        self.assertEqual(out.strip().splitlines()[-1], "tcp-matrix: 1 of 1 rows PASS; goals 1..4: PASS n/a n/a n/a")
+        self.assertEqual([c[:4] for c in self.calls()],
+                         [["all_reduce", "8", "2", "Socket"], ["all_reduce", "8", "2", "GDR"]])
+        # a budget that holds everything changes nothing
+        p = self.run_matrix("--plugin", self.so, "--rows", "ar8", "--reps", "2", "--budget", "600")
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        self.assertNotIn("--budget", p.stdout)
+
     def test_dry_run_prints_the_commands(self):
         p = self.run_matrix("--variant", "one,%s" % self.so, "--variant", "all,%s,GDRNET_TCP_SPIN_THREADS=64" % self.so,
                             "--rows", "ar8,kv,ar128m", "--nccl-lib", "/opt/nccl/lib", "--port", "29999", "--dry-run")
