@@ -128,7 +128,7 @@ int gdr_tcp_resolve_progress(const char **why);
 #define TCP_SPIN_AUTO_US 200
 #define TCP_SPIN_AUTO_CORES 8
 #define TCP_SPIN_THREADS_AUTO 1 /* GDRNET_TCP_SPIN_THREADS auto: one polling thread per process */
-/* GDRNET_TCP_SPIN_SHARE auto: off until the GPU machine's matrix (bench/tcp-matrix) shows sharing at least as good */
+/* GDRNET_TCP_SPIN_SHARE auto: off; it lost the KV example on the H100 (docs/results/2026-12-07, run 23) */
 #define TCP_SPIN_SHARE_AUTO 0
 #define TCP_IO_NCCL_THREADS 2 /* busy threads of NCCL per rank (proxy progress + the application's), left their cores */
 #define TCP_IO_MAX_AUTO 16    /* GDRNET_TCP_IO_THREADS auto: at most this many I/O threads per process */
