@@ -13,7 +13,8 @@
 #include "gdrnet/net_v8.h"
 
 static ncclNet_v8_t *real;
-static int mode; /* 1 byte, 2 size */
+static void *real_handle; /* unloaded with the shim, so that its last stats file is written before the caller reads it */
+static int mode;          /* 1 byte, 2 size */
 
 typedef struct {
   void *req;
@@ -36,10 +37,15 @@ static ncclResult_t s_init(ncclDebugLogger_t logger) {
     logger(NCCL_LOG_WARN, NCCL_INIT, __FILE__, __LINE__, "corrupting shim: %s", dlerror());
     return ncclSystemError;
   }
+  real_handle = h;
   real = (ncclNet_v8_t *)dlsym(h, "ncclNetPlugin_v8");
   if (real == NULL) return ncclSystemError;
   return real->init(logger);
 }
+__attribute__((destructor)) static void shim_unload(void) {
+  if (real_handle != NULL) (void)dlclose(real_handle);
+}
+
 static ncclResult_t s_devices(int *n) { return real->devices(n); }
 static ncclResult_t s_props(int d, ncclNetProperties_v8_t *p) { return real->getProperties(d, p); }
 static ncclResult_t s_listen(int d, void *h, void **l) { return real->listen(d, h, l); }
