@@ -209,8 +209,11 @@ class TcpMatrix(unittest.TestCase):
         self.assertRegex(out, r"(?m)^n8-ar8 +8 ranks, all_reduce 8 B, time ")
         # the 128 MB run's log says where the CPU went, per thread name
         with open(os.path.join(self.d, "out", "ar128m", "GDR-rep1.log")) as f:
-            self.assertRegex(f.read(), r"(?m)^# cpu-per-gb: CPU-s/GB \d+\.\d{3}; by thread name \(digits as N\): "
-                                       r"\S+=\d+\.\d{3}")
+            text = f.read()
+        self.assertRegex(text, r"(?m)^# cpu-per-gb: CPU-s/GB \d+\.\d{3}; by thread name \(digits as N\): "
+                               r"\S+=\d+\.\d{3}")
+        self.assertRegex(text, r"(?m)^# cpu-per-gb: the busiest threads, name\[pid/tid\]=cores over \d+\.\d\d s: "
+                               r"\S+\[\d+/\d+\]=\d+\.\d\d")
         # every row's runs: Socket then the plugin, rep 1 then rep 2, in the table's order
         jobs = [("all_reduce", 8, 2), ("all_reduce", 4096, 2), ("all_reduce", 65536, 2), ("all_reduce", 524288, 2),
                 ("sendrecv", 1 << 20, 2), ("sendrecv", 8 << 20, 2), ("sendrecv", 64 << 20, 2),
