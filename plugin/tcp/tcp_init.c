@@ -154,20 +154,21 @@ static ncclResult_t tcp_init(int *ndev, char *why, size_t whylen) {
     const char *pwhy;
     int np = gdr_tcp_pool_size(pw, sizeof(pw));
     int adaptive = gdr_tcp_resolve_progress(&pwhy) == TCP_PROGRESS_ADAPTIVE;
+    const uint64_t spin_ns = gdr_tcp_resolve_spin_ns();
     GDR_INFO(NCCL_NET,
              "TCP: %d data stream(s) in %d lane(s) per connection, inline <= %lld B (<= %zu B after a "
              "clear-to-send)",
              ns, nt, (long long)gdr_param_int(GDR_PARAM_TCP_INLINE),
              gdr_tcp_resolve_cts_inline((size_t)gdr_param_int(GDR_PARAM_TCP_INLINE)));
     GDR_INFO(NCCL_NET, "TCP: %d I/O thread(s) per process: %s", np, pw);
-    if (gdr_tcp_resolve_spin_ns() == 0) /* the polling knobs do not apply: say only that */
+    if (spin_ns == 0) /* the polling knobs do not apply: say only that */
       GDR_INFO(NCCL_NET, "TCP: progress %s (%s): I/O threads sleep until the kernel wakes them",
                adaptive ? "adaptive" : "fixed", pwhy);
     else
       GDR_INFO(NCCL_NET,
                "TCP: progress %s (%s): I/O threads poll %llu us before sleeping (up to %llu us while traffic "
                "is expected; at most %d at a time%s)",
-               adaptive ? "adaptive" : "fixed", pwhy, (unsigned long long)(gdr_tcp_resolve_spin_ns() / 1000u),
+               adaptive ? "adaptive" : "fixed", pwhy, (unsigned long long)(spin_ns / 1000u),
                (unsigned long long)(gdr_tcp_resolve_spin_max_ns() / 1000u), gdr_tcp_resolve_spin_threads(np),
                gdr_tcp_resolve_spin_share() ? ", and a polling one also serves sleeping threads" : "");
     GDR_INFO(NCCL_NET, "TCP: NCCL's proxy thread %s",

@@ -550,6 +550,21 @@ static void wake_sleeper(struct tcp_io *io) {
     GDR_WARN("TCP: waking I/O thread %d failed: %s", io->idx, strerror(errno));
 }
 
+/* A pass over another thread's work (a poller's share, the proxy's help), if that thread is not at work itself: what
+ * the pass left (a turn cut at its budget, a lane kicked meanwhile) is the thread's again, and wakes it. Called without
+ * o->mu; 1 if the pass moved bytes. */
+static int pass_other(struct tcp_io *o, int with_epoll) {
+  int moved = 0, wake = 0;
+  if (pthread_mutex_trylock(&o->mu) != 0) return 0; /* its thread is at work */
+  if (!o->stop) {
+    moved = io_pass(o, with_epoll);
+    wake = o->nagain > 0 || atomic_load(&o->has_ready);
+  }
+  pthread_mutex_unlock(&o->mu);
+  if (wake) wake_sleeper(o);
+  return moved;
+}
+
 static _Atomic uint64_t g_share_passes; /* a poller's passes over another thread that moved bytes (tests) */
 
 uint64_t gdr_tcp_pool_share_passes(void) { return atomic_load_explicit(&g_share_passes, memory_order_relaxed); }
@@ -564,17 +579,10 @@ static int share_pass(struct tcp_io *io, int *rr) {
   *rr = (*rr + 1) % n;
   for (int i = 0; i < n; i++) {
     struct tcp_io *o = &g_pool.io[i];
-    int polled = i == *rr, wake = 0, moved = 0;
+    int polled = i == *rr;
     if (o == io || !atomic_load(&o->sleeping)) continue; /* an awake thread serves its own */
     if (!polled && !atomic_load(&o->has_ready)) continue;
-    if (pthread_mutex_trylock(&o->mu) != 0) continue;
-    if (!o->stop) {
-      moved = io_pass(o, polled);
-      wake = o->nagain > 0 || atomic_load(&o->has_ready);
-    }
-    pthread_mutex_unlock(&o->mu);
-    if (wake) wake_sleeper(o);
-    if (moved) {
+    if (pass_other(o, polled)) {
       prog = 1;
       atomic_fetch_add_explicit(&g_share_passes, 1, memory_order_relaxed);
     }
@@ -690,18 +698,11 @@ static _Atomic uint64_t g_help_passes; /* passes that moved bytes (tests) */
 uint64_t gdr_tcp_pool_help_passes(void) { return atomic_load_explicit(&g_help_passes, memory_order_relaxed); }
 
 static int help_one(struct tcp_io *io, struct tcp_io **seen, int *nseen) {
-  int prog = 0, wake = 0;
+  int prog;
   for (int i = 0; i < *nseen; i++)
     if (seen[i] == io) return 0;
   seen[(*nseen)++] = io;
-  if (pthread_mutex_trylock(&io->mu) != 0) return 0; /* its thread is at work */
-  if (!io->stop) {
-    prog = io_pass(io, 1);
-    /* what the pass left (a turn cut at its budget, a lane kicked meanwhile) is the thread's again */
-    wake = io->nagain > 0 || atomic_load(&io->has_ready);
-  }
-  pthread_mutex_unlock(&io->mu);
-  if (wake) wake_sleeper(io);
+  prog = pass_other(io, 1);
   if (prog) atomic_fetch_add_explicit(&g_help_passes, 1, memory_order_relaxed);
   return prog;
 }
