@@ -504,7 +504,6 @@ static void warn_stall(struct gdr_connstat *cs, const struct measure *m, uint64_
            (unsigned long long)m->size, tag, secs(now, m->since), (long long)m->inflight, facts);
 }
 
-/* Caller holds g_mu. Returns 1 if the connection's stall state changed. */
 /* Bytes moving count as progress where the transport counts them as they go (a long message on a slow link is not
  * a stall): 1 if its count changed since the last look (under g_mu). */
 static int bytes_moved(struct gdr_connstat *cs, uint64_t now) {
@@ -516,6 +515,7 @@ static int bytes_moved(struct gdr_connstat *cs, uint64_t now) {
   return 1;
 }
 
+/* Caller holds g_mu. Returns 1 if the connection's stall state changed. */
 static int check_one(struct gdr_connstat *cs, uint64_t now, uint64_t warn_ns) {
   struct measure m;
   measure(cs, &m);

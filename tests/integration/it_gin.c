@@ -390,8 +390,7 @@ static const size_t k_sizes[] = {0,
 #define NSIZES (int)(sizeof k_sizes / sizeof k_sizes[0])
 static size_t off_of(int i) { return (size_t)i * 13 + (i % 2); } /* odd offsets too */
 
-/* region i of a window: sizes are laid out one after the other */
-static size_t g_region[NSIZES + 1];
+static size_t g_region[NSIZES + 1]; /* region(i), filled once */
 static pthread_once_t g_region_once = PTHREAD_ONCE_INIT;
 
 static void region_init(void) {
@@ -402,7 +401,7 @@ static void region_init(void) {
   }
 }
 
-/* (a table: the checks below look it up per byte, and the sanitizer builds are -O0) */
+/* region i of a window: sizes are laid out one after the other (a table: the sanitizer builds are -O0) */
 static size_t region(int i) {
   IT_CHECK(pthread_once(&g_region_once, region_init) == 0, "pthread_once");
   return g_region[i];
@@ -442,12 +441,12 @@ static void *reader_main(void *arg) {
       }
     }
     const unsigned char *w = c->win + region(i);
-    for (size_t k = 0; k < k_sizes[i]; k++)
-      if (w[k] != pat(rd->from, i, k)) {
-        rd->err = "a signal was seen before its data";
-        fprintf(stderr, "size %zu byte %zu: %u, not %u\n", k_sizes[i], k, w[k], pat(rd->from, i, k));
-        return NULL;
-      }
+    size_t k = mismatch(w, rd->from, i);
+    if (k != SIZE_MAX) {
+      rd->err = "a signal was seen before its data";
+      fprintf(stderr, "size %zu byte %zu: %u, not %u\n", k_sizes[i], k, w[k], pat(rd->from, i, k));
+      return NULL;
+    }
     atomic_fetch_add(&rd->checked, 1);
   }
   return NULL;
