@@ -48,7 +48,7 @@
 
 static ncclNet_v8_t *net;
 
-static int nap_us; /* raw-nap: the reader's ppoll timeout between empty reads (0: spins) */
+static int nap_us = 50; /* raw-nap: the reader's ppoll timeout between empty reads (set to 0, spins, in other modes) */
 
 static void recv_spin(int fd, void *buf, size_t len) {
   size_t off = 0;
@@ -175,12 +175,12 @@ int main(int argc, char **argv) {
       (strcmp(mode, "raw-block") && strcmp(mode, "raw-busypoll") && strcmp(mode, "raw-spin") &&
        strcmp(mode, "raw-nap") && strcmp(mode, "raw-spin2") && strcmp(mode, "plugin")) ||
       (!strcmp(mode, "plugin") && !plugin) || size < 0 || size > (1 << 24) || rsize < size || rsize > (1 << 24) ||
-      iters < 1 || warmup < 0 || busy_poll_us < 1 || nap_us < 0)
+      iters < 1 || warmup < 0 || busy_poll_us < 1 || nap_us < 1)
     die("usage: pingpong --mode raw-block|raw-busypoll|raw-spin|raw-nap|raw-spin2|plugin [--plugin SO] [--size S] "
-        "[--recv-size R >= S] [--iters N] [--warmup W] [--busy-poll US >= 1] [--nap-us US]");
+        "[--recv-size R >= S] [--iters N] [--warmup W] [--busy-poll US >= 1] [--nap-us US >= 1]");
   int is_plugin = !strcmp(mode, "plugin"), two = !strcmp(mode, "raw-spin2");
-  int nap = !strcmp(mode, "raw-nap"), spin = two || nap || !strcmp(mode, "raw-spin"), busy = !strcmp(mode, "raw-busypoll");
-  if (nap && nap_us == 0) nap_us = 50;
+  int nap = !strcmp(mode, "raw-nap"), spin = two || nap || !strcmp(mode, "raw-spin");
+  int busy = !strcmp(mode, "raw-busypoll");
   if (!nap) nap_us = 0;
 
   int sp[2];
