@@ -1019,7 +1019,9 @@ out:
 /* ------------------------------------------------------------------------------------------------ test -- */
 
 /* Receiver: the first buffer of r's group (r itself for a plain receive) that is not complete, or NULL; *err gets a
- * request's own failure. */
+ * request's own failure. A buffer the control stream is still writing a payload into is not complete, whatever its
+ * count says: a hostile peer can fill the count with data-stream chunks of the same message meanwhile, and the
+ * caller frees a buffer it hears is complete (fuzz_tcp_recv found it). */
 static struct tcp_req *recv_pending(struct tcp_comm *c, struct tcp_req *r, ncclResult_t *err) {
   *err = ncclSuccess;
   for (int i = 0; i < r->gn; i++) {
@@ -1027,7 +1029,7 @@ static struct tcp_req *recv_pending(struct tcp_comm *c, struct tcp_req *r, ncclR
     size_t d = atomic_load_explicit(&q->done, memory_order_acquire);
     size_t t = atomic_load_explicit(&q->total, memory_order_relaxed);
     if (q->err != ncclSuccess) *err = q->err;
-    if (t == SIZE_MAX || d != t) return q;
+    if (t == SIZE_MAX || d != t || (c->rx_in_payload && c->rx_req == q)) return q;
   }
   return NULL;
 }
