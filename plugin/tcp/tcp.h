@@ -228,6 +228,8 @@ struct tcp_chunk_hdr {
 _Static_assert(sizeof(struct tcp_chunk_hdr) == 32, "chunk header");
 
 enum { TCP_REQ_FREE = 0, TCP_REQ_SEND, TCP_REQ_RECV };
+#define TCP_CLAIM_NONE 0
+#define TCP_CLAIM_CTRL UINT64_MAX
 
 struct tcp_req {
   struct tcp_comm *comm;
@@ -236,12 +238,17 @@ struct tcp_req {
   char *data;
   size_t size;            /* send: bytes to send; recv: posted size */
   _Atomic uint64_t armed; /* recv: seq + 1 while posted (helpers check chunks against it), 0 otherwise */
-  _Atomic size_t done;    /* bytes sent to the kernel / landed in the buffer */
-  _Atomic size_t total;   /* recv: the sent size once known (SIZE_MAX before) */
-  ncclResult_t err;       /* failure of this request alone (size mismatch) */
-  int cts;                /* recv: its CTS was sent (progress thread only) */
-  int expect;             /* recv, first buffer: counted in the comm's rx_expect (progress thread only) */
-  uint64_t wseq;          /* send: the buffer number its INLINE header and chunks carry (its CTS's id) */
+  /* recv: which way its message comes, taken by the first to see it (tcp_req_claim): TCP_CLAIM_NONE, TCP_CLAIM_CTRL
+   * (inline, eager or bounced, on the control stream), or the chunks' total + 1 (the data streams); a message that
+   * comes both ways, or chunks that disagree on its size, is a protocol error */
+  _Atomic uint64_t claim;
+  _Atomic size_t reserved; /* recv: chunk bytes the I/O threads have taken on (at most the chunks' total) */
+  _Atomic size_t done;     /* bytes sent to the kernel / landed in the buffer */
+  _Atomic size_t total;    /* recv: the sent size once known (SIZE_MAX before) */
+  ncclResult_t err;        /* failure of this request alone (size mismatch) */
+  int cts;                 /* recv: its CTS was sent (progress thread only) */
+  int expect;              /* recv, first buffer: counted in the comm's rx_expect (progress thread only) */
+  uint64_t wseq;           /* send: the buffer number its INLINE header and chunks carry (its CTS's id) */
   /* grouped receive: sub-requests in consecutive slots, one per buffer; the first one is NCCL's request */
   int gn;         /* recv, first sub-request: buffers in the group (1: a plain receive) */
   uint64_t gbase; /* recv: the group's first buffer number */
@@ -254,6 +261,14 @@ struct tcp_req {
   void *dev; /* recv: the device buffer the staged bytes are copied to at completion (NULL: host) */
   void *cuda_ctx;
 };
+
+/* Takes receive r's message for one way (TCP_CLAIM_CTRL, or a chunk's total + 1): 1 if the message is that way's,
+ * now or already; 0 if it came the other way first (or chunks with another total did). */
+static inline int tcp_req_claim(struct tcp_req *r, uint64_t way) {
+  uint64_t was = TCP_CLAIM_NONE;
+  return atomic_compare_exchange_strong_explicit(&r->claim, &was, way, memory_order_acq_rel, memory_order_acquire) ||
+         was == way;
+}
 
 struct tcp_task { /* one message's chunks for one send lane: chunks first, first + stride, ... */
   struct tcp_req *req;

@@ -144,6 +144,8 @@ static ncclResult_t comm_create(int is_send, int dev, int ctrl_fd, const int *fd
   for (int i = 0; i < TCP_NREQ; i++) {
     c->req[i].comm = c;
     atomic_init(&c->req[i].armed, 0);
+    atomic_init(&c->req[i].claim, TCP_CLAIM_NONE);
+    atomic_init(&c->req[i].reserved, 0);
     atomic_init(&c->req[i].done, 0);
     atomic_init(&c->req[i].total, SIZE_MAX);
   }

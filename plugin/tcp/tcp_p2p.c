@@ -494,6 +494,7 @@ static ncclResult_t rx_eager(struct tcp_comm *c, const struct tcp_ctrl_hdr *h) {
   t = posted_find(c, tag, h->seq);
   if (t != NULL) {
     if (t->matched) return protocol_error(c, h, "a second message for one buffer");
+    if (!tcp_req_claim(t, TCP_CLAIM_CTRL)) return protocol_error(c, h, "eager message for a buffer chunks fill");
     t->matched = 1;
     if (h->size > t->size) return recv_too_small(c, t, h->size);
     return rx_start(c, t->data, (size_t)h->size, t, NULL, 1);
@@ -584,6 +585,7 @@ static ncclResult_t rx_message_recv(struct tcp_comm *c, const struct tcp_ctrl_hd
   case TCP_MSG_INLINE:
     if (!posted || h->size > r->size || r->matched)
       return protocol_error(c, h, "inline message matching no posted receive");
+    if (!tcp_req_claim(r, TCP_CLAIM_CTRL)) return protocol_error(c, h, "inline message for a buffer chunks fill");
     r->matched = 1;
     return rx_start(c, r->data, (size_t)h->size, r, NULL, 0);
   case TCP_MSG_RTS: return rx_rts(c, h);
@@ -917,6 +919,10 @@ static void recv_arm(struct tcp_comm *c, uint64_t seq, uint64_t base, int gn, vo
   r->matched = 0;
   atomic_store_explicit(&r->done, 0, memory_order_relaxed);
   atomic_store_explicit(&r->total, SIZE_MAX, memory_order_relaxed);
+  /* release: an I/O thread that sees these reset (its chunk header passed the slot's previous arming just before)
+   * sees the previous receive's disarming too (test()), and stream_header refuses the chunk */
+  atomic_store_explicit(&r->reserved, 0, memory_order_release);
+  atomic_store_explicit(&r->claim, TCP_CLAIM_NONE, memory_order_release);
   atomic_store_explicit(&r->armed, seq + 1, memory_order_release);
 }
 
@@ -936,6 +942,11 @@ static ncclResult_t recv_match(struct tcp_comm *c, struct tcp_req *q, int *need_
   for (uint32_t i = 0; c->nbounce > 0 && i < c->ncredits; i++) {
     struct tcp_bounce *b = &c->bounce[i];
     if (!b->used || b->tag != q->tag || b->ord != q->ord) continue;
+    if (!tcp_req_claim(q, TCP_CLAIM_CTRL)) {
+      gdr_tcp_comm_fail(c, ncclRemoteError, "protocol error: message %llu of tag %d came eager and in chunks",
+                        (unsigned long long)q->ord, q->tag);
+      return comm_error(c);
+    }
     q->matched = 1;
     if (b->full)
       GDR_CHECK(bounce_apply(c, b, q));
@@ -1020,8 +1031,8 @@ out:
 
 /* Receiver: the first buffer of r's group (r itself for a plain receive) that is not complete, or NULL; *err gets a
  * request's own failure. A buffer the control stream is still writing a payload into is not complete, whatever its
- * count says: a hostile peer can fill the count with data-stream chunks of the same message meanwhile, and the
- * caller frees a buffer it hears is complete (fuzz_tcp_recv found it). */
+ * count says. (A hostile peer once filled that count with chunks of the same message, and the caller freed the
+ * buffer under the payload: fuzz_tcp_recv. tcp_req_claim now refuses such chunks; this stays as a second guard.) */
 static struct tcp_req *recv_pending(struct tcp_comm *c, struct tcp_req *r, ncclResult_t *err) {
   *err = ncclSuccess;
   for (int i = 0; i < r->gn; i++) {

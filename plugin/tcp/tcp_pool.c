@@ -189,26 +189,37 @@ static void stream_drop(struct tcp_io *io, struct tcp_stream *st) {
   (void)epoll_ctl(io->ep, EPOLL_CTL_DEL, st->fd, NULL); /* a dead stream's fd stays open until close */
 }
 
-/* The next chunk's header is complete in st->h: checks it against the posted receive. 0 ok. */
+/* The next chunk's header is complete in st->h: checks it against the posted receive, and takes its bytes on. 0 ok.
+ * A receive takes its message one way only, and its chunks' bytes up to their total: a chunk for a message that
+ * came inline or eager, or beyond the message's bytes (which could land after test() handed the buffer back), is a
+ * protocol error. The slot is checked again after that: a chunk whose header passed a receive that completed
+ * meanwhile (the slot then reset and armed again) is refused. */
 static int stream_header(struct tcp_io *io, struct tcp_stream *st) {
   struct tcp_comm *c = st->comm;
   const struct tcp_chunk_hdr *h = &st->h;
   struct tcp_req *r = &c->req[h->seq % TCP_NREQ];
+  const char *why = "does not fit the posted receive";
   if (h->magic != TCP_CHUNK_MAGIC || atomic_load_explicit(&r->armed, memory_order_acquire) != h->seq + 1 ||
-      h->total > r->size || h->off > h->total || h->len > h->total - h->off) {
-    gdr_tcp_comm_fail(c, ncclRemoteError,
-                      "protocol error on data stream %d: chunk magic 0x%x message %llu [%llu, +%u) of %llu bytes "
-                      "does not fit the posted receive",
-                      st->idx, h->magic, (unsigned long long)h->seq, (unsigned long long)h->off, h->len,
-                      (unsigned long long)h->total);
-    stream_drop(io, st);
-    return -1;
-  }
+      h->total > r->size || h->off > h->total || h->len > h->total - h->off)
+    goto fail;
+  why = "is for a message that came on the control stream, or of another size";
+  if (!tcp_req_claim(r, (uint64_t)h->total + 1)) goto fail;
+  why = "is beyond the message's bytes";
+  if (atomic_fetch_add_explicit(&r->reserved, h->len, memory_order_acq_rel) + h->len > h->total) goto fail;
+  why = "is for a receive that completed";
+  if (atomic_load_explicit(&r->armed, memory_order_acquire) != h->seq + 1) goto fail;
   st->r = r;
   st->dst = r->data + h->off;
   st->left = h->len;
   st->hgot = 0;
   return 0;
+fail:
+  gdr_tcp_comm_fail(c, ncclRemoteError,
+                    "protocol error on data stream %d: chunk magic 0x%x message %llu [%llu, +%u) of %llu bytes %s",
+                    st->idx, h->magic, (unsigned long long)h->seq, (unsigned long long)h->off, h->len,
+                    (unsigned long long)h->total, why);
+  stream_drop(io, st);
+  return -1;
 }
 
 static void chunk_landed(struct tcp_stream *st) {

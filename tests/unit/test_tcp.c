@@ -1536,6 +1536,95 @@ static void test_rts_per_tag(void **state) {
   eager_default();
 }
 
+/* Waits until the receiver's I/O threads have read at least `bytes` more than `from` off its data streams (a chunk
+ * header and part of its payload: the thread that read them is mid-chunk, writing into the posted buffer). */
+static void wait_moved(struct tcp_comm *rc, uint64_t from, uint64_t bytes) {
+  double t0 = ut_now();
+  while (atomic_load(&rc->moved) < from + bytes) {
+    assert_true(ut_now() - t0 < 10.0);
+    sched_yield();
+  }
+}
+
+/* Writes a chunk header for buffer seq, [off, +len) of a message of total bytes, and `with` payload bytes. */
+static void send_chunk(int fd, uint64_t seq, uint64_t off, uint32_t len, uint64_t total, size_t with) {
+  static char wire[sizeof(struct tcp_chunk_hdr) + 65536];
+  struct tcp_chunk_hdr h = {.magic = TCP_CHUNK_MAGIC, .len = len, .seq = seq, .off = off, .total = total};
+  assert_true(with <= 65536);
+  memcpy(wire, &h, sizeof(h));
+  memset(wire + sizeof(h), 0x5c, with);
+  assert_int_equal(send(fd, wire, sizeof(h) + with, MSG_NOSIGNAL), (ssize_t)(sizeof(h) + with));
+}
+
+/* A receive takes its message one way: inline on the control stream, or in chunks on the data streams, up to the
+ * chunks' total. A hostile sender that sends one message both ways, or more chunk bytes than the message has, gets
+ * a protocol error, whichever way comes first; before, the receive could complete while an I/O thread still wrote
+ * into its buffer (which NCCL reuses at once). Each case holds the first way mid-payload:
+ *   0: a chunk's header and half its payload read by an I/O thread, then the whole message inline;
+ *   1: an inline header and half its payload read by test(), then the whole message as one chunk;
+ *   2: the whole message as one chunk, then the same chunk again;
+ *   3: half the message as a chunk, then a chunk that says the message has another size. */
+static void test_message_both_ways(void **state) {
+  enum { N = 65536 };
+  static unsigned char buf[N], wire[sizeof(struct tcp_ctrl_hdr) + N];
+  static const char *const want[] = {
+      "protocol error: inline message for a buffer chunks fill",
+      "is for a message that came on the control stream, or of another size",
+      "is beyond the message's bytes",
+      "is for a message that came on the control stream, or of another size",
+  };
+  (void)state;
+  init_plugin();
+  for (int v = 0; v < 4; v++) {
+    struct pair p;
+    pair_open(&p);
+    struct tcp_comm *sc = tcomm_of(p.s), *rc = tcomm_of(p.r);
+    uint64_t seq = rc->next_seq, moved0 = atomic_load(&rc->moved);
+    struct tcp_ctrl_hdr h = {.type = TCP_MSG_INLINE, .aux = 0, .seq = 0, .size = N, .id = seq};
+    void *req = post_recv(p.r, buf, N); /* 64 KiB: a clear-to-send goes out, either way may come */
+    int done = 0;
+    ncclResult_t r = ncclSuccess;
+    memcpy(wire, &h, sizeof(h));
+    memset(wire + sizeof(h), 0x3a, N);
+    if (v == 0) {
+      send_chunk(sc->fds[0], seq, 0, N, N, N / 2);
+      wait_moved(rc, moved0, sizeof(struct tcp_chunk_hdr) + N / 2);
+      assert_int_equal(send(sc->ctrl_fd, wire, sizeof(wire), MSG_NOSIGNAL), (ssize_t)sizeof(wire));
+    } else if (v == 1) {
+      double t0 = ut_now();
+      assert_int_equal(send(sc->ctrl_fd, wire, sizeof(h) + N / 2, MSG_NOSIGNAL), (ssize_t)(sizeof(h) + N / 2));
+      while (!rc->rx_in_payload) {
+        assert_int_equal(gdr_core_test(req, &done, NULL, NULL), ncclSuccess);
+        assert_int_equal(done, 0);
+        assert_true(ut_now() - t0 < 10.0);
+      }
+      send_chunk(sc->fds[0], seq, 0, N, N, N);
+    } else if (v == 2) {
+      send_chunk(sc->fds[0], seq, 0, N, N, N);
+      send_chunk(sc->fds[0], seq, 0, N, N, N);
+    } else {
+      send_chunk(sc->fds[0], seq, 0, N / 2, N, N / 2);
+      send_chunk(sc->fds[0], seq, N / 2, N / 4, 3 * N / 4, N / 4);
+    }
+    if (v >= 2) { /* the first chunk alone completes the receive in 2: the second must have been refused first */
+      double t0 = ut_now();
+      while (!atomic_load(&rc->failed)) {
+        assert_true(ut_now() - t0 < 10.0);
+        sched_yield();
+      }
+    }
+    double t0 = ut_now();
+    while (r == ncclSuccess && !done) {
+      r = gdr_core_test(req, &done, NULL, NULL);
+      assert_true(ut_now() - t0 < 10.0);
+    }
+    assert_int_equal(r, ncclRemoteError);
+    assert_true(ut_warned(want[v]));
+    pair_close(&p);
+  }
+  fini_plugin();
+}
+
 int main(void) {
   setenv("GDRNET_SOCKET_IFNAME", "lo", 0); /* single-host: loopback (CTest sets it too) */
   const struct CMUnitTest tests[] = {
@@ -1566,6 +1655,7 @@ int main(void) {
       cmocka_unit_test(test_match_same_tag_group),
       cmocka_unit_test(test_refuses_version_3),
       cmocka_unit_test(test_rts_per_tag),
+      cmocka_unit_test(test_message_both_ways),
       cmocka_unit_test_prestate(test_random_traffic, (void *)&rt_cfgs[0]),
       cmocka_unit_test_prestate(test_random_traffic, (void *)&rt_cfgs[1]),
       cmocka_unit_test_prestate(test_random_traffic, (void *)&rt_cfgs[2]),
