@@ -171,9 +171,13 @@ static ncclResult_t tcp_init(int *ndev, char *why, size_t whylen) {
                adaptive ? "adaptive" : "fixed", pwhy, (unsigned long long)(spin_ns / 1000u),
                (unsigned long long)(gdr_tcp_resolve_spin_max_ns() / 1000u), gdr_tcp_resolve_spin_threads(np),
                gdr_tcp_resolve_spin_share() ? ", and a polling one also serves sleeping threads" : "");
-    GDR_INFO(NCCL_NET, "TCP: NCCL's proxy thread %s",
-             gdr_tcp_resolve_proxy_io() ? "helps the I/O threads in test() (GDRNET_TCP_PROXY_IO)"
-                                        : "does not help the I/O threads");
+    if (gdr_tcp_resolve_proxy_io())
+      GDR_INFO(NCCL_NET,
+               "TCP: NCCL's proxy thread helps the I/O threads in test() (GDRNET_TCP_PROXY_IO), %lld bytes per "
+               "stream a pass",
+               (long long)gdr_param_int(GDR_PARAM_TCP_HELP_BYTES));
+    else
+      GDR_INFO(NCCL_NET, "TCP: NCCL's proxy thread does not help the I/O threads");
   }
 out:
   return res;

@@ -37,7 +37,7 @@
  * the I/O threads, and the kernel's scheduler gives a core per runnable thread: the pool is then 16 blocking threads
  * (no polling), and NCCL's proxy thread helps (GDRNET_TCP_PROXY_IO): a test() whose request waits for chunks runs one
  * bounded pass of the I/O threads serving its comm (gdr_tcp_pool_help: only a thread not at work, by trylock of its
- * io->mu; the kicked lanes, TCP_HELP_TURNS of the again list and of epoll's events, TCP_HELP_BUDGET per lane or
+ * io->mu; the kicked lanes, TCP_HELP_TURNS of the again list and of epoll's events, GDRNET_TCP_HELP_BYTES per lane or
  * stream), then wakes the thread for what it left. docs/archive/PERFORMANCE-log.md section 9 has the measurements.
  *
  * Locking: everything an I/O thread does to a comm happens under its io->mu, which it drops only around epoll_wait.
@@ -72,8 +72,7 @@
 #define TCP_IO_MAX 64
 #define TCP_IO_BUDGET (4u << 20) /* bytes per lane or stream per turn */
 #define TCP_IO_EVENTS 64
-#define TCP_HELP_BUDGET (512u << 10) /* a helper's pass (gdr_tcp_pool_help): bytes per lane or stream */
-#define TCP_HELP_TURNS 4             /* ... and the turns it takes from the again list, and from epoll */
+#define TCP_HELP_TURNS 4 /* ... and the turns it takes from the again list, and from epoll */
 
 enum { SLOT_FREE = 0, SLOT_LANE, SLOT_STREAM, SLOT_AGAIN };
 
@@ -107,7 +106,8 @@ struct tcp_io {
   uint64_t spin_ns, spin_max_ns;
   uint64_t gap_ns;    /* adaptive: moving average of the time between its progress (the thread's own) */
   uint64_t last_prog; /* adaptive: when it last made progress (the thread's own) */
-  size_t budget; /* bytes per lane or stream per turn (under mu): TCP_IO_BUDGET, TCP_HELP_BUDGET in a helper's pass */
+  size_t
+      budget; /* bytes per lane or stream per turn (under mu): TCP_IO_BUDGET, GDRNET_TCP_HELP_BYTES in a helper's pass */
 };
 
 static struct {
@@ -119,7 +119,8 @@ static struct {
   int spin_cap;
   int adaptive; /* GDRNET_TCP_PROGRESS adaptive (set before the threads start) */
   int share;    /* GDRNET_TCP_SPIN_SHARE: a polling thread serves the sleeping threads' work too (set before start) */
-  _Atomic int nrun; /* threads a sharing poller may serve: all of them once started, 0 while starting or stopping */
+  size_t help_budget; /* GDRNET_TCP_HELP_BYTES: a help pass's bytes per lane or stream (set before start) */
+  _Atomic int nrun;   /* threads a sharing poller may serve: all of them once started, 0 while starting or stopping */
   _Atomic int spinners;
   _Atomic int spin_peak; /* the most held at once (tests) */
   _Atomic unsigned gen;  /* fork generation: +1 in each child (the comms attached before are the parent's) */
@@ -248,12 +249,14 @@ static int stream_progress(struct tcp_io *io, struct tcp_stream *st, int *more) 
       iov[0].iov_base = (char *)&st->h + st->hgot;
       iov[0].iov_len = sizeof(st->h) - st->hgot;
       mh.msg_iovlen = 1;
-    } else { /* the payload's rest, and the next header if it is there */
+    } else { /* the payload's rest, and the next header if it is there; at most the turn's budget (a help pass's
+              * is small) */
+      size_t room = io->budget - moved;
       iov[0].iov_base = st->dst;
-      iov[0].iov_len = st->left;
+      iov[0].iov_len = st->left < room ? st->left : room;
       iov[1].iov_base = &nh;
       iov[1].iov_len = sizeof(nh);
-      mh.msg_iovlen = 2;
+      mh.msg_iovlen = st->left <= room ? 2 : 1;
     }
     mh.msg_iov = iov;
     n = recvmsg(st->fd, &mh, MSG_DONTWAIT);
@@ -330,7 +333,7 @@ static int lane_progress(struct tcp_thread *ln, int *more) {
   for (;;) {
     struct iovec iov[2];
     struct msghdr mh;
-    size_t len, hl = sizeof(ln->ch);
+    size_t len, room, hl = sizeof(ln->ch);
     ssize_t n;
     int fd;
     if (!ln->busy) {
@@ -357,16 +360,18 @@ static int lane_progress(struct tcp_thread *ln, int *more) {
       break;
     }
     len = ln->ch.len;
+    room = ln->io->budget - moved; /* the turn's budget bounds each call too (a help pass's is small) */
     memset(&mh, 0, sizeof(mh));
     if (ln->csent < hl) {
       iov[0].iov_base = (char *)&ln->ch + ln->csent;
       iov[0].iov_len = hl - ln->csent;
       iov[1].iov_base = ln->cur.data + ln->ch.off;
-      iov[1].iov_len = len;
+      iov[1].iov_len = len < room ? len : room;
       mh.msg_iovlen = 2;
     } else {
+      size_t rest = len - (ln->csent - hl);
       iov[0].iov_base = ln->cur.data + ln->ch.off + (ln->csent - hl);
-      iov[0].iov_len = len - (ln->csent - hl);
+      iov[0].iov_len = rest < room ? rest : room;
       mh.msg_iovlen = 1;
     }
     mh.msg_iov = iov;
@@ -686,11 +691,11 @@ void gdr_tcp_lane_kick(struct tcp_thread *th) {
 
 /* One bounded, non-blocking pass over io's work by a thread that is not its own (NCCL's proxy thread in test()):
  * the lanes kicked, the front of the again list, what epoll reports now; each lane or stream moves at most
- * TCP_HELP_BUDGET. Under io->mu. The eventfd's readiness is left to the thread (level-triggered: it sees it). */
+ * GDRNET_TCP_HELP_BYTES. Under io->mu. The eventfd's readiness is left to the thread (level-triggered: it sees it). */
 static int io_pass(struct tcp_io *io, int with_epoll) {
   struct epoll_event ev[TCP_HELP_TURNS];
   int prog = 0, n;
-  io->budget = TCP_HELP_BUDGET;
+  io->budget = g_pool.help_budget;
   if (atomic_load(&io->has_ready) && take_ready(io)) prog = 1;
   if (io->nagain > 0 && serve_again(io, TCP_HELP_TURNS)) prog = 1;
   n = with_epoll ? epoll_wait(io->ep, ev, TCP_HELP_TURNS, 0) : 0;
@@ -775,6 +780,7 @@ static ncclResult_t pool_start(void) { /* under g_pool.mu */
   g_pool.spin_cap = gdr_tcp_resolve_spin_threads(n);
   g_pool.adaptive = gdr_tcp_resolve_progress(NULL) == TCP_PROGRESS_ADAPTIVE;
   g_pool.share = gdr_tcp_resolve_spin_share();
+  g_pool.help_budget = (size_t)gdr_param_int(GDR_PARAM_TCP_HELP_BYTES);
   if (!g_pool.pinned) {
     gdr_core_pin();
     g_pool.pinned = 1;

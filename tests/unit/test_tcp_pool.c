@@ -621,6 +621,70 @@ static int share_try(struct pair *p, int held, unsigned seed) {
   return shown;
 }
 
+/* One message of 1 MiB moved by NCCL's proxy thread's help passes alone (GDRNET_TCP_PROXY_IO=1): the one I/O
+ * thread, which serves both the send lane and the receiving stream, is held at its first sleep. Returns the help
+ * passes that moved bytes. GDRNET_TCP_HELP_BYTES (help, NULL: its default) bounds what a pass moves per lane or
+ * stream, each system call included. */
+static uint64_t help_bytes_round(const char *help) {
+  struct pair p;
+  struct msg m;
+  uint64_t passes0;
+  double t0;
+  adaptive_env("fixed", "0", "0"); /* the threads sleep at once */
+  gdr_core_fini();
+  setenv("GDRNET_TCP_IO_THREADS", "1", 1);
+  setenv("GDRNET_TCP_PROXY_IO", "1", 1);
+  if (help != NULL) setenv("GDRNET_TCP_HELP_BYTES", help, 1);
+  gdr_params_reset();
+  assert_int_equal(gdr_core_init(ut_logger), ncclSuccess);
+  pair_open(&p);
+  hook_reset();
+  pthread_mutex_lock(&hk.mu);
+  hk.park_idx = 0;
+  hk.park_why = -1;
+  pthread_mutex_unlock(&hk.mu);
+  t0 = ut_now();
+  while (!hook_parked()) {
+    assert_true(ut_now() - t0 < 30.0);
+    sched_yield();
+  }
+  passes0 = gdr_tcp_pool_help_passes();
+  msg_post_recv(&p, &m, 1u << 20, 11);
+  msg_post_send(&p, &m);
+  t0 = ut_now();
+  while (!m.sdone || !m.rdone) { /* only the passes of these test() calls move bytes: the thread is held */
+    if (!m.sdone) assert_int_equal(gdr_core_test(m.sreq, &m.sdone, NULL, NULL), ncclSuccess);
+    if (!m.rdone) assert_int_equal(gdr_core_test(m.rreq, &m.rdone, NULL, NULL), ncclSuccess);
+    assert_true(ut_now() - t0 < 30.0);
+  }
+  passes0 = gdr_tcp_pool_help_passes() - passes0;
+  assert_true(hook_parked());
+  pthread_mutex_lock(&hk.mu);
+  hk.park_idx = -1;
+  hk.release = 1;
+  pthread_cond_broadcast(&hk.cv);
+  while (hk.inside > 0) pthread_cond_wait(&hk.cv, &hk.mu);
+  pthread_mutex_unlock(&hk.mu);
+  msg_finish(&p, &m); /* every byte checked */
+  pair_close(&p);
+  adaptive_unenv();
+  unsetenv("GDRNET_TCP_HELP_BYTES");
+  return passes0;
+}
+
+/* GDRNET_TCP_HELP_BYTES: with 4 KiB a pass, 1 MiB each way takes many more of the proxy's passes than with the
+ * default 512 KiB (a pass serves the lane and the stream, each at most a few times: at least 1 MiB / 16 KiB = 64). */
+static void test_help_bytes(void **state) {
+  uint64_t small, dflt;
+  (void)state;
+  small = help_bytes_round("4K");
+  dflt = help_bytes_round(NULL);
+  print_message("help passes for 1 MiB: %llu with GDRNET_TCP_HELP_BYTES=4K, %llu with the default\n",
+                (unsigned long long)small, (unsigned long long)dflt);
+  assert_true(small >= 64);
+  assert_true(small > 4 * dflt);
+}
+
 /* The polling thread serves a sleeping thread's work: the receiving stream's I/O thread is held at its next sleep (as
  * a thread whose wake-up is slow), and the sender's lane is on the other thread, which polls once it has sent (the
  * process's one token). The message completes while the stream's thread is held, through the poller's passes
@@ -853,6 +917,7 @@ int main(void) {
       cmocka_unit_test(test_pool_size),
       cmocka_unit_test(test_bounded_threads),
       cmocka_unit_test(test_proxy_io),
+      cmocka_unit_test(test_help_bytes),
       cmocka_unit_test(test_idle_cpu),
       cmocka_unit_test(test_spin_cap),
       cmocka_unit_test(test_adaptive_idle_stops),
