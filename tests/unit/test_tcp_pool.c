@@ -643,6 +643,10 @@ static uint64_t help_bytes_round(const char *help) {
   hk.park_idx = 0;
   hk.park_why = -1;
   pthread_mutex_unlock(&hk.mu);
+  /* the thread may be asleep already: a chunked message wakes it (its lane's kick, its sockets' events), and it is
+   * held when it sleeps again */
+  msg_post_recv(&p, &m, 1u << 20, 10);
+  msg_finish(&p, &m);
   t0 = ut_now();
   while (!hook_parked()) {
     assert_true(ut_now() - t0 < 30.0);
