@@ -237,6 +237,9 @@ const char *gdr_connstat_op_str(int tag) {
   }
 }
 
+static void report_resumed(struct gdr_connstat *cs, uint64_t end); /* (below, with the detector's checks) */
+static int bytes_moved(struct gdr_connstat *cs, uint64_t now);
+
 void gdr_connstat_close(struct gdr_connstat *cs) {
   struct detector *d = NULL;
   if (cs == NULL) return;
@@ -248,9 +251,16 @@ void gdr_connstat_close(struct gdr_connstat *cs) {
       break;
     }
   snap_locked(cs, gdr_connstat_now_ns(), &g_closed[g_nclosed++ % NCLOSED]); /* the transport's comm is still open */
-  if (cs->stalled && cs->stall_warned_ns != 0)
-    GDR_INFO(NCCL_NET, "stall: the %s connection %s %s closed while stalled (for %.1f s)", dir_word(cs),
-             cs->send ? "to" : "from", cs->desc.peer, (double)(gdr_connstat_now_ns() - cs->stall_since_ns) / 1e9);
+  if (cs->stalled && cs->stall_warned_ns != 0) {
+    /* It may have moved again since the detector last looked (a peer continued, its last requests done, and then
+     * NCCL closed): that is a resumed connection, said as the detector would have said it, not a close mid-stall. */
+    const uint64_t now = gdr_connstat_now_ns(), last = atomic_load_explicit(&cs->last_done_ns, memory_order_acquire);
+    if (last > cs->stall_since_ns || bytes_moved(cs, now))
+      report_resumed(cs, last > cs->stall_since_ns ? last : now);
+    else
+      GDR_INFO(NCCL_NET, "stall: the %s connection %s %s closed while stalled (for %.1f s)", dir_word(cs),
+               cs->send ? "to" : "from", cs->desc.peer, (double)(now - cs->stall_since_ns) / 1e9);
+  }
   if (g_list == NULL) d = detector_claim_locked(); /* the last connection: the thread ends with it */
   pthread_mutex_unlock(&g_mu);
   detector_join(d);
@@ -515,6 +525,14 @@ static int bytes_moved(struct gdr_connstat *cs, uint64_t now) {
   return 1;
 }
 
+/* The WARN that ends a WARNed stall: progress came again at `end`. Caller holds g_mu. */
+static void report_resumed(struct gdr_connstat *cs, uint64_t end) {
+  char rk[32];
+  GDR_WARN("stall: %s connection %s %s%s (%s) resumed after %.1f s", dir_word(cs), cs->send ? "to" : "from",
+           peer_rank_at(cs, rk, sizeof(rk)), cs->have_desc ? cs->desc.peer : "?", cs->tp->name,
+           secs(end, cs->stall_since_ns));
+}
+
 /* Caller holds g_mu. Returns 1 if the connection's stall state changed. */
 static int check_one(struct gdr_connstat *cs, uint64_t now, uint64_t warn_ns) {
   struct measure m;
@@ -522,13 +540,8 @@ static int check_one(struct gdr_connstat *cs, uint64_t now, uint64_t warn_ns) {
   const uint64_t last = atomic_load_explicit(&cs->last_done_ns, memory_order_acquire);
   const int moving = bytes_moved(cs, now) && m.since != 0; /* looked at every tick: moved_ns stays fresh */
   if (cs->stalled) {
-    char rk[32];
     if (m.since != 0 && last <= cs->stall_since_ns && !moving) return 0;
-    const uint64_t end = last > cs->stall_since_ns ? last : now;
-    if (cs->stall_warned_ns != 0)
-      GDR_WARN("stall: %s connection %s %s%s (%s) resumed after %.1f s", dir_word(cs), cs->send ? "to" : "from",
-               peer_rank_at(cs, rk, sizeof(rk)), cs->have_desc ? cs->desc.peer : "?", cs->tp->name,
-               secs(end, cs->stall_since_ns));
+    if (cs->stall_warned_ns != 0) report_resumed(cs, last > cs->stall_since_ns ? last : now);
     cs->stalled = 0;
     cs->stall_warned_ns = 0;
     return 1;

@@ -186,6 +186,25 @@ static void test_bookkeeping_and_stall(void **state) {
   assert_int_equal(v[n - 1].bytes, 1000 + 65536 + 8 + 777);
 }
 
+/* A WARNed stall whose connection completes its requests and closes before the detector looks again: close says
+ * it resumed (as the detector would have), not that it closed while stalled. Without a completion, close says only
+ * the latter (an INFO line: no second WARN). */
+static void test_close_after_resume(void **state) {
+  (void)state;
+  for (int resumed = 0; resumed < 2; resumed++) {
+    ut_warn_reset();
+    struct gdr_connstat *cs = gdr_connstat_open(&fake_tp, NULL, 1, 0, 16);
+    assert_non_null(cs);
+    gdr_connstat_posted(cs, 4, 8192, 1);
+    assert_int_equal(gdr_connstat_check(gdr_connstat_now_ns() + 2000000000ull, 1000), 1);
+    assert_int_equal(ut_nwarn, 1);
+    if (resumed) gdr_connstat_done(cs, 4, 8192, 1);
+    gdr_connstat_close(cs);
+    assert_int_equal(ut_nwarn, resumed ? 2 : 1);
+    assert_int_equal(ut_warned("stall: send connection to 10.9.8.7:4242 (rdma) resumed after"), resumed);
+  }
+}
+
 /* The data path and a reader at once: every slot's (t0, size, tag) read back consistent. */
 static _Atomic int g_stop;
 static void *writer(void *arg) {
@@ -345,6 +364,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_standing, setup, teardown),
       cmocka_unit_test_setup_teardown(test_clock, setup, teardown),
       cmocka_unit_test_setup_teardown(test_bytes_moving, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_close_after_resume, setup, teardown),
       cmocka_unit_test_setup_teardown(test_concurrent, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
