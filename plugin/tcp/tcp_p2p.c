@@ -1030,9 +1030,8 @@ out:
 /* ------------------------------------------------------------------------------------------------ test -- */
 
 /* Receiver: the first buffer of r's group (r itself for a plain receive) that is not complete, or NULL; *err gets a
- * request's own failure. A buffer the control stream is still writing a payload into is not complete, whatever its
- * count says. (A hostile peer once filled that count with chunks of the same message, and the caller freed the
- * buffer under the payload: fuzz_tcp_recv. tcp_req_claim now refuses such chunks; this stays as a second guard.) */
+ * request's own failure. A buffer's count is filled one way only (tcp_req_claim): a hostile peer cannot complete it
+ * with chunks while the control stream still writes its payload (fuzz_tcp_recv found that once). */
 static struct tcp_req *recv_pending(struct tcp_comm *c, struct tcp_req *r, ncclResult_t *err) {
   *err = ncclSuccess;
   for (int i = 0; i < r->gn; i++) {
@@ -1040,7 +1039,7 @@ static struct tcp_req *recv_pending(struct tcp_comm *c, struct tcp_req *r, ncclR
     size_t d = atomic_load_explicit(&q->done, memory_order_acquire);
     size_t t = atomic_load_explicit(&q->total, memory_order_relaxed);
     if (q->err != ncclSuccess) *err = q->err;
-    if (t == SIZE_MAX || d != t || (c->rx_in_payload && c->rx_req == q)) return q;
+    if (t == SIZE_MAX || d != t) return q;
   }
   return NULL;
 }
