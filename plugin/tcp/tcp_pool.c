@@ -72,7 +72,7 @@
 #define TCP_IO_MAX 64
 #define TCP_IO_BUDGET (4u << 20) /* bytes per lane or stream per turn */
 #define TCP_IO_EVENTS 64
-#define TCP_HELP_TURNS 4 /* ... and the turns it takes from the again list, and from epoll */
+#define TCP_HELP_TURNS 4 /* a help pass (gdr_tcp_pool_help): turns from the again list, and from epoll */
 
 enum { SLOT_FREE = 0, SLOT_LANE, SLOT_STREAM, SLOT_AGAIN };
 
@@ -106,8 +106,7 @@ struct tcp_io {
   uint64_t spin_ns, spin_max_ns;
   uint64_t gap_ns;    /* adaptive: moving average of the time between its progress (the thread's own) */
   uint64_t last_prog; /* adaptive: when it last made progress (the thread's own) */
-  size_t
-      budget; /* bytes per lane or stream per turn (under mu): TCP_IO_BUDGET, GDRNET_TCP_HELP_BYTES in a helper's pass */
+  size_t budget;      /* bytes per lane or stream per turn (under mu): TCP_IO_BUDGET, or the help pass's */
 };
 
 static struct {

@@ -556,6 +556,25 @@ static int hook_parked(void) {
   return parked;
 }
 
+/* I/O thread idx is held at its next sleep, whatever the reason it stops (the hook reset first). */
+static void hook_hold(int idx) {
+  hook_reset();
+  pthread_mutex_lock(&hk.mu);
+  hk.park_idx = idx;
+  hk.park_why = -1;
+  pthread_mutex_unlock(&hk.mu);
+}
+
+/* Lets a held thread go (or one about to be held), and waits until no thread is inside the hook. */
+static void hook_release_all(void) {
+  pthread_mutex_lock(&hk.mu);
+  hk.park_idx = -1;
+  hk.release = 1;
+  pthread_cond_broadcast(&hk.cv);
+  while (hk.inside > 0) pthread_cond_wait(&hk.cv, &hk.mu);
+  pthread_mutex_unlock(&hk.mu);
+}
+
 /* Drives m until it is received (1) or it cannot move: the held thread is parked and no thread polls (0). */
 static int share_drive(struct pair *p, struct msg *m) {
   double t0 = ut_now(), idle_since = 0;
@@ -587,11 +606,7 @@ static int share_try(struct pair *p, int held, unsigned seed) {
   uint64_t shared0 = gdr_tcp_pool_share_passes();
   double t0;
   int shown = 0, moved;
-  hook_reset();
-  pthread_mutex_lock(&hk.mu);
-  hk.park_idx = held;
-  hk.park_why = -1;
-  pthread_mutex_unlock(&hk.mu);
+  hook_hold(held);
   memset(&b, 0, sizeof(b));
   msg_post_recv(p, &a, 1u << 20, seed);
   moved = share_drive(p, &a);
@@ -610,13 +625,9 @@ static int share_try(struct pair *p, int held, unsigned seed) {
   while (shown && gdr_tcp_pool_share_passes() == shared0 && ut_now() - t0 < 30.0)
     sched_yield(); /* the pass that read the last bytes counts itself once it has let the stream go */
   shown = shown && gdr_tcp_pool_share_passes() > shared0;
-  pthread_mutex_lock(&hk.mu); /* released before anything else: the pool must stop whatever happened */
-  hk.park_idx = -1;
-  hk.release = 1;
-  pthread_cond_broadcast(&hk.cv);
-  while (hk.inside > 0) pthread_cond_wait(&hk.cv, &hk.mu); /* out of the hook before the next try resets it */
-  pthread_mutex_unlock(&hk.mu);
-  msg_finish(p, &a); /* every byte checked */
+  hook_release_all(); /* before anything else: the pool must stop whatever happened; out of the hook before the next
+                       * try resets it */
+  msg_finish(p, &a);  /* every byte checked */
   if (b.size) msg_finish(p, &b);
   return shown;
 }
@@ -638,11 +649,7 @@ static uint64_t help_bytes_round(const char *help) {
   gdr_params_reset();
   assert_int_equal(gdr_core_init(ut_logger), ncclSuccess);
   pair_open(&p);
-  hook_reset();
-  pthread_mutex_lock(&hk.mu);
-  hk.park_idx = 0;
-  hk.park_why = -1;
-  pthread_mutex_unlock(&hk.mu);
+  hook_hold(0);
   /* the thread may be asleep already: a chunked message wakes it (its lane's kick, its sockets' events), and it is
    * held when it sleeps again */
   msg_post_recv(&p, &m, 1u << 20, 10);
@@ -663,12 +670,7 @@ static uint64_t help_bytes_round(const char *help) {
   }
   passes0 = gdr_tcp_pool_help_passes() - passes0;
   assert_true(hook_parked());
-  pthread_mutex_lock(&hk.mu);
-  hk.park_idx = -1;
-  hk.release = 1;
-  pthread_cond_broadcast(&hk.cv);
-  while (hk.inside > 0) pthread_cond_wait(&hk.cv, &hk.mu);
-  pthread_mutex_unlock(&hk.mu);
+  hook_release_all();
   msg_finish(&p, &m); /* every byte checked */
   pair_close(&p);
   adaptive_unenv();
