@@ -237,7 +237,7 @@ const char *gdr_connstat_op_str(int tag) {
   }
 }
 
-static void report_resumed(struct gdr_connstat *cs, uint64_t end); /* (below, with the detector's checks) */
+static void report_resumed(struct gdr_connstat *cs, uint64_t last, uint64_t now); /* (below, with the detector) */
 static int bytes_moved(struct gdr_connstat *cs, uint64_t now);
 
 void gdr_connstat_close(struct gdr_connstat *cs) {
@@ -256,7 +256,7 @@ void gdr_connstat_close(struct gdr_connstat *cs) {
      * NCCL closed): that is a resumed connection, said as the detector would have said it, not a close mid-stall. */
     const uint64_t now = gdr_connstat_now_ns(), last = atomic_load_explicit(&cs->last_done_ns, memory_order_acquire);
     if (last > cs->stall_since_ns || bytes_moved(cs, now))
-      report_resumed(cs, last > cs->stall_since_ns ? last : now);
+      report_resumed(cs, last, now);
     else
       GDR_INFO(NCCL_NET, "stall: the %s connection %s %s closed while stalled (for %.1f s)", dir_word(cs),
                cs->send ? "to" : "from", cs->desc.peer, (double)(now - cs->stall_since_ns) / 1e9);
@@ -525,8 +525,10 @@ static int bytes_moved(struct gdr_connstat *cs, uint64_t now) {
   return 1;
 }
 
-/* The WARN that ends a WARNed stall: progress came again at `end`. Caller holds g_mu. */
-static void report_resumed(struct gdr_connstat *cs, uint64_t end) {
+/* The WARN that ends a WARNed stall: progress came again, at the last completion if there was one since the stall
+ * began, else by now (bytes moved). Caller holds g_mu. */
+static void report_resumed(struct gdr_connstat *cs, uint64_t last, uint64_t now) {
+  const uint64_t end = last > cs->stall_since_ns ? last : now;
   char rk[32];
   GDR_WARN("stall: %s connection %s %s%s (%s) resumed after %.1f s", dir_word(cs), cs->send ? "to" : "from",
            peer_rank_at(cs, rk, sizeof(rk)), cs->have_desc ? cs->desc.peer : "?", cs->tp->name,
@@ -541,7 +543,7 @@ static int check_one(struct gdr_connstat *cs, uint64_t now, uint64_t warn_ns) {
   const int moving = bytes_moved(cs, now) && m.since != 0; /* looked at every tick: moved_ns stays fresh */
   if (cs->stalled) {
     if (m.since != 0 && last <= cs->stall_since_ns && !moving) return 0;
-    if (cs->stall_warned_ns != 0) report_resumed(cs, last > cs->stall_since_ns ? last : now);
+    if (cs->stall_warned_ns != 0) report_resumed(cs, last, now);
     cs->stalled = 0;
     cs->stall_warned_ns = 0;
     return 1;
