@@ -188,7 +188,7 @@ def params_def(path):
     for m in re.finditer(r"^GDR_PARAM\(\s*(\w+)\s*,\s*(\w+)\s*,\s*(\"[^\"]*\"|\w+)\s*,[^,]*,[^,]*,[^,]*,\s*(\"[^\"]*\"|NULL)",
                          text, re.M):
         choices = m.group(4).strip('"').split("|") if m.group(2) == "ENUM" and m.group(4) != "NULL" else []
-        if m.group(2) == "AUTOINT":
+        if m.group(2) in ("AUTOINT", "AUTOSIZE"):
             choices = ["auto"]
         knobs.append(("GDRNET_" + m.group(1), choices))
     if not knobs:

@@ -66,11 +66,13 @@ static const char tcp_threads_doc[] =
     "connection it serves has a request outstanding and progress keeps coming (`adaptive`); and at most\n"
     "`GDRNET_TCP_SPIN_THREADS` threads poll at once (auto: 1 when fixed, the rank's cores less 2 when adaptive),\n"
     "the others sleeping until the kernel wakes them. With fewer than 8 cores the pool is 16 threads that never\n"
-    "poll (`GDRNET_TCP_SPIN_US` auto is 0, so the spin, progress and spin-thread knobs do nothing), and NCCL's proxy\n"
-    "thread helps them instead (`GDRNET_TCP_PROXY_IO` auto is on): a test() whose request is not done runs one\n"
-    "bounded pass of the idle I/O threads of its connection. `GDRNET_TCP_SPIN_US=0` turns every kind of polling\n"
-    "off. A knob set by hand replaces its own auto; the autos that depend on it follow the value set\n"
-    "(`GDRNET_TCP_SPIN_MAX_US` on `GDRNET_TCP_SPIN_US`, `GDRNET_TCP_SPIN_THREADS` on `GDRNET_TCP_PROGRESS`). The TCP\n"
+    "poll (`GDRNET_TCP_SPIN_US` auto is 0, so the spin, progress and spin-thread knobs do nothing). Either way\n"
+    "NCCL's proxy thread, which spins anyway, helps (`GDRNET_TCP_PROXY_IO`, auto on): a test() whose request waits\n"
+    "for chunks runs one bounded pass of the idle I/O threads of its connection (the polling one is at work and\n"
+    "skipped), `GDRNET_TCP_HELP_BYTES` per stream: auto 128K where the threads poll, so that NCCL's next steps wait\n"
+    "less, 512K where they sleep. `GDRNET_TCP_SPIN_US=0` turns every kind of polling off. A knob set by hand\n"
+    "replaces its own auto; the autos that depend on it follow the value set (`GDRNET_TCP_SPIN_MAX_US` and\n"
+    "`GDRNET_TCP_HELP_BYTES` on `GDRNET_TCP_SPIN_US`, `GDRNET_TCP_SPIN_THREADS` on `GDRNET_TCP_PROGRESS`). The TCP\n"
     "transport's INFO(NET) lines at init name the values in force and why.\n";
 
 /* The README's knobs (between its knobs markers, checked by tests/readme/check_readme_table.cmake): the few a user

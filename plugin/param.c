@@ -81,6 +81,9 @@ void gdr_param_accepted(const struct gdr_param_info *p, char *buf, size_t len) {
   case GDR_PK_SIZE:
     snprintf(buf, len, "a size in %" PRId64 "..%" PRId64 " bytes (K, M, G suffixes allowed)", p->min, p->max);
     break;
+  case GDR_PK_AUTOSIZE:
+    snprintf(buf, len, "auto or a size in %" PRId64 "..%" PRId64 " bytes (K, M, G suffixes allowed)", p->min, p->max);
+    break;
   case GDR_PK_ENUM: {
     size_t off = (size_t)snprintf(buf, len, "one of ");
     char c[64];
@@ -156,6 +159,7 @@ ncclResult_t gdr_param_parse(const struct gdr_param_info *p, const char *text, i
     return ncclInvalidUsage;
   }
   case GDR_PK_AUTOINT:
+  case GDR_PK_AUTOSIZE:
     if (strcasecmp(buf, "auto") == 0) {
       *value = p->autov;
       return ncclSuccess;
@@ -163,7 +167,7 @@ ncclResult_t gdr_param_parse(const struct gdr_param_info *p, const char *text, i
     /* fall through */
   case GDR_PK_INT:
   case GDR_PK_SIZE:
-    if (parse_int(buf, p->kind == GDR_PK_SIZE, &v) != 0) {
+    if (parse_int(buf, p->kind == GDR_PK_SIZE || p->kind == GDR_PK_AUTOSIZE, &v) != 0) {
       snprintf(why, whylen, "not a number; accepted values: %s", acc);
       return ncclInvalidUsage;
     }

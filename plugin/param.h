@@ -26,7 +26,7 @@ enum gdr_param_id {
   GDR_PARAM_COUNT
 };
 
-enum gdr_param_kind { GDR_PK_INT, GDR_PK_AUTOINT, GDR_PK_SIZE, GDR_PK_ENUM, GDR_PK_STR };
+enum gdr_param_kind { GDR_PK_INT, GDR_PK_AUTOINT, GDR_PK_SIZE, GDR_PK_AUTOSIZE, GDR_PK_ENUM, GDR_PK_STR };
 enum gdr_param_source { GDR_PSRC_DEFAULT, GDR_PSRC_ENV, GDR_PSRC_ALIAS };
 
 /* Values of the ENUM knobs (the index of the choice in params.def). */
@@ -34,14 +34,14 @@ enum { GDR_TRANSPORT_AUTO = 0, GDR_TRANSPORT_RDMA = 1, GDR_TRANSPORT_TCP = 2 };
 enum { GDR_SOCKET_FAMILY_AUTO = 0, GDR_SOCKET_FAMILY_INET = 1, GDR_SOCKET_FAMILY_INET6 = 2 };
 enum { GDR_IB_ADDR_FAMILY_INET = 0, GDR_IB_ADDR_FAMILY_INET6 = 1 };
 /* GDR_PARAM_IB_MTU: 0 = auto, 1..5 = IBV_MTU_256..IBV_MTU_4096 (the ibv_mtu enum values). */
-#define GDR_PARAM_AUTO (-1) /* what AUTOINT knobs with AUTO = -1 read as when "auto" */
+#define GDR_PARAM_AUTO (-1) /* what AUTOINT and AUTOSIZE knobs with AUTO = -1 read as when "auto" */
 
 struct gdr_param_info {
   const char *name; /* "GDRNET_QPS_PER_CONN" */
   enum gdr_param_kind kind;
   const char *def;     /* default as text */
-  int64_t min, max;    /* INT, AUTOINT, SIZE */
-  int64_t autov;       /* AUTOINT: value of "auto" */
+  int64_t min, max;    /* INT, AUTOINT, SIZE, AUTOSIZE */
+  int64_t autov;       /* AUTOINT, AUTOSIZE: value of "auto" */
   const char *choices; /* ENUM: "a|b|c" */
   const char *alias;   /* NCCL_... or NULL */
   const char *doc;
@@ -52,7 +52,7 @@ ncclResult_t gdr_params_load(void);
 /* Forgets the cached values so that the next load re-reads the environment (tests; re-init after unload). */
 void gdr_params_reset(void);
 
-int64_t gdr_param_int(enum gdr_param_id id);     /* INT/AUTOINT/SIZE value, ENUM index */
+int64_t gdr_param_int(enum gdr_param_id id);     /* INT/AUTOINT/SIZE/AUTOSIZE value, ENUM index */
 const char *gdr_param_str(enum gdr_param_id id); /* STR text ("" unset), ENUM choice name, numbers as given */
 enum gdr_param_source gdr_param_source(enum gdr_param_id id);
 const struct gdr_param_info *gdr_param_info(enum gdr_param_id id);

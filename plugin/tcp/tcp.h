@@ -116,9 +116,15 @@ uint64_t gdr_tcp_resolve_spin_max_ns(void);
  * least 1; only threads with work poll). */
 int gdr_tcp_resolve_spin_threads(int nthreads);
 int gdr_tcp_resolve_spin_share(void); /* GDRNET_TCP_SPIN_SHARE resolved: 1 on */
-/* GDRNET_TCP_PROXY_IO resolved: test() helps the I/O threads (gdr_tcp_pool_help). auto: where this rank has fewer
- * than TCP_SPIN_AUTO_CORES cores (its I/O threads then share them with NCCL's busy threads). */
+/* GDRNET_TCP_PROXY_IO resolved: test() helps the I/O threads (gdr_tcp_pool_help). auto: on (TCP_PROXY_IO_AUTO).
+ * NCCL's proxy thread spins anyway: where cores are shared it moves bytes the blocked I/O threads would wait for a
+ * core to move; where the I/O threads poll it moves what a sleeping thread would wait for its wake-up to move. */
 int gdr_tcp_resolve_proxy_io(void);
+/* GDRNET_TCP_HELP_BYTES resolved: what one help pass moves per lane or stream. auto: TCP_HELP_BYTES_POLL where the I/O
+ * threads poll (gdr_tcp_resolve_spin_ns() > 0: the pass only fills in for a sleeping thread and must bring NCCL's
+ * proxy back to its steps soon), else TCP_HELP_BYTES_BLOCK (the proxy is a main mover of bytes). *why (may be NULL)
+ * gets a short phrase for the INFO line. */
+size_t gdr_tcp_resolve_help_bytes(const char **why);
 /* GDRNET_TCP_PROGRESS: when the I/O threads poll (tcp_pool.c has the rules). TCP_PROGRESS_AUTO is what auto means:
  * switching the default is that one line. *why (may be NULL) gets a short phrase for the INFO line. */
 enum { TCP_PROGRESS_KNOB_AUTO = 0, TCP_PROGRESS_FIXED = 1, TCP_PROGRESS_ADAPTIVE = 2 };
@@ -128,6 +134,12 @@ int gdr_tcp_resolve_progress(const char **why);
 #define TCP_SPIN_AUTO_US 200
 #define TCP_SPIN_AUTO_CORES 8
 #define TCP_SPIN_THREADS_AUTO 1 /* GDRNET_TCP_SPIN_THREADS auto: one polling thread per process */
+/* GDRNET_TCP_PROXY_IO auto: on. With 8+ cores per rank it was off until run 25 (docs/results/2026-12-07): on, with
+ * 128 KiB passes, it bounded the KV example's tail and the 1 MiB rows where a sleeping I/O thread's wake-up came
+ * late, and took CPU per GB to Socket's. */
+#define TCP_PROXY_IO_AUTO 1
+#define TCP_HELP_BYTES_POLL (128u << 10)  /* GDRNET_TCP_HELP_BYTES auto where the I/O threads poll */
+#define TCP_HELP_BYTES_BLOCK (512u << 10) /* ... and where they sleep */
 /* GDRNET_TCP_SPIN_SHARE auto: off; it lost the KV example on the H100 (docs/results/2026-12-07, run 23) */
 #define TCP_SPIN_SHARE_AUTO 0
 #define TCP_IO_NCCL_THREADS 2 /* busy threads of NCCL per rank (proxy progress + the application's), left their cores */

@@ -33,7 +33,19 @@ size_t gdr_tcp_resolve_cts_inline(size_t inline_max) {
 
 int gdr_tcp_resolve_proxy_io(void) {
   int64_t v = gdr_param_int(GDR_PARAM_TCP_PROXY_IO);
-  return v == GDR_PARAM_AUTO ? gdr_tcp_rank_cores(NULL) < TCP_SPIN_AUTO_CORES : v != 0;
+  return v == GDR_PARAM_AUTO ? TCP_PROXY_IO_AUTO : v != 0;
+}
+
+size_t gdr_tcp_resolve_help_bytes(const char **why) {
+  int64_t v = gdr_param_int(GDR_PARAM_TCP_HELP_BYTES);
+  const char *w = "GDRNET_TCP_HELP_BYTES";
+  if (v == GDR_PARAM_AUTO) {
+    int poll = gdr_tcp_resolve_spin_ns() > 0;
+    v = poll ? TCP_HELP_BYTES_POLL : TCP_HELP_BYTES_BLOCK;
+    w = poll ? "auto: the I/O threads poll" : "auto: the I/O threads sleep";
+  }
+  if (why) *why = w;
+  return (size_t)v;
 }
 
 int gdr_tcp_resolve_progress(const char **why) {
@@ -171,12 +183,14 @@ static ncclResult_t tcp_init(int *ndev, char *why, size_t whylen) {
                adaptive ? "adaptive" : "fixed", pwhy, (unsigned long long)(spin_ns / 1000u),
                (unsigned long long)(gdr_tcp_resolve_spin_max_ns() / 1000u), gdr_tcp_resolve_spin_threads(np),
                gdr_tcp_resolve_spin_share() ? ", and a polling one also serves sleeping threads" : "");
-    if (gdr_tcp_resolve_proxy_io())
+    if (gdr_tcp_resolve_proxy_io()) {
+      const char *hwhy;
+      size_t help = gdr_tcp_resolve_help_bytes(&hwhy);
       GDR_INFO(NCCL_NET,
-               "TCP: NCCL's proxy thread helps the I/O threads in test() (GDRNET_TCP_PROXY_IO), %lld bytes per "
-               "stream a pass",
-               (long long)gdr_param_int(GDR_PARAM_TCP_HELP_BYTES));
-    else
+               "TCP: NCCL's proxy thread helps idle I/O threads in test() (GDRNET_TCP_PROXY_IO), %zu %s per stream "
+               "a pass (%s)",
+               help % 1024u ? help : help >> 10, help % 1024u ? "B" : "KiB", hwhy);
+    } else
       GDR_INFO(NCCL_NET, "TCP: NCCL's proxy thread does not help the I/O threads");
   }
 out:

@@ -35,10 +35,13 @@
  *
  * Where the rank has fewer than 8 cores, NCCL's two busy threads (its proxy and the application's) share them with
  * the I/O threads, and the kernel's scheduler gives a core per runnable thread: the pool is then 16 blocking threads
- * (no polling), and NCCL's proxy thread helps (GDRNET_TCP_PROXY_IO): a test() whose request waits for chunks runs one
- * bounded pass of the I/O threads serving its comm (gdr_tcp_pool_help: only a thread not at work, by trylock of its
- * io->mu; the kicked lanes, TCP_HELP_TURNS of the again list and of epoll's events, GDRNET_TCP_HELP_BYTES per lane or
- * stream), then wakes the thread for what it left. docs/archive/PERFORMANCE-log.md section 9 has the measurements.
+ * (no polling). NCCL's proxy thread helps (GDRNET_TCP_PROXY_IO, on by default): a test() whose request waits for
+ * chunks runs one bounded pass of the I/O threads serving its comm (gdr_tcp_pool_help: only a thread not at work, by
+ * trylock of its io->mu; the kicked lanes, TCP_HELP_TURNS of the again list and of epoll's events,
+ * GDRNET_TCP_HELP_BYTES per lane or stream), then wakes the thread for what it left. Where the threads poll, the one
+ * with the token is at work and is skipped: the passes serve the sleeping ones, whose wake-up can come late on a busy
+ * host (docs/results/2026-12-07, run 25), in smaller passes (128 KiB) so that NCCL's next steps wait less.
+ * docs/archive/PERFORMANCE-log.md section 9 has the measurements where cores are shared.
  *
  * Locking: everything an I/O thread does to a comm happens under its io->mu, which it drops only around epoll_wait.
  * Detach (close) takes io->mu, removes the comm's fds from the epoll set and frees their slots (the generation in
@@ -779,7 +782,7 @@ static ncclResult_t pool_start(void) { /* under g_pool.mu */
   g_pool.spin_cap = gdr_tcp_resolve_spin_threads(n);
   g_pool.adaptive = gdr_tcp_resolve_progress(NULL) == TCP_PROGRESS_ADAPTIVE;
   g_pool.share = gdr_tcp_resolve_spin_share();
-  g_pool.help_budget = (size_t)gdr_param_int(GDR_PARAM_TCP_HELP_BYTES);
+  g_pool.help_budget = gdr_tcp_resolve_help_bytes(NULL);
   if (!g_pool.pinned) {
     gdr_core_pin();
     g_pool.pinned = 1;

@@ -128,6 +128,29 @@ static void test_parse_autoint(void **state) {
   assert_int_equal(v, 1);
 }
 
+/* AUTOSIZE: auto, or a size with its suffixes in range; -1 is not a size */
+static void test_parse_autosize(void **state) {
+  int64_t v = 0;
+  char why[256];
+  (void)state;
+  assert_int_equal(parse(GDR_PARAM_TCP_HELP_BYTES, "auto", &v, why), ncclSuccess);
+  assert_int_equal(v, GDR_PARAM_AUTO);
+  assert_int_equal(parse(GDR_PARAM_TCP_HELP_BYTES, " Auto ", &v, why), ncclSuccess);
+  assert_int_equal(v, GDR_PARAM_AUTO);
+  assert_int_equal(parse(GDR_PARAM_TCP_HELP_BYTES, "128K", &v, why), ncclSuccess);
+  assert_int_equal(v, 128 << 10);
+  assert_int_equal(parse(GDR_PARAM_TCP_HELP_BYTES, "4096", &v, why), ncclSuccess);
+  assert_int_equal(v, 4096);
+  assert_int_equal(parse(GDR_PARAM_TCP_HELP_BYTES, "64MiB", &v, why), ncclSuccess);
+  assert_int_equal(v, 64 << 20);
+  const char *bad[] = {"-1", "2K", "65M", "lots", "", "4.5K"};
+  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+    why[0] = '\0';
+    assert_int_equal(parse(GDR_PARAM_TCP_HELP_BYTES, bad[i], &v, why), ncclInvalidUsage);
+    assert_non_null(strstr(why, "auto or a size in 4096..67108864 bytes (K, M, G suffixes allowed)"));
+  }
+}
+
 static void test_parse_size(void **state) {
   int64_t v = 0;
   char why[256];
@@ -188,6 +211,7 @@ static void test_load_bad_values_fail(void **state) {
       {"GDRNET_TCP_INLINE", "2G", "a size in"},
       {"GDRNET_TCP_CTS_INLINE", "2M", "auto (or -1) or an integer in 0..1048576"},
       {"GDRNET_TCP_NSOCKS", "100", "auto (or -1) or an integer in 1..64"},
+      {"GDRNET_TCP_HELP_BYTES", "1K", "auto or a size in 4096..67108864"},
       {"GDRNET_FALLBACK", "true", "an integer in 0..1"},
   };
   (void)state;
@@ -400,6 +424,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_defaults_parse, setup, teardown),
       cmocka_unit_test_setup_teardown(test_parse_int, setup, teardown),
       cmocka_unit_test_setup_teardown(test_parse_autoint, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_parse_autosize, setup, teardown),
       cmocka_unit_test_setup_teardown(test_parse_size, setup, teardown),
       cmocka_unit_test_setup_teardown(test_parse_enum_and_str, setup, teardown),
       cmocka_unit_test_setup_teardown(test_load_bad_values_fail, setup, teardown),

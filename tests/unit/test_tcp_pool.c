@@ -678,8 +678,9 @@ static uint64_t help_bytes_round(const char *help) {
   return passes0;
 }
 
-/* GDRNET_TCP_HELP_BYTES: with 4 KiB a pass, 1 MiB each way takes many more of the proxy's passes than with the
- * default 512 KiB (a pass serves the lane and the stream, each at most a few times: at least 1 MiB / 16 KiB = 64). */
+/* GDRNET_TCP_HELP_BYTES: with 4 KiB a pass, 1 MiB each way takes many more of the proxy's passes than with auto (512
+ * KiB: the threads sleep here; a pass serves the lane and the stream, each at most a few times: at least 1 MiB / 16
+ * KiB = 64). */
 static void test_help_bytes(void **state) {
   uint64_t small, dflt;
   (void)state;
@@ -863,6 +864,7 @@ static void test_pool_size(void **state) {
     assert_non_null(strstr(why, "fewer than 8"));
     assert_int_equal(gdr_tcp_resolve_spin_ns(), 0); /* blocking threads where cores are shared */
     assert_int_equal(gdr_tcp_resolve_proxy_io(), 1);
+    assert_int_equal(gdr_tcp_resolve_help_bytes(NULL), 512u << 10);
   }
   assert_non_null(strstr(why, "OMPI_COMM_WORLD_LOCAL_SIZE"));
   setenv("OMPI_COMM_WORLD_LOCAL_SIZE", "1", 1);
@@ -871,13 +873,14 @@ static void test_pool_size(void **state) {
     int c = gdr_tcp_rank_cores(NULL);
     assert_int_equal(n, c - 2 < 16 ? c - 2 : 16);
     assert_int_equal(gdr_tcp_resolve_spin_ns(), 200000u);
-    assert_int_equal(gdr_tcp_resolve_proxy_io(), 0);
+    assert_int_equal(gdr_tcp_resolve_proxy_io(), 1); /* the proxy serves the threads that sleep */
+    assert_int_equal(gdr_tcp_resolve_help_bytes(NULL), 128u << 10);
     assert_int_equal(gdr_tcp_resolve_spin_threads(n), 1); /* one thread polls at a time */
-    /* polling off does not bring the proxy's help where the rank has cores of its own (it delays NCCL's steps) */
     setenv("GDRNET_TCP_SPIN_US", "0", 1);
     assert_int_equal(reload(), 0);
     assert_int_equal(gdr_tcp_resolve_spin_ns(), 0);
-    assert_int_equal(gdr_tcp_resolve_proxy_io(), 0);
+    assert_int_equal(gdr_tcp_resolve_proxy_io(), 1);
+    assert_int_equal(gdr_tcp_resolve_help_bytes(NULL), 512u << 10);
     unsetenv("GDRNET_TCP_SPIN_US");
     assert_int_equal(reload(), 0);
   } else {
@@ -918,9 +921,39 @@ static void test_pool_size(void **state) {
   assert_int_equal(reload(), 0);
 }
 
+/* GDRNET_TCP_PROXY_IO auto is on whatever the cores; GDRNET_TCP_HELP_BYTES auto follows whether the I/O threads poll
+ * (set here by GDRNET_TCP_SPIN_US, so that the test does not depend on the host's cores), and a value set wins. */
+static void test_help_autos(void **state) {
+  const char *why = NULL;
+  (void)state;
+  setenv("GDRNET_TCP_SPIN_US", "150", 1);
+  assert_int_equal(reload(), 0);
+  assert_int_equal(gdr_tcp_resolve_proxy_io(), 1);
+  assert_int_equal(gdr_tcp_resolve_help_bytes(&why), 128u << 10);
+  assert_string_equal(why, "auto: the I/O threads poll");
+  setenv("GDRNET_TCP_SPIN_US", "0", 1);
+  assert_int_equal(reload(), 0);
+  assert_int_equal(gdr_tcp_resolve_proxy_io(), 1);
+  assert_int_equal(gdr_tcp_resolve_help_bytes(&why), 512u << 10);
+  assert_string_equal(why, "auto: the I/O threads sleep");
+  setenv("GDRNET_TCP_HELP_BYTES", "64K", 1);
+  setenv("GDRNET_TCP_PROXY_IO", "0", 1);
+  assert_int_equal(reload(), 0);
+  assert_int_equal(gdr_tcp_resolve_proxy_io(), 0);
+  assert_int_equal(gdr_tcp_resolve_help_bytes(&why), 64u << 10);
+  assert_string_equal(why, "GDRNET_TCP_HELP_BYTES");
+  setenv("GDRNET_TCP_HELP_BYTES", "1K", 1); /* below the smallest pass: named */
+  assert_int_not_equal(reload(), 0);
+  unsetenv("GDRNET_TCP_HELP_BYTES");
+  unsetenv("GDRNET_TCP_PROXY_IO");
+  unsetenv("GDRNET_TCP_SPIN_US");
+  assert_int_equal(reload(), 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_pool_size),
+      cmocka_unit_test(test_help_autos),
       cmocka_unit_test(test_bounded_threads),
       cmocka_unit_test(test_proxy_io),
       cmocka_unit_test(test_help_bytes),
