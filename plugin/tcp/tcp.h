@@ -391,10 +391,13 @@ struct tcp_comm {
   union gdr_sockaddr peer;
   char peer_str[GDR_ADDR_STRLEN];
   size_t inline_max, min_chunk, max_chunk;
-  size_t cts_inline_max; /* a message with its clear-to-send goes inline up to this (GDRNET_TCP_CTS_INLINE) */
-  uint64_t spin_ns;      /* I/O threads: poll this long after their last progress before blocking (0: block) */
-  uint64_t spin_max_ns;  /* ... and up to this long while traffic is expected (rx_expect/tx_expect > 0) */
-  int proxy_io;          /* test() runs a pass of the I/O threads serving it when its request is not done */
+  size_t cts_inline_max;  /* a message with its clear-to-send goes inline up to this (GDRNET_TCP_CTS_INLINE) */
+  uint64_t spin_ns;       /* I/O threads: poll this long after their last progress before blocking (0: block) */
+  uint64_t spin_max_ns;   /* ... and up to this long while traffic is expected (rx_expect/tx_expect > 0) */
+  int proxy_io;           /* test() runs a pass of the I/O threads serving it when its request is not done */
+  uint64_t help_after_ns; /* ... once its streams moved nothing for this long (GDRNET_TCP_HELP_AFTER_US; 0: at once) */
+  uint64_t help_seen;     /* progress thread: the comm's moved as last seen without the pass's own bytes */
+  uint64_t help_ns;       /* ... and when it last changed */
 
   /* progress-thread state */
   uint64_t next_seq; /* sender: isends accepted (its request ring); receiver: buffers posted (the next buffer id) */

@@ -1044,6 +1044,25 @@ static struct tcp_req *recv_pending(struct tcp_comm *c, struct tcp_req *r, ncclR
   return NULL;
 }
 
+/* NCCL's proxy thread helps the I/O threads serving c (gdr_tcp_pool_help), at once or, with GDRNET_TCP_HELP_AFTER_US,
+ * only once c's data streams have moved nothing for that long since a test() first found a request waiting for chunks
+ * (or since a request completed, or they last moved bytes): the I/O threads are late (a sleeping one's wake-up did
+ * not come). It then helps in every test() until they move bytes again; its own passes' bytes do not count as theirs. */
+static void proxy_help(struct tcp_comm *c) {
+  if (c->help_after_ns != 0) {
+    const uint64_t m = atomic_load_explicit(&c->moved, memory_order_relaxed);
+    const uint64_t now = gdr_time_ns();
+    if (m != c->help_seen || c->help_ns == 0) {
+      c->help_seen = m;
+      c->help_ns = now;
+      return;
+    }
+    if (now - c->help_ns < c->help_after_ns) return;
+  }
+  (void)gdr_tcp_pool_help(c);
+  c->help_seen = atomic_load_explicit(&c->moved, memory_order_relaxed);
+}
+
 ncclResult_t gdr_tcp_test(void *request, int *done, size_t *sizes) {
   ncclResult_t res = ncclSuccess, err;
   struct tcp_req *r = request;
@@ -1064,7 +1083,7 @@ ncclResult_t gdr_tcp_test(void *request, int *done, size_t *sizes) {
     if (atomic_load_explicit(&r->done, memory_order_acquire) != bytes) {
       if (c->tx_head != c->tx_tail) GDR_CHECK(tx_flush(c));
       /* the control stream drained and bytes still missing: they are chunks on the send lanes */
-      if (c->proxy_io && c->tx_head == c->tx_tail) (void)gdr_tcp_pool_help(c);
+      if (c->proxy_io && c->tx_head == c->tx_tail) proxy_help(c);
       if (atomic_load_explicit(&r->done, memory_order_acquire) != bytes) {
         GDR_CHECK(comm_error(c));
         goto out;
@@ -1078,7 +1097,7 @@ ncclResult_t gdr_tcp_test(void *request, int *done, size_t *sizes) {
       GDR_CHECK(rx_progress(c));
       /* only while a receive waits for chunks on the data streams (its CTS went out): an inline or eager message
        * comes on the control stream, which rx_progress reads, and the pass would only add system calls */
-      if (c->proxy_io && atomic_load_explicit(&c->rx_expect, memory_order_relaxed) > 0) (void)gdr_tcp_pool_help(c);
+      if (c->proxy_io && atomic_load_explicit(&c->rx_expect, memory_order_relaxed) > 0) proxy_help(c);
       /* The streams' EOF count first, then the bytes: a helper adds its last chunk to done before it reads the EOF
        * that follows it, so every byte that arrived before the EOFs counted here is visible below (reading them in
        * the other order could see the chunk missing and then the EOF, and fail a message that is complete). done
@@ -1115,6 +1134,7 @@ ncclResult_t gdr_tcp_test(void *request, int *done, size_t *sizes) {
   }
   GDR_TRACE(NCCL_NET, "TCP %s done %s seq %llu bytes %zu", c->is_send ? "send" : "recv", c->peer_str,
             (unsigned long long)r->seq, bytes);
+  c->help_ns = 0; /* the next request's wait starts the clock of GDRNET_TCP_HELP_AFTER_US again */
   *done = 1;
 out:
   return res;

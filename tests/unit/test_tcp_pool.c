@@ -635,8 +635,10 @@ static int share_try(struct pair *p, int held, unsigned seed) {
 /* One message of 1 MiB moved by NCCL's proxy thread's help passes alone (GDRNET_TCP_PROXY_IO=1): the one I/O
  * thread, which serves both the send lane and the receiving stream, is held at its first sleep. Returns the help
  * passes that moved bytes. GDRNET_TCP_HELP_BYTES (help, NULL: its default) bounds what a pass moves per lane or
- * stream, each system call included. */
-static uint64_t help_bytes_round(const char *help) {
+ * stream, each system call included; GDRNET_TCP_HELP_AFTER_US (after, NULL: its default) delays the first pass.
+ * *secs (may be NULL) gets the time from the send to the message's completion; *early the passes that moved bytes
+ * while the test() calls were still within after's first tenth of a second from the send (after: 100000). */
+static uint64_t help_round(const char *help, const char *after, double *secs, uint64_t *early) {
   struct pair p;
   struct msg m;
   uint64_t passes0;
@@ -646,6 +648,7 @@ static uint64_t help_bytes_round(const char *help) {
   setenv("GDRNET_TCP_IO_THREADS", "1", 1);
   setenv("GDRNET_TCP_PROXY_IO", "1", 1);
   if (help != NULL) setenv("GDRNET_TCP_HELP_BYTES", help, 1);
+  if (after != NULL) setenv("GDRNET_TCP_HELP_AFTER_US", after, 1);
   gdr_params_reset();
   assert_int_equal(gdr_core_init(ut_logger), ncclSuccess);
   pair_open(&p);
@@ -660,14 +663,18 @@ static uint64_t help_bytes_round(const char *help) {
     sched_yield();
   }
   passes0 = gdr_tcp_pool_help_passes();
+  if (early) *early = 0;
   msg_post_recv(&p, &m, 1u << 20, 11);
   msg_post_send(&p, &m);
   t0 = ut_now();
   while (!m.sdone || !m.rdone) { /* only the passes of these test() calls move bytes: the thread is held */
+    double before = ut_now();
     if (!m.sdone) assert_int_equal(gdr_core_test(m.sreq, &m.sdone, NULL, NULL), ncclSuccess);
     if (!m.rdone) assert_int_equal(gdr_core_test(m.rreq, &m.rdone, NULL, NULL), ncclSuccess);
+    if (early && ut_now() - t0 < 0.1 && before - t0 < 0.1) *early = gdr_tcp_pool_help_passes() - passes0;
     assert_true(ut_now() - t0 < 30.0);
   }
+  if (secs) *secs = ut_now() - t0;
   passes0 = gdr_tcp_pool_help_passes() - passes0;
   assert_true(hook_parked());
   hook_release_all();
@@ -675,8 +682,11 @@ static uint64_t help_bytes_round(const char *help) {
   pair_close(&p);
   adaptive_unenv();
   unsetenv("GDRNET_TCP_HELP_BYTES");
+  unsetenv("GDRNET_TCP_HELP_AFTER_US");
   return passes0;
 }
+
+static uint64_t help_bytes_round(const char *help) { return help_round(help, NULL, NULL, NULL); }
 
 /* GDRNET_TCP_HELP_BYTES: with 4 KiB a pass, 1 MiB each way takes many more of the proxy's passes than with auto (512
  * KiB: the threads sleep here; a pass serves the lane and the stream, each at most a few times: at least 1 MiB / 16
@@ -690,6 +700,27 @@ static void test_help_bytes(void **state) {
                 (unsigned long long)small, (unsigned long long)dflt);
   assert_true(small >= 64);
   assert_true(small > 4 * dflt);
+}
+
+/* GDRNET_TCP_HELP_AFTER_US: the proxy helps only once the connection's streams have moved nothing for that long. With
+ * 100 ms and the one I/O thread held, no pass moves bytes while the test() calls are within the first 100 ms, and the
+ * message then completes through the passes alone, no sooner than 100 ms after the send; at once (0) it is helped
+ * within those 100 ms. */
+static void test_help_after(void **state) {
+  double secs = 0;
+  uint64_t early = 0, passes;
+  (void)state;
+  passes = help_round(NULL, "100000", &secs, &early);
+  print_message("GDRNET_TCP_HELP_AFTER_US=100000: %llu passes, %llu within 100 ms, done after %.3f s\n",
+                (unsigned long long)passes, (unsigned long long)early, secs);
+  assert_int_equal(early, 0);
+  assert_true(passes >= 1);
+  assert_true(secs >= 0.1);
+  passes = help_round(NULL, "0", &secs, &early);
+  print_message("GDRNET_TCP_HELP_AFTER_US=0: %llu passes, %llu within 100 ms, done after %.3f s\n",
+                (unsigned long long)passes, (unsigned long long)early, secs);
+  assert_true(passes >= 1);
+  if (secs < 0.1) assert_int_equal(early, passes); /* a loaded host may take longer: then only the count is checked */
 }
 
 /* The polling thread serves a sleeping thread's work: the receiving stream's I/O thread is held at its next sleep (as
@@ -957,6 +988,7 @@ int main(void) {
       cmocka_unit_test(test_bounded_threads),
       cmocka_unit_test(test_proxy_io),
       cmocka_unit_test(test_help_bytes),
+      cmocka_unit_test(test_help_after),
       cmocka_unit_test(test_idle_cpu),
       cmocka_unit_test(test_spin_cap),
       cmocka_unit_test(test_adaptive_idle_stops),
