@@ -69,11 +69,13 @@ static const char tcp_threads_doc[] =
     "poll (`GDRNET_TCP_SPIN_US` auto is 0, so the spin, progress and spin-thread knobs do nothing). Either way\n"
     "NCCL's proxy thread, which spins anyway, helps (`GDRNET_TCP_PROXY_IO`, auto on): a test() whose request waits\n"
     "for chunks runs one bounded pass of the idle I/O threads of its connection (the polling one is at work and\n"
-    "skipped), `GDRNET_TCP_HELP_BYTES` per stream: auto 128K where the threads poll, so that NCCL's next steps wait\n"
-    "less, 512K where they sleep. `GDRNET_TCP_SPIN_US=0` turns every kind of polling off. A knob set by hand\n"
-    "replaces its own auto; the autos that depend on it follow the value set (`GDRNET_TCP_SPIN_MAX_US` and\n"
-    "`GDRNET_TCP_HELP_BYTES` on `GDRNET_TCP_SPIN_US`, `GDRNET_TCP_SPIN_THREADS` on `GDRNET_TCP_PROGRESS`). The TCP\n"
-    "transport's INFO(NET) lines at init name the values in force and why.\n";
+    "skipped), `GDRNET_TCP_HELP_BYTES` per stream. Where the threads poll it helps only the late ones, once the\n"
+    "connection's streams have moved nothing for `GDRNET_TCP_HELP_AFTER_US` (auto 50 µs), in 128 KiB passes so that\n"
+    "NCCL's next steps wait less; where they sleep, at once and 512 KiB a pass. `GDRNET_TCP_SPIN_US=0` turns every\n"
+    "kind of polling off. A knob set by hand replaces its own auto; the autos that depend on it follow the value set\n"
+    "(`GDRNET_TCP_SPIN_MAX_US`, `GDRNET_TCP_HELP_BYTES` and `GDRNET_TCP_HELP_AFTER_US` on `GDRNET_TCP_SPIN_US`,\n"
+    "`GDRNET_TCP_SPIN_THREADS` on `GDRNET_TCP_PROGRESS`). The TCP transport's INFO(NET) lines at init name the values\n"
+    "in force and why.\n";
 
 /* The README's knobs (between its knobs markers, checked by tests/readme/check_readme_table.cmake): the few a user
  * sets; docs/configuration.md has every knob. A name that leaves params.def makes --readme fail. */

@@ -138,7 +138,7 @@ static ncclResult_t comm_create(int is_send, int dev, int ctrl_fd, const int *fd
   c->spin_ns = gdr_tcp_resolve_spin_ns();
   c->spin_max_ns = gdr_tcp_resolve_spin_max_ns();
   c->proxy_io = gdr_tcp_resolve_proxy_io();
-  c->help_after_ns = (uint64_t)gdr_param_int(GDR_PARAM_TCP_HELP_AFTER_US) * 1000u;
+  c->help_after_ns = gdr_tcp_resolve_help_after_ns();
   atomic_init(&c->stopping, 0);
   atomic_init(&c->rx_expect, 0);
   atomic_init(&c->tx_expect, 0);

@@ -36,6 +36,12 @@ int gdr_tcp_resolve_proxy_io(void) {
   return v == GDR_PARAM_AUTO ? TCP_PROXY_IO_AUTO : v != 0;
 }
 
+uint64_t gdr_tcp_resolve_help_after_ns(void) {
+  int64_t v = gdr_param_int(GDR_PARAM_TCP_HELP_AFTER_US);
+  if (v == GDR_PARAM_AUTO) v = gdr_tcp_resolve_spin_ns() > 0 ? TCP_HELP_AFTER_POLL_US : 0;
+  return (uint64_t)v * 1000u;
+}
+
 size_t gdr_tcp_resolve_help_bytes(const char **why) {
   int64_t v = gdr_param_int(GDR_PARAM_TCP_HELP_BYTES);
   const char *w = "GDRNET_TCP_HELP_BYTES";
@@ -186,10 +192,14 @@ static ncclResult_t tcp_init(int *ndev, char *why, size_t whylen) {
     if (gdr_tcp_resolve_proxy_io()) {
       const char *hwhy;
       size_t help = gdr_tcp_resolve_help_bytes(&hwhy);
+      uint64_t after_us = gdr_tcp_resolve_help_after_ns() / 1000u;
+      char after[64] = "";
+      if (after_us > 0)
+        snprintf(after, sizeof(after), " once its streams moved nothing for %llu us", (unsigned long long)after_us);
       GDR_INFO(NCCL_NET,
-               "TCP: NCCL's proxy thread helps idle I/O threads in test() (GDRNET_TCP_PROXY_IO), %zu %s per stream "
-               "a pass (%s)",
-               help % 1024u ? help : help >> 10, help % 1024u ? "B" : "KiB", hwhy);
+               "TCP: NCCL's proxy thread helps idle I/O threads in test() (GDRNET_TCP_PROXY_IO)%s, %zu %s per "
+               "stream a pass (%s)",
+               after, help % 1024u ? help : help >> 10, help % 1024u ? "B" : "KiB", hwhy);
     } else
       GDR_INFO(NCCL_NET, "TCP: NCCL's proxy thread does not help the I/O threads");
   }

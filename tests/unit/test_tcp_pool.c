@@ -952,7 +952,7 @@ static void test_pool_size(void **state) {
   assert_int_equal(reload(), 0);
 }
 
-/* GDRNET_TCP_PROXY_IO auto is on whatever the cores; GDRNET_TCP_HELP_BYTES auto follows whether the I/O threads poll
+/* GDRNET_TCP_PROXY_IO auto is on whatever the cores; GDRNET_TCP_HELP_BYTES and _AFTER_US auto follow whether the I/O threads poll
  * (set here by GDRNET_TCP_SPIN_US, so that the test does not depend on the host's cores), and a value set wins. */
 static void test_help_autos(void **state) {
   const char *why = NULL;
@@ -962,20 +962,25 @@ static void test_help_autos(void **state) {
   assert_int_equal(gdr_tcp_resolve_proxy_io(), 1);
   assert_int_equal(gdr_tcp_resolve_help_bytes(&why), 128u << 10);
   assert_string_equal(why, "auto: the I/O threads poll");
+  assert_int_equal(gdr_tcp_resolve_help_after_ns(), 50000u); /* only the late ones */
   setenv("GDRNET_TCP_SPIN_US", "0", 1);
   assert_int_equal(reload(), 0);
   assert_int_equal(gdr_tcp_resolve_proxy_io(), 1);
   assert_int_equal(gdr_tcp_resolve_help_bytes(&why), 512u << 10);
   assert_string_equal(why, "auto: the I/O threads sleep");
+  assert_int_equal(gdr_tcp_resolve_help_after_ns(), 0u); /* at once */
   setenv("GDRNET_TCP_HELP_BYTES", "64K", 1);
   setenv("GDRNET_TCP_PROXY_IO", "0", 1);
+  setenv("GDRNET_TCP_HELP_AFTER_US", "7", 1);
   assert_int_equal(reload(), 0);
+  assert_int_equal(gdr_tcp_resolve_help_after_ns(), 7000u);
   assert_int_equal(gdr_tcp_resolve_proxy_io(), 0);
   assert_int_equal(gdr_tcp_resolve_help_bytes(&why), 64u << 10);
   assert_string_equal(why, "GDRNET_TCP_HELP_BYTES");
   setenv("GDRNET_TCP_HELP_BYTES", "1K", 1); /* below the smallest pass: named */
   assert_int_not_equal(reload(), 0);
   unsetenv("GDRNET_TCP_HELP_BYTES");
+  unsetenv("GDRNET_TCP_HELP_AFTER_US");
   unsetenv("GDRNET_TCP_PROXY_IO");
   unsetenv("GDRNET_TCP_SPIN_US");
   assert_int_equal(reload(), 0);
