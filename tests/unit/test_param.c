@@ -130,19 +130,18 @@ static void test_parse_autoint(void **state) {
 
 /* AUTOSIZE: auto, or a size with its suffixes in range; -1 is not a size */
 static void test_parse_autosize(void **state) {
+  static const struct {
+    const char *text;
+    int64_t v;
+  } good[] = {
+      {"auto", GDR_PARAM_AUTO}, {" Auto ", GDR_PARAM_AUTO}, {"128K", 128 << 10}, {"4096", 4096}, {"64MiB", 64 << 20}};
   int64_t v = 0;
   char why[256];
   (void)state;
-  assert_int_equal(parse(GDR_PARAM_TCP_HELP_BYTES, "auto", &v, why), ncclSuccess);
-  assert_int_equal(v, GDR_PARAM_AUTO);
-  assert_int_equal(parse(GDR_PARAM_TCP_HELP_BYTES, " Auto ", &v, why), ncclSuccess);
-  assert_int_equal(v, GDR_PARAM_AUTO);
-  assert_int_equal(parse(GDR_PARAM_TCP_HELP_BYTES, "128K", &v, why), ncclSuccess);
-  assert_int_equal(v, 128 << 10);
-  assert_int_equal(parse(GDR_PARAM_TCP_HELP_BYTES, "4096", &v, why), ncclSuccess);
-  assert_int_equal(v, 4096);
-  assert_int_equal(parse(GDR_PARAM_TCP_HELP_BYTES, "64MiB", &v, why), ncclSuccess);
-  assert_int_equal(v, 64 << 20);
+  for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+    assert_int_equal(parse(GDR_PARAM_TCP_HELP_BYTES, good[i].text, &v, why), ncclSuccess);
+    assert_int_equal(v, good[i].v);
+  }
   const char *bad[] = {"-1", "2K", "65M", "lots", "", "4.5K"};
   for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
     why[0] = '\0';
