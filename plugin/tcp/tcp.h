@@ -138,7 +138,7 @@ int gdr_tcp_resolve_progress(const char **why);
 #define TCP_SPIN_THREADS_AUTO 1 /* GDRNET_TCP_SPIN_THREADS auto: one polling thread per process */
 /* GDRNET_TCP_PROXY_IO auto: on. With 8+ cores per rank it was off until run 25 (docs/results/2026-12-07): on, with
  * 128 KiB passes, it bounded the KV example's tail and the 1 MiB rows where a sleeping I/O thread's wake-up came
- * late, and took CPU per GB to Socket's. */
+ * late, and lowered the CPU per GB (0.89-1.07x Socket's on three hosts). */
 #define TCP_PROXY_IO_AUTO 1
 #define TCP_HELP_BYTES_POLL (128u << 10)  /* GDRNET_TCP_HELP_BYTES auto where the I/O threads poll */
 #define TCP_HELP_BYTES_BLOCK (512u << 10) /* ... and where they sleep */
