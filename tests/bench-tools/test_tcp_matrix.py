@@ -247,7 +247,7 @@ class TcpMatrix(unittest.TestCase):
         self.assertRegex(out, r"(?m)^n8-ar128m +4 ranks, all_reduce 128 MB busbw ")
         self.assertIn("# bad goal 1: FAIL (ar8, a2a1m, kv-p99)", out)
         self.assertIn("# bad goal 4: PASS", out)
-        self.assertIn(["all_reduce", "8", "4", "Socket", "socket", "1000"], self.calls())
+        self.assertIn(["all_reduce", "8", "4", "Socket", "socket", "5000"], self.calls())
 
     def test_failed_runs_reported(self):
         variants = []
@@ -315,7 +315,7 @@ class TcpMatrix(unittest.TestCase):
         rank = ("-np 1 env NCCL_HOSTID=host%d GDRNET_TCP_NSOCKS=auto GDRNET_TCP_NTHREADS=auto "
                 "GDRNET_TCP_SPIN_THREADS=64 GDRNET_TRANSPORT=tcp LD_LIBRARY_PATH=/opt/nccl/lib:%s NCCL_DEBUG=INFO "
                 "NCCL_DEBUG_SUBSYS=INIT,NET NCCL_NET=GDR NCCL_NET_PLUGIN=%s NCCL_NVLS_ENABLE=0 "
-                "NCCL_P2P_NET_CHUNKSIZE=524288 NCCL_TESTS_DEVICE=0 %s%s -b 8 -e 8 -n 1000 -w 100 -g 1 -c 1")
+                "NCCL_P2P_NET_CHUNKSIZE=524288 NCCL_TESTS_DEVICE=0 %s%s -b 8 -e 8 -n 20000 -w 1000 -g 1 -c 1")
         self.assertEqual(cmds[2], "%s --bind-to none %s : %s > %s 2>&1" % (
             os.path.join(self.d, "mpirun"), rank % (0, os.path.dirname(self.so), self.so, stdbuf, nt),
             rank % (1, os.path.dirname(self.so), self.so, stdbuf, nt), os.path.join(self.d, "out", "ar8",
