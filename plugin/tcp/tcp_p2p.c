@@ -329,10 +329,21 @@ out:
   return res;
 }
 
-/* Receiver: one more eager message consumed; credits go back in batches of max(1, C/2). */
+/* Receiver: one more eager message consumed. Credits go back in batches of max(1, C/2), sent by credit_return where
+ * the proxy thread waits anyway: in a test() whose message has not come. Not in the test() that completes a message,
+ * nor in irecv: NCCL (and a ping-pong) hears of the message, or answers it, only after that sendmsg (1-2 us, once
+ * every C/2 messages). They go at once when every credit is held here (credit_check), or when the sender is down to
+ * C/4 (it then reads its control stream at every isend): a receiver that finds every message already in never waits. */
 static ncclResult_t credit_consumed(struct tcp_comm *c) {
-  uint32_t n = ++c->unreturned;
-  if (n < (c->ncredits >= 2 ? c->ncredits / 2 : 1)) return credit_check(c);
+  const uint32_t n = ++c->unreturned;
+  if (n < c->ncredits - c->ncredits / 4) return credit_check(c);
+  c->unreturned = 0;
+  return tx_send(c, TCP_MSG_CREDIT, 0, 0, n, 0, NULL, 0, NULL);
+}
+
+static ncclResult_t credit_return(struct tcp_comm *c) {
+  const uint32_t n = c->unreturned;
+  if (n == 0 || n < (c->ncredits >= 2 ? c->ncredits / 2 : 1)) return ncclSuccess;
   c->unreturned = 0;
   return tx_send(c, TCP_MSG_CREDIT, 0, 0, n, 0, NULL, 0, NULL);
 }
@@ -1107,6 +1118,7 @@ ncclResult_t gdr_tcp_test(void *request, int *done, size_t *sizes) {
       if (err != ncclSuccess) return err;
       if (q != NULL) {
         GDR_CHECK(comm_error(c));
+        GDR_CHECK(credit_return(c)); /* the message is not here: the proxy waits anyway */
         if (all_eof) {
           gdr_tcp_comm_fail(c, ncclRemoteError, "the peer closed the connection before message %llu arrived",
                             (unsigned long long)q->seq);
