@@ -511,6 +511,15 @@ int gdr_tcp_pool_spin_peak(void);
 enum { TCP_POLL_ON = 0, TCP_POLL_STOP_IDLE = 1, TCP_POLL_STOP_WINDOW = 2, TCP_POLL_STOP_SLOW = 3 };
 uint64_t gdr_tcp_pool_stops(int why);
 int gdr_tcp_pool_spinning(void); /* polling tokens held now */
+/* Wake-ups of sleeping I/O threads by a kick (new chunks for a lane, what a help pass left): from the kick until the
+ * thread runs again, since the pool started. This is what sleeping costs a hand-over on this host (the kernel's
+ * scheduler, the VM's idle cores): the INFO line at the pool's stop names it, so that a slow host shows in its own
+ * logs. Percentiles from a log histogram (4 buckets an octave: within 19 %), at most max_ns. */
+struct gdr_tcp_wake_stats {
+  uint64_t n;
+  uint64_t p50_ns, p90_ns, p99_ns, max_ns;
+};
+void gdr_tcp_pool_wake_stats(struct gdr_tcp_wake_stats *w);
 /* The I/O thread serving send lane i (sender) or receiving stream i (receiver) of c; -1 if none (tests). */
 int gdr_tcp_pool_io_of(const struct tcp_comm *c, int i);
 /* Tests: hook(idx, why) runs on I/O thread idx each time it is about to sleep in epoll_wait, after it has let go of

@@ -31,7 +31,8 @@
  *     thread's last read raise an event even when it arrives between the decision to sleep and epoll_wait, and a
  *     kick that does not see `sleeping` is seen in has_ready before the thread sleeps.
  * One fairness bound: a lane or stream moves at most TCP_IO_BUDGET bytes per turn, then the thread serves the others
- * before coming back to it.
+ * before coming back to it. What sleeping costs here is measured: a kick of a sleeping thread starts a clock that the
+ * thread reads when it runs (wake_sleeper, io_thread), into a histogram logged at the pool's stop.
  *
  * Where the rank has fewer than 8 cores, NCCL's two busy threads (its proxy and the application's) share them with
  * the I/O threads, and the kernel's scheduler gives a core per runnable thread: the pool is then 16 blocking threads
@@ -75,7 +76,8 @@
 #define TCP_IO_MAX 64
 #define TCP_IO_BUDGET (4u << 20) /* bytes per lane or stream per turn */
 #define TCP_IO_EVENTS 64
-#define TCP_HELP_TURNS 4 /* a help pass (gdr_tcp_pool_help): turns from the again list, and from epoll */
+#define TCP_HELP_TURNS 4    /* a help pass (gdr_tcp_pool_help): turns from the again list, and from epoll */
+#define TCP_WAKE_BUCKETS 96 /* wake-up latency histogram: below 256 ns, then 4 an octave up to 2^31 ns (2.1 s) */
 
 enum { SLOT_FREE = 0, SLOT_LANE, SLOT_STREAM, SLOT_AGAIN };
 
@@ -104,8 +106,9 @@ struct tcp_io {
   pthread_mutex_t rmu;
   struct tcp_thread *ready;
   _Atomic int has_ready;
-  _Atomic int sleeping; /* in a blocking epoll_wait: a kick must write evfd */
-  _Atomic int entered;  /* the thread runs io_thread (tests: past its start-up, see gdr_tcp_pool_entered) */
+  _Atomic int sleeping;     /* in a blocking epoll_wait: a kick must write evfd */
+  _Atomic int entered;      /* the thread runs io_thread (tests: past its start-up, see gdr_tcp_pool_entered) */
+  _Atomic uint64_t kick_ns; /* when the first kick of its current sleep came (0: none yet; wake_note) */
   uint64_t spin_ns, spin_max_ns;
   uint64_t gap_ns;    /* adaptive: moving average of the time between its progress (the thread's own) */
   uint64_t last_prog; /* adaptive: when it last made progress (the thread's own) */
@@ -130,6 +133,9 @@ static struct {
                           * fork child with the loader's reference it stands for) */
   /* why polling threads gave their token back (tests, traces): TCP_POLL_* */
   _Atomic uint64_t stops[4];
+  /* wake-ups by a kick: a log histogram of their latency (wake_bucket), and the longest (gdr_tcp_pool_wake_stats) */
+  _Atomic uint64_t wake_hist[TCP_WAKE_BUCKETS];
+  _Atomic uint64_t wake_max;
   struct tcp_io io[TCP_IO_MAX];
 } g_pool = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
@@ -156,6 +162,50 @@ int gdr_tcp_pool_spinning(void) { return atomic_load(&g_pool.spinners); }
 
 uint64_t gdr_tcp_pool_stops(int why) {
   return why >= 0 && why < 4 ? atomic_load_explicit(&g_pool.stops[why], memory_order_relaxed) : 0;
+}
+
+/* The histogram's bucket of a latency: 0 below 256 ns, then 4 buckets per power of two. */
+static int wake_bucket(uint64_t ns) {
+  int e, b;
+  if (ns < 256) return 0;
+  e = 63 - __builtin_clzll(ns);
+  b = 1 + (e - 8) * 4 + (int)((ns >> (e - 2)) & 3u);
+  return b < TCP_WAKE_BUCKETS ? b : TCP_WAKE_BUCKETS - 1;
+}
+
+/* The lowest latency of bucket b (b >= 1). */
+static uint64_t wake_bucket_lo(int b) {
+  const int e = (b - 1) / 4 + 8;
+  return (1ull << e) + ((uint64_t)((b - 1) % 4) << (e - 2));
+}
+
+static void wake_record(uint64_t ns) {
+  uint64_t m = atomic_load_explicit(&g_pool.wake_max, memory_order_relaxed);
+  atomic_fetch_add_explicit(&g_pool.wake_hist[wake_bucket(ns)], 1, memory_order_relaxed);
+  while (ns > m &&
+         !atomic_compare_exchange_weak_explicit(&g_pool.wake_max, &m, ns, memory_order_relaxed, memory_order_relaxed)) {
+  }
+}
+
+void gdr_tcp_pool_wake_stats(struct gdr_tcp_wake_stats *w) {
+  uint64_t h[TCP_WAKE_BUCKETS], n = 0, seen = 0;
+  const double q[3] = {0.50, 0.90, 0.99};
+  uint64_t *out[3] = {&w->p50_ns, &w->p90_ns, &w->p99_ns};
+  int k = 0;
+  for (int b = 0; b < TCP_WAKE_BUCKETS; b++)
+    n += h[b] = atomic_load_explicit(&g_pool.wake_hist[b], memory_order_relaxed);
+  w->n = n;
+  w->max_ns = atomic_load_explicit(&g_pool.wake_max, memory_order_relaxed);
+  w->p50_ns = w->p90_ns = w->p99_ns = 0;
+  for (int b = 0; b < TCP_WAKE_BUCKETS && k < 3; b++) {
+    seen += h[b];
+    while (k < 3 && n > 0 && (double)seen >= q[k] * (double)n) {
+      /* the middle of the bucket (its lowest and the next one's), never above the longest seen */
+      uint64_t lo = b == 0 ? 0 : wake_bucket_lo(b), hi = b == 0 ? 256 : wake_bucket_lo(b + 1);
+      uint64_t mid = lo + (hi - lo) / 2;
+      *out[k++] = mid < w->max_ns ? mid : w->max_ns;
+    }
+  }
 }
 
 static void (*_Atomic g_sleep_hook)(int idx, int why); /* tests only: see gdr_tcp_pool_set_sleep_hook */
@@ -561,8 +611,11 @@ static int io_pass(struct tcp_io *io, int with_epoll);
 /* New work for io's own thread (a kick, what another thread's pass left): woken if it sleeps (an awake one sees it
  * in its loop). */
 static void wake_sleeper(struct tcp_io *io) {
-  uint64_t one = 1;
+  uint64_t one = 1, none = 0;
   if (!atomic_load(&io->sleeping)) return;
+  /* the first kick of this sleep starts the wake-up's clock (io_thread reads it when it runs again) */
+  (void)atomic_compare_exchange_strong_explicit(&io->kick_ns, &none, gdr_time_ns(), memory_order_relaxed,
+                                                memory_order_relaxed);
   /* EAGAIN: the counter is full, the thread is being woken anyway */
   if (write(io->evfd, &one, sizeof(one)) < 0 && errno != EAGAIN)
     GDR_WARN("TCP: waking I/O thread %d failed: %s", io->idx, strerror(errno));
@@ -618,6 +671,7 @@ static void *io_thread(void *arg) {
   struct epoll_event ev[TCP_IO_EVENTS];
   uint64_t since = 0; /* last progress */
   int token = 0;      /* holds a polling token (spin_take) */
+  uint64_t slept = 0; /* when its current sleep began */
   int rr = io->idx;   /* share_pass: the thread whose epoll it looks at next */
   int shared = 0;     /* share_pass moved bytes */
   atomic_store(&io->entered, 1);
@@ -635,6 +689,8 @@ static void *io_thread(void *arg) {
         atomic_fetch_add_explicit(&g_pool.stops[stop], 1, memory_order_relaxed);
       }
       token = 0;
+      slept = gdr_time_ns();
+      atomic_store_explicit(&io->kick_ns, 0, memory_order_relaxed); /* a kick of an earlier sleep is not this one's */
       atomic_store(&io->sleeping, 1);
       if (atomic_load(&io->has_ready)) { /* a kick that did not see sleeping: served now */
         atomic_store(&io->sleeping, 0);
@@ -645,7 +701,14 @@ static void *io_thread(void *arg) {
     if (timeout < 0 && (hook = atomic_load_explicit(&g_sleep_hook, memory_order_acquire)) != NULL) hook(io->idx, stop);
     n = epoll_wait(io->ep, ev, TCP_IO_EVENTS, timeout);
     werr = errno;
-    if (timeout < 0) atomic_store(&io->sleeping, 0);
+    if (timeout < 0) {
+      const uint64_t k = atomic_exchange_explicit(&io->kick_ns, 0, memory_order_relaxed);
+      atomic_store(&io->sleeping, 0);
+      if (k >= slept) { /* kicked during this sleep (k is 0 without a kick) */
+        const uint64_t now = gdr_time_ns();
+        if (now >= k) wake_record(now - k);
+      }
+    }
     if (n == 0 && timeout == 0 && !atomic_load(&io->has_ready)) {
       if (g_pool.share && share_pass(io, &rr)) {
         shared = 1;
@@ -757,6 +820,16 @@ static void pool_stop(void) { /* under g_pool.mu */
   }
   for (int i = 0; i < g_pool.n; i++)
     if (g_pool.io[i].started) pthread_join(g_pool.io[i].tid, NULL);
+  {
+    struct gdr_tcp_wake_stats w;
+    gdr_tcp_pool_wake_stats(&w);
+    if (w.n > 0)
+      GDR_INFO(NCCL_NET,
+               "TCP: %llu wake-ups of sleeping I/O threads for new work: p50 %.1f us, p90 %.1f us, p99 %.1f "
+               "us, max %.1f us",
+               (unsigned long long)w.n, (double)w.p50_ns / 1e3, (double)w.p90_ns / 1e3, (double)w.p99_ns / 1e3,
+               (double)w.max_ns / 1e3);
+  }
   for (int i = 0; i < g_pool.n; i++) {
     struct tcp_io *io = &g_pool.io[i];
     if (io->ep >= 0) close(io->ep);
@@ -789,6 +862,8 @@ static ncclResult_t pool_start(void) { /* under g_pool.mu */
   }
   atomic_store(&g_pool.spinners, 0);
   atomic_store(&g_pool.spin_peak, 0);
+  for (int b = 0; b < TCP_WAKE_BUCKETS; b++) atomic_store_explicit(&g_pool.wake_hist[b], 0, memory_order_relaxed);
+  atomic_store_explicit(&g_pool.wake_max, 0, memory_order_relaxed);
   for (int i = 0; i < n; i++) {
     struct tcp_io *io = &g_pool.io[i];
     struct epoll_event ev;

@@ -722,6 +722,49 @@ static void test_help_after(void **state) {
   if (secs < 0.1) assert_int_equal(early, passes); /* a loaded host may take longer: then only the count is checked */
 }
 
+/* A sleeping I/O thread's wake-up is timed from the kick that wakes it until it runs: the one I/O thread (it sleeps at
+ * once) is held as it goes to sleep (test()'s help finishes the message in flight then), a chunked message kicks its
+ * lane, and the thread is let go 20 ms later (no test() meanwhile). The longest wake-up counted is then at least those
+ * 20 ms, its percentiles are in order, and the counts outlive the pool (its INFO line at the stop reads them). */
+static void test_wake_latency(void **state) {
+  struct pair p;
+  struct msg m;
+  struct gdr_tcp_wake_stats w0, w;
+  double t0;
+  (void)state;
+  adaptive_env("fixed", "0", "0");
+  gdr_core_fini();
+  setenv("GDRNET_TCP_IO_THREADS", "1", 1);
+  setenv("GDRNET_TCP_PROXY_IO", "1", 1);
+  gdr_params_reset();
+  assert_int_equal(gdr_core_init(ut_logger), ncclSuccess);
+  pair_open(&p);
+  hook_hold(0);
+  msg_post_recv(&p, &m, 1u << 20, 20);
+  msg_finish(&p, &m); /* the thread is held when it sleeps again */
+  t0 = ut_now();
+  while (!hook_parked()) {
+    assert_true(ut_now() - t0 < 30.0);
+    sched_yield();
+  }
+  gdr_tcp_pool_wake_stats(&w0);
+  msg_post_recv(&p, &m, 1u << 20, 21);
+  msg_post_send(&p, &m); /* its lane's kick finds the thread asleep */
+  t0 = ut_now();
+  while (ut_now() - t0 < 0.02) sched_yield();
+  hook_release_all();
+  msg_finish(&p, &m);
+  pair_close(&p);
+  gdr_tcp_pool_wake_stats(&w);
+  print_message("wake-ups: %llu, p50 %.1f us, p90 %.1f us, p99 %.1f us, max %.1f us\n", (unsigned long long)w.n,
+                (double)w.p50_ns / 1e3, (double)w.p90_ns / 1e3, (double)w.p99_ns / 1e3, (double)w.max_ns / 1e3);
+  assert_true(w.n > w0.n);
+  assert_true(w.max_ns >= 20000000ull);
+  assert_true(w.p50_ns <= w.p90_ns && w.p90_ns <= w.p99_ns && w.p99_ns <= w.max_ns);
+  assert_true(w.p50_ns > 0);
+  adaptive_unenv();
+}
+
 /* The polling thread serves a sleeping thread's work: the receiving stream's I/O thread is held at its next sleep (as
  * a thread whose wake-up is slow), and the sender's lane is on the other thread, which polls once it has sent (the
  * process's one token). The message completes while the stream's thread is held, through the poller's passes
@@ -1000,6 +1043,7 @@ int main(void) {
       cmocka_unit_test(test_adaptive_no_lost_wakeup),
       cmocka_unit_test(test_adaptive_window_then_wake),
       cmocka_unit_test(test_share_serves_sleeper),
+      cmocka_unit_test(test_wake_latency),
       cmocka_unit_test(test_fork_child),
       cmocka_unit_test(test_fork_child_closes_inherited),
   };
