@@ -666,6 +666,17 @@ static void note_progress(struct tcp_io *io, uint64_t *since) {
   if (g_pool.adaptive) adapt_progress(io, *since);
 }
 
+/* Back from a sleep that began at slept: awake again, and the kick that ended the sleep, if one came during it (its
+ * kick_ns is 0 without one), counts as a wake-up from that kick until now. */
+static void wake_done(struct tcp_io *io, uint64_t slept) {
+  const uint64_t k = atomic_exchange_explicit(&io->kick_ns, 0, memory_order_relaxed);
+  atomic_store(&io->sleeping, 0);
+  if (k >= slept) {
+    const uint64_t now = gdr_time_ns();
+    if (now >= k) wake_record(now - k);
+  }
+}
+
 static void *io_thread(void *arg) {
   struct tcp_io *io = arg;
   struct epoll_event ev[TCP_IO_EVENTS];
@@ -701,14 +712,7 @@ static void *io_thread(void *arg) {
     if (timeout < 0 && (hook = atomic_load_explicit(&g_sleep_hook, memory_order_acquire)) != NULL) hook(io->idx, stop);
     n = epoll_wait(io->ep, ev, TCP_IO_EVENTS, timeout);
     werr = errno;
-    if (timeout < 0) {
-      const uint64_t k = atomic_exchange_explicit(&io->kick_ns, 0, memory_order_relaxed);
-      atomic_store(&io->sleeping, 0);
-      if (k >= slept) { /* kicked during this sleep (k is 0 without a kick) */
-        const uint64_t now = gdr_time_ns();
-        if (now >= k) wake_record(now - k);
-      }
-    }
+    if (timeout < 0) wake_done(io, slept);
     if (n == 0 && timeout == 0 && !atomic_load(&io->has_ready)) {
       if (g_pool.share && share_pass(io, &rr)) {
         shared = 1;
@@ -804,6 +808,18 @@ int gdr_tcp_pool_help(struct tcp_comm *c) {
 
 /* ------------------------------------------------------------------------------------ start, stop, attach -- */
 
+/* The pool's wake-ups, one INFO line (none if no sleeping thread was kicked). */
+static void wake_log(void) {
+  struct gdr_tcp_wake_stats w;
+  gdr_tcp_pool_wake_stats(&w);
+  if (w.n > 0)
+    GDR_INFO(NCCL_NET,
+             "TCP: %llu wake-ups of sleeping I/O threads for new work: p50 %.1f us, p90 %.1f us, p99 %.1f us, "
+             "max %.1f us",
+             (unsigned long long)w.n, (double)w.p50_ns / 1e3, (double)w.p90_ns / 1e3, (double)w.p99_ns / 1e3,
+             (double)w.max_ns / 1e3);
+}
+
 static void pool_stop(void) { /* under g_pool.mu */
   /* every thread stops and is joined before any is freed: a sharing poller may be in another's pass */
   atomic_store_explicit(&g_pool.nrun, 0, memory_order_release);
@@ -820,16 +836,7 @@ static void pool_stop(void) { /* under g_pool.mu */
   }
   for (int i = 0; i < g_pool.n; i++)
     if (g_pool.io[i].started) pthread_join(g_pool.io[i].tid, NULL);
-  {
-    struct gdr_tcp_wake_stats w;
-    gdr_tcp_pool_wake_stats(&w);
-    if (w.n > 0)
-      GDR_INFO(NCCL_NET,
-               "TCP: %llu wake-ups of sleeping I/O threads for new work: p50 %.1f us, p90 %.1f us, p99 %.1f "
-               "us, max %.1f us",
-               (unsigned long long)w.n, (double)w.p50_ns / 1e3, (double)w.p90_ns / 1e3, (double)w.p99_ns / 1e3,
-               (double)w.max_ns / 1e3);
-  }
+  wake_log();
   for (int i = 0; i < g_pool.n; i++) {
     struct tcp_io *io = &g_pool.io[i];
     if (io->ep >= 0) close(io->ep);
