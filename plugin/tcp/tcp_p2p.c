@@ -302,6 +302,13 @@ void gdr_tcp_eager_free(struct tcp_comm *c) {
 
 static ncclResult_t send_cts(struct tcp_comm *c, struct tcp_req *q, int flush);
 
+/* Receiver: every credit consumed and not returned yet goes back to the sender, in one CREDIT message. */
+static ncclResult_t credit_send(struct tcp_comm *c) {
+  const uint32_t n = c->unreturned;
+  c->unreturned = 0;
+  return tx_send(c, TCP_MSG_CREDIT, 0, 0, n, 0, NULL, 0, NULL);
+}
+
 /* Receiver: the sender may be out of credits with every one of them held here (bounce slots for buffers not posted
  * yet, consumed ones not credited back). Its next message may be the one the current receive waits for: the
  * credits consumed go back now, and while every credit is held in a bounce slot each posted buffer that waits for
@@ -311,11 +318,7 @@ static ncclResult_t credit_check(struct tcp_comm *c) {
   ncclResult_t res = ncclSuccess;
   int queued = 0;
   if (c->ncredits == 0 || c->nbounce + c->unreturned < c->ncredits) return ncclSuccess;
-  if (c->unreturned > 0) {
-    uint32_t n = c->unreturned;
-    c->unreturned = 0;
-    return tx_send(c, TCP_MSG_CREDIT, 0, 0, n, 0, NULL, 0, NULL);
-  }
+  if (c->unreturned > 0) return credit_send(c);
   for (int i = 0; i < TCP_NREQ; i++) {
     struct tcp_req *q = &c->req[i];
     if (q->state != TCP_REQ_RECV || q->matched || q->cts ||
@@ -335,17 +338,14 @@ out:
  * every C/2 messages). They go at once when every credit is held here (credit_check), or when the sender is down to
  * C/4 (it then reads its control stream at every isend): a receiver that finds every message already in never waits. */
 static ncclResult_t credit_consumed(struct tcp_comm *c) {
-  const uint32_t n = ++c->unreturned;
-  if (n < c->ncredits - c->ncredits / 4) return credit_check(c);
-  c->unreturned = 0;
-  return tx_send(c, TCP_MSG_CREDIT, 0, 0, n, 0, NULL, 0, NULL);
+  if (++c->unreturned < c->ncredits - c->ncredits / 4) return credit_check(c);
+  return credit_send(c);
 }
 
+/* Receiver, in a test() whose message has not come: a batch of consumed credits goes back (see credit_consumed). */
 static ncclResult_t credit_return(struct tcp_comm *c) {
-  const uint32_t n = c->unreturned;
-  if (n == 0 || n < (c->ncredits >= 2 ? c->ncredits / 2 : 1)) return ncclSuccess;
-  c->unreturned = 0;
-  return tx_send(c, TCP_MSG_CREDIT, 0, 0, n, 0, NULL, 0, NULL);
+  if (c->unreturned < (c->ncredits >= 2 ? c->ncredits / 2 : 1)) return ncclSuccess;
+  return credit_send(c);
 }
 
 /* Receiver: the message for the posted receive r is `sent` bytes, more than r takes. WARNs with both sizes, fails
