@@ -108,7 +108,7 @@ struct tcp_io {
   _Atomic int has_ready;
   _Atomic int sleeping;     /* in a blocking epoll_wait: a kick must write evfd */
   _Atomic int entered;      /* the thread runs io_thread (tests: past its start-up, see gdr_tcp_pool_entered) */
-  _Atomic uint64_t kick_ns; /* when the first kick of its current sleep came (0: none yet; wake_note) */
+  _Atomic uint64_t kick_ns; /* when the first kick of its current sleep came (0: none yet; wake_sleeper, wake_done) */
   uint64_t spin_ns, spin_max_ns;
   uint64_t gap_ns;    /* adaptive: moving average of the time between its progress (the thread's own) */
   uint64_t last_prog; /* adaptive: when it last made progress (the thread's own) */
@@ -173,10 +173,10 @@ static int wake_bucket(uint64_t ns) {
   return b < TCP_WAKE_BUCKETS ? b : TCP_WAKE_BUCKETS - 1;
 }
 
-/* The lowest latency of bucket b (b >= 1). */
+/* The lowest latency of bucket b. */
 static uint64_t wake_bucket_lo(int b) {
   const int e = (b - 1) / 4 + 8;
-  return (1ull << e) + ((uint64_t)((b - 1) % 4) << (e - 2));
+  return b == 0 ? 0 : (1ull << e) + ((uint64_t)((b - 1) % 4) << (e - 2));
 }
 
 static void wake_record(uint64_t ns) {
@@ -201,8 +201,7 @@ void gdr_tcp_pool_wake_stats(struct gdr_tcp_wake_stats *w) {
     seen += h[b];
     while (k < 3 && n > 0 && (double)seen >= q[k] * (double)n) {
       /* the middle of the bucket (its lowest and the next one's), never above the longest seen */
-      uint64_t lo = b == 0 ? 0 : wake_bucket_lo(b), hi = b == 0 ? 256 : wake_bucket_lo(b + 1);
-      uint64_t mid = lo + (hi - lo) / 2;
+      const uint64_t lo = wake_bucket_lo(b), mid = lo + (wake_bucket_lo(b + 1) - lo) / 2;
       *out[k++] = mid < w->max_ns ? mid : w->max_ns;
     }
   }

@@ -632,6 +632,30 @@ static int share_try(struct pair *p, int held, unsigned seed) {
   return shown;
 }
 
+/* One I/O thread that sleeps at once, NCCL's proxy helping (GDRNET_TCP_PROXY_IO=1; the caller's other knobs set
+ * before), a pair open, and the thread held at its next sleep (hook_hold). The thread may be asleep already: a chunked
+ * message (seed) wakes it (its lane's kick, its sockets' events), and it is held when it sleeps again; the proxy's
+ * help finishes that message. */
+static void one_thread_held(struct pair *p, unsigned seed) {
+  struct msg m;
+  double t0;
+  adaptive_env("fixed", "0", "0"); /* the threads sleep at once */
+  gdr_core_fini();
+  setenv("GDRNET_TCP_IO_THREADS", "1", 1);
+  setenv("GDRNET_TCP_PROXY_IO", "1", 1);
+  gdr_params_reset();
+  assert_int_equal(gdr_core_init(ut_logger), ncclSuccess);
+  pair_open(p);
+  hook_hold(0);
+  msg_post_recv(p, &m, 1u << 20, seed);
+  msg_finish(p, &m);
+  t0 = ut_now();
+  while (!hook_parked()) {
+    assert_true(ut_now() - t0 < 30.0);
+    sched_yield();
+  }
+}
+
 /* One message of 1 MiB moved by NCCL's proxy thread's help passes alone (GDRNET_TCP_PROXY_IO=1): the one I/O
  * thread, which serves both the send lane and the receiving stream, is held at its first sleep. Returns the help
  * passes that moved bytes. GDRNET_TCP_HELP_BYTES (help, NULL: its default) bounds what a pass moves per lane or
@@ -643,25 +667,9 @@ static uint64_t help_round(const char *help, const char *after, double *secs, ui
   struct msg m;
   uint64_t passes0;
   double t0;
-  adaptive_env("fixed", "0", "0"); /* the threads sleep at once */
-  gdr_core_fini();
-  setenv("GDRNET_TCP_IO_THREADS", "1", 1);
-  setenv("GDRNET_TCP_PROXY_IO", "1", 1);
   if (help != NULL) setenv("GDRNET_TCP_HELP_BYTES", help, 1);
   if (after != NULL) setenv("GDRNET_TCP_HELP_AFTER_US", after, 1);
-  gdr_params_reset();
-  assert_int_equal(gdr_core_init(ut_logger), ncclSuccess);
-  pair_open(&p);
-  hook_hold(0);
-  /* the thread may be asleep already: a chunked message wakes it (its lane's kick, its sockets' events), and it is
-   * held when it sleeps again */
-  msg_post_recv(&p, &m, 1u << 20, 10);
-  msg_finish(&p, &m);
-  t0 = ut_now();
-  while (!hook_parked()) {
-    assert_true(ut_now() - t0 < 30.0);
-    sched_yield();
-  }
+  one_thread_held(&p, 10);
   passes0 = gdr_tcp_pool_help_passes();
   if (early) *early = 0;
   msg_post_recv(&p, &m, 1u << 20, 11);
@@ -732,21 +740,7 @@ static void test_wake_latency(void **state) {
   struct gdr_tcp_wake_stats w0, w;
   double t0;
   (void)state;
-  adaptive_env("fixed", "0", "0");
-  gdr_core_fini();
-  setenv("GDRNET_TCP_IO_THREADS", "1", 1);
-  setenv("GDRNET_TCP_PROXY_IO", "1", 1);
-  gdr_params_reset();
-  assert_int_equal(gdr_core_init(ut_logger), ncclSuccess);
-  pair_open(&p);
-  hook_hold(0);
-  msg_post_recv(&p, &m, 1u << 20, 20);
-  msg_finish(&p, &m); /* the thread is held when it sleeps again */
-  t0 = ut_now();
-  while (!hook_parked()) {
-    assert_true(ut_now() - t0 < 30.0);
-    sched_yield();
-  }
+  one_thread_held(&p, 20);
   gdr_tcp_pool_wake_stats(&w0);
   msg_post_recv(&p, &m, 1u << 20, 21);
   msg_post_send(&p, &m); /* its lane's kick finds the thread asleep */
