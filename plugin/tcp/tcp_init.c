@@ -193,9 +193,11 @@ static ncclResult_t tcp_init(int *ndev, char *why, size_t whylen) {
       const char *hwhy;
       size_t help = gdr_tcp_resolve_help_bytes(&hwhy);
       uint64_t after_us = gdr_tcp_resolve_help_after_ns() / 1000u;
-      char after[64] = "";
+      char after[96] = "";
       if (after_us > 0)
-        snprintf(after, sizeof(after), " once its streams moved nothing for %llu us", (unsigned long long)after_us);
+        snprintf(after, sizeof(after),
+                 " once its streams moved nothing for %llu us (at once while wake-ups take longer)",
+                 (unsigned long long)after_us);
       GDR_INFO(NCCL_NET,
                "TCP: NCCL's proxy thread helps idle I/O threads in test() (GDRNET_TCP_PROXY_IO)%s, %zu %s per "
                "stream a pass (%s)",

@@ -1058,9 +1058,10 @@ static struct tcp_req *recv_pending(struct tcp_comm *c, struct tcp_req *r, ncclR
 /* NCCL's proxy thread helps the I/O threads serving c (gdr_tcp_pool_help), at once or, with GDRNET_TCP_HELP_AFTER_US,
  * only once c's data streams have moved nothing for that long since a test() first found a request waiting for chunks
  * (or since a request completed, or they last moved bytes): the I/O threads are late (a sleeping one's wake-up did
- * not come). It then helps in every test() until they move bytes again; its own passes' bytes do not count as theirs. */
+ * not come). It then helps in every test() until they move bytes again; its own passes' bytes do not count as theirs.
+ * While the pool's wake-ups come later than that wait (gdr_tcp_pool_wakes_late), waiting only adds it: at once. */
 static void proxy_help(struct tcp_comm *c) {
-  if (c->help_after_ns != 0) {
+  if (c->help_after_ns != 0 && !gdr_tcp_pool_wakes_late()) {
     const uint64_t m = atomic_load_explicit(&c->moved, memory_order_relaxed);
     const uint64_t now = gdr_time_ns();
     if (m != c->help_seen || c->help_ns == 0) {

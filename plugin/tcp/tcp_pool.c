@@ -136,6 +136,12 @@ static struct {
   /* wake-ups by a kick: a log histogram of their latency (wake_bucket), and the longest (gdr_tcp_pool_wake_stats) */
   _Atomic uint64_t wake_hist[TCP_WAKE_BUCKETS];
   _Atomic uint64_t wake_max;
+  /* late wake-ups (gdr_tcp_pool_wakes_late): later than late_ns (GDRNET_TCP_HELP_AFTER_US; 0: not tracked, set before
+   * the threads start), their moving share (1/65536), whether that is late now, the count and the periods */
+  uint64_t late_ns;
+  _Atomic uint32_t late_frac;
+  _Atomic int late;
+  _Atomic uint64_t late_n, late_periods;
   struct tcp_io io[TCP_IO_MAX];
 } g_pool = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
@@ -179,12 +185,40 @@ static uint64_t wake_bucket_lo(int b) {
   return b == 0 ? 0 : (1ull << e) + ((uint64_t)((b - 1) % 4) << (e - 2));
 }
 
+/* One more wake-up of ns: the moving share of late ones, and the switch between in time and late (hysteresis). The
+ * first switch to late is logged; the stop's line counts the rest. */
+static void late_note(uint64_t ns) {
+  const int is_late = ns > g_pool.late_ns;
+  uint32_t f = atomic_load_explicit(&g_pool.late_frac, memory_order_relaxed), nf;
+  do {
+    nf = f - f / TCP_LATE_WEIGHT + (is_late ? 65536u / TCP_LATE_WEIGHT : 0);
+  } while (
+      !atomic_compare_exchange_weak_explicit(&g_pool.late_frac, &f, nf, memory_order_relaxed, memory_order_relaxed));
+  if (is_late) atomic_fetch_add_explicit(&g_pool.late_n, 1, memory_order_relaxed);
+  if (nf >= TCP_LATE_ON && atomic_exchange_explicit(&g_pool.late, 1, memory_order_relaxed) == 0 &&
+      atomic_fetch_add_explicit(&g_pool.late_periods, 1, memory_order_relaxed) == 0)
+    GDR_INFO(NCCL_NET,
+             "TCP: sleeping I/O threads wake up late (1 in %u of the last ones after more than %llu us): NCCL's "
+             "proxy thread helps at once while they do",
+             65536u / nf, (unsigned long long)(g_pool.late_ns / 1000u));
+  else if (nf < TCP_LATE_OFF && atomic_load_explicit(&g_pool.late, memory_order_relaxed))
+    atomic_store_explicit(&g_pool.late, 0, memory_order_relaxed);
+}
+
 static void wake_record(uint64_t ns) {
   uint64_t m = atomic_load_explicit(&g_pool.wake_max, memory_order_relaxed);
   atomic_fetch_add_explicit(&g_pool.wake_hist[wake_bucket(ns)], 1, memory_order_relaxed);
   while (ns > m &&
          !atomic_compare_exchange_weak_explicit(&g_pool.wake_max, &m, ns, memory_order_relaxed, memory_order_relaxed)) {
   }
+  if (g_pool.late_ns > 0) late_note(ns);
+}
+
+int gdr_tcp_pool_wakes_late(void) { return atomic_load_explicit(&g_pool.late, memory_order_relaxed); }
+
+void gdr_tcp_pool_late_stats(uint64_t *late, uint64_t *periods) {
+  *late = atomic_load_explicit(&g_pool.late_n, memory_order_relaxed);
+  *periods = atomic_load_explicit(&g_pool.late_periods, memory_order_relaxed);
 }
 
 void gdr_tcp_pool_wake_stats(struct gdr_tcp_wake_stats *w) {
@@ -810,13 +844,20 @@ int gdr_tcp_pool_help(struct tcp_comm *c) {
 /* The pool's wake-ups, one INFO line (none if no sleeping thread was kicked). */
 static void wake_log(void) {
   struct gdr_tcp_wake_stats w;
+  uint64_t late, periods;
+  char tail[96] = "";
   gdr_tcp_pool_wake_stats(&w);
+  gdr_tcp_pool_late_stats(&late, &periods);
+  if (g_pool.late_ns > 0 && w.n > 0)
+    snprintf(tail, sizeof(tail), "; %.1f %% after more than %llu us, late %llu time(s)",
+             100.0 * (double)late / (double)w.n, (unsigned long long)(g_pool.late_ns / 1000u),
+             (unsigned long long)periods);
   if (w.n > 0)
     GDR_INFO(NCCL_NET,
              "TCP: %llu wake-ups of sleeping I/O threads for new work: p50 %.1f us, p90 %.1f us, p99 %.1f us, "
-             "max %.1f us",
+             "max %.1f us%s",
              (unsigned long long)w.n, (double)w.p50_ns / 1e3, (double)w.p90_ns / 1e3, (double)w.p99_ns / 1e3,
-             (double)w.max_ns / 1e3);
+             (double)w.max_ns / 1e3, tail);
 }
 
 static void pool_stop(void) { /* under g_pool.mu */
@@ -870,6 +911,11 @@ static ncclResult_t pool_start(void) { /* under g_pool.mu */
   atomic_store(&g_pool.spin_peak, 0);
   for (int b = 0; b < TCP_WAKE_BUCKETS; b++) atomic_store_explicit(&g_pool.wake_hist[b], 0, memory_order_relaxed);
   atomic_store_explicit(&g_pool.wake_max, 0, memory_order_relaxed);
+  g_pool.late_ns = gdr_tcp_resolve_proxy_io() ? gdr_tcp_resolve_help_after_ns() : 0;
+  atomic_store_explicit(&g_pool.late_frac, 0, memory_order_relaxed);
+  atomic_store_explicit(&g_pool.late, 0, memory_order_relaxed);
+  atomic_store_explicit(&g_pool.late_n, 0, memory_order_relaxed);
+  atomic_store_explicit(&g_pool.late_periods, 0, memory_order_relaxed);
   for (int i = 0; i < n; i++) {
     struct tcp_io *io = &g_pool.io[i];
     struct epoll_event ev;

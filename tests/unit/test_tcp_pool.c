@@ -759,6 +759,76 @@ static void test_wake_latency(void **state) {
   adaptive_unenv();
 }
 
+/* Holds the one I/O thread again at its next sleep: a message of 256 KiB (chunked: more than the inline sizes) wakes
+ * it, and it is held once it sleeps after it. */
+static void park_again(struct pair *p, unsigned seed) {
+  struct msg m;
+  double t0;
+  hook_hold(0);
+  msg_post_recv(p, &m, 256u << 10, seed);
+  msg_finish(p, &m);
+  t0 = ut_now();
+  while (!hook_parked()) {
+    assert_true(ut_now() - t0 < 30.0);
+    sched_yield();
+  }
+}
+
+/* Late wake-ups make NCCL's proxy help at once (gdr_tcp_pool_wakes_late). GDRNET_TCP_HELP_AFTER_US is 100 ms here,
+ * and the one I/O thread sleeps at once. Each round kicks the held thread and lets it run 150 ms later: a wake-up
+ * later than the proxy's wait. Once 1 in 10 of the recent wake-ups are, the proxy helps a message at once while the
+ * thread is held (passes within the first 100 ms: test_help_after shows none there with wake-ups in time), and after
+ * enough prompt wake-ups it waits again. */
+static void test_help_late(void **state) {
+  struct pair p;
+  struct msg m;
+  double t0;
+  int rounds = 0, prompt = 0;
+  uint64_t late, periods, passes0, early = 0;
+  (void)state;
+  setenv("GDRNET_TCP_HELP_AFTER_US", "100000", 1);
+  one_thread_held(&p, 40);
+  while (!gdr_tcp_pool_wakes_late()) {
+    assert_true(++rounds <= 20);
+    msg_post_recv(&p, &m, 1u << 20, 40 + (unsigned)rounds);
+    msg_post_send(&p, &m); /* its lane's kick finds the thread asleep */
+    t0 = ut_now();
+    while (ut_now() - t0 < 0.15) sched_yield();
+    hook_release_all();
+    msg_finish(&p, &m);
+    if (!gdr_tcp_pool_wakes_late()) park_again(&p, 60 + (unsigned)rounds);
+  }
+  park_again(&p, 80);
+  assert_true(gdr_tcp_pool_wakes_late()); /* a prompt wake-up or two do not undo it */
+  passes0 = gdr_tcp_pool_help_passes();
+  msg_post_recv(&p, &m, 1u << 20, 81);
+  msg_post_send(&p, &m);
+  t0 = ut_now();
+  while (!m.sdone || !m.rdone) { /* the thread is held: only the passes of these test() calls move bytes */
+    if (!m.sdone) assert_int_equal(gdr_core_test(m.sreq, &m.sdone, NULL, NULL), ncclSuccess);
+    if (!m.rdone) assert_int_equal(gdr_core_test(m.rreq, &m.rdone, NULL, NULL), ncclSuccess);
+    if (ut_now() - t0 < 0.1) early = gdr_tcp_pool_help_passes() - passes0;
+    assert_true(ut_now() - t0 < 30.0);
+  }
+  hook_release_all();
+  msg_finish(&p, &m);
+  while (gdr_tcp_pool_wakes_late()) { /* prompt wake-ups: it waits again */
+    assert_true(++prompt <= 500);
+    msg_post_recv(&p, &m, 256u << 10, 100 + (unsigned)prompt);
+    msg_finish(&p, &m);
+  }
+  gdr_tcp_pool_late_stats(&late, &periods);
+  print_message("late after %d round(s): %llu pass(es) within 100 ms; in time after %d prompt message(s); %llu late "
+                "wake-up(s), %llu period(s)\n",
+                rounds, (unsigned long long)early, prompt, (unsigned long long)late, (unsigned long long)periods);
+  assert_true(early >= 1);
+  assert_true(late >= (uint64_t)rounds);
+  assert_true(periods >= 1);
+  pair_close(&p);
+  adaptive_unenv();
+  unsetenv("GDRNET_TCP_HELP_AFTER_US");
+}
+
 /* The polling thread serves a sleeping thread's work: the receiving stream's I/O thread is held at its next sleep (as
  * a thread whose wake-up is slow), and the sender's lane is on the other thread, which polls once it has sent (the
  * process's one token). The message completes while the stream's thread is held, through the poller's passes
@@ -1038,6 +1108,7 @@ int main(void) {
       cmocka_unit_test(test_adaptive_window_then_wake),
       cmocka_unit_test(test_share_serves_sleeper),
       cmocka_unit_test(test_wake_latency),
+      cmocka_unit_test(test_help_late),
       cmocka_unit_test(test_fork_child),
       cmocka_unit_test(test_fork_child_closes_inherited),
   };
