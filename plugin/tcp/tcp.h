@@ -146,11 +146,13 @@ int gdr_tcp_resolve_progress(const char **why);
  * moved nothing this long (longer than a wake-up that comes in time). Run 25, host o: against help at once, busbw at
  * 128 MB 9.31 against 8.74 GB/s, CPU per GB 0.572 against 0.589, KV p50 568 against 637 us. */
 #define TCP_HELP_AFTER_POLL_US 50
-/* gdr_tcp_pool_wakes_late: the moving average of late wake-ups (in 1/65536) weighs the newest 1/TCP_LATE_WEIGHT; late
- * from one in ten (the p90 beyond the proxy's wait), in time again below one in twenty */
-#define TCP_LATE_WEIGHT 16
-#define TCP_LATE_ON 6554
-#define TCP_LATE_OFF 3277
+/* gdr_tcp_pool_wakes_late: the moving share of late wake-ups (in 1/65536) weighs the newest 1/TCP_LATE_WEIGHT; late
+ * from half of them (their median beyond the proxy's wait), in time again below a quarter. One in ten (their p90) was
+ * too early: on an H100 host whose wake-ups took 9-18 us at p50, 37-45 us on the KV example's receiving side, that
+ * rule switched on in every run, and the KV example lost 8 % (run 27 r, docs/results/2026-12-07). */
+#define TCP_LATE_WEIGHT 64
+#define TCP_LATE_ON 32768
+#define TCP_LATE_OFF 16384
 /* GDRNET_TCP_SPIN_SHARE auto: off; it lost the KV example on the H100 (docs/results/2026-12-07, run 23) */
 #define TCP_SPIN_SHARE_AUTO 0
 #define TCP_IO_NCCL_THREADS 2 /* busy threads of NCCL per rank (proxy progress + the application's), left their cores */
@@ -525,13 +527,15 @@ struct gdr_tcp_wake_stats {
   uint64_t p50_ns, p90_ns, p99_ns, max_ns;
 };
 void gdr_tcp_pool_wake_stats(struct gdr_tcp_wake_stats *w);
-/* Whether the wake-ups come late now: of the recent ones (a moving average over about TCP_LATE_WEIGHT of them), at
+/* Whether the wake-ups come late now: of the recent ones (a moving share over about TCP_LATE_WEIGHT of them), at
  * least TCP_LATE_ON in 65536 took longer than GDRNET_TCP_HELP_AFTER_US (until fewer than TCP_LATE_OFF do). While they
  * do, NCCL's proxy thread helps at once instead of waiting that long for a wake-up that mostly comes later. Always 0
  * where the proxy helps at once anyway (GDRNET_TCP_HELP_AFTER_US 0). */
 int gdr_tcp_pool_wakes_late(void);
 /* Wake-ups later than GDRNET_TCP_HELP_AFTER_US since the pool started, and how many times they began to come late */
 void gdr_tcp_pool_late_stats(uint64_t *late, uint64_t *periods);
+/* Tests: counts a wake-up of ns, as an I/O thread does when it runs after a kick */
+void gdr_tcp_pool_wake_note(uint64_t ns);
 /* The I/O thread serving send lane i (sender) or receiving stream i (receiver) of c; -1 if none (tests). */
 int gdr_tcp_pool_io_of(const struct tcp_comm *c, int i);
 /* Tests: hook(idx, why) runs on I/O thread idx each time it is about to sleep in epoll_wait, after it has let go of

@@ -198,9 +198,9 @@ static void late_note(uint64_t ns) {
   if (nf >= TCP_LATE_ON && atomic_exchange_explicit(&g_pool.late, 1, memory_order_relaxed) == 0 &&
       atomic_fetch_add_explicit(&g_pool.late_periods, 1, memory_order_relaxed) == 0)
     GDR_INFO(NCCL_NET,
-             "TCP: sleeping I/O threads wake up late (1 in %u of the last ones after more than %llu us): NCCL's "
+             "TCP: sleeping I/O threads wake up late (%u %% of the last ones after more than %llu us): NCCL's "
              "proxy thread helps at once while they do",
-             65536u / nf, (unsigned long long)(g_pool.late_ns / 1000u));
+             (unsigned)((uint64_t)nf * 100u / 65536u), (unsigned long long)(g_pool.late_ns / 1000u));
   else if (nf < TCP_LATE_OFF && atomic_load_explicit(&g_pool.late, memory_order_relaxed))
     atomic_store_explicit(&g_pool.late, 0, memory_order_relaxed);
 }
@@ -213,6 +213,8 @@ static void wake_record(uint64_t ns) {
   }
   if (g_pool.late_ns > 0) late_note(ns);
 }
+
+void gdr_tcp_pool_wake_note(uint64_t ns) { wake_record(ns); }
 
 int gdr_tcp_pool_wakes_late(void) { return atomic_load_explicit(&g_pool.late, memory_order_relaxed); }
 
