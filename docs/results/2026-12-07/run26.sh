@@ -4,26 +4,6 @@
 #                                  build-old-src/, carried) into build-old-src/b
 #   run26.sh matrix NAME ROWS REPS VARIANT...   as run23.sh matrix; the variant "old" (alone, or old,K=V,...)
 #                                  is the 995e3a9 build, the others this tree's
-set -u
-R=$PWD; O=${OUT:-/tmp/out}; mkdir -p $O
-if [ "$1" = build ]; then
-  ( cmake -S $R/build-old-src -B $R/build-old-src/b -DCMAKE_BUILD_TYPE=Release -DGDRNET_BUILD_TESTS=OFF &&
-    cmake --build $R/build-old-src/b -j8 ) > $O/build-old.log 2>&1 &
-  bash $R/docs/results/2026-12-07/run23.sh build; rc=$?; wait
-  [ -f $R/build-old-src/b/lib/libnccl-net-gdr.so ] || { echo "old build failed"; tail -5 $O/build-old.log; exit 1; }
-  exit $rc
-fi
-W=$(python3 -c "import nvidia.nccl as n; print(list(n.__path__)[0])" 2>/dev/null)
-[ -d "$W" ] || W=/opt/torch/.venv/lib/python3.12/site-packages/nvidia/nccl
-[ -d /opt/torch/.venv/bin ] && export PATH=/opt/torch/.venv/bin:$PATH
-B=$R/build-dev; NT=$B/nt; P=$B/be/lib/libnccl-net-gdr.so; PO=$R/build-old-src/b/lib/libnccl-net-gdr.so
-name=$2 rows=$3 reps=$4; shift 4; V=()
-for v in "$@"; do
-  n=${v%%,*}; rest=${v#"$n"}
-  if [ "$n" = old ]; then V+=(--variant "$n,$PO$rest"); else V+=(--variant "$n,$P$rest"); fi
-done
-b=${BUDGET_S:-300}
-timeout $((b + 120)) python3 $R/bench/tcp-matrix --nccl-lib $W/lib --reps $reps --timeout 90 --budget $b \
-  --out $O/tm-$name "${V[@]}" --rows $rows $NT > $O/tm-$name.txt 2>&1
-echo "tcp-matrix $name rc=$?"; grep -v "^# .* rep [0-9]*: ok" $O/tm-$name.txt
-(cd $O && tar czf tm-$name.tgz tm-$name && rm -rf tm-$name)
+# run27.sh does the same (and more with THREADS=1): this is it, without THREADS.
+unset THREADS
+exec bash "$(dirname "$0")/run27.sh" "$@"

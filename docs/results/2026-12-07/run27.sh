@@ -1,9 +1,10 @@
 #!/bin/bash
-# Device run 27 (2026-12-07): run26.sh, and with THREADS=1 the CPU of each thread of the nccl-tests rows (threadcpu.py)
-#   run27.sh build                 run23.sh build, and the plugin of main 995e3a9 (git archive 995e3a9 into
+# Device run 27 (2026-12-07): build and matrix as run 26 did (run26.sh runs this), and with THREADS=1 the CPU of
+# each thread of the nccl-tests rows (threadcpu.py)
+#   run27.sh build                 run23.sh build, and the plugin of an older main (git archive REV into
 #                                  build-old-src/, carried) into build-old-src/b
-#   run27.sh matrix NAME ROWS REPS VARIANT...   as run26.sh matrix; the variant "old" (alone, or old,K=V,...)
-#                                  is the 995e3a9 build, the others this tree's
+#   run27.sh matrix NAME ROWS REPS VARIANT...   as run23.sh matrix; the variant "old" (alone, or old,K=V,...)
+#                                  is build-old-src's build, the others this tree's
 set -u
 R=$PWD; O=${OUT:-/tmp/out}; mkdir -p $O
 if [ "$1" = build ]; then
