@@ -112,8 +112,15 @@ echo "#       size         count      type   redop    root     time   algbw   bu
   "#wrong"
 echo "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)"
 cpu
-printf "%12s  %12s     float     sum      -1  %7s  %6s  %6s  %5s  %7s  %6s  %6s  %5s\n" \
-  $size $((size / 4)) $t 0.00 $bw $wrong $t 0.00 $bw 0
+if [ "${FAKE_SPLIT:-}" = 1 ]; then # another thread's log line in the middle of the row, as NCCL's format prints it
+  printf "%12s  %12s     float     sum      -1" $size $((size / 4))
+  echo "vm:1:2 [0] NCCL INFO NET/GDR : TCP: a line from an I/O thread"
+  echo "vm:1:3 [0] NCCL INFO a second one"
+  printf "  %7s  %6s  %6s  %5s  %7s  %6s  %6s  %5s\n" $t 0.00 $bw $wrong $t 0.00 $bw 0
+else
+  printf "%12s  %12s     float     sum      -1  %7s  %6s  %6s  %5s  %7s  %6s  %6s  %5s\n" \
+    $size $((size / 4)) $t 0.00 $bw $wrong $t 0.00 $bw 0
+fi
 echo "# Out of bounds values : 0 OK"
 echo "# Avg bus bandwidth    : $bw"
 '''
@@ -283,6 +290,15 @@ class TcpMatrix(unittest.TestCase):
             except OSError:
                 continue
             self.assertIn(state, ("Z", "X"), "process %d still runs" % pid)
+
+    def test_row_cut_by_a_log_line(self):
+        # an I/O thread's INFO line printed in the middle of nccl-tests' result row (run 27 s): the row still counts
+        p = self.run_matrix("--rows", "sr1m", "--reps", "1", "--variant", "split,%s,FAKE_SPLIT=1" % self.so)
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        self.assertEqual(self.row(p.stdout, "sr1m", "split"),
+                         ["400.0 [400.0..400.0]", "200.0 [200.0..200.0]", "0.50x", "2.00x", "PASS (goal 1)"])
+        with open(os.path.join(self.d, "out", "sr1m", "split-rep1.log")) as f:
+            self.assertRegex(f.read(), r"-1vm:1:2 \[0\] NCCL INFO ")  # the log has the cut row
 
     def test_budget_stops_starting_runs(self):
         # the first group always runs; after it, no group whose estimate (the groups run) ends after the budget
