@@ -71,11 +71,12 @@ static const char tcp_threads_doc[] =
     "for chunks runs one bounded pass of the idle I/O threads of its connection (the polling one is at work and\n"
     "skipped), `GDRNET_TCP_HELP_BYTES` per stream. Where the threads poll it helps only the late ones, once the\n"
     "connection's streams have moved nothing for `GDRNET_TCP_HELP_AFTER_US` (auto 50 µs), in 128 KiB passes so that\n"
-    "NCCL's next steps wait less; where they sleep, at once and 512 KiB a pass. `GDRNET_TCP_SPIN_US=0` turns every\n"
-    "kind of polling off. A knob set by hand replaces its own auto; the autos that depend on it follow the value set\n"
-    "(`GDRNET_TCP_SPIN_MAX_US`, `GDRNET_TCP_HELP_BYTES` and `GDRNET_TCP_HELP_AFTER_US` on `GDRNET_TCP_SPIN_US`,\n"
-    "`GDRNET_TCP_SPIN_THREADS` on `GDRNET_TCP_PROGRESS`). The TCP transport's INFO(NET) lines at init name the values\n"
-    "in force and why.\n";
+    "NCCL's next steps wait less, and at once while half of the recent wake-ups of sleeping threads take longer\n"
+    "than that (the pool's INFO line at its stop counts them); where they sleep, at once and 512 KiB a pass.\n"
+    "`GDRNET_TCP_SPIN_US=0` turns every kind of polling off. A knob set by hand replaces its own auto; the autos\n"
+    "that depend on it follow the value set (`GDRNET_TCP_SPIN_MAX_US`, `GDRNET_TCP_HELP_BYTES` and\n"
+    "`GDRNET_TCP_HELP_AFTER_US` on `GDRNET_TCP_SPIN_US`, `GDRNET_TCP_SPIN_THREADS` on `GDRNET_TCP_PROGRESS`). The\n"
+    "TCP transport's INFO(NET) lines at init name the values in force and why.\n";
 
 /* The README's knobs (between its knobs markers, checked by tests/readme/check_readme_table.cmake): the few a user
  * sets; docs/configuration.md has every knob. A name that leaves params.def makes --readme fail. */
