@@ -196,7 +196,8 @@ static void late_note(uint64_t ns) {
   } while (
       !atomic_compare_exchange_weak_explicit(&g_pool.late_frac, &f, nf, memory_order_relaxed, memory_order_relaxed));
   if (is_late) atomic_fetch_add_explicit(&g_pool.late_n, 1, memory_order_relaxed);
-  if (nf >= TCP_LATE_ON && atomic_exchange_explicit(&g_pool.late, 1, memory_order_relaxed) == 0 &&
+  if (nf >= TCP_LATE_ON && !atomic_load_explicit(&g_pool.late, memory_order_relaxed) &&
+      atomic_exchange_explicit(&g_pool.late, 1, memory_order_relaxed) == 0 &&
       atomic_fetch_add_explicit(&g_pool.late_periods, 1, memory_order_relaxed) == 0)
     GDR_TRACE(NCCL_NET,
               "TCP: sleeping I/O threads wake up late (%u %% of the last ones after more than %llu us): NCCL's "

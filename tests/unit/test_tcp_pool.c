@@ -656,6 +656,26 @@ static void one_thread_held(struct pair *p, unsigned seed) {
   }
 }
 
+/* A message of 1 MiB (seed) from its send to its completion while the one I/O thread is held: only the passes of
+ * these test() calls move its bytes. Returns the help passes that moved bytes; *secs (may be NULL) the time from the
+ * send to the completion, *early (may be NULL) the passes that moved bytes within the first tenth of a second. */
+static uint64_t held_message(struct pair *p, struct msg *m, unsigned seed, double *secs, uint64_t *early) {
+  const uint64_t passes0 = gdr_tcp_pool_help_passes();
+  double t0;
+  if (early) *early = 0;
+  msg_post_recv(p, m, 1u << 20, seed);
+  msg_post_send(p, m);
+  t0 = ut_now();
+  while (!m->sdone || !m->rdone) {
+    if (!m->sdone) assert_int_equal(gdr_core_test(m->sreq, &m->sdone, NULL, NULL), ncclSuccess);
+    if (!m->rdone) assert_int_equal(gdr_core_test(m->rreq, &m->rdone, NULL, NULL), ncclSuccess);
+    if (early && ut_now() - t0 < 0.1) *early = gdr_tcp_pool_help_passes() - passes0; /* calls that ended by then */
+    assert_true(ut_now() - t0 < 30.0);
+  }
+  if (secs) *secs = ut_now() - t0;
+  return gdr_tcp_pool_help_passes() - passes0;
+}
+
 /* One message of 1 MiB moved by NCCL's proxy thread's help passes alone (GDRNET_TCP_PROXY_IO=1): the one I/O
  * thread, which serves both the send lane and the receiving stream, is held at its first sleep. Returns the help
  * passes that moved bytes. GDRNET_TCP_HELP_BYTES (help, NULL: its default) bounds what a pass moves per lane or
@@ -665,24 +685,11 @@ static void one_thread_held(struct pair *p, unsigned seed) {
 static uint64_t help_round(const char *help, const char *after, double *secs, uint64_t *early) {
   struct pair p;
   struct msg m;
-  uint64_t passes0;
-  double t0;
+  uint64_t passes;
   if (help != NULL) setenv("GDRNET_TCP_HELP_BYTES", help, 1);
   if (after != NULL) setenv("GDRNET_TCP_HELP_AFTER_US", after, 1);
   one_thread_held(&p, 10);
-  passes0 = gdr_tcp_pool_help_passes();
-  if (early) *early = 0;
-  msg_post_recv(&p, &m, 1u << 20, 11);
-  msg_post_send(&p, &m);
-  t0 = ut_now();
-  while (!m.sdone || !m.rdone) { /* only the passes of these test() calls move bytes: the thread is held */
-    if (!m.sdone) assert_int_equal(gdr_core_test(m.sreq, &m.sdone, NULL, NULL), ncclSuccess);
-    if (!m.rdone) assert_int_equal(gdr_core_test(m.rreq, &m.rdone, NULL, NULL), ncclSuccess);
-    if (early && ut_now() - t0 < 0.1) *early = gdr_tcp_pool_help_passes() - passes0; /* calls that ended by then */
-    assert_true(ut_now() - t0 < 30.0);
-  }
-  if (secs) *secs = ut_now() - t0;
-  passes0 = gdr_tcp_pool_help_passes() - passes0;
+  passes = held_message(&p, &m, 11, secs, early);
   assert_true(hook_parked());
   hook_release_all();
   msg_finish(&p, &m); /* every byte checked */
@@ -690,7 +697,7 @@ static uint64_t help_round(const char *help, const char *after, double *secs, ui
   adaptive_unenv();
   unsetenv("GDRNET_TCP_HELP_BYTES");
   unsetenv("GDRNET_TCP_HELP_AFTER_US");
-  return passes0;
+  return passes;
 }
 
 static uint64_t help_bytes_round(const char *help) { return help_round(help, NULL, NULL, NULL); }
@@ -780,9 +787,8 @@ static int notes_until(int want, uint64_t ns, int limit) {
 static void test_help_late(void **state) {
   struct pair p;
   struct msg m;
-  double t0;
   int on, off;
-  uint64_t late, periods, passes0, early = 0;
+  uint64_t late, periods, early = 0;
   (void)state;
   setenv("GDRNET_TCP_HELP_AFTER_US", "100000", 1);
   one_thread_held(&p, 40);
@@ -791,16 +797,7 @@ static void test_help_late(void **state) {
     assert_false(gdr_tcp_pool_wakes_late());
   }
   on = notes_until(1, 200000000ull, TCP_LATE_WEIGHT);
-  passes0 = gdr_tcp_pool_help_passes();
-  msg_post_recv(&p, &m, 1u << 20, 41);
-  msg_post_send(&p, &m);
-  t0 = ut_now();
-  while (!m.sdone || !m.rdone) { /* the thread is held: only the passes of these test() calls move bytes */
-    if (!m.sdone) assert_int_equal(gdr_core_test(m.sreq, &m.sdone, NULL, NULL), ncclSuccess);
-    if (!m.rdone) assert_int_equal(gdr_core_test(m.rreq, &m.rdone, NULL, NULL), ncclSuccess);
-    if (ut_now() - t0 < 0.1) early = gdr_tcp_pool_help_passes() - passes0;
-    assert_true(ut_now() - t0 < 30.0);
-  }
+  (void)held_message(&p, &m, 41, NULL, &early);
   off = notes_until(0, 10000ull, TCP_LATE_WEIGHT);
   gdr_tcp_pool_late_stats(&late, &periods);
   print_message("late after %d late wake-ups, %llu pass(es) within 100 ms, in time after %d prompt ones; %llu late, "
