@@ -1,6 +1,6 @@
 #!/bin/bash
-# Device run 27 (2026-12-07): build and matrix as run 26 did (run26.sh runs this), and with THREADS=1 the CPU of
-# each thread of the nccl-tests rows (threadcpu.py)
+# Device runs 27-28 (2026-12-07): build and matrix as run 26 did (run26.sh runs this), and with THREADS=1 the CPU
+# and run-queue wait of each thread of every row's processes, and the host's steal (threadcpu.py)
 #   run27.sh build                 run23.sh build, and the plugin of an older main (git archive REV into
 #                                  build-old-src/, carried) into build-old-src/b
 #   run27.sh matrix NAME ROWS REPS VARIANT...   as run23.sh matrix; the variant "old" (alone, or old,K=V,...)
@@ -24,7 +24,8 @@ for v in "$@"; do
   if [ "$n" = old ]; then V+=(--variant "$n,$PO$rest"); else V+=(--variant "$n,$P$rest"); fi
 done
 b=${BUDGET_S:-300}
-M=(); [ "${THREADS:-0}" = 1 ] && M=(--mpirun "python3 $R/docs/results/2026-12-07/threadcpu.py $O/threads-$name.txt -- mpirun --allow-run-as-root")
+M=(); TC="python3 $R/docs/results/2026-12-07/threadcpu.py $O/threads-$name.txt --"
+[ "${THREADS:-0}" = 1 ] && M=(--mpirun "$TC mpirun --allow-run-as-root" --torchrun "$TC torchrun")
 timeout $((b + 120)) python3 $R/bench/tcp-matrix --nccl-lib $W/lib --reps $reps --timeout 90 --budget $b \
   --out $O/tm-$name "${M[@]}" "${V[@]}" --rows $rows $NT > $O/tm-$name.txt 2>&1
 echo "tcp-matrix $name rc=$?"; grep -v "^# .* rep [0-9]*: ok" $O/tm-$name.txt

@@ -1,11 +1,15 @@
 #!/usr/bin/env python3
-"""Per-thread CPU of the nccl-tests processes on this host while a command runs (device run 27).
+"""Per-thread CPU and run-queue wait of a benchmark's processes on this host while a command runs (device runs 27-28).
 
 usage: threadcpu.py OUT.txt -- COMMAND...
-Runs COMMAND and, every 0.1 s until it ends, reads /proc/PID/task/TID/{comm,stat,status} of every process whose
-name ends in _perf. Per process it labels the transport by NCCL_NET in its environment; it prints, per transport and
-thread name, the threads, the CPU seconds (user+system) and the voluntary / involuntary context switches each
-thread had between its first and its last sample, summed over the processes.
+Runs COMMAND and, every 0.1 s until it ends, reads /proc/PID/task/TID/{comm,stat,status,schedstat} of every process
+descended from it whose environment sets NCCL_NET (the nccl-tests ranks under mpirun, the KV example's torchrun
+workers), labelled by that NCCL_NET. It appends to OUT.txt, per transport and thread name, the threads, the CPU
+seconds (user+system), the voluntary / involuntary context switches, and the time the threads were runnable but
+waited for a CPU (schedstat's run_delay, total ms and us per switch: what a wake-up waits for the scheduler or,
+in a VM, for the host to run the vCPU), each between a thread's first and last sample, summed over the processes;
+and the host's steal time (/proc/stat) over the command: CPU time the hypervisor gave to others.
+Two of these may run at once (the KV example's two node ranks): each counts only its own descendants.
 """
 import collections
 import os
@@ -24,62 +28,93 @@ def read(path):
         return None
 
 
-def sample(seen, labels):
+def descendants(root):
+    """root and every process below it now."""
+    kids = collections.defaultdict(list)
     for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        comm = read("/proc/%s/comm" % pid)
-        if comm is None or not comm.strip().endswith(b"_perf"):
-            continue
-        if pid not in labels:
+        st = read("/proc/%s/stat" % pid) if pid.isdigit() else None
+        if st is not None:
+            kids[int(st.rsplit(b")", 1)[1].split()[1])].append(int(pid))
+    out, todo = [], [root]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo.extend(kids.get(p, []))
+    return out
+
+
+def thread_now(base):
+    name, stat, status = read(base + "comm"), read(base + "stat"), read(base + "status")
+    sched = read(base + "schedstat")
+    if name is None or stat is None or status is None:
+        return None, None
+    f = stat.rsplit(b")", 1)[1].split()
+    cpu = (int(f[11]) + int(f[12])) / TICK
+    cs = {}
+    for line in status.split(b"\n"):
+        if b"ctxt_switches" in line:
+            k, v = line.split(b":")
+            cs[k.strip().decode()] = int(v)
+    delay = int(sched.split()[1]) if sched else 0
+    return name.strip().decode(), (cpu, cs.get("voluntary_ctxt_switches", 0), cs.get("nonvoluntary_ctxt_switches", 0),
+                                   delay)
+
+
+def sample(root, seen, labels):
+    for pid in descendants(root):
+        pid = str(pid)
+        if labels.get(pid) is None:  # read again until set: a process read before its exec has its parent's
             env = read("/proc/%s/environ" % pid) or b""
             net = [e[9:].decode() for e in env.split(b"\0") if e.startswith(b"NCCL_NET=")]
-            labels[pid] = net[0] if net else "?"
+            labels[pid] = net[0] if net else None
+        if labels[pid] is None:
+            continue
         try:
             tids = os.listdir("/proc/%s/task" % pid)
         except OSError:
             continue
         for tid in tids:
-            base = "/proc/%s/task/%s/" % (pid, tid)
-            name, stat, status = read(base + "comm"), read(base + "stat"), read(base + "status")
-            if name is None or stat is None or status is None:
+            name, now = thread_now("/proc/%s/task/%s/" % (pid, tid))
+            if now is None:
                 continue
-            f = stat.rsplit(b")", 1)[1].split()
-            cpu = (int(f[11]) + int(f[12])) / TICK
-            cs = {}
-            for line in status.split(b"\n"):
-                if b"ctxt_switches" in line:
-                    k, v = line.split(b":")
-                    cs[k.strip().decode()] = int(v)
-            now = (cpu, cs.get("voluntary_ctxt_switches", 0), cs.get("nonvoluntary_ctxt_switches", 0))
             key = (pid, tid)
             if key not in seen:
-                seen[key] = [name.strip().decode(), now, now]
+                seen[key] = [name, now, now]
             else:
-                seen[key][2] = now
+                seen[key][0], seen[key][2] = name, now
+
+
+def cpu_times():
+    """(steal, total) jiffies of the host, from /proc/stat's cpu line."""
+    f = [int(x) for x in (read("/proc/stat") or b"cpu 0").split(b"\n")[0].split()[1:]]
+    return (f[7] if len(f) > 7 else 0), sum(f[:8])
 
 
 def main():
     out, cmd = sys.argv[1], sys.argv[sys.argv.index("--") + 1:]
     seen, labels = {}, {}
+    s0 = cpu_times()
     p = subprocess.Popen(cmd)
     while p.poll() is None:
-        sample(seen, labels)
+        sample(p.pid, seen, labels)
         time.sleep(0.1)
-    agg = collections.defaultdict(lambda: [0, 0.0, 0, 0])
+    s1 = cpu_times()
+    agg = collections.defaultdict(lambda: [0, 0.0, 0, 0, 0])
     for (pid, _), (name, a, b) in seen.items():
         # a thread's number in its name (gdr-tcp-io/3) is folded: one row per kind
         kind = name.split("/")[0].rstrip("0123456789 ")
-        r = agg[(labels.get(pid, "?"), kind)]
+        r = agg[(labels.get(pid) or "?", kind)]
         r[0] += 1
-        r[1] += b[0] - a[0]
-        r[2] += b[1] - a[1]
-        r[3] += b[2] - a[2]
+        for i in range(4):
+            r[i + 1] += b[i] - a[i]
+    steal = 100.0 * (s1[0] - s0[0]) / max(1, s1[1] - s0[1])
     with open(out, "a") as f:
-        f.write("# %s (rc %d)\n%-8s %-24s %7s %9s %11s %11s\n" % (" ".join(cmd[-8:]), p.returncode, "net", "thread",
-                                                               "threads", "cpu_s", "vol_cs", "invol_cs"))
-        for (net, kind), (n, cpu, v, iv) in sorted(agg.items()):
-            f.write("%-8s %-24s %7d %9.2f %11d %11d\n" % (net, kind, n, cpu, v, iv))
+        f.write("# %s (rc %d); host steal %.2f %%\n%-8s %-24s %7s %9s %11s %11s %12s %10s\n" %
+                (" ".join(cmd[-8:]), p.returncode, steal, "net", "thread", "threads", "cpu_s", "vol_cs", "invol_cs",
+                 "runq_ms", "us/switch"))
+        for (net, kind), (n, cpu, v, iv, d) in sorted(agg.items()):
+            f.write("%-8s %-24s %7d %9.2f %11d %11d %12.1f %10.1f\n" %
+                    (net, kind, n, cpu, v, iv, d / 1e6, d / 1e3 / max(1, v + iv)))
     return p.returncode
 
 
