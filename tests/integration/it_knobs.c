@@ -107,6 +107,9 @@ static const char *find_word(const char *log, const char *name) {
 static int case_main(int fd, void *arg) {
   (void)fd;
   const knob_case_t *k = arg;
+  /* the interface filters of the caller's shell (GDRNET_SOCKET_IFNAME=lo, as the unit tests set it) would override
+   * or hide a case's own: each case selects interfaces only by what it sets */
+  IT_CHECK(unsetenv("GDRNET_SOCKET_IFNAME") == 0 && unsetenv("NCCL_SOCKET_IFNAME") == 0, "unsetenv");
   IT_CHECK(setenv(k->knob, k->value, 1) == 0, "setenv");
   if (k->env2 != NULL) IT_CHECK(putenv((char *)k->env2) == 0, "putenv");
   it_step("init with %s=%s", k->knob, k->value);
