@@ -153,6 +153,11 @@ int gdr_tcp_resolve_progress(const char **why);
 #define TCP_LATE_WEIGHT 64
 #define TCP_LATE_ON 32768
 #define TCP_LATE_OFF 16384
+/* The pool's stop logs the host's steal time over the pool's life (an INFO line) from this share of all CPU time, in
+ * hundredths of a percent: on a VM, time its hypervisor ran other work while this VM's CPUs wanted to run. Run 28
+ * (docs/results/2026-12-07): 2-16 % in the plugin's runs on an H100 host whose wake-ups took 120-980 us at p90, under 1
+ * % in NCCL Socket's runs alternated with them, while the guest's own run queues held a woken I/O thread 0.1-2 us. */
+#define TCP_STEAL_NOTE_BP 100
 /* GDRNET_TCP_SPIN_SHARE auto: off; it lost the KV example on the H100 (docs/results/2026-12-07, run 23) */
 #define TCP_SPIN_SHARE_AUTO 0
 #define TCP_IO_NCCL_THREADS 2 /* busy threads of NCCL per rank (proxy progress + the application's), left their cores */
@@ -536,6 +541,12 @@ int gdr_tcp_pool_wakes_late(void);
 void gdr_tcp_pool_late_stats(uint64_t *late, uint64_t *periods);
 /* Tests: counts a wake-up of ns, as an I/O thread does when it runs after a kick */
 void gdr_tcp_pool_wake_note(uint64_t ns);
+/* /proc/stat's first line ("cpu  user nice system idle iowait irq softirq steal ..."): the host's steal and its
+ * total CPU time (the first eight fields), in clock ticks. 0, or -1 if text is not such a line. */
+int gdr_tcp_steal_parse(const char *text, uint64_t *steal, uint64_t *total);
+/* The steal between two readings (steal, total) a and b, in hundredths of a percent of the CPU time between them;
+ * -1 if no time passed or a counter went back. */
+int64_t gdr_tcp_steal_bp(const uint64_t a[2], const uint64_t b[2]);
 /* The I/O thread serving send lane i (sender) or receiving stream i (receiver) of c; -1 if none (tests). */
 int gdr_tcp_pool_io_of(const struct tcp_comm *c, int i);
 /* Tests: hook(idx, why) runs on I/O thread idx each time it is about to sleep in epoll_wait, after it has let go of

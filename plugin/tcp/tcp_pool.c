@@ -136,6 +136,9 @@ static struct {
   /* wake-ups by a kick: a log histogram of their latency (wake_bucket), and the longest (gdr_tcp_pool_wake_stats) */
   _Atomic uint64_t wake_hist[TCP_WAKE_BUCKETS];
   _Atomic uint64_t wake_max;
+  /* the host's steal and total CPU time when the pool started (steal_read; steal_ok 0: not readable) */
+  uint64_t steal0[2];
+  int steal_ok;
   /* late wake-ups (gdr_tcp_pool_wakes_late): later than late_ns (GDRNET_TCP_HELP_AFTER_US; 0: not tracked, set before
    * the threads start), their moving share (1/65536), whether that is late now, the count and the periods */
   uint64_t late_ns;
@@ -845,6 +848,54 @@ int gdr_tcp_pool_help(struct tcp_comm *c) {
 
 /* ------------------------------------------------------------------------------------ start, stop, attach -- */
 
+int gdr_tcp_steal_parse(const char *text, uint64_t *steal, uint64_t *total) {
+  uint64_t f[8];
+  const char *p = text;
+  char *end;
+  if (strncmp(p, "cpu ", 4) != 0) return -1;
+  p += 4;
+  for (int i = 0; i < 8; i++) {
+    while (*p == ' ') p++;
+    if (*p < '0' || *p > '9') return -1; /* fewer than eight fields: no steal column */
+    f[i] = strtoull(p, &end, 10);
+    p = end;
+  }
+  *steal = f[7];
+  *total = 0;
+  for (int i = 0; i < 8; i++) *total += f[i];
+  return 0;
+}
+
+int64_t gdr_tcp_steal_bp(const uint64_t a[2], const uint64_t b[2]) {
+  if (b[1] <= a[1] || b[0] < a[0] || b[0] - a[0] > b[1] - a[1]) return -1;
+  return (int64_t)((b[0] - a[0]) * 10000u / (b[1] - a[1]));
+}
+
+/* The host's steal and total CPU time now: 0, or -1 where /proc/stat cannot be read (the line then says nothing). */
+static int steal_read(uint64_t v[2]) {
+  char line[256];
+  int rc = -1;
+  FILE *f = fopen("/proc/stat", "re");
+  if (f == NULL) return -1;
+  if (fgets(line, sizeof(line), f) != NULL) rc = gdr_tcp_steal_parse(line, &v[0], &v[1]);
+  fclose(f);
+  return rc;
+}
+
+/* The host's steal over the pool's life, one INFO line where it reached TCP_STEAL_NOTE_BP: on a VM whose hypervisor
+ * holds its CPUs back, a woken I/O thread's CPU waits for it, and a wake-up's figures above are the host's. */
+static void steal_log(void) {
+  uint64_t now[2];
+  int64_t bp;
+  if (!g_pool.steal_ok || steal_read(now) != 0) return;
+  bp = gdr_tcp_steal_bp(g_pool.steal0, now);
+  if (bp >= TCP_STEAL_NOTE_BP)
+    GDR_INFO(NCCL_NET,
+             "TCP: the host ran other work on this VM's CPUs for %lld.%02lld %% of their time while the I/O threads "
+             "ran (steal in /proc/stat): a woken thread's CPU waits for it",
+             (long long)(bp / 100), (long long)(bp % 100));
+}
+
 /* The pool's wake-ups, one INFO line (none if no sleeping thread was kicked). */
 static void wake_log(void) {
   struct gdr_tcp_wake_stats w;
@@ -881,6 +932,7 @@ static void pool_stop(void) { /* under g_pool.mu */
   for (int i = 0; i < g_pool.n; i++)
     if (g_pool.io[i].started) pthread_join(g_pool.io[i].tid, NULL);
   wake_log();
+  steal_log();
   for (int i = 0; i < g_pool.n; i++) {
     struct tcp_io *io = &g_pool.io[i];
     if (io->ep >= 0) close(io->ep);
@@ -920,6 +972,7 @@ static ncclResult_t pool_start(void) { /* under g_pool.mu */
   atomic_store_explicit(&g_pool.late, 0, memory_order_relaxed);
   atomic_store_explicit(&g_pool.late_n, 0, memory_order_relaxed);
   atomic_store_explicit(&g_pool.late_periods, 0, memory_order_relaxed);
+  g_pool.steal_ok = steal_read(g_pool.steal0) == 0;
   for (int i = 0; i < n; i++) {
     struct tcp_io *io = &g_pool.io[i];
     struct epoll_event ev;

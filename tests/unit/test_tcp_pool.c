@@ -737,6 +737,40 @@ static void test_help_after(void **state) {
   if (secs < 0.1) assert_int_equal(early, passes); /* a loaded host may take longer: then only the count is checked */
 }
 
+/* The host's steal time (the pool's stop line): /proc/stat's cpu line parsed field by field (steal is the eighth, the
+ * total the sum of the first eight, guest time being inside user's), a line without a steal column or not the cpu line
+ * refused, and the share between two readings in hundredths of a percent, refused where no time passed or a counter
+ * went back. This machine's own /proc/stat parses. */
+static void test_steal(void **state) {
+  uint64_t steal = 1, total = 1, a[2] = {1000, 100000}, b[2];
+  char line[256];
+  FILE *f;
+  (void)state;
+  assert_int_equal(gdr_tcp_steal_parse("cpu  10 1 20 300 4 0 5 60 7 0\n", &steal, &total), 0);
+  assert_int_equal(steal, 60);
+  assert_int_equal(total, 10 + 1 + 20 + 300 + 4 + 0 + 5 + 60);
+  assert_int_equal(gdr_tcp_steal_parse("cpu  10 1 20 300 4 0 5\n", &steal, &total), -1);
+  assert_int_equal(gdr_tcp_steal_parse("cpu0 10 1 20 300 4 0 5 60\n", &steal, &total), -1);
+  assert_int_equal(gdr_tcp_steal_parse("intr 10 1 20 300 4 0 5 60\n", &steal, &total), -1);
+  assert_int_equal(gdr_tcp_steal_parse("cpu  10 1 x 300 4 0 5 60\n", &steal, &total), -1);
+  b[0] = 1000 + 820, b[1] = 100000 + 10000; /* 8.2 % */
+  assert_int_equal(gdr_tcp_steal_bp(a, b), 820);
+  b[0] = 1000, b[1] = 100000 + 10000;
+  assert_int_equal(gdr_tcp_steal_bp(a, b), 0);
+  b[1] = 100000; /* no time */
+  assert_int_equal(gdr_tcp_steal_bp(a, b), -1);
+  b[0] = 999, b[1] = 100000 + 10; /* steal went back */
+  assert_int_equal(gdr_tcp_steal_bp(a, b), -1);
+  b[0] = 1000 + 20, b[1] = 100000 + 10; /* more steal than time */
+  assert_int_equal(gdr_tcp_steal_bp(a, b), -1);
+  f = fopen("/proc/stat", "r");
+  assert_non_null(f);
+  assert_non_null(fgets(line, sizeof(line), f));
+  fclose(f);
+  assert_int_equal(gdr_tcp_steal_parse(line, &steal, &total), 0);
+  assert_true(total > 0 && steal <= total);
+}
+
 /* A sleeping I/O thread's wake-up is timed from the kick that wakes it until it runs: the one I/O thread (it sleeps at
  * once) is held as it goes to sleep (test()'s help finishes the message in flight then), a chunked message kicks its
  * lane, and the thread is let go 20 ms later (no test() meanwhile). The longest wake-up counted is then at least those
@@ -1092,6 +1126,7 @@ int main(void) {
       cmocka_unit_test(test_adaptive_window_then_wake),
       cmocka_unit_test(test_share_serves_sleeper),
       cmocka_unit_test(test_wake_latency),
+      cmocka_unit_test(test_steal),
       cmocka_unit_test(test_help_late),
       cmocka_unit_test(test_fork_child),
       cmocka_unit_test(test_fork_child_closes_inherited),
