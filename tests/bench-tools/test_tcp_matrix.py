@@ -86,6 +86,12 @@ cpu() {
   if (( left > 0 )); then sleep "$(( left / 1000000 )).$(printf '%06d' $(( left % 1000000 )))"; fi
 }
 [ "$rank" = 0 ] || { cpu; exit 0; }
+# the host's CPU times (--proc-stat): 100 ticks a run, of which the plugin's runs steal 10
+if [ -f "$FAKE_DIR/stat" ]; then
+  read -r -a st <"$FAKE_DIR/stat"
+  [ "$NCCL_NET" = Socket ] && ds=0 || ds=10
+  echo "cpu  $(( st[1] + 100 - ds )) 0 0 0 0 0 0 $(( st[8] + ds )) 0 0" >"$FAKE_DIR/stat"
+fi
 key="$coll.$size.$FAKE_NP.$prof"
 n=$(( $(cat "$FAKE_DIR/count.$key" 2>/dev/null || echo 0) + 1 )); echo $n >"$FAKE_DIR/count.$key"
 echo "$coll $size $FAKE_NP $NCCL_NET $prof $iters" >>"$FAKE_DIR/calls"
@@ -290,6 +296,25 @@ class TcpMatrix(unittest.TestCase):
             except OSError:
                 continue
             self.assertIn(state, ("Z", "X"), "process %d still runs" % pid)
+
+    def test_host_steal_per_run(self):
+        # each nccl-tests run moves the host's CPU times by 100 ticks, 10 of them steal in the plugin's runs; the KV
+        # example's stand-in does not move them, so its runs have no steal figure
+        stat = os.path.join(self.d, "stat")
+        with open(stat, "w") as f:
+            f.write("cpu  1000 0 0 0 0 0 0 7 0 0\ncpu0 1000 0 0 0 0 0 0 7 0 0\n")
+        p = self.run_matrix("--plugin", self.so, "--reps", "2", "--rows", "ar8,sr1m,kv", "--proc-stat", stat)
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        self.assertIn("# ar8 Socket rep 1: ok, host steal 0.00 %\n", p.stdout)
+        self.assertIn("# sr1m GDR rep 2: ok, host steal 10.00 %\n", p.stdout)
+        self.assertIn("# kv GDR rep 1: ok\n", p.stdout)
+        self.assertIn("# host steal per run (%s), median [min..max] %%: Socket 0.00 [0.00..0.00], "
+                      "GDR 10.00 [10.00..10.00]\n" % stat, p.stdout)
+        # no readable /proc/stat: no figures, no line
+        p = self.run_matrix("--plugin", self.so, "--rows", "ar8", "--proc-stat", os.path.join(self.d, "none"))
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        self.assertIn("# ar8 GDR rep 1: ok\n", p.stdout)
+        self.assertNotIn("host steal", p.stdout)
 
     def test_row_cut_by_a_log_line(self):
         # an I/O thread's INFO line printed in the middle of nccl-tests' result row (run 27 s): the row still counts
