@@ -155,8 +155,9 @@ int gdr_tcp_resolve_progress(const char **why);
 #define TCP_LATE_OFF 16384
 /* The pool's stop logs the host's steal time over the pool's life (an INFO line) from this share of all CPU time, in
  * hundredths of a percent: on a VM, time its hypervisor ran other work while this VM's CPUs wanted to run. Run 28
- * (docs/results/2026-12-07): 2-16 % in the plugin's runs on an H100 host whose wake-ups took 120-980 us at p90, under 1
- * % in NCCL Socket's runs alternated with them, while the guest's own run queues held a woken I/O thread 0.1-2 us. */
+ * (docs/results/2026-12-07), an H100 host whose wake-ups took 60-980 us at p90: 1.6-16 % in the plugin's 2-rank
+ * nccl-tests runs with chunked messages, under 1.2 % in NCCL Socket's runs alternated with them, while the guest's own
+ * run queues held a woken I/O thread 0.1-2 us. */
 #define TCP_STEAL_NOTE_BP 100
 /* GDRNET_TCP_SPIN_SHARE auto: off; it lost the KV example on the H100 (docs/results/2026-12-07, run 23) */
 #define TCP_SPIN_SHARE_AUTO 0
