@@ -1,5 +1,6 @@
-"""Shared by bench/cpu-per-gb, bench/kv-tail and bench/tcp-matrix: the env presets, the --variant syntax and the
-nccl-tests command of ranks as hosts on one GPU (Python 3 standard library).
+"""Shared by bench/cpu-per-gb, bench/kv-tail and bench/tcp-matrix: the env presets, the --variant syntax, the
+nccl-tests command of ranks as hosts on one GPU, a run's processes and the host's steal over it (Python 3 standard
+library).
 
 A bench that compares the plugin against NCCL's Socket transport runs Socket with
 nccl-tests-configs/baseline-socket.env and each plugin variant with nccl-tests-configs/tcp.env, the plugin given by
@@ -82,3 +83,40 @@ def mpirun_cmd(mpirun, np, envs, bin_path, args):
             cmd.append(":")
         cmd += ["-np", "1", "env", "NCCL_HOSTID=host%d" % r] + envpairs + stdbuf + [bin_path] + list(args)
     return cmd
+
+
+def descendants(pid):
+    """Every process below pid now (from /proc/*/stat's ppid), not pid itself."""
+    kids = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open("/proc/%s/stat" % d) as f:
+                    st = f.read()
+                kids.setdefault(int(st[st.rindex(")") + 2:].split()[1]), []).append(int(d))
+            except (OSError, ValueError, IndexError):
+                pass
+    out, todo = [], [pid]
+    while todo:
+        for c in kids.get(todo.pop(), []):
+            out.append(c)
+            todo.append(c)
+    return out
+
+
+def steal_now(path="/proc/stat"):
+    """The host's (steal, total) CPU time from the cpu line of /proc/stat (its first eight fields), or None."""
+    try:
+        with open(path) as f:
+            v = f.readline().split()
+        return (int(v[8]), sum(int(x) for x in v[1:9])) if len(v) >= 9 and v[0] == "cpu" else None
+    except (OSError, ValueError):
+        return None
+
+
+def steal_pct(a, b):
+    """The host's steal between two readings of steal_now, in % of its CPU time then (on a VM: time its hypervisor
+    ran other work while its CPUs wanted to run); None if unknown or no time passed."""
+    if a is None or b is None or b[1] <= a[1] or b[0] < a[0]:
+        return None
+    return 100.0 * (b[0] - a[0]) / (b[1] - a[1])

@@ -17,6 +17,9 @@ import subprocess
 import sys
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "bench"))
+import benchenv  # noqa: E402  (bench/benchenv.py: a run's processes, the host's steal)
+
 TICK = os.sysconf("SC_CLK_TCK")
 
 
@@ -26,21 +29,6 @@ def read(path):
             return f.read()
     except OSError:
         return None
-
-
-def descendants(root):
-    """root and every process below it now."""
-    kids = collections.defaultdict(list)
-    for pid in os.listdir("/proc"):
-        st = read("/proc/%s/stat" % pid) if pid.isdigit() else None
-        if st is not None:
-            kids[int(st.rsplit(b")", 1)[1].split()[1])].append(int(pid))
-    out, todo = [], [root]
-    while todo:
-        p = todo.pop()
-        out.append(p)
-        todo.extend(kids.get(p, []))
-    return out
 
 
 def thread_now(base):
@@ -61,7 +49,7 @@ def thread_now(base):
 
 
 def sample(root, seen, labels):
-    for pid in descendants(root):
+    for pid in [root] + benchenv.descendants(root):
         pid = str(pid)
         if labels.get(pid) is None:  # read again until set: a process read before its exec has its parent's
             env = read("/proc/%s/environ" % pid) or b""
@@ -84,21 +72,15 @@ def sample(root, seen, labels):
                 seen[key][0], seen[key][2] = name, now
 
 
-def cpu_times():
-    """(steal, total) jiffies of the host, from /proc/stat's cpu line."""
-    f = [int(x) for x in (read("/proc/stat") or b"cpu 0").split(b"\n")[0].split()[1:]]
-    return (f[7] if len(f) > 7 else 0), sum(f[:8])
-
-
 def main():
     out, cmd = sys.argv[1], sys.argv[sys.argv.index("--") + 1:]
     seen, labels = {}, {}
-    s0 = cpu_times()
+    s0 = benchenv.steal_now()
     p = subprocess.Popen(cmd)
     while p.poll() is None:
         sample(p.pid, seen, labels)
         time.sleep(0.1)
-    s1 = cpu_times()
+    s1 = benchenv.steal_now()
     agg = collections.defaultdict(lambda: [0, 0.0, 0, 0, 0])
     for (pid, _), (name, a, b) in seen.items():
         # a thread's number in its name (gdr-tcp-io/3) is folded: one row per kind
@@ -107,10 +89,10 @@ def main():
         r[0] += 1
         for i in range(4):
             r[i + 1] += b[i] - a[i]
-    steal = 100.0 * (s1[0] - s0[0]) / max(1, s1[1] - s0[1])
+    steal = benchenv.steal_pct(s0, s1)
     with open(out, "a") as f:
-        f.write("# %s (rc %d); host steal %.2f %%\n%-8s %-24s %7s %9s %11s %11s %12s %10s\n" %
-                (" ".join(cmd[-8:]), p.returncode, steal, "net", "thread", "threads", "cpu_s", "vol_cs", "invol_cs",
+        f.write("# %s (rc %d); host steal %s\n%-8s %-24s %7s %9s %11s %11s %12s %10s\n" %
+                (" ".join(cmd[-8:]), p.returncode, "-" if steal is None else "%.2f %%" % steal, "net", "thread", "threads", "cpu_s", "vol_cs", "invol_cs",
                  "runq_ms", "us/switch"))
         for (net, kind), (n, cpu, v, iv, d) in sorted(agg.items()):
             f.write("%-8s %-24s %7d %9.2f %11d %11d %12.1f %10.1f\n" %
