@@ -159,6 +159,34 @@ int gdr_tcp_resolve_progress(const char **why);
  * nccl-tests runs with chunked messages, under 1.2 % in NCCL Socket's runs alternated with them, while the guest's own
  * run queues held a woken I/O thread 0.1-2 us. */
 #define TCP_STEAL_NOTE_BP 100
+/* The host's steal at run time (tcp_pool.c): an I/O thread that goes to sleep, or polls with nothing to do, reads
+ * /proc/stat's cpu line once a window of TCP_STEAL_WINDOW_MS (longer where one read costs more than a thousandth of
+ * that). A window with TCP_STEAL_ON_BP or more of steal switches "the host steals" on, TCP_STEAL_OFF_WINDOWS windows in
+ * a row under TCP_STEAL_OFF_BP switch it off (the plugin's own traffic raises the steal it reacts to: the gap keeps it
+ * from flapping). While on, a send's chunks are at least GDRNET_TCP_STEAL_CHUNK: run 28 (a host with 1.6-16 % steal in
+ * the plugin's runs, under 1.2 % in NCCL Socket's) halved the hand-overs and the steal with 512 KiB chunks, and at
+ * 128 MB had 2.38x Socket's busbw at 1.03x its CPU per GB, against 2.07x at 1.14x with the default's 64 KiB. */
+#define TCP_STEAL_WINDOW_MS 250
+#define TCP_STEAL_ON_BP 300
+#define TCP_STEAL_OFF_BP 100
+#define TCP_STEAL_OFF_WINDOWS 8
+struct gdr_tcp_steal_state {
+  int on;           /* the host steals now */
+  int quiet;        /* windows in a row under TCP_STEAL_OFF_BP while on */
+  uint64_t periods; /* times it switched on */
+};
+/* GDRNET_TCP_STEAL_CHUNK resolved: 0 (off) where it is 0, not above GDRNET_TCP_MIN_CHUNK, or where
+ * GDRNET_TCP_MIN_CHUNK is set (a chunk size the user chose stays) */
+size_t gdr_tcp_resolve_steal_chunk(void);
+/* One window's steal (bp, hundredths of a percent; < 0: unknown, changes nothing) into s: 1 if the host steals now */
+int gdr_tcp_steal_step(struct gdr_tcp_steal_state *s, int64_t bp);
+/* Whether the host steals now (the pool's windows; 0 where /proc/stat cannot be read) */
+int gdr_tcp_pool_stealing(void);
+/* Since the pool started: windows read, windows while the host stole, and times it began to */
+void gdr_tcp_pool_steal_stats(uint64_t *windows, uint64_t *windows_on, uint64_t *periods);
+/* Tests: the pool reads path instead of /proc/stat, in windows of window_ns (NULL, 0: the defaults). Set while no pool
+ * runs: it takes effect at the next pool's start. */
+void gdr_tcp_pool_set_steal_source(const char *path, uint64_t window_ns);
 /* GDRNET_TCP_SPIN_SHARE auto: off; it lost the KV example on the H100 (docs/results/2026-12-07, run 23) */
 #define TCP_SPIN_SHARE_AUTO 0
 #define TCP_IO_NCCL_THREADS 2 /* busy threads of NCCL per rank (proxy progress + the application's), left their cores */
@@ -410,6 +438,8 @@ struct tcp_comm {
   union gdr_sockaddr peer;
   char peer_str[GDR_ADDR_STRLEN];
   size_t inline_max, min_chunk, max_chunk;
+  size_t steal_chunk;     /* GDRNET_TCP_STEAL_CHUNK: the smallest chunk while the host steals (0: off) */
+  uint64_t chunks_queued; /* sender: chunks queue_chunks cut (the caller's thread; tests) */
   size_t cts_inline_max;  /* a message with its clear-to-send goes inline up to this (GDRNET_TCP_CTS_INLINE) */
   uint64_t spin_ns;       /* I/O threads: poll this long after their last progress before blocking (0: block) */
   uint64_t spin_max_ns;   /* ... and up to this long while traffic is expected (rx_expect/tx_expect > 0) */

@@ -135,6 +135,7 @@ static ncclResult_t comm_create(int is_send, int dev, int ctrl_fd, const int *fd
   c->cts_inline_max = gdr_tcp_resolve_cts_inline(c->inline_max);
   c->min_chunk = (size_t)gdr_param_int(GDR_PARAM_TCP_MIN_CHUNK);
   c->max_chunk = (size_t)gdr_param_int(GDR_PARAM_TCP_MAX_CHUNK);
+  c->steal_chunk = gdr_tcp_resolve_steal_chunk();
   c->spin_ns = gdr_tcp_resolve_spin_ns();
   c->spin_max_ns = gdr_tcp_resolve_spin_max_ns();
   c->proxy_io = gdr_tcp_resolve_proxy_io();

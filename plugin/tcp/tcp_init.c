@@ -189,6 +189,14 @@ static ncclResult_t tcp_init(int *ndev, char *why, size_t whylen) {
                adaptive ? "adaptive" : "fixed", pwhy, (unsigned long long)(spin_ns / 1000u),
                (unsigned long long)(gdr_tcp_resolve_spin_max_ns() / 1000u), gdr_tcp_resolve_spin_threads(np),
                gdr_tcp_resolve_spin_share() ? ", and a polling one also serves sleeping threads" : "");
+    {
+      const size_t sc = gdr_tcp_resolve_steal_chunk();
+      if (sc > 0)
+        GDR_INFO(NCCL_NET,
+                 "TCP: while the host steals %d %% or more of this VM's CPU time, chunks are at least %zu %s "
+                 "(GDRNET_TCP_STEAL_CHUNK)",
+                 TCP_STEAL_ON_BP / 100, sc % 1024u ? sc : sc >> 10, sc % 1024u ? "B" : "KiB");
+    }
     if (gdr_tcp_resolve_proxy_io()) {
       const char *hwhy;
       size_t help = gdr_tcp_resolve_help_bytes(&hwhy);

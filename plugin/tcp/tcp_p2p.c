@@ -724,7 +724,10 @@ static ncclResult_t send_poll(struct tcp_comm *c) {
 static ncclResult_t queue_chunks(struct tcp_comm *c, struct tcp_req *r) {
   struct gdr_tcp_plan plan;
   unsigned base = c->rr;
-  gdr_tcp_plan_chunks(r->size, c->nthreads, c->min_chunk, c->max_chunk, &plan);
+  size_t min_chunk = c->min_chunk;
+  if (c->steal_chunk > min_chunk && gdr_tcp_pool_stealing()) min_chunk = c->steal_chunk; /* fewer hand-overs */
+  gdr_tcp_plan_chunks(r->size, c->nthreads, min_chunk, c->max_chunk, &plan);
+  c->chunks_queued += plan.nchunks;
   c->rr = (c->rr + 1) % (unsigned)c->nthreads;
   for (int t = 0; t < c->nthreads; t++) {
     struct tcp_thread *th = &c->threads[t];

@@ -139,6 +139,15 @@ static struct {
   /* the host's steal and total CPU time when the pool started (steal_read; steal_ok 0: not readable) */
   uint64_t steal0[2];
   int steal_ok;
+  /* the host's steal at run time (steal_tick): the next window's end (0: not tracked), whether it steals now, and the
+   * window counts; the last reading and the state machine under steal_mu (one reader at a time, by trylock) */
+  _Atomic uint64_t steal_next;
+  _Atomic int stealing;
+  _Atomic uint64_t steal_windows, steal_windows_on;
+  uint64_t steal_window_ns;
+  pthread_mutex_t steal_mu;
+  uint64_t steal_last[2];
+  struct gdr_tcp_steal_state steal;
   /* late wake-ups (gdr_tcp_pool_wakes_late): later than late_ns (GDRNET_TCP_HELP_AFTER_US; 0: not tracked, set before
    * the threads start), their moving share (1/65536), whether that is late now, the count and the periods */
   uint64_t late_ns;
@@ -146,7 +155,11 @@ static struct {
   _Atomic int late;
   _Atomic uint64_t late_n, late_periods;
   struct tcp_io io[TCP_IO_MAX];
-} g_pool = {.mu = PTHREAD_MUTEX_INITIALIZER};
+} g_pool = {.mu = PTHREAD_MUTEX_INITIALIZER, .steal_mu = PTHREAD_MUTEX_INITIALIZER};
+
+/* Tests (gdr_tcp_pool_set_steal_source): what the pool reads for the host's steal, set while no pool runs */
+static char g_steal_path[256] = "/proc/stat";
+static uint64_t g_steal_window_ns;
 
 /* ------------------------------------------------------------------------------------------- counters -- */
 
@@ -647,6 +660,7 @@ static int serve_events(struct tcp_io *io, const struct epoll_event *ev, int n) 
 }
 
 static int io_pass(struct tcp_io *io, int with_epoll);
+static void steal_tick(uint64_t now);
 
 /* New work for io's own thread (a kick, what another thread's pass left): woken if it sleeps (an awake one sees it
  * in its loop). */
@@ -749,6 +763,7 @@ static void *io_thread(void *arg) {
       }
     }
     pthread_mutex_unlock(&io->mu);
+    if (timeout < 0) steal_tick(slept);
     if (timeout < 0 && (hook = atomic_load_explicit(&g_sleep_hook, memory_order_acquire)) != NULL) hook(io->idx, stop);
     n = epoll_wait(io->ep, ev, TCP_IO_EVENTS, timeout);
     werr = errno;
@@ -758,6 +773,7 @@ static void *io_thread(void *arg) {
         shared = 1;
       } else {
         cpu_relax();
+        steal_tick(gdr_time_ns());
         sched_yield(); /* polling: hand the core to whoever has work on a busy host */
       }
     }
@@ -871,15 +887,73 @@ int64_t gdr_tcp_steal_bp(const uint64_t a[2], const uint64_t b[2]) {
   return (int64_t)((b[0] - a[0]) * 10000u / (b[1] - a[1]));
 }
 
+int gdr_tcp_steal_step(struct gdr_tcp_steal_state *s, int64_t bp) {
+  if (bp < 0) return s->on;
+  if (!s->on && bp >= TCP_STEAL_ON_BP) {
+    s->on = 1;
+    s->quiet = 0;
+    s->periods++;
+  } else if (s->on) {
+    s->quiet = bp < TCP_STEAL_OFF_BP ? s->quiet + 1 : 0;
+    if (s->quiet >= TCP_STEAL_OFF_WINDOWS) s->on = 0;
+  }
+  return s->on;
+}
+
 /* The host's steal and total CPU time now: 0, or -1 where /proc/stat cannot be read (the line then says nothing). */
 static int steal_read(uint64_t v[2]) {
   char line[256];
   int rc = -1;
-  FILE *f = fopen("/proc/stat", "re");
+  FILE *f = fopen(g_steal_path, "re");
   if (f == NULL) return -1;
   if (fgets(line, sizeof(line), f) != NULL) rc = gdr_tcp_steal_parse(line, &v[0], &v[1]);
   fclose(f);
   return rc;
+}
+
+int gdr_tcp_pool_stealing(void) { return atomic_load_explicit(&g_pool.stealing, memory_order_relaxed); }
+
+void gdr_tcp_pool_steal_stats(uint64_t *windows, uint64_t *windows_on, uint64_t *periods) {
+  *windows = atomic_load_explicit(&g_pool.steal_windows, memory_order_relaxed);
+  *windows_on = atomic_load_explicit(&g_pool.steal_windows_on, memory_order_relaxed);
+  pthread_mutex_lock(&g_pool.steal_mu);
+  *periods = g_pool.steal.periods;
+  pthread_mutex_unlock(&g_pool.steal_mu);
+}
+
+void gdr_tcp_pool_set_steal_source(const char *path, uint64_t window_ns) {
+  snprintf(g_steal_path, sizeof(g_steal_path), "%s", path != NULL ? path : "/proc/stat");
+  g_steal_window_ns = window_ns;
+}
+
+/* An I/O thread with nothing to do (about to sleep, or polling idle) at now: once a window, one of them reads the
+ * host's steal since the last window and steps the state machine. Called without io->mu. */
+static void steal_tick(uint64_t now) {
+  uint64_t next = atomic_load_explicit(&g_pool.steal_next, memory_order_relaxed), v[2];
+  int64_t bp = -1;
+  int on, was;
+  if (next == 0 || now < next || pthread_mutex_trylock(&g_pool.steal_mu) != 0) return;
+  if (now < atomic_load_explicit(&g_pool.steal_next, memory_order_relaxed)) { /* another thread read this window */
+    pthread_mutex_unlock(&g_pool.steal_mu);
+    return;
+  }
+  atomic_store_explicit(&g_pool.steal_next, now + g_pool.steal_window_ns, memory_order_relaxed);
+  if (steal_read(v) == 0) {
+    bp = gdr_tcp_steal_bp(g_pool.steal_last, v);
+    g_pool.steal_last[0] = v[0];
+    g_pool.steal_last[1] = v[1];
+  }
+  was = g_pool.steal.on;
+  on = gdr_tcp_steal_step(&g_pool.steal, bp);
+  pthread_mutex_unlock(&g_pool.steal_mu);
+  if (bp < 0) return;
+  atomic_fetch_add_explicit(&g_pool.steal_windows, 1, memory_order_relaxed);
+  if (on) atomic_fetch_add_explicit(&g_pool.steal_windows_on, 1, memory_order_relaxed);
+  atomic_store_explicit(&g_pool.stealing, on, memory_order_relaxed);
+  if (on != was) /* TRACE: an I/O thread's INFO line mid-run cuts nccl-tests' rows (the stop's line counts these) */
+    GDR_TRACE(NCCL_NET, "TCP: the host %s CPU time from this VM (%lld.%02lld %% over the last %llu ms)%s",
+              on ? "steals" : "no longer steals", (long long)(bp / 100), (long long)(bp % 100),
+              (unsigned long long)(g_pool.steal_window_ns / 1000000u), on ? ": sends go in larger chunks" : "");
 }
 
 /* The host's steal over the pool's life, one INFO line where it reached TCP_STEAL_NOTE_BP: on a VM whose hypervisor
@@ -889,11 +963,18 @@ static void steal_log(void) {
   int64_t bp;
   if (!g_pool.steal_ok || steal_read(now) != 0) return;
   bp = gdr_tcp_steal_bp(g_pool.steal0, now);
-  if (bp >= TCP_STEAL_NOTE_BP)
+  if (bp >= TCP_STEAL_NOTE_BP) {
+    uint64_t w, won, periods;
+    char tail[128] = "";
+    gdr_tcp_pool_steal_stats(&w, &won, &periods);
+    if (periods > 0)
+      snprintf(tail, sizeof(tail), "; it stole %llu time(s), %llu of %llu windows, with larger chunks then",
+               (unsigned long long)periods, (unsigned long long)won, (unsigned long long)w);
     GDR_INFO(NCCL_NET,
              "TCP: the host ran other work on this VM's CPUs for %lld.%02lld %% of their time while the I/O threads "
-             "ran (steal in /proc/stat): a woken thread's CPU waits for it",
-             (long long)(bp / 100), (long long)(bp % 100));
+             "ran (steal in /proc/stat): a woken thread's CPU waits for it%s",
+             (long long)(bp / 100), (long long)(bp % 100), tail);
+  }
 }
 
 /* The pool's wake-ups, one INFO line (none if no sleeping thread was kicked). */
@@ -950,6 +1031,26 @@ static void pool_stop(void) { /* under g_pool.mu */
   }
 }
 
+/* The steal at the pool's start, and the windows of steal_tick: TCP_STEAL_WINDOW_MS, or a thousand times what one read
+ * of /proc/stat costs where that is longer (a host with many CPUs and interrupts); none where it cannot be read. */
+static void steal_start(void) {
+  const uint64_t t0 = gdr_time_ns();
+  uint64_t cost;
+  g_pool.steal_ok = steal_read(g_pool.steal0) == 0;
+  cost = gdr_time_ns() - t0;
+  g_pool.steal_window_ns = g_steal_window_ns > 0 ? g_steal_window_ns : (uint64_t)TCP_STEAL_WINDOW_MS * 1000000u;
+  if (g_steal_window_ns == 0 && cost * 1000u > g_pool.steal_window_ns) g_pool.steal_window_ns = cost * 1000u;
+  pthread_mutex_lock(&g_pool.steal_mu);
+  memset(&g_pool.steal, 0, sizeof(g_pool.steal));
+  g_pool.steal_last[0] = g_pool.steal0[0];
+  g_pool.steal_last[1] = g_pool.steal0[1];
+  pthread_mutex_unlock(&g_pool.steal_mu);
+  atomic_store_explicit(&g_pool.stealing, 0, memory_order_relaxed);
+  atomic_store_explicit(&g_pool.steal_windows, 0, memory_order_relaxed);
+  atomic_store_explicit(&g_pool.steal_windows_on, 0, memory_order_relaxed);
+  atomic_store_explicit(&g_pool.steal_next, g_pool.steal_ok ? t0 + g_pool.steal_window_ns : 0, memory_order_relaxed);
+}
+
 static ncclResult_t pool_start(void) { /* under g_pool.mu */
   ncclResult_t res = ncclSuccess;
   int n = gdr_tcp_pool_size(NULL, 0); /* its reason is in tcp_init's INFO line */
@@ -972,7 +1073,7 @@ static ncclResult_t pool_start(void) { /* under g_pool.mu */
   atomic_store_explicit(&g_pool.late, 0, memory_order_relaxed);
   atomic_store_explicit(&g_pool.late_n, 0, memory_order_relaxed);
   atomic_store_explicit(&g_pool.late_periods, 0, memory_order_relaxed);
-  g_pool.steal_ok = steal_read(g_pool.steal0) == 0;
+  steal_start();
   for (int i = 0; i < n; i++) {
     struct tcp_io *io = &g_pool.io[i];
     struct epoll_event ev;
@@ -1144,6 +1245,9 @@ static void pool_atfork_child(void) {
   atomic_store(&g_pool.nrun, 0);
   atomic_store(&g_pool.spinners, 0);
   pthread_mutex_init(&g_pool.mu, NULL);
+  pthread_mutex_init(&g_pool.steal_mu, NULL); /* a parent's I/O thread may have held it in steal_tick */
+  atomic_store(&g_pool.steal_next, 0);
+  atomic_store(&g_pool.stealing, 0);
 }
 
 int gdr_tcp_comm_inherited(const struct tcp_comm *c) {

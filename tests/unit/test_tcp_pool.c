@@ -19,6 +19,8 @@
 #include "unit_common.h"
 #include "unit_pair.h"
 
+#define UT_NO_STAT "/nonexistent/gdrnet-ut/stat" /* the pool's steal source in these tests: none */
+
 /* Threads of this process whose name starts with prefix; their tids in tids[] (up to max). */
 static int threads_named(const char *prefix, pid_t *tids, int max) {
   DIR *d = opendir("/proc/self/task");
@@ -771,6 +773,121 @@ static void test_steal(void **state) {
   assert_true(total > 0 && steal <= total);
 }
 
+/* The host-steal state machine: on from a window at 3 %, off only after eight windows in a row under 1 % (a window
+ * between the two, or one at 1 % or more, starts the count again); an unknown window (-1) changes nothing. */
+static void test_steal_step(void **state) {
+  struct gdr_tcp_steal_state st;
+  (void)state;
+  memset(&st, 0, sizeof(st));
+  assert_int_equal(gdr_tcp_steal_step(&st, 299), 0);
+  assert_int_equal(gdr_tcp_steal_step(&st, -1), 0);
+  assert_int_equal(gdr_tcp_steal_step(&st, TCP_STEAL_ON_BP), 1);
+  assert_int_equal(st.periods, 1);
+  for (int i = 0; i < TCP_STEAL_OFF_WINDOWS - 1; i++) assert_int_equal(gdr_tcp_steal_step(&st, 0), 1);
+  assert_int_equal(gdr_tcp_steal_step(&st, TCP_STEAL_OFF_BP), 1); /* 1 %: the count starts again */
+  assert_int_equal(gdr_tcp_steal_step(&st, -1), 1);
+  for (int i = 0; i < TCP_STEAL_OFF_WINDOWS - 1; i++) assert_int_equal(gdr_tcp_steal_step(&st, 99), 1);
+  assert_int_equal(gdr_tcp_steal_step(&st, 99), 0);
+  assert_int_equal(gdr_tcp_steal_step(&st, 200), 0); /* between: stays off */
+  assert_int_equal(gdr_tcp_steal_step(&st, 5000), 1);
+  assert_int_equal(st.periods, 2);
+}
+
+static char g_stat_path[64];
+
+/* A stand-in /proc/stat: steal and total CPU ticks so far */
+static void stat_write(uint64_t steal, uint64_t total) {
+  char tmp[80];
+  FILE *f;
+  snprintf(tmp, sizeof(tmp), "%s.tmp", g_stat_path);
+  f = fopen(tmp, "w");
+  assert_non_null(f);
+  fprintf(f, "cpu  %llu 0 0 0 0 0 0 %llu 0 0\ncpu0 1 0 0 0 0 0 0 0 0 0\n", (unsigned long long)(total - steal),
+          (unsigned long long)steal);
+  assert_int_equal(fclose(f), 0);
+  assert_int_equal(rename(tmp, g_stat_path), 0); /* the pool reads a whole file, old or new */
+}
+
+/* One 1 MiB message, checked: the chunks the sender cut for it */
+static uint64_t chunks_of_one(struct pair *p, unsigned seed) {
+  struct tcp_comm *sc = ((struct gdr_comm *)p->s)->tcomm;
+  const uint64_t c0 = sc->chunks_queued;
+  struct msg m;
+  msg_post_recv(p, &m, 1u << 20, seed);
+  msg_finish(p, &m);
+  return sc->chunks_queued - c0;
+}
+
+static uint64_t g_stat_steal, g_stat_total;
+
+/* Messages until the pool's steal state is want, at most 10 s: before each, the stand-in /proc/stat moves on by
+ * 100000 ticks, pct % of them stolen (each message lets the I/O threads go to sleep, when they read a window of 1 ms).
+ * The chunks of the last one. */
+static uint64_t chunks_until(struct pair *p, int want, unsigned pct, unsigned seed) {
+  double t0 = ut_now();
+  uint64_t n = 0;
+  while (gdr_tcp_pool_stealing() != want) {
+    g_stat_total += 100000;
+    g_stat_steal += 1000u * pct;
+    stat_write(g_stat_steal, g_stat_total);
+    n = chunks_of_one(p, seed++);
+    assert_true(ut_now() - t0 < 10.0);
+  }
+  return n;
+}
+
+/* While the host steals (the pool's windows of a stand-in /proc/stat), a send is cut into GDRNET_TCP_STEAL_CHUNK
+ * chunks: 1 MiB over 4 lanes goes as 4 chunks of 256 KiB, then as 2 of 512 KiB once a window saw 10 % steal, and as 4
+ * again once windows without steal followed; the pool counts one period. An explicit GDRNET_TCP_MIN_CHUNK keeps its
+ * chunks whatever the steal, and GDRNET_TCP_STEAL_CHUNK=0 turns the rule off. */
+static void test_steal_chunks(void **state) {
+  static const char *const keep[][2] = {{"GDRNET_TCP_MIN_CHUNK", "64K"}, {"GDRNET_TCP_STEAL_CHUNK", "0"}};
+  struct pair p;
+  uint64_t n, w, won, periods;
+  (void)state;
+  snprintf(g_stat_path, sizeof(g_stat_path), "/tmp/gdrnet-ut-stat.%d", (int)getpid());
+  g_stat_steal = 1000, g_stat_total = 100000;
+  stat_write(g_stat_steal, g_stat_total);
+  gdr_tcp_pool_set_steal_source(g_stat_path, 1000000);
+  setenv("GDRNET_TCP_NTHREADS", "4", 1);
+  setenv("GDRNET_TCP_NSOCKS", "4", 1);
+  gdr_params_reset();
+  assert_int_equal(gdr_core_init(ut_logger), ncclSuccess);
+  pair_open(&p);
+  assert_int_equal(gdr_tcp_resolve_steal_chunk(), 512u << 10);
+  assert_int_equal(chunks_of_one(&p, 1), 4);
+  n = chunks_until(&p, 1, 10, 2);
+  if (n != 2) n = chunks_of_one(&p, 30); /* the message that saw the switch may have been cut before it */
+  assert_int_equal(n, 2);
+  n = chunks_until(&p, 0, 0, 31);
+  if (n != 4) n = chunks_of_one(&p, 60);
+  assert_int_equal(n, 4);
+  gdr_tcp_pool_steal_stats(&w, &won, &periods);
+  print_message("steal windows: %llu read, %llu while stealing, %llu period(s)\n", (unsigned long long)w,
+                (unsigned long long)won, (unsigned long long)periods);
+  assert_int_equal(periods, 1);
+  assert_true(won >= TCP_STEAL_OFF_WINDOWS && won < w);
+  pair_close(&p);
+  gdr_core_fini();
+  for (size_t k = 0; k < sizeof(keep) / sizeof(keep[0]); k++) { /* the rule off: 4 chunks under 10 % steal */
+    setenv(keep[k][0], keep[k][1], 1);
+    gdr_params_reset();
+    assert_int_equal(gdr_core_init(ut_logger), ncclSuccess);
+    pair_open(&p);
+    assert_int_equal(gdr_tcp_resolve_steal_chunk(), 0);
+    assert_int_equal(chunks_until(&p, 1, 10, 70), 4); /* the pool still sees the steal */
+    assert_int_equal(chunks_of_one(&p, 100), 4);
+    pair_close(&p);
+    gdr_core_fini();
+    unsetenv(keep[k][0]);
+  }
+  unsetenv("GDRNET_TCP_NTHREADS");
+  unsetenv("GDRNET_TCP_NSOCKS");
+  gdr_params_reset();
+  gdr_tcp_pool_set_steal_source(UT_NO_STAT, 0);
+  unlink(g_stat_path);
+}
+
 /* A sleeping I/O thread's wake-up is timed from the kick that wakes it until it runs: the one I/O thread (it sleeps at
  * once) is held as it goes to sleep (test()'s help finishes the message in flight then), a chunked message kicks its
  * lane, and the thread is let go 20 ms later (no test() meanwhile). The longest wake-up counted is then at least those
@@ -1127,9 +1244,13 @@ int main(void) {
       cmocka_unit_test(test_share_serves_sleeper),
       cmocka_unit_test(test_wake_latency),
       cmocka_unit_test(test_steal),
+      cmocka_unit_test(test_steal_step),
+      cmocka_unit_test(test_steal_chunks),
       cmocka_unit_test(test_help_late),
       cmocka_unit_test(test_fork_child),
       cmocka_unit_test(test_fork_child_closes_inherited),
   };
+  /* the host's own steal would change the chunks of the tests' messages on a busy VM: none, but in test_steal_chunks */
+  gdr_tcp_pool_set_steal_source(UT_NO_STAT, 0);
   return cmocka_run_group_tests_name("unit_tcp_pool", tests, NULL, NULL);
 }
