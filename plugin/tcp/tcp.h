@@ -163,9 +163,12 @@ int gdr_tcp_resolve_progress(const char **why);
  * /proc/stat's cpu line once a window of TCP_STEAL_WINDOW_MS (longer where one read costs more than a thousandth of
  * that). A window with TCP_STEAL_ON_BP or more of steal switches "the host steals" on, TCP_STEAL_OFF_WINDOWS windows in
  * a row under TCP_STEAL_OFF_BP switch it off (the plugin's own traffic raises the steal it reacts to: the gap keeps it
- * from flapping). While on, a send's chunks are at least GDRNET_TCP_STEAL_CHUNK: run 28 (a host with 1.6-16 % steal in
- * the plugin's runs, under 1.2 % in NCCL Socket's) halved the hand-overs and the steal with 512 KiB chunks, and at
- * 128 MB had 2.38x Socket's busbw at 1.03x its CPU per GB, against 2.07x at 1.14x with the default's 64 KiB. */
+ * from flapping). The pool's stop line counts the windows. While on, a send's chunks are at least
+ * GDRNET_TCP_STEAL_CHUNK where that is set (off by default): run 28 (a host with 1.6-16 % steal in the plugin's runs,
+ * under 1.2 % in NCCL Socket's) halved the hand-overs and the steal with 512 KiB chunks, and at 128 MB had 2.38x
+ * Socket's busbw at 1.03x its CPU per GB, against 2.07x at 1.14x with the default's 64 KiB; run 29 z, another such
+ * host with the rule on in its stealing period, had 4.46 against 4.40 GB/s there, and the KV example's lone block
+ * 1052 against 875 us at p50 (docs/results/2026-12-07). A fast host reads 0 %: the rule never switches on there. */
 #define TCP_STEAL_WINDOW_MS 250
 #define TCP_STEAL_ON_BP 300
 #define TCP_STEAL_OFF_BP 100
@@ -175,8 +178,7 @@ struct gdr_tcp_steal_state {
   int quiet;        /* windows in a row under TCP_STEAL_OFF_BP while on */
   uint64_t periods; /* times it switched on */
 };
-/* GDRNET_TCP_STEAL_CHUNK resolved: 0 (off) where it is 0, not above GDRNET_TCP_MIN_CHUNK, or where
- * GDRNET_TCP_MIN_CHUNK is set (a chunk size the user chose stays) */
+/* GDRNET_TCP_STEAL_CHUNK resolved: 0 (off) where it is not above GDRNET_TCP_MIN_CHUNK (0, the default) */
 size_t gdr_tcp_resolve_steal_chunk(void);
 /* One window's steal (bp, hundredths of a percent; < 0: unknown, changes nothing) into s: 1 if the host steals now */
 int gdr_tcp_steal_step(struct gdr_tcp_steal_state *s, int64_t bp);

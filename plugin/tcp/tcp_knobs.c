@@ -149,6 +149,5 @@ int gdr_tcp_pool_size(char *why, size_t whylen) {
 
 size_t gdr_tcp_resolve_steal_chunk(void) {
   const size_t sc = (size_t)gdr_param_int(GDR_PARAM_TCP_STEAL_CHUNK);
-  if (gdr_param_source(GDR_PARAM_TCP_MIN_CHUNK) != GDR_PSRC_DEFAULT) return 0;
   return sc > (size_t)gdr_param_int(GDR_PARAM_TCP_MIN_CHUNK) ? sc : 0;
 }

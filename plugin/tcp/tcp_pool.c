@@ -145,6 +145,7 @@ static struct {
   _Atomic int stealing;
   _Atomic uint64_t steal_windows, steal_windows_on;
   uint64_t steal_window_ns;
+  size_t steal_chunk; /* gdr_tcp_resolve_steal_chunk() at the start: the chunks while it steals (0: unchanged) */
   pthread_mutex_t steal_mu;
   uint64_t steal_last[2];
   struct gdr_tcp_steal_state steal;
@@ -953,7 +954,8 @@ static void steal_tick(uint64_t now) {
   if (on != was) /* TRACE: an I/O thread's INFO line mid-run cuts nccl-tests' rows (the stop's line counts these) */
     GDR_TRACE(NCCL_NET, "TCP: the host %s CPU time from this VM (%lld.%02lld %% over the last %llu ms)%s",
               on ? "steals" : "no longer steals", (long long)(bp / 100), (long long)(bp % 100),
-              (unsigned long long)(g_pool.steal_window_ns / 1000000u), on ? ": sends go in larger chunks" : "");
+              (unsigned long long)(g_pool.steal_window_ns / 1000000u),
+              on && g_pool.steal_chunk > 0 ? ": sends go in larger chunks" : "");
 }
 
 /* The host's steal over the pool's life, one INFO line where it reached TCP_STEAL_NOTE_BP: on a VM whose hypervisor
@@ -968,11 +970,12 @@ static void steal_log(void) {
     char tail[128] = "";
     gdr_tcp_pool_steal_stats(&w, &won, &periods);
     if (periods > 0)
-      snprintf(tail, sizeof(tail), "; it stole %llu time(s), %llu of %llu windows, with larger chunks then",
-               (unsigned long long)periods, (unsigned long long)won, (unsigned long long)w);
+      snprintf(tail, sizeof(tail), "; %llu of %llu windows at %d %% or more (%llu period(s))%s",
+               (unsigned long long)won, (unsigned long long)w, TCP_STEAL_ON_BP / 100, (unsigned long long)periods,
+               g_pool.steal_chunk > 0 ? ", with larger chunks then" : "");
     GDR_INFO(NCCL_NET,
-             "TCP: the host ran other work on this VM's CPUs for %lld.%02lld %% of their time while the I/O threads "
-             "ran (steal in /proc/stat): a woken thread's CPU waits for it%s",
+             "TCP: the host stole %lld.%02lld %% of this VM's CPU time while the I/O threads ran (/proc/stat): "
+             "a woken thread waits for it%s",
              (long long)(bp / 100), (long long)(bp % 100), tail);
   }
 }
@@ -1038,6 +1041,7 @@ static void steal_start(void) {
   uint64_t cost;
   g_pool.steal_ok = steal_read(g_pool.steal0) == 0;
   cost = gdr_time_ns() - t0;
+  g_pool.steal_chunk = gdr_tcp_resolve_steal_chunk();
   g_pool.steal_window_ns = g_steal_window_ns > 0 ? g_steal_window_ns : (uint64_t)TCP_STEAL_WINDOW_MS * 1000000u;
   if (g_steal_window_ns == 0 && cost * 1000u > g_pool.steal_window_ns) g_pool.steal_window_ns = cost * 1000u;
   pthread_mutex_lock(&g_pool.steal_mu);

@@ -820,6 +820,42 @@ static uint64_t chunks_of_one(struct pair *p, unsigned seed) {
 
 static uint64_t g_stat_steal, g_stat_total;
 
+/* The pool's stop line about the host's steal, as the logger last got it */
+static pthread_mutex_t g_steal_line_mu = PTHREAD_MUTEX_INITIALIZER;
+static char g_steal_line[512];
+
+static void steal_logger(ncclDebugLogLevel level, unsigned long flags, const char *file, int line, const char *fmt,
+                         ...) {
+  char msg[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof(msg), fmt, ap);
+  va_end(ap);
+  if (strstr(msg, "the host stole") != NULL) {
+    pthread_mutex_lock(&g_steal_line_mu);
+    snprintf(g_steal_line, sizeof(g_steal_line), "%s", msg);
+    pthread_mutex_unlock(&g_steal_line_mu);
+  }
+  ut_logger(level, flags, file, line, "%s", msg);
+}
+
+/* Closes the pair after a last reading of a lot of steal (the pool's life then has more than 1 %): the stop's line,
+ * which must count the windows at 3 % or more and name the larger chunks only where they were on */
+static void steal_close(struct pair *p, int chunks) {
+  g_stat_total += 100000;
+  g_stat_steal += 90000;
+  stat_write(g_stat_steal, g_stat_total);
+  pthread_mutex_lock(&g_steal_line_mu);
+  g_steal_line[0] = '\0';
+  pthread_mutex_unlock(&g_steal_line_mu);
+  pair_close(p);
+  pthread_mutex_lock(&g_steal_line_mu);
+  print_message("stop line: %s\n", g_steal_line);
+  assert_non_null(strstr(g_steal_line, "windows at 3 % or more"));
+  assert_true((strstr(g_steal_line, "with larger chunks then") != NULL) == chunks);
+  pthread_mutex_unlock(&g_steal_line_mu);
+}
+
 /* Messages until the pool's steal state is want, at most 10 s: before each, the stand-in /proc/stat moves on by
  * 100000 ticks, pct % of them stolen (each message lets the I/O threads go to sleep, when they read a window of 1 ms).
  * The chunks of the last one. */
@@ -837,11 +873,11 @@ static uint64_t chunks_until(struct pair *p, int want, unsigned pct, unsigned se
 }
 
 /* While the host steals (the pool's windows of a stand-in /proc/stat), a send is cut into GDRNET_TCP_STEAL_CHUNK
- * chunks: 1 MiB over 4 lanes goes as 4 chunks of 256 KiB, then as 2 of 512 KiB once a window saw 10 % steal, and as 4
- * again once windows without steal followed; the pool counts one period. An explicit GDRNET_TCP_MIN_CHUNK keeps its
- * chunks whatever the steal, and GDRNET_TCP_STEAL_CHUNK=0 turns the rule off. */
+ * chunks: with 512K, 1 MiB over 4 lanes goes as 4 chunks of 256 KiB, then as 2 of 512 KiB once a window saw 10 %
+ * steal, and as 4 again once windows without steal followed; the pool counts one period. Unset (the default), or not
+ * above GDRNET_TCP_MIN_CHUNK, the steal is seen and the chunks stay. */
 static void test_steal_chunks(void **state) {
-  static const char *const keep[][2] = {{"GDRNET_TCP_MIN_CHUNK", "64K"}, {"GDRNET_TCP_STEAL_CHUNK", "0"}};
+  static const char *const keep[][2] = {{"GDRNET_TCP_STEAL_CHUNK", NULL}, {"GDRNET_TCP_STEAL_CHUNK", "64K"}};
   struct pair p;
   uint64_t n, w, won, periods;
   (void)state;
@@ -851,8 +887,9 @@ static void test_steal_chunks(void **state) {
   gdr_tcp_pool_set_steal_source(g_stat_path, 1000000);
   setenv("GDRNET_TCP_NTHREADS", "4", 1);
   setenv("GDRNET_TCP_NSOCKS", "4", 1);
+  setenv("GDRNET_TCP_STEAL_CHUNK", "512K", 1);
   gdr_params_reset();
-  assert_int_equal(gdr_core_init(ut_logger), ncclSuccess);
+  assert_int_equal(gdr_core_init(steal_logger), ncclSuccess);
   pair_open(&p);
   assert_int_equal(gdr_tcp_resolve_steal_chunk(), 512u << 10);
   assert_int_equal(chunks_of_one(&p, 1), 4);
@@ -867,17 +904,20 @@ static void test_steal_chunks(void **state) {
                 (unsigned long long)won, (unsigned long long)periods);
   assert_int_equal(periods, 1);
   assert_true(won >= TCP_STEAL_OFF_WINDOWS && won < w);
-  pair_close(&p);
+  steal_close(&p, 1);
   gdr_core_fini();
   for (size_t k = 0; k < sizeof(keep) / sizeof(keep[0]); k++) { /* the rule off: 4 chunks under 10 % steal */
-    setenv(keep[k][0], keep[k][1], 1);
+    if (keep[k][1] != NULL)
+      setenv(keep[k][0], keep[k][1], 1);
+    else
+      unsetenv(keep[k][0]);
     gdr_params_reset();
-    assert_int_equal(gdr_core_init(ut_logger), ncclSuccess);
+    assert_int_equal(gdr_core_init(steal_logger), ncclSuccess);
     pair_open(&p);
     assert_int_equal(gdr_tcp_resolve_steal_chunk(), 0);
     assert_int_equal(chunks_until(&p, 1, 10, 70), 4); /* the pool still sees the steal */
     assert_int_equal(chunks_of_one(&p, 100), 4);
-    pair_close(&p);
+    steal_close(&p, 0);
     gdr_core_fini();
     unsetenv(keep[k][0]);
   }
