@@ -946,11 +946,12 @@ static void steal_tick(uint64_t now) {
   }
   was = g_pool.steal.on;
   on = gdr_tcp_steal_step(&g_pool.steal, bp);
+  if (bp >= 0) { /* under steal_mu: a later window's reader cannot store its state first */
+    atomic_fetch_add_explicit(&g_pool.steal_windows, 1, memory_order_relaxed);
+    if (on) atomic_fetch_add_explicit(&g_pool.steal_windows_on, 1, memory_order_relaxed);
+    atomic_store_explicit(&g_pool.stealing, on, memory_order_relaxed);
+  }
   pthread_mutex_unlock(&g_pool.steal_mu);
-  if (bp < 0) return;
-  atomic_fetch_add_explicit(&g_pool.steal_windows, 1, memory_order_relaxed);
-  if (on) atomic_fetch_add_explicit(&g_pool.steal_windows_on, 1, memory_order_relaxed);
-  atomic_store_explicit(&g_pool.stealing, on, memory_order_relaxed);
   if (on != was) /* TRACE: an I/O thread's INFO line mid-run cuts nccl-tests' rows (the stop's line counts these) */
     GDR_TRACE(NCCL_NET, "TCP: the host %s CPU time from this VM (%lld.%02lld %% over the last %llu ms)%s",
               on ? "steals" : "no longer steals", (long long)(bp / 100), (long long)(bp % 100),
