@@ -316,6 +316,23 @@ class TcpMatrix(unittest.TestCase):
         self.assertIn("# ar8 GDR rep 1: ok\n", p.stdout)
         self.assertNotIn("host steal", p.stdout)
 
+    def test_rep_pairs(self):
+        # each transport's rep 2 is 1.1x its rep 1, so every pair within a rep has the profiles' own ratio: good is
+        # 0.5x Socket's time, bad 0.8x (1.6x good's), 2.5x and 2.0x its busbw; the KV stand-in adds 20 us to p50 in rep
+        # 2 (500 against 1000, then 520 against 1020)
+        p = self.run_matrix("--variant", "good,%s,FAKE_PROFILE=good" % self.so,
+                            "--variant", "bad,%s,FAKE_PROFILE=bad" % self.so, "--reps", "2", "--rows", "sr1m,kv")
+        self.assertIn("# per rep, the figure's ratio within the same rep (rep 1, rep 2, ...):\n", p.stdout)
+        self.assertIn("# sr1m: good/Socket 0.50x 0.50x; bad/Socket 0.80x 0.80x; bad/good 1.60x 1.60x\n", p.stdout)
+        self.assertIn("# kv-p50: good/Socket 0.50x 0.51x; bad/Socket 0.80x 0.80x; bad/good 1.60x 1.58x\n", p.stdout)
+        # the lines come before the table, whose last line stays the summary
+        self.assertLess(p.stdout.index("# sr1m: good/Socket"), p.stdout.index("row        figure"))
+        self.assertTrue(p.stdout.rstrip().splitlines()[-1].startswith("tcp-matrix: bad: "), p.stdout)
+        # one rep: no pairs to show
+        p = self.run_matrix("--plugin", self.so, "--reps", "1", "--rows", "sr1m")
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        self.assertNotIn("per rep", p.stdout)
+
     def test_row_cut_by_a_log_line(self):
         # an I/O thread's INFO line printed in the middle of nccl-tests' result row (run 27 s): the row still counts
         p = self.run_matrix("--rows", "sr1m", "--reps", "1", "--variant", "split,%s,FAKE_SPLIT=1" % self.so)
