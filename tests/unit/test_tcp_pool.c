@@ -877,7 +877,7 @@ static uint64_t chunks_until(struct pair *p, int want, unsigned pct, unsigned se
  * steal, and as 4 again once windows without steal followed; the pool counts one period. Unset (the default), or not
  * above GDRNET_TCP_MIN_CHUNK, the steal is seen and the chunks stay. */
 static void test_steal_chunks(void **state) {
-  static const char *const keep[][2] = {{"GDRNET_TCP_STEAL_CHUNK", NULL}, {"GDRNET_TCP_STEAL_CHUNK", "64K"}};
+  static const char *const off[][2] = {{"GDRNET_TCP_STEAL_CHUNK", NULL}, {"GDRNET_TCP_STEAL_CHUNK", "64K"}};
   struct pair p;
   uint64_t n, w, won, periods;
   (void)state;
@@ -906,11 +906,11 @@ static void test_steal_chunks(void **state) {
   assert_true(won >= TCP_STEAL_OFF_WINDOWS && won < w);
   steal_close(&p, 1);
   gdr_core_fini();
-  for (size_t k = 0; k < sizeof(keep) / sizeof(keep[0]); k++) { /* the rule off: 4 chunks under 10 % steal */
-    if (keep[k][1] != NULL)
-      setenv(keep[k][0], keep[k][1], 1);
+  for (size_t k = 0; k < sizeof(off) / sizeof(off[0]); k++) { /* the rule off: 4 chunks under 10 % steal */
+    if (off[k][1] != NULL)
+      setenv(off[k][0], off[k][1], 1);
     else
-      unsetenv(keep[k][0]);
+      unsetenv(off[k][0]);
     gdr_params_reset();
     assert_int_equal(gdr_core_init(steal_logger), ncclSuccess);
     pair_open(&p);
@@ -919,7 +919,7 @@ static void test_steal_chunks(void **state) {
     assert_int_equal(chunks_of_one(&p, 100), 4);
     steal_close(&p, 0);
     gdr_core_fini();
-    unsetenv(keep[k][0]);
+    unsetenv(off[k][0]);
   }
   unsetenv("GDRNET_TCP_NTHREADS");
   unsetenv("GDRNET_TCP_NSOCKS");
