@@ -112,8 +112,10 @@ static int fake_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_
         if (e[i].nreqs != len / sizeof(*e) || e[i].idx != i || e[i].seq == 0)
           fz_fail("a malformed CTS entry %llu", (unsigned long long)i);
       nic.cts_writes++;
-    } else if (wr->wr.rdma.rkey == RSIZES_RKEY && wr->opcode == IBV_WR_RDMA_WRITE_WITH_IMM && len > 0) {
-      if (!in_range(wr->wr.rdma.remote_addr, len, RSIZES_ADDR, sizeof(struct gdr_sizes_slot) * GDR_RDMA_FIFO_SLOTS) ||
+    } else if (gdr_wr_kind(wr->wr_id) == GDR_WR_IMM) {
+      /* the sizes row, known by its wr_id: a data WRITE may carry any rkey the receiver's CTS named, this one too */
+      if (wr->wr.rdma.rkey != RSIZES_RKEY || wr->opcode != IBV_WR_RDMA_WRITE_WITH_IMM || len == 0 ||
+          !in_range(wr->wr.rdma.remote_addr, len, RSIZES_ADDR, sizeof(struct gdr_sizes_slot) * GDR_RDMA_FIFO_SLOTS) ||
           len > sizeof(struct gdr_sizes_slot))
         fz_fail("the sizes WRITE_WITH_IMM lands outside the receiver's sizes array");
     } else if (len > 0) {
